@@ -1,0 +1,23 @@
+// backend/kernels: one CPU kernel per ONNX operator (ai.onnx domain), oneDNN primitives where oneDNN has them
+// (matmul, eltwise, binary, softmax, layer normalization, reduction), plain C++ otherwise (int64/bool ops, shape ops).
+// Semantics follow the ONNX operator specs (onnx/docs/Operators.md) at the node's opset.
+// `gspmd` domain ops are not kernels: backend/pod implements them (they need the partition id and the pod).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/ir/ir.h"
+
+namespace gspmd {
+
+/// Runs `node` on `inputs` (one per node input; nullptr for an absent optional input) and returns its outputs
+/// in order. `opset` is the graph's ai.onnx opset (for ops whose attributes became inputs).
+/// Throws UnsupportedError("node 'n' (OpType): ...") for an op or dtype with no kernel, std::runtime_error for
+/// inputs that violate the spec (shape mismatch).
+std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset);
+
+/// True if run_kernel supports (domain, op_type) for some dtypes.
+bool has_kernel(const std::string& domain, const std::string& op_type);
+
+}  // namespace gspmd

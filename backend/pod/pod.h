@@ -1,0 +1,39 @@
+// backend/pod: an emulated pod of N devices on this host. Each device owns its tensors (memory accounted per
+// device); devices execute the same SPMD program in lock step, node by node; `gspmd` collectives are carried out
+// in-process over all devices' buffers (semantics in core/partition/spmd.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/ir/ir.h"
+#include "core/partition/spmd.h"
+
+namespace gspmd {
+
+/// Per-device run statistics.
+struct DeviceStats {
+  int64_t device = 0;
+  int64_t peak_memory_bytes = 0;   // max over the run of live tensor bytes held by the device (params included)
+  double compute_wall_s = 0;       // host wall time spent in this device's kernels (seconds)
+  double communication_wall_s = 0; // host wall time of collectives, attributed to each member device
+};
+
+/// Result of running a program.
+struct PodRun {
+  std::vector<Tensor> outputs;      // full logical values of the global graph outputs, in order
+  std::vector<DeviceStats> devices;
+  double wall_s = 0;                // host wall time of the whole run
+  double host_flops = 0;            // FLOPs executed on the host by all devices (for GFLOP/s)
+};
+
+/// Runs `p` on mesh.num_devices() emulated devices. `global` is the unpartitioned graph: its initializers give the
+/// weights (each device gets shard_tensor of them per p.params) and `inputs` (one per global graph input, full
+/// values) are sharded per p.inputs. Outputs are assembled per p.outputs.
+/// Throws UnsupportedError for a node with no kernel, std::runtime_error on a kernel failure (naming the node).
+PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs);
+
+/// Runs the unpartitioned graph on one device (the reference for --check).
+PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs);
+
+}  // namespace gspmd

@@ -1,0 +1,229 @@
+#include "core/ir/ir.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace gspmd {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kBool:
+    case DType::kUInt8:
+    case DType::kInt8: return 1;
+    case DType::kUInt16:
+    case DType::kInt16:
+    case DType::kFloat16:
+    case DType::kBFloat16: return 2;
+    case DType::kFloat32:
+    case DType::kInt32:
+    case DType::kUInt32: return 4;
+    case DType::kInt64:
+    case DType::kUInt64:
+    case DType::kFloat64: return 8;
+    default: throw std::invalid_argument(fmt::format("dtype {} has no fixed element size", dtype_name(t)));
+  }
+}
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kUInt8: return "uint8";
+    case DType::kInt8: return "int8";
+    case DType::kUInt16: return "uint16";
+    case DType::kInt16: return "int16";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kString: return "string";
+    case DType::kBool: return "bool";
+    case DType::kFloat16: return "float16";
+    case DType::kFloat64: return "float64";
+    case DType::kUInt32: return "uint32";
+    case DType::kUInt64: return "uint64";
+    case DType::kBFloat16: return "bfloat16";
+    default: return "undefined";
+  }
+}
+
+int64_t num_elements(const Shape& s) {
+  return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
+}
+
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
+
+Tensor::Tensor(DType t, Shape s) : dtype(t), shape(std::move(s)) {
+  bytes.assign(static_cast<size_t>(num_elements(shape)) * dtype_size(dtype), std::byte{0});
+}
+
+std::vector<int64_t> Tensor::as_int64s() const {
+  std::vector<int64_t> out(static_cast<size_t>(numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (dtype) {
+      case DType::kInt64: out[i] = data<int64_t>()[i]; break;
+      case DType::kInt32: out[i] = data<int32_t>()[i]; break;
+      case DType::kFloat32: out[i] = static_cast<int64_t>(data<float>()[i]); break;
+      case DType::kFloat64: out[i] = static_cast<int64_t>(data<double>()[i]); break;
+      case DType::kBool:
+      case DType::kUInt8: out[i] = data<uint8_t>()[i]; break;
+      case DType::kInt8: out[i] = data<int8_t>()[i]; break;
+      default: throw std::runtime_error(fmt::format("cannot read {} tensor as integers", dtype_name(dtype)));
+    }
+  }
+  return out;
+}
+
+Tensor Tensor::from_int64s(const std::vector<int64_t>& v, bool scalar) {
+  Tensor t(DType::kInt64, scalar && v.size() == 1 ? Shape{} : Shape{static_cast<int64_t>(v.size())});
+  if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), v.size() * sizeof(int64_t));
+  return t;
+}
+
+Tensor Tensor::from_floats(const Shape& shape, const std::vector<float>& v) {
+  Tensor t(DType::kFloat32, shape);
+  if (static_cast<int64_t>(v.size()) != t.numel())
+    throw std::invalid_argument(fmt::format("{} floats for shape {}", v.size(), shape_str(shape)));
+  if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), v.size() * sizeof(float));
+  return t;
+}
+
+namespace {
+template <class T>
+const T& get_attr(const Node& n, const std::string& a) {
+  const auto& v = n.attrs.at(a);
+  if (const T* p = std::get_if<T>(&v)) return *p;
+  throw std::runtime_error(fmt::format("node '{}' ({}): attribute '{}' has the wrong type", n.name, n.op_type, a));
+}
+}  // namespace
+
+int64_t Node::i(const std::string& a, int64_t def) const { return has(a) ? get_attr<int64_t>(*this, a) : def; }
+float Node::f(const std::string& a, float def) const { return has(a) ? get_attr<float>(*this, a) : def; }
+std::string Node::s(const std::string& a, const std::string& def) const {
+  return has(a) ? get_attr<std::string>(*this, a) : def;
+}
+std::vector<int64_t> Node::ints(const std::string& a, const std::vector<int64_t>& def) const {
+  return has(a) ? get_attr<std::vector<int64_t>>(*this, a) : def;
+}
+std::vector<float> Node::floats(const std::string& a, const std::vector<float>& def) const {
+  return has(a) ? get_attr<std::vector<float>>(*this, a) : def;
+}
+const Tensor* Node::t(const std::string& a) const { return has(a) ? &get_attr<Tensor>(*this, a) : nullptr; }
+
+int Graph::add_value(Value v) {
+  if (index_.count(v.name)) throw std::invalid_argument(fmt::format("duplicate value name '{}'", v.name));
+  int id = static_cast<int>(values.size());
+  index_.emplace(v.name, id);
+  values.push_back(std::move(v));
+  return id;
+}
+
+int Graph::add_value_unique(const std::string& hint, DType t, const Shape& s) {
+  std::string name = hint;
+  for (int k = 1; index_.count(name); ++k) name = fmt::format("{}_{}", hint, k);
+  Value v;
+  v.name = std::move(name);
+  v.dtype = t;
+  v.shape = s;
+  return add_value(std::move(v));
+}
+
+int Graph::add_node(Node n) {
+  int id = static_cast<int>(nodes.size());
+  for (int o : n.outputs) values.at(o).producer = id;
+  nodes.push_back(std::move(n));
+  return id;
+}
+
+int Graph::find(std::string_view name) const {
+  auto it = index_.find(std::string(name));
+  return it == index_.end() ? -1 : it->second;
+}
+
+int Graph::at(std::string_view name) const {
+  int id = find(name);
+  if (id < 0) throw std::out_of_range(fmt::format("unknown value '{}'", name));
+  return id;
+}
+
+std::vector<std::vector<int>> Graph::consumers() const {
+  std::vector<std::vector<int>> out(values.size());
+  for (int n = 0; n < static_cast<int>(nodes.size()); ++n)
+    for (int v : nodes[n].inputs)
+      if (v >= 0 && (out[v].empty() || out[v].back() != n)) out[v].push_back(n);
+  return out;
+}
+
+void Graph::verify() const {
+  const int nv = static_cast<int>(values.size());
+  std::vector<char> ready(values.size(), 0);
+  for (int v = 0; v < nv; ++v) {
+    if (find(values[v].name) != v) throw std::runtime_error(fmt::format("value '{}' is not indexed", values[v].name));
+    if (values[v].producer < 0) ready[v] = 1;
+  }
+  for (int n = 0; n < static_cast<int>(nodes.size()); ++n) {
+    const Node& node = nodes[n];
+    for (int v : node.inputs) {
+      if (v < -1 || v >= nv) throw std::runtime_error(fmt::format("node '{}': input id {} out of range", node.name, v));
+      if (v >= 0 && !ready[v])
+        throw std::runtime_error(
+            fmt::format("node '{}' reads '{}' before it is produced", node.name, values[v].name));
+    }
+    for (int v : node.outputs) {
+      if (v < 0 || v >= nv) throw std::runtime_error(fmt::format("node '{}': output id {} out of range", node.name, v));
+      if (values[v].producer != n)
+        throw std::runtime_error(fmt::format("value '{}' has producer {} but node {} writes it", values[v].name,
+                                             values[v].producer, n));
+      ready[v] = 1;
+    }
+  }
+  for (int v : outputs)
+    if (v < 0 || v >= nv || !ready[v]) throw std::runtime_error(fmt::format("graph output id {} is not produced", v));
+}
+
+void Graph::prune() {
+  std::vector<char> live_v(values.size(), 0), live_n(nodes.size(), 0);
+  for (int v : outputs) live_v[v] = 1;
+  for (int v : inputs) live_v[v] = 1;
+  for (int n = static_cast<int>(nodes.size()) - 1; n >= 0; --n) {
+    bool live = false;
+    for (int o : nodes[n].outputs) live = live || live_v[o];
+    if (!live) continue;
+    live_n[n] = 1;
+    for (int o : nodes[n].outputs) live_v[o] = 1;
+    for (int i : nodes[n].inputs)
+      if (i >= 0) live_v[i] = 1;
+  }
+  std::vector<int> remap(values.size(), -1);
+  std::vector<Value> nvals;
+  for (size_t v = 0; v < values.size(); ++v)
+    if (live_v[v]) {
+      remap[v] = static_cast<int>(nvals.size());
+      nvals.push_back(std::move(values[v]));
+    }
+  std::vector<Node> nnodes;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (!live_n[n]) continue;
+    Node node = std::move(nodes[n]);
+    for (int& i : node.inputs) i = i >= 0 ? remap[i] : -1;
+    for (int& o : node.outputs) o = remap[o];
+    for (int o : node.outputs) nvals[o].producer = static_cast<int>(nnodes.size());
+    nnodes.push_back(std::move(node));
+  }
+  for (int& v : inputs) v = remap[v];
+  for (int& v : outputs) v = remap[v];
+  values = std::move(nvals);
+  nodes = std::move(nnodes);
+  reindex();
+}
+
+void Graph::reindex() {
+  index_.clear();
+  for (int v = 0; v < static_cast<int>(values.size()); ++v) {
+    if (!index_.emplace(values[v].name, v).second)
+      throw std::invalid_argument(fmt::format("duplicate value name '{}'", values[v].name));
+  }
+}
+
+}  // namespace gspmd

@@ -1,0 +1,157 @@
+// core/ir: the graph every module works on (the ONNX graph after loading, and the SPMD program after partitioning).
+//
+// A Graph is a list of Values (tensors with a static shape) and a list of Nodes in topological order. Node and
+// Value attributes follow the ONNX IR (onnx/IR.md): op_type + domain ("" = ai.onnx, "gspmd" = our collectives),
+// named attributes, positional inputs where -1 marks an absent optional input.
+// Depends only on the standard library (ARCHITECTURE.md invariant 6).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+namespace gspmd {
+
+/// Element types, numbered as onnx.TensorProto.DataType so the frontend converts by value.
+enum class DType : int32_t {
+  kUndefined = 0,
+  kFloat32 = 1,
+  kUInt8 = 2,
+  kInt8 = 3,
+  kUInt16 = 4,
+  kInt16 = 5,
+  kInt32 = 6,
+  kInt64 = 7,
+  kString = 8,  // not supported by the executor; kept so loading reports it by name
+  kBool = 9,
+  kFloat16 = 10,
+  kFloat64 = 11,
+  kUInt32 = 12,
+  kUInt64 = 13,
+  kBFloat16 = 16,
+};
+
+/// Bytes per element (bool = 1). Throws std::invalid_argument for kUndefined and kString.
+size_t dtype_size(DType t);
+/// ONNX-style lower-case name ("float32", "int64", ...).
+std::string_view dtype_name(DType t);
+
+/// A static tensor shape; every dim >= 0.
+using Shape = std::vector<int64_t>;
+/// Product of the dims (1 for a scalar).
+int64_t num_elements(const Shape& s);
+/// "[8,64,128]".
+std::string shape_str(const Shape& s);
+
+/// A dense row-major tensor owning its bytes. Copying a Tensor copies the data.
+struct Tensor {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  std::vector<std::byte> bytes;  // num_elements(shape) * dtype_size(dtype)
+
+  Tensor() = default;
+  /// Zero-filled tensor of that type and shape.
+  Tensor(DType t, Shape s);
+
+  int64_t numel() const { return num_elements(shape); }
+  size_t nbytes() const { return bytes.size(); }
+  template <class T>
+  T* data() { return reinterpret_cast<T*>(bytes.data()); }
+  template <class T>
+  const T* data() const { return reinterpret_cast<const T*>(bytes.data()); }
+
+  /// Scalar/vector helpers for shape-like tensors: reads int32/int64 (or float) elements as int64.
+  std::vector<int64_t> as_int64s() const;
+  /// Makes a 1-D int64 tensor (or a scalar when `scalar` is true and v has one element).
+  static Tensor from_int64s(const std::vector<int64_t>& v, bool scalar = false);
+  /// Makes a float32 tensor of `shape` from `v` (sizes must match, else std::invalid_argument).
+  static Tensor from_floats(const Shape& shape, const std::vector<float>& v);
+};
+
+/// An ONNX attribute value. Graph-valued attributes (If/Loop bodies) are not supported and rejected at load.
+using AttrValue = std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>,
+                               std::vector<std::string>, Tensor>;
+
+/// An operator instance. Inputs/outputs are value ids in the owning Graph; -1 = absent optional input.
+struct Node {
+  std::string name;
+  std::string op_type;
+  std::string domain;  // "" (ai.onnx) or "gspmd"
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  std::map<std::string, AttrValue> attrs;
+
+  bool has(const std::string& a) const { return attrs.count(a) != 0; }
+  /// Typed attribute getters; return `def` when absent, throw std::runtime_error naming the node when mistyped.
+  int64_t i(const std::string& a, int64_t def = 0) const;
+  float f(const std::string& a, float def = 0.f) const;
+  std::string s(const std::string& a, const std::string& def = "") const;
+  std::vector<int64_t> ints(const std::string& a, const std::vector<int64_t>& def = {}) const;
+  std::vector<float> floats(const std::string& a, const std::vector<float>& def = {}) const;
+  const Tensor* t(const std::string& a) const;  // nullptr when absent
+};
+
+/// A tensor-valued edge of the graph.
+struct Value {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  int producer = -1;                  // node id, -1 for graph inputs and initializers
+  bool is_initializer = false;        // a weight or constant known before the run
+  std::shared_ptr<const Tensor> data; // initializer data; may be null for initializers when loaded shapes-only
+};
+
+/// A computation graph with static shapes. Nodes are kept in topological order (verify() checks).
+class Graph {
+ public:
+  std::string name;
+  int64_t opset = 17;  // ai.onnx opset the graph was imported at
+  std::vector<Value> values;
+  std::vector<Node> nodes;
+  std::vector<int> inputs;   // graph inputs, initializers excluded, in ONNX order
+  std::vector<int> outputs;  // graph outputs, in ONNX order
+
+  /// Adds a value; its name must be unique (std::invalid_argument otherwise). Returns its id.
+  int add_value(Value v);
+  /// Adds a value named after `hint`, made unique with a numeric suffix if needed.
+  int add_value_unique(const std::string& hint, DType t, const Shape& s);
+  /// Adds a node at the end (caller keeps topological order) and sets its outputs' producer. Returns its id.
+  int add_node(Node n);
+  /// Value id by name, or -1.
+  int find(std::string_view name) const;
+  /// Value id by name; throws std::out_of_range("unknown value 'x'") when missing.
+  int at(std::string_view name) const;
+  /// consumers()[v] = ids of nodes that read value v (a node reading v twice is listed once). O(edges).
+  std::vector<std::vector<int>> consumers() const;
+  /// Checks ids in range, unique names, one producer per value, topological order, outputs produced.
+  /// Throws std::runtime_error naming the first problem.
+  void verify() const;
+  /// Drops nodes whose outputs reach no graph output, and values nothing uses; renumbers ids.
+  void prune();
+  /// Rebuilds the name index after values were edited in place.
+  void reindex();
+
+ private:
+  std::unordered_map<std::string, int> index_;
+};
+
+/// Error for unusable input (bad model, bad sharding file, unknown names): the CLI prints
+/// "error: <what>: <why>" and exits 2.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Error for a valid model using an operator the executor cannot run (CLI exit 3).
+struct UnsupportedError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace gspmd

@@ -1,0 +1,74 @@
+// core/partition: the SPMD program (GSPMD paper §3.3-3.4) and the partitioner that produces it.
+//
+// The program is ONE graph on local (per-shard, padded) shapes that every device runs; what differs between devices
+// is only the partition id, read by the `gspmd` ops below. Its size does not depend on the device count
+// (ARCHITECTURE.md invariant 2): replica groups and per-device offsets are computed at run/export time from the mesh.
+//
+// `gspmd` domain ops (version 1). mesh_axes = ints, mesh axis ids, major to minor; the group of a device is the set of
+// devices that differ from it only along mesh_axes, ordered by DeviceMesh::tile_index.
+//   AllReduce(x) -> y           attrs mesh_axes, reduction ("sum"|"max"|"min"|"prod"). y has x's shape.
+//   AllGather(x) -> y           attrs mesh_axes, axis. y = concat over the group, in tile order, along axis.
+//   ReduceScatter(x) -> y       attrs mesh_axes, axis, reduction. x.shape[axis] % n == 0; y = chunk tile of the reduction.
+//   AllToAll(x) -> y            attrs mesh_axes, split_axis, concat_axis. x.shape[split_axis] % n == 0; chunk j goes to
+//                               group member j; received chunks are concatenated along concat_axis in source tile order.
+//   CollectivePermute(x) -> y   attrs mesh_axes, shift. The device at tile t receives x from tile t - shift of its group;
+//                               devices with no source (t - shift outside [0, n)) get zeros.
+//   ShardSlice(x) -> y          attrs axis, mesh_axes, shard_size. y = x[tile*shard_size : +shard_size] along axis,
+//                               zero where past x.shape[axis] (padding).
+//   MaskPad(x) -> y             attrs axis, mesh_axes, full_size, value (float). Elements whose global index
+//                               tile*x.shape[axis] + i >= full_size are set to value (the padding of uneven shards).
+//   PartitionOffset() -> int64 scalar  attrs mesh_axes, shard_size: tile * shard_size.
+// The per-device exporter specialises ShardSlice/MaskPad/PartitionOffset into standard ONNX for device k and adds
+// replica_groups / group_size / source_target_pairs to collectives (docs/collectives.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/ir/ir.h"
+#include "core/propagation/propagation.h"
+#include "core/sharding/sharding.h"
+
+namespace gspmd {
+
+inline constexpr const char* kGspmdDomain = "gspmd";
+
+/// Links a value of the SPMD program to the global value it holds a shard of.
+struct ProgramBinding {
+  int local = -1;   // value id in SpmdProgram::program
+  int global = -1;  // value id in the unpartitioned graph
+  TensorSharding sharding;
+};
+
+/// One collective of the program, for the report and explain (invariant 5).
+struct CollectiveRecord {
+  int node = -1;              // node id in SpmdProgram::program
+  std::string kind;           // "all-reduce" | "all-gather" | "reduce-scatter" | "all-to-all" | "collective-permute"
+  std::vector<int> mesh_axes;
+  int64_t bytes = 0;          // per-device payload of one execution: the larger of the local operand and result
+  std::string for_node;       // name of the global node that needed it ("" for graph outputs)
+  std::string value;          // name of the global value resharded
+  std::string reason;         // e.g. "operand 0 of MatMul_12 is unreduced over {model}; Add needs the full value"
+};
+
+/// The partitioned model: one program for all devices plus how to feed and read it.
+struct SpmdProgram {
+  DeviceMesh mesh;
+  Graph program;                         // local shapes; node names derive from the global node names
+  std::vector<ProgramBinding> inputs;    // one per program.inputs, same order as the global graph inputs
+  std::vector<ProgramBinding> params;    // program initializers that are per-device slices of a global initializer
+                                         // (the program value has no data; slice with shard_tensor)
+  std::vector<ProgramBinding> outputs;   // one per program.outputs, same order as the global outputs
+  std::vector<CollectiveRecord> collectives;
+  std::vector<std::string> warnings;     // replication fallbacks etc., each naming the node and tensor
+  std::vector<TensorSharding> final_shardings;  // per global value: the sharding it actually has in the program
+};
+
+/// Partitions `g` with the shardings of `plan` (one per value) over `mesh` (GSPMD §3.4): per node, operands are
+/// resharded to a factor assignment chosen from the rule, the op runs on local shapes, and split reduction factors
+/// make the result unreduced; unreduced values stay so through linear consumers and are reduced (all-reduce) where
+/// a consumer needs the full value. Ops without a rule fall back to all-gather + full computation, with a warning.
+/// Throws UnsupportedError when an op can be neither partitioned nor replicated.
+SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh);
+
+}  // namespace gspmd

@@ -1,0 +1,56 @@
+// core/propagation: infers a TensorSharding for every value from a few annotations (GSPMD paper §3.5; Shardy's
+// layered basic -> aggressive -> op-priority -> user-priority propagation).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/ir/ir.h"
+#include "core/sharding/sharding.h"
+
+namespace gspmd {
+
+/// A user annotation on one value (from the sharding file). Annotated values keep their sharding.
+struct Annotation {
+  TensorSharding sharding;
+  int priority = 0;  // lower runs earlier (Shardy p0, p1, ...)
+  std::string source; // e.g. "gpt.sharding.json: tensors.\"h.0.mlp.fc_in.weight\"" for explain
+};
+
+/// Mesh + annotations keyed by value id.
+struct Annotations {
+  DeviceMesh mesh;
+  std::map<int, Annotation> by_value;
+};
+
+/// Where a value's sharding came from, for explain (ARCHITECTURE.md invariant 5).
+struct Origin {
+  enum Kind { kDefault, kAnnotation, kPropagated } kind = kDefault;  // default = replicated, nothing reached it
+  int node = -1;       // kPropagated: the node whose rule carried the sharding
+  int from_value = -1; // kPropagated: the value it came from (walk from_value's origin for the chain)
+  bool forward = true; // kPropagated: operand->result (true) or result->operand
+};
+
+/// Result of propagation: one sharding and origin per value id of the graph.
+struct ShardingPlan {
+  std::vector<TensorSharding> shardings;
+  std::vector<Origin> origins;
+};
+
+/// Propagates annotations to every value, to a fixpoint.
+/// - Annotated values keep exactly their sharding (user wins).
+/// - For each node with a rule, operand and result shardings are projected to factors, merged (an axis is
+///   assigned to at most one factor; conflicts go to the factor of the larger tensor, ties to the earlier one),
+///   and projected back onto tensors that do not yet use those axes. Reduction factors never make a result tiled;
+///   values are never made unreduced by propagation (the partitioner decides that).
+/// - Order: annotation priorities ascending; within a priority, pass-through (elementwise/shape) ops first, then
+///   the rest; forward and backward.
+/// - Nodes without a rule do not propagate (their values stay as they are) and are listed for explain.
+/// Cost: O(rounds * edges * mesh rank), independent of the device count.
+ShardingPlan propagate(const Graph& g, const Annotations& ann);
+
+/// The chain of (node, value) hops from an annotation to value `v`, for explain: "annotation x -> MatMul_3 -> v".
+std::string origin_chain(const Graph& g, const ShardingPlan& plan, int v);
+
+}  // namespace gspmd

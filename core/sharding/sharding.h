@@ -1,0 +1,99 @@
+// core/sharding: the device mesh and tensor shardings (GSPMD paper §3.1; Shardy's named-axis shardings;
+// OneFlow SBP's split / broadcast / partial).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/ir/ir.h"
+
+namespace gspmd {
+
+/// A logical N-D mesh of devices with named axes. Devices are numbered 0..N-1 row-major over `shape`
+/// (device k sits at coordinate unravel(k, shape)), as in SHARDING_FILE.md and jax.sharding.Mesh.
+struct DeviceMesh {
+  std::vector<int64_t> shape;      // size of each mesh axis, each >= 1
+  std::vector<std::string> axes;   // unique axis names, same length as shape
+
+  /// Parses "4x4", "16", "2x2x4"; axes are named x, y, z, w, then a4, a5, ...
+  /// Throws InputError("--mesh: 'abc' is not a mesh shape like 4x4") on bad text or a zero/negative size.
+  static DeviceMesh parse(std::string_view text);
+  int64_t num_devices() const;
+  int rank() const { return static_cast<int>(shape.size()); }
+  /// Index of a named axis, or -1.
+  int axis_index(std::string_view name) const;
+  /// Mesh coordinate of device k (0 <= k < num_devices()).
+  std::vector<int64_t> coords(int64_t device) const;
+  /// Product of the sizes of `mesh_axes` (1 for none).
+  int64_t axes_size(const std::vector<int>& mesh_axes) const;
+  /// The tile index of `device` along `mesh_axes`, major to minor: index_a * size_b + index_b.
+  int64_t tile_index(int64_t device, const std::vector<int>& mesh_axes) const;
+  /// Replica groups for a collective over `mesh_axes`: one group per coordinate of the other axes, each group
+  /// listing its devices ordered by tile_index over `mesh_axes` (as XLA's replica_groups / iota groups).
+  /// Groups are ordered by their smallest device. Cost O(N).
+  std::vector<std::vector<int64_t>> replica_groups(const std::vector<int>& mesh_axes) const;
+  /// "{x=2, y=2}".
+  std::string str() const;
+};
+
+/// How a partial (unreduced) value combines across devices.
+enum class ReductionKind { kSum, kMax, kMin, kProd };
+std::string_view reduction_name(ReductionKind k);  // "sum", "max", "min", "prod"
+
+/// The sharding of one tensor over a mesh: for each tensor dim, the mesh axes that split it (major to minor);
+/// axes not used by any dim are replicated, except `unreduced` axes, over which the tensor holds a partial
+/// result still to be combined with `reduction` (DTensor Partial, SBP P).
+///
+/// Uneven dims are normal: a dim of size d split over axes with product T has shards of ceil(d/T) elements;
+/// tile t holds global elements [t*s, min(d, (t+1)*s)) and its tail is padding (GSPMD §3.3).
+struct TensorSharding {
+  std::vector<std::vector<int>> dims;  // dims[i] = mesh axis ids splitting tensor dim i
+  std::vector<int> unreduced;          // sorted mesh axis ids
+  ReductionKind reduction = ReductionKind::kSum;
+
+  /// Fully replicated sharding of a rank-r tensor.
+  static TensorSharding replicated(int rank);
+  int rank() const { return static_cast<int>(dims.size()); }
+  bool is_replicated() const;  // no dim split and nothing unreduced
+  bool is_tiled() const;       // some dim split
+  /// All mesh axes used by dims (not unreduced), in dim order.
+  std::vector<int> tiled_axes() const;
+  /// Number of shards of dim i (product of its axes' sizes).
+  int64_t shards(int dim, const DeviceMesh& mesh) const;
+  /// Per-device (padded) shape: ceil(global[i] / shards(i)).
+  Shape local_shape(const Shape& global, const DeviceMesh& mesh) const;
+  /// Global offset of `device`'s shard along dim i (tile_index * shard size).
+  int64_t offset(int dim, const Shape& global, const DeviceMesh& mesh, int64_t device) const;
+  /// Number of real (non-padding) elements of `device`'s shard along dim i: clamp(d - offset, 0, shard).
+  int64_t valid(int dim, const Shape& global, const DeviceMesh& mesh, int64_t device) const;
+  /// True when some dim has padding on some device (d % shards != 0).
+  bool is_uneven(const Shape& global, const DeviceMesh& mesh) const;
+  bool operator==(const TensorSharding& o) const = default;
+
+  /// Checks rank, axis ids in range, each axis used at most once across dims and unreduced.
+  /// Throws std::invalid_argument with the problem ("axis 'x' is used twice").
+  void verify(const DeviceMesh& mesh, int tensor_rank) const;
+
+  /// PartitionSpec notation: ["data", null, ["x", "y"]] (+ " unreduced={data}" when partial). Valid JSON for the spec.
+  std::string to_partition_spec(const DeviceMesh& mesh) const;
+  /// GSPMD / HLO notation: "{replicated}" or "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}". HLO has no
+  /// partial sharding; unreduced axes get their own trailing tile dim: "{devices=[2,1,2]0,2,1,3 last_tile_dims={unreduced}}"
+  /// (with both: "last_tile_dims={unreduced, replicated}").
+  std::string to_hlo(const DeviceMesh& mesh) const;
+  /// SBP notation, one entry per mesh axis: "(S(0), B)"; P for unreduced (P(max) etc. for non-sum).
+  std::string to_sbp(const DeviceMesh& mesh) const;
+};
+
+/// Slices `device`'s shard out of a full (global) tensor, zero-padding the tail of uneven shards.
+/// `full.shape` must have rank == sharding.rank(). Unreduced axes: the device at tile 0 of the unreduced axes holds
+/// the full value, the others hold the reduction identity (0 for sum), so that reducing gives the value back.
+Tensor shard_tensor(const Tensor& full, const TensorSharding& sharding, const DeviceMesh& mesh, int64_t device);
+
+/// Inverse of shard_tensor: assembles the global tensor of `global_shape` from every device's local shard
+/// (shards.size() == mesh.num_devices()), dropping padding and combining unreduced axes with the reduction.
+Tensor assemble_tensor(const std::vector<const Tensor*>& shards, const TensorSharding& sharding,
+                       const DeviceMesh& mesh, const Shape& global_shape);
+
+}  // namespace gspmd

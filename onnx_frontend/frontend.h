@@ -1,0 +1,61 @@
+// onnx_frontend: the only module that includes ONNX / protobuf headers (ARCHITECTURE.md invariant 6).
+// Loads ONNX models into core::Graph (static shapes), reads the sharding sidecar, writes per-device ONNX and
+// test-data .pb files.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/ir/ir.h"
+#include "core/partition/spmd.h"
+#include "core/propagation/propagation.h"
+#include "core/sharding/sharding.h"
+
+namespace gspmd {
+
+/// Evaluates one node on constant inputs (the backend's run_kernel, injected by the CLI so the frontend does
+/// not depend on the backend).
+using ConstantEvaluator =
+    std::function<std::vector<Tensor>(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset)>;
+
+struct LoadOptions {
+  std::map<std::string, int64_t> dims;  // --dim NAME=VALUE: symbolic input dims to bind
+  bool load_data = true;                // false: initializer shapes only (simulate); external data not read
+  ConstantEvaluator evaluator;          // used to fold shape sub-graphs; required
+};
+
+/// Loads `path` (+ external data next to it): binds symbolic dims, runs ONNX shape inference (with data
+/// propagation), folds every node whose inputs are all constant (Shape of a static value included) into an
+/// initializer, prunes dead nodes, and converts to a Graph where every value has a static shape.
+/// IR-3 models listing initializers among graph inputs are accepted (those inputs become initializers).
+/// Throws InputError("model.onnx: <problem>") for a missing, truncated or malformed file, an unbound symbolic
+/// dim ("input 'ids' dim 0 'batch' is symbolic: bind it with --dim batch=N"), or a value whose shape stays unknown.
+Graph load_model(const std::string& path, const LoadOptions& opts);
+
+/// Reads the sharding sidecar (SHARDING_FILE.md, version 1; minimal form + `unreduced`/`priority` objects +
+/// `rules`). `cli_mesh` is the --mesh value (nullptr if absent): it gives the shape when the file has no mesh
+/// and overrides sizes otherwise (same axis count required).
+/// Throws InputError with one line naming the file, the key and the problem, e.g.
+///   gpt.sharding.json: tensors."h.0.mlp.fc_in.weight": spec has 3 entries but the tensor has rank 2
+/// Covers malformed JSON, unknown value names, unknown axes, an axis used twice, wrong rank, mesh mismatch.
+Annotations read_sharding_file(const std::string& path, const Graph& g, const DeviceMesh* cli_mesh);
+
+/// Writes the plan as a sharding file (every value, PartitionSpec form; unreduced values in the object form),
+/// readable back with read_sharding_file.
+void write_sharding_file(const std::string& path, const Graph& g, const DeviceMesh& mesh,
+                         const std::vector<TensorSharding>& shardings);
+
+/// Writes device `device`'s program as a standalone ONNX model: local shapes, that device's slices of the
+/// weights (from `global`'s initializers, sliced with shard_tensor), gspmd ops specialised for the device
+/// (ShardSlice -> Slice/Pad, MaskPad -> Slice+Pad, PartitionOffset -> Constant) and collectives in domain
+/// `gspmd` v1 with replica_groups / group_size (docs/collectives.md). Throws std::runtime_error on I/O failure.
+void export_device(const SpmdProgram& p, const Graph& global, int64_t device, const std::string& path);
+
+/// Reads one serialized onnx.TensorProto (.pb, ONNX backend test-data layout). Throws InputError naming the file.
+Tensor read_tensor_pb(const std::string& path);
+/// Writes one serialized onnx.TensorProto named `name`.
+void write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name = "");
+
+}  // namespace gspmd
