@@ -1,0 +1,58 @@
+// cli: the gspmd-onnx commands (contract: docs/cli.md). main.cc parses flags with CLI11 and calls these.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/cost/cost.h"
+#include "core/ir/ir.h"
+#include "core/partition/spmd.h"
+#include "core/propagation/propagation.h"
+
+namespace gspmd::cli {
+
+/// Flags shared by partition, run and explain.
+struct CommonOptions {
+  std::string model;                // MODEL path
+  std::string mesh;                 // --mesh "4x4"
+  std::string shardings;            // --shardings FILE ("" = MODEL's sibling <stem>.sharding.json if present)
+  std::vector<std::string> dims;    // --dim NAME=VALUE
+  std::string target = "tpu-v3";    // --target
+};
+
+/// The loaded model and everything derived from it, in pipeline order.
+struct Pipeline {
+  Graph graph;
+  Annotations annotations;
+  std::string sharding_file;  // the file actually read ("" if none)
+  ShardingPlan plan;
+  SpmdProgram program;
+};
+
+/// Loads MODEL, reads the sharding file, propagates and partitions. Throws InputError for bad input.
+Pipeline build_pipeline(const CommonOptions& o, bool load_data = true);
+
+struct PartitionOptions {
+  CommonOptions common;
+  std::string out_dir;  // -o DIR
+};
+int cmd_partition(const PartitionOptions& o);
+
+struct RunOptions {
+  CommonOptions common;
+  std::string inputs_dir;   // --inputs DIR
+  std::string outputs_dir;  // --outputs DIR
+  bool check = false;       // --check
+  double rtol = 1e-4, atol = 1e-5;
+  std::string report;       // --report FILE
+  uint64_t seed = 0;        // --seed
+};
+int cmd_run(const RunOptions& o);
+
+struct ExplainOptions {
+  CommonOptions common;
+  std::string value;  // --value NAME ("" = all)
+};
+int cmd_explain(const ExplainOptions& o);
+
+}  // namespace gspmd::cli

@@ -1,0 +1,77 @@
+// gspmd-onnx: the command line (the only file that includes CLI11). Exit codes: 0 ok, 1 --check mismatch,
+// 2 unusable input, 3 unsupported operator, 4 internal error.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+
+using namespace gspmd;
+
+namespace {
+
+void add_common(CLI::App* c, cli::CommonOptions& o) {
+  c->add_option("model", o.model, "ONNX model file")->required();
+  c->add_option("--mesh", o.mesh, "device mesh shape, e.g. 4x4, 16, 2x2x4")->required();
+  c->add_option("--shardings", o.shardings, "sharding file (default: MODEL's sibling <stem>.sharding.json)");
+  c->add_option("--dim", o.dims, "bind a symbolic input dimension, NAME=VALUE (repeatable)");
+  c->add_option("--target", o.target, "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, or a JSON file");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gspmd-onnx: GSPMD sharding propagation and SPMD partitioning for ONNX models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "gspmd-onnx 0.1.0");
+
+  cli::PartitionOptions po;
+  auto* part = app.add_subcommand("partition", "infer shardings, partition, write one ONNX model per device");
+  add_common(part, po.common);
+  part->add_option("-o,--output", po.out_dir, "output directory")->required();
+
+  cli::RunOptions ro;
+  auto* run = app.add_subcommand("run", "run the partitioned model on an emulated pod");
+  add_common(run, ro.common);
+  run->add_option("--inputs", ro.inputs_dir, "directory of input_<i>.pb (ONNX test-data layout)");
+  run->add_option("--outputs", ro.outputs_dir, "write output_<i>.pb here");
+  run->add_flag("--check", ro.check, "compare with the unpartitioned run (exit 1 on mismatch)");
+  run->add_option("--rtol", ro.rtol, "relative tolerance of --check (default 1e-4)");
+  run->add_option("--atol", ro.atol, "absolute tolerance of --check (default 1e-5)");
+  run->add_option("--report", ro.report, "write the JSON report here");
+  run->add_option("--seed", ro.seed, "seed of the pseudo-random inputs (without --inputs)");
+
+  cli::ExplainOptions eo;
+  auto* explain = app.add_subcommand("explain", "show every value's sharding, its origin, and every collective");
+  add_common(explain, eo.common);
+  explain->add_option("--value", eo.value, "only this value");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "error: usage: {} (see gspmd-onnx --help)\n", e.what());
+    return 2;
+  }
+
+  try {
+    if (*part) return cli::cmd_partition(po);
+    if (*run) return cli::cmd_run(ro);
+    if (*explain) return cli::cmd_explain(eo);
+  } catch (const InputError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const UnsupportedError& e) {
+    fmt::print(stderr, "error: unsupported: {}\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: internal error: {}\n", e.what());
+    return 4;
+  }
+  return 2;
+}

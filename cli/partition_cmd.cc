@@ -1,0 +1,62 @@
+// gspmd-onnx partition: writes DIR/device_<k>.onnx, DIR/shardings.json, DIR/report.json, completely or not at all.
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/report.h"
+#include "onnx_frontend/frontend.h"
+
+namespace gspmd::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// An existing output directory may be replaced only if it holds nothing but what partition writes.
+bool is_our_output(const fs::path& dir) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string n = e.path().filename().string();
+    bool ours = n == "shardings.json" || n == "report.json" ||
+                (n.rfind("device_", 0) == 0 && e.path().extension() == ".onnx");
+    if (!ours || !e.is_regular_file()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int cmd_partition(const PartitionOptions& o) {
+  Target target = Target::load(o.common.target);
+  fs::path out = fs::absolute(o.out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();
+  if (fs::exists(out) && (!fs::is_directory(out) || !is_our_output(out)))
+    throw InputError(fmt::format("{}: exists and is not a gspmd-onnx output directory; not overwriting", o.out_dir));
+  Pipeline p = build_pipeline(o.common);
+
+  fs::path tmp = out.parent_path() / fmt::format(".{}.tmp-{}", out.filename().string(), ::getpid());
+  std::error_code ec;
+  fs::create_directories(tmp, ec);
+  if (ec) throw InputError(fmt::format("{}: cannot create directory: {}", o.out_dir, ec.message()));
+  try {
+    const int64_t n = p.program.mesh.num_devices();
+    for (int64_t k = 0; k < n; ++k)
+      export_device(p.program, p.graph, k, (tmp / fmt::format("device_{}.onnx", k)).string());
+    write_sharding_file((tmp / "shardings.json").string(), p.graph, p.program.mesh, p.program.final_shardings);
+    CostReport cost = simulate_cost(p.graph, p.program, target);
+    nlohmann::json report = make_report(p, target, cost, nullptr, nullptr);
+    write_json((tmp / "report.json").string(), report);
+    if (fs::exists(out)) fs::remove_all(out);
+    fs::rename(tmp, out);
+    print_summary(report, o.common.model);
+    fmt::print("wrote     {}/device_{{0..{}}}.onnx, shardings.json, report.json\n", o.out_dir, n - 1);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace gspmd::cli

@@ -1,0 +1,54 @@
+// load -> read sharding file -> propagate -> partition, shared by every command.
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "backend/kernels/kernels.h"
+#include "cli/commands.h"
+#include "onnx_frontend/frontend.h"
+
+namespace gspmd::cli {
+
+namespace fs = std::filesystem;
+
+Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
+  DeviceMesh cli_mesh = DeviceMesh::parse(o.mesh);
+  LoadOptions lo;
+  lo.load_data = load_data;
+  lo.evaluator = [](const Node& n, const std::vector<const Tensor*>& in, int64_t opset) {
+    return run_kernel(n, in, opset);
+  };
+  for (const std::string& d : o.dims) {
+    auto eq = d.find('=');
+    int64_t v = 0;
+    try {
+      if (eq == std::string::npos || eq == 0) throw std::invalid_argument(d);
+      size_t used = 0;
+      v = std::stoll(d.substr(eq + 1), &used);
+      if (used != d.size() - eq - 1 || v <= 0) throw std::invalid_argument(d);
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("--dim: '{}' is not NAME=VALUE with a positive VALUE", d));
+    }
+    lo.dims[d.substr(0, eq)] = v;
+  }
+
+  Pipeline p;
+  p.graph = load_model(o.model, lo);
+
+  std::string file = o.shardings;
+  if (file.empty()) {
+    fs::path sibling = fs::path(o.model).replace_extension(".sharding.json");
+    if (fs::exists(sibling)) file = sibling.string();
+  }
+  if (!file.empty()) {
+    p.annotations = read_sharding_file(file, p.graph, &cli_mesh);
+    p.sharding_file = file;
+  } else {
+    p.annotations.mesh = cli_mesh;
+  }
+  p.plan = propagate(p.graph, p.annotations);
+  p.program = partition(p.graph, p.plan, p.annotations.mesh);
+  return p;
+}
+
+}  // namespace gspmd::cli

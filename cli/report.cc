@@ -1,0 +1,183 @@
+#include "cli/report.h"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+namespace gspmd::cli {
+
+namespace {
+
+template <class T>
+void compare_typed(const Tensor& a, const Tensor& b, double rtol, double atol, const std::string& name,
+                   CheckResult& r) {
+  const T* x = a.data<T>();
+  const T* y = b.data<T>();
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double xv = static_cast<double>(x[i]), yv = static_cast<double>(y[i]);
+    double err = std::fabs(xv - yv);
+    bool both_nan = std::isnan(xv) && std::isnan(yv);
+    bool same_inf = std::isinf(xv) && xv == yv;
+    if (both_nan || same_inf) continue;
+    if (std::isnan(err)) err = INFINITY;
+    double rel = err / std::max(std::fabs(yv), atol);
+    if (err > r.max_abs_error) r.max_abs_error = err;
+    if (rel > r.max_rel_error) r.max_rel_error = rel;
+    if (!(err <= atol + rtol * std::fabs(yv)) && r.passed) {
+      r.passed = false;
+      r.worst = fmt::format("output '{}' element {}: {} vs reference {}", name, i, xv, yv);
+    }
+  }
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1 << 30) return fmt::format("{:.2f} GiB", b / (1 << 30));
+  if (b >= 1 << 20) return fmt::format("{:.2f} MiB", b / (1 << 20));
+  if (b >= 1 << 10) return fmt::format("{:.1f} KiB", b / (1 << 10));
+  return fmt::format("{:.0f} B", b);
+}
+
+std::string human_time(double s) {
+  if (s >= 1) return fmt::format("{:.3f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
+  return fmt::format("{:.3f} us", s * 1e6);
+}
+
+}  // namespace
+
+CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                            double rtol, double atol) {
+  CheckResult r;
+  for (size_t o = 0; o < want.size(); ++o) {
+    const std::string& name = g.values[g.outputs[o]].name;
+    const Tensor& a = got[o];
+    const Tensor& b = want[o];
+    if (a.shape != b.shape || a.dtype != b.dtype) {
+      r.passed = false;
+      r.max_abs_error = r.max_rel_error = INFINITY;
+      r.worst = fmt::format("output '{}': {} {} vs reference {} {}", name, dtype_name(a.dtype), shape_str(a.shape),
+                            dtype_name(b.dtype), shape_str(b.shape));
+      continue;
+    }
+    switch (a.dtype) {
+      case DType::kFloat32: compare_typed<float>(a, b, rtol, atol, name, r); break;
+      case DType::kFloat64: compare_typed<double>(a, b, rtol, atol, name, r); break;
+      case DType::kInt64: compare_typed<int64_t>(a, b, 0, 0, name, r); break;
+      case DType::kInt32: compare_typed<int32_t>(a, b, 0, 0, name, r); break;
+      case DType::kBool:
+      case DType::kUInt8: compare_typed<uint8_t>(a, b, 0, 0, name, r); break;
+      default:
+        if (a.bytes != b.bytes) {
+          r.passed = false;
+          r.worst = fmt::format("output '{}' differs", name);
+        }
+    }
+  }
+  return r;
+}
+
+nlohmann::json make_report(const Pipeline& p, const Target& t, const CostReport& cost, const PodRun* run,
+                           const CheckResult* check) {
+  using nlohmann::json;
+  const DeviceMesh& mesh = p.program.mesh;
+  json j;
+  j["mesh"] = {{"shape", mesh.shape}, {"axes", mesh.axes}};
+  j["devices"] = mesh.num_devices();
+  j["target"] = t.name;
+  j["sharding_file"] = p.sharding_file;
+  j["model_flops"] = cost.model_flops;
+  json per_device = json::array();
+  for (int64_t d = 0; d < mesh.num_devices(); ++d) {
+    json e = {{"device", d}, {"compute_s", cost.compute_time_s}, {"communication_s", cost.communication_time_s}};
+    if (run) e["peak_memory_bytes"] = run->devices[d].peak_memory_bytes;
+    per_device.push_back(e);
+  }
+  j["simulated"] = {{"step_time_s", cost.step_time_s},
+                    {"compute_time_s", cost.compute_time_s},
+                    {"communication_time_s", cost.communication_time_s},
+                    {"flops_utilization", cost.flops_utilization},
+                    {"per_device", per_device}};
+  // One entry per (kind, node, value, axes, bytes, reason), with its count.
+  std::map<std::tuple<std::string, std::string, std::string, std::vector<int>, int64_t, std::string>, int> groups;
+  std::vector<decltype(groups)::key_type> order;
+  for (const CollectiveRecord& c : p.program.collectives) {
+    auto key = std::make_tuple(c.kind, c.for_node, c.value, c.mesh_axes, c.bytes, c.reason);
+    if (groups[key]++ == 0) order.push_back(key);
+  }
+  json colls = json::array();
+  for (const auto& key : order) {
+    std::vector<std::string> axes;
+    for (int a : std::get<3>(key)) axes.push_back(mesh.axes[a]);
+    colls.push_back({{"kind", std::get<0>(key)},
+                     {"node", std::get<1>(key)},
+                     {"value", std::get<2>(key)},
+                     {"axes", axes},
+                     {"bytes", std::get<4>(key)},
+                     {"count", groups[key]},
+                     {"reason", std::get<5>(key)}});
+  }
+  j["collectives"] = colls;
+  j["warnings"] = p.program.warnings;
+  if (run) {
+    j["host"] = {{"wall_s", run->wall_s}, {"gflops", run->wall_s > 0 ? run->host_flops / run->wall_s / 1e9 : 0.0}};
+  }
+  if (check) {
+    j["check"] = {{"passed", check->passed},
+                  {"max_abs_error", check->max_abs_error},
+                  {"max_rel_error", check->max_rel_error}};
+    if (!check->passed) j["check"]["worst"] = check->worst;
+  }
+  return j;
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream f(path);
+  if (!f) throw InputError(fmt::format("{}: cannot write", path));
+  f << j.dump(2) << "\n";
+  if (!f) throw InputError(fmt::format("{}: cannot write", path));
+}
+
+void print_summary(const nlohmann::json& r, const std::string& model) {
+  std::vector<std::string> mesh;
+  for (size_t a = 0; a < r["mesh"]["axes"].size(); ++a)
+    mesh.push_back(fmt::format("{}={}", r["mesh"]["axes"][a].get<std::string>(), r["mesh"]["shape"][a].get<int64_t>()));
+  fmt::print("model     {}\n", model);
+  fmt::print("mesh      {{{}}}: {} devices, target {}\n", fmt::join(mesh, ", "), r["devices"].get<int64_t>(),
+             r["target"].get<std::string>());
+  int64_t total = 0;
+  double bytes = 0;
+  for (const auto& c : r["collectives"]) {
+    total += c["count"].get<int64_t>();
+    bytes += c["bytes"].get<double>() * c["count"].get<double>();
+  }
+  fmt::print("collectives {} ({} per device per step)\n", total, human_bytes(bytes));
+  for (const auto& c : r["collectives"]) {
+    std::vector<std::string> axes = c["axes"].get<std::vector<std::string>>();
+    fmt::print("  {:<18} over {{{}}} {:>10} x{}  at {} ({})\n", c["kind"].get<std::string>(), fmt::join(axes, ","),
+               human_bytes(c["bytes"].get<double>()), c["count"].get<int64_t>(), c["node"].get<std::string>(),
+               c["value"].get<std::string>());
+  }
+  for (const auto& w : r["warnings"]) fmt::print("warning   {}\n", w.get<std::string>());
+  const auto& s = r["simulated"];
+  fmt::print("simulated step {} (compute {}, communication {}), FLOPs utilization {:.1f}% of {:.3g} model FLOPs\n",
+             human_time(s["step_time_s"].get<double>()), human_time(s["compute_time_s"].get<double>()),
+             human_time(s["communication_time_s"].get<double>()), 100 * s["flops_utilization"].get<double>(),
+             r["model_flops"].get<double>());
+  if (r.contains("host")) {
+    int64_t peak = 0;
+    for (const auto& d : s["per_device"]) peak = std::max<int64_t>(peak, d.value("peak_memory_bytes", int64_t{0}));
+    fmt::print("host      {} wall, {:.2f} GFLOP/s, peak device memory {}\n", human_time(r["host"]["wall_s"].get<double>()),
+               r["host"]["gflops"].get<double>(), human_bytes(static_cast<double>(peak)));
+  }
+  if (r.contains("check")) {
+    const auto& c = r["check"];
+    fmt::print("check     {} (max abs error {:.3g}, max rel error {:.3g}){}\n",
+               c["passed"].get<bool>() ? "passed" : "FAILED", c["max_abs_error"].get<double>(),
+               c["max_rel_error"].get<double>(), c.contains("worst") ? ": " + c["worst"].get<std::string>() : "");
+  }
+}
+
+}  // namespace gspmd::cli

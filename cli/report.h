@@ -1,0 +1,35 @@
+// The JSON report of partition / run (schema: docs/report.md) and the terminal summary.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "backend/pod/pod.h"
+#include "cli/commands.h"
+#include "core/cost/cost.h"
+
+namespace gspmd::cli {
+
+/// Result of --check: outputs of the partitioned run against the unpartitioned one.
+struct CheckResult {
+  bool passed = true;
+  double max_abs_error = 0;  // max |partitioned - reference| over all outputs
+  double max_rel_error = 0;  // max |partitioned - reference| / max(|reference|, atol)
+  std::string worst;         // "output 'logits' element 123: 1.5 vs 1.49"
+};
+
+/// Compares outputs elementwise: passes when |a-b| <= atol + rtol*|b| everywhere (integers and bools: exactly).
+CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                            double rtol, double atol);
+
+/// Builds the report (CLI.md fields). `run` and `check` may be null (partition: no measured fields).
+nlohmann::json make_report(const Pipeline& p, const Target& t, const CostReport& cost, const PodRun* run,
+                           const CheckResult* check);
+
+/// Writes `j` to `path` (pretty-printed); throws InputError("PATH: cannot write") on failure.
+void write_json(const std::string& path, const nlohmann::json& j);
+
+/// Prints the human summary of a report to stdout.
+void print_summary(const nlohmann::json& report, const std::string& model);
+
+}  // namespace gspmd::cli

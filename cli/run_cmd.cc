@@ -1,0 +1,112 @@
+// gspmd-onnx run: partition, run on the emulated pod, check, report.
+#include <filesystem>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "backend/pod/pod.h"
+#include "cli/commands.h"
+#include "cli/report.h"
+#include "onnx_frontend/frontend.h"
+
+namespace gspmd::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Upper bound for pseudo-random integer inputs: the indexed dim of the table when the input feeds Gather's
+/// indices (token ids stay in vocabulary), else 2.
+int64_t int_bound(const Graph& g, int v, const std::vector<std::vector<int>>& consumers) {
+  for (int n : consumers[v]) {
+    const Node& node = g.nodes[n];
+    if (node.op_type == "Gather" && node.inputs.size() == 2 && node.inputs[1] == v) {
+      const Shape& s = g.values[node.inputs[0]].shape;
+      int64_t axis = node.i("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(s.size());
+      return s.at(axis);
+    }
+  }
+  return 2;
+}
+
+std::vector<Tensor> make_inputs(const Graph& g, const RunOptions& o) {
+  std::vector<Tensor> inputs;
+  if (!o.inputs_dir.empty()) {
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      std::string path = (fs::path(o.inputs_dir) / fmt::format("input_{}.pb", i)).string();
+      Tensor t = read_tensor_pb(path);
+      const Value& v = g.values[g.inputs[i]];
+      if (t.shape != v.shape || t.dtype != v.dtype)
+        throw InputError(fmt::format("{}: {} {} but input '{}' is {} {}", path, dtype_name(t.dtype),
+                                     shape_str(t.shape), v.name, dtype_name(v.dtype), shape_str(v.shape)));
+      inputs.push_back(std::move(t));
+    }
+    return inputs;
+  }
+  std::mt19937_64 rng(o.seed);
+  auto consumers = g.consumers();
+  for (int v : g.inputs) {
+    const Value& val = g.values[v];
+    Tensor t(val.dtype, val.shape);
+    const int64_t n = t.numel();
+    switch (val.dtype) {
+      case DType::kFloat32: {
+        std::normal_distribution<float> d(0.f, 1.f);
+        for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = d(rng);
+        break;
+      }
+      case DType::kFloat64: {
+        std::normal_distribution<double> d(0.0, 1.0);
+        for (int64_t i = 0; i < n; ++i) t.data<double>()[i] = d(rng);
+        break;
+      }
+      case DType::kInt64:
+      case DType::kInt32: {
+        std::uniform_int_distribution<int64_t> d(0, int_bound(g, v, consumers) - 1);
+        for (int64_t i = 0; i < n; ++i) {
+          if (val.dtype == DType::kInt64) t.data<int64_t>()[i] = d(rng);
+          else t.data<int32_t>()[i] = static_cast<int32_t>(d(rng));
+        }
+        break;
+      }
+      case DType::kBool: {
+        std::bernoulli_distribution d(0.5);
+        for (int64_t i = 0; i < n; ++i) t.data<uint8_t>()[i] = d(rng);
+        break;
+      }
+      default:
+        throw UnsupportedError(fmt::format("input '{}': cannot generate {} data; pass --inputs", val.name,
+                                           dtype_name(val.dtype)));
+    }
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
+}
+
+}  // namespace
+
+int cmd_run(const RunOptions& o) {
+  Target target = Target::load(o.common.target);
+  Pipeline p = build_pipeline(o.common);
+  std::vector<Tensor> inputs = make_inputs(p.graph, o);
+  PodRun run = run_spmd(p.program, p.graph, inputs);
+  CheckResult check;
+  if (o.check) {
+    PodRun ref = run_single(p.graph, inputs);
+    check = compare_outputs(p.graph, run.outputs, ref.outputs, o.rtol, o.atol);
+  }
+  if (!o.outputs_dir.empty()) {
+    fs::create_directories(o.outputs_dir);
+    for (size_t i = 0; i < run.outputs.size(); ++i)
+      write_tensor_pb((fs::path(o.outputs_dir) / fmt::format("output_{}.pb", i)).string(), run.outputs[i],
+                      p.graph.values[p.graph.outputs[i]].name);
+  }
+  CostReport cost = simulate_cost(p.graph, p.program, target);
+  nlohmann::json report = make_report(p, target, cost, &run, o.check ? &check : nullptr);
+  if (!o.report.empty()) write_json(o.report, report);
+  print_summary(report, o.common.model);
+  return o.check && !check.passed ? 1 : 0;
+}
+
+}  // namespace gspmd::cli

@@ -1,0 +1,541 @@
+// The SPMD partitioner (GSPMD paper §3.4): lowers every node of the global graph to local computation on shards,
+// inserting reshards (lowered to collectives) where an operand's sharding differs from what the node's factor
+// assignment needs. See spmd.h for the program format and docs/partitioning.md for the design.
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/partition/spmd.h"
+#include "core/rules/rule.h"
+
+namespace gspmd {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Ops whose result is jointly linear in all their operands (a partial sum passes through only when every
+/// tensor operand is partial over the same axes).
+bool is_additive(const Node& n) {
+  return n.domain.empty() && (n.op_type == "Add" || n.op_type == "Sub" || n.op_type == "Sum" ||
+                              n.op_type == "Concat");
+}
+
+std::string axes_str(const DeviceMesh& mesh, const std::vector<int>& axes) {
+  std::vector<std::string> names;
+  for (int a : axes) names.push_back(mesh.axes[a]);
+  return fmt::format("{{{}}}", fmt::join(names, ", "));
+}
+
+std::string_view kind_of(const std::string& op) {
+  if (op == "AllReduce") return "all-reduce";
+  if (op == "AllGather") return "all-gather";
+  if (op == "ReduceScatter") return "reduce-scatter";
+  if (op == "AllToAll") return "all-to-all";
+  return "collective-permute";
+}
+
+float reduction_identity(ReductionKind k) {
+  switch (k) {
+    case ReductionKind::kSum: return 0.f;
+    case ReductionKind::kProd: return 1.f;
+    case ReductionKind::kMax: return -std::numeric_limits<float>::infinity();
+    case ReductionKind::kMin: return std::numeric_limits<float>::infinity();
+  }
+  return 0.f;
+}
+
+class Partitioner {
+ public:
+  Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh)
+      : g_(g), plan_(plan), mesh_(mesh), avail_(g.values.size()) {
+    out_.mesh = mesh;
+    P().name = g.name;
+    P().opset = g.opset;
+    out_.final_shardings.resize(g.values.size());
+    for (size_t v = 0; v < g.values.size(); ++v)
+      out_.final_shardings[v] = TensorSharding::replicated(static_cast<int>(g.values[v].shape.size()));
+  }
+
+  SpmdProgram run() {
+    for (int gv : g_.inputs) {
+      TensorSharding s = plan_.shardings[gv];
+      int lv = new_value(g_.values[gv].name, g_.values[gv].dtype, s.local_shape(g_.values[gv].shape, mesh_));
+      P().inputs.push_back(lv);
+      out_.inputs.push_back({lv, gv, s});
+      bind(gv, s, lv);
+    }
+    for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) lower(n);
+    for (int gv : g_.outputs) {
+      TensorSharding want = plan_.shardings[gv];
+      want.unreduced.clear();
+      int lv = get(gv, want, "", "graph output");
+      P().outputs.push_back(lv);
+      out_.outputs.push_back({lv, gv, want});
+    }
+    return std::move(out_);
+  }
+
+ private:
+  Graph& P() { return out_.program; }
+
+  struct Local {
+    TensorSharding sharding;
+    int id;
+  };
+
+  // ---- values ---------------------------------------------------------------------------------------------
+  int new_value(const std::string& hint, DType t, const Shape& s) { return P().add_value_unique(hint, t, s); }
+
+  int new_constant(const std::string& hint, Tensor t) {
+    int id = new_value(hint, t.dtype, t.shape);
+    P().values[id].is_initializer = true;
+    P().values[id].data = std::make_shared<Tensor>(std::move(t));
+    return id;
+  }
+
+  int int64_const(const std::string& hint, const std::vector<int64_t>& v, bool scalar = false) {
+    return new_constant(hint, Tensor::from_int64s(v, scalar));
+  }
+
+  void bind(int gv, const TensorSharding& s, int lv) {
+    if (avail_[gv].empty()) out_.final_shardings[gv] = s;
+    avail_[gv].push_back({s, lv});
+  }
+
+  /// The sharding the value has now (its first local representation), or the plan's for unmaterialised
+  /// initializers.
+  TensorSharding current(int gv) const {
+    if (!avail_[gv].empty()) return avail_[gv].front().sharding;
+    TensorSharding s = plan_.shardings[gv];
+    s.unreduced.clear();
+    return s;
+  }
+
+  int emit(const std::string& op, std::vector<int> inputs, const std::string& out_hint, DType t, const Shape& s,
+           std::map<std::string, AttrValue> attrs = {}, const std::string& domain = "") {
+    Node n;
+    n.op_type = op;
+    n.domain = domain;
+    n.name = fmt::format("{}/{}_{}", out_hint, op, counter_++);
+    n.inputs = std::move(inputs);
+    int o = new_value(out_hint, t, s);
+    n.outputs = {o};
+    n.attrs = std::move(attrs);
+    P().add_node(std::move(n));
+    return o;
+  }
+
+  int collective(const std::string& op, int x, const Shape& out_shape, std::vector<int> axes,
+                 std::map<std::string, AttrValue> attrs, const std::string& for_node, int gv,
+                 const std::string& reason) {
+    attrs["mesh_axes"] = std::vector<int64_t>(axes.begin(), axes.end());
+    const Value& in = P().values[x];
+    int o = emit(op, {x}, g_.values[gv].name, in.dtype, out_shape, std::move(attrs), kGspmdDomain);
+    CollectiveRecord r;
+    r.node = static_cast<int>(P().nodes.size()) - 1;
+    r.kind = kind_of(op);
+    r.mesh_axes = std::move(axes);
+    int64_t es = static_cast<int64_t>(dtype_size(in.dtype));
+    r.bytes = std::max(num_elements(in.shape), num_elements(out_shape)) * es;
+    r.for_node = for_node;
+    r.value = g_.values[gv].name;
+    r.reason = reason;
+    out_.collectives.push_back(std::move(r));
+    return o;
+  }
+
+  // ---- resharding -------------------------------------------------------------------------------------------
+
+  /// Local id of global value gv with sharding `want`; inserts collectives / local slices as needed (memoised).
+  int get(int gv, const TensorSharding& want, const std::string& for_node, const std::string& why) {
+    for (const Local& l : avail_[gv])
+      if (l.sharding == want) return l.id;
+    const Value& v = g_.values[gv];
+    if (avail_[gv].empty()) {
+      if (!v.is_initializer) throw std::logic_error(fmt::format("value '{}' used before it is computed", v.name));
+      // Weights are sliced when loaded: any sharding is free.
+      int lv = new_value(v.name, v.dtype, want.local_shape(v.shape, mesh_));
+      P().values[lv].is_initializer = true;
+      out_.params.push_back({lv, gv, want});
+      bind(gv, want, lv);
+      return lv;
+    }
+    if (v.is_initializer && want.unreduced.empty()) {
+      int lv = new_value(v.name, v.dtype, want.local_shape(v.shape, mesh_));
+      P().values[lv].is_initializer = true;
+      out_.params.push_back({lv, gv, want});
+      avail_[gv].push_back({want, lv});
+      return lv;
+    }
+    const Local& from = avail_[gv].front();
+    int lv = reshard(gv, from.id, from.sharding, want, for_node, why);
+    avail_[gv].push_back({want, lv});
+    return lv;
+  }
+
+  int reshard(int gv, int x, TensorSharding cur, const TensorSharding& want, const std::string& for_node,
+              const std::string& why) {
+    const Shape& gshape = g_.values[gv].shape;
+    const int rank = static_cast<int>(gshape.size());
+    auto local = [&](const TensorSharding& s) { return s.local_shape(gshape, mesh_); };
+    auto even = [&](int d, const std::vector<int>& axes) { return gshape[d] % mesh_.axes_size(axes) == 0; };
+    for (int a : want.unreduced)
+      if (std::find(cur.unreduced.begin(), cur.unreduced.end(), a) == cur.unreduced.end())
+        throw std::logic_error(fmt::format("cannot make '{}' unreduced by resharding", g_.values[gv].name));
+
+    // 1. Reduce the unreduced axes the target does not keep: reduce-scatter where the target splits a dim over
+    //    exactly those axes (appended to the dim's current axes), else all-reduce.
+    std::vector<int> to_reduce;
+    for (int a : cur.unreduced)
+      if (std::find(want.unreduced.begin(), want.unreduced.end(), a) == want.unreduced.end()) to_reduce.push_back(a);
+    if (!to_reduce.empty()) {
+      std::string red(reduction_name(cur.reduction));
+      std::string reason = fmt::format("'{}' is unreduced over {}; {}", g_.values[gv].name,
+                                       axes_str(mesh_, to_reduce), why);
+      int scatter_dim = -1;
+      for (int d = 0; d < rank && scatter_dim < 0; ++d) {
+        const auto& cd = cur.dims[d];
+        const auto& wd = want.dims[d];
+        if (wd.size() == cd.size() + to_reduce.size() && std::equal(cd.begin(), cd.end(), wd.begin()) &&
+            std::equal(to_reduce.begin(), to_reduce.end(), wd.begin() + cd.size()) && even(d, wd))
+          scatter_dim = d;
+      }
+      TensorSharding next = cur;
+      next.unreduced.clear();
+      for (int a : cur.unreduced)
+        if (std::find(to_reduce.begin(), to_reduce.end(), a) == to_reduce.end()) next.unreduced.push_back(a);
+      if (scatter_dim >= 0) {
+        next.dims[scatter_dim] = want.dims[scatter_dim];
+        x = collective("ReduceScatter", x, local(next), to_reduce,
+                       {{"axis", int64_t{scatter_dim}}, {"reduction", red}}, for_node, gv, reason);
+      } else {
+        x = collective("AllReduce", x, local(next), to_reduce, {{"reduction", red}}, for_node, gv, reason);
+      }
+      cur = next;
+    }
+    if (cur == want) return x;
+
+    // 2. All-to-all: move trailing axes A from dim a to the end of dim b (both even).
+    for (int a = 0; a < rank; ++a) {
+      for (int b = 0; b < rank; ++b) {
+        if (a == b) continue;
+        const auto& ca = cur.dims[a];
+        const auto& wa = want.dims[a];
+        const auto& cb = cur.dims[b];
+        const auto& wb = want.dims[b];
+        if (wa.size() >= ca.size() || !std::equal(wa.begin(), wa.end(), ca.begin())) continue;
+        std::vector<int> moved(ca.begin() + wa.size(), ca.end());
+        if (wb.size() != cb.size() + moved.size() || !std::equal(cb.begin(), cb.end(), wb.begin()) ||
+            !std::equal(moved.begin(), moved.end(), wb.begin() + cb.size()))
+          continue;
+        if (!even(a, ca) || !even(b, wb)) continue;
+        TensorSharding next = cur;
+        next.dims[a] = wa;
+        next.dims[b] = wb;
+        x = collective("AllToAll", x, local(next), moved,
+                       {{"split_axis", int64_t{b}}, {"concat_axis", int64_t{a}}}, for_node, gv,
+                       fmt::format("'{}' moves its {} split from dim {} to dim {}; {}", g_.values[gv].name,
+                                   axes_str(mesh_, moved), a, b, why));
+        cur = next;
+      }
+    }
+
+    // 3. Per dim: all-gather the axes the target drops, then slice locally for the axes it adds. Uneven dims are
+    //    gathered completely and trimmed, so shard layouts always stay canonical (ceil(d/n), padded at the end).
+    for (int d = 0; d < rank; ++d) {
+      if (cur.dims[d] == want.dims[d]) continue;
+      const auto& cd = cur.dims[d];
+      const auto& wd = want.dims[d];
+      size_t p = 0;
+      while (p < cd.size() && p < wd.size() && cd[p] == wd[p]) ++p;
+      if (!even(d, cd) || !even(d, wd)) p = 0;
+      if (p < cd.size()) {
+        std::vector<int> gathered(cd.begin() + p, cd.end());
+        TensorSharding next = cur;
+        next.dims[d].resize(p);
+        Shape s = P().values[x].shape;
+        s[d] *= mesh_.axes_size(gathered);
+        x = collective("AllGather", x, s, gathered, {{"axis", int64_t{d}}}, for_node, gv,
+                       fmt::format("'{}' dim {} is split over {} but {}", g_.values[gv].name, d,
+                                   axes_str(mesh_, gathered), why));
+        if (p == 0 && s[d] != gshape[d]) {  // drop the padding of the last shard
+          s[d] = gshape[d];
+          x = emit("Slice", {x, int64_const("starts", {0}), int64_const("ends", {gshape[d]}), int64_const("axes", {d})},
+                   g_.values[gv].name, P().values[x].dtype, s);
+        }
+        cur = next;
+      }
+      if (cur.dims[d].size() < wd.size()) {
+        std::vector<int> added(wd.begin() + static_cast<long>(cur.dims[d].size()), wd.end());
+        TensorSharding next = cur;
+        next.dims[d] = wd;
+        Shape s = local(next);
+        Shape cs = P().values[x].shape;
+        cs[d] = s[d];
+        x = emit("ShardSlice", {x}, g_.values[gv].name, P().values[x].dtype, cs,
+                 {{"axis", int64_t{d}},
+                  {"mesh_axes", std::vector<int64_t>(added.begin(), added.end())},
+                  {"shard_size", s[d]}},
+                 kGspmdDomain);
+        cur = next;
+      }
+    }
+    if (!(cur == want))
+      throw std::logic_error(fmt::format("reshard of '{}' did not reach its target", g_.values[gv].name));
+    return x;
+  }
+
+  // ---- node lowering ----------------------------------------------------------------------------------------
+
+  /// Drops assignments that a local computation cannot express: axes on kNeedReplication / kPermutation
+  /// factors, a minor factor of a merged dim split while a more major factor is not fully split, and splits
+  /// of merged-dim factors that do not divide evenly (a local reshape would mix shards).
+  void sanitize(const OpShardingRule& rule, FactorSharding& F) const {
+    for (int f = 0; f < rule.num_factors(); ++f)
+      if (rule.factor_kinds[f] == FactorKind::kNeedReplication || rule.factor_kinds[f] == FactorKind::kPermutation)
+        F[f].clear();
+    auto check = [&](const DimFactors& df) {
+      for (const auto& dim : df) {
+        if (dim.size() < 2) continue;
+        bool major_full = true;
+        for (int f : dim) {
+          int64_t n = mesh_.axes_size(F[f]);
+          if (!F[f].empty() && (!major_full || rule.factor_sizes[f] % n != 0)) F[f].clear();
+          major_full = major_full && mesh_.axes_size(F[f]) == rule.factor_sizes[f];
+        }
+      }
+    };
+    for (const auto& df : rule.operands) check(df);
+    for (const auto& df : rule.results) check(df);
+  }
+
+  void lower(int n) {
+    const Node& node = g_.nodes[n];
+    std::optional<OpShardingRule> rule = get_rule(g_, node);
+    if (!rule) {
+      lower_replicated(n, fmt::format("node '{}' ({}) has no sharding rule", node.name, node.op_type));
+      return;
+    }
+    const int nf = rule->num_factors();
+    FactorSharding F(nf);
+    std::vector<char> used(mesh_.rank(), 0);
+    auto offer = [&](const TensorSharding& s, const DimFactors& df) {
+      if (df.empty() || static_cast<int>(df.size()) != s.rank()) return;
+      FactorSharding tmp(nf);
+      project_to_factors(s, df, *rule, mesh_, tmp);
+      for (int f = 0; f < nf; ++f) {
+        if (!F[f].empty() || tmp[f].empty()) continue;
+        bool free = std::none_of(tmp[f].begin(), tmp[f].end(), [&](int a) { return used[a]; });
+        if (!free) continue;
+        F[f] = tmp[f];
+        for (int a : F[f]) used[a] = 1;
+      }
+    };
+    for (size_t r = 0; r < node.outputs.size(); ++r) offer(plan_.shardings[node.outputs[r]], rule->results[r]);
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (node.inputs[i] >= 0) offer(current(node.inputs[i]), rule->operands[i]);
+    sanitize(*rule, F);
+
+    // Partial operands: keep them partial when the op is linear in them, else reduce.
+    std::vector<int> partial_ops;
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (node.inputs[i] >= 0 && !current(node.inputs[i]).unreduced.empty()) partial_ops.push_back(static_cast<int>(i));
+    std::vector<int> keep_unreduced;
+    ReductionKind keep_kind = ReductionKind::kSum;
+    if (!partial_ops.empty()) {
+      TensorSharding first = current(node.inputs[partial_ops[0]]);
+      bool same = std::all_of(partial_ops.begin(), partial_ops.end(), [&](int i) {
+        TensorSharding s = current(node.inputs[i]);
+        return s.unreduced == first.unreduced && s.reduction == ReductionKind::kSum;
+      });
+      bool linear = std::all_of(partial_ops.begin(), partial_ops.end(), [&](int i) {
+        return i < static_cast<int>(rule->linear_operands.size()) && rule->linear_operands[i];
+      });
+      size_t tensor_operands = 0;
+      for (size_t i = 0; i < node.inputs.size(); ++i)
+        if (node.inputs[i] >= 0 && !rule->operands[i].empty()) ++tensor_operands;
+      bool shape_ok = is_additive(node) ? partial_ops.size() == tensor_operands : partial_ops.size() == 1;
+      bool axes_free = std::none_of(first.unreduced.begin(), first.unreduced.end(), [&](int a) { return used[a]; });
+      bool reduction_free = true;
+      for (int f = 0; f < nf; ++f)
+        if (rule->factor_kinds[f] == FactorKind::kReduction && !F[f].empty()) reduction_free = false;
+      if (same && linear && shape_ok && axes_free && reduction_free) keep_unreduced = first.unreduced;
+    }
+    for (int a : keep_unreduced) used[a] = 1;
+
+    if (node.domain.empty() && node.op_type == "Gather" && is_split_reduction(*rule, F)) {
+      lower_gather(n, *rule, F);
+      return;
+    }
+
+    // Operands.
+    std::vector<int> inputs;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      int gv = node.inputs[i];
+      if (gv < 0) {
+        inputs.push_back(-1);
+        continue;
+      }
+      if (i == 1 && node.domain.empty() && (node.op_type == "Reshape" || node.op_type == "Expand")) {
+        inputs.push_back(-1);  // replaced by the local shape in rewrite_shape_operands
+        continue;
+      }
+      const DimFactors& df = rule->operands[i];
+      TensorSharding want = df.empty() || static_cast<int>(df.size()) != static_cast<int>(g_.values[gv].shape.size())
+                                ? TensorSharding::replicated(static_cast<int>(g_.values[gv].shape.size()))
+                                : sharding_from_factors(F, df);
+      if (!keep_unreduced.empty() && std::find(partial_ops.begin(), partial_ops.end(), static_cast<int>(i)) != partial_ops.end())
+        want.unreduced = keep_unreduced;
+      std::string why = fmt::format("{} ({}) needs operand {} as {}", node.name, node.op_type, i,
+                                    want.to_partition_spec(mesh_));
+      int lv = get(gv, want, node.name, why);
+      // Uneven split reduction dims: mask the padding with the reduction's identity.
+      for (size_t d = 0; d < df.size(); ++d)
+        for (int f : df[d])
+          if (rule->factor_kinds[f] == FactorKind::kReduction && !F[f].empty() &&
+              g_.values[gv].shape[d] % mesh_.axes_size(F[f]) != 0)
+            lv = emit("MaskPad", {lv}, g_.values[gv].name, P().values[lv].dtype, P().values[lv].shape,
+                      {{"axis", int64_t(d)},
+                       {"mesh_axes", std::vector<int64_t>(F[f].begin(), F[f].end())},
+                       {"full_size", g_.values[gv].shape[d]},
+                       {"value", reduction_identity(rule->reduction)}},
+                      kGspmdDomain);
+      inputs.push_back(lv);
+    }
+
+    // Results.
+    std::vector<int> red_axes;
+    for (int f = 0; f < nf; ++f)
+      if (rule->factor_kinds[f] == FactorKind::kReduction) red_axes.insert(red_axes.end(), F[f].begin(), F[f].end());
+    Node local = node;
+    local.inputs = inputs;
+    local.outputs.clear();
+    std::vector<TensorSharding> result_shardings;
+    for (size_t r = 0; r < node.outputs.size(); ++r) {
+      const Value& gvv = g_.values[node.outputs[r]];
+      TensorSharding s = rule->results[r].size() == gvv.shape.size() ? sharding_from_factors(F, rule->results[r])
+                                                                      : TensorSharding::replicated(static_cast<int>(gvv.shape.size()));
+      s.unreduced = keep_unreduced;
+      s.unreduced.insert(s.unreduced.end(), red_axes.begin(), red_axes.end());
+      std::sort(s.unreduced.begin(), s.unreduced.end());
+      s.reduction = red_axes.empty() ? keep_kind : rule->reduction;
+      local.outputs.push_back(new_value(gvv.name, gvv.dtype, s.local_shape(gvv.shape, mesh_)));
+      result_shardings.push_back(s);
+    }
+    rewrite_shape_operands(local, node);
+    P().add_node(std::move(local));
+    for (size_t r = 0; r < node.outputs.size(); ++r)
+      bind(node.outputs[r], result_shardings[r], P().nodes.back().outputs[r]);
+  }
+
+  bool is_split_reduction(const OpShardingRule& rule, const FactorSharding& F) const {
+    for (int f = 0; f < rule.num_factors(); ++f)
+      if (rule.factor_kinds[f] == FactorKind::kReduction && !F[f].empty()) return true;
+    return false;
+  }
+
+  /// Shape operands that describe the result (Reshape's and Expand's `shape`) become the local result shape.
+  void rewrite_shape_operands(Node& local, const Node& global) {
+    if (!global.domain.empty()) return;
+    if ((global.op_type == "Reshape" || global.op_type == "Expand") && local.inputs.size() >= 2) {
+      const Shape& ls = P().values[local.outputs[0]].shape;
+      local.inputs[1] = int64_const(global.op_type == "Reshape" ? "shape" : "expand_shape", ls);
+      if (global.op_type == "Reshape") local.attrs.erase("allowzero");
+    }
+  }
+
+  /// Vocab-parallel lookup (Megatron): each device looks up only the rows it holds, zeroes the rest; the
+  /// result is unreduced (sum) over the table's split axes.
+  void lower_gather(int n, const OpShardingRule& rule, const FactorSharding& F) {
+    const Node& node = g_.nodes[n];
+    const int gtable = node.inputs[0], gids = node.inputs[1];
+    const Value& tv = g_.values[gtable];
+    const int64_t axis_attr = node.i("axis", 0);
+    const int rank = static_cast<int>(tv.shape.size());
+    const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+    int vf = -1;
+    for (int f : rule.operands[0][axis]) vf = f;
+    const std::vector<int>& A = F[vf];
+    std::string why = fmt::format("{} (Gather) looks up a table split over {}", node.name, axes_str(mesh_, A));
+    int table = get(gtable, sharding_from_factors(F, rule.operands[0]), node.name, why);
+    int ids = get(gids, sharding_from_factors(F, rule.operands[1]), node.name, why);
+    const std::string& on = g_.values[node.outputs[0]].name;
+    const Shape ids_shape = P().values[ids].shape;
+    if (P().values[ids].dtype != DType::kInt64)
+      ids = emit("Cast", {ids}, on + "/ids", DType::kInt64, ids_shape, {{"to", int64_t(DType::kInt64)}});
+    const int64_t shard = P().values[table].shape[axis];
+    int off = emit("PartitionOffset", {}, on + "/offset", DType::kInt64, {},
+                   {{"mesh_axes", std::vector<int64_t>(A.begin(), A.end())}, {"shard_size", shard}}, kGspmdDomain);
+    int li = emit("Sub", {ids, off}, on + "/local_ids", DType::kInt64, ids_shape);
+    int ge = emit("GreaterOrEqual", {li, int64_const("zero", {0}, true)}, on + "/ge", DType::kBool, ids_shape);
+    int lt = emit("Less", {li, int64_const("shard", {shard}, true)}, on + "/lt", DType::kBool, ids_shape);
+    int valid = emit("And", {ge, lt}, on + "/valid", DType::kBool, ids_shape);
+    int safe = emit("Where", {valid, li, int64_const("zero", {0}, true)}, on + "/safe_ids", DType::kInt64, ids_shape);
+    TensorSharding rs = sharding_from_factors(F, rule.results[0]);
+    const Value& ov = g_.values[node.outputs[0]];
+    Shape ls = rs.local_shape(ov.shape, mesh_);
+    Node local = node;
+    local.inputs = {table, safe};
+    int looked = new_value(on + "/lookup", ov.dtype, ls);
+    local.outputs = {looked};
+    P().add_node(std::move(local));
+    // valid [ids...] -> broadcastable to [data[:axis], ids..., data[axis+1:]]
+    std::vector<int64_t> unsq;
+    for (int d = 0; d < axis; ++d) unsq.push_back(d);
+    const int q = static_cast<int>(ids_shape.size());
+    for (int d = axis + q; d < static_cast<int>(ls.size()); ++d) unsq.push_back(d);
+    int mask = valid;
+    if (!unsq.empty()) {
+      Shape ms(ls.size(), 1);
+      for (int d = 0; d < q; ++d) ms[axis + d] = ids_shape[d];
+      mask = emit("Unsqueeze", {valid, int64_const("axes", unsq)}, on + "/mask", DType::kBool, ms);
+    }
+    Tensor zero(ov.dtype, {});
+    int out = emit("Where", {mask, looked, new_constant("zero", std::move(zero))}, on, ov.dtype, ls);
+    rs.unreduced = A;
+    std::sort(rs.unreduced.begin(), rs.unreduced.end());
+    rs.reduction = ReductionKind::kSum;
+    bind(node.outputs[0], rs, out);
+  }
+
+  /// No rule (or no way to split): gather every operand, compute the whole op on every device.
+  void lower_replicated(int n, const std::string& why) {
+    const Node& node = g_.nodes[n];
+    out_.warnings.push_back(fmt::format("{}: computed replicated on every device (all-gather of its operands)", why));
+    Node local = node;
+    for (int& in : local.inputs) {
+      if (in < 0) continue;
+      int r = static_cast<int>(g_.values[in].shape.size());
+      in = get(in, TensorSharding::replicated(r), node.name, why);
+    }
+    local.outputs.clear();
+    for (int o : node.outputs)
+      local.outputs.push_back(new_value(g_.values[o].name, g_.values[o].dtype, g_.values[o].shape));
+    P().add_node(std::move(local));
+    for (size_t r = 0; r < node.outputs.size(); ++r)
+      bind(node.outputs[r], TensorSharding::replicated(static_cast<int>(g_.values[node.outputs[r]].shape.size())),
+           P().nodes.back().outputs[r]);
+  }
+
+  const Graph& g_;
+  const ShardingPlan& plan_;
+  const DeviceMesh& mesh_;
+  SpmdProgram out_;
+  std::vector<std::vector<Local>> avail_;  // per global value: its local representations, first = primary
+  int counter_ = 0;
+};
+
+}  // namespace
+
+SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh) {
+  if (plan.shardings.size() != g.values.size())
+    throw std::invalid_argument("partition: the plan has no sharding for some values");
+  return Partitioner(g, plan, mesh).run();
+}
+
+}  // namespace gspmd

@@ -1,0 +1,72 @@
+// Helpers for end-to-end tests: run the gspmd-onnx binary and read what it wrote.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace e2e {
+
+namespace fs = std::filesystem;
+
+/// Exit code, stdout and stderr of one command.
+struct CmdResult {
+  int code = -1;
+  std::string out, err;
+};
+
+inline std::string read_file(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// A fresh empty directory under the build tree, unique per test name.
+inline fs::path scratch(const std::string& name) {
+  fs::path d = fs::path(GSPMD_BINARY_DIR) / "e2e-scratch" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+/// Runs a shell command line; stdout/stderr are captured through files.
+inline CmdResult sh(const std::string& cmd, const std::string& tag) {
+  fs::path d = fs::path(GSPMD_BINARY_DIR) / "e2e-scratch" / "logs";
+  fs::create_directories(d);
+  fs::path o = d / (tag + ".out"), e = d / (tag + ".err");
+  std::string full = "cd " + std::string(GSPMD_SOURCE_DIR) + " && " + cmd + " >" + o.string() + " 2>" + e.string();
+  int status = std::system(full.c_str());
+  CmdResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file(o);
+  r.err = read_file(e);
+  return r;
+}
+
+/// Runs gspmd-onnx with `args` (relative paths are relative to the source tree).
+inline CmdResult cli(const std::string& args, const std::string& tag) {
+  return sh(std::string(GSPMD_BINARY_DIR) + "/bin/gspmd-onnx " + args, tag);
+}
+
+inline nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(read_file(p)); }
+
+/// Number of collectives of `kind` in a report (summing counts).
+inline int count_collectives(const nlohmann::json& report, const std::string& kind) {
+  int n = 0;
+  for (const auto& c : report["collectives"])
+    if (c["kind"] == kind) n += c["count"].get<int>();
+  return n;
+}
+
+/// True if python3 with onnx (Debian's) is available for cross-checks.
+inline std::string debian_python() { return "/usr/bin/python3"; }
+
+}  // namespace e2e
