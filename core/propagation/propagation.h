@@ -36,6 +36,7 @@ struct Origin {
 struct ShardingPlan {
   std::vector<TensorSharding> shardings;
   std::vector<Origin> origins;
+  std::vector<int> nodes_without_rule;  // node ids that had no rule (did not propagate), for explain
 };
 
 /// Propagates annotations to every value, to a fixpoint.

@@ -65,5 +65,33 @@ bool project_to_factors(const TensorSharding& s, const DimFactors& df, const OpS
                         const DeviceMesh& mesh, FactorSharding& out);
 /// The tensor sharding implied by factor shardings for dims `df` (axes of the dim's factors, concatenated).
 TensorSharding sharding_from_factors(const FactorSharding& fs, const DimFactors& df);
+/// Like the above, but keeps only what a dim can really express: in a dim indexing several factors, a factor's axes
+/// are used only if their product divides the factor size, and a minor factor only if every factor before it is
+/// fully split (otherwise the dim gets the axes of the factors up to the first partially split one).
+TensorSharding sharding_from_factors(const FactorSharding& fs, const DimFactors& df, const OpShardingRule& rule,
+                                     const DeviceMesh& mesh);
+
+/// Helpers shared by the per-family rule files (core/rules/*.cc). Not for use outside core/rules.
+namespace rules_internal {
+/// Adds a builtin builder for ai.onnx op_type without triggering builtin registration (no recursion).
+void add_builtin(const std::string& op_type, RuleBuilder b);
+void register_elementwise_rules();
+void register_matmul_rules();
+void register_shape_rules();
+void register_reduce_norm_rules();
+void register_gather_rules();
+/// Initializer data of input i of `node`, or nullptr (absent input, not an initializer, or shapes-only load).
+const Tensor* constant_input(const Graph& g, const Node& node, int i);
+/// Normalises a possibly negative axis for rank r; nullopt when out of range.
+std::optional<int> norm_axis(int64_t axis, int rank);
+/// Appends a factor, returning its id.
+int add_factor(OpShardingRule& r, int64_t size, FactorKind kind);
+/// Maps `shape` right-aligned onto the factors of `out_factors` (numpy broadcasting): dim i of `shape` gets the
+/// factor of the aligned output dim unless it is a size-1 dim broadcast to a larger one (then no factor).
+DimFactors broadcast_dims(const Shape& shape, const Shape& out_shape, const std::vector<int>& out_factors);
+/// Factor decomposition of a reshape in_shape -> out_shape (gcd walk; size-1 dims factorless; whatever cannot be
+/// matched contiguously gets kNeedReplication factors). Fills r.factor_* and returns {in dims, out dims}.
+std::pair<DimFactors, DimFactors> reshape_factors(OpShardingRule& r, const Shape& in_shape, const Shape& out_shape);
+}  // namespace rules_internal
 
 }  // namespace gspmd

@@ -1,0 +1,563 @@
+#include "core/sharding/sharding.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace gspmd {
+
+// ---------------------------------------------------------------------------------------------------------------
+// DeviceMesh
+
+DeviceMesh DeviceMesh::parse(std::string_view text) {
+  auto bad = [&]() { return InputError(fmt::format("--mesh: '{}' is not a mesh shape like 4x4", text)); };
+  DeviceMesh m;
+  if (text.empty()) throw bad();
+  size_t pos = 0;
+  while (true) {
+    size_t end = text.find_first_of("xX", pos);
+    std::string_view part = text.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos);
+    if (part.empty() || part.size() > 12) throw bad();
+    int64_t v = 0;
+    for (char c : part) {
+      if (c < '0' || c > '9') throw bad();
+      v = v * 10 + (c - '0');
+    }
+    if (v <= 0) throw bad();
+    m.shape.push_back(v);
+    if (end == std::string_view::npos) break;
+    pos = end + 1;
+  }
+  int64_t n = 1;
+  for (int64_t s : m.shape) {
+    if (n > (int64_t{1} << 40) / s) throw bad();
+    n *= s;
+  }
+  static const char* kNames[] = {"x", "y", "z", "w"};
+  for (size_t i = 0; i < m.shape.size(); ++i) m.axes.push_back(i < 4 ? std::string(kNames[i]) : fmt::format("a{}", i));
+  return m;
+}
+
+int64_t DeviceMesh::num_devices() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+int DeviceMesh::axis_index(std::string_view name) const {
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+std::vector<int64_t> DeviceMesh::coords(int64_t device) const {
+  if (device < 0 || device >= num_devices())
+    throw std::out_of_range(fmt::format("device {} is not in mesh {}", device, str()));
+  std::vector<int64_t> c(shape.size());
+  for (int i = rank() - 1; i >= 0; --i) {
+    c[i] = device % shape[i];
+    device /= shape[i];
+  }
+  return c;
+}
+
+int64_t DeviceMesh::axes_size(const std::vector<int>& mesh_axes) const {
+  int64_t n = 1;
+  for (int a : mesh_axes) n *= shape.at(a);
+  return n;
+}
+
+int64_t DeviceMesh::tile_index(int64_t device, const std::vector<int>& mesh_axes) const {
+  if (mesh_axes.empty()) return 0;
+  auto c = coords(device);
+  int64_t t = 0;
+  for (int a : mesh_axes) t = t * shape.at(a) + c.at(a);
+  return t;
+}
+
+std::vector<std::vector<int64_t>> DeviceMesh::replica_groups(const std::vector<int>& mesh_axes) const {
+  const int64_t n = num_devices();
+  const int64_t gsize = axes_size(mesh_axes);
+  const int64_t ngroups = n / gsize;
+  std::vector<char> in_group(shape.size(), 0);
+  for (int a : mesh_axes) in_group.at(a) = 1;
+  std::vector<std::vector<int64_t>> groups(ngroups, std::vector<int64_t>(gsize));
+  std::vector<int64_t> c(shape.size(), 0);  // odometer over device ids, row-major
+  for (int64_t k = 0; k < n; ++k) {
+    // group = row-major index over the other axes (monotone in the group's smallest device id)
+    int64_t g = 0;
+    for (int i = 0; i < rank(); ++i)
+      if (!in_group[i]) g = g * shape[i] + c[i];
+    int64_t t = 0;
+    for (int a : mesh_axes) t = t * shape[a] + c[a];
+    groups[g][t] = k;
+    for (int i = rank() - 1; i >= 0; --i) {
+      if (++c[i] < shape[i]) break;
+      c[i] = 0;
+    }
+  }
+  return groups;
+}
+
+std::string DeviceMesh::str() const {
+  std::string s = "{";
+  for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}={}", i ? ", " : "", axes[i], shape[i]);
+  return s + "}";
+}
+
+std::string_view reduction_name(ReductionKind k) {
+  switch (k) {
+    case ReductionKind::kSum: return "sum";
+    case ReductionKind::kMax: return "max";
+    case ReductionKind::kMin: return "min";
+    case ReductionKind::kProd: return "prod";
+  }
+  return "sum";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// TensorSharding
+
+TensorSharding TensorSharding::replicated(int rank) {
+  TensorSharding s;
+  s.dims.resize(rank);
+  return s;
+}
+
+bool TensorSharding::is_replicated() const { return !is_tiled() && unreduced.empty(); }
+
+bool TensorSharding::is_tiled() const {
+  for (const auto& d : dims)
+    if (!d.empty()) return true;
+  return false;
+}
+
+std::vector<int> TensorSharding::tiled_axes() const {
+  std::vector<int> out;
+  for (const auto& d : dims) out.insert(out.end(), d.begin(), d.end());
+  return out;
+}
+
+int64_t TensorSharding::shards(int dim, const DeviceMesh& mesh) const { return mesh.axes_size(dims.at(dim)); }
+
+Shape TensorSharding::local_shape(const Shape& global, const DeviceMesh& mesh) const {
+  if (global.size() != dims.size())
+    throw std::invalid_argument(
+        fmt::format("sharding has rank {} but the shape {} has rank {}", dims.size(), shape_str(global), global.size()));
+  Shape out(global.size());
+  for (size_t i = 0; i < global.size(); ++i) {
+    int64_t n = shards(static_cast<int>(i), mesh);
+    out[i] = (global[i] + n - 1) / n;
+  }
+  return out;
+}
+
+int64_t TensorSharding::offset(int dim, const Shape& global, const DeviceMesh& mesh, int64_t device) const {
+  int64_t n = shards(dim, mesh);
+  int64_t shard = (global.at(dim) + n - 1) / n;
+  return mesh.tile_index(device, dims.at(dim)) * shard;
+}
+
+int64_t TensorSharding::valid(int dim, const Shape& global, const DeviceMesh& mesh, int64_t device) const {
+  int64_t n = shards(dim, mesh);
+  int64_t shard = (global.at(dim) + n - 1) / n;
+  int64_t off = mesh.tile_index(device, dims.at(dim)) * shard;
+  return std::clamp<int64_t>(global.at(dim) - off, 0, shard);
+}
+
+bool TensorSharding::is_uneven(const Shape& global, const DeviceMesh& mesh) const {
+  for (size_t i = 0; i < dims.size() && i < global.size(); ++i)
+    if (global[i] % shards(static_cast<int>(i), mesh) != 0) return true;
+  return false;
+}
+
+namespace {
+std::string axis_label(const DeviceMesh& mesh, int a) {
+  if (a >= 0 && a < mesh.rank()) return mesh.axes[a];
+  return fmt::format("#{}", a);
+}
+}  // namespace
+
+void TensorSharding::verify(const DeviceMesh& mesh, int tensor_rank) const {
+  if (rank() != tensor_rank)
+    throw std::invalid_argument(fmt::format("sharding has {} dims but the tensor has rank {}", rank(), tensor_rank));
+  std::vector<char> used(mesh.shape.size(), 0);
+  auto use = [&](int a) {
+    if (a < 0 || a >= mesh.rank())
+      throw std::invalid_argument(fmt::format("axis id {} is not in mesh {}", a, mesh.str()));
+    if (used[a]) throw std::invalid_argument(fmt::format("axis '{}' is used twice", mesh.axes[a]));
+    used[a] = 1;
+  };
+  for (const auto& d : dims)
+    for (int a : d) use(a);
+  for (int a : unreduced) use(a);
+  if (!std::is_sorted(unreduced.begin(), unreduced.end()))
+    throw std::invalid_argument("unreduced axes are not sorted");
+}
+
+std::string TensorSharding::to_partition_spec(const DeviceMesh& mesh) const {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    const auto& d = dims[i];
+    if (d.empty()) {
+      s += "null";
+    } else if (d.size() == 1) {
+      s += fmt::format("\"{}\"", axis_label(mesh, d[0]));
+    } else {
+      s += "[";
+      for (size_t j = 0; j < d.size(); ++j) s += fmt::format("{}\"{}\"", j ? ", " : "", axis_label(mesh, d[j]));
+      s += "]";
+    }
+  }
+  s += "]";
+  if (!unreduced.empty()) {
+    s += reduction == ReductionKind::kSum ? " unreduced={" : fmt::format(" unreduced({})={{", reduction_name(reduction));
+    for (size_t j = 0; j < unreduced.size(); ++j) s += (j ? ", " : "") + axis_label(mesh, unreduced[j]);
+    s += "}";
+  }
+  return s;
+}
+
+std::string TensorSharding::to_hlo(const DeviceMesh& mesh) const {
+  const int r = rank();
+  // Tile dims: tensor dims, then [unreduced], then [replicated] (each trailing dim only if > 1 device).
+  std::vector<char> role(mesh.shape.size(), 0);  // 0 replicated, 1 tiled, 2 unreduced
+  for (const auto& d : dims)
+    for (int a : d) role.at(a) = 1;
+  for (int a : unreduced) role.at(a) = 2;
+  std::vector<int> rep_axes;
+  for (int a = 0; a < mesh.rank(); ++a)
+    if (!role[a]) rep_axes.push_back(a);
+  const int64_t nu = mesh.axes_size(unreduced), nr = mesh.axes_size(rep_axes);
+  std::vector<int64_t> tile(r);
+  int64_t ntiles = 1;
+  for (int i = 0; i < r; ++i) ntiles *= (tile[i] = shards(i, mesh));
+  if (ntiles == 1 && nu == 1) return "{replicated}";
+  std::vector<int64_t> tdims = tile;
+  if (nu > 1) tdims.push_back(nu);
+  if (nr > 1) tdims.push_back(nr);
+  const int64_t n = mesh.num_devices();
+  std::vector<int64_t> arr(n);
+  std::vector<int64_t> c(mesh.shape.size(), 0);
+  auto fold = [&](const std::vector<int>& axes) {
+    int64_t t = 0;
+    for (int a : axes) t = t * mesh.shape[a] + c[a];
+    return t;
+  };
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t pos = 0;
+    for (int i = 0; i < r; ++i) pos = pos * tile[i] + fold(dims[i]);
+    if (nu > 1) pos = pos * nu + fold(unreduced);
+    if (nr > 1) pos = pos * nr + fold(rep_axes);
+    arr[pos] = k;
+    for (int i = mesh.rank() - 1; i >= 0; --i) {
+      if (++c[i] < mesh.shape[i]) break;
+      c[i] = 0;
+    }
+  }
+  std::string s = fmt::format("{{devices=[{}]{}", fmt::join(tdims, ","), fmt::join(arr, ","));
+  if (nu > 1 && nr > 1)
+    s += " last_tile_dims={unreduced, replicated}";
+  else if (nu > 1)
+    s += " last_tile_dims={unreduced}";
+  else if (nr > 1)
+    s += " last_tile_dim_replicate";
+  return s + "}";
+}
+
+std::string TensorSharding::to_sbp(const DeviceMesh& mesh) const {
+  std::string s = "(";
+  for (int a = 0; a < mesh.rank(); ++a) {
+    if (a) s += ", ";
+    std::string e = "B";
+    for (int i = 0; i < rank(); ++i)
+      if (std::find(dims[i].begin(), dims[i].end(), a) != dims[i].end()) e = fmt::format("S({})", i);
+    if (std::find(unreduced.begin(), unreduced.end(), a) != unreduced.end())
+      e = reduction == ReductionKind::kSum ? "P" : fmt::format("P({})", reduction_name(reduction));
+    s += e;
+  }
+  return s + ")";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// shard_tensor / assemble_tensor
+
+namespace {
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal
+      exp = 127 - 15 + 1;
+      while (!(man & 0x400u)) {
+        man <<= 1;
+        --exp;
+      }
+      man &= 0x3ffu;
+      bits = sign | (exp << 23) | (man << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t man = x & 0x7fffffu;
+  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (man ? 0x200u : 0));
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    man |= 0x800000u;
+    uint32_t shift = static_cast<uint32_t>(14 - exp);
+    uint32_t h = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = sign | (static_cast<uint32_t>(exp) << 10) | (man >> 13);
+  uint32_t rem = man & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;
+  return static_cast<uint16_t>(h);
+}
+
+float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+uint16_t float_to_bf16(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40);
+  x += 0x7fffu + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+// Runs f(DType-tag as a value of C++ type T) for the dtype; halves go through float.
+template <class F>
+void with_type(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: f(float{}); break;
+    case DType::kFloat64: f(double{}); break;
+    case DType::kInt8: f(int8_t{}); break;
+    case DType::kUInt8: f(uint8_t{}); break;
+    case DType::kInt16: f(int16_t{}); break;
+    case DType::kUInt16: f(uint16_t{}); break;
+    case DType::kInt32: f(int32_t{}); break;
+    case DType::kUInt32: f(uint32_t{}); break;
+    case DType::kInt64: f(int64_t{}); break;
+    case DType::kUInt64: f(uint64_t{}); break;
+    case DType::kBool: f(bool{}); break;
+    default: throw std::invalid_argument(fmt::format("unreduced {} tensors are not supported", dtype_name(t)));
+  }
+}
+
+template <class T>
+T identity_of(ReductionKind k) {
+  switch (k) {
+    case ReductionKind::kSum: return T(0);
+    case ReductionKind::kProd: return T(1);
+    case ReductionKind::kMax:
+      if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+      else return std::numeric_limits<T>::lowest();
+    case ReductionKind::kMin:
+      if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
+      else return std::numeric_limits<T>::max();
+  }
+  return T(0);
+}
+
+template <class T>
+T combine(ReductionKind k, T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    switch (k) {
+      case ReductionKind::kSum:
+      case ReductionKind::kMax: return a || b;
+      default: return a && b;
+    }
+  } else {
+    switch (k) {
+      case ReductionKind::kSum: return static_cast<T>(a + b);
+      case ReductionKind::kProd: return static_cast<T>(a * b);
+      case ReductionKind::kMax: return std::max(a, b);
+      case ReductionKind::kMin: return std::min(a, b);
+    }
+    return a;
+  }
+}
+
+// The element pattern of the reduction identity for `dt`, as bytes.
+std::vector<std::byte> identity_bytes(DType dt, ReductionKind k) {
+  std::vector<std::byte> out(dtype_size(dt));
+  if (dt == DType::kFloat16 || dt == DType::kBFloat16) {
+    float f = identity_of<float>(k);
+    uint16_t h = dt == DType::kFloat16 ? float_to_half(f) : float_to_bf16(f);
+    std::memcpy(out.data(), &h, 2);
+    return out;
+  }
+  with_type(dt, [&](auto tag) {
+    using T = decltype(tag);
+    T v = identity_of<T>(k);
+    std::memcpy(out.data(), &v, sizeof(T));
+  });
+  return out;
+}
+
+// dst[i] = dst[i] (op) src[i] for n elements of dtype dt.
+void combine_row(DType dt, ReductionKind k, std::byte* dst, const std::byte* src, int64_t n) {
+  if (dt == DType::kFloat16 || dt == DType::kBFloat16) {
+    const bool h = dt == DType::kFloat16;
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t a, b;
+      std::memcpy(&a, dst + 2 * i, 2);
+      std::memcpy(&b, src + 2 * i, 2);
+      float r = combine<float>(k, h ? half_to_float(a) : bf16_to_float(a), h ? half_to_float(b) : bf16_to_float(b));
+      uint16_t o = h ? float_to_half(r) : float_to_bf16(r);
+      std::memcpy(dst + 2 * i, &o, 2);
+    }
+    return;
+  }
+  with_type(dt, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t i = 0; i < n; ++i) {
+      T a, b;
+      std::memcpy(&a, dst + i * sizeof(T), sizeof(T));
+      std::memcpy(&b, src + i * sizeof(T), sizeof(T));
+      a = combine<T>(k, a, b);
+      std::memcpy(dst + i * sizeof(T), &a, sizeof(T));
+    }
+  });
+}
+
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int i = static_cast<int>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
+  return st;
+}
+
+// Calls row(global_elem_offset, local_elem_offset, n_elems) for each innermost row of the region of `valid` extents
+// at global offset `off` in a tensor of shape `global`, local tensor of shape `local`.
+template <class F>
+void for_each_row(const Shape& global, const Shape& local, const std::vector<int64_t>& off,
+                  const std::vector<int64_t>& valid, F&& row) {
+  const int r = static_cast<int>(global.size());
+  if (r == 0) {
+    row(0, 0, 1);
+    return;
+  }
+  for (int64_t v : valid)
+    if (v <= 0) return;
+  auto gs = strides_of(global), ls = strides_of(local);
+  std::vector<int64_t> idx(r - 1, 0);
+  while (true) {
+    int64_t g = off[r - 1], l = 0;
+    for (int i = 0; i < r - 1; ++i) {
+      g += (off[i] + idx[i]) * gs[i];
+      l += idx[i] * ls[i];
+    }
+    row(g, l, valid[r - 1]);
+    int i = r - 2;
+    for (; i >= 0; --i) {
+      if (++idx[i] < valid[i]) break;
+      idx[i] = 0;
+    }
+    if (i < 0) break;
+  }
+}
+
+}  // namespace
+
+Tensor shard_tensor(const Tensor& full, const TensorSharding& sharding, const DeviceMesh& mesh, int64_t device) {
+  if (static_cast<int>(full.shape.size()) != sharding.rank())
+    throw std::invalid_argument(fmt::format("shard_tensor: tensor of shape {} but sharding of rank {}",
+                                            shape_str(full.shape), sharding.rank()));
+  const int r = sharding.rank();
+  Shape local = sharding.local_shape(full.shape, mesh);
+  Tensor out(full.dtype, local);
+  const size_t es = dtype_size(full.dtype);
+  std::vector<int64_t> off(r), val(r);
+  for (int i = 0; i < r; ++i) {
+    off[i] = sharding.offset(i, full.shape, mesh, device);
+    val[i] = sharding.valid(i, full.shape, mesh, device);
+  }
+  if (!sharding.unreduced.empty() && mesh.tile_index(device, sharding.unreduced) != 0) {
+    auto id = identity_bytes(full.dtype, sharding.reduction);
+    bool zero = std::all_of(id.begin(), id.end(), [](std::byte b) { return b == std::byte{0}; });
+    if (zero) return out;
+    for_each_row(full.shape, local, off, val, [&](int64_t, int64_t l, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) std::memcpy(out.bytes.data() + (l + i) * es, id.data(), es);
+    });
+    return out;
+  }
+  for_each_row(full.shape, local, off, val, [&](int64_t g, int64_t l, int64_t n) {
+    std::memcpy(out.bytes.data() + l * es, full.bytes.data() + g * es, n * es);
+  });
+  return out;
+}
+
+Tensor assemble_tensor(const std::vector<const Tensor*>& shards, const TensorSharding& sharding,
+                       const DeviceMesh& mesh, const Shape& global_shape) {
+  const int64_t n = mesh.num_devices();
+  if (static_cast<int64_t>(shards.size()) != n)
+    throw std::invalid_argument(fmt::format("assemble_tensor: {} shards for {} devices", shards.size(), n));
+  if (static_cast<int>(global_shape.size()) != sharding.rank())
+    throw std::invalid_argument(fmt::format("assemble_tensor: shape {} but sharding of rank {}",
+                                            shape_str(global_shape), sharding.rank()));
+  const Shape local = sharding.local_shape(global_shape, mesh);
+  if (!shards[0]) throw std::invalid_argument("assemble_tensor: shard of device 0 is missing");
+  const DType dt = shards[0]->dtype;
+  for (int64_t k = 0; k < n; ++k) {
+    const Tensor* t = shards[k];
+    if (!t) throw std::invalid_argument(fmt::format("assemble_tensor: shard of device {} is missing", k));
+    if (t->dtype != dt || t->shape != local)
+      throw std::invalid_argument(fmt::format("assemble_tensor: device {} holds a {} {} shard, expected {} {}", k,
+                                              dtype_name(t->dtype), shape_str(t->shape), dtype_name(dt),
+                                              shape_str(local)));
+    if (t->bytes.size() != static_cast<size_t>(num_elements(local)) * dtype_size(dt))
+      throw std::invalid_argument(fmt::format("assemble_tensor: device {} shard has {} bytes", k, t->bytes.size()));
+  }
+  Tensor out(dt, global_shape);
+  const int r = sharding.rank();
+  const size_t es = dtype_size(dt);
+  std::vector<char> role(mesh.shape.size(), 0);
+  for (const auto& d : sharding.dims)
+    for (int a : d) role.at(a) = 1;
+  for (int a : sharding.unreduced) role.at(a) = 2;
+  std::vector<int64_t> off(r), val(r);
+  // pass 0: the representative (replica 0, unreduced tile 0) of every tile copies; pass 1: unreduced others combine.
+  for (int pass = 0; pass < (sharding.unreduced.empty() ? 1 : 2); ++pass) {
+    for (int64_t k = 0; k < n; ++k) {
+      auto c = mesh.coords(k);
+      bool rep0 = true, u0 = true;
+      for (int a = 0; a < mesh.rank(); ++a) {
+        if (role[a] == 0 && c[a] != 0) rep0 = false;
+        if (role[a] == 2 && c[a] != 0) u0 = false;
+      }
+      if (!rep0 || u0 != (pass == 0)) continue;
+      for (int i = 0; i < r; ++i) {
+        off[i] = sharding.offset(i, global_shape, mesh, k);
+        val[i] = sharding.valid(i, global_shape, mesh, k);
+      }
+      const std::byte* src = shards[k]->bytes.data();
+      for_each_row(global_shape, local, off, val, [&](int64_t g, int64_t l, int64_t m) {
+        if (pass == 0)
+          std::memcpy(out.bytes.data() + g * es, src + l * es, m * es);
+        else
+          combine_row(dt, sharding.reduction, out.bytes.data() + g * es, src + l * es, m);
+      });
+    }
+  }
+  return out;
+}
+
+}  // namespace gspmd
