@@ -1,6 +1,12 @@
 // backend/pod: an emulated pod of N devices on this host. Each device owns its tensors (memory accounted per
 // device); devices execute the same SPMD program in lock step, node by node; `gspmd` collectives are carried out
-// in-process over all devices' buffers (semantics in core/partition/spmd.h).
+// in-process over all devices' buffers (semantics in core/partition/spmd.h; implementations in collectives.h).
+//
+// Memory accounting (docs/cost-model.md): params (each device's weight shard) and program constants are resident for
+// the whole run (replicated ones are shared on the host but counted on every device); input shards and intermediates
+// live from their production to their last use; program outputs until the end. The peak is sampled after a node's
+// outputs exist and before its dead operands are freed. Devices run one after another on the host (kernels may use
+// several threads); compute_wall_s times run_kernel and the partition-id ops, communication_wall_s the collectives.
 #pragma once
 
 #include <cstdint>
@@ -30,10 +36,14 @@ struct PodRun {
 /// Runs `p` on mesh.num_devices() emulated devices. `global` is the unpartitioned graph: its initializers give the
 /// weights (each device gets shard_tensor of them per p.params) and `inputs` (one per global graph input, full
 /// values) are sharded per p.inputs. Outputs are assembled per p.outputs.
-/// Throws UnsupportedError for a node with no kernel, std::runtime_error on a kernel failure (naming the node).
+/// Throws UnsupportedError for a node with no kernel (unchanged from run_kernel), std::runtime_error
+/// "node 'X' (Op) on device k: <what>" on a kernel or collective failure or when a result's dtype/shape differs from
+/// the program's declared value, InputError when `inputs` do not match the global graph's inputs (count, dtype,
+/// shape) or a param's global initializer has no data.
 PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs);
 
-/// Runs the unpartitioned graph on one device (the reference for --check).
+/// Runs the unpartitioned graph on one device (the reference for --check): the same interpreter, with the
+/// initializers' data as resident constants. InputError on mismatching inputs or an initializer without data.
 PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs);
 
 }  // namespace gspmd

@@ -21,10 +21,20 @@ struct Target {
   double link_latency = 0;          // per hop / per collective step (s)
   bool wraparound = true;           // torus (true) or mesh (false) links
   int links_per_axis = 2;           // links per device along one mesh axis (2 = both directions / neighbours)
+  int torus_dims = 2;               // physical torus/mesh dimensions (2D for v3/v5e, 3D for v4). Mesh axis i runs on
+                                    // physical dim i; axes beyond torus_dims fold onto the last dim (docs/cost-model.md)
 
   /// A preset by name ("tpu-v3", "tpu-v4", "tpu-v5e") or a JSON file path with the same fields.
   /// Throws InputError("--target: unknown target 'x' (known: tpu-v3, tpu-v4, tpu-v5e)").
+  /// A JSON file is one flat object {"field": number|string|bool, ...} with the field names above, plus optional
+  /// "base": "<preset>" to start from a preset (otherwise from the struct defaults). Unknown fields, bad syntax or
+  /// non-positive peak_flops / hbm_bandwidth / link_bandwidth throw InputError("FILE: <why>"). A string is read as a
+  /// file when it is not a preset and names an existing file, ends in ".json" or contains '/'.
   static Target load(const std::string& name_or_path);
+  /// Names of the presets, in order ("tpu-v3", "tpu-v4", "tpu-v5e").
+  static std::vector<std::string> presets();
+  /// The target as a flat JSON object (loadable again with load()).
+  std::string to_json() const;
 };
 
 /// FLOPs of one execution of `node` in `g` (2*M*N*K for MatMul/Gemm, 1 per output element for elementwise ops,
@@ -35,11 +45,24 @@ double graph_flops(const Graph& g);
 /// Bytes read + written by `node` (its inputs' and outputs' sizes).
 double node_bytes(const Graph& g, const Node& node);
 
-/// Time of one collective of `kind` on `bytes` per device over `mesh_axes` (alpha-beta, ring per axis):
-/// all-gather/reduce-scatter (n-1)/n * bytes / bw + (n-1) * latency; all-reduce = reduce-scatter + all-gather;
-/// all-to-all (n-1)/n * bytes / bw / (n/4 bisection on rings); collective-permute bytes / bw + latency.
+/// Time of one collective of `kind` on `bytes` per device over `mesh_axes` (alpha-beta, ring per axis).
+/// `bytes` is the per-device payload as in CollectiveRecord: the larger of the local operand and result (S).
+/// Per mesh axis a of size n: ring bandwidth bw_a = links_per_axis * link_bandwidth (x 1/2 without wraparound).
+///   all-gather / reduce-scatter over one axis: (n-1)/n * S / bw + (n-1) * latency
+///   all-reduce = reduce-scatter + all-gather = 2 * that
+///   all-to-all over one axis: floor(n^2/4)/n * S / bw + (n-1) * latency   (bisection bound of a ring)
+///   collective-permute: S / link_bandwidth + latency                    (one neighbour hop, one direction)
+/// Several axes: hierarchical, one axis after the other (all-gather: the stage over the axis done last moves the
+/// full S, the one before S/n_last, ...; the cheapest axis order is used); all-to-all: sum over axes with the full S.
+/// Axes of size 1 and an empty axis list cost 0. Unknown kind: std::invalid_argument.
 double collective_time(const std::string& kind, double bytes, const std::vector<int>& mesh_axes,
                        const DeviceMesh& mesh, const Target& t);
+
+/// Simulated time of one node of an SPMD program on one device: collective_time for gspmd collectives (bytes = the
+/// larger of operand and result), otherwise the roofline max(node_flops / peak, node_bytes / hbm_bandwidth).
+double node_time(const Graph& program, const Node& node, const DeviceMesh& mesh, const Target& t);
+/// True for the five gspmd collectives; `kind` gets "all-reduce", "all-gather", ... (may be null).
+bool is_collective(const Node& node, std::string* kind = nullptr);
 
 /// Simulated cost of one step of the program on the target (every device runs the same program, so per-device
 /// numbers are equal except for memory).
@@ -49,6 +72,7 @@ struct CostReport {
   double communication_time_s = 0;  // sum of collective times (no overlap)
   double step_time_s = 0;           // compute + communication
   double flops_utilization = 0;     // model_flops / (devices * peak * step_time)
+  std::vector<double> node_time_s;  // per program node id: node_time (for the trace; sums to step_time_s)
 };
 
 /// Costs `p` (the global graph `g` gives model FLOPs). O(program nodes), independent of device count.

@@ -1,0 +1,185 @@
+// backend/kernels internal helpers: kernel context, error helpers, dtype dispatch, broadcasting and strided loops.
+// Not part of the public interface (kernels.h); included only by backend/kernels/*.cc.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ir/ir.h"
+
+namespace gspmd::kern {
+
+/// A spec violation inside a kernel; its message already names the node ("node 'n' (Op): ...").
+struct KernelError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Everything a kernel sees: the node, its inputs (nullptr = absent optional input) and the graph opset.
+struct Ctx {
+  const Node& node;
+  const std::vector<const Tensor*>& ins;
+  int64_t opset;
+
+  const Tensor* in(size_t i) const { return i < ins.size() ? ins[i] : nullptr; }
+  /// Input i, which must be present.
+  const Tensor& req(size_t i) const;
+  /// Number of outputs to produce (at least 1).
+  size_t n_out() const { return node.outputs.empty() ? 1 : node.outputs.size(); }
+  /// "node 'n' (Op): "
+  std::string prefix() const;
+  [[noreturn]] void fail(std::string_view msg) const;         // KernelError
+  [[noreturn]] void unsupported(std::string_view msg) const;  // UnsupportedError
+  [[noreturn]] void bad_dtype(DType t) const;                 // UnsupportedError "no kernel for dtype X"
+  /// Normalises axis `a` into [0, rank) (negative counts from the end); fails if out of range.
+  int64_t axis(int64_t a, int64_t rank) const;
+};
+
+using KernelFn = std::vector<Tensor> (*)(const Ctx&);
+using KernelTable = std::unordered_map<std::string, KernelFn>;
+
+void register_elementwise(KernelTable& t);
+void register_shape_ops(KernelTable& t);
+void register_math(KernelTable& t);
+
+// ---------------------------------------------------------------------------------------------------------------
+// dtype dispatch. `f` is a lambda templated on the element type: [&]<class T>() { ... }. Bool is stored as uint8_t
+// (0/1); dispatchers that accept bool call f with uint8_t.
+
+template <class F>
+decltype(auto) dispatch_float(const Ctx& c, DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: return f.template operator()<float>();
+    case DType::kFloat64: return f.template operator()<double>();
+    default: c.bad_dtype(t);
+  }
+}
+
+template <class F>
+decltype(auto) dispatch_numeric(const Ctx& c, DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: return f.template operator()<float>();
+    case DType::kFloat64: return f.template operator()<double>();
+    case DType::kInt64: return f.template operator()<int64_t>();
+    case DType::kInt32: return f.template operator()<int32_t>();
+    default: c.bad_dtype(t);
+  }
+}
+
+/// numeric + bool (uint8_t) + int8 / uint8.
+template <class F>
+decltype(auto) dispatch_all(const Ctx& c, DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: return f.template operator()<float>();
+    case DType::kFloat64: return f.template operator()<double>();
+    case DType::kInt64: return f.template operator()<int64_t>();
+    case DType::kInt32: return f.template operator()<int32_t>();
+    case DType::kInt16: return f.template operator()<int16_t>();
+    case DType::kInt8: return f.template operator()<int8_t>();
+    case DType::kBool:
+    case DType::kUInt8: return f.template operator()<uint8_t>();
+    default: c.bad_dtype(t);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Shapes and broadcasting.
+
+/// Row-major element strides of a shape.
+std::vector<int64_t> contiguous_strides(const Shape& s);
+/// numpy broadcast of two shapes; fails naming both shapes.
+Shape broadcast_shapes(const Ctx& c, const Shape& a, const Shape& b);
+/// Element strides of a tensor of shape `in` viewed in the broadcast shape `out` (0 on broadcast dims).
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
+
+/// A loop nest over `dims` for K operands, after dropping size-1 dims and merging contiguous ones.
+template <int K>
+struct Plan {
+  std::vector<int64_t> dims;                   // outer..inner; empty when some dim is 0 (nothing to do)
+  std::vector<std::array<int64_t, K>> st;      // per dim, per operand element stride
+  bool empty = false;
+};
+
+template <int K>
+Plan<K> make_plan(const Shape& shape, const std::array<const int64_t*, K>& strides) {
+  Plan<K> p;
+  for (int64_t d : shape)
+    if (d == 0) {
+      p.empty = true;
+      return p;
+    }
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 1) continue;
+    std::array<int64_t, K> s;
+    for (int k = 0; k < K; ++k) s[k] = strides[k][i];
+    if (!p.dims.empty()) {
+      bool merge = true;
+      for (int k = 0; k < K; ++k) merge = merge && p.st.back()[k] == s[k] * shape[i];
+      if (merge) {
+        p.dims.back() *= shape[i];
+        p.st.back() = s;
+        continue;
+      }
+    }
+    p.dims.push_back(shape[i]);
+    p.st.push_back(s);
+  }
+  if (p.dims.empty()) {
+    p.dims.push_back(1);
+    p.st.push_back({});
+  }
+  return p;
+}
+
+/// Calls f(offsets, n, inner_strides) once per innermost row of the plan.
+template <int K, class F>
+void for_each_row(const Plan<K>& p, F&& f) {
+  if (p.empty) return;
+  const size_t r = p.dims.size();
+  const int64_t n = p.dims[r - 1];
+  const std::array<int64_t, K> inner = p.st[r - 1];
+  std::array<int64_t, K> off{};
+  if (r == 1) {
+    f(off, n, inner);
+    return;
+  }
+  std::vector<int64_t> idx(r - 1, 0);
+  while (true) {
+    f(off, n, inner);
+    int64_t d = static_cast<int64_t>(r) - 2;
+    for (; d >= 0; --d) {
+      if (++idx[d] < p.dims[d]) {
+        for (int k = 0; k < K; ++k) off[k] += p.st[d][k];
+        break;
+      }
+      for (int k = 0; k < K; ++k) off[k] -= p.st[d][k] * (p.dims[d] - 1);
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+/// Copies a strided view of `src` into a strided view of `dst` (strides in elements, may be 0 or negative; both
+/// pointers point at the view's first element). Works for element sizes 1, 2, 4, 8 and multiples thereof.
+void strided_copy(std::byte* dst, const int64_t* dst_strides, const std::byte* src, const int64_t* src_strides,
+                  const Shape& shape, size_t elem);
+
+/// Materialises `t` broadcast to `out` (same dtype).
+Tensor broadcast_to(const Tensor& t, const Shape& out);
+
+/// Copy of `t` with dtype converted to `to` (same shape). Supports float32/64, int64/32/16/8, uint8, bool.
+Tensor cast_tensor(const Ctx& c, const Tensor& t, DType to);
+
+/// Single-output helper.
+inline std::vector<Tensor> one(Tensor t) {
+  std::vector<Tensor> v;
+  v.push_back(std::move(t));
+  return v;
+}
+
+}  // namespace gspmd::kern

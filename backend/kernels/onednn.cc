@@ -1,0 +1,306 @@
+// oneDNN 2.6 wrappers (see onednn.h). The only file of backend/kernels that includes dnnl.hpp.
+#include "backend/kernels/onednn.h"
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include <dnnl.hpp>
+
+namespace gspmd::dnn {
+namespace {
+
+using dnnl::memory;
+using dt = dnnl::memory::data_type;
+
+dnnl::engine& engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+/// Binary key: op kind + integers + floats, memcpy'd.
+struct Key {
+  std::string s;
+  explicit Key(char kind) { s.push_back(kind); }
+  Key& add(int64_t v) {
+    s.append(reinterpret_cast<const char*>(&v), sizeof v);
+    return *this;
+  }
+  Key& add(float v) {
+    s.append(reinterpret_cast<const char*>(&v), sizeof v);
+    return *this;
+  }
+  Key& add(const std::vector<int64_t>& v) {
+    add(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) add(x);
+    return *this;
+  }
+};
+
+/// Thread-safe primitive cache. An empty primitive records "oneDNN has no implementation" for that key.
+class Cache {
+ public:
+  template <class Make>
+  dnnl::primitive get(const Key& k, Make&& make, bool allow_unimplemented) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = map_.find(k.s);
+      if (it != map_.end()) return it->second;
+    }
+    dnnl::primitive p;
+    try {
+      p = make();
+    } catch (const dnnl::error& e) {
+      if (!allow_unimplemented) throw std::runtime_error(std::string("oneDNN: ") + e.what());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.size() >= kMaxEntries) map_.clear();
+    map_.emplace(k.s, p);
+    return p;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 4096;
+  std::mutex mu_;
+  std::unordered_map<std::string, dnnl::primitive> map_;
+};
+
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+memory::dims to_dims(const std::vector<int64_t>& v) { return memory::dims(v.begin(), v.end()); }
+
+memory::desc plain_md(const std::vector<int64_t>& dims) {
+  memory::dims d = to_dims(dims), st(d.size());
+  int64_t s = 1;
+  for (size_t i = d.size(); i-- > 0;) {
+    st[i] = s;
+    s *= d[i];
+  }
+  return memory::desc(d, dt::f32, st);
+}
+
+memory mem(const memory::desc& md, const float* p) { return memory(md, engine(), const_cast<float*>(p)); }
+
+void execute(dnnl::primitive& p, const std::unordered_map<int, memory>& args) {
+  try {
+    p.execute(stream(), args);
+    stream().wait();
+  } catch (const dnnl::error& e) {
+    throw std::runtime_error(std::string("oneDNN: ") + e.what());
+  }
+}
+
+dnnl::algorithm eltwise_alg(Eltwise op, float& alpha, float& beta) {
+  alpha = 0.f;
+  beta = 0.f;
+  switch (op) {
+    case Eltwise::kRelu: return dnnl::algorithm::eltwise_relu;
+    case Eltwise::kTanh: return dnnl::algorithm::eltwise_tanh;
+    case Eltwise::kExp: return dnnl::algorithm::eltwise_exp;
+    case Eltwise::kSqrt: return dnnl::algorithm::eltwise_sqrt;
+    case Eltwise::kLog: return dnnl::algorithm::eltwise_log;
+    case Eltwise::kAbs: return dnnl::algorithm::eltwise_abs;
+    case Eltwise::kSigmoid: return dnnl::algorithm::eltwise_logistic;
+    case Eltwise::kNeg: alpha = -1.f; return dnnl::algorithm::eltwise_linear;
+    case Eltwise::kReciprocal: alpha = 1.f; beta = -1.f; return dnnl::algorithm::eltwise_pow;
+  }
+  throw std::logic_error("eltwise op");
+}
+
+dnnl::algorithm binary_alg(Binary op) {
+  switch (op) {
+    case Binary::kAdd: return dnnl::algorithm::binary_add;
+    case Binary::kSub: return dnnl::algorithm::binary_sub;
+    case Binary::kMul: return dnnl::algorithm::binary_mul;
+    case Binary::kDiv: return dnnl::algorithm::binary_div;
+    case Binary::kMax: return dnnl::algorithm::binary_max;
+    case Binary::kMin: return dnnl::algorithm::binary_min;
+  }
+  throw std::logic_error("binary op");
+}
+
+dnnl::algorithm reduce_alg(Reduce op) {
+  switch (op) {
+    case Reduce::kSum: return dnnl::algorithm::reduction_sum;
+    case Reduce::kMean: return dnnl::algorithm::reduction_mean;
+    case Reduce::kMax: return dnnl::algorithm::reduction_max;
+    case Reduce::kMin: return dnnl::algorithm::reduction_min;
+    case Reduce::kProd: return dnnl::algorithm::reduction_mul;
+  }
+  throw std::logic_error("reduce op");
+}
+
+}  // namespace
+
+void eltwise(Eltwise op, const float* in, float* out, int64_t n) {
+  float alpha, beta;
+  const dnnl::algorithm alg = eltwise_alg(op, alpha, beta);
+  const memory::desc md = plain_md({n});
+  Key k('e');
+  k.add(static_cast<int64_t>(op)).add(n);
+  dnnl::primitive p = cache().get(
+      k,
+      [&] {
+        dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg, md, alpha, beta);
+        return dnnl::primitive(dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(d, engine())));
+      },
+      false);
+  execute(p, {{DNNL_ARG_SRC, mem(md, in)}, {DNNL_ARG_DST, mem(md, out)}});
+}
+
+bool binary(Binary op, const float* a, const float* b, float* dst, const std::vector<int64_t>& dims,
+            const std::vector<int64_t>& b_dims) {
+  const memory::desc amd = plain_md(dims), bmd = plain_md(b_dims);
+  Key k('b');
+  k.add(static_cast<int64_t>(op)).add(dims).add(b_dims);
+  dnnl::primitive p = cache().get(
+      k,
+      [&] {
+        dnnl::binary::desc d(binary_alg(op), amd, bmd, amd);
+        return dnnl::primitive(dnnl::binary(dnnl::binary::primitive_desc(d, engine())));
+      },
+      true);
+  if (!p) return false;
+  execute(p, {{DNNL_ARG_SRC_0, mem(amd, a)}, {DNNL_ARG_SRC_1, mem(bmd, b)}, {DNNL_ARG_DST, mem(amd, dst)}});
+  return true;
+}
+
+namespace {
+
+/// One matmul call on dims (batch may be absent: 2-D).
+dnnl::primitive matmul_prim(bool batched, int64_t a_batch, int64_t b_batch, int64_t batch, int64_t m, int64_t k,
+                            int64_t n, bool ta, bool tb, float alpha, float beta, memory::desc& amd,
+                            memory::desc& bmd, memory::desc& cmd, bool allow_unimplemented) {
+  if (batched) {
+    amd = memory::desc({a_batch, m, k}, dt::f32, ta ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1});
+    bmd = memory::desc({b_batch, k, n}, dt::f32, tb ? memory::dims{k * n, 1, k} : memory::dims{k * n, n, 1});
+    cmd = plain_md({batch, m, n});
+  } else {
+    amd = memory::desc({m, k}, dt::f32, ta ? memory::dims{1, m} : memory::dims{k, 1});
+    bmd = memory::desc({k, n}, dt::f32, tb ? memory::dims{1, k} : memory::dims{n, 1});
+    cmd = plain_md({m, n});
+  }
+  Key key('m');
+  key.add(static_cast<int64_t>(batched)).add(a_batch).add(b_batch).add(batch).add(m).add(k).add(n);
+  key.add(static_cast<int64_t>(ta * 2 + tb)).add(alpha).add(beta);
+  return cache().get(
+      key,
+      [&] {
+        dnnl::primitive_attr attr;
+        if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+        if (beta != 0.f) {
+          dnnl::post_ops po;
+          po.append_sum(beta);
+          attr.set_post_ops(po);
+        }
+        dnnl::matmul::desc d(amd, bmd, cmd);
+        return dnnl::primitive(dnnl::matmul(dnnl::matmul::primitive_desc(d, attr, engine())));
+      },
+      allow_unimplemented);
+}
+
+}  // namespace
+
+void matmul(const float* a, const float* b, float* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k,
+            int64_t n, bool trans_a, bool trans_b, float alpha, float beta) {
+  const int64_t batch = std::max(a_batch, b_batch);
+  memory::desc amd, bmd, cmd;
+  if (batch == 1 || (b_batch == 1 && !trans_a)) {
+    // Shared weights: fold A's batch into M.
+    dnnl::primitive p = matmul_prim(false, 1, 1, 1, batch * m, k, n, trans_a, trans_b, alpha, beta, amd, bmd, cmd,
+                                    false);
+    execute(p, {{DNNL_ARG_SRC, mem(amd, a)}, {DNNL_ARG_WEIGHTS, mem(bmd, b)}, {DNNL_ARG_DST, mem(cmd, c)}});
+    return;
+  }
+  dnnl::primitive p =
+      matmul_prim(true, a_batch, b_batch, batch, m, k, n, trans_a, trans_b, alpha, beta, amd, bmd, cmd, true);
+  if (p) {
+    execute(p, {{DNNL_ARG_SRC, mem(amd, a)}, {DNNL_ARG_WEIGHTS, mem(bmd, b)}, {DNNL_ARG_DST, mem(cmd, c)}});
+    return;
+  }
+  // Batch broadcast oneDNN does not implement: one 2-D matmul per batch entry.
+  p = matmul_prim(false, 1, 1, 1, m, k, n, trans_a, trans_b, alpha, beta, amd, bmd, cmd, false);
+  for (int64_t i = 0; i < batch; ++i) {
+    const float* ai = a + (a_batch == 1 ? 0 : i * m * k);
+    const float* bi = b + (b_batch == 1 ? 0 : i * k * n);
+    execute(p, {{DNNL_ARG_SRC, mem(amd, ai)}, {DNNL_ARG_WEIGHTS, mem(bmd, bi)}, {DNNL_ARG_DST, mem(cmd, c + i * m * n)}});
+  }
+}
+
+void softmax(const float* in, float* out, const std::vector<int64_t>& dims, int axis, bool log) {
+  const memory::desc md = plain_md(dims);
+  Key k('s');
+  k.add(dims).add(static_cast<int64_t>(axis)).add(static_cast<int64_t>(log));
+  dnnl::primitive p = cache().get(
+      k,
+      [&] {
+        dnnl::softmax_v2_forward::desc d(dnnl::prop_kind::forward_inference,
+                                         log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md,
+                                         md, axis);
+        return dnnl::primitive(dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(d, engine())));
+      },
+      false);
+  execute(p, {{DNNL_ARG_SRC, mem(md, in)}, {DNNL_ARG_DST, mem(md, out)}});
+}
+
+void layer_norm(const float* in, float* out, int64_t outer, int64_t inner, const float* scale, const float* bias,
+                float eps, float* mean, float* var) {
+  const memory::desc md = plain_md({outer, inner}), smd = plain_md({outer}), cmd = plain_md({inner});
+  Key k('l');
+  k.add(outer).add(inner).add(eps).add(static_cast<int64_t>((scale ? 1 : 0) + (bias ? 2 : 0)));
+  dnnl::primitive p = cache().get(
+      k,
+      [&] {
+        auto flags = dnnl::normalization_flags::none;
+        if (scale) flags = flags | dnnl::normalization_flags::use_scale;
+        if (bias) flags = flags | dnnl::normalization_flags::use_shift;
+        dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_training, md, smd, eps, flags);
+        return dnnl::primitive(
+            dnnl::layer_normalization_forward(dnnl::layer_normalization_forward::primitive_desc(d, engine())));
+      },
+      false);
+  std::vector<float> tmp_mean, tmp_var;
+  if (!mean) {
+    tmp_mean.resize(outer);
+    mean = tmp_mean.data();
+  }
+  if (!var) {
+    tmp_var.resize(outer);
+    var = tmp_var.data();
+  }
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(md, in)},
+                                       {DNNL_ARG_DST, mem(md, out)},
+                                       {DNNL_ARG_MEAN, mem(smd, mean)},
+                                       {DNNL_ARG_VARIANCE, mem(smd, var)}};
+  if (scale) args.emplace(DNNL_ARG_SCALE, mem(cmd, scale));
+  if (bias) args.emplace(DNNL_ARG_SHIFT, mem(cmd, bias));
+  execute(p, args);
+}
+
+void reduce(Reduce op, const float* in, float* out, const std::vector<int64_t>& dims,
+            const std::vector<int64_t>& out_dims) {
+  const memory::desc imd = plain_md(dims), omd = plain_md(out_dims);
+  Key k('r');
+  k.add(static_cast<int64_t>(op)).add(dims).add(out_dims);
+  dnnl::primitive p = cache().get(
+      k,
+      [&] {
+        dnnl::reduction::desc d(reduce_alg(op), imd, omd, 0.f, 0.f);
+        return dnnl::primitive(dnnl::reduction(dnnl::reduction::primitive_desc(d, engine())));
+      },
+      false);
+  execute(p, {{DNNL_ARG_SRC, mem(imd, in)}, {DNNL_ARG_DST, mem(omd, out)}});
+}
+
+}  // namespace gspmd::dnn

@@ -1,0 +1,42 @@
+// backend/kernels: thin float32 wrappers over oneDNN 2.6 primitives. Only onednn.cc includes dnnl.hpp.
+// Primitives are cached by (kind, shapes, parameters) in a process-wide thread-safe cache; one global CPU engine,
+// one stream per calling thread (oneDNN streams are not meant to be shared between threads).
+// Callers guarantee non-empty tensors and ranks <= 12; oneDNN failures surface as std::runtime_error.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace gspmd::dnn {
+
+enum class Eltwise { kRelu, kTanh, kExp, kSqrt, kLog, kAbs, kSigmoid, kNeg, kReciprocal };
+enum class Binary { kAdd, kSub, kMul, kDiv, kMax, kMin };
+enum class Reduce { kSum, kMean, kMax, kMin, kProd };
+
+/// out[i] = f(in[i]) for n elements (in == out allowed).
+void eltwise(Eltwise op, const float* in, float* out, int64_t n);
+
+/// dst = a (op) b where a has shape `dims` (== dst shape) and b has the same rank with some dims 1 (broadcast).
+/// Returns false (nothing written) if oneDNN has no implementation for that broadcast pattern.
+bool binary(Binary op, const float* a, const float* b, float* dst, const std::vector<int64_t>& dims,
+            const std::vector<int64_t>& b_dims);
+
+/// C[batch, M, N] = alpha * op(A) op(B) + beta * C, where A is [a_batch, M, K] (or [a_batch, K, M] if trans_a),
+/// B is [b_batch, K, N] (or [b_batch, N, K] if trans_b), a_batch and b_batch are 1 or `batch`.
+/// beta == 0 overwrites C (C need not be initialised).
+void matmul(const float* a, const float* b, float* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k,
+            int64_t n, bool trans_a = false, bool trans_b = false, float alpha = 1.f, float beta = 0.f);
+
+/// Softmax (or log-softmax) of `in` (shape dims) along `axis`.
+void softmax(const float* in, float* out, const std::vector<int64_t>& dims, int axis, bool log);
+
+/// Layer normalization of [outer, inner] rows. scale/bias (length inner) may be null; mean/var (length outer)
+/// receive the statistics (variance, not inverse std) when not null.
+void layer_norm(const float* in, float* out, int64_t outer, int64_t inner, const float* scale, const float* bias,
+                float eps, float* mean, float* var);
+
+/// Reduction of `in` (shape dims) into `out` (shape out_dims: same rank, 1 on reduced dims).
+void reduce(Reduce op, const float* in, float* out, const std::vector<int64_t>& dims,
+            const std::vector<int64_t>& out_dims);
+
+}  // namespace gspmd::dnn

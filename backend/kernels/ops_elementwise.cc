@@ -1,0 +1,376 @@
+// Elementwise kernels: unary math, binary arithmetic with numpy broadcasting, comparisons, logic, Where, Cast, Clip,
+// variadic Max/Min/Sum/Mean. float32 Add/Sub/Mul/Div/Max/Min and Relu/Tanh/Exp/Sqrt/Log/Abs/Sigmoid/Neg/Reciprocal
+// use oneDNN for tensors of at least kDnnlMinElems elements; everything else is plain C++.
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "backend/kernels/kernels_util.h"
+#include "backend/kernels/onednn.h"
+
+namespace gspmd::kern {
+namespace {
+
+/// Below this size oneDNN's per-call overhead (primitive lookup, memory objects) exceeds the work.
+constexpr int64_t kDnnlMinElems = 4096;
+
+/// o[i] = op(a[i], b[i]) over the broadcast shape of out.
+template <class T, class R, class Op>
+void bcast_binary(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
+  const Shape& os = out.shape;
+  const std::vector<int64_t> so = contiguous_strides(os), sa = broadcast_strides(a.shape, os),
+                             sb = broadcast_strides(b.shape, os);
+  const Plan<3> p = make_plan<3>(os, {so.data(), sa.data(), sb.data()});
+  const T* A = a.data<T>();
+  const T* B = b.data<T>();
+  R* O = out.data<R>();
+  for_each_row(p, [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
+    R* o = O + off[0];
+    const T* x = A + off[1];
+    const T* y = B + off[2];
+    if (st[1] == 1 && st[2] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = op(x[i], y[i]);
+    } else if (st[1] == 1 && st[2] == 0) {
+      const T yv = *y;
+      for (int64_t i = 0; i < n; ++i) o[i] = op(x[i], yv);
+    } else if (st[1] == 0 && st[2] == 1) {
+      const T xv = *x;
+      for (int64_t i = 0; i < n; ++i) o[i] = op(xv, y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i] = op(x[i * st[1]], y[i * st[2]]);
+    }
+  });
+}
+
+void same_dtype(const Ctx& c, const Tensor& a, const Tensor& b) {
+  if (a.dtype != b.dtype)
+    c.fail(fmt::format("input dtypes differ ({} vs {})", dtype_name(a.dtype), dtype_name(b.dtype)));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Binary arithmetic.
+
+enum class Bin { kAdd, kSub, kMul, kDiv, kMax, kMin };
+
+template <Bin op, class T>
+inline T bin_apply(T x, T y) {
+  if constexpr (op == Bin::kAdd) return x + y;
+  if constexpr (op == Bin::kSub) return x - y;
+  if constexpr (op == Bin::kMul) return x * y;
+  if constexpr (op == Bin::kMax) return x < y ? y : x;
+  if constexpr (op == Bin::kMin) return y < x ? y : x;
+  if constexpr (op == Bin::kDiv) {
+    if constexpr (std::is_integral_v<T>) {
+      // C truncation; x/0 gives 0 and MIN/-1 wraps instead of trapping (padded shards may hold zeros).
+      if (y == 0) return T(0);
+      if (y == T(-1)) return static_cast<T>(T(0) - x);
+      return x / y;
+    } else {
+      return x / y;
+    }
+  }
+}
+
+template <Bin op>
+bool try_dnnl_binary(const Tensor& a, const Tensor& b, Tensor& out) {
+  const int64_t n = out.numel();
+  if (out.dtype != DType::kFloat32 || n < kDnnlMinElems || out.shape.size() > 12) return false;
+  const size_t r = out.shape.size();
+  auto pad = [r](const Shape& s) {
+    Shape p(r - s.size(), 1);
+    p.insert(p.end(), s.begin(), s.end());
+    return p;
+  };
+  const Shape pa = pad(a.shape), pb = pad(b.shape);
+  constexpr dnn::Binary alg = op == Bin::kAdd   ? dnn::Binary::kAdd
+                              : op == Bin::kSub ? dnn::Binary::kSub
+                              : op == Bin::kMul ? dnn::Binary::kMul
+                              : op == Bin::kDiv ? dnn::Binary::kDiv
+                              : op == Bin::kMax ? dnn::Binary::kMax
+                                                : dnn::Binary::kMin;
+  if (pa == out.shape) return dnn::binary(alg, a.data<float>(), b.data<float>(), out.data<float>(), pa, pb);
+  constexpr bool commutative = op == Bin::kAdd || op == Bin::kMul || op == Bin::kMax || op == Bin::kMin;
+  if (commutative && pb == out.shape)
+    return dnn::binary(alg, b.data<float>(), a.data<float>(), out.data<float>(), pb, pa);
+  return false;
+}
+
+template <Bin op>
+Tensor binary_op(const Ctx& c, const Tensor& a, const Tensor& b) {
+  same_dtype(c, a, b);
+  Tensor out(a.dtype, broadcast_shapes(c, a.shape, b.shape));
+  if (try_dnnl_binary<op>(a, b, out)) return out;
+  dispatch_numeric(c, a.dtype, [&]<class T>() {
+    bcast_binary<T, T>(a, b, out, [](T x, T y) { return bin_apply<op, T>(x, y); });
+  });
+  return out;
+}
+
+template <Bin op>
+std::vector<Tensor> binary_kernel(const Ctx& c) {
+  return one(binary_op<op>(c, c.req(0), c.req(1)));
+}
+
+/// Max/Min/Sum/Mean over 1..N inputs with broadcasting.
+template <Bin op, bool mean = false>
+std::vector<Tensor> variadic_kernel(const Ctx& c) {
+  if (c.ins.empty()) c.fail("needs at least one input");
+  Tensor acc = c.req(0);
+  for (size_t i = 1; i < c.ins.size(); ++i) acc = binary_op<op>(c, acc, c.req(i));
+  if constexpr (mean) {
+    const size_t k = c.ins.size();
+    dispatch_float(c, acc.dtype, [&]<class T>() {
+      T* p = acc.data<T>();
+      for (int64_t i = 0; i < acc.numel(); ++i) p[i] /= static_cast<T>(k);
+    });
+  }
+  return one(std::move(acc));
+}
+
+std::vector<Tensor> pow_kernel(const Ctx& c) {
+  const Tensor& a = c.req(0);
+  const Tensor& b = c.req(1);
+  Tensor out(a.dtype, broadcast_shapes(c, a.shape, b.shape));
+  if (a.dtype == b.dtype && (a.dtype == DType::kFloat32 || a.dtype == DType::kFloat64)) {
+    dispatch_float(c, a.dtype, [&]<class T>() {
+      bcast_binary<T, T>(a, b, out, [](T x, T y) {
+        if (y == T(2)) return x * x;
+        return static_cast<T>(std::pow(x, y));
+      });
+    });
+    return one(std::move(out));
+  }
+  // Mixed types: compute in double, store in the base's type.
+  const Tensor a64 = cast_tensor(c, a, DType::kFloat64), b64 = cast_tensor(c, b, DType::kFloat64);
+  Tensor tmp(DType::kFloat64, out.shape);
+  bcast_binary<double, double>(a64, b64, tmp, [](double x, double y) { return std::pow(x, y); });
+  return one(cast_tensor(c, tmp, a.dtype));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Comparisons and logic (bool results stored as uint8 0/1).
+
+enum class Cmp { kEq, kLt, kGt, kLe, kGe };
+
+template <Cmp op>
+std::vector<Tensor> compare_kernel(const Ctx& c) {
+  const Tensor& a = c.req(0);
+  const Tensor& b = c.req(1);
+  same_dtype(c, a, b);
+  Tensor out(DType::kBool, broadcast_shapes(c, a.shape, b.shape));
+  dispatch_all(c, a.dtype, [&]<class T>() {
+    bcast_binary<T, uint8_t>(a, b, out, [](T x, T y) -> uint8_t {
+      if constexpr (op == Cmp::kEq) return x == y;
+      if constexpr (op == Cmp::kLt) return x < y;
+      if constexpr (op == Cmp::kGt) return x > y;
+      if constexpr (op == Cmp::kLe) return x <= y;
+      if constexpr (op == Cmp::kGe) return x >= y;
+    });
+  });
+  return one(std::move(out));
+}
+
+enum class Logic { kAnd, kOr, kXor };
+
+template <Logic op>
+std::vector<Tensor> logic_kernel(const Ctx& c) {
+  const Tensor& a = c.req(0);
+  const Tensor& b = c.req(1);
+  if (a.dtype != DType::kBool) c.bad_dtype(a.dtype);
+  if (b.dtype != DType::kBool) c.bad_dtype(b.dtype);
+  Tensor out(DType::kBool, broadcast_shapes(c, a.shape, b.shape));
+  bcast_binary<uint8_t, uint8_t>(a, b, out, [](uint8_t x, uint8_t y) -> uint8_t {
+    if constexpr (op == Logic::kAnd) return (x != 0) & (y != 0);
+    if constexpr (op == Logic::kOr) return (x != 0) | (y != 0);
+    if constexpr (op == Logic::kXor) return (x != 0) ^ (y != 0);
+  });
+  return one(std::move(out));
+}
+
+std::vector<Tensor> not_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  if (x.dtype != DType::kBool) c.bad_dtype(x.dtype);
+  Tensor out(DType::kBool, x.shape);
+  const uint8_t* s = x.data<uint8_t>();
+  uint8_t* d = out.data<uint8_t>();
+  for (int64_t i = 0; i < x.numel(); ++i) d[i] = s[i] == 0;
+  return one(std::move(out));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Where (dtype-agnostic: moves elements by size).
+
+template <class T>
+void where_t(const Tensor& cond, const Tensor& x, const Tensor& y, Tensor& out) {
+  const Shape& os = out.shape;
+  const std::vector<int64_t> so = contiguous_strides(os), sc = broadcast_strides(cond.shape, os),
+                             sx = broadcast_strides(x.shape, os), sy = broadcast_strides(y.shape, os);
+  const Plan<4> p = make_plan<4>(os, {so.data(), sc.data(), sx.data(), sy.data()});
+  const uint8_t* C = cond.data<uint8_t>();
+  const T* X = reinterpret_cast<const T*>(x.bytes.data());
+  const T* Y = reinterpret_cast<const T*>(y.bytes.data());
+  T* O = reinterpret_cast<T*>(out.bytes.data());
+  for_each_row(p, [&](const std::array<int64_t, 4>& off, int64_t n, const std::array<int64_t, 4>& st) {
+    for (int64_t i = 0; i < n; ++i)
+      O[off[0] + i] = C[off[1] + i * st[1]] ? X[off[2] + i * st[2]] : Y[off[3] + i * st[3]];
+  });
+}
+
+std::vector<Tensor> where_kernel(const Ctx& c) {
+  const Tensor& cond = c.req(0);
+  const Tensor& x = c.req(1);
+  const Tensor& y = c.req(2);
+  if (cond.dtype != DType::kBool) c.fail(fmt::format("condition must be bool, got {}", dtype_name(cond.dtype)));
+  same_dtype(c, x, y);
+  Tensor out(x.dtype, broadcast_shapes(c, broadcast_shapes(c, cond.shape, x.shape), y.shape));
+  switch (dtype_size(x.dtype)) {
+    case 1: where_t<uint8_t>(cond, x, y, out); break;
+    case 2: where_t<uint16_t>(cond, x, y, out); break;
+    case 4: where_t<uint32_t>(cond, x, y, out); break;
+    case 8: where_t<uint64_t>(cond, x, y, out); break;
+    default: c.bad_dtype(x.dtype);
+  }
+  return one(std::move(out));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Unary.
+
+enum class Un { kRelu, kTanh, kExp, kSqrt, kErf, kLog, kNeg, kAbs, kReciprocal, kSigmoid, kFloor, kCeil, kSign };
+
+template <Un op>
+constexpr bool un_int_ok = op == Un::kRelu || op == Un::kNeg || op == Un::kAbs || op == Un::kSign;
+
+template <Un op, class T>
+inline T un_apply(T x) {
+  if constexpr (op == Un::kRelu) return x > T(0) ? x : T(0);
+  if constexpr (op == Un::kNeg) return static_cast<T>(-x);
+  if constexpr (op == Un::kAbs) return x < T(0) ? static_cast<T>(-x) : x;
+  if constexpr (op == Un::kSign) return static_cast<T>((T(0) < x) - (x < T(0)));
+  if constexpr (op == Un::kTanh) return std::tanh(x);
+  if constexpr (op == Un::kExp) return std::exp(x);
+  if constexpr (op == Un::kSqrt) return std::sqrt(x);
+  if constexpr (op == Un::kErf) return std::erf(x);
+  if constexpr (op == Un::kLog) return std::log(x);
+  if constexpr (op == Un::kReciprocal) return T(1) / x;
+  if constexpr (op == Un::kSigmoid) return T(1) / (T(1) + std::exp(-x));
+  if constexpr (op == Un::kFloor) return std::floor(x);
+  if constexpr (op == Un::kCeil) return std::ceil(x);
+}
+
+template <Un op>
+constexpr int dnnl_eltwise() {
+  switch (op) {
+    case Un::kRelu: return static_cast<int>(dnn::Eltwise::kRelu);
+    case Un::kTanh: return static_cast<int>(dnn::Eltwise::kTanh);
+    case Un::kExp: return static_cast<int>(dnn::Eltwise::kExp);
+    case Un::kSqrt: return static_cast<int>(dnn::Eltwise::kSqrt);
+    case Un::kLog: return static_cast<int>(dnn::Eltwise::kLog);
+    case Un::kNeg: return static_cast<int>(dnn::Eltwise::kNeg);
+    case Un::kAbs: return static_cast<int>(dnn::Eltwise::kAbs);
+    case Un::kReciprocal: return static_cast<int>(dnn::Eltwise::kReciprocal);
+    case Un::kSigmoid: return static_cast<int>(dnn::Eltwise::kSigmoid);
+    default: return -1;
+  }
+}
+
+template <Un op>
+std::vector<Tensor> unary_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  Tensor out(x.dtype, x.shape);
+  const int64_t n = x.numel();
+  if constexpr (dnnl_eltwise<op>() >= 0) {
+    if (x.dtype == DType::kFloat32 && n >= kDnnlMinElems) {
+      dnn::eltwise(static_cast<dnn::Eltwise>(dnnl_eltwise<op>()), x.data<float>(), out.data<float>(), n);
+      return one(std::move(out));
+    }
+  }
+  auto run = [&]<class T>() {
+    const T* s = x.data<T>();
+    T* d = out.data<T>();
+    for (int64_t i = 0; i < n; ++i) d[i] = un_apply<op, T>(s[i]);
+  };
+  if constexpr (un_int_ok<op>)
+    dispatch_numeric(c, x.dtype, run);
+  else
+    dispatch_float(c, x.dtype, run);
+  return one(std::move(out));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Cast, Clip.
+
+std::vector<Tensor> cast_kernel(const Ctx& c) {
+  if (!c.node.has("to")) c.fail("missing attribute 'to'");
+  return one(cast_tensor(c, c.req(0), static_cast<DType>(c.node.i("to"))));
+}
+
+std::vector<Tensor> clip_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  Tensor out(x.dtype, x.shape);
+  dispatch_numeric(c, x.dtype, [&]<class T>() {
+    T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+    if (c.opset < 11) {
+      if (c.node.has("min")) lo = static_cast<T>(c.node.f("min"));
+      if (c.node.has("max")) hi = static_cast<T>(c.node.f("max"));
+    }
+    auto scalar = [&](size_t i, T& v) {
+      const Tensor* t = c.in(i);
+      if (!t) return;
+      if (t->dtype != x.dtype || t->numel() != 1) c.fail(fmt::format("input {} must be a scalar of the input type", i));
+      v = t->data<T>()[0];
+    };
+    scalar(1, lo);
+    scalar(2, hi);
+    const T* s = x.data<T>();
+    T* d = out.data<T>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const T v = s[i] < lo ? lo : s[i];
+      d[i] = hi < v ? hi : v;
+    }
+  });
+  return one(std::move(out));
+}
+
+}  // namespace
+
+void register_elementwise(KernelTable& t) {
+  t["Add"] = binary_kernel<Bin::kAdd>;
+  t["Sub"] = binary_kernel<Bin::kSub>;
+  t["Mul"] = binary_kernel<Bin::kMul>;
+  t["Div"] = binary_kernel<Bin::kDiv>;
+  t["Pow"] = pow_kernel;
+  t["Max"] = variadic_kernel<Bin::kMax>;
+  t["Min"] = variadic_kernel<Bin::kMin>;
+  t["Sum"] = variadic_kernel<Bin::kAdd>;
+  t["Mean"] = variadic_kernel<Bin::kAdd, true>;
+  t["Equal"] = compare_kernel<Cmp::kEq>;
+  t["Less"] = compare_kernel<Cmp::kLt>;
+  t["Greater"] = compare_kernel<Cmp::kGt>;
+  t["LessOrEqual"] = compare_kernel<Cmp::kLe>;
+  t["GreaterOrEqual"] = compare_kernel<Cmp::kGe>;
+  t["And"] = logic_kernel<Logic::kAnd>;
+  t["Or"] = logic_kernel<Logic::kOr>;
+  t["Xor"] = logic_kernel<Logic::kXor>;
+  t["Not"] = not_kernel;
+  t["Where"] = where_kernel;
+  t["Relu"] = unary_kernel<Un::kRelu>;
+  t["Tanh"] = unary_kernel<Un::kTanh>;
+  t["Exp"] = unary_kernel<Un::kExp>;
+  t["Sqrt"] = unary_kernel<Un::kSqrt>;
+  t["Erf"] = unary_kernel<Un::kErf>;
+  t["Log"] = unary_kernel<Un::kLog>;
+  t["Neg"] = unary_kernel<Un::kNeg>;
+  t["Abs"] = unary_kernel<Un::kAbs>;
+  t["Reciprocal"] = unary_kernel<Un::kReciprocal>;
+  t["Sigmoid"] = unary_kernel<Un::kSigmoid>;
+  t["Floor"] = unary_kernel<Un::kFloor>;
+  t["Ceil"] = unary_kernel<Un::kCeil>;
+  t["Sign"] = unary_kernel<Un::kSign>;
+  t["Cast"] = cast_kernel;
+  t["Clip"] = clip_kernel;
+}
+
+}  // namespace gspmd::kern

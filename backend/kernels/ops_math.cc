@@ -1,0 +1,366 @@
+// Math kernels: MatMul, Gemm, Softmax, LogSoftmax, LayerNormalization, ReduceSum/Mean/Max/Min/Prod.
+// float32 runs on oneDNN (onednn.h); float64 / integer types (and zero-sized edge cases) run on plain C++ loops.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "backend/kernels/kernels_util.h"
+#include "backend/kernels/onednn.h"
+
+namespace gspmd::kern {
+namespace {
+
+constexpr size_t kDnnlMaxRank = 12;
+
+// ---------------------------------------------------------------------------------------------------------------
+// MatMul / Gemm.
+
+/// C[batch,M,N] = A x B with A [a_batch,M,K] (row-major), B [b_batch,K,N]; a_batch, b_batch in {1, batch}.
+template <class T>
+void naive_matmul(const T* a, const T* b, T* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k, int64_t n,
+                  bool ta = false, bool tb = false, T alpha = T(1), T beta = T(0)) {
+  const int64_t batch = std::max(a_batch, b_batch);
+  std::vector<T> row(static_cast<size_t>(n));
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    const T* A = a + (a_batch == 1 ? 0 : bi * m * k);
+    const T* B = b + (b_batch == 1 ? 0 : bi * k * n);
+    T* C = c + bi * m * n;
+    for (int64_t i = 0; i < m; ++i) {
+      std::fill(row.begin(), row.end(), T(0));
+      for (int64_t p = 0; p < k; ++p) {
+        const T av = ta ? A[p * m + i] : A[i * k + p];
+        if (tb) {
+          for (int64_t j = 0; j < n; ++j) row[j] += av * B[j * k + p];
+        } else {
+          const T* Br = B + p * n;
+          for (int64_t j = 0; j < n; ++j) row[j] += av * Br[j];
+        }
+      }
+      T* Cr = C + i * n;
+      for (int64_t j = 0; j < n; ++j) Cr[j] = beta == T(0) ? alpha * row[j] : alpha * row[j] + beta * Cr[j];
+    }
+  }
+}
+
+template <class T>
+void mm(const T* a, const T* b, T* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    dnn::matmul(a, b, c, a_batch, b_batch, m, k, n);
+  else
+    naive_matmul(a, b, c, a_batch, b_batch, m, k, n);
+}
+
+std::vector<Tensor> matmul_kernel(const Ctx& c) {
+  const Tensor& a = c.req(0);
+  const Tensor& b = c.req(1);
+  if (a.dtype != b.dtype) c.fail(fmt::format("input dtypes differ ({} vs {})", dtype_name(a.dtype), dtype_name(b.dtype)));
+  if (a.shape.empty() || b.shape.empty()) c.fail("inputs must have rank >= 1");
+  Shape as = a.shape, bs = b.shape;
+  if (as.size() == 1) as.insert(as.begin(), 1);
+  if (bs.size() == 1) bs.push_back(1);
+  const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  if (bs[bs.size() - 2] != k)
+    c.fail(fmt::format("shapes {} and {} are not aligned for matmul", shape_str(a.shape), shape_str(b.shape)));
+  const Shape ba(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  const Shape bo = broadcast_shapes(c, ba, bb);
+  Shape os = bo;
+  if (a.shape.size() > 1) os.push_back(m);
+  if (b.shape.size() > 1) os.push_back(n);
+  Tensor out(a.dtype, os);
+  if (out.numel() == 0 || k == 0) return one(std::move(out));
+  const int64_t batch = num_elements(bo), na = num_elements(ba), nb = num_elements(bb);
+  dispatch_numeric(c, a.dtype, [&]<class T>() {
+    const T* A = a.data<T>();
+    const T* B = b.data<T>();
+    T* C = out.data<T>();
+    if ((na == batch || na == 1) && (nb == batch || nb == 1)) {
+      mm<T>(A, B, C, na, nb, m, k, n);
+      return;
+    }
+    // General batch broadcasting: one matrix product per output batch entry.
+    std::vector<int64_t> so = contiguous_strides(bo), sa = broadcast_strides(ba, bo), sb = broadcast_strides(bb, bo);
+    const Plan<3> p = make_plan<3>(bo, {so.data(), sa.data(), sb.data()});
+    for_each_row(p, [&](const std::array<int64_t, 3>& off, int64_t cnt, const std::array<int64_t, 3>& st) {
+      for (int64_t i = 0; i < cnt; ++i)
+        mm<T>(A + (off[1] + i * st[1]) * m * k, B + (off[2] + i * st[2]) * k * n, C + (off[0] + i * st[0]) * m * n, 1,
+              1, m, k, n);
+    });
+  });
+  return one(std::move(out));
+}
+
+std::vector<Tensor> gemm_kernel(const Ctx& c) {
+  const Tensor& a = c.req(0);
+  const Tensor& b = c.req(1);
+  const Tensor* cin = c.in(2);
+  if (a.dtype != b.dtype || (cin && cin->dtype != a.dtype)) c.fail("input dtypes differ");
+  if (a.shape.size() != 2 || b.shape.size() != 2) c.fail("A and B must be 2-D");
+  const bool ta = c.node.i("transA", 0) != 0, tb = c.node.i("transB", 0) != 0;
+  const float alpha = c.node.f("alpha", 1.f);
+  float beta = c.node.f("beta", 1.f);
+  const int64_t m = ta ? a.shape[1] : a.shape[0], k = ta ? a.shape[0] : a.shape[1];
+  const int64_t kb = tb ? b.shape[1] : b.shape[0], n = tb ? b.shape[0] : b.shape[1];
+  if (k != kb) c.fail(fmt::format("shapes {} and {} are not aligned (transA={}, transB={})", shape_str(a.shape),
+                                  shape_str(b.shape), ta, tb));
+  const Shape os{m, n};
+  Tensor out;
+  if (cin && beta != 0.f) {
+    if (broadcast_shapes(c, cin->shape, os) != os)
+      c.fail(fmt::format("C of shape {} does not broadcast to {}", shape_str(cin->shape), shape_str(os)));
+    out = broadcast_to(*cin, os);
+  } else {
+    out = Tensor(a.dtype, os);
+    beta = 0.f;
+  }
+  if (out.numel() == 0) return one(std::move(out));
+  dispatch_numeric(c, a.dtype, [&]<class T>() {
+    if constexpr (std::is_same_v<T, float>) {
+      if (k > 0) {
+        dnn::matmul(a.data<float>(), b.data<float>(), out.data<float>(), 1, 1, m, k, n, ta, tb, alpha, beta);
+        return;
+      }
+    }
+    naive_matmul<T>(a.data<T>(), b.data<T>(), out.data<T>(), 1, 1, m, k, n, ta, tb, static_cast<T>(alpha),
+                    static_cast<T>(beta));
+  });
+  return one(std::move(out));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Softmax / LogSoftmax.
+
+template <class T>
+void naive_softmax(const T* in, T* out, int64_t outer, int64_t len, int64_t inner, bool log) {
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      const T* x = in + o * len * inner + j;
+      T* y = out + o * len * inner + j;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t i = 0; i < len; ++i) mx = std::max(mx, x[i * inner]);
+      T sum = 0;
+      for (int64_t i = 0; i < len; ++i) sum += std::exp(x[i * inner] - mx);
+      for (int64_t i = 0; i < len; ++i)
+        y[i * inner] = log ? x[i * inner] - mx - std::log(sum) : std::exp(x[i * inner] - mx) / sum;
+    }
+}
+
+template <bool log>
+std::vector<Tensor> softmax_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  Tensor out(x.dtype, x.shape);
+  const int64_t r = static_cast<int64_t>(x.shape.size());
+  Shape dims;
+  int64_t ax;
+  if (c.opset < 13) {
+    // Coerce to 2-D [prod(dims[:axis]), prod(dims[axis:])] and normalise each row.
+    int64_t a = c.node.i("axis", 1);
+    if (a < 0) a += r;
+    if (a < 0 || a > r) c.fail(fmt::format("axis {} out of range for rank {}", c.node.i("axis", 1), r));
+    int64_t outer = 1;
+    for (int64_t i = 0; i < a; ++i) outer *= x.shape[i];
+    dims = {outer, x.numel() / std::max<int64_t>(outer, 1)};
+    if (outer == 0) dims[1] = 0;
+    ax = 1;
+  } else if (r == 0) {
+    dims = {1};
+    ax = 0;
+  } else {
+    dims = x.shape;
+    ax = c.axis(c.node.i("axis", -1), r);
+  }
+  if (out.numel() == 0) return one(std::move(out));
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    if constexpr (std::is_same_v<T, float>) {
+      if (dims.size() <= kDnnlMaxRank) {
+        dnn::softmax(x.data<float>(), out.data<float>(), dims, static_cast<int>(ax), log);
+        return;
+      }
+    }
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < ax; ++i) outer *= dims[i];
+    for (size_t i = ax + 1; i < dims.size(); ++i) inner *= dims[i];
+    naive_softmax<T>(x.data<T>(), out.data<T>(), outer, dims[ax], inner, log);
+  });
+  return one(std::move(out));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// LayerNormalization (opset 17).
+
+template <class T>
+void naive_layer_norm(const T* x, T* y, int64_t outer, int64_t inner, const T* scale, const T* bias, T eps, T* mean,
+                      T* inv_std) {
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* xr = x + o * inner;
+    T* yr = y + o * inner;
+    T mu = 0;
+    for (int64_t i = 0; i < inner; ++i) mu += xr[i];
+    mu /= static_cast<T>(inner);
+    T var = 0;
+    for (int64_t i = 0; i < inner; ++i) var += (xr[i] - mu) * (xr[i] - mu);
+    var /= static_cast<T>(inner);
+    const T is = T(1) / std::sqrt(var + eps);
+    for (int64_t i = 0; i < inner; ++i) {
+      T v = (xr[i] - mu) * is;
+      if (scale) v *= scale[i];
+      if (bias) v += bias[i];
+      yr[i] = v;
+    }
+    if (mean) mean[o] = mu;
+    if (inv_std) inv_std[o] = is;
+  }
+}
+
+std::vector<Tensor> layer_norm_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  const int64_t r = static_cast<int64_t>(x.shape.size());
+  if (r == 0) c.fail("input must have rank >= 1");
+  const int64_t ax = c.axis(c.node.i("axis", -1), r);
+  const float eps = c.node.f("epsilon", 1e-5f);
+  const Shape norm_shape(x.shape.begin() + ax, x.shape.end());
+  int64_t outer = 1;
+  for (int64_t i = 0; i < ax; ++i) outer *= x.shape[i];
+  const int64_t inner = num_elements(norm_shape);
+  // Scale / bias as flat vectors of length `inner`.
+  auto param = [&](size_t i, Tensor& holder) -> const Tensor* {
+    const Tensor* t = c.in(i);
+    if (!t) return nullptr;
+    if (t->dtype != x.dtype) c.fail(fmt::format("input {} has dtype {}, X has {}", i, dtype_name(t->dtype),
+                                                dtype_name(x.dtype)));
+    if (t->numel() == inner) return t;
+    if (t->shape.size() > norm_shape.size() || broadcast_shapes(c, t->shape, norm_shape) != norm_shape)
+      c.fail(fmt::format("input {} of shape {} does not broadcast to {}", i, shape_str(t->shape),
+                         shape_str(norm_shape)));
+    holder = broadcast_to(*t, norm_shape);
+    return &holder;
+  };
+  Tensor sh, bh;
+  const Tensor* scale = param(1, sh);
+  const Tensor* bias = param(2, bh);
+  Shape stat_shape(x.shape.begin(), x.shape.begin() + ax);
+  stat_shape.resize(r, 1);
+  std::vector<Tensor> outs;
+  outs.emplace_back(x.dtype, x.shape);
+  const size_t nout = std::min<size_t>(c.n_out(), 3);
+  for (size_t i = 1; i < nout; ++i) outs.emplace_back(x.dtype, stat_shape);
+  if (x.numel() == 0) return outs;
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    T* mean = nout > 1 ? outs[1].data<T>() : nullptr;
+    T* inv = nout > 2 ? outs[2].data<T>() : nullptr;
+    const T* sp = scale ? scale->data<T>() : nullptr;
+    const T* bp = bias ? bias->data<T>() : nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      std::vector<float> var;
+      if (inv) var.resize(static_cast<size_t>(outer));
+      dnn::layer_norm(x.data<float>(), outs[0].data<float>(), outer, inner, sp, bp, eps, mean,
+                      inv ? var.data() : nullptr);
+      if (inv)
+        for (int64_t o = 0; o < outer; ++o) inv[o] = 1.f / std::sqrt(var[o] + eps);
+    } else {
+      naive_layer_norm<T>(x.data<T>(), outs[0].data<T>(), outer, inner, sp, bp, static_cast<T>(eps), mean, inv);
+    }
+  });
+  return outs;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reductions.
+
+enum class Red { kSum, kMean, kMax, kMin, kProd };
+
+template <Red op>
+std::vector<Tensor> reduce_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  const int64_t r = static_cast<int64_t>(x.shape.size());
+  std::vector<int64_t> axes;
+  if (const Tensor* t = c.in(1))
+    axes = t->as_int64s();
+  else
+    axes = c.node.ints("axes");
+  const bool keep = c.node.i("keepdims", 1) != 0;
+  if (axes.empty() && c.node.i("noop_with_empty_axes", 0) != 0) return one(x);
+  std::vector<char> red(r, axes.empty() ? 1 : 0);
+  for (int64_t a : axes) red[c.axis(a, r)] = 1;
+  Shape kd = x.shape, os;
+  int64_t count = 1;
+  for (int64_t i = 0; i < r; ++i)
+    if (red[i]) {
+      count *= x.shape[i];
+      kd[i] = 1;
+    } else {
+      os.push_back(x.shape[i]);
+    }
+  Tensor out(x.dtype, kd);
+  if (kd == x.shape) {
+    out = x;
+  } else {
+    dispatch_numeric(c, x.dtype, [&]<class T>() {
+      if constexpr (std::is_same_v<T, float>) {
+        if (x.numel() > 0 && kd.size() <= kDnnlMaxRank) {
+          constexpr dnn::Reduce alg = op == Red::kSum    ? dnn::Reduce::kSum
+                                      : op == Red::kMean ? dnn::Reduce::kMean
+                                      : op == Red::kMax  ? dnn::Reduce::kMax
+                                      : op == Red::kMin  ? dnn::Reduce::kMin
+                                                         : dnn::Reduce::kProd;
+          dnn::reduce(alg, x.data<float>(), out.data<float>(), x.shape, kd);
+          return;
+        }
+      }
+      T init;
+      if constexpr (op == Red::kSum || op == Red::kMean) init = T(0);
+      if constexpr (op == Red::kProd) init = T(1);
+      if constexpr (op == Red::kMax)
+        init = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                    : std::numeric_limits<T>::lowest();
+      if constexpr (op == Red::kMin)
+        init = std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                    : std::numeric_limits<T>::max();
+      T* o = out.data<T>();
+      std::fill_n(o, out.numel(), init);
+      const T* in = x.data<T>();
+      const std::vector<int64_t> si = contiguous_strides(x.shape), so = broadcast_strides(kd, x.shape);
+      const Plan<2> p = make_plan<2>(x.shape, {si.data(), so.data()});
+      for_each_row(p, [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+        const T* s = in + off[0];
+        T* d = o + off[1];
+        for (int64_t i = 0; i < n; ++i) {
+          T& acc = d[i * st[1]];
+          const T v = s[i];
+          if constexpr (op == Red::kSum || op == Red::kMean) acc += v;
+          if constexpr (op == Red::kProd) acc *= v;
+          if constexpr (op == Red::kMax) acc = v > acc ? v : acc;
+          if constexpr (op == Red::kMin) acc = v < acc ? v : acc;
+        }
+      });
+      if constexpr (op == Red::kMean) {
+        for (int64_t i = 0; i < out.numel(); ++i) {
+          if constexpr (std::is_floating_point_v<T>)
+            o[i] = o[i] / static_cast<T>(count);
+          else
+            o[i] = count == 0 ? T(0) : static_cast<T>(o[i] / count);
+        }
+      }
+    });
+  }
+  if (!keep) out.shape = os;
+  return one(std::move(out));
+}
+
+}  // namespace
+
+void register_math(KernelTable& t) {
+  t["MatMul"] = matmul_kernel;
+  t["Gemm"] = gemm_kernel;
+  t["Softmax"] = softmax_kernel<false>;
+  t["LogSoftmax"] = softmax_kernel<true>;
+  t["LayerNormalization"] = layer_norm_kernel;
+  t["ReduceSum"] = reduce_kernel<Red::kSum>;
+  t["ReduceMean"] = reduce_kernel<Red::kMean>;
+  t["ReduceMax"] = reduce_kernel<Red::kMax>;
+  t["ReduceMin"] = reduce_kernel<Red::kMin>;
+  t["ReduceProd"] = reduce_kernel<Red::kProd>;
+}
+
+}  // namespace gspmd::kern

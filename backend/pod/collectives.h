@@ -1,0 +1,40 @@
+// backend/pod: in-process implementations of the `gspmd` ops (semantics in core/partition/spmd.h), on plain tensors.
+// Collectives take the operands of one replica group in tile order and return one result per member, in the same
+// order. Data movement is dtype-agnostic (byte blocks); reductions support float32, float64, int8..int64, uint8..uint64
+// and bool (sum/max = or, min/prod = and); other dtypes throw UnsupportedError.
+// All functions throw std::runtime_error on operands that violate the op's contract (shape mismatch, bad axis).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/ir/ir.h"
+#include "core/sharding/sharding.h"
+
+namespace gspmd::pod {
+
+/// "sum" | "max" | "min" | "prod" -> ReductionKind; anything else throws std::runtime_error.
+ReductionKind parse_reduction(const std::string& s);
+
+/// Every member gets the elementwise reduction of all operands (reduced in tile order, so all members agree bitwise).
+std::vector<Tensor> all_reduce(const std::vector<const Tensor*>& ins, ReductionKind k);
+/// Every member gets the operands concatenated along `axis` in tile order.
+std::vector<Tensor> all_gather(const std::vector<const Tensor*>& ins, int64_t axis);
+/// Member t gets chunk t (along `axis`, shape[axis] / n long) of the reduction. shape[axis] % n must be 0.
+std::vector<Tensor> reduce_scatter(const std::vector<const Tensor*>& ins, int64_t axis, ReductionKind k);
+/// Member j gets chunk j (along split_axis) of every operand, concatenated along concat_axis in source tile order.
+std::vector<Tensor> all_to_all(const std::vector<const Tensor*>& ins, int64_t split_axis, int64_t concat_axis);
+/// Member t gets operand t - shift, or zeros when that is outside [0, n).
+std::vector<Tensor> collective_permute(const std::vector<const Tensor*>& ins, int64_t shift);
+
+/// x[tile*shard_size : +shard_size] along axis, zero past x.shape[axis].
+Tensor shard_slice(const Tensor& x, int64_t axis, int64_t tile, int64_t shard_size);
+/// Sets the elements whose global index tile*x.shape[axis] + i >= full_size to `value` (cast to x's dtype), in place.
+void mask_pad(Tensor& x, int64_t axis, int64_t tile, int64_t full_size, float value);
+
+/// Copies `len` slices along `axis` from src[src_start...] to dst[dst_start...]; src and dst must agree on every dim
+/// but `axis` and on dtype.
+void copy_along_axis(const Tensor& src, int64_t axis, int64_t src_start, Tensor& dst, int64_t dst_start, int64_t len);
+
+}  // namespace gspmd::pod

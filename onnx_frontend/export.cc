@@ -1,0 +1,426 @@
+// export_device: the SPMD program specialised for one device, as a standalone ONNX model (docs/collectives.md).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "onnx_frontend/frontend.h"
+#include "onnx_frontend/proto_util.h"
+
+namespace gspmd {
+namespace {
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t mant = x & 0x7fffffu;
+  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff);
+  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));  // inf / nan
+  int32_t e = exp - 127 + 15;
+  if (e >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (e <= 0) {                                                   // subnormal or zero
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    uint32_t shift = static_cast<uint32_t>(14 - e);
+    uint32_t h = mant >> shift;
+    if ((mant >> (shift - 1)) & 1u) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  if (mant & 0x1000u) ++h;  // round half up
+  return static_cast<uint16_t>(h);
+}
+
+template <class T>
+T clamp_to(double v) {
+  if (std::isnan(v)) return T{};
+  if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+  if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
+}
+
+// A tensor of `shape` (usually a scalar) of dtype `t` filled with `v` (saturated for integer types).
+Tensor filled(DType t, const Shape& shape, double v) {
+  Tensor out(t, shape);
+  const int64_t n = out.numel();
+  auto fill = [&](auto x) {
+    using X = decltype(x);
+    X* d = out.data<X>();
+    for (int64_t i = 0; i < n; ++i) d[i] = x;
+  };
+  switch (t) {
+    case DType::kFloat32: fill(static_cast<float>(v)); break;
+    case DType::kFloat64: fill(v); break;
+    case DType::kInt64: fill(clamp_to<int64_t>(v)); break;
+    case DType::kInt32: fill(clamp_to<int32_t>(v)); break;
+    case DType::kInt16: fill(clamp_to<int16_t>(v)); break;
+    case DType::kInt8: fill(clamp_to<int8_t>(v)); break;
+    case DType::kUInt64: fill(clamp_to<uint64_t>(v)); break;
+    case DType::kUInt32: fill(clamp_to<uint32_t>(v)); break;
+    case DType::kUInt16: fill(clamp_to<uint16_t>(v)); break;
+    case DType::kUInt8: fill(clamp_to<uint8_t>(v)); break;
+    case DType::kBool: fill(static_cast<uint8_t>(v != 0)); break;
+    case DType::kFloat16: fill(float_to_half(static_cast<float>(v))); break;
+    case DType::kBFloat16: {
+      float f = static_cast<float>(v);
+      uint32_t x;
+      std::memcpy(&x, &f, 4);
+      if (!std::isnan(f)) x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest even
+      fill(static_cast<uint16_t>(x >> 16));
+      break;
+    }
+    default: throw std::runtime_error(fmt::format("export: cannot make a {} constant", dtype_name(t)));
+  }
+  return out;
+}
+
+void set_value_info(onnx::ValueInfoProto* vi, const Value& v) {
+  vi->set_name(v.name);
+  auto* tt = vi->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(static_cast<int32_t>(v.dtype));
+  auto* s = tt->mutable_shape();
+  for (int64_t d : v.shape) s->add_dim()->set_dim_value(d);
+}
+
+void set_attr(onnx::AttributeProto* a, const std::string& name, const AttrValue& v) {
+  using AP = onnx::AttributeProto;
+  a->set_name(name);
+  std::visit(
+      [&](const auto& x) {
+        using X = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<X, int64_t>) {
+          a->set_type(AP::INT);
+          a->set_i(x);
+        } else if constexpr (std::is_same_v<X, float>) {
+          a->set_type(AP::FLOAT);
+          a->set_f(x);
+        } else if constexpr (std::is_same_v<X, std::string>) {
+          a->set_type(AP::STRING);
+          a->set_s(x);
+        } else if constexpr (std::is_same_v<X, std::vector<int64_t>>) {
+          a->set_type(AP::INTS);
+          for (auto e : x) a->add_ints(e);
+        } else if constexpr (std::is_same_v<X, std::vector<float>>) {
+          a->set_type(AP::FLOATS);
+          for (auto e : x) a->add_floats(e);
+        } else if constexpr (std::is_same_v<X, std::vector<std::string>>) {
+          a->set_type(AP::STRINGS);
+          for (const auto& e : x) a->add_strings(e);
+        } else {
+          a->set_type(AP::TENSOR);
+          frontend::tensor_to_proto(x, a->mutable_t());
+        }
+      },
+      v);
+}
+
+bool is_collective(const std::string& op) {
+  return op == "AllReduce" || op == "AllGather" || op == "ReduceScatter" || op == "AllToAll" ||
+         op == "CollectivePermute";
+}
+
+struct Exporter {
+  const SpmdProgram& p;
+  const Graph& G;  // the program
+  const Graph& global;
+  int64_t device;
+  int64_t opset;
+  onnx::ModelProto m;
+  onnx::GraphProto* pg = nullptr;
+  std::unordered_set<std::string> names;  // value and node names in use
+  std::set<std::string> domains;
+
+  std::string fresh(const std::string& hint) {
+    std::string n = hint;
+    for (int k = 1; names.count(n); ++k) n = fmt::format("{}_{}", hint, k);
+    names.insert(n);
+    return n;
+  }
+
+  std::string add_const(const std::string& hint, const Tensor& t) {
+    std::string name = fresh(hint);
+    auto* init = pg->add_initializer();
+    init->set_name(name);
+    frontend::tensor_to_proto(t, init);
+    return name;
+  }
+
+  onnx::NodeProto* add_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
+                            std::vector<std::string> outs) {
+    auto* n = pg->add_node();
+    n->set_name(name);
+    n->set_op_type(op);
+    for (auto& i : ins) n->add_input(i);
+    for (auto& o : outs) n->add_output(o);
+    return n;
+  }
+
+  // A value made by the exporter between two of its nodes (gets a value_info entry).
+  std::string add_temp(const std::string& hint, DType t, const Shape& s) {
+    Value v;
+    v.name = fresh(hint);
+    v.dtype = t;
+    v.shape = s;
+    set_value_info(pg->add_value_info(), v);
+    return v.name;
+  }
+
+  void emit_slice(const std::string& node, const std::string& x, const std::string& y, int64_t axis, int64_t start,
+                  int64_t end) {
+    if (opset >= 10) {
+      auto s = add_const(node + "/starts", Tensor::from_int64s({start}));
+      auto e = add_const(node + "/ends", Tensor::from_int64s({end}));
+      auto a = add_const(node + "/axes", Tensor::from_int64s({axis}));
+      add_node(fresh(node + "/Slice"), "Slice", {x, s, e, a}, {y});
+    } else {
+      auto* n = add_node(fresh(node + "/Slice"), "Slice", {x}, {y});
+      set_attr(n->add_attribute(), "starts", std::vector<int64_t>{start});
+      set_attr(n->add_attribute(), "ends", std::vector<int64_t>{end});
+      set_attr(n->add_attribute(), "axes", std::vector<int64_t>{axis});
+    }
+  }
+
+  void emit_pad(const std::string& node, const std::string& x, const std::string& y, DType dt, size_t rank,
+                int64_t axis, int64_t pad_end, double value) {
+    std::vector<int64_t> pads(2 * rank, 0);
+    pads[rank + static_cast<size_t>(axis)] = pad_end;
+    if (opset >= 11) {
+      auto pn = add_const(node + "/pads", Tensor::from_int64s(pads));
+      auto cv = add_const(node + "/pad_value", filled(dt, {}, value));
+      add_node(fresh(node + "/Pad"), "Pad", {x, pn, cv}, {y});
+    } else {
+      auto* n = add_node(fresh(node + "/Pad"), "Pad", {x}, {y});
+      set_attr(n->add_attribute(), opset >= 2 ? "pads" : "paddings", pads);
+      set_attr(n->add_attribute(), "value", static_cast<float>(value));
+    }
+  }
+
+  // y = a tensor of y's shape filled with `value`.
+  void emit_fill(const std::string& node, const Value& y, double value) {
+    if (opset >= 9) {
+      auto shape = add_const(node + "/shape", Tensor::from_int64s(y.shape));
+      auto* n = add_node(fresh(node + "/ConstantOfShape"), "ConstantOfShape", {shape}, {y.name});
+      set_attr(n->add_attribute(), "value", filled(y.dtype, {1}, value));
+    } else {
+      auto* n = add_node(fresh(node + "/Constant"), "Constant", {}, {y.name});
+      set_attr(n->add_attribute(), "value", filled(y.dtype, y.shape, value));
+    }
+  }
+
+  std::vector<int> mesh_axes(const Node& n) {
+    std::vector<int> axes;
+    for (int64_t a : n.ints("mesh_axes")) {
+      if (a < 0 || a >= p.mesh.rank())
+        throw std::runtime_error(fmt::format("export: node '{}' ({}): mesh axis {} out of range", n.name, n.op_type, a));
+      axes.push_back(static_cast<int>(a));
+    }
+    return axes;
+  }
+
+  int64_t norm_axis(const Node& n, int64_t axis, size_t rank) {
+    int64_t r = static_cast<int64_t>(rank);
+    if (axis < 0) axis += r;
+    if (axis < 0 || axis >= r)
+      throw std::runtime_error(fmt::format("export: node '{}' ({}): axis out of range", n.name, n.op_type));
+    return axis;
+  }
+
+  void specialise(const Node& n) {
+    const std::string& op = n.op_type;
+    const std::vector<int> axes = mesh_axes(n);
+    const int64_t tile = p.mesh.tile_index(device, axes);
+    const Value& y = G.values.at(n.outputs.at(0));
+    if (op == "PartitionOffset") {
+      auto* c = add_node(n.name, "Constant", {}, {y.name});
+      Tensor t = Tensor::from_int64s({tile * n.i("shard_size")}, /*scalar=*/true);
+      t.shape = y.shape;  // scalar or [1], as the program says
+      set_attr(c->add_attribute(), "value", t);
+      return;
+    }
+    const Value& x = G.values.at(n.inputs.at(0));
+    const int64_t axis = norm_axis(n, n.i("axis"), x.shape.size());
+    const int64_t dim = x.shape[static_cast<size_t>(axis)];
+    if (op == "ShardSlice") {
+      const int64_t shard = n.i("shard_size");
+      const int64_t start = tile * shard, end = start + shard;
+      if (start == 0 && end == dim) {
+        add_node(n.name, "Identity", {x.name}, {y.name});
+      } else if (end <= dim) {
+        emit_slice(n.name, x.name, y.name, axis, start, end);
+      } else if (start >= dim) {
+        emit_fill(n.name, y, 0.0);
+      } else {
+        Shape s = x.shape;
+        s[static_cast<size_t>(axis)] = dim - start;
+        auto tmp = add_temp(n.name + "/valid", x.dtype, s);
+        emit_slice(n.name, x.name, tmp, axis, start, dim);
+        emit_pad(n.name, tmp, y.name, x.dtype, x.shape.size(), axis, end - dim, 0.0);
+      }
+      return;
+    }
+    if (op == "MaskPad") {
+      const int64_t full = n.i("full_size");
+      const double value = n.f("value");
+      const int64_t valid = std::clamp<int64_t>(full - tile * dim, 0, dim);
+      if (valid == dim) {
+        add_node(n.name, "Identity", {x.name}, {y.name});
+      } else if (valid == 0) {
+        emit_fill(n.name, y, value);
+      } else {
+        Shape s = x.shape;
+        s[static_cast<size_t>(axis)] = valid;
+        auto tmp = add_temp(n.name + "/valid", x.dtype, s);
+        emit_slice(n.name, x.name, tmp, axis, 0, valid);
+        emit_pad(n.name, tmp, y.name, x.dtype, x.shape.size(), axis, dim - valid, value);
+      }
+      return;
+    }
+    throw std::runtime_error(fmt::format("export: node '{}': unknown gspmd op '{}'", n.name, op));
+  }
+
+  void copy_node(const Node& n) {
+    auto* pn = pg->add_node();
+    pn->set_name(n.name);
+    pn->set_op_type(n.op_type);
+    if (!n.domain.empty()) {
+      pn->set_domain(n.domain);
+      domains.insert(n.domain);
+    }
+    for (int i : n.inputs) pn->add_input(i >= 0 ? G.values.at(i).name : "");
+    for (int o : n.outputs) pn->add_output(G.values.at(o).name);
+    for (const auto& [k, v] : n.attrs) set_attr(pn->add_attribute(), k, v);
+    if (n.domain == kGspmdDomain && is_collective(n.op_type)) {
+      const std::vector<int> axes = mesh_axes(n);
+      const auto groups = p.mesh.replica_groups(axes);
+      std::vector<int64_t> flat;
+      for (const auto& grp : groups) flat.insert(flat.end(), grp.begin(), grp.end());
+      set_attr(pn->add_attribute(), "replica_groups", flat);
+      set_attr(pn->add_attribute(), "group_size", p.mesh.axes_size(axes));
+      if (n.op_type == "CollectivePermute") {
+        const int64_t shift = n.i("shift");
+        std::vector<int64_t> pairs;
+        for (const auto& grp : groups) {
+          const int64_t size = static_cast<int64_t>(grp.size());
+          for (int64_t t = 0; t < size; ++t) {
+            int64_t src = t - shift;
+            if (src < 0 || src >= size) continue;
+            pairs.push_back(grp[static_cast<size_t>(src)]);
+            pairs.push_back(grp[static_cast<size_t>(t)]);
+          }
+        }
+        set_attr(pn->add_attribute(), "source_target_pairs", pairs);
+      }
+    }
+  }
+
+  void run(const std::string& path) {
+    if (device < 0 || device >= p.mesh.num_devices())
+      throw std::invalid_argument(
+          fmt::format("export_device: device {} out of range (mesh has {})", device, p.mesh.num_devices()));
+    m.set_ir_version(8);
+    m.set_producer_name("gspmd-onnx");
+    m.set_model_version(1);
+    pg = m.mutable_graph();
+    pg->set_name(fmt::format("{}_device_{}", G.name.empty() ? global.name : G.name, device));
+    auto meta = [&](const std::string& k, const std::string& v) {
+      auto* e = m.add_metadata_props();
+      e->set_key(k);
+      e->set_value(v);
+    };
+    std::string shape, axes_s;
+    for (size_t i = 0; i < p.mesh.shape.size(); ++i) {
+      shape += (i ? "x" : "") + std::to_string(p.mesh.shape[i]);
+      axes_s += (i ? "," : "") + p.mesh.axes[i];
+    }
+    meta("gspmd.device", std::to_string(device));
+    meta("gspmd.num_devices", std::to_string(p.mesh.num_devices()));
+    meta("gspmd.mesh_shape", shape);
+    meta("gspmd.mesh_axes", axes_s);
+    {
+      auto coords = p.mesh.coords(device);
+      std::string c;
+      for (size_t i = 0; i < coords.size(); ++i) c += (i ? "," : "") + std::to_string(coords[i]);
+      meta("gspmd.device_coords", c);
+    }
+
+    for (const Value& v : G.values) names.insert(v.name);
+    for (const Node& n : G.nodes) names.insert(n.name);
+
+    std::unordered_map<int, const ProgramBinding*> params;
+    for (const auto& b : p.params) params[b.local] = &b;
+
+    std::unordered_set<int> io;
+    for (int v : G.inputs) {
+      set_value_info(pg->add_input(), G.values.at(v));
+      io.insert(v);
+    }
+    for (int v : G.outputs) {
+      set_value_info(pg->add_output(), G.values.at(v));
+      io.insert(v);
+    }
+    for (int v = 0; v < static_cast<int>(G.values.size()); ++v) {
+      const Value& val = G.values[v];
+      if (val.producer >= 0 || !val.is_initializer) continue;
+      auto* init = pg->add_initializer();
+      init->set_name(val.name);
+      auto it = params.find(v);
+      if (it != params.end()) {
+        const ProgramBinding& b = *it->second;
+        const Value& gv = global.values.at(b.global);
+        if (!gv.data)
+          throw std::runtime_error(fmt::format(
+              "export: initializer '{}' has no data (the model was loaded without its weights)", gv.name));
+        Tensor t = shard_tensor(*gv.data, b.sharding, p.mesh, device);
+        if (t.shape != val.shape || t.dtype != val.dtype)
+          throw std::runtime_error(fmt::format("export: slice of '{}' for device {} is {} {} but the program expects {} {}",
+                                               gv.name, device, dtype_name(t.dtype), shape_str(t.shape),
+                                               dtype_name(val.dtype), shape_str(val.shape)));
+        frontend::tensor_to_proto(t, init);
+      } else {
+        if (!val.data)
+          throw std::runtime_error(fmt::format("export: initializer '{}' has no data", val.name));
+        frontend::tensor_to_proto(*val.data, init);
+      }
+    }
+    for (const Node& n : G.nodes) {
+      if (n.domain == kGspmdDomain && !is_collective(n.op_type)) specialise(n);
+      else copy_node(n);
+      for (int o : n.outputs)
+        if (!io.count(o)) set_value_info(pg->add_value_info(), G.values.at(o));
+    }
+    auto* os = m.add_opset_import();
+    os->set_domain("");
+    os->set_version(opset);
+    auto* og = m.add_opset_import();
+    og->set_domain(kGspmdDomain);
+    og->set_version(1);
+    for (const auto& d : domains) {
+      if (d == kGspmdDomain || d == "ai.onnx") continue;
+      auto* o = m.add_opset_import();
+      o->set_domain(d);
+      o->set_version(1);
+    }
+    const size_t size = m.ByteSizeLong();
+    if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
+      throw std::runtime_error(fmt::format("{}: the device model is {} bytes, over protobuf's 2 GiB limit", path, size));
+    std::string bytes;
+    if (!m.SerializeToString(&bytes)) throw std::runtime_error(fmt::format("{}: cannot serialize the model", path));
+    m.Clear();
+    frontend::write_file_atomic(path, bytes);
+  }
+};
+
+}  // namespace
+
+void export_device(const SpmdProgram& p, const Graph& global, int64_t device, const std::string& path) {
+  Exporter e{p, p.program, global, device, global.opset > 0 ? global.opset : p.program.opset, {}, nullptr, {}, {}};
+  e.run(path);
+}
+
+}  // namespace gspmd

@@ -1,0 +1,445 @@
+// load_model: ONNX file -> core::Graph with static shapes (bind dims, shape inference, folding).
+#include <climits>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include "onnx_frontend/fold.h"
+#include "onnx_frontend/frontend.h"
+#include "onnx_frontend/proto_util.h"
+
+namespace gspmd {
+namespace {
+
+using frontend::dir_of;
+using frontend::is_external;
+using frontend::tensor_from_proto;
+using frontend::tensor_to_proto;
+
+// Constants at most this large stay in the ModelProto for ONNX shape inference (its data propagation reads them);
+// larger ones are handed to it as typed graph inputs (shape inference only needs their type).
+constexpr size_t kInlineForInference = 64 << 10;
+
+// Node names: kept when non-empty and unique, else "<OpType>_<index>" (made unique with a suffix).
+std::vector<std::string> unique_node_names(const google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes) {
+  std::unordered_set<std::string> given, used;
+  for (const auto& n : nodes)
+    if (!n.name().empty()) given.insert(n.name());
+  std::vector<std::string> out;
+  for (int ni = 0; ni < nodes.size(); ++ni) {
+    std::string name = nodes[ni].name();
+    if (name.empty() || used.count(name)) {
+      std::string base = fmt::format("{}_{}", nodes[ni].op_type(), ni);
+      name = base;
+      for (int k = 1; used.count(name) || given.count(name); ++k) name = fmt::format("{}_{}", base, k);
+    }
+    used.insert(name);
+    out.push_back(std::move(name));
+  }
+  return out;
+}
+
+struct Loader {
+  const std::string& path;
+  const LoadOptions& opts;
+  std::string base_dir;
+  onnx::ModelProto m;
+  int64_t opset = -1;
+  std::vector<std::string> input_names;             // real graph inputs, in order
+  std::vector<Value> consts;                        // initializers (+ Constant outputs, folded values), in order
+  std::unordered_map<std::string, size_t> const_index;
+
+  [[noreturn]] void fail(const std::string& why) const { throw InputError(fmt::format("{}: {}", path, why)); }
+
+  void parse() {
+    std::string bytes = frontend::read_file(path);
+    google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                              static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
+    in.SetTotalBytesLimit(INT_MAX);
+    if (bytes.size() > static_cast<size_t>(INT_MAX) || !m.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage() ||
+        !m.has_graph())
+      fail("not a valid ONNX model (truncated or malformed protobuf)");
+    for (const auto& op : m.opset_import())
+      if (op.domain().empty() || op.domain() == "ai.onnx") opset = op.version();
+    if (opset < 0) {
+      // IR 1-2 had no opset_import: the default domain at version 1. A model importing only other domains
+      // (e.g. ai.onnx.preview.training) uses no ai.onnx op; its ops are reported by the executor.
+      opset = m.opset_import_size() == 0 ? 1 : 17;
+    }
+  }
+
+  // Reads a constant's data: always when load_data, else only small tensors whose data is at hand.
+  std::shared_ptr<const Tensor> read_const(const onnx::TensorProto& t, const std::string& what) {
+    int64_t numel = 1;
+    for (auto d : t.dims()) numel *= d;
+    DType dt = frontend::proto_dtype(t.data_type(), what);
+    const bool small = dt != DType::kString && numel * static_cast<int64_t>(dtype_size(dt)) <=
+                                                  static_cast<int64_t>(kInlineForInference);
+    if (opts.load_data) return std::make_shared<const Tensor>(tensor_from_proto(t, base_dir, what));
+    if (!small) return nullptr;
+    try {
+      return std::make_shared<const Tensor>(tensor_from_proto(t, base_dir, what));
+    } catch (const InputError&) {
+      if (is_external(t)) return nullptr;  // external file absent: shapes only
+      throw;
+    }
+  }
+
+  void add_const(Value v) {
+    if (const_index.count(v.name)) fail(fmt::format("value '{}' is defined twice", v.name));
+    const_index.emplace(v.name, consts.size());
+    consts.push_back(std::move(v));
+  }
+
+  static void set_type(onnx::ValueInfoProto* vi, const std::string& name, DType dt, const Shape& s) {
+    vi->set_name(name);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(static_cast<int32_t>(dt));
+    auto* shape = tt->mutable_shape();
+    shape->clear_dim();
+    for (int64_t d : s) shape->add_dim()->set_dim_value(d);
+  }
+
+  // Puts a constant into the proto for shape inference: inline when small and known, else as a typed graph input.
+  void expose_const(const Value& v, std::unordered_set<std::string>& graph_input_names) {
+    auto* g = m.mutable_graph();
+    if (v.data && v.data->nbytes() <= kInlineForInference) {
+      auto* t = g->add_initializer();
+      t->set_name(v.name);
+      tensor_to_proto(*v.data, t);
+    } else if (graph_input_names.insert(v.name).second) {
+      set_type(g->add_input(), v.name, v.dtype, v.shape);
+    }
+  }
+
+  void prepare() {
+    auto* g = m.mutable_graph();
+    std::unordered_set<std::string> init_names;
+    for (const auto& t : g->initializer()) init_names.insert(t.name());
+    std::unordered_set<std::string> graph_input_names;
+    for (const auto& in : g->input()) {
+      graph_input_names.insert(in.name());
+      if (!init_names.count(in.name())) input_names.push_back(in.name());
+    }
+    // Initializers -> consts; the proto keeps only small ones (as raw_data), large ones become typed inputs.
+    google::protobuf::RepeatedPtrField<onnx::TensorProto> inits;
+    inits.Swap(g->mutable_initializer());
+    for (auto& t : inits) {
+      std::string what = fmt::format("{}: initializer '{}'", path, t.name());
+      Value v;
+      v.name = t.name();
+      v.dtype = frontend::proto_dtype(t.data_type(), what);
+      v.shape = frontend::proto_shape(t);
+      v.is_initializer = true;
+      v.data = read_const(t, what);
+      std::string().swap(*t.mutable_raw_data());  // free the proto's copy early
+      expose_const(v, graph_input_names);
+      add_const(std::move(v));
+    }
+    inits.Clear();
+    // Constant nodes -> consts.
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    nodes.Swap(g->mutable_node());
+    for (auto& n : nodes) {
+      if (n.op_type() != "Constant" || !(n.domain().empty() || n.domain() == "ai.onnx") || n.output_size() != 1) {
+        *g->add_node() = std::move(n);
+        continue;
+      }
+      std::string what = fmt::format("{}: Constant node '{}'", path, n.name().empty() ? n.output(0) : n.name());
+      if (n.attribute_size() != 1) fail(fmt::format("Constant node '{}' needs exactly one value attribute", n.output(0)));
+      const auto& a = n.attribute(0);
+      Value v;
+      v.name = n.output(0);
+      v.is_initializer = true;
+      std::shared_ptr<const Tensor> data;
+      if (a.name() == "value") {
+        v.dtype = frontend::proto_dtype(a.t().data_type(), what);
+        v.shape = frontend::proto_shape(a.t());
+        data = read_const(a.t(), what);
+      } else if (a.name() == "value_float") {
+        data = std::make_shared<const Tensor>(Tensor::from_floats({}, {a.f()}));
+      } else if (a.name() == "value_floats") {
+        data = std::make_shared<const Tensor>(
+            Tensor::from_floats({a.floats_size()}, std::vector<float>(a.floats().begin(), a.floats().end())));
+      } else if (a.name() == "value_int") {
+        data = std::make_shared<const Tensor>(Tensor::from_int64s({a.i()}, /*scalar=*/true));
+      } else if (a.name() == "value_ints") {
+        data = std::make_shared<const Tensor>(
+            Tensor::from_int64s(std::vector<int64_t>(a.ints().begin(), a.ints().end())));
+      } else {
+        fail(fmt::format("Constant node '{}': attribute '{}' is not supported", v.name, a.name()));
+      }
+      if (data) {
+        v.dtype = data->dtype;
+        v.shape = data->shape;
+      }
+      v.data = std::move(data);
+      expose_const(v, graph_input_names);
+      add_const(std::move(v));
+    }
+  }
+
+  // Absent optional outputs followed by present ones (LSTM's Y = "" with Y_h) get a name, so that shape inference
+  // types them like any other value.
+  void name_absent_outputs() {
+    auto* g = m.mutable_graph();
+    std::unordered_set<std::string> taken;
+    for (const auto& n : g->node())
+      for (const auto& o : n.output()) taken.insert(o);
+    const auto names = unique_node_names(g->node());
+    for (int ni = 0; ni < g->node_size(); ++ni) {
+      auto* n = g->mutable_node(ni);
+      int last = n->output_size() - 1;
+      while (last >= 0 && n->output(last).empty()) --last;
+      for (int k = 0; k < last; ++k) {
+        if (!n->output(k).empty()) continue;
+        std::string name = fmt::format("{}:unused_output_{}", names[ni], k);
+        while (taken.count(name) || const_index.count(name)) name += "_";
+        taken.insert(name);
+        n->set_output(k, name);
+      }
+    }
+  }
+
+  void bind_dims() {
+    auto* g = m.mutable_graph();
+    for (auto& in : *g->mutable_input()) {
+      if (const_index.count(in.name())) continue;
+      if (!in.type().has_tensor_type()) fail(fmt::format("input '{}' is not a tensor", in.name()));
+      auto* tt = in.mutable_type()->mutable_tensor_type();
+      if (!tt->has_shape()) fail(fmt::format("input '{}' has no shape", in.name()));
+      for (int i = 0; i < tt->shape().dim_size(); ++i) {
+        auto* d = tt->mutable_shape()->mutable_dim(i);
+        if (d->has_dim_value()) {
+          if (d->dim_value() < 0) fail(fmt::format("input '{}' dim {} is negative", in.name(), i));
+          continue;
+        }
+        const std::string sym = d->has_dim_param() ? d->dim_param() : "";
+        if (sym.empty()) fail(fmt::format("input '{}' dim {} is unknown (the model gives neither a size nor a name)",
+                                          in.name(), i));
+        auto it = opts.dims.find(sym);
+        if (it == opts.dims.end())
+          fail(fmt::format("input '{}' dim {} '{}' is symbolic: bind it with --dim {}=N", in.name(), i, sym, sym));
+        if (it->second < 0) fail(fmt::format("--dim {}={}: a size must be >= 0", sym, it->second));
+        d->set_dim_value(it->second);
+      }
+    }
+    // The same symbols elsewhere (outputs, value_info) are bound too, so stale annotations cannot conflict.
+    auto bind = [&](onnx::ValueInfoProto& vi) {
+      if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) return;
+      for (auto& d : *vi.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim()) {
+        if (!d.has_dim_param()) continue;
+        auto it = opts.dims.find(d.dim_param());
+        if (it != opts.dims.end()) d.set_dim_value(it->second);
+      }
+    };
+    for (auto& vi : *g->mutable_output()) bind(vi);
+    for (auto& vi : *g->mutable_value_info()) bind(vi);
+  }
+
+  void infer() {
+    const onnx::ShapeInferenceOptions options(true, 1, true);
+    try {
+      onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), options);
+      return;
+    } catch (const std::exception&) {
+    }
+    // Exporters sometimes leave stale value_info that contradicts inference: retry once from the inputs alone.
+    try {
+      m.mutable_graph()->clear_value_info();
+      onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), options);
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+      fail(fmt::format("shape inference failed: {}", what));
+    }
+  }
+
+  AttrValue convert_attr(const onnx::NodeProto& n, const std::string& node_name, const onnx::AttributeProto& a) {
+    using AP = onnx::AttributeProto;
+    auto type = a.type();
+    if (type == AP::UNDEFINED) {  // very old models: infer from the field that is set
+      if (a.has_f()) type = AP::FLOAT;
+      else if (a.has_i()) type = AP::INT;
+      else if (a.has_s()) type = AP::STRING;
+      else if (a.has_t()) type = AP::TENSOR;
+      else if (a.has_g() || a.graphs_size()) type = AP::GRAPH;
+      else if (a.floats_size()) type = AP::FLOATS;
+      else if (a.strings_size()) type = AP::STRINGS;
+      else type = AP::INTS;
+    }
+    switch (type) {
+      case AP::FLOAT: return a.f();
+      case AP::INT: return static_cast<int64_t>(a.i());
+      case AP::STRING: return a.s();
+      case AP::FLOATS: return std::vector<float>(a.floats().begin(), a.floats().end());
+      case AP::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+      case AP::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
+      case AP::TENSOR:
+        return tensor_from_proto(a.t(), base_dir,
+                                 fmt::format("{}: node '{}' attribute '{}'", path, node_name, a.name()));
+      case AP::GRAPH:
+      case AP::GRAPHS:
+        fail(fmt::format("node '{}' ({}): attribute '{}' holds a graph; control flow (If/Loop/Scan) is not supported",
+                         node_name, n.op_type(), a.name()));
+      default:
+        fail(fmt::format("node '{}' ({}): attribute '{}' has an unsupported type", node_name, n.op_type(), a.name()));
+    }
+  }
+
+  // Proto (after inference) -> Graph. Values whose type is not a static tensor type are listed in `unknown`.
+  Graph convert(std::unordered_set<std::string>& unknown) {
+    const auto& pg = m.graph();
+    Graph g;
+    g.name = pg.name();
+    g.opset = opset;
+    std::unordered_map<std::string, const onnx::TypeProto*> types;
+    for (const auto& vi : pg.value_info()) types[vi.name()] = &vi.type();
+    for (const auto& vi : pg.output()) types[vi.name()] = &vi.type();
+    for (const auto& vi : pg.input()) types[vi.name()] = &vi.type();
+    auto make_value = [&](const std::string& name) {
+      Value v;
+      v.name = name;
+      auto it = types.find(name);
+      bool known = false;
+      if (it != types.end() && it->second->has_tensor_type()) {
+        const auto& tt = it->second->tensor_type();
+        if (tt.elem_type() != 0) v.dtype = frontend::proto_dtype(tt.elem_type(), fmt::format("{}: value '{}'", path, name));
+        if (tt.has_shape() && v.dtype != DType::kUndefined) {
+          known = true;
+          for (const auto& d : tt.shape().dim()) {
+            if (!d.has_dim_value() || d.dim_value() < 0) known = false;
+            else v.shape.push_back(d.dim_value());
+          }
+        }
+      }
+      if (!known) {
+        unknown.insert(name);
+        v.shape.clear();
+      }
+      return v;
+    };
+    for (const Value& c : consts) g.add_value(c);
+    for (const auto& name : input_names) {
+      if (g.find(name) >= 0) fail(fmt::format("graph input '{}' is defined twice", name));
+      g.inputs.push_back(g.add_value(make_value(name)));
+    }
+    const std::vector<std::string> names = unique_node_names(pg.node());
+    for (int ni = 0; ni < pg.node_size(); ++ni) {
+      const auto& pn = pg.node(ni);
+      Node n;
+      n.name = names[ni];
+      n.op_type = pn.op_type();
+      n.domain = pn.domain() == "ai.onnx" ? "" : pn.domain();
+      for (const auto& in : pn.input()) {
+        if (in.empty()) {
+          n.inputs.push_back(-1);
+          continue;
+        }
+        int id = g.find(in);
+        if (id < 0)
+          fail(fmt::format("node '{}' ({}) reads '{}' before it is defined (missing value or graph not "
+                           "topologically sorted)",
+                           n.name, n.op_type, in));
+        n.inputs.push_back(id);
+      }
+      int last = pn.output_size() - 1;
+      while (last >= 0 && pn.output(last).empty()) --last;  // trailing absent optional outputs
+      for (int k = 0; k <= last; ++k) {
+        std::string name = pn.output(k);
+        if (name.empty()) {
+          name = fmt::format("{}:unused_output_{}", n.name, k);
+          while (g.find(name) >= 0) name += "_";
+        } else if (g.find(name) >= 0) {
+          fail(fmt::format("value '{}' is defined twice (node '{}')", name, n.name));
+        }
+        n.outputs.push_back(g.add_value(make_value(name)));
+      }
+      for (const auto& a : pn.attribute()) n.attrs.emplace(a.name(), convert_attr(pn, n.name, a));
+      g.add_node(std::move(n));
+    }
+    for (const auto& out : pg.output()) {
+      int id = g.find(out.name());
+      if (id < 0) fail(fmt::format("graph output '{}' is not produced by any node, input or initializer", out.name()));
+      g.outputs.push_back(id);
+    }
+    return g;
+  }
+
+  // Folded nodes leave the proto; their outputs become constants (consts + proto), for another inference round.
+  void apply_folding(const Graph& g, const std::vector<std::string>& folded_nodes) {
+    auto* pg = m.mutable_graph();
+    std::unordered_set<std::string> graph_input_names;
+    for (const auto& in : pg->input()) graph_input_names.insert(in.name());
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    nodes.Swap(pg->mutable_node());
+    // Graph node names are derived from proto order (see convert).
+    std::unordered_set<std::string> folded(folded_nodes.begin(), folded_nodes.end());
+    const std::vector<std::string> names = unique_node_names(nodes);
+    for (int ni = 0; ni < nodes.size(); ++ni) {
+      auto& pn = nodes[ni];
+      if (!folded.count(names[ni])) {
+        *pg->add_node() = std::move(pn);
+        continue;
+      }
+      for (const auto& out : pn.output()) {
+        if (out.empty()) continue;
+        int id = g.find(out);
+        if (id < 0) continue;  // pruned: nothing reads it
+        Value v = g.values[id];
+        v.producer = -1;
+        expose_const(v, graph_input_names);
+        add_const(std::move(v));
+      }
+    }
+  }
+};
+
+}  // namespace
+
+Graph load_model(const std::string& path, const LoadOptions& opts) {
+  Loader L{path, opts, frontend::dir_of(path), {}, -1, {}, {}, {}};
+  L.parse();
+  L.prepare();
+  L.name_absent_outputs();
+  L.bind_dims();
+  constexpr int kMaxRounds = 8;
+  for (int round = 0;; ++round) {
+    L.infer();
+    std::unordered_set<std::string> unknown;
+    Graph g = L.convert(unknown);
+    std::vector<std::string> folded = frontend::fold_constants(g, unknown, opts.evaluator);
+    g.prune();
+    const Value* first_unknown = nullptr;
+    for (const Value& v : g.values)
+      if (unknown.count(v.name)) {
+        first_unknown = &v;
+        break;
+      }
+    if (!first_unknown) {
+      for (const Value& v : g.values)
+        if (v.dtype == DType::kString)
+          L.fail(fmt::format("value '{}' is a string tensor, which is not supported", v.name));
+      try {
+        g.verify();
+      } catch (const std::exception& e) {
+        L.fail(e.what());
+      }
+      return g;
+    }
+    if (folded.empty() || round + 1 >= kMaxRounds) {
+      const Value& v = *first_unknown;
+      std::string by = v.producer >= 0 ? fmt::format(" (output of node '{}' ({}))", g.nodes[v.producer].name,
+                                                     g.nodes[v.producer].op_type)
+                                       : "";
+      L.fail(fmt::format("value '{}'{} has no static shape after shape inference and constant folding", v.name, by));
+    }
+    L.apply_folding(g, folded);
+  }
+}
+
+}  // namespace gspmd

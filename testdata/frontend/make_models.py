@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""Makes the small ONNX models used by tests/frontend (run with Debian's /usr/bin/python3, which has onnx 1.12).
+
+    /usr/bin/python3 testdata/frontend/make_models.py
+
+Every model is tiny and deterministic; the outputs are committed next to this script.
+"""
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def save(model, name, **kw):
+    onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(HERE, name), **kw)
+
+
+def reshape_chain():
+    """x[batch, 4, 6] -> Shape -> Gather(0) -> Unsqueeze -> Concat([b], [4, 3, 2]) -> Reshape -> MatMul(w) -> y.
+
+    batch is symbolic; w is transposed by a Transpose of an initializer (a foldable weight transpose)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 3, 5])
+    w_t = numpy_helper.from_array(np.arange(10, dtype=np.float32).reshape(5, 2), "w_t")
+    idx0 = numpy_helper.from_array(np.array(0, dtype=np.int64), "idx0")
+    tail = numpy_helper.from_array(np.array([4, 3, 2], dtype=np.int64), "tail")
+    axes0 = numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0")
+    nodes = [
+        helper.make_node("Shape", ["x"], ["x_shape"]),  # unnamed on purpose: the loader names it
+        helper.make_node("Gather", ["x_shape", "idx0"], ["b"], name="gather_b", axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"], name="unsq_b"),
+        helper.make_node("Concat", ["b1", "tail"], ["new_shape"], name="concat_shape", axis=0),
+        helper.make_node("Reshape", ["x", "new_shape"], ["x4"], name="reshape"),
+        helper.make_node("Transpose", ["w_t"], ["w"], name="transpose_w", perm=[1, 0]),
+        helper.make_node("MatMul", ["x4", "w"], ["y"], name="matmul"),
+    ]
+    g = helper.make_graph(nodes, "reshape_chain", [x], [y], [w_t, idx0, tail, axes0])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py")
+    save(m, "reshape_chain.onnx")
+
+
+def ir3_inputs():
+    """IR version 3, opset 9: the initializer 'w' is also listed as a graph input."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    w_in = helper.make_tensor_value_info("w", TensorProto.FLOAT, [3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    w = numpy_helper.from_array(np.ones((3, 4), dtype=np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    g = helper.make_graph(nodes, "ir3", [x, w_in], [y], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], producer_name="make_models.py")
+    m.ir_version = 3
+    save(m, "ir3_inputs.onnx")
+
+
+def external_data():
+    """A model whose weight lives in external data (external_data.bin), plus a Constant node."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])
+    w = numpy_helper.from_array(np.arange(8 * 16, dtype=np.float32).reshape(8, 16) / 100.0, "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["xw"], name="mm"),
+        helper.make_node("Constant", [], ["c"], name="const_c",
+                         value=numpy_helper.from_array(np.full((16,), 0.5, dtype=np.float32))),
+        helper.make_node("Add", ["xw", "c"], ["y"], name="add"),
+    ]
+    g = helper.make_graph(nodes, "external", [x], [y], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py")
+    onnx.checker.check_model(m)
+    bin_path = os.path.join(HERE, "external_data.bin")
+    if os.path.exists(bin_path):
+        os.remove(bin_path)  # onnx appends to an existing external-data file
+    onnx.save_model(m, os.path.join(HERE, "external_data.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="external_data.bin", size_threshold=64)
+
+
+def unknown_shape():
+    """NonZero's output has a data-dependent shape: loading must fail naming the value."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("nz", TensorProto.INT64, [1, "n"])
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nonzero")]
+    g = helper.make_graph(nodes, "unknown_shape", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py")
+    save(m, "unknown_shape.onnx")
+
+
+def mlp():
+    """x[batch, 8] -> MatMul(fc_in.weight[8, 16]) -> Relu -> MatMul(fc_out.weight[16, 8]) -> y; for sharding files."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])
+    w1 = numpy_helper.from_array(np.ones((8, 16), dtype=np.float32), "fc_in.weight")
+    w2 = numpy_helper.from_array(np.ones((16, 8), dtype=np.float32), "fc_out.weight")
+    nodes = [
+        helper.make_node("MatMul", ["x", "fc_in.weight"], ["h"], name="fc_in"),
+        helper.make_node("Relu", ["h"], ["h_relu"], name="relu"),
+        helper.make_node("MatMul", ["h_relu", "fc_out.weight"], ["y"], name="fc_out"),
+    ]
+    g = helper.make_graph(nodes, "mlp", [x], [y], [w1, w2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py")
+    save(m, "mlp.onnx")
+
+
+def external_chain():
+    """Weights too big to be read when loading shapes only (80 KiB, external), a shape chain reading them and a node
+    computing on them:  y = Reshape(MatMul(x, w), Concat([-1], Slice(Shape(w), 1, 2))) + Sum(Neg(w)) (via ReduceSum)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 160])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 128])
+    w = numpy_helper.from_array((np.arange(160 * 128, dtype=np.float32) % 7).reshape(160, 128), "w")
+    c = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.int64), name)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["xw"], name="mm"),
+        helper.make_node("Shape", ["w"], ["w_shape"], name="shape_w"),
+        helper.make_node("Slice", ["w_shape", "one", "two"], ["n"], name="slice_n"),
+        helper.make_node("Concat", ["minus_one", "n"], ["target"], name="concat", axis=0),
+        helper.make_node("Reshape", ["xw", "target"], ["xw2"], name="reshape"),
+        helper.make_node("Neg", ["w"], ["neg_w"], name="neg_w"),
+        helper.make_node("ReduceSum", ["neg_w", "zero"], ["col"], name="col_sum", keepdims=0),
+        helper.make_node("Add", ["xw2", "col"], ["y"], name="add"),
+    ]
+    g = helper.make_graph(nodes, "external_chain", [x], [y],
+                          [w, c("one", [1]), c("two", [2]), c("minus_one", [-1]), c("zero", [0])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py")
+    onnx.checker.check_model(m)
+    bin_path = os.path.join(HERE, "external_chain.bin")
+    if os.path.exists(bin_path):
+        os.remove(bin_path)
+    onnx.save_model(m, os.path.join(HERE, "external_chain.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="external_chain.bin", size_threshold=1024)
+
+
+def typed_tensors():
+    """TensorProto files with typed fields (not raw_data), for read_tensor_pb."""
+    tensors = {
+        "typed_float.pb": helper.make_tensor("f", TensorProto.FLOAT, [2, 3], [0.5, 1, 2, 3, 4, -5]),
+        "typed_int64.pb": helper.make_tensor("i", TensorProto.INT64, [3], [1, -2, 1 << 40]),
+        "typed_int32.pb": helper.make_tensor("i32", TensorProto.INT32, [2], [7, -8]),
+        "typed_bool.pb": helper.make_tensor("b", TensorProto.BOOL, [4], [True, False, False, True]),
+        "typed_double.pb": helper.make_tensor("d", TensorProto.DOUBLE, [2], [0.25, -1e300]),
+        "raw_float.pb": numpy_helper.from_array(np.array([[1.5, 2.5]], dtype=np.float32), "r"),
+    }
+    for name, t in tensors.items():
+        with open(os.path.join(HERE, name), "wb") as f:
+            f.write(t.SerializeToString())
+
+
+if __name__ == "__main__":
+    external_chain()
+    typed_tensors()
+    reshape_chain()
+    ir3_inputs()
+    external_data()
+    unknown_shape()
+    mlp()

@@ -1,0 +1,286 @@
+// core/cost: every formula against hand-computed numbers (docs/cost-model.md).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "core/cost/cost.h"
+
+namespace gspmd {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+Value V(std::string name, DType t, Shape s) {
+  Value v;
+  v.name = std::move(name);
+  v.dtype = t;
+  v.shape = std::move(s);
+  return v;
+}
+
+DeviceMesh mesh_of(std::vector<int64_t> shape) {
+  static const char* names[] = {"x", "y", "z", "w"};
+  DeviceMesh m;
+  m.shape = shape;
+  for (size_t i = 0; i < shape.size(); ++i) m.axes.push_back(names[i]);
+  return m;
+}
+
+void expect_rel(double got, double want, double tol = 1e-12) {
+  EXPECT_NEAR(got, want, std::abs(want) * tol) << "got " << got << " want " << want;
+}
+
+TEST(CostTarget, Presets) {
+  Target v3 = Target::load("tpu-v3");
+  EXPECT_EQ(v3.name, "tpu-v3");
+  expect_rel(v3.peak_flops, 61.5e12);
+  expect_rel(v3.hbm_bytes, 16.0 * 1024 * 1024 * 1024);
+  expect_rel(v3.hbm_bandwidth, 450e9);
+  expect_rel(v3.link_bandwidth, 340e12 / 1024 / 4 / 2);  // 41.50390625 GB/s per core
+  EXPECT_TRUE(v3.wraparound);
+  EXPECT_EQ(v3.torus_dims, 2);
+  Target v4 = Target::load("tpu-v4");
+  expect_rel(v4.peak_flops, 275e12);
+  expect_rel(v4.hbm_bytes, 32.0 * 1024 * 1024 * 1024);
+  expect_rel(v4.hbm_bandwidth, 1200e9);
+  expect_rel(v4.link_bandwidth, 1.1e15 / 4096 / 6);
+  EXPECT_EQ(v4.torus_dims, 3);
+  Target v5e = Target::load("tpu-v5e");
+  expect_rel(v5e.peak_flops, 197e12);
+  expect_rel(v5e.hbm_bandwidth, 819e9);
+  expect_rel(v5e.link_bandwidth, 50e9);
+  EXPECT_EQ(Target::presets(), (std::vector<std::string>{"tpu-v3", "tpu-v4", "tpu-v5e"}));
+}
+
+TEST(CostTarget, UnknownName) {
+  try {
+    Target::load("tpu-v9");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "--target: unknown target 'tpu-v9' (known: tpu-v3, tpu-v4, tpu-v5e)");
+  }
+}
+
+std::string write_tmp(const std::string& name, const std::string& text) {
+  std::string path = std::string(GSPMD_BINARY_DIR) + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(CostTarget, JsonFile) {
+  std::string p = write_tmp("cost_test_target.json",
+                            R"({"base": "tpu-v4", "name": "my-pod", "link_bandwidth": 1e11, "wraparound": false,
+                                "links_per_axis": 1, "torus_dims": 2})");
+  Target t = Target::load(p);
+  EXPECT_EQ(t.name, "my-pod");
+  expect_rel(t.peak_flops, 275e12);  // from the base
+  expect_rel(t.link_bandwidth, 1e11);
+  EXPECT_FALSE(t.wraparound);
+  EXPECT_EQ(t.links_per_axis, 1);
+  EXPECT_EQ(t.torus_dims, 2);
+  // round trip
+  std::string q = write_tmp("cost_test_target2.json", t.to_json());
+  Target u = Target::load(q);
+  EXPECT_EQ(u.name, "my-pod");
+  expect_rel(u.link_bandwidth, 1e11);
+  expect_rel(u.hbm_bytes, t.hbm_bytes);
+  EXPECT_FALSE(u.wraparound);
+
+  // no name: the file stem
+  std::string r = write_tmp("stem_target.json", R"({"peak_flops": 1e12, "hbm_bandwidth": 1e11, "link_bandwidth": 1e10})");
+  EXPECT_EQ(Target::load(r).name, "stem_target");
+}
+
+TEST(CostTarget, BadJsonFiles) {
+  auto expect_input_error = [](const std::string& path, const std::string& needle) {
+    try {
+      Target::load(path);
+      FAIL() << path;
+    } catch (const InputError& e) {
+      std::string w = e.what();
+      EXPECT_EQ(w.rfind(path + ": ", 0), 0u) << w;
+      EXPECT_NE(w.find(needle), std::string::npos) << w;
+    }
+  };
+  expect_input_error(write_tmp("bad1.json", R"({"peak_flops": 1e12,)"), "expected");
+  expect_input_error(write_tmp("bad2.json", R"({"peak_flopz": 1})"), "unknown field 'peak_flopz'");
+  expect_input_error(write_tmp("bad3.json", R"({"peak_flops": "fast"})"), "must be a number");
+  expect_input_error(write_tmp("bad4.json", R"({"hbm_bandwidth": 1, "link_bandwidth": 1})"), "peak_flops must be > 0");
+  expect_input_error(write_tmp("bad5.json", R"([1, 2])"), "expected '{'");
+  expect_input_error(std::string(GSPMD_BINARY_DIR) + "/does_not_exist.json", "cannot open");
+}
+
+// ---------------------------------------------------------------------------------------------------- collectives
+TEST(CostCollectives, AllReduce1MiBOver4DeviceRingOnV3) {
+  Target t = Target::load("tpu-v3");
+  DeviceMesh m = mesh_of({4});
+  // ring bandwidth per device = 2 links * 41.50390625e9 B/s = 83.0078125e9 B/s
+  // reduce-scatter = all-gather = 3/4 * 1048576 / 83.0078125e9 + 3 * 1e-6 = 9.4741926e-6 + 3e-6 = 12.4741926e-6
+  double ag = 0.75 * 1048576.0 / 83.0078125e9 + 3e-6;
+  expect_rel(collective_time("all-gather", kMiB, {0}, m, t), ag);
+  expect_rel(collective_time("reduce-scatter", kMiB, {0}, m, t), ag);
+  expect_rel(collective_time("all-reduce", kMiB, {0}, m, t), 2 * ag);
+  EXPECT_NEAR(collective_time("all-reduce", kMiB, {0}, m, t), 24.9483851e-6, 1e-12);  // 24.95 us
+}
+
+TEST(CostCollectives, AllToAllAndPermute) {
+  Target t = Target::load("tpu-v3");
+  const double lb = 340e12 / 1024 / 4 / 2, bw = 2 * lb;
+  DeviceMesh m4 = mesh_of({4});
+  // floor(16/4)/4 = 1 -> S / bw + 3 lat
+  expect_rel(collective_time("all-to-all", kMiB, {0}, m4, t), kMiB / bw + 3e-6);
+  DeviceMesh m2 = mesh_of({2});
+  // floor(4/4)/2 = 1/2 -> S / (2 bw) + lat
+  expect_rel(collective_time("all-to-all", kMiB, {0}, m2, t), kMiB / (2 * bw) + 1e-6);
+  // permute: one link, one direction
+  expect_rel(collective_time("collective-permute", kMiB, {0}, m4, t), kMiB / lb + 1e-6);
+  // 2x4 all-to-all over both axes: sum of the per-axis times with the full payload
+  DeviceMesh m24 = mesh_of({2, 4});
+  expect_rel(collective_time("all-to-all", kMiB, {0, 1}, m24, t), kMiB / (2 * bw) + 1e-6 + kMiB / bw + 3e-6);
+}
+
+TEST(CostCollectives, MultiAxisHierarchical) {
+  Target t = Target::load("tpu-v4");
+  const double bw = 2 * (1.1e15 / 4096 / 6);
+  DeviceMesh m = mesh_of({2, 4});
+  // equal bandwidth on both axes: stages move S/8*... = 7/8 S in total, latency (1 + 3)
+  double ag = 7.0 / 8.0 * kMiB / bw + 4e-6;
+  expect_rel(collective_time("all-gather", kMiB, {0, 1}, m, t), ag);
+  expect_rel(collective_time("all-gather", kMiB, {1, 0}, m, t), ag);
+  expect_rel(collective_time("all-reduce", kMiB, {0, 1}, m, t), 2 * ag);
+  // a single axis of the 2x4 mesh
+  expect_rel(collective_time("all-gather", kMiB, {0}, m, t), 0.5 * kMiB / bw + 1e-6);
+}
+
+TEST(CostCollectives, FoldedAxesAndMeshWithoutWraparound) {
+  Target t = Target::load("tpu-v3");  // 2D torus
+  const double lb = 340e12 / 1024 / 4 / 2;
+  DeviceMesh m = mesh_of({2, 2, 2});
+  // y and z fold onto physical dim 1 (a ring of 4). z: stride 1, spans 2 of 4 -> no wraparound: bw = lb.
+  expect_rel(collective_time("all-gather", kMiB, {2}, m, t), 0.5 * kMiB / lb + 1e-6);
+  // y: stride 2, spans the whole ring (wraparound), two rings share the links: bw = 2 lb / 2 = lb.
+  expect_rel(collective_time("all-gather", kMiB, {1}, m, t), 0.5 * kMiB / lb + 1e-6);
+  // x: its own physical dim, bw = 2 lb
+  expect_rel(collective_time("all-gather", kMiB, {0}, m, t), 0.5 * kMiB / (2 * lb) + 1e-6);
+
+  Target mesh_t = t;
+  mesh_t.wraparound = false;
+  DeviceMesh m4 = mesh_of({4});
+  expect_rel(collective_time("all-gather", kMiB, {0}, m4, mesh_t), 0.75 * kMiB / lb + 3e-6);
+  // all-to-all on a line: bisection of one link per direction
+  expect_rel(collective_time("all-to-all", kMiB, {0}, m4, mesh_t), kMiB / lb + 3e-6);
+}
+
+TEST(CostCollectives, DegenerateCases) {
+  Target t = Target::load("tpu-v3");
+  DeviceMesh m = mesh_of({1, 4});
+  EXPECT_EQ(collective_time("all-reduce", kMiB, {0}, m, t), 0.0);
+  EXPECT_EQ(collective_time("all-reduce", kMiB, {}, m, t), 0.0);
+  EXPECT_EQ(collective_time("all-reduce", 0, {1}, m, t), 0.0);
+  EXPECT_THROW(collective_time("broadcast", kMiB, {1}, m, t), std::invalid_argument);
+  EXPECT_THROW(collective_time("all-reduce", kMiB, {2}, m, t), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------------------------------- FLOPs / bytes
+Node make_node(const std::string& op, std::vector<int> in, std::vector<int> out,
+               std::map<std::string, AttrValue> attrs = {}) {
+  Node n;
+  n.name = op;
+  n.op_type = op;
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+TEST(CostFlops, PerOp) {
+  Graph g;
+  int a = g.add_value(V("a", DType::kFloat32, {8, 64, 128}));
+  int b = g.add_value(V("b", DType::kFloat32, {128, 512}));
+  int c = g.add_value(V("c", DType::kFloat32, {8, 64, 512}));
+  Node mm = make_node("MatMul", {a, b}, {c});
+  EXPECT_EQ(node_flops(g, mm), 2.0 * 8 * 64 * 512 * 128);  // 67,108,864
+  EXPECT_EQ(node_flops(g, mm), 67108864.0);
+  // bytes: (8*64*128 + 128*512 + 8*64*512) * 4
+  EXPECT_EQ(node_bytes(g, mm), (65536.0 + 65536.0 + 262144.0) * 4);
+
+  int ga = g.add_value(V("ga", DType::kFloat32, {16, 32}));
+  int gb = g.add_value(V("gb", DType::kFloat32, {10, 32}));
+  int gc = g.add_value(V("gc", DType::kFloat32, {16, 10}));
+  EXPECT_EQ(node_flops(g, make_node("Gemm", {ga, gb}, {gc}, {{"transB", int64_t{1}}})), 2.0 * 16 * 10 * 32);
+  int gt = g.add_value(V("gt", DType::kFloat32, {32, 16}));
+  EXPECT_EQ(node_flops(g, make_node("Gemm", {gt, gb}, {gc}, {{"transA", int64_t{1}}, {"transB", int64_t{1}}})),
+            2.0 * 16 * 10 * 32);
+
+  EXPECT_EQ(node_flops(g, make_node("Add", {c, c}, {c})), 8.0 * 64 * 512);
+  EXPECT_EQ(node_flops(g, make_node("Relu", {c}, {c})), 8.0 * 64 * 512);
+  EXPECT_EQ(node_flops(g, make_node("Softmax", {c}, {c})), 5.0 * 8 * 64 * 512);
+  EXPECT_EQ(node_flops(g, make_node("LayerNormalization", {c}, {c})), 5.0 * 8 * 64 * 512);
+  int r = g.add_value(V("r", DType::kFloat32, {8, 64, 1}));
+  EXPECT_EQ(node_flops(g, make_node("ReduceSum", {c}, {r})), 8.0 * 64 * 512);
+  EXPECT_EQ(node_flops(g, make_node("Reshape", {c}, {c})), 0.0);
+  EXPECT_EQ(node_flops(g, make_node("Transpose", {c}, {c})), 0.0);
+  Node ar = make_node("AllReduce", {c}, {c});
+  ar.domain = kGspmdDomain;
+  EXPECT_EQ(node_flops(g, ar), 0.0);
+
+  // Conv: X[1,3,8,8] * W[4,3,3,3] -> Y[1,4,6,6]: 2 * 144 * 27
+  int x = g.add_value(V("x", DType::kFloat32, {1, 3, 8, 8}));
+  int w = g.add_value(V("w", DType::kFloat32, {4, 3, 3, 3}));
+  int y = g.add_value(V("y", DType::kFloat32, {1, 4, 6, 6}));
+  EXPECT_EQ(node_flops(g, make_node("Conv", {x, w}, {y})), 2.0 * 144 * 27);
+
+  // absent optional inputs are skipped in bytes
+  EXPECT_EQ(node_bytes(g, make_node("Relu", {-1, r}, {r})), 2.0 * 8 * 64 * 4);
+
+  g.add_node(mm);
+  g.add_node(make_node("Relu", {c}, {g.add_value(V("d", DType::kFloat32, {8, 64, 512}))}));
+  EXPECT_EQ(graph_flops(g), 67108864.0 + 262144.0);
+}
+
+// ---------------------------------------------------------------------------------------------------- simulate
+TEST(CostSimulate, MatMulPlusAllReduce) {
+  // global: Y[64,256] = X[64,512] x W[512,256]; program on 4 devices with K split: local x[64,128] w[128,256],
+  // z[64,256] partial, AllReduce over x.
+  Graph global;
+  int gx = global.add_value(V("X", DType::kFloat32, {64, 512}));
+  int gw = global.add_value(V("W", DType::kFloat32, {512, 256}));
+  int gy = global.add_value(V("Y", DType::kFloat32, {64, 256}));
+  global.add_node(make_node("MatMul", {gx, gw}, {gy}));
+  SpmdProgram p;
+  p.mesh = mesh_of({4});
+  Graph& g = p.program;
+  int x = g.add_value(V("x", DType::kFloat32, {64, 128}));
+  int w = g.add_value(V("w", DType::kFloat32, {128, 256}));
+  int z = g.add_value(V("z", DType::kFloat32, {64, 256}));
+  int y = g.add_value(V("y", DType::kFloat32, {64, 256}));
+  g.add_node(make_node("MatMul", {x, w}, {z}));
+  Node ar = make_node("AllReduce", {z}, {y}, {{"mesh_axes", std::vector<int64_t>{0}}});
+  ar.domain = kGspmdDomain;
+  g.add_node(ar);
+  std::string kind;
+  EXPECT_TRUE(is_collective(g.nodes[1], &kind));
+  EXPECT_EQ(kind, "all-reduce");
+  EXPECT_FALSE(is_collective(g.nodes[0]));
+
+  Target t = Target::load("tpu-v3");
+  CostReport r = simulate_cost(global, p, t);
+  const double model = 2.0 * 64 * 256 * 512;
+  EXPECT_EQ(r.model_flops, model);
+  // local MatMul: 2*64*256*128 = 4,194,304 FLOPs -> 6.82e-8 s; bytes (8192+32768+16384)*4 = 229,376 -> 5.10e-7 s
+  double mm = std::max(4194304.0 / 61.5e12, 229376.0 / 450e9);
+  expect_rel(r.compute_time_s, mm);
+  double comm = 2 * (0.75 * 65536.0 / (2 * (340e12 / 1024 / 4 / 2)) + 3e-6);
+  expect_rel(r.communication_time_s, comm);
+  expect_rel(r.step_time_s, mm + comm);
+  expect_rel(r.flops_utilization, model / (4 * 61.5e12 * (mm + comm)));
+  ASSERT_EQ(r.node_time_s.size(), 2u);
+  expect_rel(r.node_time_s[0], mm);
+  expect_rel(r.node_time_s[1], comm);
+  expect_rel(node_time(g, g.nodes[1], p.mesh, t), comm);
+}
+
+}  // namespace
+}  // namespace gspmd
