@@ -16,6 +16,9 @@ void compare_typed(const Tensor& a, const Tensor& b, double rtol, double atol, c
                    CheckResult& r) {
   const T* x = a.data<T>();
   const T* y = b.data<T>();
+  double scale = 0, max_err = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (std::isfinite(static_cast<double>(y[i]))) scale = std::max(scale, std::fabs(static_cast<double>(y[i])));
   for (int64_t i = 0; i < a.numel(); ++i) {
     double xv = static_cast<double>(x[i]), yv = static_cast<double>(y[i]);
     double err = std::fabs(xv - yv);
@@ -23,14 +26,14 @@ void compare_typed(const Tensor& a, const Tensor& b, double rtol, double atol, c
     bool same_inf = std::isinf(xv) && xv == yv;
     if (both_nan || same_inf) continue;
     if (std::isnan(err)) err = INFINITY;
-    double rel = err / std::max(std::fabs(yv), atol);
-    if (err > r.max_abs_error) r.max_abs_error = err;
-    if (rel > r.max_rel_error) r.max_rel_error = rel;
+    max_err = std::max(max_err, err);
     if (!(err <= atol + rtol * std::fabs(yv)) && r.passed) {
       r.passed = false;
       r.worst = fmt::format("output '{}' element {}: {} vs reference {}", name, i, xv, yv);
     }
   }
+  r.max_abs_error = std::max(r.max_abs_error, max_err);
+  r.max_rel_error = std::max(r.max_rel_error, max_err / std::max(scale, atol));
 }
 
 std::string human_bytes(double b) {

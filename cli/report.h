@@ -14,7 +14,7 @@ namespace gspmd::cli {
 struct CheckResult {
   bool passed = true;
   double max_abs_error = 0;  // max |partitioned - reference| over all outputs
-  double max_rel_error = 0;  // max |partitioned - reference| / max(|reference|, atol)
+  double max_rel_error = 0;  // per output: max |partitioned - reference| / max |reference| (normwise)
   std::string worst;         // "output 'logits' element 123: 1.5 vs 1.49"
 };
 

@@ -39,7 +39,7 @@ TEST(Bert, MegatronCollectives) {
 /// Exports a GPT of another size with testdata/gpt/export_gpt.py (Debian's torch) into a scratch dir.
 fs::path export_gpt(const std::string& tag, const std::string& args) {
   fs::path dir = scratch(tag);
-  CmdResult r = sh(debian_python() + " testdata/gpt/export_gpt.py " + args + " --opsets 17 --nofold-opsets --out " +
+  CmdResult r = sh(debian_python() + " testdata/gpt/export_gpt.py " + args + " --opsets 17 --nofold-opsets --max-mb 64 --out " +
                        dir.string(),
                    tag + "_export");
   if (r.code != 0) ADD_FAILURE() << "export failed: " << r.out << r.err;
