@@ -1,0 +1,111 @@
+// Bad input through the real CLI: one exact line on stderr, exit code 2, nothing written.
+#include <gtest/gtest.h>
+
+#include "e2e_util.h"
+
+using namespace e2e;
+
+namespace {
+
+const std::string kModel = "testdata/gpt/gpt_opset13.onnx";
+
+/// Writes `json` as a sharding file in a scratch dir and runs `partition` with it.
+CmdResult partition_with(const std::string& tag, const std::string& json, fs::path* file_out = nullptr) {
+  fs::path dir = scratch("bad_" + tag);
+  fs::path file = dir / "bad.sharding.json";
+  std::ofstream(file) << json;
+  if (file_out) *file_out = file;
+  CmdResult r = cli("partition " + kModel + " --mesh 2x2 --shardings " + file.string() + " -o " +
+                        (dir / "out").string(),
+                    "bad_" + tag);
+  EXPECT_FALSE(fs::exists(dir / "out")) << "partition wrote output for bad input " << tag;
+  return r;
+}
+
+const char* kMesh = R"("mesh": {"shape": [2, 2], "axes": ["data", "model"]})";
+
+struct BadFile {
+  std::string tag;
+  std::string tensors;   // the "tensors" object body, or a whole file when it starts with '!'
+  std::string message;   // expected stderr after "error: FILE: "
+};
+
+class BadShardingFile : public ::testing::TestWithParam<BadFile> {};
+
+TEST_P(BadShardingFile, OneLineErrorAndExit2) {
+  const BadFile& b = GetParam();
+  std::string json = b.tensors[0] == '!' ? b.tensors.substr(1)
+                                         : std::string("{") + kMesh + R"(, "tensors": {)" + b.tensors + "}}";
+  fs::path file;
+  CmdResult r = partition_with(b.tag, json, &file);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: " + file.string() + ": " + b.message + "\n");
+  EXPECT_EQ(r.out, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cli, BadShardingFile,
+    ::testing::Values(
+        BadFile{"unknown_tensor", R"("h.0.mlp.fc_in.wieght": [null, "model"])",
+                R"(tensors."h.0.mlp.fc_in.wieght": no value named 'h.0.mlp.fc_in.wieght' in the model)"},
+        BadFile{"unknown_axis", R"("h.0.mlp.fc_in.weight": [null, "modle"])",
+                R"(tensors."h.0.mlp.fc_in.weight": unknown mesh axis 'modle' (mesh axes: data, model))"},
+        BadFile{"wrong_rank", R"("h.0.mlp.fc_in.weight": [null, "model", null])",
+                R"(tensors."h.0.mlp.fc_in.weight": spec has 3 entries but the tensor has rank 2)"},
+        BadFile{"axis_twice", R"("h.0.mlp.fc_in.weight": ["model", "model"])",
+                R"(tensors."h.0.mlp.fc_in.weight": mesh axis 'model' is used twice)"},
+        BadFile{"malformed_json", R"(!{"mesh": {"shape": [2, 2], "axes": ["data", "model"]}, "tensors": {"input_ids": ["data", null],}})",
+                "malformed JSON: parse error at line 1, column 96: syntax error while parsing object key - "
+                "unexpected '}'; expected string literal"}),
+    [](const auto& info) { return info.param.tag; });
+
+TEST(BadInput, MissingShardingFile) {
+  CmdResult r = cli("partition " + kModel + " --mesh 2x2 --shardings /nonexistent/x.json -o /tmp/never", "missing_sf");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: /nonexistent/x.json: cannot open file\n");
+}
+
+TEST(BadInput, MissingModel) {
+  CmdResult r = cli("run /nonexistent/model.onnx --mesh 2x2", "missing_model");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: /nonexistent/model.onnx: cannot open file\n");
+}
+
+TEST(BadInput, TruncatedModel) {
+  fs::path dir = scratch("truncated");
+  std::string bytes = read_file(fs::path(GSPMD_SOURCE_DIR) / kModel);
+  std::ofstream(dir / "t.onnx", std::ios::binary) << bytes.substr(0, bytes.size() / 3);
+  CmdResult r = cli("run " + (dir / "t.onnx").string() + " --mesh 2", "truncated");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: " + (dir / "t.onnx").string() + ": not a valid ONNX model (truncated or malformed protobuf)\n");
+}
+
+TEST(BadInput, ImpossibleMeshes) {
+  for (std::string mesh : {"0x2", "abc", "2x-1", ""}) {
+    CmdResult r = cli("explain " + kModel + " --mesh '" + mesh + "'", "mesh_" + std::to_string(mesh.size()));
+    EXPECT_EQ(r.code, 2) << mesh;
+    EXPECT_EQ(r.err, "error: --mesh: '" + mesh + "' is not a mesh shape like 4x4\n");
+  }
+  // The sharding file names 2 axes; a 3-axis --mesh cannot override it.
+  CmdResult r = cli("explain " + kModel + " --mesh 2x2x2 --shardings testdata/gpt/gpt.megatron.sharding.json", "mesh_rank");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: testdata/gpt/gpt.megatron.sharding.json: mesh: --mesh 2x2x2 has 3 axes but the file's "
+                   "mesh has 2 (data, model)\n");
+}
+
+TEST(BadInput, UnknownValueForExplainAndBadInputsDir) {
+  CmdResult r = cli("explain " + kModel + " --mesh 2 --value nope", "explain_nope");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: --value: no value named 'nope' in the model\n");
+  CmdResult in = cli("run " + kModel + " --mesh 2 --inputs testdata/bert/test_data_set_0", "bad_inputs");
+  EXPECT_EQ(in.code, 2);
+  EXPECT_EQ(in.err, "error: testdata/bert/test_data_set_0/input_0.pb: int64 [4,32] but input 'input_ids' is int64 [8,64]\n");
+}
+
+TEST(BadInput, UsageErrorsExit2) {
+  CmdResult r = cli("partition " + kModel, "usage");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("error: usage: ", 0), 0u) << r.err;
+}
+
+}  // namespace
