@@ -30,6 +30,8 @@ struct BadFile {
   std::string message;   // expected stderr after "error: FILE: "
 };
 
+void PrintTo(const BadFile& b, std::ostream* os) { *os << b.tag; }
+
 class BadShardingFile : public ::testing::TestWithParam<BadFile> {};
 
 TEST_P(BadShardingFile, OneLineErrorAndExit2) {

@@ -30,6 +30,8 @@ struct Case {
   }
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
+
 /// Max |a-b| <= atol + rtol*|b| over all elements.
 void expect_close(const gspmd::Tensor& a, const gspmd::Tensor& b, double rtol, double atol) {
   ASSERT_EQ(a.shape, b.shape);
