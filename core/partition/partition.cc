@@ -297,7 +297,8 @@ class Partitioner {
   /// of merged-dim factors that do not divide evenly (a local reshape would mix shards).
   void sanitize(const OpShardingRule& rule, FactorSharding& F) const {
     for (int f = 0; f < rule.num_factors(); ++f)
-      if (rule.factor_kinds[f] == FactorKind::kNeedReplication || rule.factor_kinds[f] == FactorKind::kPermutation)
+      if (rule.factor_kinds[f] == FactorKind::kNeedReplication || rule.factor_kinds[f] == FactorKind::kPermutation ||
+          rule.factor_kinds[f] == FactorKind::kWindowed)
         F[f].clear();
     auto check = [&](const DimFactors& df) {
       for (const auto& dim : df) {

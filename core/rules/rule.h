@@ -21,6 +21,10 @@ enum class FactorKind {
   kReduction,        // appears only in operands and is summed/maxed over: split => result unreduced
   kNeedReplication,  // must not be split (e.g. Softmax axis in the basic rule, Slice on a cut dim)
   kPermutation,      // operand and result index it differently (Concat/Pad/Slice dims): split => data movement
+  kWindowed,         // a spatial dim of Conv/pooling: output element i reads a window of input elements around
+                     // i*stride; split => halo exchange (core/partition's windowed handler, GSPMD §3.4 "halo").
+                     // Its size is the input's dim size (the output dim differs); propagation treats it as
+                     // pass-through between the windowed input (operand 0) and the result.
 };
 
 /// dims[d] = factor ids indexed by dim d, major to minor; empty = the dim has no factor (size-1 broadcast,
