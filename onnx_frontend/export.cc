@@ -187,8 +187,9 @@ struct Exporter {
   }
 
   void emit_pad(const std::string& node, const std::string& x, const std::string& y, DType dt, size_t rank,
-                int64_t axis, int64_t pad_end, double value) {
+                int64_t axis, int64_t pad_begin, int64_t pad_end, double value) {
     std::vector<int64_t> pads(2 * rank, 0);
+    pads[static_cast<size_t>(axis)] = pad_begin;
     pads[rank + static_cast<size_t>(axis)] = pad_end;
     if (opset >= 11) {
       auto pn = add_const(node + "/pads", Tensor::from_int64s(pads));
@@ -246,39 +247,33 @@ struct Exporter {
     const Value& x = G.values.at(n.inputs.at(0));
     const int64_t axis = norm_axis(n, n.i("axis"), x.shape.size());
     const int64_t dim = x.shape[static_cast<size_t>(axis)];
-    if (op == "ShardSlice") {
-      const int64_t shard = n.i("shard_size");
-      const int64_t start = tile * shard, end = start + shard;
-      if (start == 0 && end == dim) {
+    // Both ops keep y[i] = x[lo + i] for lo + i inside [keep_lo, keep_hi) and fill the rest with `value`:
+    // Identity, a Slice, a Slice + Pad, or a fill, whichever is the device's case.
+    auto window = [&](int64_t lo, int64_t len, int64_t keep_lo, int64_t keep_hi, double value) {
+      keep_lo = std::max(keep_lo, lo);
+      keep_hi = std::min(keep_hi, lo + len);
+      if (keep_hi <= keep_lo) return emit_fill(n.name, y, value);
+      if (lo == 0 && len == dim && keep_lo == 0 && keep_hi == dim) {
         add_node(n.name, "Identity", {x.name}, {y.name});
-      } else if (end <= dim) {
-        emit_slice(n.name, x.name, y.name, axis, start, end);
-      } else if (start >= dim) {
-        emit_fill(n.name, y, 0.0);
-      } else {
-        Shape s = x.shape;
-        s[static_cast<size_t>(axis)] = dim - start;
-        auto tmp = add_temp(n.name + "/valid", x.dtype, s);
-        emit_slice(n.name, x.name, tmp, axis, start, dim);
-        emit_pad(n.name, tmp, y.name, x.dtype, x.shape.size(), axis, end - dim, 0.0);
+        return;
       }
+      const int64_t before = keep_lo - lo, after = lo + len - keep_hi;
+      if (before == 0 && after == 0) return emit_slice(n.name, x.name, y.name, axis, keep_lo, keep_hi);
+      Shape s = x.shape;
+      s[static_cast<size_t>(axis)] = keep_hi - keep_lo;
+      auto tmp = add_temp(n.name + "/valid", x.dtype, s);
+      emit_slice(n.name, x.name, tmp, axis, keep_lo, keep_hi);
+      emit_pad(n.name, tmp, y.name, x.dtype, x.shape.size(), axis, before, after, value);
+    };
+    if (op == "ShardSlice") {
+      const int64_t step = n.i("shard_size");
+      window(n.i("base", 0) + tile * step, n.i("size", step), 0, dim, 0.0);
       return;
     }
     if (op == "MaskPad") {
-      const int64_t full = n.i("full_size");
-      const double value = n.f("value");
-      const int64_t valid = std::clamp<int64_t>(full - tile * dim, 0, dim);
-      if (valid == dim) {
-        add_node(n.name, "Identity", {x.name}, {y.name});
-      } else if (valid == 0) {
-        emit_fill(n.name, y, value);
-      } else {
-        Shape s = x.shape;
-        s[static_cast<size_t>(axis)] = valid;
-        auto tmp = add_temp(n.name + "/valid", x.dtype, s);
-        emit_slice(n.name, x.name, tmp, axis, 0, valid);
-        emit_pad(n.name, tmp, y.name, x.dtype, x.shape.size(), axis, dim - valid, value);
-      }
+      // local i has global index first + i; keep those inside [0, full_size)
+      const int64_t first = n.i("base", 0) + tile * n.i("step", dim);
+      window(0, dim, -first, n.i("full_size") - first, n.f("value"));
       return;
     }
     throw std::runtime_error(fmt::format("export: node '{}': unknown gspmd op '{}'", n.name, op));

@@ -176,6 +176,9 @@ const KernelTable& table() {
     register_elementwise(k);
     register_shape_ops(k);
     register_math(k);
+    register_nn(k);
+    register_index(k);
+    register_misc(k);
     return k;
   }();
   return t;

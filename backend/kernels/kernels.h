@@ -1,5 +1,6 @@
 // backend/kernels: one CPU kernel per ONNX operator (ai.onnx domain), oneDNN primitives where oneDNN has them
-// (matmul, eltwise, binary, softmax, layer normalization, reduction), plain C++ otherwise (int64/bool ops, shape ops).
+// (matmul, eltwise, binary, softmax, layer normalization, reduction, convolution / deconvolution, pooling), plain C++
+// otherwise (int64/bool ops, shape ops, indexing, normalizations, Resize, fallbacks for what oneDNN rejects).
 // Semantics follow the ONNX operator specs (onnx/docs/Operators.md) at the node's opset.
 // `gspmd` domain ops are not kernels: backend/pod implements them (they need the partition id and the pod).
 #pragma once

@@ -46,6 +46,9 @@ using KernelTable = std::unordered_map<std::string, KernelFn>;
 void register_elementwise(KernelTable& t);
 void register_shape_ops(KernelTable& t);
 void register_math(KernelTable& t);
+void register_nn(KernelTable& t);
+void register_index(KernelTable& t);
+void register_misc(KernelTable& t);
 
 // ---------------------------------------------------------------------------------------------------------------
 // dtype dispatch. `f` is a lambda templated on the element type: [&]<class T>() { ... }. Bool is stored as uint8_t

@@ -137,6 +137,9 @@ dnnl::algorithm reduce_alg(Reduce op) {
     case Reduce::kMax: return dnnl::algorithm::reduction_max;
     case Reduce::kMin: return dnnl::algorithm::reduction_min;
     case Reduce::kProd: return dnnl::algorithm::reduction_mul;
+    case Reduce::kL1: return dnnl::algorithm::reduction_norm_lp_power_p_sum;
+    case Reduce::kL2: return dnnl::algorithm::reduction_norm_lp_sum;
+    case Reduce::kSumSquare: return dnnl::algorithm::reduction_norm_lp_power_p_sum;
   }
   throw std::logic_error("reduce op");
 }
@@ -296,11 +299,129 @@ void reduce(Reduce op, const float* in, float* out, const std::vector<int64_t>& 
   dnnl::primitive p = cache().get(
       k,
       [&] {
-        dnnl::reduction::desc d(reduce_alg(op), imd, omd, 0.f, 0.f);
+        const float p = op == Reduce::kL1 ? 1.f : op == Reduce::kL2 || op == Reduce::kSumSquare ? 2.f : 0.f;
+        dnnl::reduction::desc d(reduce_alg(op), imd, omd, p, 0.f);
         return dnnl::primitive(dnnl::reduction(dnnl::reduction::primitive_desc(d, engine())));
       },
       false);
   execute(p, {{DNNL_ARG_SRC, mem(imd, in)}, {DNNL_ARG_DST, mem(omd, out)}});
+}
+
+namespace {
+
+/// A convolution primitive with the memory formats it picked (format_tag::any) for src, weights and dst.
+struct ConvEntry {
+  dnnl::primitive prim;  // empty: oneDNN has no implementation
+  memory::desc src, wei, dst;
+};
+
+ConvEntry make_conv_entry(const ConvGeom& g, bool bias) {
+  const memory::desc src_any(to_dims(g.src), dt::f32, memory::format_tag::any);
+  const memory::desc wei_any(to_dims(g.wei), dt::f32, memory::format_tag::any);
+  const memory::desc dst_any(to_dims(g.dst), dt::f32, memory::format_tag::any);
+  const memory::desc bias_md = bias ? plain_md({g.dst[1]}) : memory::desc();
+  const memory::dims st = to_dims(g.strides), dl = to_dims(g.dilations), pl = to_dims(g.pad_l),
+                     pr = to_dims(g.pad_r);
+  ConvEntry e;
+  if (g.deconv) {
+    dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                        src_any, wei_any, bias_md, dst_any, st, dl, pl, pr);
+    dnnl::deconvolution_forward::primitive_desc pd(d, engine());
+    e.prim = dnnl::deconvolution_forward(pd);
+    e.src = pd.src_desc();
+    e.wei = pd.weights_desc();
+    e.dst = pd.dst_desc();
+  } else {
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                      src_any, wei_any, bias_md, dst_any, st, dl, pl, pr);
+    dnnl::convolution_forward::primitive_desc pd(d, engine());
+    e.prim = dnnl::convolution_forward(pd);
+    e.src = pd.src_desc();
+    e.wei = pd.weights_desc();
+    e.dst = pd.dst_desc();
+  }
+  return e;
+}
+
+/// Runs a reorder between two memories (plain <-> blocked).
+void reorder(memory& from, memory& to) {
+  try {
+    dnnl::reorder(from, to).execute(stream(), from, to);
+    stream().wait();
+  } catch (const dnnl::error& e) {
+    throw std::runtime_error(std::string("oneDNN: ") + e.what());
+  }
+}
+
+}  // namespace
+
+bool conv(const ConvGeom& g, const float* src, const float* wei, const float* bias, float* dst) {
+  Key k(g.deconv ? 'D' : 'C');
+  k.add(g.src).add(g.wei).add(g.wei_strides).add(g.dst).add(g.strides).add(g.dilations).add(g.pad_l).add(g.pad_r);
+  k.add(static_cast<int64_t>(bias != nullptr));
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<const ConvEntry>> entries;
+  std::shared_ptr<const ConvEntry> e;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = entries.find(k.s);
+    if (it != entries.end()) e = it->second;
+  }
+  if (!e) {
+    auto made = std::make_shared<ConvEntry>();
+    try {
+      *made = make_conv_entry(g, bias != nullptr);
+    } catch (const dnnl::error&) {
+      made->prim = dnnl::primitive();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (entries.size() >= 1024) entries.clear();
+    e = entries.emplace(k.s, std::move(made)).first->second;
+  }
+  if (!e->prim) return false;
+  const memory::desc src_plain = plain_md(g.src), dst_plain = plain_md(g.dst);
+  const memory::desc wei_user(to_dims(g.wei), dt::f32, to_dims(g.wei_strides));
+  memory src_u = mem(src_plain, src), dst_u = mem(dst_plain, dst), wei_u = mem(wei_user, wei);
+  memory src_m = src_u, dst_m = dst_u, wei_m = wei_u;
+  if (e->src != src_plain) {
+    src_m = memory(e->src, engine());
+    reorder(src_u, src_m);
+  }
+  if (e->wei != wei_user) {
+    wei_m = memory(e->wei, engine());
+    reorder(wei_u, wei_m);
+  }
+  if (e->dst != dst_plain) dst_m = memory(e->dst, engine());
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, mem(plain_md({g.dst[1]}), bias));
+  dnnl::primitive p = e->prim;
+  execute(p, args);
+  if (e->dst != dst_plain) reorder(dst_m, dst_u);
+  return true;
+}
+
+bool pool(Pool op, const float* src, float* dst, const std::vector<int64_t>& src_dims,
+          const std::vector<int64_t>& dst_dims, const std::vector<int64_t>& kernel,
+          const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+          const std::vector<int64_t>& pad_l, const std::vector<int64_t>& pad_r) {
+  const memory::desc smd = plain_md(src_dims), dmd = plain_md(dst_dims);
+  Key k('p');
+  k.add(static_cast<int64_t>(op)).add(src_dims).add(dst_dims).add(kernel).add(strides).add(dilations).add(pad_l);
+  k.add(pad_r);
+  dnnl::primitive p = cache().get(
+      k,
+      [&] {
+        const dnnl::algorithm alg = op == Pool::kMax           ? dnnl::algorithm::pooling_max
+                                    : op == Pool::kAvgInclPad ? dnnl::algorithm::pooling_avg_include_padding
+                                                              : dnnl::algorithm::pooling_avg_exclude_padding;
+        dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, smd, dmd, to_dims(strides),
+                                         to_dims(kernel), to_dims(dilations), to_dims(pad_l), to_dims(pad_r));
+        return dnnl::primitive(dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, engine())));
+      },
+      true);
+  if (!p) return false;
+  execute(p, {{DNNL_ARG_SRC, mem(smd, src)}, {DNNL_ARG_DST, mem(dmd, dst)}});
+  return true;
 }
 
 }  // namespace gspmd::dnn

@@ -11,7 +11,7 @@ namespace gspmd::dnn {
 
 enum class Eltwise { kRelu, kTanh, kExp, kSqrt, kLog, kAbs, kSigmoid, kNeg, kReciprocal };
 enum class Binary { kAdd, kSub, kMul, kDiv, kMax, kMin };
-enum class Reduce { kSum, kMean, kMax, kMin, kProd };
+enum class Reduce { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare };
 
 /// out[i] = f(in[i]) for n elements (in == out allowed).
 void eltwise(Eltwise op, const float* in, float* out, int64_t n);
@@ -38,5 +38,28 @@ void layer_norm(const float* in, float* out, int64_t outer, int64_t inner, const
 /// Reduction of `in` (shape dims) into `out` (shape out_dims: same rank, 1 on reduced dims).
 void reduce(Reduce op, const float* in, float* out, const std::vector<int64_t>& dims,
             const std::vector<int64_t>& out_dims);
+
+/// Forward convolution / deconvolution (ConvTranspose) geometry, all in oneDNN's conventions: src [N,C,spatial...],
+/// dst [N,OC,spatial...], wei = logical weight dims ([OC,IC,k...], or [G,OC/G,IC/G,k...] when grouped),
+/// wei_strides = element strides of the caller's weight buffer for those dims (any permutation is fine),
+/// dilations with 0 = dense, pad_r may be negative. 1 to 3 spatial dims.
+struct ConvGeom {
+  std::vector<int64_t> src, wei, wei_strides, dst;
+  std::vector<int64_t> strides, dilations, pad_l, pad_r;
+  bool deconv = false;
+};
+
+/// dst = conv(src, wei) + bias (bias of length OC, may be null). Plain row-major src/dst. Returns false (nothing
+/// written) if oneDNN has no implementation for that geometry.
+bool conv(const ConvGeom& g, const float* src, const float* wei, const float* bias, float* dst);
+
+enum class Pool { kMax, kAvgInclPad, kAvgExclPad };
+
+/// Pooling of plain row-major src [N,C,spatial...] into dst [N,C,out spatial...] (1 to 3 spatial dims); dilations
+/// with 0 = dense. Returns false if oneDNN has no implementation.
+bool pool(Pool op, const float* src, float* dst, const std::vector<int64_t>& src_dims,
+          const std::vector<int64_t>& dst_dims, const std::vector<int64_t>& kernel,
+          const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+          const std::vector<int64_t>& pad_l, const std::vector<int64_t>& pad_r);
 
 }  // namespace gspmd::dnn

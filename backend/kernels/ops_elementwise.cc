@@ -334,6 +334,139 @@ std::vector<Tensor> clip_kernel(const Ctx& c) {
   return one(std::move(out));
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Activations with attributes, trigonometry, rounding, IsNaN / IsInf, Mod, PRelu (plain C++).
+
+enum class Pu {
+  kElu, kSelu, kCelu, kSoftplus, kSoftsign, kThresholdedRelu, kLeakyRelu, kHardSigmoid, kHardSwish, kMish, kRound,
+  kSin, kCos, kTan, kAsin, kAcos, kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh, kShrink
+};
+
+template <Pu op>
+std::vector<Tensor> param_unary_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  Tensor out(x.dtype, x.shape);
+  double alpha = 0, beta = 0, gamma = 0;
+  if constexpr (op == Pu::kElu || op == Pu::kCelu || op == Pu::kThresholdedRelu) alpha = c.node.f("alpha", 1.f);
+  if constexpr (op == Pu::kSelu) {
+    alpha = c.node.f("alpha", 1.67326319217681884765625f);
+    gamma = c.node.f("gamma", 1.05070102214813232421875f);
+  }
+  if constexpr (op == Pu::kLeakyRelu) alpha = c.node.f("alpha", 0.01f);
+  if constexpr (op == Pu::kHardSigmoid) {
+    alpha = c.node.f("alpha", 0.2f);
+    beta = c.node.f("beta", 0.5f);
+  }
+  if constexpr (op == Pu::kShrink) {
+    alpha = c.node.f("lambd", 0.5f);
+    beta = c.node.f("bias", 0.f);
+  }
+  auto f = [&](double v) -> double {
+    if constexpr (op == Pu::kElu) return v < 0 ? alpha * (std::exp(v) - 1) : v;
+    if constexpr (op == Pu::kSelu) return gamma * (v <= 0 ? alpha * (std::exp(v) - 1) : v);
+    if constexpr (op == Pu::kCelu) return std::max(0.0, v) + std::min(0.0, alpha * (std::exp(v / alpha) - 1));
+    if constexpr (op == Pu::kSoftplus) return v > 30 ? v : std::log1p(std::exp(v));
+    if constexpr (op == Pu::kSoftsign) return v / (1 + std::abs(v));
+    if constexpr (op == Pu::kThresholdedRelu) return v > alpha ? v : 0.0;
+    if constexpr (op == Pu::kLeakyRelu) return v < 0 ? alpha * v : v;
+    if constexpr (op == Pu::kHardSigmoid) return std::max(0.0, std::min(1.0, alpha * v + beta));
+    if constexpr (op == Pu::kHardSwish) return v * std::max(0.0, std::min(1.0, v / 6 + 0.5));
+    if constexpr (op == Pu::kMish) return v * std::tanh(v > 30 ? v : std::log1p(std::exp(v)));
+    if constexpr (op == Pu::kRound) return std::nearbyint(v);
+    if constexpr (op == Pu::kSin) return std::sin(v);
+    if constexpr (op == Pu::kCos) return std::cos(v);
+    if constexpr (op == Pu::kTan) return std::tan(v);
+    if constexpr (op == Pu::kAsin) return std::asin(v);
+    if constexpr (op == Pu::kAcos) return std::acos(v);
+    if constexpr (op == Pu::kAtan) return std::atan(v);
+    if constexpr (op == Pu::kSinh) return std::sinh(v);
+    if constexpr (op == Pu::kCosh) return std::cosh(v);
+    if constexpr (op == Pu::kAsinh) return std::asinh(v);
+    if constexpr (op == Pu::kAcosh) return std::acosh(v);
+    if constexpr (op == Pu::kAtanh) return std::atanh(v);
+    if constexpr (op == Pu::kShrink) return v < -alpha ? v + beta : v > alpha ? v - beta : 0.0;
+  };
+  auto run = [&]<class T>() {
+    const T* s = x.data<T>();
+    T* d = out.data<T>();
+    for (int64_t i = 0; i < x.numel(); ++i) d[i] = static_cast<T>(f(static_cast<double>(s[i])));
+  };
+  if constexpr (op == Pu::kShrink)
+    dispatch_all(c, x.dtype, run);
+  else
+    dispatch_float(c, x.dtype, run);
+  return one(std::move(out));
+}
+
+template <bool is_nan>
+std::vector<Tensor> isnan_isinf_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  Tensor out(DType::kBool, x.shape);
+  const bool neg = c.node.i("detect_negative", 1) != 0, pos = c.node.i("detect_positive", 1) != 0;
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    const T* s = x.data<T>();
+    uint8_t* d = out.data<uint8_t>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      if constexpr (is_nan)
+        d[i] = std::isnan(s[i]);
+      else
+        d[i] = std::isinf(s[i]) && ((s[i] > 0 && pos) || (s[i] < 0 && neg));
+    }
+  });
+  return one(std::move(out));
+}
+
+std::vector<Tensor> mod_kernel(const Ctx& c) {
+  const Tensor& a = c.req(0);
+  const Tensor& b = c.req(1);
+  same_dtype(c, a, b);
+  const bool fmod = c.node.i("fmod", 0) != 0;
+  Tensor out(a.dtype, broadcast_shapes(c, a.shape, b.shape));
+  auto run = [&]<class T>() {
+    bcast_binary<T, T>(a, b, out, [fmod](T x, T y) -> T {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (fmod) return std::fmod(x, y);
+        T r = std::fmod(x, y);
+        if (r != 0 && ((r < 0) != (y < 0))) r += y;
+        return r;
+      } else {
+        if (y == 0) return T(0);
+        if (fmod) return static_cast<T>(x % y);
+        T r = static_cast<T>(x % y);
+        if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);
+        return r;
+      }
+    });
+  };
+  switch (a.dtype) {
+    case DType::kInt8: run.template operator()<int8_t>(); break;
+    case DType::kInt16: run.template operator()<int16_t>(); break;
+    case DType::kUInt8: run.template operator()<uint8_t>(); break;
+    default: dispatch_numeric(c, a.dtype, run);
+  }
+  return one(std::move(out));
+}
+
+std::vector<Tensor> prelu_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  const Tensor& slope = c.req(1);
+  same_dtype(c, x, slope);
+  Shape ss = slope.shape;
+  // Opset < 7 style per-channel slope [C] on an [N, C, ...] input: align it with dim 1.
+  if (ss.size() == 1 && x.shape.size() > 2 && ss[0] == x.shape[1] && x.shape.back() != ss[0]) {
+    ss.resize(x.shape.size() - 1, 1);
+  }
+  Tensor sv = slope;
+  sv.shape = ss;
+  Tensor out(x.dtype, broadcast_shapes(c, x.shape, ss));
+  if (out.shape != x.shape) c.fail(fmt::format("slope of shape {} does not broadcast to X of shape {}",
+                                               shape_str(slope.shape), shape_str(x.shape)));
+  dispatch_numeric(c, x.dtype, [&]<class T>() {
+    bcast_binary<T, T>(x, sv, out, [](T v, T s) { return v < T(0) ? static_cast<T>(v * s) : v; });
+  });
+  return one(std::move(out));
+}
+
 }  // namespace
 
 void register_elementwise(KernelTable& t) {
@@ -371,6 +504,33 @@ void register_elementwise(KernelTable& t) {
   t["Sign"] = unary_kernel<Un::kSign>;
   t["Cast"] = cast_kernel;
   t["Clip"] = clip_kernel;
+  t["Elu"] = param_unary_kernel<Pu::kElu>;
+  t["Selu"] = param_unary_kernel<Pu::kSelu>;
+  t["Celu"] = param_unary_kernel<Pu::kCelu>;
+  t["Softplus"] = param_unary_kernel<Pu::kSoftplus>;
+  t["Softsign"] = param_unary_kernel<Pu::kSoftsign>;
+  t["ThresholdedRelu"] = param_unary_kernel<Pu::kThresholdedRelu>;
+  t["LeakyRelu"] = param_unary_kernel<Pu::kLeakyRelu>;
+  t["HardSigmoid"] = param_unary_kernel<Pu::kHardSigmoid>;
+  t["HardSwish"] = param_unary_kernel<Pu::kHardSwish>;
+  t["Mish"] = param_unary_kernel<Pu::kMish>;
+  t["Round"] = param_unary_kernel<Pu::kRound>;
+  t["Sin"] = param_unary_kernel<Pu::kSin>;
+  t["Cos"] = param_unary_kernel<Pu::kCos>;
+  t["Tan"] = param_unary_kernel<Pu::kTan>;
+  t["Asin"] = param_unary_kernel<Pu::kAsin>;
+  t["Acos"] = param_unary_kernel<Pu::kAcos>;
+  t["Atan"] = param_unary_kernel<Pu::kAtan>;
+  t["Sinh"] = param_unary_kernel<Pu::kSinh>;
+  t["Cosh"] = param_unary_kernel<Pu::kCosh>;
+  t["Asinh"] = param_unary_kernel<Pu::kAsinh>;
+  t["Acosh"] = param_unary_kernel<Pu::kAcosh>;
+  t["Atanh"] = param_unary_kernel<Pu::kAtanh>;
+  t["Shrink"] = param_unary_kernel<Pu::kShrink>;
+  t["IsNaN"] = isnan_isinf_kernel<true>;
+  t["IsInf"] = isnan_isinf_kernel<false>;
+  t["Mod"] = mod_kernel;
+  t["PRelu"] = prelu_kernel;
 }
 
 }  // namespace gspmd::kern

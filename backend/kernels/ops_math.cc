@@ -1,4 +1,5 @@
-// Math kernels: MatMul, Gemm, Softmax, LogSoftmax, LayerNormalization, ReduceSum/Mean/Max/Min/Prod.
+// Math kernels: MatMul, Gemm, Softmax, LogSoftmax, LayerNormalization, ReduceSum/Mean/Max/Min/Prod/L1/L2/SumSquare/
+// LogSum/LogSumExp, ArgMax, ArgMin (plain C++; float32 reductions other than LogSum/LogSumExp use oneDNN).
 // float32 runs on oneDNN (onednn.h); float64 / integer types (and zero-sized edge cases) run on plain C++ loops.
 #include <algorithm>
 #include <cmath>
@@ -268,7 +269,7 @@ std::vector<Tensor> layer_norm_kernel(const Ctx& c) {
 // ---------------------------------------------------------------------------------------------------------------
 // Reductions.
 
-enum class Red { kSum, kMean, kMax, kMin, kProd };
+enum class Red { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
 
 template <Red op>
 std::vector<Tensor> reduce_kernel(const Ctx& c) {
@@ -292,48 +293,70 @@ std::vector<Tensor> reduce_kernel(const Ctx& c) {
     } else {
       os.push_back(x.shape[i]);
     }
+  constexpr bool identity_when_unreduced = op == Red::kSum || op == Red::kMean || op == Red::kMax ||
+                                           op == Red::kMin || op == Red::kProd;
   Tensor out(x.dtype, kd);
-  if (kd == x.shape) {
+  if (identity_when_unreduced && kd == x.shape) {
     out = x;
   } else {
     dispatch_numeric(c, x.dtype, [&]<class T>() {
-      if constexpr (std::is_same_v<T, float>) {
-        if (x.numel() > 0 && kd.size() <= kDnnlMaxRank) {
-          constexpr dnn::Reduce alg = op == Red::kSum    ? dnn::Reduce::kSum
-                                      : op == Red::kMean ? dnn::Reduce::kMean
-                                      : op == Red::kMax  ? dnn::Reduce::kMax
-                                      : op == Red::kMin  ? dnn::Reduce::kMin
-                                                         : dnn::Reduce::kProd;
+      if constexpr (std::is_same_v<T, float> && op != Red::kLogSum && op != Red::kLogSumExp) {
+        if (x.numel() > 0 && kd.size() <= kDnnlMaxRank && kd != x.shape) {
+          constexpr dnn::Reduce alg = op == Red::kSum       ? dnn::Reduce::kSum
+                                      : op == Red::kMean    ? dnn::Reduce::kMean
+                                      : op == Red::kMax     ? dnn::Reduce::kMax
+                                      : op == Red::kMin     ? dnn::Reduce::kMin
+                                      : op == Red::kProd    ? dnn::Reduce::kProd
+                                      : op == Red::kL1      ? dnn::Reduce::kL1
+                                      : op == Red::kL2      ? dnn::Reduce::kL2
+                                                            : dnn::Reduce::kSumSquare;
           dnn::reduce(alg, x.data<float>(), out.data<float>(), x.shape, kd);
           return;
         }
       }
-      T init;
-      if constexpr (op == Red::kSum || op == Red::kMean) init = T(0);
-      if constexpr (op == Red::kProd) init = T(1);
-      if constexpr (op == Red::kMax)
-        init = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                    : std::numeric_limits<T>::lowest();
-      if constexpr (op == Red::kMin)
-        init = std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
-                                                    : std::numeric_limits<T>::max();
       T* o = out.data<T>();
-      std::fill_n(o, out.numel(), init);
       const T* in = x.data<T>();
       const std::vector<int64_t> si = contiguous_strides(x.shape), so = broadcast_strides(kd, x.shape);
       const Plan<2> p = make_plan<2>(x.shape, {si.data(), so.data()});
-      for_each_row(p, [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
-        const T* s = in + off[0];
-        T* d = o + off[1];
-        for (int64_t i = 0; i < n; ++i) {
-          T& acc = d[i * st[1]];
-          const T v = s[i];
-          if constexpr (op == Red::kSum || op == Red::kMean) acc += v;
-          if constexpr (op == Red::kProd) acc *= v;
-          if constexpr (op == Red::kMax) acc = v > acc ? v : acc;
-          if constexpr (op == Red::kMin) acc = v < acc ? v : acc;
-        }
-      });
+      // acc(out_ref, value, out_index) over every input element.
+      auto loop = [&](T init, auto&& acc) {
+        std::fill_n(o, out.numel(), init);
+        for_each_row(p, [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+          const T* s = in + off[0];
+          for (int64_t i = 0; i < n; ++i) acc(o[off[1] + i * st[1]], s[i]);
+        });
+      };
+      constexpr T lowest = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                                : std::numeric_limits<T>::lowest();
+      constexpr T highest = std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                                 : std::numeric_limits<T>::max();
+      if constexpr (op == Red::kSum || op == Red::kMean || op == Red::kLogSum)
+        loop(T(0), [](T& a, T v) { a += v; });
+      if constexpr (op == Red::kProd) loop(T(1), [](T& a, T v) { a *= v; });
+      if constexpr (op == Red::kMax || op == Red::kLogSumExp) loop(lowest, [](T& a, T v) { a = v > a ? v : a; });
+      if constexpr (op == Red::kMin) loop(highest, [](T& a, T v) { a = v < a ? v : a; });
+      if constexpr (op == Red::kL1) loop(T(0), [](T& a, T v) { a += v < T(0) ? static_cast<T>(-v) : v; });
+      if constexpr (op == Red::kL2 || op == Red::kSumSquare) loop(T(0), [](T& a, T v) { a += v * v; });
+      if constexpr (op == Red::kLogSumExp) {
+        const std::vector<T> mx(o, o + out.numel());
+        std::vector<double> sum(mx.size(), 0.0);
+        for_each_row(p, [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+          const T* s = in + off[0];
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t k = off[1] + i * st[1];
+            if (std::isfinite(static_cast<double>(mx[k])))
+              sum[k] += std::exp(static_cast<double>(s[i]) - static_cast<double>(mx[k]));
+          }
+        });
+        for (size_t i = 0; i < mx.size(); ++i)
+          o[i] = std::isfinite(static_cast<double>(mx[i]))
+                     ? static_cast<T>(static_cast<double>(mx[i]) + std::log(sum[i]))
+                     : mx[i];
+      }
+      if constexpr (op == Red::kL2)
+        for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<T>(std::sqrt(static_cast<double>(o[i])));
+      if constexpr (op == Red::kLogSum)
+        for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<T>(std::log(static_cast<double>(o[i])));
       if constexpr (op == Red::kMean) {
         for (int64_t i = 0; i < out.numel(); ++i) {
           if constexpr (std::is_floating_point_v<T>)
@@ -345,6 +368,45 @@ std::vector<Tensor> reduce_kernel(const Ctx& c) {
     });
   }
   if (!keep) out.shape = os;
+  return one(std::move(out));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// ArgMax / ArgMin.
+
+template <bool is_max>
+std::vector<Tensor> arg_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  const int64_t r = static_cast<int64_t>(x.shape.size());
+  if (r == 0) c.fail("input must have rank >= 1");
+  const int64_t ax = c.axis(c.node.i("axis", 0), r);
+  const bool keep = c.node.i("keepdims", 1) != 0, last = c.node.i("select_last_index", 0) != 0;
+  const int64_t len = x.shape[ax];
+  if (len == 0) c.fail("cannot take ArgMax/ArgMin over an empty axis");
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < ax; ++i) outer *= x.shape[i];
+  for (int64_t i = ax + 1; i < r; ++i) inner *= x.shape[i];
+  Shape os = x.shape;
+  if (keep)
+    os[ax] = 1;
+  else
+    os.erase(os.begin() + ax);
+  Tensor out(DType::kInt64, os);
+  dispatch_all(c, x.dtype, [&]<class T>() {
+    const T* s = x.data<T>();
+    int64_t* d = out.data<int64_t>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < inner; ++j) {
+        const T* p = s + o * len * inner + j;
+        int64_t best = 0;
+        for (int64_t i = 1; i < len; ++i) {
+          const T v = p[i * inner], b = p[best * inner];
+          const bool better = is_max ? (last ? v >= b : v > b) : (last ? v <= b : v < b);
+          if (better) best = i;
+        }
+        d[o * inner + j] = best;
+      }
+  });
   return one(std::move(out));
 }
 
@@ -361,6 +423,13 @@ void register_math(KernelTable& t) {
   t["ReduceMax"] = reduce_kernel<Red::kMax>;
   t["ReduceMin"] = reduce_kernel<Red::kMin>;
   t["ReduceProd"] = reduce_kernel<Red::kProd>;
+  t["ReduceL1"] = reduce_kernel<Red::kL1>;
+  t["ReduceL2"] = reduce_kernel<Red::kL2>;
+  t["ReduceSumSquare"] = reduce_kernel<Red::kSumSquare>;
+  t["ReduceLogSum"] = reduce_kernel<Red::kLogSum>;
+  t["ReduceLogSumExp"] = reduce_kernel<Red::kLogSumExp>;
+  t["ArgMax"] = arg_kernel<true>;
+  t["ArgMin"] = arg_kernel<false>;
 }
 
 }  // namespace gspmd::kern

@@ -223,23 +223,25 @@ std::vector<Tensor> collective_permute(const std::vector<const Tensor*>& ins, in
   return out;
 }
 
-Tensor shard_slice(const Tensor& x, int64_t axis, int64_t tile, int64_t shard_size) {
+Tensor shard_slice(const Tensor& x, int64_t axis, int64_t start, int64_t size) {
   int64_t a = norm_axis(axis, x.shape.size(), "ShardSlice axis");
-  if (shard_size < 0) throw std::runtime_error(fmt::format("ShardSlice: negative shard_size {}", shard_size));
+  if (size < 0) throw std::runtime_error(fmt::format("ShardSlice: negative size {}", size));
   Shape s = x.shape;
-  s[a] = shard_size;
+  s[a] = size;
   Tensor y(x.dtype, s);
-  int64_t start = tile * shard_size;
-  int64_t valid = std::clamp<int64_t>(x.shape[a] - start, 0, shard_size);
-  copy_along_axis(x, a, start, y, 0, valid);
+  // the part of [start, start + size) inside [0, x.shape[a]) is copied, the rest stays zero
+  int64_t lo = std::clamp<int64_t>(start, 0, x.shape[a]), hi = std::clamp<int64_t>(start + size, 0, x.shape[a]);
+  if (hi > lo) copy_along_axis(x, a, lo, y, lo - start, hi - lo);
   return y;
 }
 
-void mask_pad(Tensor& x, int64_t axis, int64_t tile, int64_t full_size, float value) {
+void mask_pad(Tensor& x, int64_t axis, int64_t first_global, int64_t full_size, float value) {
   int64_t a = norm_axis(axis, x.shape.size(), "MaskPad axis");
   int64_t L = x.shape[a];
-  int64_t first = std::clamp<int64_t>(full_size - tile * L, 0, L);  // first local index that is padding
-  if (first >= L || x.numel() == 0) return;
+  // local indices [keep_lo, keep_hi) have global indices inside [0, full_size)
+  int64_t keep_lo = std::clamp<int64_t>(-first_global, 0, L);
+  int64_t keep_hi = std::clamp<int64_t>(full_size - first_global, keep_lo, L);
+  if ((keep_lo == 0 && keep_hi == L) || x.numel() == 0) return;
   std::vector<std::byte> pat;
   switch (x.dtype) {
     case DType::kFloat32: fill_value<float>(pat, value); break;
@@ -268,7 +270,8 @@ void mask_pad(Tensor& x, int64_t axis, int64_t tile, int64_t full_size, float va
   for (size_t i = 0; i < inner_elems; ++i) std::memcpy(row.data() + i * es, pat.data(), es);
   std::byte* d = x.bytes.data();
   for (int64_t o = 0; o < b.outer; ++o)
-    for (int64_t i = first; i < L; ++i) std::memcpy(d + static_cast<size_t>(o * L + i) * b.inner, row.data(), b.inner);
+    for (int64_t i = 0; i < L; ++i)
+      if (i < keep_lo || i >= keep_hi) std::memcpy(d + static_cast<size_t>(o * L + i) * b.inner, row.data(), b.inner);
 }
 
 }  // namespace gspmd::pod

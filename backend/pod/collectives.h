@@ -28,10 +28,11 @@ std::vector<Tensor> all_to_all(const std::vector<const Tensor*>& ins, int64_t sp
 /// Member t gets operand t - shift, or zeros when that is outside [0, n).
 std::vector<Tensor> collective_permute(const std::vector<const Tensor*>& ins, int64_t shift);
 
-/// x[tile*shard_size : +shard_size] along axis, zero past x.shape[axis].
-Tensor shard_slice(const Tensor& x, int64_t axis, int64_t tile, int64_t shard_size);
-/// Sets the elements whose global index tile*x.shape[axis] + i >= full_size to `value` (cast to x's dtype), in place.
-void mask_pad(Tensor& x, int64_t axis, int64_t tile, int64_t full_size, float value);
+/// x[start : start + size] along axis; positions outside [0, x.shape[axis]) are zero (start may be negative).
+Tensor shard_slice(const Tensor& x, int64_t axis, int64_t start, int64_t size);
+/// Local element i along axis has global index first_global + i; elements whose global index is outside
+/// [0, full_size) are set to `value` (cast to x's dtype; +-inf saturate for integers), in place.
+void mask_pad(Tensor& x, int64_t axis, int64_t first_global, int64_t full_size, float value);
 
 /// Copies `len` slices along `axis` from src[src_start...] to dst[dst_start...]; src and dst must agree on every dim
 /// but `axis` and on dtype.

@@ -224,7 +224,8 @@ class Executor {
           store(n, d, 0, std::move(t));
         } else if (op == "ShardSlice") {
           const Tensor* x = input(n, d, 0);
-          store(n, d, 0, pod::shard_slice(*x, n.i("axis", 0), tile, n.i("shard_size", 0)));
+          const int64_t step = n.i("shard_size", 0);
+          store(n, d, 0, pod::shard_slice(*x, n.i("axis", 0), n.i("base", 0) + tile * step, n.i("size", step)));
         } else {  // MaskPad
           int xv = n.inputs.at(0);
           const Tensor* x = input(n, d, 0);
@@ -240,7 +241,9 @@ class Executor {
           } else {
             y = *x;
           }
-          pod::mask_pad(y, n.i("axis", 0), tile, n.i("full_size", 0), n.f("value", 0.f));
+          const int64_t axis = n.i("axis", 0);
+          const int64_t len = y.shape.at(static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(y.shape.size()) : axis));
+          pod::mask_pad(y, axis, n.i("base", 0) + tile * n.i("step", len), n.i("full_size", 0), n.f("value", 0.f));
           store(n, d, 0, std::move(y));  // when stolen, the result reuses the operand's buffer: net 0 bytes
         }
       } catch (const UnsupportedError& e) {

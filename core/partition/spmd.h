@@ -13,10 +13,13 @@
 //                               group member j; received chunks are concatenated along concat_axis in source tile order.
 //   CollectivePermute(x) -> y   attrs mesh_axes, shift. The device at tile t receives x from tile t - shift of its group;
 //                               devices with no source (t - shift outside [0, n)) get zeros.
-//   ShardSlice(x) -> y          attrs axis, mesh_axes, shard_size. y = x[tile*shard_size : +shard_size] along axis,
-//                               zero where past x.shape[axis] (padding).
-//   MaskPad(x) -> y             attrs axis, mesh_axes, full_size, value (float). Elements whose global index
-//                               tile*x.shape[axis] + i >= full_size are set to value (the padding of uneven shards).
+//   ShardSlice(x) -> y          attrs axis, mesh_axes, shard_size, optional base (0) and size (shard_size).
+//                               y = x[start : start + size] along axis with start = base + tile*shard_size; positions
+//                               outside [0, x.shape[axis]) are zero (padding, or a halo window past the edge).
+//   MaskPad(x) -> y             attrs axis, mesh_axes, full_size, value (float), optional base (0) and step
+//                               (x.shape[axis]). Local element i has global index base + tile*step + i; elements whose
+//                               global index is outside [0, full_size) are set to value (the padding of uneven shards,
+//                               or the edges of a halo window, with the reduction's or the op's padding identity).
 //   PartitionOffset() -> int64 scalar  attrs mesh_axes, shard_size: tile * shard_size.
 // The per-device exporter specialises ShardSlice/MaskPad/PartitionOffset into standard ONNX for device k and adds
 // replica_groups / group_size / source_target_pairs to collectives (docs/collectives.md).

@@ -1,0 +1,709 @@
+// Neural-network kernels: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool,
+// GlobalLpPool, BatchNormalization (inference), InstanceNormalization, LRN, MeanVarianceNormalization.
+// float32 Conv / ConvTranspose (1-3 spatial dims; 1-D runs as 2-D with a unit dim) and MaxPool / AveragePool use
+// oneDNN (onednn.h); float64, integer pools, Indices outputs, >3 spatial dims and geometries oneDNN rejects run on
+// the naive loops here. The normalizations are plain C++ (memory-bound).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "backend/kernels/kernels_util.h"
+#include "backend/kernels/onednn.h"
+
+namespace gspmd::kern {
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Sliding-window geometry shared by Conv and the pools.
+
+/// Per spatial dim: input size, kernel, stride, dilation, pads, output size.
+struct Window {
+  std::vector<int64_t> in, k, s, d, pl, pr, out;
+  size_t n() const { return in.size(); }
+  /// Effective kernel extent (k-1)*d+1.
+  int64_t ext(size_t i) const { return (k[i] - 1) * d[i] + 1; }
+};
+
+std::vector<int64_t> ints_or(const Ctx& c, const char* name, size_t n, int64_t def) {
+  std::vector<int64_t> v = c.node.ints(name);
+  if (v.empty()) v.assign(n, def);
+  if (v.size() != n) c.fail(fmt::format("'{}' has {} entries for {} spatial dims", name, v.size(), n));
+  return v;
+}
+
+/// Builds the window of a Conv / pool node (auto_pad, pads, strides, dilations, ceil_mode) for spatial input
+/// dims `in` and kernel `k`.
+Window make_window(const Ctx& c, const std::vector<int64_t>& in, const std::vector<int64_t>& k, bool ceil_mode,
+                   bool use_dilations = true) {
+  const size_t n = in.size();
+  Window w;
+  w.in = in;
+  w.k = k;
+  if (k.size() != n) c.fail(fmt::format("kernel has {} dims for {} spatial dims", k.size(), n));
+  w.s = ints_or(c, "strides", n, 1);
+  w.d = use_dilations ? ints_or(c, "dilations", n, 1) : std::vector<int64_t>(n, 1);
+  for (size_t i = 0; i < n; ++i)
+    if (w.s[i] <= 0 || w.d[i] <= 0 || w.k[i] <= 0) c.fail("kernel, strides and dilations must be positive");
+  const std::string ap = c.node.s("auto_pad", "NOTSET");
+  w.pl.assign(n, 0);
+  w.pr.assign(n, 0);
+  w.out.assign(n, 0);
+  if (ap == "NOTSET") {
+    std::vector<int64_t> pads = c.node.ints("pads");
+    if (pads.empty()) pads.assign(2 * n, 0);
+    if (pads.size() != 2 * n) c.fail(fmt::format("pads has {} entries for {} spatial dims", pads.size(), n));
+    for (size_t i = 0; i < n; ++i) {
+      w.pl[i] = pads[i];
+      w.pr[i] = pads[i + n];
+      const int64_t span = in[i] + w.pl[i] + w.pr[i] - w.ext(i);
+      if (span < 0) c.fail(fmt::format("kernel extent {} exceeds padded input {} on spatial dim {}", w.ext(i),
+                                       in[i] + w.pl[i] + w.pr[i], i));
+      int64_t o = (ceil_mode ? (span + w.s[i] - 1) / w.s[i] : span / w.s[i]) + 1;
+      // A window may not start inside the right padding (PyTorch / onnxruntime rule).
+      if (ceil_mode && (o - 1) * w.s[i] >= in[i] + w.pl[i]) --o;
+      w.out[i] = o;
+    }
+  } else if (ap == "VALID") {
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t span = in[i] - w.ext(i);
+      if (span < 0) c.fail("kernel larger than input with auto_pad VALID");
+      w.out[i] = (ceil_mode ? (span + w.s[i] - 1) / w.s[i] : span / w.s[i]) + 1;
+    }
+  } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    for (size_t i = 0; i < n; ++i) {
+      w.out[i] = (in[i] + w.s[i] - 1) / w.s[i];
+      const int64_t total = std::max<int64_t>(0, (w.out[i] - 1) * w.s[i] + w.ext(i) - in[i]);
+      w.pl[i] = ap == "SAME_UPPER" ? total / 2 : total - total / 2;
+      w.pr[i] = total - w.pl[i];
+    }
+  } else {
+    c.fail(fmt::format("unknown auto_pad '{}'", ap));
+  }
+  return w;
+}
+
+/// Right padding oneDNN needs so that its output-size formula gives w.out (may exceed pr with ceil_mode, or be
+/// negative when the last input rows are not covered).
+std::vector<int64_t> dnnl_pad_r(const Window& w) {
+  std::vector<int64_t> r(w.n());
+  for (size_t i = 0; i < w.n(); ++i) r[i] = (w.out[i] - 1) * w.s[i] + w.ext(i) - w.in[i] - w.pl[i];
+  return r;
+}
+
+/// Spatial dims padded to 3 (leading unit dims) so the naive loops have one shape.
+struct W3 {
+  int64_t in[3], k[3], s[3], d[3], pl[3], out[3];
+};
+W3 to3(const Window& w) {
+  W3 r;
+  const size_t off = 3 - w.n();
+  for (size_t i = 0; i < 3; ++i) {
+    const bool real = i >= off;
+    const size_t j = i - off;
+    r.in[i] = real ? w.in[j] : 1;
+    r.k[i] = real ? w.k[j] : 1;
+    r.s[i] = real ? w.s[j] : 1;
+    r.d[i] = real ? w.d[j] : 1;
+    r.pl[i] = real ? w.pl[j] : 0;
+    r.out[i] = real ? w.out[j] : 1;
+  }
+  return r;
+}
+
+/// Input spatial dims [2, rank) of x; fails below rank 3 (no spatial dims).
+std::vector<int64_t> spatial(const Ctx& c, const Tensor& x, const char* what = "X") {
+  if (x.shape.size() < 3) c.fail(fmt::format("{} must have rank >= 3 (N, C, spatial...), got {}", what,
+                                             shape_str(x.shape)));
+  return std::vector<int64_t>(x.shape.begin() + 2, x.shape.end());
+}
+
+Shape out_shape(int64_t n, int64_t ch, const std::vector<int64_t>& sp) {
+  Shape s{n, ch};
+  s.insert(s.end(), sp.begin(), sp.end());
+  return s;
+}
+
+/// oneDNN geometry for window w (1-D becomes 2-D with a unit leading spatial dim).
+void fill_geom(dnn::ConvGeom& g, const Window& w, bool one_d) {
+  g.strides = w.s;
+  g.dilations.clear();
+  for (int64_t d : w.d) g.dilations.push_back(d - 1);
+  g.pad_l = w.pl;
+  g.pad_r = dnnl_pad_r(w);
+  if (one_d) {
+    g.strides.insert(g.strides.begin(), 1);
+    g.dilations.insert(g.dilations.begin(), 0);
+    g.pad_l.insert(g.pad_l.begin(), 0);
+    g.pad_r.insert(g.pad_r.begin(), 0);
+  }
+}
+
+/// Shape helpers for the 1-D -> 2-D view: inserts a unit dim at position 2.
+std::vector<int64_t> with_unit(std::vector<int64_t> v, bool one_d, size_t pos = 2) {
+  if (one_d) v.insert(v.begin() + static_cast<std::ptrdiff_t>(pos), 1);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Conv.
+
+template <class T>
+void naive_conv(const T* x, const T* wt, const T* b, T* y, int64_t N, int64_t C, int64_t M, int64_t G,
+                const W3& w) {
+  const int64_t Cg = C / G, Mg = M / G;
+  const int64_t isz = w.in[0] * w.in[1] * w.in[2], osz = w.out[0] * w.out[1] * w.out[2];
+  const int64_t ksz = w.k[0] * w.k[1] * w.k[2];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t g = m / Mg;
+      T* yo = y + (n * M + m) * osz;
+      for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
+        for (int64_t o1 = 0; o1 < w.out[1]; ++o1)
+          for (int64_t o2 = 0; o2 < w.out[2]; ++o2) {
+            T acc = b ? b[m] : T(0);
+            for (int64_t ci = 0; ci < Cg; ++ci) {
+              const T* xi = x + (n * C + g * Cg + ci) * isz;
+              const T* wi = wt + (m * Cg + ci) * ksz;
+              for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
+                const int64_t i0 = o0 * w.s[0] - w.pl[0] + k0 * w.d[0];
+                if (i0 < 0 || i0 >= w.in[0]) continue;
+                for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
+                  const int64_t i1 = o1 * w.s[1] - w.pl[1] + k1 * w.d[1];
+                  if (i1 < 0 || i1 >= w.in[1]) continue;
+                  for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
+                    const int64_t i2 = o2 * w.s[2] - w.pl[2] + k2 * w.d[2];
+                    if (i2 < 0 || i2 >= w.in[2]) continue;
+                    acc += xi[(i0 * w.in[1] + i1) * w.in[2] + i2] * wi[(k0 * w.k[1] + k1) * w.k[2] + k2];
+                  }
+                }
+              }
+            }
+            yo[(o0 * w.out[1] + o1) * w.out[2] + o2] = acc;
+          }
+    }
+}
+
+std::vector<Tensor> conv_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  const Tensor& wt = c.req(1);
+  const Tensor* b = c.in(2);
+  if (wt.dtype != x.dtype || (b && b->dtype != x.dtype)) c.fail("input dtypes differ");
+  const std::vector<int64_t> in = spatial(c, x);
+  const size_t nsp = in.size();
+  if (wt.shape.size() != nsp + 2)
+    c.fail(fmt::format("W of shape {} does not match X of shape {}", shape_str(wt.shape), shape_str(x.shape)));
+  const int64_t N = x.shape[0], C = x.shape[1], M = wt.shape[0], G = c.node.i("group", 1);
+  if (G <= 0 || C % G != 0 || M % G != 0 || wt.shape[1] * G != C)
+    c.fail(fmt::format("X of shape {} and W of shape {} do not match group={}", shape_str(x.shape),
+                       shape_str(wt.shape), G));
+  if (b && b->numel() != M) c.fail(fmt::format("B has {} elements, expected {}", b->numel(), M));
+  std::vector<int64_t> k(wt.shape.begin() + 2, wt.shape.end());
+  if (c.node.has("kernel_shape") && c.node.ints("kernel_shape") != k)
+    c.fail(fmt::format("kernel_shape [{}] does not match W of shape {}", fmt::join(c.node.ints("kernel_shape"), ","),
+                       shape_str(wt.shape)));
+  const Window w = make_window(c, in, k, false);
+  Tensor y(x.dtype, out_shape(N, M, w.out));
+  if (y.numel() == 0) return one(std::move(y));
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    if constexpr (std::is_same_v<T, float>) {
+      if (nsp <= 3 && x.numel() > 0 && wt.numel() > 0) {
+        const bool one_d = nsp == 1;
+        dnn::ConvGeom g;
+        g.src = with_unit(x.shape, one_d);
+        g.dst = with_unit(y.shape, one_d);
+        const std::vector<int64_t> ws = with_unit(wt.shape, one_d);
+        std::vector<int64_t> plain = contiguous_strides(ws);
+        if (G == 1) {
+          g.wei = ws;
+          g.wei_strides = plain;
+        } else {
+          g.wei = {G, M / G, C / G};
+          g.wei.insert(g.wei.end(), ws.begin() + 2, ws.end());
+          g.wei_strides = {plain[0] * (M / G), plain[0], plain[1]};
+          g.wei_strides.insert(g.wei_strides.end(), plain.begin() + 2, plain.end());
+        }
+        fill_geom(g, w, one_d);
+        if (dnn::conv(g, x.data<float>(), wt.data<float>(), b ? b->data<float>() : nullptr, y.data<float>()))
+          return;
+      }
+    }
+    if (nsp > 3) c.unsupported(fmt::format("no kernel for {} spatial dims", nsp));
+    naive_conv<T>(x.data<T>(), wt.data<T>(), b ? b->data<T>() : nullptr, y.data<T>(), N, C, M, G, to3(w));
+  });
+  return one(std::move(y));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// ConvTranspose.
+
+template <class T>
+void naive_deconv(const T* x, const T* wt, const T* b, T* y, int64_t N, int64_t C, int64_t M, int64_t G,
+                  const W3& w) {
+  // Here w.in is the input (X) spatial size and w.out the output (Y) one; W is [C, M/G, k...].
+  const int64_t Cg = C / G, Mg = M / G;
+  const int64_t isz = w.in[0] * w.in[1] * w.in[2], osz = w.out[0] * w.out[1] * w.out[2];
+  const int64_t ksz = w.k[0] * w.k[1] * w.k[2];
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t m = 0; m < M; ++m) std::fill_n(y + (n * M + m) * osz, osz, b ? b[m] : T(0));
+    for (int64_t ci = 0; ci < C; ++ci) {
+      const int64_t g = ci / Cg;
+      const T* xi = x + (n * C + ci) * isz;
+      for (int64_t mo = 0; mo < Mg; ++mo) {
+        const T* wi = wt + (ci * Mg + mo) * ksz;
+        T* yo = y + (n * M + g * Mg + mo) * osz;
+        for (int64_t i0 = 0; i0 < w.in[0]; ++i0)
+          for (int64_t i1 = 0; i1 < w.in[1]; ++i1)
+            for (int64_t i2 = 0; i2 < w.in[2]; ++i2) {
+              const T xv = xi[(i0 * w.in[1] + i1) * w.in[2] + i2];
+              for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
+                const int64_t o0 = i0 * w.s[0] - w.pl[0] + k0 * w.d[0];
+                if (o0 < 0 || o0 >= w.out[0]) continue;
+                for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
+                  const int64_t o1 = i1 * w.s[1] - w.pl[1] + k1 * w.d[1];
+                  if (o1 < 0 || o1 >= w.out[1]) continue;
+                  for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
+                    const int64_t o2 = i2 * w.s[2] - w.pl[2] + k2 * w.d[2];
+                    if (o2 < 0 || o2 >= w.out[2]) continue;
+                    yo[(o0 * w.out[1] + o1) * w.out[2] + o2] += xv * wi[(k0 * w.k[1] + k1) * w.k[2] + k2];
+                  }
+                }
+              }
+            }
+      }
+    }
+  }
+}
+
+std::vector<Tensor> conv_transpose_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  const Tensor& wt = c.req(1);
+  const Tensor* b = c.in(2);
+  if (wt.dtype != x.dtype || (b && b->dtype != x.dtype)) c.fail("input dtypes differ");
+  const std::vector<int64_t> in = spatial(c, x);
+  const size_t nsp = in.size();
+  if (wt.shape.size() != nsp + 2)
+    c.fail(fmt::format("W of shape {} does not match X of shape {}", shape_str(wt.shape), shape_str(x.shape)));
+  const int64_t N = x.shape[0], C = x.shape[1], G = c.node.i("group", 1);
+  if (G <= 0 || C % G != 0 || wt.shape[0] != C)
+    c.fail(fmt::format("X of shape {} and W of shape {} do not match group={}", shape_str(x.shape),
+                       shape_str(wt.shape), G));
+  const int64_t M = wt.shape[1] * G;
+  if (b && b->numel() != M) c.fail(fmt::format("B has {} elements, expected {}", b->numel(), M));
+  Window w;
+  w.in = in;
+  w.k.assign(wt.shape.begin() + 2, wt.shape.end());
+  w.s = ints_or(c, "strides", nsp, 1);
+  w.d = ints_or(c, "dilations", nsp, 1);
+  const std::vector<int64_t> opad = ints_or(c, "output_padding", nsp, 0);
+  std::vector<int64_t> oshape = c.node.ints("output_shape");
+  if (oshape.size() == nsp + 2) oshape.erase(oshape.begin(), oshape.begin() + 2);
+  if (!oshape.empty() && oshape.size() != nsp) c.fail("output_shape does not match the spatial rank");
+  const std::string ap = c.node.s("auto_pad", "NOTSET");
+  std::vector<int64_t> pads = c.node.ints("pads");
+  if (pads.empty()) pads.assign(2 * nsp, 0);
+  if (pads.size() != 2 * nsp) c.fail(fmt::format("pads has {} entries for {} spatial dims", pads.size(), nsp));
+  w.pl.assign(nsp, 0);
+  w.pr.assign(nsp, 0);
+  w.out.assign(nsp, 0);
+  for (size_t i = 0; i < nsp; ++i) {
+    const int64_t full = w.s[i] * (in[i] - 1) + opad[i] + w.ext(i);
+    if (!oshape.empty() || ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+      w.out[i] = !oshape.empty() ? oshape[i] : in[i] * w.s[i];
+      const int64_t total = std::max<int64_t>(0, full - w.out[i]);
+      if (ap == "SAME_UPPER") {
+        w.pl[i] = total / 2;
+        w.pr[i] = total - total / 2;
+      } else {
+        w.pl[i] = total - total / 2;
+        w.pr[i] = total / 2;
+      }
+    } else if (ap == "NOTSET" || ap == "VALID") {
+      if (ap == "NOTSET") {
+        w.pl[i] = pads[i];
+        w.pr[i] = pads[i + nsp];
+      }
+      w.out[i] = full - w.pl[i] - w.pr[i];
+    } else {
+      c.fail(fmt::format("unknown auto_pad '{}'", ap));
+    }
+    if (w.out[i] < 0) c.fail("negative output size");
+  }
+  Tensor y(x.dtype, out_shape(N, M, w.out));
+  if (y.numel() == 0) return one(std::move(y));
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    if constexpr (std::is_same_v<T, float>) {
+      if (nsp <= 3 && x.numel() > 0 && wt.numel() > 0) {
+        const bool one_d = nsp == 1;
+        dnn::ConvGeom g;
+        g.deconv = true;
+        g.src = with_unit(x.shape, one_d);
+        g.dst = with_unit(y.shape, one_d);
+        const std::vector<int64_t> ws = with_unit(wt.shape, one_d);  // [C, M/G, k...]
+        const std::vector<int64_t> plain = contiguous_strides(ws);
+        const int64_t Cg = C / G, Mg = M / G;
+        g.wei = {G, Mg, Cg};
+        g.wei_strides = {plain[0] * Cg, plain[1], plain[0]};
+        g.wei.insert(g.wei.end(), ws.begin() + 2, ws.end());
+        g.wei_strides.insert(g.wei_strides.end(), plain.begin() + 2, plain.end());
+        if (G == 1) {
+          g.wei.erase(g.wei.begin());
+          g.wei_strides.erase(g.wei_strides.begin());
+        }
+        g.strides = w.s;
+        for (int64_t d : w.d) g.dilations.push_back(d - 1);
+        g.pad_l = w.pl;
+        // oneDNN: out = (in-1)*s + ext - pl - pr; output_padding / output_shape show up as a smaller pr.
+        for (size_t i = 0; i < nsp; ++i) g.pad_r.push_back((in[i] - 1) * w.s[i] + w.ext(i) - w.pl[i] - w.out[i]);
+        if (one_d) {
+          g.strides.insert(g.strides.begin(), 1);
+          g.dilations.insert(g.dilations.begin(), 0);
+          g.pad_l.insert(g.pad_l.begin(), 0);
+          g.pad_r.insert(g.pad_r.begin(), 0);
+        }
+        if (dnn::conv(g, x.data<float>(), wt.data<float>(), b ? b->data<float>() : nullptr, y.data<float>()))
+          return;
+      }
+    }
+    if (nsp > 3) c.unsupported(fmt::format("no kernel for {} spatial dims", nsp));
+    naive_deconv<T>(x.data<T>(), wt.data<T>(), b ? b->data<T>() : nullptr, y.data<T>(), N, C, M, G, to3(w));
+  });
+  return one(std::move(y));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Pools.
+
+enum class PoolOp { kMax, kAvg, kLp };
+
+/// Naive pooling over [NC, spatial] planes. Avg divides by the kernel positions inside [-pl, in+pr) when
+/// include_pad, else by those inside [0, in). idx (may be null) receives MaxPool indices (row-major or, with
+/// col_major, column-major over the spatial dims, plus the plane offset).
+template <PoolOp op, class T>
+void naive_pool(const T* x, T* y, int64_t* idx, int64_t planes, const Window& win, bool include_pad, double p,
+                bool col_major) {
+  const W3 w = to3(win);
+  int64_t pr3[3] = {0, 0, 0};
+  for (size_t i = 0; i < win.n(); ++i) pr3[3 - win.n() + i] = win.pr[i];
+  const int64_t isz = w.in[0] * w.in[1] * w.in[2], osz = w.out[0] * w.out[1] * w.out[2];
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* xi = x + pl * isz;
+    for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < w.out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < w.out[2]; ++o2) {
+          double acc = op == PoolOp::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
+          T best = std::numeric_limits<T>::lowest();
+          int64_t best_i = -1, cnt_valid = 0, cnt_pad = 0;
+          for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
+            const int64_t i0 = o0 * w.s[0] - w.pl[0] + k0 * w.d[0];
+            if (i0 < -w.pl[0] || i0 >= w.in[0] + pr3[0]) continue;
+            const bool v0 = i0 >= 0 && i0 < w.in[0];
+            for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
+              const int64_t i1 = o1 * w.s[1] - w.pl[1] + k1 * w.d[1];
+              if (i1 < -w.pl[1] || i1 >= w.in[1] + pr3[1]) continue;
+              const bool v1 = v0 && i1 >= 0 && i1 < w.in[1];
+              for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
+                const int64_t i2 = o2 * w.s[2] - w.pl[2] + k2 * w.d[2];
+                if (i2 < -w.pl[2] || i2 >= w.in[2] + pr3[2]) continue;
+                ++cnt_pad;
+                if (!(v1 && i2 >= 0 && i2 < w.in[2])) continue;
+                ++cnt_valid;
+                const int64_t off = (i0 * w.in[1] + i1) * w.in[2] + i2;
+                const T v = xi[off];
+                if constexpr (op == PoolOp::kMax) {
+                  if (best_i < 0 || v > best) {
+                    best = v;
+                    best_i = col_major ? (i2 * w.in[1] + i1) * w.in[0] + i0 : off;
+                  }
+                } else if constexpr (op == PoolOp::kAvg) {
+                  acc += static_cast<double>(v);
+                } else {
+                  acc += std::pow(std::abs(static_cast<double>(v)), p);
+                }
+              }
+            }
+          }
+          const int64_t oo = pl * osz + (o0 * w.out[1] + o1) * w.out[2] + o2;
+          if constexpr (op == PoolOp::kMax) {
+            y[oo] = best;
+            if (idx) idx[oo] = pl * isz + best_i;
+          } else if constexpr (op == PoolOp::kAvg) {
+            const int64_t cnt = include_pad ? cnt_pad : cnt_valid;
+            y[oo] = static_cast<T>(cnt > 0 ? acc / static_cast<double>(cnt) : 0.0);
+          } else {
+            y[oo] = static_cast<T>(std::pow(acc, 1.0 / p));
+          }
+        }
+  }
+}
+
+template <PoolOp op>
+std::vector<Tensor> pool_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  const std::vector<int64_t> in = spatial(c, x);
+  const size_t nsp = in.size();
+  const std::vector<int64_t> k = c.node.ints("kernel_shape");
+  if (k.empty()) c.fail("missing attribute 'kernel_shape'");
+  const bool ceil_mode = c.node.i("ceil_mode", 0) != 0;
+  const Window w = make_window(c, in, k, ceil_mode, op != PoolOp::kLp || c.opset >= 18);
+  const int64_t N = x.shape[0], C = x.shape[1];
+  std::vector<Tensor> outs;
+  outs.reserve(2);
+  outs.emplace_back(x.dtype, out_shape(N, C, w.out));
+  Tensor& y = outs[0];
+  const bool want_idx = op == PoolOp::kMax && c.n_out() > 1;
+  if (want_idx) outs.emplace_back(DType::kInt64, y.shape);
+  const bool include_pad = c.node.i("count_include_pad", 0) != 0;
+  const bool col_major = c.node.i("storage_order", 0) != 0;
+  const double p = static_cast<double>(c.node.i("p", 2));
+  if (y.numel() == 0) return outs;
+  auto run = [&]<class T>() {
+    if constexpr (std::is_same_v<T, float>) {
+      const std::vector<int64_t> pr = dnnl_pad_r(w);
+      // oneDNN's include-padding average counts the ceil_mode overhang too; ONNX does not.
+      bool fits = op != PoolOp::kLp && !want_idx && nsp <= 3;
+      if (op == PoolOp::kAvg && include_pad)
+        for (size_t i = 0; i < nsp; ++i) fits = fits && pr[i] == w.pr[i];
+      for (size_t i = 0; i < nsp; ++i) fits = fits && pr[i] >= 0 && w.pl[i] < w.ext(i) && pr[i] < w.ext(i);
+      if (fits) {
+        const bool one_d = nsp == 1;
+        std::vector<int64_t> dl, plv = w.pl, prv = pr, kv = w.k, sv = w.s;
+        for (int64_t d : w.d) dl.push_back(d - 1);
+        if (one_d) {
+          dl.insert(dl.begin(), 0);
+          plv.insert(plv.begin(), 0);
+          prv.insert(prv.begin(), 0);
+          kv.insert(kv.begin(), 1);
+          sv.insert(sv.begin(), 1);
+        }
+        const dnn::Pool alg = op == PoolOp::kMax ? dnn::Pool::kMax
+                              : include_pad      ? dnn::Pool::kAvgInclPad
+                                                 : dnn::Pool::kAvgExclPad;
+        if (dnn::pool(alg, x.data<float>(), y.data<float>(), with_unit(x.shape, one_d), with_unit(y.shape, one_d), kv,
+                      sv, dl, plv, prv))
+          return;
+      }
+    }
+    if (nsp > 3) c.unsupported(fmt::format("no kernel for {} spatial dims", nsp));
+    naive_pool<op, T>(x.data<T>(), y.data<T>(), want_idx ? outs[1].data<int64_t>() : nullptr, N * C, w, include_pad,
+                      p, col_major);
+  };
+  if constexpr (op == PoolOp::kMax) {
+    switch (x.dtype) {
+      case DType::kInt8: run.template operator()<int8_t>(); break;
+      case DType::kUInt8: run.template operator()<uint8_t>(); break;
+      default: dispatch_float(c, x.dtype, run);
+    }
+  } else {
+    dispatch_float(c, x.dtype, run);
+  }
+  return outs;
+}
+
+template <PoolOp op>
+std::vector<Tensor> global_pool_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  const std::vector<int64_t> in = spatial(c, x);
+  const int64_t planes = x.shape[0] * x.shape[1], sz = num_elements(in);
+  Tensor y(x.dtype, out_shape(x.shape[0], x.shape[1], std::vector<int64_t>(in.size(), 1)));
+  const double p = static_cast<double>(c.node.i("p", 2));
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    const T* s = x.data<T>();
+    T* d = y.data<T>();
+    for (int64_t i = 0; i < planes; ++i) {
+      const T* r = s + i * sz;
+      if constexpr (op == PoolOp::kMax) {
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < sz; ++j) m = std::max(m, r[j]);
+        d[i] = m;
+      } else if constexpr (op == PoolOp::kAvg) {
+        double acc = 0;
+        for (int64_t j = 0; j < sz; ++j) acc += r[j];
+        d[i] = static_cast<T>(acc / static_cast<double>(sz));
+      } else {
+        double acc = 0;
+        for (int64_t j = 0; j < sz; ++j) acc += std::pow(std::abs(static_cast<double>(r[j])), p);
+        d[i] = static_cast<T>(std::pow(acc, 1.0 / p));
+      }
+    }
+  });
+  return one(std::move(y));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Normalizations.
+
+/// Per-channel parameter vector of length C (or per element of [C, spatial] for opset < 9 spatial=0).
+template <class T>
+const T* param(const Ctx& c, size_t i, const Tensor& x, int64_t C, int64_t inner, bool& per_elem) {
+  const Tensor& t = c.req(i);
+  if (t.dtype != x.dtype) c.fail(fmt::format("input {} has dtype {}, X has {}", i, dtype_name(t.dtype),
+                                             dtype_name(x.dtype)));
+  if (t.numel() == C) return t.data<T>();
+  if (t.numel() == C * inner && inner > 1) {
+    per_elem = true;
+    return t.data<T>();
+  }
+  c.fail(fmt::format("input {} of shape {} does not match {} channels", i, shape_str(t.shape), C));
+}
+
+std::vector<Tensor> batch_norm_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  if (c.node.i("training_mode", 0) != 0) c.unsupported("no kernel for training_mode=1");
+  if (c.n_out() > 1) c.unsupported("no kernel for training-mode outputs (running / saved statistics)");
+  if (x.shape.size() < 2) c.fail(fmt::format("X must have rank >= 2, got {}", shape_str(x.shape)));
+  const float eps = c.node.f("epsilon", 1e-5f);
+  const int64_t N = x.shape[0], C = x.shape[1], inner = x.numel() / std::max<int64_t>(1, N * C);
+  Tensor y(x.dtype, x.shape);
+  if (y.numel() == 0) return one(std::move(y));
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    bool pe[4] = {false, false, false, false};
+    const T* sc = param<T>(c, 1, x, C, inner, pe[0]);
+    const T* bi = param<T>(c, 2, x, C, inner, pe[1]);
+    const T* mu = param<T>(c, 3, x, C, inner, pe[2]);
+    const T* va = param<T>(c, 4, x, C, inner, pe[3]);
+    const T* s = x.data<T>();
+    T* d = y.data<T>();
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t j = 0; j < inner; ++j) {
+        auto at = [&](const T* p, bool e) { return e ? p[ch * inner + j] : p[ch]; };
+        const double a = static_cast<double>(at(sc, pe[0])) /
+                         std::sqrt(static_cast<double>(at(va, pe[3])) + static_cast<double>(eps));
+        const T mul = static_cast<T>(a), add = static_cast<T>(at(bi, pe[1]) - a * at(mu, pe[2]));
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t o = (n * C + ch) * inner + j;
+          d[o] = s[o] * mul + add;
+        }
+        if (!pe[0] && !pe[1] && !pe[2] && !pe[3] && inner > 1) {
+          // Per-channel params: finish the whole channel row with the same mul/add.
+          for (int64_t n = 0; n < N; ++n) {
+            const int64_t o = (n * C + ch) * inner;
+            for (int64_t jj = 1; jj < inner; ++jj) d[o + jj] = s[o + jj] * mul + add;
+          }
+          break;
+        }
+      }
+  });
+  return one(std::move(y));
+}
+
+std::vector<Tensor> instance_norm_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  if (x.shape.size() < 3) c.fail(fmt::format("X must have rank >= 3, got {}", shape_str(x.shape)));
+  const float eps = c.node.f("epsilon", 1e-5f);
+  const int64_t N = x.shape[0], C = x.shape[1], inner = x.numel() / std::max<int64_t>(1, N * C);
+  Tensor y(x.dtype, x.shape);
+  if (y.numel() == 0) return one(std::move(y));
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    bool pe = false;
+    const T* sc = param<T>(c, 1, x, C, 1, pe);
+    const T* bi = param<T>(c, 2, x, C, 1, pe);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t ch = 0; ch < C; ++ch) {
+        const T* s = x.data<T>() + (n * C + ch) * inner;
+        T* d = y.data<T>() + (n * C + ch) * inner;
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < inner; ++j) mean += s[j];
+        mean /= static_cast<double>(inner);
+        for (int64_t j = 0; j < inner; ++j) var += (s[j] - mean) * (s[j] - mean);
+        var /= static_cast<double>(inner);
+        const double a = static_cast<double>(sc[ch]) / std::sqrt(var + static_cast<double>(eps));
+        for (int64_t j = 0; j < inner; ++j) d[j] = static_cast<T>((s[j] - mean) * a + static_cast<double>(bi[ch]));
+      }
+  });
+  return one(std::move(y));
+}
+
+std::vector<Tensor> lrn_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  if (x.shape.size() < 2) c.fail(fmt::format("X must have rank >= 2, got {}", shape_str(x.shape)));
+  if (!c.node.has("size")) c.fail("missing attribute 'size'");
+  const int64_t size = c.node.i("size");
+  const double alpha = c.node.f("alpha", 1e-4f), beta = c.node.f("beta", 0.75f), bias = c.node.f("bias", 1.f);
+  const int64_t N = x.shape[0], C = x.shape[1], inner = x.numel() / std::max<int64_t>(1, N * C);
+  const int64_t lo = (size - 1) / 2, hi = size - 1 - lo;  // floor / ceil of (size-1)/2
+  Tensor y(x.dtype, x.shape);
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    const T* s = x.data<T>();
+    T* d = y.data<T>();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t ch = 0; ch < C; ++ch)
+        for (int64_t j = 0; j < inner; ++j) {
+          double sq = 0;
+          for (int64_t cc = std::max<int64_t>(0, ch - lo); cc <= std::min(C - 1, ch + hi); ++cc) {
+            const double v = s[(n * C + cc) * inner + j];
+            sq += v * v;
+          }
+          const int64_t o = (n * C + ch) * inner + j;
+          d[o] = static_cast<T>(s[o] / std::pow(bias + alpha / static_cast<double>(size) * sq, beta));
+        }
+  });
+  return one(std::move(y));
+}
+
+std::vector<Tensor> mvn_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  const int64_t r = static_cast<int64_t>(x.shape.size());
+  std::vector<int64_t> axes = c.node.ints("axes", {0, 2, 3});
+  Shape kd = x.shape;
+  int64_t cnt = 1;
+  std::vector<char> red(r, 0);
+  for (int64_t a : axes) red[c.axis(a, r)] = 1;
+  for (int64_t i = 0; i < r; ++i)
+    if (red[i]) {
+      cnt *= x.shape[i];
+      kd[i] = 1;
+    }
+  Tensor y(x.dtype, x.shape);
+  if (y.numel() == 0) return one(std::move(y));
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    std::vector<double> sum(static_cast<size_t>(num_elements(kd)), 0.0), sq(sum.size(), 0.0);
+    const std::vector<int64_t> so = broadcast_strides(kd, x.shape);
+    const T* s = x.data<T>();
+    T* d = y.data<T>();
+    std::vector<int64_t> idx(r, 0);
+    auto walk = [&](auto&& f) {
+      std::fill(idx.begin(), idx.end(), 0);
+      for (int64_t k = 0; k < x.numel(); ++k) {
+        int64_t off = 0;
+        for (int64_t i = 0; i < r; ++i) off += idx[i] * so[i];
+        f(k, off);
+        for (int64_t i = r - 1; i >= 0; --i) {
+          if (++idx[i] < x.shape[i]) break;
+          idx[i] = 0;
+        }
+      }
+    };
+    walk([&](int64_t k, int64_t o) {
+      sum[o] += s[k];
+      sq[o] += static_cast<double>(s[k]) * s[k];
+    });
+    for (size_t i = 0; i < sum.size(); ++i) {
+      sum[i] /= static_cast<double>(cnt);
+      sq[i] = std::sqrt(std::max(0.0, sq[i] / static_cast<double>(cnt) - sum[i] * sum[i])) + 1e-9;
+    }
+    walk([&](int64_t k, int64_t o) { d[k] = static_cast<T>((s[k] - sum[o]) / sq[o]); });
+  });
+  return one(std::move(y));
+}
+
+}  // namespace
+
+void register_nn(KernelTable& t) {
+  t["Conv"] = conv_kernel;
+  t["ConvTranspose"] = conv_transpose_kernel;
+  t["MaxPool"] = pool_kernel<PoolOp::kMax>;
+  t["AveragePool"] = pool_kernel<PoolOp::kAvg>;
+  t["LpPool"] = pool_kernel<PoolOp::kLp>;
+  t["GlobalMaxPool"] = global_pool_kernel<PoolOp::kMax>;
+  t["GlobalAveragePool"] = global_pool_kernel<PoolOp::kAvg>;
+  t["GlobalLpPool"] = global_pool_kernel<PoolOp::kLp>;
+  t["BatchNormalization"] = batch_norm_kernel;
+  t["InstanceNormalization"] = instance_norm_kernel;
+  t["LRN"] = lrn_kernel;
+  t["MeanVarianceNormalization"] = mvn_kernel;
+}
+
+}  // namespace gspmd::kern

@@ -1,0 +1,523 @@
+// Tests for the reduction / indexing / Resize / Einsum / activation kernels of backend/kernels (ops_math.cc
+// reductions and Arg*, ops_index.cc, ops_misc.cc, ops_elementwise.cc extras). Hand-computed cases plus naive
+// reference loops written here.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "backend/kernels/kernels.h"
+
+namespace gspmd {
+namespace {
+
+Node make_node(const std::string& op, std::map<std::string, AttrValue> attrs = {}, int n_out = 1) {
+  Node n;
+  n.name = "n1";
+  n.op_type = op;
+  n.attrs = std::move(attrs);
+  for (int i = 0; i < n_out; ++i) n.outputs.push_back(100 + i);
+  return n;
+}
+
+Tensor F(const Shape& s, const std::vector<float>& v) { return Tensor::from_floats(s, v); }
+Tensor I(const Shape& s, const std::vector<int64_t>& v) {
+  Tensor t(DType::kInt64, s);
+  std::memcpy(t.bytes.data(), v.data(), v.size() * 8);
+  return t;
+}
+Tensor B(const Shape& s, const std::vector<uint8_t>& v) {
+  Tensor t(DType::kBool, s);
+  std::memcpy(t.bytes.data(), v.data(), v.size());
+  return t;
+}
+Tensor I1(const std::vector<int64_t>& v) { return Tensor::from_int64s(v); }
+Tensor S(int64_t v) { return Tensor::from_int64s({v}, true); }
+
+Tensor rand_f(const Shape& s, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  Tensor t(DType::kFloat32, s);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(g);
+  return t;
+}
+
+std::vector<float> vals(const Tensor& t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.numel()); }
+std::vector<int64_t> ivals(const Tensor& t) {
+  return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
+}
+
+Tensor run1(const Node& n, const std::vector<const Tensor*>& in, int64_t opset = 17) {
+  auto o = run_kernel(n, in, opset);
+  EXPECT_EQ(o.size(), 1u);
+  return std::move(o.at(0));
+}
+
+void expect_vals(const Tensor& got, const std::vector<float>& want, double tol = 1e-5) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got.data<float>()[i], want[i], tol * std::max(1.0, std::abs(static_cast<double>(want[i])))) << i;
+}
+
+std::vector<int64_t> unravel(int64_t flat, const Shape& s) {
+  std::vector<int64_t> idx(s.size());
+  for (size_t i = s.size(); i-- > 0;) {
+    idx[i] = flat % s[i];
+    flat /= s[i];
+  }
+  return idx;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reductions.
+
+TEST(KernelsReduceExtra, HandComputed) {
+  const Tensor x = F({2, 2}, {1, -2, 3, -4});
+  const Node l1 = make_node("ReduceL1", {{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}});
+  expect_vals(run1(l1, {&x}, 13), {3, 7});
+  const Tensor y = run1(make_node("ReduceL2", {{"axes", std::vector<int64_t>{0}}}), {&x}, 13);
+  EXPECT_EQ(y.shape, (Shape{1, 2}));
+  expect_vals(y, {std::sqrt(10.f), std::sqrt(20.f)});
+  expect_vals(run1(make_node("ReduceSumSquare"), {&x}, 13), {30});
+  const Tensor p = F({2, 2}, {1, 2, 3, 4});
+  expect_vals(run1(make_node("ReduceLogSum", {{"axes", std::vector<int64_t>{1}}}), {&p}, 13),
+              {std::log(3.f), std::log(7.f)});
+  expect_vals(run1(make_node("ReduceLogSumExp", {{"axes", std::vector<int64_t>{1}}}), {&p}, 13),
+              {std::log(std::exp(1.f) + std::exp(2.f)), std::log(std::exp(3.f) + std::exp(4.f))});
+  // Large values do not overflow (max subtraction).
+  const Tensor big = F({2}, {1000, 1000});
+  expect_vals(run1(make_node("ReduceLogSumExp"), {&big}, 13), {1000 + std::log(2.f)});
+  // Opset 18: axes as an input.
+  const Tensor ax = I1({0});
+  expect_vals(run1(make_node("ReduceL1"), {&x, &ax}, 18), {4, 6});
+  // Reducing only size-1 dims still applies the element transform.
+  const Tensor col = F({2, 1}, {-3, 4});
+  expect_vals(run1(make_node("ReduceSumSquare", {{"axes", std::vector<int64_t>{1}}}), {&col}, 13), {9, 16});
+  expect_vals(run1(make_node("ReduceL1", {{"axes", std::vector<int64_t>{1}}}), {&col}, 13), {3, 4});
+}
+
+TEST(KernelsReduceExtra, LargeMatchesNaive) {
+  const Shape s{6, 7, 40};
+  const Tensor x = rand_f(s, 3, 0.1f, 2.f);
+  for (const std::string op : {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
+    for (const std::vector<int64_t>& axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0, 2}}) {
+      SCOPED_TRACE(op + " " + std::to_string(axes.size()));
+      const Tensor y = run1(make_node(op, {{"axes", axes}}), {&x}, 13);
+      std::vector<double> acc(static_cast<size_t>(y.numel()), 0.0);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        auto idx = unravel(i, s);
+        for (int64_t a : axes) idx[a] = 0;
+        const int64_t o = (idx[0] * (y.shape[1])) * y.shape[2] + idx[1] * y.shape[2] + idx[2];
+        const double v = x.data<float>()[i];
+        acc[o] += op == "ReduceL1" || op == "ReduceLogSum" ? std::abs(v) : op == "ReduceLogSumExp" ? std::exp(v) : v * v;
+      }
+      for (size_t o = 0; o < acc.size(); ++o) {
+        double want = acc[o];
+        if (op == "ReduceL2") want = std::sqrt(want);
+        if (op == "ReduceLogSum" || op == "ReduceLogSumExp") want = std::log(want);
+        ASSERT_NEAR(y.data<float>()[o], want, 1e-4 * std::max(1.0, std::abs(want))) << o;
+      }
+    }
+  }
+  // Integer and double paths.
+  Tensor xi(DType::kInt64, {3});
+  const int64_t iv[3] = {-1, 2, -3};
+  std::memcpy(xi.bytes.data(), iv, sizeof iv);
+  EXPECT_EQ(run1(make_node("ReduceL1"), {&xi}, 13).data<int64_t>()[0], 6);
+  EXPECT_EQ(run1(make_node("ReduceSumSquare"), {&xi}, 13).data<int64_t>()[0], 14);
+}
+
+TEST(KernelsArg, ArgMaxArgMin) {
+  const Tensor x = F({2, 3}, {1, 5, 5, 7, 2, 7});
+  Tensor y = run1(make_node("ArgMax", {{"axis", int64_t{1}}}), {&x});
+  EXPECT_EQ(y.dtype, DType::kInt64);
+  EXPECT_EQ(y.shape, (Shape{2, 1}));
+  EXPECT_EQ(ivals(y), (std::vector<int64_t>{1, 0}));
+  y = run1(make_node("ArgMax", {{"axis", int64_t{1}}, {"select_last_index", int64_t{1}}}), {&x});
+  EXPECT_EQ(ivals(y), (std::vector<int64_t>{2, 2}));
+  y = run1(make_node("ArgMin", {{"axis", int64_t{0}}, {"keepdims", int64_t{0}}}), {&x});
+  EXPECT_EQ(y.shape, (Shape{3}));
+  EXPECT_EQ(ivals(y), (std::vector<int64_t>{0, 1, 0}));
+  y = run1(make_node("ArgMin", {{"axis", int64_t{-1}}, {"select_last_index", int64_t{1}}}), {&x});
+  EXPECT_EQ(ivals(y), (std::vector<int64_t>{0, 1}));
+  const Tensor xi = I({4}, {3, -1, 9, 9});
+  EXPECT_EQ(ivals(run1(make_node("ArgMax"), {&xi})), (std::vector<int64_t>{2}));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Indexing.
+
+TEST(KernelsIndex, GatherScatterElements) {
+  const Tensor x = F({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor idx = I({2, 2}, {2, 0, -1, 1});
+  expect_vals(run1(make_node("GatherElements", {{"axis", int64_t{1}}}), {&x, &idx}), {3, 1, 6, 5});
+  const Tensor idx0 = I({1, 3}, {1, 0, 1});
+  expect_vals(run1(make_node("GatherElements"), {&x, &idx0}), {4, 2, 6});
+  const Tensor upd = F({2, 2}, {10, 20, 30, 40});
+  expect_vals(run1(make_node("ScatterElements", {{"axis", int64_t{1}}}), {&x, &idx, &upd}), {20, 2, 10, 4, 40, 30});
+  const Tensor idx2 = I({1, 2}, {1, 1});
+  const Tensor upd2 = F({1, 2}, {10, 20});
+  expect_vals(run1(make_node("ScatterElements", {{"axis", int64_t{1}}, {"reduction", std::string("add")}}),
+                   {&x, &idx2, &upd2}),
+              {1, 32, 3, 4, 5, 6});
+  expect_vals(run1(make_node("ScatterElements", {{"axis", int64_t{1}}, {"reduction", std::string("mul")}}),
+                   {&x, &idx2, &upd2}),
+              {1, 400, 3, 4, 5, 6});
+  const Tensor bad = I({1, 1}, {3});
+  const Tensor u1 = F({1, 1}, {0});
+  EXPECT_THROW(run1(make_node("GatherElements", {{"axis", int64_t{1}}}), {&x, &bad}), std::runtime_error);
+  EXPECT_THROW(run1(make_node("ScatterElements", {{"axis", int64_t{1}}}), {&x, &bad, &u1}), std::runtime_error);
+}
+
+TEST(KernelsIndex, GatherScatterND) {
+  const Tensor x = F({2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
+  const Tensor i1 = I({2, 2}, {0, 1, 1, 0});
+  Tensor y = run1(make_node("GatherND"), {&x, &i1});
+  EXPECT_EQ(y.shape, (Shape{2, 2}));
+  expect_vals(y, {2, 3, 4, 5});
+  const Tensor i3 = I({1, 3}, {1, 1, 1});
+  expect_vals(run1(make_node("GatherND"), {&x, &i3}), {7});
+  // batch_dims 1: per batch, indices [[1], [0]] pick rows.
+  const Tensor ib = I({2, 1}, {1, 0});
+  y = run1(make_node("GatherND", {{"batch_dims", int64_t{1}}}), {&x, &ib});
+  EXPECT_EQ(y.shape, (Shape{2, 2}));
+  expect_vals(y, {2, 3, 4, 5});
+  const Tensor upd = F({2, 2}, {10, 11, 12, 13});
+  expect_vals(run1(make_node("ScatterND"), {&x, &i1, &upd}), {0, 1, 10, 11, 12, 13, 6, 7});
+  const Tensor idup = I({2, 1}, {0, 0});
+  const Tensor upd4 = F({2, 2, 2}, {1, 1, 1, 1, 2, 2, 2, 2});
+  expect_vals(run1(make_node("ScatterND", {{"reduction", std::string("add")}}), {&x, &idup, &upd4}),
+              {3, 4, 5, 6, 4, 5, 6, 7});
+}
+
+TEST(KernelsIndex, OneHotNonZeroCompress) {
+  const Tensor idx = I({3}, {0, -1, 5});
+  const Tensor depth = S(3);
+  const Tensor v = F({2}, {0, 9});
+  Tensor y = run1(make_node("OneHot"), {&idx, &depth, &v});
+  EXPECT_EQ(y.shape, (Shape{3, 3}));
+  expect_vals(y, {9, 0, 0, 0, 0, 9, 0, 0, 0});
+  y = run1(make_node("OneHot", {{"axis", int64_t{0}}}), {&idx, &depth, &v});
+  expect_vals(y, {9, 0, 0, 0, 0, 0, 0, 9, 0});
+  const Tensor x = F({2, 3}, {0, 1, 0, 2, 0, 3});
+  y = run1(make_node("NonZero"), {&x});
+  EXPECT_EQ(y.shape, (Shape{2, 3}));
+  EXPECT_EQ(ivals(y), (std::vector<int64_t>{0, 1, 1, 1, 0, 2}));
+  const Tensor cond = B({3}, {1, 0, 1});
+  y = run1(make_node("Compress", {{"axis", int64_t{1}}}), {&x, &cond});
+  EXPECT_EQ(y.shape, (Shape{2, 2}));
+  expect_vals(y, {0, 0, 2, 3});
+  y = run1(make_node("Compress"), {&x, &cond});
+  expect_vals(y, {0, 0});
+}
+
+TEST(KernelsIndex, TopK) {
+  const Tensor x = F({2, 4}, {1, 4, 2, 4, 0, -1, 3, 2});
+  const Tensor k = I1({2});
+  auto o = run_kernel(make_node("TopK", {}, 2), {&x, &k}, 11);
+  ASSERT_EQ(o.size(), 2u);
+  expect_vals(o[0], {4, 4, 3, 2});
+  EXPECT_EQ(ivals(o[1]), (std::vector<int64_t>{1, 3, 2, 3}));
+  o = run_kernel(make_node("TopK", {{"largest", int64_t{0}}, {"axis", int64_t{0}}}, 2), {&x, &k}, 11);
+  EXPECT_EQ(o[0].shape, (Shape{2, 4}));
+  expect_vals(o[0], {0, -1, 2, 2, 1, 4, 3, 4});
+  EXPECT_EQ(ivals(o[1]), (std::vector<int64_t>{1, 1, 0, 1, 0, 0, 1, 0}));
+  o = run_kernel(make_node("TopK", {{"k", int64_t{1}}}, 2), {&x}, 1);
+  expect_vals(o[0], {4, 3});
+  const Tensor k9 = I1({9});
+  EXPECT_THROW(run_kernel(make_node("TopK", {}, 2), {&x, &k9}, 11), std::runtime_error);
+}
+
+TEST(KernelsIndex, CumSum) {
+  const Tensor x = F({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor a1 = S(1), a0 = S(0);
+  expect_vals(run1(make_node("CumSum"), {&x, &a1}), {1, 3, 6, 4, 9, 15});
+  expect_vals(run1(make_node("CumSum"), {&x, &a0}), {1, 2, 3, 5, 7, 9});
+  expect_vals(run1(make_node("CumSum", {{"exclusive", int64_t{1}}}), {&x, &a1}), {0, 1, 3, 0, 4, 9});
+  expect_vals(run1(make_node("CumSum", {{"reverse", int64_t{1}}}), {&x, &a1}), {6, 5, 3, 15, 11, 6});
+  expect_vals(run1(make_node("CumSum", {{"reverse", int64_t{1}}, {"exclusive", int64_t{1}}}), {&x, &a1}),
+              {5, 3, 0, 11, 6, 0});
+}
+
+TEST(KernelsIndex, DepthSpaceHardmax) {
+  Tensor x(DType::kFloat32, {1, 8, 1, 1});
+  for (int i = 0; i < 8; ++i) x.data<float>()[i] = static_cast<float>(i);
+  // DCR: out[0, c, h*b+i, w*b+j] = in[0, (i*b + j)*C' + c, h, w] with C' = 2.
+  Tensor y = run1(make_node("DepthToSpace", {{"blocksize", int64_t{2}}}), {&x});
+  EXPECT_EQ(y.shape, (Shape{1, 2, 2, 2}));
+  expect_vals(y, {0, 2, 4, 6, 1, 3, 5, 7});
+  // CRD: in[0, c*b*b + i*b + j, h, w].
+  y = run1(make_node("DepthToSpace", {{"blocksize", int64_t{2}}, {"mode", std::string("CRD")}}), {&x});
+  expect_vals(y, {0, 1, 2, 3, 4, 5, 6, 7});
+  const Tensor s = run1(make_node("SpaceToDepth", {{"blocksize", int64_t{2}}}),
+                        {&(y = run1(make_node("DepthToSpace", {{"blocksize", int64_t{2}}}), {&x}))});
+  EXPECT_EQ(s.shape, (Shape{1, 8, 1, 1}));
+  expect_vals(s, {0, 1, 2, 3, 4, 5, 6, 7});  // SpaceToDepth inverts DCR DepthToSpace
+  const Tensor h = F({2, 3}, {1, 3, 3, 0, -1, -2});
+  expect_vals(run1(make_node("Hardmax"), {&h}), {0, 1, 0, 1, 0, 0});
+  expect_vals(run1(make_node("Hardmax", {{"axis", int64_t{0}}}), {&h}), {1, 1, 1, 0, 0, 0});
+  expect_vals(run1(make_node("Hardmax", {{"axis", int64_t{0}}}), {&h}, 11), {0, 1, 0, 0, 0, 0});  // 2-D coerced
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Resize / Upsample.
+
+TEST(KernelsResize, NearestModes) {
+  const Tensor x = F({1, 1, 1, 4}, {1, 2, 3, 4});
+  const Tensor roi = F({0}, {});
+  const Tensor sc = F({4}, {1, 1, 1, 0.6f});
+  // Downsample 4 -> 2 (half_pixel): x_orig = (o + .5)/0.6 - .5 = 0.33, 2.0 -> round_prefer_floor 0, 2.
+  expect_vals(run1(make_node("Resize"), {&x, &roi, &sc}, 13), {1, 3});
+  const Tensor sizes = I1({1, 1, 1, 8});
+  // Upsample 4 -> 8, asymmetric + floor: o/2.
+  expect_vals(run1(make_node("Resize", {{"coordinate_transformation_mode", std::string("asymmetric")},
+                                        {"nearest_mode", std::string("floor")}}),
+                   {&x, &roi, nullptr, &sizes}, 13),
+              {1, 1, 2, 2, 3, 3, 4, 4});
+  // half_pixel + round_prefer_ceil: (o+.5)/2-.5 = -.25,.25,.75,1.25,... -> 0,0,1,1,2,2,3,3 after rounding/clamp.
+  expect_vals(run1(make_node("Resize", {{"nearest_mode", std::string("round_prefer_ceil")}}),
+                   {&x, &roi, nullptr, &sizes}, 13),
+              {1, 1, 2, 2, 3, 3, 4, 4});
+  // Upsample opset 9 (scales input) and 7 (scales attribute).
+  const Tensor up = F({4}, {1, 1, 2, 2});
+  const Tensor x2 = F({1, 1, 1, 2}, {1, 2});
+  Tensor y = run1(make_node("Upsample"), {&x2, &up}, 9);
+  EXPECT_EQ(y.shape, (Shape{1, 1, 2, 4}));
+  expect_vals(y, {1, 1, 2, 2, 1, 1, 2, 2});
+  y = run1(make_node("Upsample", {{"scales", std::vector<float>{1, 1, 1, 3}}}), {&x2}, 7);
+  expect_vals(y, {1, 1, 1, 2, 2, 2});
+}
+
+TEST(KernelsResize, LinearModes) {
+  const Tensor x = F({1, 1, 2, 2}, {1, 2, 3, 4});
+  const Tensor roi = F({0}, {});
+  const Tensor sizes = I1({1, 1, 4, 4});
+  // align_corners: x_orig = o * 1/3 -> bilinear on the corners.
+  Tensor y = run1(make_node("Resize", {{"mode", std::string("linear")},
+                                       {"coordinate_transformation_mode", std::string("align_corners")}}),
+                  {&x, &roi, nullptr, &sizes}, 13);
+  std::vector<float> want;
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) want.push_back(1 + 2 * (i / 3.f) + (j / 3.f));
+  expect_vals(y, want);
+  // half_pixel: x_orig = (o+.5)/2-.5 = -.25 (clamped to 0), .25, .75, 1.25 (clamped to 1).
+  y = run1(make_node("Resize", {{"mode", std::string("linear")}}), {&x, &roi, nullptr, &sizes}, 13);
+  const float c[4] = {0, 0.25f, 0.75f, 1};
+  want.clear();
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) want.push_back(1 + 2 * c[i] + c[j]);
+  expect_vals(y, want);
+  // pytorch_half_pixel with an output length of 1 samples coordinate 0.
+  const Tensor s1 = I1({1, 1, 1, 2});
+  y = run1(make_node("Resize", {{"mode", std::string("linear")},
+                                {"coordinate_transformation_mode", std::string("pytorch_half_pixel")}}),
+           {&x, &roi, nullptr, &s1}, 13);
+  expect_vals(y, {1, 2});
+  // asymmetric upsample by 2 with scales.
+  const Tensor sc = F({4}, {1, 1, 1, 2});
+  y = run1(make_node("Resize", {{"mode", std::string("linear")},
+                                {"coordinate_transformation_mode", std::string("asymmetric")}}),
+           {&x, &roi, &sc}, 13);
+  expect_vals(y, {1, 1.5f, 2, 2, 3, 3.5f, 4, 4});
+}
+
+TEST(KernelsResize, CubicAndErrors) {
+  // Cubic on a linear ramp reproduces the ramp inside (cubic convolution is exact for linear data away from
+  // the clamped borders).
+  Tensor x(DType::kFloat32, {1, 8});
+  for (int i = 0; i < 8; ++i) x.data<float>()[i] = static_cast<float>(i);
+  const Tensor roi = F({0}, {});
+  const Tensor sizes = I1({1, 15});
+  const Tensor y = run1(make_node("Resize", {{"mode", std::string("cubic")},
+                                             {"coordinate_transformation_mode", std::string("align_corners")}}),
+                        {&x, &roi, nullptr, &sizes}, 13);
+  for (int o = 2; o < 13; ++o) EXPECT_NEAR(y.data<float>()[o], o * 7.f / 14.f, 1e-5) << o;
+  const Tensor sc = F({2}, {1, 2});
+  EXPECT_THROW(run1(make_node("Resize"), {&x, &roi, &sc, &sizes}, 13), std::runtime_error);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Einsum.
+
+/// Naive einsum for letter-only equations with explicit output.
+Tensor ref_einsum(const std::string& eq, const std::vector<const Tensor*>& in) {
+  const size_t arrow = eq.find("->");
+  std::vector<std::string> terms;
+  std::string lhs = eq.substr(0, arrow), cur;
+  for (char ch : lhs) {
+    if (ch == ',') {
+      terms.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(ch);
+    }
+  }
+  terms.push_back(cur);
+  const std::string out = eq.substr(arrow + 2);
+  std::map<char, int64_t> size;
+  for (size_t i = 0; i < terms.size(); ++i)
+    for (size_t d = 0; d < terms[i].size(); ++d) size[terms[i][d]] = in[i]->shape[d];
+  std::string all = out;
+  for (auto& [l, s] : size)
+    if (out.find(l) == std::string::npos) all.push_back(l);
+  Shape dims, os;
+  for (char l : all) dims.push_back(size[l]);
+  for (char l : out) os.push_back(size[l]);
+  Tensor r(DType::kFloat32, os);
+  for (int64_t it = 0; it < num_elements(dims); ++it) {
+    const auto idx = unravel(it, dims);
+    auto at = [&](char l) { return idx[all.find(l)]; };
+    double p = 1;
+    for (size_t i = 0; i < terms.size(); ++i) {
+      int64_t off = 0;
+      for (size_t d = 0; d < terms[i].size(); ++d) off = off * in[i]->shape[d] + at(terms[i][d]);
+      p *= in[i]->data<float>()[off];
+    }
+    int64_t oo = 0;
+    for (size_t d = 0; d < out.size(); ++d) oo = oo * os[d] + at(out[d]);
+    r.data<float>()[oo] += static_cast<float>(p);
+  }
+  return r;
+}
+
+TEST(KernelsEinsum, MatchesNaive) {
+  struct Case {
+    std::string eq;
+    std::vector<Shape> shapes;
+  };
+  const std::vector<Case> cases = {
+      {"ij,jk->ik", {{3, 4}, {4, 5}}},
+      {"bhqd,bhkd->bhqk", {{2, 3, 4, 5}, {2, 3, 6, 5}}},
+      {"bij,bjk->bik", {{2, 3, 4}, {2, 4, 5}}},
+      {"ij,kj->ki", {{3, 4}, {5, 4}}},
+      {"i,j->ij", {{3}, {4}}},
+      {"ij,ij->", {{3, 4}, {3, 4}}},
+      {"ijk->kj", {{2, 3, 4}}},
+      {"ii->i", {{3, 3}}},
+      {"ij,jk,kl->il", {{2, 3}, {3, 4}, {4, 2}}},
+      {"abc,cd->abd", {{2, 3, 4}, {4, 5}}},
+      {"ij,j->i", {{3, 4}, {4}}},
+      {"bn,anm,bm->ba", {{2, 3}, {4, 3, 5}, {2, 5}}},
+  };
+  uint32_t seed = 200;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.eq);
+    std::vector<Tensor> ts;
+    for (const auto& s : c.shapes) ts.push_back(rand_f(s, seed++));
+    std::vector<const Tensor*> in;
+    for (auto& t : ts) in.push_back(&t);
+    const Tensor want = ref_einsum(c.eq, in);
+    const Tensor got = run1(make_node("Einsum", {{"equation", c.eq}}), in, 12);
+    ASSERT_EQ(got.shape, want.shape);
+    expect_vals(got, vals(want), 1e-4);
+  }
+}
+
+TEST(KernelsEinsum, ImplicitOutputEllipsisAndSpaces) {
+  const Tensor a = rand_f({2, 3, 4}, 1), b = rand_f({2, 4, 5}, 2);
+  // "...ij,...jk" (implicit output ...ik) == batched matmul.
+  const Tensor got = run1(make_node("Einsum", {{"equation", std::string("...ij, ...jk")}}), {&a, &b}, 12);
+  const Tensor want = ref_einsum("bij,bjk->bik", {&a, &b});
+  ASSERT_EQ(got.shape, want.shape);
+  expect_vals(got, vals(want), 1e-4);
+  // Implicit output sorts the once-only letters: "ji" -> "ij" is a transpose.
+  const Tensor m = F({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor t = run1(make_node("Einsum", {{"equation", std::string("ji")}}), {&m}, 12);
+  EXPECT_EQ(t.shape, (Shape{3, 2}));
+  expect_vals(t, {1, 4, 2, 5, 3, 6});
+  // Ellipsis broadcasting: [3,4] x [2,1,4,5] over the batch dims.
+  const Tensor c = rand_f({1, 4, 5}, 3), d = rand_f({2, 3, 4}, 4);
+  const Tensor e = run1(make_node("Einsum", {{"equation", std::string("...ij,...jk->...ik")}}), {&d, &c}, 12);
+  EXPECT_EQ(e.shape, (Shape{2, 3, 5}));
+  Tensor c2(DType::kFloat32, {2, 4, 5});
+  std::memcpy(c2.bytes.data(), c.bytes.data(), c.nbytes());
+  std::memcpy(c2.bytes.data() + c.nbytes(), c.bytes.data(), c.nbytes());
+  expect_vals(e, vals(ref_einsum("bij,bjk->bik", {&d, &c2})), 1e-4);
+  // Double via the naive batched path.
+  Tensor ad(DType::kFloat64, {2, 2}), bd(DType::kFloat64, {2, 2});
+  const double av[4] = {1, 2, 3, 4}, bv[4] = {5, 6, 7, 8};
+  std::memcpy(ad.bytes.data(), av, 32);
+  std::memcpy(bd.bytes.data(), bv, 32);
+  const Tensor r = run1(make_node("Einsum", {{"equation", std::string("ij,jk->ik")}}), {&ad, &bd}, 12);
+  EXPECT_EQ(std::vector<double>(r.data<double>(), r.data<double>() + 4), (std::vector<double>{19, 22, 43, 50}));
+  EXPECT_THROW(run1(make_node("Einsum", {{"equation", std::string("ij,jk->ik")}}), {&m, &m}, 12), std::runtime_error);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Activations and elementwise extras.
+
+TEST(KernelsActivation, MatchFormulas) {
+  const std::vector<float> xs{-3.f, -0.5f, 0.f, 0.7f, 2.5f};
+  const Tensor x = F({5}, xs);
+  struct Case {
+    std::string op;
+    std::map<std::string, AttrValue> attrs;
+    std::function<double(double)> f;
+  };
+  const double selu_a = 1.67326319217681884765625, selu_g = 1.05070102214813232421875;
+  const std::vector<Case> cases = {
+      {"Elu", {{"alpha", 0.5f}}, [](double v) { return v < 0 ? 0.5 * (std::exp(v) - 1) : v; }},
+      {"Selu", {}, [&](double v) { return selu_g * (v <= 0 ? selu_a * (std::exp(v) - 1) : v); }},
+      {"Celu", {{"alpha", 2.f}}, [](double v) { return std::max(0.0, v) + std::min(0.0, 2 * (std::exp(v / 2) - 1)); }},
+      {"Softplus", {}, [](double v) { return std::log(1 + std::exp(v)); }},
+      {"Softsign", {}, [](double v) { return v / (1 + std::abs(v)); }},
+      {"ThresholdedRelu", {{"alpha", 0.6f}}, [](double v) { return v > 0.6 ? v : 0; }},
+      {"LeakyRelu", {}, [](double v) { return v < 0 ? 0.01 * v : v; }},
+      {"HardSigmoid", {}, [](double v) { return std::clamp(0.2 * v + 0.5, 0.0, 1.0); }},
+      {"HardSwish", {}, [](double v) { return v * std::clamp(v / 6 + 0.5, 0.0, 1.0); }},
+      {"Mish", {}, [](double v) { return v * std::tanh(std::log(1 + std::exp(v))); }},
+      {"Sin", {}, [](double v) { return std::sin(v); }},
+      {"Cos", {}, [](double v) { return std::cos(v); }},
+      {"Atan", {}, [](double v) { return std::atan(v); }},
+      {"Shrink", {{"lambd", 0.6f}, {"bias", 0.1f}},
+       [](double v) { return v < -0.6 ? v + 0.1 : v > 0.6 ? v - 0.1 : 0; }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.op);
+    const Tensor y = run1(make_node(c.op, c.attrs), {&x});
+    std::vector<float> want;
+    for (float v : xs) want.push_back(static_cast<float>(c.f(v)));
+    expect_vals(y, want, 1e-5);
+  }
+  const Tensor r = F({6}, {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 2.4f});
+  expect_vals(run1(make_node("Round"), {&r}), {0, 2, 2, -0, -2, 2});  // half to even
+}
+
+TEST(KernelsActivation, PReluIsNaNIsInfMod) {
+  const Tensor x = F({2, 3}, {-1, 2, -3, 4, -5, 6});
+  const Tensor slope = F({3}, {0.1f, 0.2f, 0.3f});
+  expect_vals(run1(make_node("PRelu"), {&x, &slope}), {-0.1f, 2, -0.9f, 4, -1, 6});
+  const Tensor s1 = F({1}, {0.5f});
+  expect_vals(run1(make_node("PRelu"), {&x, &s1}), {-0.5f, 2, -1.5f, 4, -2.5f, 6});
+  const Tensor special = F({4}, {1, NAN, INFINITY, -INFINITY});
+  const Tensor n = run1(make_node("IsNaN"), {&special});
+  EXPECT_EQ(n.dtype, DType::kBool);
+  EXPECT_EQ(std::vector<uint8_t>(n.data<uint8_t>(), n.data<uint8_t>() + 4), (std::vector<uint8_t>{0, 1, 0, 0}));
+  const Tensor inf = run1(make_node("IsInf", {{"detect_negative", int64_t{0}}}), {&special});
+  EXPECT_EQ(std::vector<uint8_t>(inf.data<uint8_t>(), inf.data<uint8_t>() + 4), (std::vector<uint8_t>{0, 0, 1, 0}));
+  const Tensor a = I({4}, {7, -7, 7, -7}), b = I({4}, {3, 3, -3, -3});
+  EXPECT_EQ(ivals(run1(make_node("Mod"), {&a, &b})), (std::vector<int64_t>{1, 2, -2, -1}));
+  EXPECT_EQ(ivals(run1(make_node("Mod", {{"fmod", int64_t{1}}}), {&a, &b})), (std::vector<int64_t>{1, -1, 1, -1}));
+  const Tensor fa = F({2}, {5.5f, -5.5f}), fb = F({2}, {2, 2});
+  expect_vals(run1(make_node("Mod", {{"fmod", int64_t{1}}}), {&fa, &fb}), {1.5f, -1.5f});
+}
+
+TEST(KernelsIndex, TriluEyeLikeCastLike) {
+  const Tensor x = F({2, 3}, {1, 2, 3, 4, 5, 6});
+  expect_vals(run1(make_node("Trilu"), {&x}), {1, 2, 3, 0, 5, 6});
+  expect_vals(run1(make_node("Trilu", {{"upper", int64_t{0}}}), {&x}), {1, 0, 0, 4, 5, 0});
+  const Tensor k = S(1), km = S(-1);
+  expect_vals(run1(make_node("Trilu"), {&x, &k}), {0, 2, 3, 0, 0, 6});
+  expect_vals(run1(make_node("Trilu", {{"upper", int64_t{0}}}), {&x, &km}), {0, 0, 0, 4, 0, 0});
+  const Tensor e = run1(make_node("EyeLike", {{"k", int64_t{1}}, {"dtype", int64_t{7}}}), {&x});
+  EXPECT_EQ(e.dtype, DType::kInt64);
+  EXPECT_EQ(ivals(e), (std::vector<int64_t>{0, 1, 0, 0, 0, 1}));
+  const Tensor like = I({1}, {0});
+  const Tensor cl = run1(make_node("CastLike"), {&x, &like});
+  EXPECT_EQ(cl.dtype, DType::kInt64);
+  EXPECT_EQ(ivals(cl), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+}
+
+}  // namespace
+}  // namespace gspmd
