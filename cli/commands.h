@@ -55,4 +55,8 @@ struct ExplainOptions {
 };
 int cmd_explain(const ExplainOptions& o);
 
+/// Box picture of a 1-D or 2-D value's shards on the mesh (device ids per shard), "" for other ranks or more than
+/// 16 shards per dim. Like jax.debug.visualize_array_sharding.
+std::string sharding_picture(const Shape& shape, const TensorSharding& s, const DeviceMesh& mesh);
+
 }  // namespace gspmd::cli

@@ -1,9 +1,60 @@
 // gspmd-onnx explain: every value's sharding (three notations) with its origin, and every collective with its reason.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 
 namespace gspmd::cli {
+
+namespace {
+
+/// Device ids as "0,1" or "0,2,...(+6)" (at most four listed).
+std::string device_list(const std::vector<int64_t>& ds) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < ds.size() && i < 4; ++i) parts.push_back(std::to_string(ds[i]));
+  std::string s = fmt::format("{}", fmt::join(parts, ","));
+  if (ds.size() > 4) s += fmt::format(",..(+{})", ds.size() - 4);
+  return s;
+}
+
+}  // namespace
+
+/// A picture of how a 1-D or 2-D value is laid out on the mesh, in the manner of
+/// jax.debug.visualize_array_sharding: one box per shard, listing the devices that hold it. Larger ranks (or more
+/// than 16x16 shards) get no picture.
+std::string sharding_picture(const Shape& shape, const TensorSharding& s, const DeviceMesh& mesh) {
+  if (shape.empty() || shape.size() > 2) return "";
+  const int64_t rows = shape.size() == 2 ? s.shards(0, mesh) : 1;
+  const int64_t cols = s.shards(static_cast<int>(shape.size()) - 1, mesh);
+  if (rows > 16 || cols > 16) return "";
+  std::vector<std::vector<std::vector<int64_t>>> cell(rows, std::vector<std::vector<int64_t>>(cols));
+  for (int64_t d = 0; d < mesh.num_devices(); ++d) {
+    int64_t r = shape.size() == 2 ? mesh.tile_index(d, s.dims[0]) : 0;
+    int64_t c = mesh.tile_index(d, s.dims.back());
+    cell[r][c].push_back(d);
+  }
+  size_t width = 0;
+  for (const auto& row : cell)
+    for (const auto& c : row) width = std::max(width, device_list(c).size());
+  width += 2;
+  auto line = [&](const char* l, const char* m, const char* r) {
+    std::string out = l;
+    for (int64_t c = 0; c < cols; ++c) {
+      for (size_t i = 0; i < width; ++i) out += "─";
+      out += c + 1 < cols ? m : r;
+    }
+    return out + "\n";
+  };
+  std::string out = line("┌", "┬", "┐");
+  for (int64_t r = 0; r < rows; ++r) {
+    out += "│";
+    for (int64_t c = 0; c < cols; ++c) out += fmt::format("{:^{}}│", device_list(cell[r][c]), width);
+    out += "\n";
+    out += r + 1 < rows ? line("├", "┼", "┤") : line("└", "┴", "┘");
+  }
+  if (!s.unreduced.empty()) out += "(each box holds a partial value: the devices listed in a box sum to it)\n";
+  return out;
+}
 
 int cmd_explain(const ExplainOptions& o) {
   Pipeline p = build_pipeline(o.common);
@@ -26,6 +77,10 @@ int cmd_explain(const ExplainOptions& o) {
       fmt::print("  planned   {} (the partitioner kept it {})\n", p.plan.shardings[v].to_partition_spec(mesh),
                  s.unreduced.empty() ? "as computed" : "unreduced until a consumer needs it reduced");
     fmt::print("  origin    {}\n", origin_chain(g, p.plan, v));
+    if (only >= 0) {
+      std::string pic = sharding_picture(val.shape, s, mesh);
+      if (!pic.empty()) fmt::print("{}", pic);
+    }
   }
   fmt::print("\n{} collectives\n", p.program.collectives.size());
   for (const CollectiveRecord& c : p.program.collectives) {

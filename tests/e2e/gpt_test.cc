@@ -167,3 +167,32 @@ TEST(GptPartition, OutputDirectoryIsNotHalfWritten) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(GptExplain, ShowsNotationsOriginPictureAndCollectiveReasons) {
+  CmdResult r = cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json "
+                    "--value h.0.mlp.fc_in.weight",
+                    "explain_fc_in");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("h.0.mlp.fc_in.weight float32 [128,512]\n"
+                       "  sharding  [null, \"model\"]   hlo {devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}   "
+                       "sbp (B, S(1))\n"
+                       "  origin    annotation h.0.mlp.fc_in.weight\n"
+                       "┌─────┬─────┐\n"
+                       "│ 0,2 │ 1,3 │\n"
+                       "└─────┴─────┘\n"),
+            std::string::npos)
+      << r.out;
+  CmdResult all = cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json",
+                      "explain_all");
+  ASSERT_EQ(all.code, 0) << all.err;
+  // The attention output projection's partial sum is reduced where the replicated bias is added.
+  EXPECT_NE(all.out.find("all-reduce over {model} of '/h.0/attn/proj/MatMul_output_0' (131072 bytes per device) for "
+                         "/h.0/attn/proj/Add: '/h.0/attn/proj/MatMul_output_0' is unreduced over {model}; "
+                         "/h.0/attn/proj/Add (Add) needs operand 0 as [\"data\", null, null]"),
+            std::string::npos)
+      << all.out;
+}
+
+}  // namespace
