@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <numeric>
 #include <set>
 
@@ -116,7 +117,7 @@ class Partitioner {
     return s;
   }
 
-  int emit(const std::string& op, std::vector<int> inputs, const std::string& out_hint, DType t, const Shape& s,
+  int emit(const std::string& op, std::vector<int> inputs, const std::string& out_hint, DType t, Shape s,
            std::map<std::string, AttrValue> attrs = {}, const std::string& domain = "") {
     Node n;
     n.op_type = op;
@@ -130,18 +131,18 @@ class Partitioner {
     return o;
   }
 
-  int collective(const std::string& op, int x, const Shape& out_shape, std::vector<int> axes,
+  int collective(const std::string& op, int x, Shape out_shape, std::vector<int> axes,
                  std::map<std::string, AttrValue> attrs, const std::string& for_node, int gv,
                  const std::string& reason) {
     attrs["mesh_axes"] = std::vector<int64_t>(axes.begin(), axes.end());
-    const Value& in = P().values[x];
-    int o = emit(op, {x}, g_.values[gv].name, in.dtype, out_shape, std::move(attrs), kGspmdDomain);
+    const DType dt = P().values[x].dtype;
+    const int64_t in_elems = num_elements(P().values[x].shape);
+    int o = emit(op, {x}, g_.values[gv].name, dt, out_shape, std::move(attrs), kGspmdDomain);
     CollectiveRecord r;
     r.node = static_cast<int>(P().nodes.size()) - 1;
     r.kind = kind_of(op);
     r.mesh_axes = std::move(axes);
-    int64_t es = static_cast<int64_t>(dtype_size(in.dtype));
-    r.bytes = std::max(num_elements(in.shape), num_elements(out_shape)) * es;
+    r.bytes = std::max(in_elems, num_elements(out_shape)) * static_cast<int64_t>(dtype_size(dt));
     r.for_node = for_node;
     r.value = g_.values[gv].name;
     r.reason = reason;
@@ -209,6 +210,7 @@ class Partitioner {
       next.unreduced.clear();
       for (int a : cur.unreduced)
         if (std::find(to_reduce.begin(), to_reduce.end(), a) == to_reduce.end()) next.unreduced.push_back(a);
+      if (next.unreduced.empty()) next.reduction = ReductionKind::kSum;  // a full value has no reduction kind
       if (scatter_dim >= 0) {
         next.dims[scatter_dim] = want.dims[scatter_dim];
         x = collective("ReduceScatter", x, local(next), to_reduce,
@@ -245,45 +247,51 @@ class Partitioner {
       }
     }
 
-    // 3. Per dim: all-gather the axes the target drops, then slice locally for the axes it adds. Uneven dims are
-    //    gathered completely and trimmed, so shard layouts always stay canonical (ceil(d/n), padded at the end).
+    // 3. All-gather the axes the target drops from each dim, then (second pass, once no dim holds them any more)
+    //    slice locally for the axes it adds. A dim keeps its common prefix of axes only where the shards nest
+    //    (ceil(d/T) == m*ceil(d/(T*m))); otherwise it is gathered completely and trimmed, so every shard keeps the
+    //    canonical layout [t*s, (t+1)*s).
+    auto nests = [&](int d, const std::vector<int>& axes, size_t p) {
+      const std::vector<int> major(axes.begin(), axes.begin() + static_cast<long>(p));
+      const int64_t t = mesh_.axes_size(major), m = mesh_.axes_size(axes) / t;
+      return ceil_div(gshape[d], t) == m * ceil_div(gshape[d], t * m);
+    };
     for (int d = 0; d < rank; ++d) {
-      if (cur.dims[d] == want.dims[d]) continue;
-      const auto& cd = cur.dims[d];
-      const auto& wd = want.dims[d];
+      const std::vector<int> cd = cur.dims[d];
+      const std::vector<int>& wd = want.dims[d];
+      if (cd == wd) continue;
       size_t p = 0;
       while (p < cd.size() && p < wd.size() && cd[p] == wd[p]) ++p;
-      if (!even(d, cd) || !even(d, wd)) p = 0;
-      if (p < cd.size()) {
-        std::vector<int> gathered(cd.begin() + p, cd.end());
-        TensorSharding next = cur;
-        next.dims[d].resize(p);
-        Shape s = P().values[x].shape;
-        s[d] *= mesh_.axes_size(gathered);
-        x = collective("AllGather", x, s, gathered, {{"axis", int64_t{d}}}, for_node, gv,
-                       fmt::format("'{}' dim {} is split over {} but {}", g_.values[gv].name, d,
-                                   axes_str(mesh_, gathered), why));
-        if (p == 0 && s[d] != gshape[d]) {  // drop the padding of the last shard
-          s[d] = gshape[d];
-          x = emit("Slice", {x, int64_const("starts", {0}), int64_const("ends", {gshape[d]}), int64_const("axes", {d})},
-                   g_.values[gv].name, P().values[x].dtype, s);
-        }
-        cur = next;
+      if (!nests(d, cd, p) || !nests(d, wd, p)) p = 0;
+      if (p == cd.size()) continue;
+      std::vector<int> gathered(cd.begin() + static_cast<long>(p), cd.end());
+      TensorSharding next = cur;
+      next.dims[d].resize(p);
+      Shape s = P().values[x].shape;
+      s[d] *= mesh_.axes_size(gathered);
+      x = collective("AllGather", x, s, gathered, {{"axis", int64_t{d}}}, for_node, gv,
+                     fmt::format("'{}' dim {} is split over {} but {}", g_.values[gv].name, d,
+                                 axes_str(mesh_, gathered), why));
+      if (p == 0 && s[d] != gshape[d]) {  // drop the padding of the last shard
+        s[d] = gshape[d];
+        x = emit("Slice", {x, int64_const("starts", {0}), int64_const("ends", {gshape[d]}), int64_const("axes", {d})},
+                 g_.values[gv].name, P().values[x].dtype, s);
       }
-      if (cur.dims[d].size() < wd.size()) {
-        std::vector<int> added(wd.begin() + static_cast<long>(cur.dims[d].size()), wd.end());
-        TensorSharding next = cur;
-        next.dims[d] = wd;
-        Shape s = local(next);
-        Shape cs = P().values[x].shape;
-        cs[d] = s[d];
-        x = emit("ShardSlice", {x}, g_.values[gv].name, P().values[x].dtype, cs,
-                 {{"axis", int64_t{d}},
-                  {"mesh_axes", std::vector<int64_t>(added.begin(), added.end())},
-                  {"shard_size", s[d]}},
-                 kGspmdDomain);
-        cur = next;
-      }
+      cur = next;
+    }
+    for (int d = 0; d < rank; ++d) {
+      const std::vector<int>& wd = want.dims[d];
+      if (cur.dims[d] == wd) continue;
+      std::vector<int> added(wd.begin() + static_cast<long>(cur.dims[d].size()), wd.end());
+      TensorSharding next = cur;
+      next.dims[d] = wd;
+      Shape s = P().values[x].shape;
+      s[d] = local(next)[d];
+      x = emit("ShardSlice", {x}, g_.values[gv].name, P().values[x].dtype, s,
+               {{"axis", int64_t{d}}, {"mesh_axes", std::vector<int64_t>(added.begin(), added.end())},
+                {"shard_size", s[d]}},
+               kGspmdDomain);
+      cur = next;
     }
     if (!(cur == want))
       throw std::logic_error(fmt::format("reshard of '{}' did not reach its target", g_.values[gv].name));
@@ -297,8 +305,7 @@ class Partitioner {
   /// of merged-dim factors that do not divide evenly (a local reshape would mix shards).
   void sanitize(const OpShardingRule& rule, FactorSharding& F) const {
     for (int f = 0; f < rule.num_factors(); ++f)
-      if (rule.factor_kinds[f] == FactorKind::kNeedReplication || rule.factor_kinds[f] == FactorKind::kPermutation ||
-          rule.factor_kinds[f] == FactorKind::kWindowed)
+      if (rule.factor_kinds[f] == FactorKind::kNeedReplication || rule.factor_kinds[f] == FactorKind::kPermutation)
         F[f].clear();
     auto check = [&](const DimFactors& df) {
       for (const auto& dim : df) {
@@ -337,10 +344,46 @@ class Partitioner {
         for (int a : F[f]) used[a] = 1;
       }
     };
+    // A reduction factor that every operand already splits the same way stays split (row-parallel MatMul:
+    // reduce the result afterwards rather than move the operands); then the results' shardings; then the operands'.
+    for (int f = 0; f < nf; ++f) {
+      if (rule->factor_kinds[f] != FactorKind::kReduction) continue;
+      std::optional<std::vector<int>> agreed;
+      bool all = true;
+      for (size_t i = 0; i < node.inputs.size() && all; ++i) {
+        const DimFactors& df = rule->operands[i];
+        if (node.inputs[i] < 0 || df.empty()) continue;
+        if (std::none_of(df.begin(), df.end(), [&](const auto& d) { return std::find(d.begin(), d.end(), f) != d.end(); }))
+          continue;
+        FactorSharding tmp(nf);
+        project_to_factors(current(node.inputs[i]), df, *rule, mesh_, tmp);
+        if (!agreed) agreed = tmp[f];
+        all = *agreed == tmp[f] && !tmp[f].empty();
+      }
+      if (all && agreed && std::none_of(agreed->begin(), agreed->end(), [&](int a) { return used[a]; })) {
+        F[f] = *agreed;
+        for (int a : F[f]) used[a] = 1;
+      }
+    }
     for (size_t r = 0; r < node.outputs.size(); ++r) offer(plan_.shardings[node.outputs[r]], rule->results[r]);
     for (size_t i = 0; i < node.inputs.size(); ++i)
       if (node.inputs[i] >= 0) offer(current(node.inputs[i]), rule->operands[i]);
     sanitize(*rule, F);
+    // Ops whose operands carry no factor (Range, ConstantOfShape) generate their whole result: keep it whole.
+    if (std::all_of(rule->operands.begin(), rule->operands.end(), [](const DimFactors& df) {
+          return std::all_of(df.begin(), df.end(), [](const std::vector<int>& d) { return d.empty(); });
+        }))
+      for (auto& axes : F) axes.clear();
+    // Grouped convolutions: the group factor (major in X's channel dim) may only split whole groups.
+    const int64_t groups = node.domain.empty() ? node.i("group", 1) : 1;
+    int group_factor = -1;
+    if (groups > 1 && rule->operands[0].size() > 1 && !rule->operands[0][1].empty() &&
+        rule->factor_sizes[rule->operands[0][1][0]] == groups) {
+      group_factor = rule->operands[0][1][0];
+      if (groups % mesh_.axes_size(F[group_factor]) != 0) F[group_factor].clear();
+    }
+    std::vector<Window> windows = plan_windows(node, *rule, F);
+    std::vector<int> bias_ops = plan_bias_operands(node, *rule, F);
 
     // Partial operands: keep them partial when the op is linear in them, else reduce.
     std::vector<int> partial_ops;
@@ -357,9 +400,10 @@ class Partitioner {
       bool linear = std::all_of(partial_ops.begin(), partial_ops.end(), [&](int i) {
         return i < static_cast<int>(rule->linear_operands.size()) && rule->linear_operands[i];
       });
+      // Additive ops (every input is data, scalars included) keep a partial sum only if every input is partial.
       size_t tensor_operands = 0;
       for (size_t i = 0; i < node.inputs.size(); ++i)
-        if (node.inputs[i] >= 0 && !rule->operands[i].empty()) ++tensor_operands;
+        if (node.inputs[i] >= 0) ++tensor_operands;
       bool shape_ok = is_additive(node) ? partial_ops.size() == tensor_operands : partial_ops.size() == 1;
       bool axes_free = std::none_of(first.unreduced.begin(), first.unreduced.end(), [&](int a) { return used[a]; });
       bool reduction_free = true;
@@ -406,8 +450,11 @@ class Partitioner {
                        {"full_size", g_.values[gv].shape[d]},
                        {"value", reduction_identity(rule->reduction)}},
                       kGspmdDomain);
+      if (std::find(bias_ops.begin(), bias_ops.end(), static_cast<int>(i)) != bias_ops.end())
+        lv = keep_on_first_tile(lv, *rule, F, g_.values[gv].name);
       inputs.push_back(lv);
     }
+    if (!windows.empty()) inputs[0] = exchange_halos(node, inputs[0], windows);
 
     // Results.
     std::vector<int> red_axes;
@@ -424,14 +471,235 @@ class Partitioner {
       s.unreduced = keep_unreduced;
       s.unreduced.insert(s.unreduced.end(), red_axes.begin(), red_axes.end());
       std::sort(s.unreduced.begin(), s.unreduced.end());
-      s.reduction = red_axes.empty() ? keep_kind : rule->reduction;
+      s.reduction = s.unreduced.empty() ? ReductionKind::kSum : red_axes.empty() ? keep_kind : rule->reduction;
       local.outputs.push_back(new_value(gvv.name, gvv.dtype, s.local_shape(gvv.shape, mesh_)));
       result_shardings.push_back(s);
     }
     rewrite_shape_operands(local, node);
+    if (!windows.empty()) set_window_attrs(local, node, windows);
+    if (group_factor >= 0) local.attrs["group"] = groups / mesh_.axes_size(F[group_factor]);
     P().add_node(std::move(local));
-    for (size_t r = 0; r < node.outputs.size(); ++r)
-      bind(node.outputs[r], result_shardings[r], P().nodes.back().outputs[r]);
+    const std::vector<int> local_outs = P().nodes.back().outputs;
+    // A mean over split reduction factors: each device averaged its (zero-padded) shard; rescale so that the
+    // partial results sum to the global mean.
+    double mean_scale = 1.0;
+    if (rule->mean)
+      for (int f = 0; f < nf; ++f)
+        if (rule->factor_kinds[f] == FactorKind::kReduction && !F[f].empty())
+          mean_scale *= static_cast<double>(ceil_div(rule->factor_sizes[f], mesh_.axes_size(F[f]))) /
+                        static_cast<double>(rule->factor_sizes[f]);
+    for (size_t r = 0; r < node.outputs.size(); ++r) {
+      int out = local_outs[r];
+      if (mean_scale != 1.0) {
+        const Value& gvv = g_.values[node.outputs[r]];
+        Tensor scale(gvv.dtype, {});
+        if (gvv.dtype == DType::kFloat64) scale.data<double>()[0] = mean_scale;
+        else if (gvv.dtype == DType::kFloat32) scale.data<float>()[0] = static_cast<float>(mean_scale);
+        else throw UnsupportedError(fmt::format("{} ({}): mean of {} over a split dim", node.name, node.op_type,
+                                                dtype_name(gvv.dtype)));
+        out = emit("Mul", {out, new_constant("mean_scale", std::move(scale))}, gvv.name, gvv.dtype,
+                   P().values[out].shape);
+      }
+      bind(node.outputs[r], result_shardings[r], out);
+    }
+  }
+
+  // ---- split reductions with an added operand (Gemm's C, Conv's B) ----------------------------------------------
+
+  /// A split reduction factor makes every device compute a partial result; an operand that does not index the
+  /// factor would then be counted once per device. Biases (Gemm's C, Conv's B) are added, so they are kept on the
+  /// first tile of the reduction axes only and zero elsewhere; for any other such operand the factor is not split.
+  std::vector<int> plan_bias_operands(const Node& node, const OpShardingRule& rule, FactorSharding& F) const {
+    std::vector<int> bias;
+    if (node.domain.empty() && node.op_type == "Gather") return bias;  // masked lookup: lower_gather
+    for (int f = 0; f < rule.num_factors(); ++f) {
+      if (rule.factor_kinds[f] != FactorKind::kReduction || F[f].empty()) continue;
+      for (size_t i = 0; i < node.inputs.size() && !F[f].empty(); ++i) {
+        const DimFactors& df = rule.operands[i];
+        if (node.inputs[i] < 0 || df.empty()) continue;
+        bool indexes = std::any_of(df.begin(), df.end(), [&](const std::vector<int>& d) {
+          return std::find(d.begin(), d.end(), f) != d.end();
+        });
+        if (indexes) continue;
+        bool is_bias = node.domain.empty() && i == 2 && (node.op_type == "Gemm" || node.op_type == "Conv") &&
+                       rule.reduction == ReductionKind::kSum && !g_.values[node.inputs[i]].shape.empty();
+        if (!is_bias) {
+          F[f].clear();
+        } else if (std::find(bias.begin(), bias.end(), static_cast<int>(i)) == bias.end()) {
+          bias.push_back(static_cast<int>(i));
+        }
+      }
+    }
+    return bias;
+  }
+
+  /// Zeroes `x` on every device but the first tile of the split reduction axes (so the partial sums add it once).
+  int keep_on_first_tile(int x, const OpShardingRule& rule, const FactorSharding& F, const std::string& name) {
+    std::vector<int64_t> axes;
+    for (int f = 0; f < rule.num_factors(); ++f)
+      if (rule.factor_kinds[f] == FactorKind::kReduction) axes.insert(axes.end(), F[f].begin(), F[f].end());
+    if (axes.empty()) return x;
+    std::sort(axes.begin(), axes.end());
+    const int64_t rows = P().values[x].shape[0];
+    return emit("MaskPad", {x}, name + "/first_tile", P().values[x].dtype, P().values[x].shape,
+                {{"axis", int64_t{0}}, {"mesh_axes", axes}, {"full_size", rows}, {"value", 0.f}, {"base", int64_t{0}},
+                 {"step", rows}},
+                kGspmdDomain);
+  }
+
+  // ---- windowed ops: halo exchange (GSPMD §3.4) -------------------------------------------------------------
+
+  /// How one split spatial dim of a Conv/pool is computed. Device t (tile over `axes`, n tiles) holds input
+  /// rows [t*h_loc, (t+1)*h_loc) and computes output rows [t*o_loc, (t+1)*o_loc), which read input rows
+  /// [t*o_loc*stride - pad_begin, ... + window). It receives `left` rows from tile t-1 and `right` rows from
+  /// tile t+1 (collective-permute), then takes its window at offset base + t*step of [left | local | right].
+  struct Window {
+    int dim = 0;                      // tensor dim of X and Y
+    std::vector<int> axes;
+    int64_t full = 0, n = 1, h_loc = 0, o_loc = 0, stride = 1, pad_begin = 0, window = 0;
+    int64_t left = 0, right = 0, base = 0, step = 0;
+    float pad_value = 0.f;            // what rows outside [0, full) read as: 0 (Conv, AveragePool) or -inf (MaxPool)
+  };
+
+  /// Kernel extent, stride and begin padding of spatial dim `sd` of a Conv/pool node, with auto_pad resolved
+  /// against the global output size (ONNX Conv / MaxPool specs).
+  struct SpatialParams {
+    int64_t extent, stride, pad_begin, pad_end;
+  };
+  SpatialParams spatial_params(const Node& node, int sd) const {
+    const Shape& xs = g_.values[node.inputs[0]].shape;
+    const Shape& ys = g_.values[node.outputs[0]].shape;
+    const size_t k = xs.size() - 2;
+    std::vector<int64_t> kernel = node.ints("kernel_shape");
+    if (kernel.empty() && node.op_type == "Conv") {
+      const Shape& ws = g_.values[node.inputs[1]].shape;
+      kernel.assign(ws.begin() + 2, ws.end());
+    }
+    std::vector<int64_t> strides = node.ints("strides", std::vector<int64_t>(k, 1));
+    std::vector<int64_t> dil = node.ints("dilations", std::vector<int64_t>(k, 1));
+    std::vector<int64_t> pads = node.ints("pads", std::vector<int64_t>(2 * k, 0));
+    SpatialParams p{(kernel.at(sd) - 1) * dil.at(sd) + 1, strides.at(sd), pads.at(sd), pads.at(k + sd)};
+    const std::string ap = node.s("auto_pad", "NOTSET");
+    if (ap == "VALID") {
+      p.pad_begin = p.pad_end = 0;
+    } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+      int64_t total = std::max<int64_t>(0, (ys[2 + sd] - 1) * p.stride + p.extent - xs[2 + sd]);
+      p.pad_begin = ap == "SAME_UPPER" ? total / 2 : total - total / 2;
+      p.pad_end = total - p.pad_begin;
+    }
+    return p;
+  }
+
+  /// Plans the halo exchange of every split windowed factor; a split it cannot do exactly (halo wider than a
+  /// neighbour's shard, AveragePool excluding padding from its count) is dropped with a warning, so that dim
+  /// is gathered instead.
+  std::vector<Window> plan_windows(const Node& node, const OpShardingRule& rule, FactorSharding& F) {
+    std::vector<Window> out;
+    if (rule.operands.empty()) return out;
+    const DimFactors& xf = rule.operands[0];
+    for (size_t d = 0; d < xf.size(); ++d) {
+      if (xf[d].size() != 1) continue;
+      const int f = xf[d][0];
+      if (rule.factor_kinds[f] != FactorKind::kWindowed || F[f].empty()) continue;
+      Window w;
+      w.dim = static_cast<int>(d);
+      w.axes = F[f];
+      w.full = g_.values[node.inputs[0]].shape[d];
+      w.n = mesh_.axes_size(w.axes);
+      w.h_loc = ceil_div(w.full, w.n);
+      w.o_loc = ceil_div(g_.values[node.outputs[0]].shape[d], w.n);
+      SpatialParams sp = spatial_params(node, static_cast<int>(d) - 2);
+      w.stride = sp.stride;
+      w.pad_begin = sp.pad_begin;
+      w.window = (w.o_loc - 1) * w.stride + sp.extent;
+      // Offsets are linear in t, so the extreme halos are at t = 0 or t = n - 1.
+      const int64_t drift = w.o_loc * w.stride - w.h_loc;  // how much further each tile's window starts
+      w.left = std::max<int64_t>({0, w.pad_begin, w.pad_begin - (w.n - 1) * drift});
+      w.right = std::max<int64_t>({0, w.window - w.pad_begin - w.h_loc, (w.n - 1) * drift + w.window - w.pad_begin - w.h_loc});
+      w.base = w.left - w.pad_begin;
+      w.step = drift;
+      w.pad_value = node.op_type == "MaxPool" ? -std::numeric_limits<float>::infinity() : 0.f;
+      const int64_t lowest = -w.pad_begin, highest = (w.n - 1) * w.o_loc * w.stride - w.pad_begin + w.window - 1;
+      const bool reads_outside = lowest < 0 || highest >= w.full;
+      std::string problem;
+      if (w.left > w.h_loc || w.right > w.h_loc)
+        problem = fmt::format("its halo ({} + {} rows) is wider than a shard ({} rows)", w.left, w.right, w.h_loc);
+      else if (node.op_type == "AveragePool" && node.i("count_include_pad", 0) == 0 && reads_outside)
+        problem = "AveragePool with count_include_pad=0 counts only real rows";
+      else if (node.op_type == "AveragePool" && (lowest < -sp.pad_begin || highest >= w.full + sp.pad_end))
+        problem = "AveragePool windows run past the padding (ceil_mode)";
+      if (!problem.empty()) {
+        out_.warnings.push_back(fmt::format("{} ({}): dim {} of '{}' is gathered instead of split over {}: {}",
+                                            node.name, node.op_type, d, g_.values[node.inputs[0]].name,
+                                            axes_str(mesh_, w.axes), problem));
+        F[f].clear();
+        continue;
+      }
+      out.push_back(std::move(w));
+    }
+    return out;
+  }
+
+  /// Builds each device's input window: halos from both neighbours, the window at the device's offset, and
+  /// rows outside the global input masked with the op's padding value.
+  int exchange_halos(const Node& node, int x, const std::vector<Window>& windows) {
+    const int gx = node.inputs[0];
+    const std::string& name = g_.values[gx].name;
+    for (const Window& w : windows) {
+      const DType dt = P().values[x].dtype;
+      const std::vector<int64_t> axes(w.axes.begin(), w.axes.end());
+      auto rows = [&](int64_t from, int64_t to) {
+        Shape s = P().values[x].shape;
+        s[w.dim] = to - from;
+        return emit("Slice", {x, int64_const("starts", {from}), int64_const("ends", {to}), int64_const("axes", {w.dim})},
+                    name + "/halo", dt, s);
+      };
+      auto permute = [&](int v, int64_t shift, const std::string& side) {
+        return collective("CollectivePermute", v, P().values[v].shape, w.axes, {{"shift", shift}}, node.name, gx,
+                          fmt::format("{} ({}) reads {} rows of '{}' dim {} from its {} neighbour over {} (halo)",
+                                      node.name, node.op_type, P().values[v].shape[w.dim], name, w.dim, side,
+                                      axes_str(mesh_, w.axes)));
+      };
+      std::vector<int> parts;
+      if (w.left > 0) parts.push_back(permute(rows(w.h_loc - w.left, w.h_loc), 1, "left"));
+      parts.push_back(x);
+      if (w.right > 0) parts.push_back(permute(rows(0, w.right), -1, "right"));
+      if (parts.size() > 1) {
+        Shape s = P().values[x].shape;
+        s[w.dim] = w.left + w.h_loc + w.right;
+        x = emit("Concat", parts, name + "/window", dt, s, {{"axis", int64_t{w.dim}}});
+      }
+      if (w.base != 0 || w.step != 0 || w.window != w.left + w.h_loc + w.right) {
+        Shape s = P().values[x].shape;
+        s[w.dim] = w.window;
+        x = emit("ShardSlice", {x}, name + "/window", dt, s,
+                 {{"axis", int64_t{w.dim}}, {"mesh_axes", axes}, {"shard_size", w.step}, {"base", w.base},
+                  {"size", w.window}},
+                 kGspmdDomain);
+      }
+      const int64_t lowest = -w.pad_begin, highest = (w.n - 1) * w.o_loc * w.stride - w.pad_begin + w.window - 1;
+      if (lowest < 0 || highest >= w.full)
+        x = emit("MaskPad", {x}, name + "/window", dt, P().values[x].shape,
+                 {{"axis", int64_t{w.dim}}, {"mesh_axes", axes}, {"full_size", w.full}, {"value", w.pad_value},
+                  {"base", -w.pad_begin}, {"step", w.o_loc * w.stride}},
+                 kGspmdDomain);
+    }
+    return x;
+  }
+
+  /// The local op reads exactly its window: no padding on the split dims, the global pads (auto_pad resolved)
+  /// on the others.
+  void set_window_attrs(Node& local, const Node& global, const std::vector<Window>& windows) const {
+    const size_t nsp = g_.values[global.inputs[0]].shape.size() - 2;
+    std::vector<int64_t> pads(2 * nsp, 0);
+    for (size_t sd = 0; sd < nsp; ++sd) {
+      SpatialParams sp = spatial_params(global, static_cast<int>(sd));
+      pads[sd] = sp.pad_begin;
+      pads[nsp + sd] = sp.pad_end;
+    }
+    for (const Window& w : windows) pads[w.dim - 2] = pads[nsp + w.dim - 2] = 0;
+    local.attrs["pads"] = pads;
+    local.attrs.erase("auto_pad");
   }
 
   bool is_split_reduction(const OpShardingRule& rule, const FactorSharding& F) const {
@@ -444,9 +712,18 @@ class Partitioner {
   void rewrite_shape_operands(Node& local, const Node& global) {
     if (!global.domain.empty()) return;
     if ((global.op_type == "Reshape" || global.op_type == "Expand") && local.inputs.size() >= 2) {
-      const Shape& ls = P().values[local.outputs[0]].shape;
+      const Shape ls = P().values[local.outputs[0]].shape;
       local.inputs[1] = int64_const(global.op_type == "Reshape" ? "shape" : "expand_shape", ls);
       if (global.op_type == "Reshape") local.attrs.erase("allowzero");
+    }
+    // Squeeze without axes squeezes every size-1 dim; a local shard may have more of them, so name the global ones.
+    if (global.op_type == "Squeeze" && (global.inputs.size() < 2 || global.inputs[1] < 0) && !global.has("axes")) {
+      std::vector<int64_t> axes;
+      const Shape& gs = g_.values[global.inputs[0]].shape;
+      for (size_t d = 0; d < gs.size(); ++d)
+        if (gs[d] == 1) axes.push_back(static_cast<int64_t>(d));
+      if (g_.opset >= 13) local.inputs = {local.inputs[0], int64_const("axes", axes)};
+      else local.attrs["axes"] = axes;
     }
   }
 
@@ -472,6 +749,11 @@ class Partitioner {
     const int64_t shard = P().values[table].shape[axis];
     int off = emit("PartitionOffset", {}, on + "/offset", DType::kInt64, {},
                    {{"mesh_axes", std::vector<int64_t>(A.begin(), A.end())}, {"shard_size", shard}}, kGspmdDomain);
+    // Negative ids count from the end of the table (ONNX Gather): make them positive first.
+    const int64_t vocab = tv.shape[axis];
+    int neg = emit("Less", {ids, int64_const("zero", {0}, true)}, on + "/negative", DType::kBool, ids_shape);
+    int wrapped = emit("Add", {ids, int64_const("vocab", {vocab}, true)}, on + "/wrapped", DType::kInt64, ids_shape);
+    ids = emit("Where", {neg, wrapped, ids}, on + "/ids", DType::kInt64, ids_shape);
     int li = emit("Sub", {ids, off}, on + "/local_ids", DType::kInt64, ids_shape);
     int ge = emit("GreaterOrEqual", {li, int64_const("zero", {0}, true)}, on + "/ge", DType::kBool, ids_shape);
     int lt = emit("Less", {li, int64_const("shard", {shard}, true)}, on + "/lt", DType::kBool, ids_shape);

@@ -36,17 +36,15 @@ class Propagator {
     }
 
     rules_.resize(g_.nodes.size());
-    first_group_.assign(g_.nodes.size(), 0);
+    pass_through_op_.assign(g_.nodes.size(), 0);
+    broadcast_.assign(g_.nodes.size(), {});
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       rules_[n] = get_rule(g_, g_.nodes[n]);
       if (!rules_[n]) {
         plan_.nodes_without_rule.push_back(static_cast<int>(n));
         continue;
       }
-      bool simple = true;  // elementwise / data movement: only pass-through and permutation factors
-      for (FactorKind k : rules_[n]->factor_kinds)
-        if (k == FactorKind::kReduction || k == FactorKind::kNeedReplication) simple = false;
-      first_group_[n] = simple;
+      classify(static_cast<int>(n));
     }
 
     std::set<int> prios;
@@ -59,11 +57,10 @@ class Propagator {
         plan_.shardings[v] = a.sharding;
         plan_.origins[v] = Origin{Origin::kAnnotation, -1, -1, true};
       }
-      while (true) {
-        while (sweep(true)) {
-        }
-        if (!sweep(false)) break;
-      }
+      // Op priorities (Shardy's op-priority strategy): a stage runs only when every earlier stage is at its
+      // fixpoint, and any change sends propagation back to stage 0.
+      int stage = 0;
+      while (stage < kStages) stage = sweep(stage) ? 0 : stage + 1;
     }
     return std::move(plan_);
   }
@@ -71,14 +68,48 @@ class Propagator {
  private:
   enum State : char { kOpen, kFixed, kFrozen };
 
-  // One forward and one backward pass over the nodes (only the first group when `first_only`).
-  bool sweep(bool first_only) {
+  // Propagation stages, run in order for every user priority:
+  //   0: pass-through ops (every factor pass-through/permutation: elementwise, shape and data-movement ops), both
+  //      directions, except forward from a broadcast operand;
+  //   1: the pass-through and windowed factors of every op, both directions, except forward from a broadcast
+  //      operand;
+  //   2: everything: broadcast operands forward, and reduction factors between operands.
+  static constexpr int kStages = 3;
+
+  // Pass-through op and broadcast operands of node n. An operand of a pass-through op is a broadcast operand when
+  // all its factors are factors of result 0 and it has fewer elements (a bias, a Where condition, Expand's input):
+  // propagating forward from it would split a large tensor after a small one (Shardy: broadcasts forward last).
+  void classify(int n) {
+    const Node& node = g_.nodes[n];
+    const OpShardingRule& rule = *rules_[n];
+    bool simple = true;
+    for (FactorKind k : rule.factor_kinds)
+      if (k != FactorKind::kPassThrough && k != FactorKind::kPermutation) simple = false;
+    pass_through_op_[n] = simple;
+    broadcast_[n].assign(node.inputs.size(), 0);
+    if (!simple || node.outputs.empty() || node.outputs[0] < 0 || rule.results.empty()) return;
+    std::vector<char> in_result(rule.num_factors(), 0);
+    for (const auto& dim : rule.results[0])
+      for (int f : dim) in_result[f] = 1;
+    const int64_t out_numel = num_elements(g_.values[node.outputs[0]].shape);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      int v = node.inputs[i];
+      if (v < 0 || num_elements(g_.values[v].shape) >= out_numel) continue;
+      bool subset = true;
+      for (const auto& dim : rule.operands[i])
+        for (int f : dim) subset = subset && in_result[f];
+      broadcast_[n][i] = subset;
+    }
+  }
+
+  // One forward and one backward pass over the nodes taking part in `stage`.
+  bool sweep(int stage) {
     bool changed = false;
     const int nn = static_cast<int>(g_.nodes.size());
     for (int n = 0; n < nn; ++n)
-      if (rules_[n] && (!first_only || first_group_[n])) changed |= process(n);
+      if (rules_[n] && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
     for (int n = nn - 1; n >= 0; --n)
-      if (rules_[n] && (!first_only || first_group_[n])) changed |= process(n);
+      if (rules_[n] && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
     return changed;
   }
 
@@ -87,20 +118,24 @@ class Propagator {
     bool result;
     const DimFactors* df;
     int64_t numel;
+    bool target_only;  // a broadcast operand before the last stage: receives shardings, gives none
   };
 
-  bool process(int n) {
+  bool process(int n, int stage) {
     const Node& node = g_.nodes[n];
     const OpShardingRule& rule = *rules_[n];
     const int nf = rule.num_factors();
     std::vector<Ref> refs;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       int v = node.inputs[i];
-      if (v >= 0 && state_[v] != kFrozen) refs.push_back({v, false, &rule.operands[i], num_elements(g_.values[v].shape)});
+      if (v >= 0 && state_[v] != kFrozen)
+        refs.push_back({v, false, &rule.operands[i], num_elements(g_.values[v].shape),
+                        stage < 2 && broadcast_[n][i] != 0});
     }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       int v = node.outputs[i];
-      if (v >= 0 && state_[v] != kFrozen) refs.push_back({v, true, &rule.results[i], num_elements(g_.values[v].shape)});
+      if (v >= 0 && state_[v] != kFrozen)
+        refs.push_back({v, true, &rule.results[i], num_elements(g_.values[v].shape), false});
     }
 
     // 1. Merge: project each tiled tensor onto the factors, larger tensors first (ties: earlier operand).
@@ -112,7 +147,7 @@ class Propagator {
     bool any = false;
     for (const Ref& r : order) {
       const TensorSharding& s = plan_.shardings[r.v];
-      if (!s.is_tiled()) continue;
+      if (!s.is_tiled() || r.target_only) continue;
       FactorSharding tmp(nf);
       project_to_factors(s, *r.df, rule, mesh_, tmp);  // dims that cannot be expressed are skipped
       for (const auto& dim : *r.df) {
@@ -121,16 +156,16 @@ class Propagator {
           if (axes.empty()) continue;
           FactorKind k = rule.factor_kinds[f];
           if (k == FactorKind::kNeedReplication || k == FactorKind::kPermutation) continue;
-          if (r.result && k == FactorKind::kReduction) continue;
+          if (k == FactorKind::kWindowed && stage < 1) continue;  // (pass-through ops have none anyway)
+          if (k == FactorKind::kReduction && (r.result || stage < 2)) continue;
           // Existing assignment wins unless this one extends it.
           size_t have = fs[f].size();
           if (have > 0 && (axes.size() <= have || !std::equal(fs[f].begin(), fs[f].end(), axes.begin()))) continue;
-          int64_t prod = mesh_.axes_size(fs[f]);
           for (size_t j = have; j < axes.size(); ++j) {
             int a = axes[j];
             if (owner[a] != -1 && owner[a] != f) break;
-            if (prod * mesh_.shape[a] > rule.factor_sizes[f]) break;  // more shards than elements
-            prod *= mesh_.shape[a];
+            // No cap at the factor size: a source split into more shards than elements (uneven, some shards all
+            // padding) is still a valid split, and copying it lets the op run locally without collectives.
             fs[f].push_back(a);
             owner[a] = f;
             if (src[f] < 0) src[f] = r.v;
@@ -186,7 +221,8 @@ class Propagator {
   ShardingPlan plan_;
   std::vector<State> state_;
   std::vector<std::optional<OpShardingRule>> rules_;
-  std::vector<char> first_group_;
+  std::vector<char> pass_through_op_;           // per node: stage-0 op
+  std::vector<std::vector<char>> broadcast_;    // per node, per operand: a broadcast operand
 };
 
 std::string node_label(const Graph& g, int n) {

@@ -45,8 +45,13 @@ struct ShardingPlan {
 ///   assigned to at most one factor; conflicts go to the factor of the larger tensor, ties to the earlier one),
 ///   and projected back onto tensors that do not yet use those axes. Reduction factors never make a result tiled;
 ///   values are never made unreduced by propagation (the partitioner decides that).
-/// - Order: annotation priorities ascending; within a priority, pass-through (elementwise/shape) ops first, then
-///   the rest; forward and backward.
+/// - Order: annotation priorities ascending (Shardy user priorities); within a priority, op priorities (Shardy's
+///   op-priority strategy), each stage run to its fixpoint and any change restarting at stage 0:
+///     0. pass-through ops (all factors pass-through/permutation: elementwise, shape, data movement);
+///     1. the pass-through and windowed factors of every op (windowed: between operand 0 and the result);
+///     2. everything, including reduction factors (operand to operand) and
+///   broadcasts forward last: before stage 2, a broadcast operand of a pass-through op (its factors all in the
+///   result, fewer elements: a bias, Expand's input) receives shardings but does not give any. Forward and backward.
 /// - Nodes without a rule do not propagate (their values stay as they are) and are listed for explain.
 /// Cost: O(rounds * edges * mesh rank), independent of the device count.
 ShardingPlan propagate(const Graph& g, const Annotations& ann);

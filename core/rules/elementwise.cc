@@ -55,7 +55,7 @@ void register_elementwise_rules() {
   for (const char* op : {"Add", "Sub", "Mul"}) add_builtin(op, elementwise(Operands::kAll, {0, 1}));
   add_builtin("Div", elementwise(Operands::kAll, {0}));
   for (const char* op : {"Pow", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
-                         "Xor", "Max", "Min", "Mod", "BitShift", "PRelu"})
+                         "Xor", "Max", "Min", "Mod", "BitShift", "PRelu", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
     add_builtin(op, elementwise(Operands::kAll, {}));
   // Sum is linear in every operand (like Add). Mean is too when *all* operands are partial, but the partitioner
   // treats only Add/Sub/Sum/Concat as additive (else it allows one partial operand), so Mean says false.
@@ -64,7 +64,8 @@ void register_elementwise_rules() {
   for (const char* op : {"Sqrt", "Erf", "Tanh", "Relu", "Exp", "Log", "Abs", "Reciprocal", "Sigmoid", "Not", "Cast",
                          "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "IsNaN", "IsInf", "Softplus", "Gelu",
                          "LeakyRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softsign", "Celu", "Mish",
-                         "ThresholdedRelu", "CastLike"})
+                         "ThresholdedRelu", "CastLike", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
+                         "Acosh", "Atanh", "Shrink", "BitwiseNot"})
     add_builtin(op, elementwise(Operands::kFirstOnly, {}));
   for (const char* op : {"Neg", "Identity"}) add_builtin(op, elementwise(Operands::kAll, {0}));
   // Data input only: ratio/training_mode and min/max operands are factorless (kept replicated).

@@ -68,7 +68,7 @@ std::optional<OpShardingRule> layernorm_rule(const Graph& g, const Node& n) {
 }
 
 // kind: the factor kind of reduced axes; red: how partial results combine.
-RuleBuilder reduce_rule(FactorKind kind, ReductionKind red, bool linear) {
+RuleBuilder reduce_rule(FactorKind kind, ReductionKind red, bool linear, bool mean = false) {
   return [=](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
     if (n.inputs.empty() || n.inputs[0] < 0 || n.outputs.size() != 1 || n.outputs[0] < 0) return std::nullopt;
     const Shape& in = shape_of(g, n.inputs[0]);
@@ -109,6 +109,7 @@ RuleBuilder reduce_rule(FactorKind kind, ReductionKind red, bool linear) {
       r.operands.push_back(n.inputs[i] < 0 ? DimFactors{} : DimFactors(shape_of(g, n.inputs[i]).size()));
     r.results = {std::move(dout)};
     r.reduction = red;
+    r.mean = mean;
     r.linear_operands.assign(n.inputs.size(), false);
     r.linear_operands[0] = linear;
     return r;
@@ -144,15 +145,20 @@ void register_reduce_norm_rules() {
   for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) add_builtin(op, softmax_rule);
   add_builtin("LayerNormalization", layernorm_rule);
   add_builtin("ReduceSum", reduce_rule(FactorKind::kReduction, ReductionKind::kSum, true));
-  // Sum of |x| and of x^2 over a split axis: local partial sums, combined by a sum.
+  // Sum of |x| and of x^2 over a split axis: the local op (ReduceL1 / ReduceSumSquare on the shard, padding masked
+  // to 0 = |0| = 0^2) gives partial sums, combined by a sum.
   add_builtin("ReduceL1", reduce_rule(FactorKind::kReduction, ReductionKind::kSum, false));
   add_builtin("ReduceSumSquare", reduce_rule(FactorKind::kReduction, ReductionKind::kSum, false));
   add_builtin("ReduceMax", reduce_rule(FactorKind::kReduction, ReductionKind::kMax, false));
   add_builtin("ReduceMin", reduce_rule(FactorKind::kReduction, ReductionKind::kMin, false));
   add_builtin("ReduceProd", reduce_rule(FactorKind::kReduction, ReductionKind::kProd, false));
-  // ReduceMean over a split axis would give a mean of local means, which needs rescaling by the shard sizes (and
-  // masking for uneven shards); until the partitioner does that, the reduced axes must stay whole. Linear it is.
-  add_builtin("ReduceMean", reduce_rule(FactorKind::kNeedReplication, ReductionKind::kSum, true));
+  // ReduceMean over a split axis: a sum with `mean` (OpShardingRule::mean: the partitioner rescales the local mean
+  // by local_count / global_count, making it a partial sum of the global mean). Linear in the data.
+  add_builtin("ReduceMean", reduce_rule(FactorKind::kReduction, ReductionKind::kSum, true, true));
+  // Not a single associative combine of the local results: ReduceL2 = sqrt(sum x^2) (the partials would have to be
+  // squared back, and the sqrt applied after the all-reduce), ReduceLogSum = log(sum x) and ReduceLogSumExp =
+  // log(sum exp x) (combining needs exp of the partials: a logsumexp reduction kind, with a max shift to stay
+  // finite). A split reduced axis is all-gathered instead.
   add_builtin("ReduceL2", reduce_rule(FactorKind::kNeedReplication, ReductionKind::kSum, false));
   add_builtin("ReduceLogSumExp", reduce_rule(FactorKind::kNeedReplication, ReductionKind::kSum, false));
   add_builtin("ReduceLogSum", reduce_rule(FactorKind::kNeedReplication, ReductionKind::kSum, false));

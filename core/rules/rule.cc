@@ -26,6 +26,9 @@ void register_builtin_rules() {
   rules_internal::register_shape_rules();
   rules_internal::register_reduce_norm_rules();
   rules_internal::register_gather_rules();
+  rules_internal::register_conv_pool_rules();
+  rules_internal::register_einsum_rules();
+  rules_internal::register_index_rules();
 }
 
 std::map<Key, RuleBuilder>& registry() {
@@ -105,7 +108,9 @@ std::string OpShardingRule::str() const {
   kind_list(FactorKind::kReduction, "reduction");
   kind_list(FactorKind::kNeedReplication, "need_replication");
   kind_list(FactorKind::kPermutation, "permutation");
+  kind_list(FactorKind::kWindowed, "windowed");
   if (reduction != ReductionKind::kSum) s += fmt::format(" reduce={}", reduction_name(reduction));
+  if (mean) s += " mean";
   return s;
 }
 

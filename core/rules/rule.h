@@ -42,9 +42,18 @@ struct OpShardingRule {
   /// Ops linear in their operands (Add/Sub/Transpose/Reshape/MatMul on one side...) may keep unreduced values
   /// unreduced; see core/partition. linear_operands[i] = true if the result is linear in operand i.
   std::vector<bool> linear_operands;
+  /// The result is a MEAN over the reduction factors (ReduceMean, GlobalAveragePool), not a sum; `reduction` is
+  /// kSum. When a reduction factor is split, the local op computes a mean over its shard: local_sum / local_count,
+  /// where local_count is the product of the *padded* local sizes (ceil(dim/n)) of the split reduced dims (the
+  /// padding is masked to 0 before the op, so it adds nothing to the sum). The partitioner must turn that into a
+  /// partial SUM of the global mean by multiplying the local result by local_count / global_count (global_count =
+  /// product of the global sizes of those dims; unsplit reduced dims cancel out), then mark it unreduced (sum) as
+  /// for any split reduction factor. Equivalently: run a local ReduceSum and divide by global_count.
+  bool mean = false;
 
   int num_factors() const { return static_cast<int>(factor_sizes.size()); }
   /// Human-readable form for explain and tests: "([i,j],[j,k])->([i,k]) {i=8, j=16, k=32} reduction={j}".
+  /// Windowed factors are listed as " windowed={..}" and a mean as " mean".
   std::string str() const;
 };
 
@@ -84,6 +93,10 @@ void register_matmul_rules();
 void register_shape_rules();
 void register_reduce_norm_rules();
 void register_gather_rules();
+void register_conv_pool_rules();   // conv_pool.cc: Conv, ConvTranspose, pools, BatchNorm/LRN/InstanceNorm/MVN, D2S/S2D
+void register_einsum_rules();      // einsum.cc
+void register_index_rules();       // index_ops.cc: Pad, Tile, Resize, Range, TopK, CumSum, GatherElements/ND,
+                                   // ScatterElements/ND, OneHot, NonZero, Compress
 /// Initializer data of input i of `node`, or nullptr (absent input, not an initializer, or shapes-only load).
 const Tensor* constant_input(const Graph& g, const Node& node, int i);
 /// Normalises a possibly negative axis for rank r; nullopt when out of range.

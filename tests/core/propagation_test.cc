@@ -316,5 +316,310 @@ TEST(Propagation, LongChainScales) {
   EXPECT_EQ(m.spec(p, v), R"(["data", "model"])");
 }
 
+using Ints = std::vector<int64_t>;
+
+TEST(Propagation, ConvSpatialSplitForwardAndBackward) {
+  Model m;
+  int x = m.input("x", {2, 3, 8, 8});
+  int w = m.weight("w", {4, 3, 3, 3});
+  int y = m.op("Conv", {x, w}, "y", {2, 4, 8, 8}, {{"pads", Ints{1, 1, 1, 1}}});
+  int z = m.op("Conv", {y, m.weight("w2", {4, 4, 3, 3})}, "z", {2, 4, 4, 4}, {{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}});
+  m.g.outputs = {z};
+  m.annotate(x, {"", "", "data", ""});
+  auto p = m.run();
+  EXPECT_EQ(m.spec(p, y), R"([null, null, "data", null])");
+  EXPECT_EQ(m.spec(p, z), R"([null, null, "data", null])");
+  EXPECT_TRUE(p.shardings[w].is_replicated());  // kernel dims have no factor
+  EXPECT_EQ(origin_chain(m.g, p, z), "annotation x -> Conv_y -> y -> Conv_z -> z");
+
+  Model b;  // backward: the output's W split reaches the input through both windows
+  int bx = b.input("x", {2, 3, 8, 8});
+  int by = b.op("Conv", {bx, b.weight("w", {4, 3, 3, 3})}, "y", {2, 4, 6, 6});
+  int bz = b.op("MaxPool", {by}, "z", {2, 4, 3, 3}, {{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}});
+  b.g.outputs = {bz};
+  b.annotate(bz, {"", "", "", "model"});
+  auto q = b.run();
+  EXPECT_EQ(b.spec(q, by), R"([null, null, null, "model"])");
+  EXPECT_EQ(b.spec(q, bx), R"([null, null, null, "model"])");
+  EXPECT_FALSE(q.origins[bx].forward);
+}
+
+TEST(Propagation, ConvOutputChannelsFromWeight) {
+  Model m;
+  int x = m.input("x", {2, 3, 8, 8});
+  int w = m.weight("w", {4, 3, 3, 3}), bias = m.weight("b", {4});
+  int y = m.op("Conv", {x, w, bias}, "y", {2, 4, 6, 6});
+  int r = m.op("Relu", {y}, "r", {2, 4, 6, 6});
+  m.g.outputs = {r};
+  m.annotate(w, {"model", "", "", ""});
+  auto p = m.run();
+  EXPECT_EQ(m.spec(p, y), R"([null, "model", null, null])");
+  EXPECT_EQ(m.spec(p, r), R"([null, "model", null, null])");
+  EXPECT_EQ(m.spec(p, bias), R"(["model"])");
+  EXPECT_TRUE(p.shardings[x].is_replicated());
+
+  // Input channels split on W: a reduction factor, so it reaches X (operand to operand) but not Y.
+  Model c;
+  int cx = c.input("x", {2, 4, 8, 8});
+  int cw = c.weight("w", {4, 4, 3, 3});
+  int cy = c.op("Conv", {cx, cw}, "y", {2, 4, 6, 6});
+  c.g.outputs = {cy};
+  c.annotate(cw, {"", "model", "", ""});
+  auto q = c.run();
+  EXPECT_EQ(c.spec(q, cx), R"([null, "model", null, null])");
+  EXPECT_EQ(c.spec(q, cy), "[null, null, null, null]");
+}
+
+TEST(Propagation, GroupedConvChannels) {
+  // Depthwise conv: the channel split goes through the group factor to the output and the weight.
+  Model m;
+  int x = m.input("x", {2, 4, 8, 8});
+  int w = m.weight("w", {4, 1, 3, 3});
+  int y = m.op("Conv", {x, w}, "y", {2, 4, 8, 8}, {{"group", int64_t{4}}, {"pads", Ints{1, 1, 1, 1}}});
+  m.g.outputs = {y};
+  m.annotate(x, {"data", "model", "", ""});
+  auto p = m.run();
+  EXPECT_EQ(m.spec(p, y), R"(["data", "model", null, null])");
+  EXPECT_EQ(m.spec(p, w), R"(["model", null, null, null])");
+}
+
+// Conv -> BatchNorm -> Relu -> MaxPool -> Conv -> BatchNorm -> Add(residual) -> Relu -> GlobalAveragePool -> Flatten.
+struct ResNetBlock {
+  Model m;
+  int x, w1, w2, c1, bn1, r1, p1, c2, bn2, a, r2, gap, flat;
+  std::vector<int> params;
+  ResNetBlock() {
+    x = m.input("x", {4, 3, 16, 16});
+    w1 = m.weight("w1", {8, 3, 3, 3});
+    w2 = m.weight("w2", {8, 8, 3, 3});
+    std::map<std::string, AttrValue> same{{"pads", Ints{1, 1, 1, 1}}};
+    c1 = m.op("Conv", {x, w1}, "c1", {4, 8, 16, 16}, same);
+    bn1 = m.op("BatchNormalization", bn_inputs(c1, "bn1"), "bn1", {4, 8, 16, 16});
+    r1 = m.op("Relu", {bn1}, "r1", {4, 8, 16, 16});
+    p1 = m.op("MaxPool", {r1}, "p1", {4, 8, 8, 8}, {{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}});
+    c2 = m.op("Conv", {p1, w2}, "c2", {4, 8, 8, 8}, same);
+    bn2 = m.op("BatchNormalization", bn_inputs(c2, "bn2"), "bn2", {4, 8, 8, 8});
+    a = m.op("Add", {bn2, p1}, "a", {4, 8, 8, 8});
+    r2 = m.op("Relu", {a}, "r2", {4, 8, 8, 8});
+    gap = m.op("GlobalAveragePool", {r2}, "gap", {4, 8, 1, 1});
+    flat = m.op("Flatten", {gap}, "flat", {4, 8});
+    m.g.outputs = {flat};
+  }
+  std::vector<int> bn_inputs(int v, const std::string& name) {
+    std::vector<int> in{v};
+    for (const char* p : {".scale", ".bias", ".mean", ".var"}) {
+      in.push_back(m.weight(name + p, {8}));
+      params.push_back(in.back());
+    }
+    return in;
+  }
+  std::vector<int> activations() const { return {c1, bn1, r1, p1, c2, bn2, a, r2}; }
+};
+
+TEST(Propagation, ResNetBlockBatchSplit) {
+  ResNetBlock b;
+  b.m.annotate(b.x, {"data", "", "", ""});
+  auto p = b.m.run();
+  for (int v : b.activations())
+    EXPECT_EQ(b.m.spec(p, v), R"(["data", null, null, null])") << b.m.g.values[v].name;
+  EXPECT_EQ(b.m.spec(p, b.gap), R"(["data", null, null, null])");
+  EXPECT_EQ(b.m.spec(p, b.flat), R"(["data", null])");
+  for (int v : b.params) EXPECT_TRUE(p.shardings[v].is_replicated()) << b.m.g.values[v].name;
+  EXPECT_TRUE(p.shardings[b.w1].is_replicated());
+  EXPECT_TRUE(p.shardings[b.w2].is_replicated());
+  EXPECT_TRUE(p.nodes_without_rule.empty());
+}
+
+TEST(Propagation, ResNetBlockSpatialSplit) {
+  ResNetBlock b;
+  b.m.annotate(b.x, {"", "", "data", ""});
+  auto p = b.m.run();
+  for (int v : b.activations())
+    EXPECT_EQ(b.m.spec(p, v), R"([null, null, "data", null])") << b.m.g.values[v].name;
+  // The global pool reduces H: the split does not reach its result.
+  EXPECT_TRUE(p.shardings[b.gap].is_replicated());
+  EXPECT_TRUE(p.shardings[b.flat].is_replicated());
+  for (int v : b.params) EXPECT_TRUE(p.shardings[v].is_replicated()) << b.m.g.values[v].name;
+  EXPECT_TRUE(p.shardings[b.w1].is_replicated());
+  EXPECT_TRUE(p.shardings[b.w2].is_replicated());
+}
+
+TEST(Propagation, ResNetBlockBatchAndSpatial) {
+  ResNetBlock b;
+  b.m.annotate(b.x, {"data", "", "model", ""});
+  auto p = b.m.run();
+  for (int v : b.activations())
+    EXPECT_EQ(b.m.spec(p, v), R"(["data", null, "model", null])") << b.m.g.values[v].name;
+  EXPECT_EQ(b.m.spec(p, b.flat), R"(["data", null])");
+}
+
+TEST(Propagation, ResNetBlockChannelSplitFollowsResidual) {
+  // w1's output channels split: the residual Add ties c2's output channels to p1's, so w2 is split on its OUTPUT
+  // channels (pass-through ops and factors first), not on its input channels (a reduction factor, last).
+  ResNetBlock b;
+  b.m.annotate(b.w1, {"model", "", "", ""});
+  auto p = b.m.run();
+  for (int v : b.activations())
+    EXPECT_EQ(b.m.spec(p, v), R"([null, "model", null, null])") << b.m.g.values[v].name;
+  EXPECT_EQ(b.m.spec(p, b.w2), R"(["model", null, null, null])");
+  for (int v : b.params) EXPECT_EQ(b.m.spec(p, v), R"(["model"])") << b.m.g.values[v].name;
+  EXPECT_EQ(b.m.spec(p, b.flat), R"([null, "model"])");
+  EXPECT_TRUE(p.shardings[b.x].is_replicated());
+}
+
+TEST(Propagation, EinsumLikeMatMul) {
+  Model m;
+  int x = m.input("x", {4, 8, 16});
+  int w1 = m.weight("w1", {16, 32}), w2 = m.weight("w2", {32, 16});
+  std::map<std::string, AttrValue> up{{"equation", std::string("bsh,hf->bsf")}};
+  std::map<std::string, AttrValue> down{{"equation", std::string("bsf,fh->bsh")}};
+  int h = m.op("Einsum", {x, w1}, "h", {4, 8, 32}, up);
+  int act = m.op("Gelu", {h}, "act", {4, 8, 32});
+  int y = m.op("Einsum", {act, w2}, "y", {4, 8, 16}, down);
+  m.g.outputs = {y};
+  m.annotate(x, {"data", "", ""});
+  m.annotate(w1, {"", "model"});
+  auto p = m.run();
+  EXPECT_EQ(m.spec(p, h), R"(["data", null, "model"])");
+  EXPECT_EQ(m.spec(p, act), R"(["data", null, "model"])");
+  EXPECT_EQ(m.spec(p, w2), R"(["model", null])");  // through the contracted label f
+  EXPECT_EQ(m.spec(p, y), R"(["data", null, null])");
+}
+
+TEST(Propagation, ReduceMeanKeepsOtherDims) {
+  Model m;
+  int x = m.input("x", {4, 6});
+  int mean = m.op("ReduceMean", {x}, "mean", {4}, {{"axes", Ints{1}}, {"keepdims", int64_t{0}}});
+  int y = m.op("Relu", {mean}, "y", {4});
+  m.g.outputs = {y};
+  m.annotate(x, {"data", "model"});
+  auto p = m.run();
+  EXPECT_EQ(m.spec(p, mean), R"(["data"])");  // the reduced (mean) axis never splits the result
+  EXPECT_EQ(m.spec(p, y), R"(["data"])");
+  EXPECT_TRUE(p.shardings[mean].unreduced.empty());
+}
+
+TEST(Propagation, ReshapeKeepsBatchAndHeadSplits) {
+  // [B*S, D] -> [B, S, D] keeps a B split, and back.
+  Model m;
+  int x = m.input("x", {8, 6});
+  int r = m.op("Reshape", {x, m.ints("sh", {2, 4, 6})}, "r", {2, 4, 6});
+  int t = m.op("Relu", {r}, "t", {2, 4, 6});
+  int back = m.op("Reshape", {t, m.ints("sh2", {8, 6})}, "back", {8, 6});
+  m.g.outputs = {back};
+  m.annotate(x, {"data", ""});
+  auto p = m.run();
+  EXPECT_EQ(m.spec(p, r), R"(["data", null, null])");
+  EXPECT_EQ(m.spec(p, back), R"(["data", null])");
+
+  // A split of S alone cannot be expressed on [B*S] without sub-axes: the merged dim stays whole.
+  Model s;
+  int sx = s.input("x", {2, 4, 6});
+  int sr = s.op("Reshape", {sx, s.ints("sh", {8, 6})}, "r", {8, 6});
+  s.g.outputs = {sr};
+  s.annotate(sx, {"", "data", ""});
+  auto q = s.run();
+  EXPECT_EQ(s.spec(q, sr), "[null, null]");
+
+  // [B, S, H, D] -> [B, S, H*D] backward from the merged dim, H = 4 split over both axes.
+  Model h;
+  int hx = h.input("x", {2, 8, 4, 4});
+  int hr = h.op("Reshape", {hx, h.ints("sh", {2, 8, 16})}, "r", {2, 8, 16});
+  int hy = h.op("Relu", {hr}, "y", {2, 8, 16});
+  h.g.outputs = {hy};
+  h.annotate(hy, {"", "", "data,model"});
+  auto u = h.run();
+  EXPECT_EQ(h.spec(u, hx), R"([null, null, ["data", "model"], null])");
+}
+
+TEST(Propagation, ConflictResolvesTowardLargerTensor) {
+  // x [4,8] wants data on m, w [8,64] wants data on n: w is larger, so n wins (whatever the operand order).
+  Model m;
+  int x = m.input("x", {4, 8}), w = m.weight("w", {8, 64});
+  int y = m.op("MatMul", {x, w}, "y", {4, 64});
+  m.g.outputs = {y};
+  m.annotate(x, {"data", ""});
+  m.annotate(w, {"", "data"});
+  auto p = m.run();
+  EXPECT_EQ(m.spec(p, y), R"([null, "data"])");
+
+  Model n;
+  int nx = n.input("x", {64, 8}), nw = n.weight("w", {8, 4});
+  int ny = n.op("MatMul", {nx, nw}, "y", {64, 4});
+  n.g.outputs = {ny};
+  n.annotate(nx, {"data", ""});
+  n.annotate(nw, {"", "data"});
+  auto q = n.run();
+  EXPECT_EQ(n.spec(q, ny), R"(["data", null])");
+
+  // The larger tensor may be the result: y (annotated, larger) beats the operand x.
+  Model k;
+  int kx = k.input("x", {4, 8}), kw = k.weight("w", {8, 64});
+  int ky = k.op("MatMul", {kx, kw}, "y", {4, 64});
+  int kz = k.op("Relu", {ky}, "z", {4, 64});
+  k.g.outputs = {kz};
+  k.annotate(kx, {"", "data"});   // k split
+  k.annotate(ky, {"", "data"});   // n split, same axis
+  auto r = k.run();
+  EXPECT_EQ(k.spec(r, kw), R"([null, "data"])");  // from y (n), not from x (k)
+}
+
+TEST(Propagation, PassThroughOpsBeforeOthers) {
+  // y gets its sharding from the Add (stage 0) before the MatMul (stage 1) can give it x's row split.
+  Model m;
+  int x = m.input("x", {8, 8}), u = m.input("u", {8, 8}), t = m.input("t", {8, 8});
+  int y = m.op("MatMul", {x, u}, "y", {8, 8});
+  int z = m.op("Add", {y, t}, "z", {8, 8});
+  m.g.outputs = {z};
+  m.annotate(x, {"data", ""});
+  m.annotate(t, {"", "data"});
+  auto p = m.run();
+  EXPECT_EQ(m.spec(p, y), R"([null, "data"])");
+  EXPECT_EQ(m.spec(p, z), R"([null, "data"])");
+  // In the MatMul, x (m = data) and y (n = data) conflict over the axis; same size, so the earlier operand wins
+  // and u gets nothing.
+  EXPECT_EQ(m.spec(p, u), "[null, null]");
+}
+
+TEST(Propagation, BroadcastsForwardLast) {
+  // The bias b [8] is split over data; a same-shape operand of a later elementwise op splits the batch dim. Without
+  // "broadcasts forward last", the Add would copy b's split onto h first.
+  Model m;
+  int x = m.input("x", {4, 8}), b = m.weight("b", {8}), ids = m.input("ids", {4, 8});
+  int h = m.op("Add", {x, b}, "h", {4, 8});
+  int z = m.op("Mul", {h, ids}, "z", {4, 8});
+  m.g.outputs = {z};
+  m.annotate(b, {"data"});
+  m.annotate(ids, {"data", ""});
+  auto p = m.run();
+  EXPECT_EQ(m.spec(p, h), R"(["data", null])");
+  EXPECT_EQ(m.spec(p, x), R"(["data", null])");
+  EXPECT_EQ(m.spec(p, z), R"(["data", null])");
+
+  // With nothing else around, the broadcast operand still propagates forward (last stage).
+  Model n;
+  int nx = n.input("x", {4, 8}), nb = n.weight("b", {8});
+  int nh = n.op("Add", {nx, nb}, "h", {4, 8});
+  int ne = n.op("Expand", {nb, n.ints("shape", {4, 8})}, "e", {4, 8});
+  n.g.outputs = {nh, ne};
+  n.annotate(nb, {"model"});
+  auto q = n.run();
+  EXPECT_EQ(n.spec(q, nh), R"([null, "model"])");
+  EXPECT_EQ(n.spec(q, ne), R"([null, "model"])");
+  EXPECT_EQ(n.spec(q, nx), R"([null, "model"])");
+}
+
+TEST(Propagation, OverSplitSourceIsCopied) {
+  // 3 rows over data*model (4 shards, one all padding): still a valid split, copied as is so the Add runs locally.
+  Model m;
+  int a = m.input("a", {3, 8}), c = m.input("c", {3, 8});
+  int y = m.op("Add", {a, c}, "y", {3, 8});
+  m.g.outputs = {y};
+  m.annotate(a, {"data,model", ""});
+  m.annotate(c, {"data,model", ""});
+  auto p = m.run();
+  EXPECT_EQ(m.spec(p, y), R"([["data", "model"], null])");
+}
+
 }  // namespace
 }  // namespace gspmd

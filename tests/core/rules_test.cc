@@ -243,7 +243,10 @@ TEST(Rules, Reductions) {
   r = b.rule(b.node("ReduceMax", {x}, {4, 8}, {{"axes", std::vector<int64_t>{-2}}, {"keepdims", int64_t{0}}}));
   EXPECT_EQ(r.str(), "([i,j,k])->([i,k]) {i=4, j=6, k=8} reduction={j} reduce=max");
   r = b.rule(b.node("ReduceMean", {x}, {1, 1, 8}, {{"axes", std::vector<int64_t>{0, 1}}}));
-  EXPECT_EQ(r.str(), "([i,j,k])->([1,1,k]) {i=4, j=6, k=8} need_replication={i,j}");
+  EXPECT_EQ(r.str(), "([i,j,k])->([1,1,k]) {i=4, j=6, k=8} reduction={i,j} mean");
+  EXPECT_TRUE(r.mean);
+  EXPECT_EQ(r.reduction, ReductionKind::kSum);
+  EXPECT_EQ(r.linear_operands, (std::vector<bool>{true}));
   r = b.rule(b.node("ReduceMin", {x}, {}, {{"keepdims", int64_t{0}}}));  // no axes: all
   EXPECT_EQ(r.str(), "([i,j,k])->([]) {i=4, j=6, k=8} reduction={i,j,k} reduce=min");
   int empty = b.ints("none", {});

@@ -1,0 +1,324 @@
+// Convolution, pooling and the CNN normalisations.
+//
+// Conv X[N,C,D1..Dk] * W[O,C/G,K1..Kk] (+ B[O]) -> Y[N,O,D1'..Dk'] (ARCHITECTURE.md "Factor rules"):
+//   n pass-through; with group G == 1: o pass-through, c reduction (sum); with G > 1 the channel dims are compound,
+//   major to minor: X dim 1 = (g, cg), W dim 0 = (g, og), W dim 1 = (cg), Y dim 1 = B dim 0 = (g, og), where g
+//   (size G) and og (size O/G) are pass-through and cg (size C/G) is the reduction; a size-1 cg/og is left out
+//   (depthwise conv: X dim 1 = (g), W dim 1 has no factor). Splitting g needs the local node's `group` to be
+//   G / (split of g) — the partitioner's business.
+//   One factor per spatial dim, kWindowed, size = the INPUT dim, on X dim 2+i and Y dim 2+i (W's kernel dims have
+//   no factor). A window that is the identity (kernel 1, stride 1, no padding, output dim = input dim) is
+//   pass-through instead: output i reads exactly input i, no halo is ever needed.
+// ConvTranspose X[N,C,D..] * W[C,O/G,K..] -> Y[N,O,D'..]: the same with the roles of W's dims swapped (reduction over
+//   input channels); spatial dims kNeedReplication (no transposed-halo support).
+// MaxPool/AveragePool/LpPool: n, c pass-through; spatial kWindowed (identity windows pass-through). MaxPool's
+//   optional Indices output holds flat indices into the WHOLE input, so with it every factor needs replication.
+// GlobalAveragePool: spatial kReduction (sum) with `mean`; GlobalMaxPool: kReduction (max); GlobalLpPool: spatial
+//   kNeedReplication.
+// BatchNormalization (inference): every dim pass-through, per-channel params on c. In training mode (batch
+//   statistics) n and the spatial dims need replication. LRN: c needs replication (window over channels).
+// InstanceNormalization: spatial dims need replication. MeanVarianceNormalization: its `axes` need replication.
+// DepthToSpace/SpaceToDepth: n pass-through; C, H, W (input and output) need replication.
+#include <string>
+
+#include "core/rules/rule.h"
+
+namespace gspmd::rules_internal {
+namespace {
+
+const Shape& shape_of(const Graph& g, int v) { return g.values.at(v).shape; }
+
+bool present(const Node& n, size_t i, bool output = false) {
+  const auto& l = output ? n.outputs : n.inputs;
+  return i < l.size() && l[i] >= 0;
+}
+
+// Spatial dim i of a window op (k spatial dims) is the identity window: kernel 1, stride 1, no padding, same size.
+bool identity_window(const Node& n, int i, int k, int64_t kernel, int64_t in_dim, int64_t out_dim) {
+  if (kernel != 1 || in_dim != out_dim) return false;
+  auto strides = n.ints("strides");
+  if (i < static_cast<int>(strides.size()) && strides[i] != 1) return false;
+  const std::string pad = n.s("auto_pad", "NOTSET");
+  if (pad == "NOTSET" || pad.empty()) {
+    auto pads = n.ints("pads");
+    if (i < static_cast<int>(pads.size()) && pads[i] != 0) return false;
+    if (i + k < static_cast<int>(pads.size()) && pads[i + k] != 0) return false;
+  }
+  // SAME_* / VALID with kernel 1 and stride 1 pad nothing.
+  return true;
+}
+
+// Channel factors of a (possibly grouped) conv: `in` indexes the input channels (reduction), `out` the output
+// channels (pass-through); `kind_in` is kReduction.
+struct Channels {
+  std::vector<int> in;   // X dim 1: (g, cg) or (c)
+  std::vector<int> wc;   // W's input-channel dim: (cg) or (c)
+  std::vector<int> out;  // Y dim 1, B: (g, og) or (o)
+};
+
+// Adds n, channel and spatial factors in the order n, g, og/o, spatial..., cg/c and returns the channel layout;
+// `spatial` receives one factor per spatial dim built by `spatial_kind(i)`.
+template <class SpatialFn>
+Channels conv_factors(OpShardingRule& r, int64_t N, int64_t C, int64_t O, int64_t G, int k, int& fn,
+                      std::vector<int>& spatial, SpatialFn spatial_factor) {
+  Channels ch;
+  fn = add_factor(r, N, FactorKind::kPassThrough);
+  if (G > 1) {
+    int fg = add_factor(r, G, FactorKind::kPassThrough);
+    ch.out = {fg};
+    ch.in = {fg};
+    if (O / G > 1) ch.out.push_back(add_factor(r, O / G, FactorKind::kPassThrough));
+  } else {
+    ch.out = {add_factor(r, O, FactorKind::kPassThrough)};
+  }
+  spatial.clear();
+  for (int i = 0; i < k; ++i) spatial.push_back(spatial_factor(i));
+  if (G > 1) {
+    if (C / G > 1) {
+      int fcg = add_factor(r, C / G, FactorKind::kReduction);
+      ch.in.push_back(fcg);
+      ch.wc = {fcg};
+    }
+  } else {
+    int fc = add_factor(r, C, FactorKind::kReduction);
+    ch.in = {fc};
+    ch.wc = {fc};
+  }
+  return ch;
+}
+
+// transpose: ConvTranspose (W = [C, O/G, K..], spatial need replication).
+RuleBuilder conv_rule(bool transpose) {
+  return [transpose](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
+    if (!present(n, 0) || !present(n, 1) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
+    const Shape& x = shape_of(g, n.inputs[0]);
+    const Shape& w = shape_of(g, n.inputs[1]);
+    const Shape& y = shape_of(g, n.outputs[0]);
+    const int rk = static_cast<int>(x.size());
+    if (rk < 3 || w.size() != x.size() || y.size() != x.size()) return std::nullopt;
+    const int k = rk - 2;
+    const int64_t G = n.i("group", 1);
+    const int64_t N = x[0], C = x[1];
+    if (G <= 0 || C % G != 0 || y[0] != N) return std::nullopt;
+    const int64_t O = transpose ? w[1] * G : w[0];
+    if (transpose ? w[0] != C : (w[1] * G != C || O % G != 0)) return std::nullopt;
+    if (y[1] != O) return std::nullopt;
+    auto kernel = n.ints("kernel_shape");
+    OpShardingRule r;
+    int fn = -1;
+    std::vector<int> sp;
+    Channels ch = conv_factors(r, N, C, O, G, k, fn, sp, [&](int i) {
+      int64_t ks = i < static_cast<int>(kernel.size()) ? kernel[i] : w[2 + i];
+      auto opad = n.ints("output_padding");
+      if (identity_window(n, i, k, ks, x[2 + i], y[2 + i]) &&
+          (i >= static_cast<int>(opad.size()) || opad[i] == 0))
+        return add_factor(r, x[2 + i], FactorKind::kPassThrough);
+      return add_factor(r, x[2 + i], transpose ? FactorKind::kNeedReplication : FactorKind::kWindowed);
+    });
+    DimFactors dx(rk), dw(rk), dy(rk);
+    dx[0] = dy[0] = {fn};
+    dx[1] = ch.in;
+    dy[1] = ch.out;
+    if (transpose) {
+      dw[0] = ch.in;  // (g, cg)
+      dw[1] = ch.out.size() > 1 || G == 1 ? std::vector<int>{ch.out.back()} : std::vector<int>{};  // (og) / (o)
+    } else {
+      dw[0] = ch.out;
+      dw[1] = ch.wc;
+    }
+    for (int i = 0; i < k; ++i) dx[2 + i] = dy[2 + i] = {sp[i]};
+    r.operands = {dx, dw};
+    const bool bias = present(n, 2);
+    if (n.inputs.size() > 2) {
+      if (bias) {
+        if (shape_of(g, n.inputs[2]) != Shape{O}) return std::nullopt;
+        r.operands.push_back({ch.out});
+      } else {
+        r.operands.push_back({});
+      }
+    }
+    r.results = {dy};
+    r.reduction = ReductionKind::kSum;
+    // Linear in X and in W (not both partial: the partitioner allows one partial operand); affine with a bias.
+    r.linear_operands.assign(n.inputs.size(), false);
+    if (!bias) r.linear_operands[0] = r.linear_operands[1] = true;
+    return r;
+  };
+}
+
+enum class Pool { kMax, kAverage, kLp };
+
+RuleBuilder pool_rule(Pool kind) {
+  return [kind](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
+    if (!present(n, 0) || n.outputs.empty() || !present(n, 0, true)) return std::nullopt;
+    const Shape& x = shape_of(g, n.inputs[0]);
+    const Shape& y = shape_of(g, n.outputs[0]);
+    const int rk = static_cast<int>(x.size());
+    if (rk < 3 || y.size() != x.size() || y[0] != x[0] || y[1] != x[1]) return std::nullopt;
+    const int k = rk - 2;
+    auto kernel = n.ints("kernel_shape");
+    if (static_cast<int>(kernel.size()) != k) return std::nullopt;
+    const bool indices = kind == Pool::kMax && present(n, 1, true);
+    OpShardingRule r;
+    DimFactors dx(rk);
+    const FactorKind pass = indices ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
+    dx[0] = {add_factor(r, x[0], pass)};
+    dx[1] = {add_factor(r, x[1], pass)};
+    for (int i = 0; i < k; ++i) {
+      FactorKind fk = indices                                                ? FactorKind::kNeedReplication
+                      : identity_window(n, i, k, kernel[i], x[2 + i], y[2 + i]) ? FactorKind::kPassThrough
+                                                                             : FactorKind::kWindowed;
+      dx[2 + i] = {add_factor(r, x[2 + i], fk)};
+    }
+    r.operands = {dx};
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      if (n.outputs[o] < 0) {
+        r.results.push_back({});
+        continue;
+      }
+      if (shape_of(g, n.outputs[o]).size() != x.size()) return std::nullopt;
+      r.results.push_back(dx);
+    }
+    // An average is linear in its input (a pooled partial sum is the partial sum of the pooled value).
+    r.linear_operands = {kind == Pool::kAverage};
+    return r;
+  };
+}
+
+// kind: factor kind of the spatial dims; red / mean: how split partials combine.
+RuleBuilder global_pool_rule(FactorKind kind, ReductionKind red, bool mean, bool linear) {
+  return [=](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
+    if (n.inputs.size() != 1 || !present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true))
+      return std::nullopt;
+    const Shape& x = shape_of(g, n.inputs[0]);
+    const Shape& y = shape_of(g, n.outputs[0]);
+    const int rk = static_cast<int>(x.size());
+    if (rk < 2 || y.size() != x.size()) return std::nullopt;
+    OpShardingRule r;
+    DimFactors dx(rk), dy(rk);
+    dx[0] = dy[0] = {add_factor(r, x[0], FactorKind::kPassThrough)};
+    dx[1] = dy[1] = {add_factor(r, x[1], FactorKind::kPassThrough)};
+    for (int d = 2; d < rk; ++d) dx[d] = {add_factor(r, x[d], kind)};  // Y's spatial dims are 1: no factor
+    r.operands = {dx};
+    r.results = {dy};
+    r.reduction = red;
+    r.mean = mean;
+    r.linear_operands = {linear};
+    return r;
+  };
+}
+
+std::optional<OpShardingRule> batchnorm_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() < 5 || !present(n, 0) || n.outputs.empty() || !present(n, 0, true)) return std::nullopt;
+  const Shape& x = shape_of(g, n.inputs[0]);
+  const int rk = static_cast<int>(x.size());
+  if (rk < 2 || shape_of(g, n.outputs[0]) != x) return std::nullopt;
+  bool training = n.i("training_mode", 0) != 0;
+  for (size_t o = 1; o < n.outputs.size(); ++o) training |= n.outputs[o] >= 0;
+  const FactorKind stat = training ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
+  OpShardingRule r;
+  DimFactors dx(rk);
+  std::vector<int> xf(rk);
+  for (int d = 0; d < rk; ++d) dx[d] = {xf[d] = add_factor(r, x[d], d == 1 ? FactorKind::kPassThrough : stat)};
+  r.operands.push_back(dx);
+  // scale, B, mean, var: [C] (or, before opset 9 with spatial=0, [C, D1, ..]): dim j is X dim 1 + j.
+  for (size_t i = 1; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] < 0) {
+      r.operands.push_back({});
+      continue;
+    }
+    const Shape& s = shape_of(g, n.inputs[i]);
+    if (s.empty() || static_cast<int>(s.size()) > rk - 1) return std::nullopt;
+    DimFactors dp(s.size());
+    for (size_t j = 0; j < s.size(); ++j) {
+      if (s[j] == x[1 + j])
+        dp[j] = {xf[1 + j]};
+      else if (s[j] != 1)
+        return std::nullopt;
+    }
+    r.operands.push_back(std::move(dp));
+  }
+  r.results.push_back(dx);
+  for (size_t o = 1; o < n.outputs.size(); ++o) {  // running / saved statistics: [C]
+    if (n.outputs[o] < 0) {
+      r.results.push_back({});
+      continue;
+    }
+    const Shape& s = shape_of(g, n.outputs[o]);
+    if (s.size() != 1 || s[0] != x[1]) return std::nullopt;
+    r.results.push_back({{xf[1]}});
+  }
+  r.linear_operands.assign(n.inputs.size(), false);
+  return r;
+}
+
+// Per-dim kinds: whole(d) = the dim must stay whole. Extra operands (InstanceNorm's scale/B) are [C] on dim 1.
+RuleBuilder per_dim_rule(std::function<bool(const Node&, int d, int rank)> whole, bool channel_params) {
+  return [=](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
+    if (!present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
+    const Shape& x = shape_of(g, n.inputs[0]);
+    const int rk = static_cast<int>(x.size());
+    if (shape_of(g, n.outputs[0]) != x) return std::nullopt;
+    OpShardingRule r;
+    DimFactors dx(rk);
+    for (int d = 0; d < rk; ++d)
+      dx[d] = {add_factor(r, x[d], whole(n, d, rk) ? FactorKind::kNeedReplication : FactorKind::kPassThrough)};
+    r.operands.push_back(dx);
+    for (size_t i = 1; i < n.inputs.size(); ++i) {
+      if (n.inputs[i] < 0) {
+        r.operands.push_back({});
+        continue;
+      }
+      const Shape& s = shape_of(g, n.inputs[i]);
+      if (!channel_params || rk < 2 || s != Shape{x[1]}) return std::nullopt;
+      r.operands.push_back({dx[1]});
+    }
+    r.results = {dx};
+    r.linear_operands.assign(n.inputs.size(), false);
+    return r;
+  };
+}
+
+std::optional<OpShardingRule> depth_space_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 1 || !present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
+  const Shape& x = shape_of(g, n.inputs[0]);
+  const Shape& y = shape_of(g, n.outputs[0]);
+  if (x.size() != 4 || y.size() != 4 || x[0] != y[0]) return std::nullopt;
+  OpShardingRule r;
+  DimFactors dx(4), dy(4);
+  dx[0] = dy[0] = {add_factor(r, x[0], FactorKind::kPassThrough)};
+  for (int d = 1; d < 4; ++d) dx[d] = {add_factor(r, x[d], FactorKind::kNeedReplication)};
+  for (int d = 1; d < 4; ++d) dy[d] = {add_factor(r, y[d], FactorKind::kNeedReplication)};
+  r.operands = {dx};
+  r.results = {dy};
+  r.linear_operands = {true};  // a permutation of elements
+  return r;
+}
+
+}  // namespace
+
+void register_conv_pool_rules() {
+  add_builtin("Conv", conv_rule(false));
+  add_builtin("ConvTranspose", conv_rule(true));
+  add_builtin("MaxPool", pool_rule(Pool::kMax));
+  add_builtin("AveragePool", pool_rule(Pool::kAverage));
+  add_builtin("LpPool", pool_rule(Pool::kLp));
+  add_builtin("GlobalAveragePool", global_pool_rule(FactorKind::kReduction, ReductionKind::kSum, true, true));
+  add_builtin("GlobalMaxPool", global_pool_rule(FactorKind::kReduction, ReductionKind::kMax, false, false));
+  // ||x||_p over the window: the partials would need a p-th-power sum; keep the spatial dims whole.
+  add_builtin("GlobalLpPool", global_pool_rule(FactorKind::kNeedReplication, ReductionKind::kSum, false, false));
+  add_builtin("BatchNormalization", batchnorm_rule);
+  add_builtin("LRN", per_dim_rule([](const Node&, int d, int) { return d == 1; }, false));
+  add_builtin("InstanceNormalization", per_dim_rule([](const Node&, int d, int) { return d >= 2; }, true));
+  add_builtin("MeanVarianceNormalization", per_dim_rule(
+                                               [](const Node& n, int d, int rk) {
+                                                 for (int64_t a : n.ints("axes", {0, 2, 3}))
+                                                   if (norm_axis(a, rk) == d) return true;
+                                                 return false;
+                                               },
+                                               false));
+  add_builtin("DepthToSpace", depth_space_rule);
+  add_builtin("SpaceToDepth", depth_space_rule);
+}
+
+}  // namespace gspmd::rules_internal

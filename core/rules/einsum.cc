@@ -1,0 +1,150 @@
+// Einsum: one factor per label. A label in the output is pass-through; a label only in inputs is a reduction (sum).
+// An operand dim of size 1 whose label is larger elsewhere is broadcast (no factor). Ellipsis dims are aligned to the
+// right like numpy broadcasting and act as labels of their own; in implicit mode ("ij,jk") the output is the ellipsis
+// dims followed by the labels that appear exactly once, in alphabetical (ASCII) order. A label repeated within one
+// term (a diagonal, "ii->i") has no rule. Factors are numbered output labels first, then reduced labels in order of
+// appearance, so "bsh,hf->bsf" reads like MatMul: ([i,j,l],[l,k])->([i,j,k]) reduction={l}.
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <string>
+
+#include "core/rules/rule.h"
+
+namespace gspmd::rules_internal {
+namespace {
+
+constexpr int kEllipsisBase = 1000;  // label id of ellipsis dim p (right-aligned position among max ellipsis dims)
+
+struct Term {
+  std::vector<int> letters_before, letters_after;  // labels around "..."
+  bool ellipsis = false;
+};
+
+std::optional<Term> parse_term(const std::string& t) {
+  Term term;
+  for (size_t i = 0; i < t.size(); ++i) {
+    char c = t[i];
+    if (c == '.') {
+      if (term.ellipsis || t.compare(i, 3, "...") != 0) return std::nullopt;
+      term.ellipsis = true;
+      i += 2;
+    } else if (std::isalpha(static_cast<unsigned char>(c))) {
+      (term.ellipsis ? term.letters_after : term.letters_before).push_back(c);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return term;
+}
+
+// Labels of a term with `rank` dims; `emax` = the largest ellipsis rank of the inputs.
+std::optional<std::vector<int>> expand(const Term& t, int rank, int emax) {
+  const int nl = static_cast<int>(t.letters_before.size() + t.letters_after.size());
+  const int e = rank - nl;
+  if (e < 0 || (!t.ellipsis && e != 0) || e > emax) return std::nullopt;
+  std::vector<int> labels(t.letters_before.begin(), t.letters_before.end());
+  for (int j = 0; j < e; ++j) labels.push_back(kEllipsisBase + emax - e + j);
+  labels.insert(labels.end(), t.letters_after.begin(), t.letters_after.end());
+  return labels;
+}
+
+std::optional<OpShardingRule> einsum_rule(const Graph& g, const Node& n) {
+  if (n.inputs.empty() || n.outputs.size() != 1 || n.outputs[0] < 0) return std::nullopt;
+  std::string eq;
+  for (char c : n.s("equation"))
+    if (!std::isspace(static_cast<unsigned char>(c))) eq += c;
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<Term> terms;
+  size_t pos = 0;
+  while (true) {
+    size_t c = lhs.find(',', pos);
+    auto t = parse_term(lhs.substr(pos, c == std::string::npos ? std::string::npos : c - pos));
+    if (!t) return std::nullopt;
+    terms.push_back(*t);
+    if (c == std::string::npos) break;
+    pos = c + 1;
+  }
+  if (terms.size() != n.inputs.size()) return std::nullopt;
+  int emax = 0;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    if (n.inputs[i] < 0) return std::nullopt;
+    const int rank = static_cast<int>(g.values.at(n.inputs[i]).shape.size());
+    emax = std::max(emax, rank - static_cast<int>(terms[i].letters_before.size() + terms[i].letters_after.size()));
+  }
+  std::vector<std::vector<int>> in_labels;
+  std::map<int, int64_t> size;
+  std::map<int, int> count;
+  std::vector<int> first_seen;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const Shape& s = g.values.at(n.inputs[i]).shape;
+    auto labels = expand(terms[i], static_cast<int>(s.size()), emax);
+    if (!labels) return std::nullopt;
+    std::vector<int> sorted = *labels;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return std::nullopt;  // diagonal
+    for (size_t d = 0; d < s.size(); ++d) {
+      int l = (*labels)[d];
+      if (!size.count(l)) first_seen.push_back(l);
+      int64_t& sz = size[l];
+      if (sz == 0 || sz == 1)
+        sz = std::max<int64_t>(sz, s[d]);
+      else if (s[d] != 1 && s[d] != sz)
+        return std::nullopt;
+      ++count[l];
+    }
+    in_labels.push_back(std::move(*labels));
+  }
+  std::vector<int> out_labels;
+  if (arrow != std::string::npos) {
+    auto t = parse_term(eq.substr(arrow + 2));
+    if (!t) return std::nullopt;
+    const int nl = static_cast<int>(t->letters_before.size() + t->letters_after.size());
+    auto labels = expand(*t, nl + (t->ellipsis ? emax : 0), emax);
+    if (!labels) return std::nullopt;
+    out_labels = *labels;
+  } else {
+    for (int p = 0; p < emax; ++p) out_labels.push_back(kEllipsisBase + p);
+    for (const auto& [l, c] : count)  // std::map: ascending, i.e. ASCII order for letters
+      if (l < kEllipsisBase && c == 1) out_labels.push_back(l);
+  }
+  const Shape& out = g.values.at(n.outputs[0]).shape;
+  if (out.size() != out_labels.size()) return std::nullopt;
+  {
+    std::vector<int> sorted = out_labels;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return std::nullopt;
+  }
+  OpShardingRule r;
+  std::map<int, int> factor;
+  DimFactors dout(out.size());
+  for (size_t d = 0; d < out.size(); ++d) {
+    int l = out_labels[d];
+    auto it = size.find(l);
+    if (it == size.end() || (out[d] != it->second)) return std::nullopt;
+    dout[d] = {factor[l] = add_factor(r, out[d], FactorKind::kPassThrough)};
+  }
+  for (int l : first_seen)
+    if (!factor.count(l)) factor[l] = add_factor(r, size[l], FactorKind::kReduction);
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const Shape& s = g.values.at(n.inputs[i]).shape;
+    DimFactors df(s.size());
+    for (size_t d = 0; d < s.size(); ++d) {
+      int l = in_labels[i][d];
+      if (s[d] == 1 && size[l] != 1) continue;  // broadcast
+      df[d] = {factor.at(l)};
+    }
+    r.operands.push_back(std::move(df));
+  }
+  r.results = {std::move(dout)};
+  r.reduction = ReductionKind::kSum;
+  r.linear_operands.assign(n.inputs.size(), true);  // multilinear (the partitioner allows one partial operand)
+  return r;
+}
+
+}  // namespace
+
+void register_einsum_rules() { add_builtin("Einsum", einsum_rule); }
+
+}  // namespace gspmd::rules_internal
