@@ -329,6 +329,7 @@ class Partitioner {
       lower_replicated(n, fmt::format("node '{}' ({}) has no sharding rule", node.name, node.op_type));
       return;
     }
+    if (lower_split_softmax(n)) return;
     const int nf = rule->num_factors();
     FactorSharding F(nf);
     std::vector<char> used(mesh_.rank(), 0);
@@ -502,6 +503,59 @@ class Partitioner {
       }
       bind(node.outputs[r], result_shardings[r], out);
     }
+  }
+
+  // ---- Softmax over a split axis: two passes ------------------------------------------------------------------
+
+  /// Softmax / LogSoftmax (opset >= 13) whose operand is split on the softmax axis: local max -> all-reduce max ->
+  /// exp -> local sum -> all-reduce sum -> divide (ARCHITECTURE.md "Factor rules"), with the padding of uneven
+  /// shards masked to -inf before the max and to 0 before the sum. The result keeps the operand's sharding.
+  /// Returns false when the op is not such a case.
+  bool lower_split_softmax(int n) {
+    const Node& node = g_.nodes[n];
+    const bool log = node.op_type == "LogSoftmax";
+    if (!node.domain.empty() || (node.op_type != "Softmax" && !log) || g_.opset < 13) return false;
+    const int gx = node.inputs[0];
+    const Value& xv = g_.values[gx];
+    const int rank = static_cast<int>(xv.shape.size());
+    int64_t axis = node.i("axis", -1);
+    if (axis < 0) axis += rank;
+    TensorSharding s = current(gx);
+    if (axis < 0 || axis >= rank || s.dims[axis].empty() || xv.dtype != DType::kFloat32) return false;
+    s.unreduced.clear();
+    s.reduction = ReductionKind::kSum;
+    const std::vector<int> A = s.dims[axis];
+    const std::string& on = g_.values[node.outputs[0]].name;
+    int x = get(gx, s, node.name, fmt::format("{} ({}) needs its operand reduced", node.name, node.op_type));
+    const Shape ls = P().values[x].shape;
+    Shape red = ls;
+    red[axis] = 1;
+    const bool uneven = xv.shape[axis] % mesh_.axes_size(A) != 0;
+    auto mask = [&](int v, float value) {
+      if (!uneven) return v;
+      return emit("MaskPad", {v}, on + "/masked", DType::kFloat32, ls,
+                  {{"axis", axis}, {"mesh_axes", std::vector<int64_t>(A.begin(), A.end())},
+                   {"full_size", xv.shape[axis]}, {"value", value}},
+                  kGspmdDomain);
+    };
+    auto reduce = [&](const std::string& op, int v, const std::string& kind) {
+      std::vector<int> ins{v};
+      std::map<std::string, AttrValue> attrs{{"keepdims", int64_t{1}}};
+      if (op == "ReduceSum") ins.push_back(int64_const("axes", {axis}));  // opset 13+: axes is an input
+      else attrs["axes"] = std::vector<int64_t>{axis};
+      int local = emit(op, ins, on + "/" + kind, DType::kFloat32, red, attrs);
+      return collective("AllReduce", local, red, A, {{"reduction", kind}}, node.name, gx,
+                        fmt::format("{} ({}) over dim {} split over {}: global {}", node.name, node.op_type, axis,
+                                    axes_str(mesh_, A), kind));
+    };
+    int m = reduce("ReduceMax", mask(x, -std::numeric_limits<float>::infinity()), "max");
+    int shifted = emit("Sub", {x, m}, on + "/shifted", DType::kFloat32, ls);
+    int e = emit("Exp", {shifted}, on + "/exp", DType::kFloat32, ls);
+    int sum = reduce("ReduceSum", mask(e, 0.f), "sum");
+    int y = log ? emit("Sub", {shifted, emit("Log", {sum}, on + "/log_sum", DType::kFloat32, red)}, on, DType::kFloat32, ls)
+                : emit("Div", {e, sum}, on, DType::kFloat32, ls);
+    bind(node.outputs[0], s, y);
+    return true;
   }
 
   // ---- split reductions with an added operand (Gemm's C, Conv's B) ----------------------------------------------

@@ -138,5 +138,21 @@ TEST(CollectivePlans, PartialSumsStayUnreducedThroughLinearOps) {
   EXPECT_EQ(p.collectives[0].for_node, "Tanh_4");
 }
 
+TEST(CollectivePlans, SoftmaxOverASplitAxisIsTwoSmallAllReduces) {
+  // Softmax over a dim split unevenly (7 over 2): local max, all-reduce max, exp, local sum, all-reduce sum; the
+  // padding is masked. No all-gather of the [5, 7] input: only two [5, 1] statistics move.
+  for (int64_t cols : {8, 7}) {
+    Builder b;
+    int x = b.input("x", {5, cols});
+    int y = b.node("Softmax", {x}, {5, cols}, {{"axis", int64_t{-1}}});
+    b.g.opset = 13;
+    b.g.outputs = {y};
+    SpmdProgram p = partition_and_check(b, kMesh, {{x, spec({{}, {kModel}})}, {y, spec({{}, {kModel}})}});
+    ASSERT_EQ(kinds(p), (std::vector<std::string>{"all-reduce{model}", "all-reduce{model}"})) << cols;
+    EXPECT_EQ(p.collectives[0].bytes, 5 * 4);
+    EXPECT_EQ(p.collectives[1].bytes, 5 * 4);
+  }
+}
+
 }  // namespace
 }  // namespace gspmd
