@@ -113,6 +113,26 @@ W3 to3(const Window& w) {
   return r;
 }
 
+// Calls f(flat offset in `lim`, flat kernel offset) for every kernel tap of window position (p0, p1, p2): position
+// p*s - pl + k*d per dim, skipping taps outside [0, lim). Conv walks output positions over the input (lim = in),
+// ConvTranspose input positions over the output (lim = out).
+template <class F>
+inline void for_each_tap(const W3& w, int64_t p0, int64_t p1, int64_t p2, const int64_t (&lim)[3], F&& f) {
+  for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
+    const int64_t q0 = p0 * w.s[0] - w.pl[0] + k0 * w.d[0];
+    if (q0 < 0 || q0 >= lim[0]) continue;
+    for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
+      const int64_t q1 = p1 * w.s[1] - w.pl[1] + k1 * w.d[1];
+      if (q1 < 0 || q1 >= lim[1]) continue;
+      for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
+        const int64_t q2 = p2 * w.s[2] - w.pl[2] + k2 * w.d[2];
+        if (q2 < 0 || q2 >= lim[2]) continue;
+        f((q0 * lim[1] + q1) * lim[2] + q2, (k0 * w.k[1] + k1) * w.k[2] + k2);
+      }
+    }
+  }
+}
+
 /// Input spatial dims [2, rank) of x; fails below rank 3 (no spatial dims).
 std::vector<int64_t> spatial(const Ctx& c, const Tensor& x, const char* what = "X") {
   if (x.shape.size() < 3) c.fail(fmt::format("{} must have rank >= 3 (N, C, spatial...), got {}", what,
@@ -167,19 +187,7 @@ void naive_conv(const T* x, const T* wt, const T* b, T* y, int64_t N, int64_t C,
             for (int64_t ci = 0; ci < Cg; ++ci) {
               const T* xi = x + (n * C + g * Cg + ci) * isz;
               const T* wi = wt + (m * Cg + ci) * ksz;
-              for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
-                const int64_t i0 = o0 * w.s[0] - w.pl[0] + k0 * w.d[0];
-                if (i0 < 0 || i0 >= w.in[0]) continue;
-                for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
-                  const int64_t i1 = o1 * w.s[1] - w.pl[1] + k1 * w.d[1];
-                  if (i1 < 0 || i1 >= w.in[1]) continue;
-                  for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
-                    const int64_t i2 = o2 * w.s[2] - w.pl[2] + k2 * w.d[2];
-                    if (i2 < 0 || i2 >= w.in[2]) continue;
-                    acc += xi[(i0 * w.in[1] + i1) * w.in[2] + i2] * wi[(k0 * w.k[1] + k1) * w.k[2] + k2];
-                  }
-                }
-              }
+              for_each_tap(w, o0, o1, o2, w.in, [&](int64_t at, int64_t kat) { acc += xi[at] * wi[kat]; });
             }
             yo[(o0 * w.out[1] + o1) * w.out[2] + o2] = acc;
           }
@@ -258,19 +266,7 @@ void naive_deconv(const T* x, const T* wt, const T* b, T* y, int64_t N, int64_t 
           for (int64_t i1 = 0; i1 < w.in[1]; ++i1)
             for (int64_t i2 = 0; i2 < w.in[2]; ++i2) {
               const T xv = xi[(i0 * w.in[1] + i1) * w.in[2] + i2];
-              for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
-                const int64_t o0 = i0 * w.s[0] - w.pl[0] + k0 * w.d[0];
-                if (o0 < 0 || o0 >= w.out[0]) continue;
-                for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
-                  const int64_t o1 = i1 * w.s[1] - w.pl[1] + k1 * w.d[1];
-                  if (o1 < 0 || o1 >= w.out[1]) continue;
-                  for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
-                    const int64_t o2 = i2 * w.s[2] - w.pl[2] + k2 * w.d[2];
-                    if (o2 < 0 || o2 >= w.out[2]) continue;
-                    yo[(o0 * w.out[1] + o1) * w.out[2] + o2] += xv * wi[(k0 * w.k[1] + k1) * w.k[2] + k2];
-                  }
-                }
-              }
+              for_each_tap(w, i0, i1, i2, w.out, [&](int64_t at, int64_t kat) { yo[at] += xv * wi[kat]; });
             }
       }
     }

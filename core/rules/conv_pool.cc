@@ -26,11 +26,20 @@
 namespace gspmd::rules_internal {
 namespace {
 
-const Shape& shape_of(const Graph& g, int v) { return g.values.at(v).shape; }
-
-bool present(const Node& n, size_t i, bool output = false) {
-  const auto& l = output ? n.outputs : n.inputs;
-  return i < l.size() && l[i] >= 0;
+// Appends one entry to `out` per value of `vals` from index `first` on: {} for an omitted optional (-1), otherwise
+// `f(shape)`. Returns false (leaving `out` partly filled) as soon as `f` rejects a shape with nullopt.
+template <class F>
+bool append_optional(const Graph& g, const std::vector<int>& vals, size_t first, std::vector<DimFactors>& out, F f) {
+  for (size_t i = first; i < vals.size(); ++i) {
+    if (vals[i] < 0) {
+      out.push_back({});
+      continue;
+    }
+    std::optional<DimFactors> df = f(shape_of(g, vals[i]));
+    if (!df) return false;
+    out.push_back(std::move(*df));
+  }
+  return true;
 }
 
 // Spatial dim i of a window op (k spatial dims) is the identity window: kernel 1, stride 1, no padding, same size.
@@ -222,12 +231,7 @@ std::optional<OpShardingRule> batchnorm_rule(const Graph& g, const Node& n) {
   for (int d = 0; d < rk; ++d) dx[d] = {xf[d] = add_factor(r, x[d], d == 1 ? FactorKind::kPassThrough : stat)};
   r.operands.push_back(dx);
   // scale, B, mean, var: [C] (or, before opset 9 with spatial=0, [C, D1, ..]): dim j is X dim 1 + j.
-  for (size_t i = 1; i < n.inputs.size(); ++i) {
-    if (n.inputs[i] < 0) {
-      r.operands.push_back({});
-      continue;
-    }
-    const Shape& s = shape_of(g, n.inputs[i]);
+  const bool params_ok = append_optional(g, n.inputs, 1, r.operands, [&](const Shape& s) -> std::optional<DimFactors> {
     if (s.empty() || static_cast<int>(s.size()) > rk - 1) return std::nullopt;
     DimFactors dp(s.size());
     for (size_t j = 0; j < s.size(); ++j) {
@@ -236,18 +240,16 @@ std::optional<OpShardingRule> batchnorm_rule(const Graph& g, const Node& n) {
       else if (s[j] != 1)
         return std::nullopt;
     }
-    r.operands.push_back(std::move(dp));
-  }
+    return dp;
+  });
+  if (!params_ok) return std::nullopt;
   r.results.push_back(dx);
-  for (size_t o = 1; o < n.outputs.size(); ++o) {  // running / saved statistics: [C]
-    if (n.outputs[o] < 0) {
-      r.results.push_back({});
-      continue;
-    }
-    const Shape& s = shape_of(g, n.outputs[o]);
+  // Running / saved statistics: [C].
+  const bool stats_ok = append_optional(g, n.outputs, 1, r.results, [&](const Shape& s) -> std::optional<DimFactors> {
     if (s.size() != 1 || s[0] != x[1]) return std::nullopt;
-    r.results.push_back({{xf[1]}});
-  }
+    return DimFactors{{xf[1]}};
+  });
+  if (!stats_ok) return std::nullopt;
   r.linear_operands.assign(n.inputs.size(), false);
   return r;
 }
@@ -264,15 +266,12 @@ RuleBuilder per_dim_rule(std::function<bool(const Node&, int d, int rank)> whole
     for (int d = 0; d < rk; ++d)
       dx[d] = {add_factor(r, x[d], whole(n, d, rk) ? FactorKind::kNeedReplication : FactorKind::kPassThrough)};
     r.operands.push_back(dx);
-    for (size_t i = 1; i < n.inputs.size(); ++i) {
-      if (n.inputs[i] < 0) {
-        r.operands.push_back({});
-        continue;
-      }
-      const Shape& s = shape_of(g, n.inputs[i]);
-      if (!channel_params || rk < 2 || s != Shape{x[1]}) return std::nullopt;
-      r.operands.push_back({dx[1]});
-    }
+    const bool params_ok =
+        append_optional(g, n.inputs, 1, r.operands, [&](const Shape& s) -> std::optional<DimFactors> {
+          if (!channel_params || rk < 2 || s != Shape{x[1]}) return std::nullopt;
+          return DimFactors{dx[1]};
+        });
+    if (!params_ok) return std::nullopt;
     r.results = {dx};
     r.linear_operands.assign(n.inputs.size(), false);
     return r;

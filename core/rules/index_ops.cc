@@ -23,13 +23,6 @@
 namespace gspmd::rules_internal {
 namespace {
 
-const Shape& shape_of(const Graph& g, int v) { return g.values.at(v).shape; }
-
-bool present(const Node& n, size_t i, bool output = false) {
-  const auto& l = output ? n.outputs : n.inputs;
-  return i < l.size() && l[i] >= 0;
-}
-
 DimFactors factorless(const Graph& g, const Node& n, size_t i) {
   return present(n, i) ? DimFactors(shape_of(g, n.inputs[i]).size()) : DimFactors{};
 }
@@ -206,6 +199,20 @@ std::optional<OpShardingRule> cumsum_rule(const Graph& g, const Node& n) {
   return unary(g, n, std::move(r), dx, dx, true);
 }
 
+// GatherElements/ScatterElements factors: a dim other than `axis` where data and indices agree is one pass-through
+// factor; otherwise each gets its own kNeedReplication factor, except the indices' `axis` dim gets `idx_axis_kind`.
+void elements_factors(OpShardingRule& r, const Shape& x, const Shape& idx, int axis, FactorKind idx_axis_kind,
+                      DimFactors& dx, DimFactors& di) {
+  for (int d = 0; d < static_cast<int>(x.size()); ++d) {
+    if (d != axis && x[d] == idx[d]) {
+      dx[d] = di[d] = {add_factor(r, x[d], FactorKind::kPassThrough)};
+    } else {
+      dx[d] = {add_factor(r, x[d], FactorKind::kNeedReplication)};
+      di[d] = {add_factor(r, idx[d], d == axis ? idx_axis_kind : FactorKind::kNeedReplication)};
+    }
+  }
+}
+
 std::optional<OpShardingRule> gather_elements_rule(const Graph& g, const Node& n) {
   if (n.inputs.size() != 2 || !present(n, 0) || !present(n, 1) || n.outputs.size() != 1 || !present(n, 0, true))
     return std::nullopt;
@@ -216,14 +223,7 @@ std::optional<OpShardingRule> gather_elements_rule(const Graph& g, const Node& n
   if (!axis || static_cast<int>(idx.size()) != rk || shape_of(g, n.outputs[0]) != idx) return std::nullopt;
   OpShardingRule r;
   DimFactors dx(rk), di(rk);
-  for (int d = 0; d < rk; ++d) {
-    if (d != *axis && x[d] == idx[d]) {
-      dx[d] = di[d] = {add_factor(r, x[d], FactorKind::kPassThrough)};
-    } else {
-      dx[d] = {add_factor(r, x[d], FactorKind::kNeedReplication)};
-      di[d] = {add_factor(r, idx[d], d == *axis ? FactorKind::kPassThrough : FactorKind::kNeedReplication)};
-    }
-  }
+  elements_factors(r, x, idx, *axis, FactorKind::kPassThrough, dx, di);
   r.operands = {dx, di};
   r.results = {di};
   r.linear_operands = {true, false};
@@ -275,14 +275,7 @@ std::optional<OpShardingRule> scatter_elements_rule(const Graph& g, const Node& 
   if (!axis || static_cast<int>(idx.size()) != rk || shape_of(g, n.inputs[2]) != idx) return std::nullopt;
   OpShardingRule r;
   DimFactors dx(rk), di(rk);
-  for (int d = 0; d < rk; ++d) {
-    if (d != *axis && x[d] == idx[d]) {
-      dx[d] = di[d] = {add_factor(r, x[d], FactorKind::kPassThrough)};
-    } else {
-      dx[d] = {add_factor(r, x[d], FactorKind::kNeedReplication)};
-      di[d] = {add_factor(r, idx[d], FactorKind::kNeedReplication)};
-    }
-  }
+  elements_factors(r, x, idx, *axis, FactorKind::kNeedReplication, dx, di);
   r.operands = {dx, di, di};
   r.results = {dx};
   r.linear_operands = {false, false, false};

@@ -4,8 +4,6 @@
 namespace gspmd::rules_internal {
 namespace {
 
-const Shape& shape_of(const Graph& g, int v) { return g.values.at(v).shape; }
-
 // Softmax, LogSoftmax, Hardmax. Opset >= 13: only the axis must stay whole (basic rule; the two-pass split
 // decomposition is the partitioner's business). Opset < 13 coerces the input to 2-D at `axis`: every dim from the
 // axis on is normalised over together.

@@ -109,6 +109,13 @@ DimFactors broadcast_dims(const Shape& shape, const Shape& out_shape, const std:
 /// Factor decomposition of a reshape in_shape -> out_shape (gcd walk; size-1 dims factorless; whatever cannot be
 /// matched contiguously gets kNeedReplication factors). Fills r.factor_* and returns {in dims, out dims}.
 std::pair<DimFactors, DimFactors> reshape_factors(OpShardingRule& r, const Shape& in_shape, const Shape& out_shape);
+/// Shape of value `v` of `g`.
+inline const Shape& shape_of(const Graph& g, int v) { return g.values.at(v).shape; }
+/// Whether input i (or output i, if `output`) of `n` exists and is not an omitted optional (-1).
+inline bool present(const Node& n, size_t i, bool output = false) {
+  const auto& l = output ? n.outputs : n.inputs;
+  return i < l.size() && l[i] >= 0;
+}
 }  // namespace rules_internal
 
 }  // namespace gspmd

@@ -7,8 +7,6 @@
 namespace gspmd::rules_internal {
 namespace {
 
-const Shape& shape_of(const Graph& g, int v) { return g.values.at(v).shape; }
-
 // Operand i's DimFactors with no factors (shape operands, scalars...).
 DimFactors factorless(const Graph& g, const Node& n, int i) {
   int v = n.inputs[i];

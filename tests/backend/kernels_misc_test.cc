@@ -8,42 +8,21 @@
 #include <gtest/gtest.h>
 
 #include "backend/kernels/kernels.h"
+#include "tests/test_util/graph_builder.h"
 
 namespace gspmd {
 namespace {
 
-Node make_node(const std::string& op, std::map<std::string, AttrValue> attrs = {}, int n_out = 1) {
-  Node n;
-  n.name = "n1";
-  n.op_type = op;
-  n.attrs = std::move(attrs);
-  for (int i = 0; i < n_out; ++i) n.outputs.push_back(100 + i);
-  return n;
-}
-
-Tensor F(const Shape& s, const std::vector<float>& v) { return Tensor::from_floats(s, v); }
-Tensor I(const Shape& s, const std::vector<int64_t>& v) {
-  Tensor t(DType::kInt64, s);
-  std::memcpy(t.bytes.data(), v.data(), v.size() * 8);
-  return t;
-}
-Tensor B(const Shape& s, const std::vector<uint8_t>& v) {
-  Tensor t(DType::kBool, s);
-  std::memcpy(t.bytes.data(), v.data(), v.size());
-  return t;
-}
+using testing::B;
+using testing::F;
+using testing::I;
+using testing::make_node;
 Tensor I1(const std::vector<int64_t>& v) { return Tensor::from_int64s(v); }
 Tensor S(int64_t v) { return Tensor::from_int64s({v}, true); }
 
-Tensor rand_f(const Shape& s, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  Tensor t(DType::kFloat32, s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(g);
-  return t;
-}
+using testing::rand_f;
 
-std::vector<float> vals(const Tensor& t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.numel()); }
+using testing::vals;
 std::vector<int64_t> ivals(const Tensor& t) {
   return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
 }

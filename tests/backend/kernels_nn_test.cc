@@ -7,28 +7,14 @@
 #include <gtest/gtest.h>
 
 #include "backend/kernels/kernels.h"
+#include "tests/test_util/graph_builder.h"
 
 namespace gspmd {
 namespace {
 
-Node make_node(const std::string& op, std::map<std::string, AttrValue> attrs = {}, int n_out = 1) {
-  Node n;
-  n.name = "n1";
-  n.op_type = op;
-  n.attrs = std::move(attrs);
-  for (int i = 0; i < n_out; ++i) n.outputs.push_back(100 + i);
-  return n;
-}
-
-Tensor F(const Shape& s, const std::vector<float>& v) { return Tensor::from_floats(s, v); }
-
-Tensor rand_f(const Shape& s, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  Tensor t(DType::kFloat32, s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(g);
-  return t;
-}
+using testing::F;
+using testing::make_node;
+using testing::rand_f;
 
 Tensor to_f64(const Tensor& t) {
   Tensor r(DType::kFloat64, t.shape);
@@ -36,7 +22,7 @@ Tensor to_f64(const Tensor& t) {
   return r;
 }
 
-std::vector<float> vals(const Tensor& t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.numel()); }
+using testing::vals;
 
 Tensor run1(const Node& n, const std::vector<const Tensor*>& in, int64_t opset = 17) {
   auto o = run_kernel(n, in, opset);
@@ -187,7 +173,7 @@ TEST(KernelsConv, GeometriesMatchReference) {
   };
   uint32_t seed = 7;
   for (const auto& c : cases) {
-    SCOPED_TRACE(testing::Message() << "x " << shape_str(c.x) << " w " << shape_str(c.w) << " " << c.auto_pad);
+    SCOPED_TRACE(::testing::Message() << "x " << shape_str(c.x) << " w " << shape_str(c.w) << " " << c.auto_pad);
     const Tensor x = rand_f(c.x, seed++), w = rand_f(c.w, seed++), b = rand_f({c.w[0]}, seed++);
     const Tensor want = ref_conv(c, x, w, c.bias ? &b : nullptr);
     const Node n = conv_node(c);
@@ -267,7 +253,7 @@ TEST(KernelsConvTranspose, GeometriesMatchReference) {
   };
   uint32_t seed = 50;
   for (const auto& c : cases) {
-    SCOPED_TRACE(testing::Message() << "x " << shape_str(c.x) << " w " << shape_str(c.w));
+    SCOPED_TRACE(::testing::Message() << "x " << shape_str(c.x) << " w " << shape_str(c.w));
     const size_t n = c.x.size() - 2;
     const Tensor x = rand_f(c.x, seed++), w = rand_f(c.w, seed++), b = rand_f({c.w[1] * c.group}, seed++);
     Shape os{c.x[0], c.w[1] * c.group};
@@ -426,7 +412,7 @@ TEST(KernelsPool, GeometriesMatchReference) {
   };
   uint32_t seed = 90;
   for (const auto& c : cases) {
-    SCOPED_TRACE(testing::Message() << "x " << shape_str(c.x) << " " << c.auto_pad << " ceil " << c.ceil);
+    SCOPED_TRACE(::testing::Message() << "x " << shape_str(c.x) << " " << c.auto_pad << " ceil " << c.ceil);
     const Tensor x = rand_f(c.x, seed++);
     std::vector<int64_t> pl, pr, out;
     pool_geometry(c, c.x, pl, pr, out);

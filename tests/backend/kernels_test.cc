@@ -10,20 +10,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_util/graph_builder.h"
+
 namespace gspmd {
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Helpers.
 
-Node make_node(const std::string& op, std::map<std::string, AttrValue> attrs = {}, int n_out = 1) {
-  Node n;
-  n.name = "n1";
-  n.op_type = op;
-  n.attrs = std::move(attrs);
-  for (int i = 0; i < n_out; ++i) n.outputs.push_back(100 + i);
-  return n;
-}
+using testing::make_node;
 
 template <class T>
 Tensor make(DType t, const Shape& s, const std::vector<T>& v) {
@@ -39,13 +34,7 @@ Tensor I32(const Shape& s, const std::vector<int32_t>& v) { return make<int32_t>
 Tensor B(const Shape& s, const std::vector<uint8_t>& v) { return make<uint8_t>(DType::kBool, s, v); }
 Tensor I1(std::vector<int64_t> v) { return Tensor::from_int64s(v); }
 
-Tensor rand_f(const Shape& s, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  Tensor t(DType::kFloat32, s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(g);
-  return t;
-}
+using testing::rand_f;
 
 template <class T>
 std::vector<T> vals(const Tensor& t) {

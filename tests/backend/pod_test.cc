@@ -9,25 +9,13 @@
 
 #include "backend/pod/collectives.h"
 #include "backend/pod/pod.h"
+#include "tests/test_util/graph_builder.h"
 
 namespace gspmd {
 namespace {
 
-Value V(std::string name, DType t, Shape s) {
-  Value v;
-  v.name = std::move(name);
-  v.dtype = t;
-  v.shape = std::move(s);
-  return v;
-}
-
-DeviceMesh mesh_of(std::vector<int64_t> shape) {
-  static const char* names[] = {"x", "y", "z", "w"};
-  DeviceMesh m;
-  m.shape = shape;
-  for (size_t i = 0; i < shape.size(); ++i) m.axes.push_back(names[i]);
-  return m;
-}
+using testing::mesh_of;
+using testing::V;
 
 TensorSharding split0(int rank, std::vector<int> axes) {
   TensorSharding s = TensorSharding::replicated(rank);

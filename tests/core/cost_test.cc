@@ -6,27 +6,15 @@
 #include <fstream>
 
 #include "core/cost/cost.h"
+#include "tests/test_util/graph_builder.h"
 
 namespace gspmd {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-Value V(std::string name, DType t, Shape s) {
-  Value v;
-  v.name = std::move(name);
-  v.dtype = t;
-  v.shape = std::move(s);
-  return v;
-}
-
-DeviceMesh mesh_of(std::vector<int64_t> shape) {
-  static const char* names[] = {"x", "y", "z", "w"};
-  DeviceMesh m;
-  m.shape = shape;
-  for (size_t i = 0; i < shape.size(); ++i) m.axes.push_back(names[i]);
-  return m;
-}
+using testing::mesh_of;
+using testing::V;
 
 void expect_rel(double got, double want, double tol = 1e-12) {
   EXPECT_NEAR(got, want, std::abs(want) * tol) << "got " << got << " want " << want;

@@ -4,40 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_util/graph_builder.h"
+
 namespace gspmd {
 namespace {
 
 // Builds small graphs by hand and propagates over a {data=2, model=2} mesh.
-struct Model {
-  Graph g;
+struct Model : testing::GraphBuilder {
   Annotations ann{DeviceMesh{{2, 2}, {"data", "model"}}, {}};
 
-  int input(const std::string& name, Shape s, DType t = DType::kFloat32) {
-    Value v;
-    v.name = name;
-    v.dtype = t;
-    v.shape = std::move(s);
-    int id = g.add_value(std::move(v));
-    g.inputs.push_back(id);
-    return id;
-  }
-  int weight(const std::string& name, Shape s) {
-    Value v;
-    v.name = name;
-    v.dtype = DType::kFloat32;
-    v.shape = std::move(s);
-    v.is_initializer = true;
-    return g.add_value(std::move(v));
-  }
-  int ints(const std::string& name, const std::vector<int64_t>& data) {
-    Value v;
-    v.name = name;
-    v.dtype = DType::kInt64;
-    v.shape = {static_cast<int64_t>(data.size())};
-    v.is_initializer = true;
-    v.data = std::make_shared<Tensor>(Tensor::from_int64s(data));
-    return g.add_value(std::move(v));
-  }
   int op(const std::string& type, std::vector<int> in, const std::string& out, Shape shape,
          std::map<std::string, AttrValue> attrs = {}) {
     Node n;

@@ -5,47 +5,12 @@
 #include <gtest/gtest.h>
 
 #include "core/rules/rule.h"
+#include "tests/test_util/graph_builder.h"
 
 namespace gspmd {
 namespace {
 
-struct GB {
-  Graph g;
-  int input(const std::string& name, Shape s, DType t = DType::kFloat32) {
-    Value v;
-    v.name = name;
-    v.dtype = t;
-    v.shape = std::move(s);
-    int id = g.add_value(std::move(v));
-    g.inputs.push_back(id);
-    return id;
-  }
-  int constant(const std::string& name, Tensor t) {
-    Value v;
-    v.name = name;
-    v.dtype = t.dtype;
-    v.shape = t.shape;
-    v.is_initializer = true;
-    v.data = std::make_shared<Tensor>(std::move(t));
-    return g.add_value(std::move(v));
-  }
-  int ints(const std::string& name, const std::vector<int64_t>& data, bool scalar = false) {
-    return constant(name, Tensor::from_int64s(data, scalar));
-  }
-  int floats(const std::string& name, const std::vector<float>& data) {
-    return constant(name, Tensor::from_floats({static_cast<int64_t>(data.size())}, data));
-  }
-  int node(const std::string& op, std::vector<int> in, Shape out, std::map<std::string, AttrValue> attrs = {},
-           std::vector<Shape> extra = {}) {
-    Node n;
-    n.name = op + "_" + std::to_string(g.nodes.size());
-    n.op_type = op;
-    n.inputs = std::move(in);
-    n.outputs.push_back(g.add_value_unique(n.name + "_out", DType::kFloat32, out));
-    for (const Shape& s : extra) n.outputs.push_back(g.add_value_unique(n.name + "_out", DType::kFloat32, s));
-    n.attrs = std::move(attrs);
-    return g.add_node(std::move(n));
-  }
+struct GB : testing::GraphBuilder {
   OpShardingRule rule(int n) {
     auto r = get_rule(g, g.nodes.at(n));
     if (!r) throw std::runtime_error("no rule for " + g.nodes.at(n).name);

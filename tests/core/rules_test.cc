@@ -4,43 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_util/graph_builder.h"
+
 namespace gspmd {
 namespace {
 
 // Tiny graph builder for rule tests.
-struct GB {
-  Graph g;
-  int input(const std::string& name, Shape s, DType t = DType::kFloat32) {
-    Value v;
-    v.name = name;
-    v.dtype = t;
-    v.shape = std::move(s);
-    int id = g.add_value(std::move(v));
-    g.inputs.push_back(id);
-    return id;
-  }
-  int ints(const std::string& name, const std::vector<int64_t>& data) {
-    Value v;
-    v.name = name;
-    v.dtype = DType::kInt64;
-    v.shape = {static_cast<int64_t>(data.size())};
-    v.is_initializer = true;
-    v.data = std::make_shared<Tensor>(Tensor::from_int64s(data));
-    return g.add_value(std::move(v));
-  }
-  // Adds a node with one output of shape `out`; returns the node id.
-  int node(const std::string& op, std::vector<int> in, Shape out, std::map<std::string, AttrValue> attrs = {},
-           int extra_outputs = 0, std::vector<Shape> extra_shapes = {}) {
-    Node n;
-    n.name = op + "_" + std::to_string(g.nodes.size());
-    n.op_type = op;
-    n.inputs = std::move(in);
-    n.outputs.push_back(g.add_value_unique(n.name + "_out", DType::kFloat32, out));
-    for (int k = 0; k < extra_outputs; ++k)
-      n.outputs.push_back(g.add_value_unique(n.name + "_out", DType::kFloat32, extra_shapes.at(k)));
-    n.attrs = std::move(attrs);
-    return g.add_node(std::move(n));
-  }
+struct GB : testing::GraphBuilder {
   OpShardingRule rule(int n) {
     auto r = get_rule(g, g.nodes.at(n));
     if (!r) throw std::runtime_error("no rule for " + g.nodes.at(n).name);
@@ -120,7 +90,7 @@ TEST(Rules, ElementwiseBroadcast) {
   int lo = b.input("lo", {});
   EXPECT_EQ(b.rule(b.node("Clip", {x, lo, -1}, {4, 1, 8})).str(), "([i,j,k],[],[])->([i,j,k]) {i=4, j=1, k=8}");
   int ratio = b.input("ratio", {});
-  auto d = b.rule(b.node("Dropout", {x, ratio}, {4, 1, 8}, {}, 1, {{4, 1, 8}}));
+  auto d = b.rule(b.node("Dropout", {x, ratio}, {4, 1, 8}, {}, {{4, 1, 8}}));
   EXPECT_EQ(d.str(), "([i,j,k],[])->([i,j,k],[i,j,k]) {i=4, j=1, k=8}");
   EXPECT_EQ(d.linear_operands, (std::vector<bool>{true, false}));
   int s = b.input("s", {4, 1, 8});
@@ -230,7 +200,7 @@ TEST(Rules, SoftmaxAxis) {
 TEST(Rules, LayerNorm) {
   GB b;
   int x = b.input("x", {2, 3, 8}), sc = b.input("scale", {8}), bi = b.input("bias", {8});
-  auto r = b.rule(b.node("LayerNormalization", {x, sc, bi}, {2, 3, 8}, {}, 2, {{2, 3, 1}, {2, 3, 1}}));
+  auto r = b.rule(b.node("LayerNormalization", {x, sc, bi}, {2, 3, 8}, {}, {{2, 3, 1}, {2, 3, 1}}));
   EXPECT_EQ(r.str(), "([i,j,k],[k],[k])->([i,j,k],[i,j,1],[i,j,1]) {i=2, j=3, k=8} need_replication={k}");
 }
 
@@ -270,7 +240,7 @@ TEST(Rules, DataMovement) {
   EXPECT_EQ(b.rule(b.node("Slice", {x, z0, big, ax0, neg}, {2, 3, 4})).str(),  // reversed dim 0
             "([i,j,k],[1],[1],[1],[1])->([i,j,k]) {i=2, j=3, k=4} permutation={i}");
   int sp = b.ints("sp", {1, 3});
-  EXPECT_EQ(b.rule(b.node("Split", {x, sp}, {2, 3, 1}, {{"axis", int64_t{2}}}, 1, {{2, 3, 3}})).str(),
+  EXPECT_EQ(b.rule(b.node("Split", {x, sp}, {2, 3, 1}, {{"axis", int64_t{2}}}, {{2, 3, 3}})).str(),
             "([i,j,k],[1])->([i,j,k],[i,j,k]) {i=2, j=3, k=4} permutation={k}");
   int e = b.input("e", {3, 1}), es = b.ints("es", {2, 3, 4});
   EXPECT_EQ(b.rule(b.node("Expand", {e, es}, {2, 3, 4})).str(), "([j,1],[1])->([i,j,k]) {i=2, j=3, k=4}");

@@ -24,6 +24,7 @@
 #include "core/partition/spmd.h"
 #include "core/propagation/propagation.h"
 #include "core/sharding/sharding.h"
+#include "tests/test_util/graph_builder.h"
 
 namespace gspmd {
 namespace {
@@ -31,13 +32,7 @@ namespace {
 // ---------------------------------------------------------------------------------------------------------------
 // Meshes and shardings
 
-DeviceMesh mesh_of(std::vector<int64_t> shape) {
-  static const char* names[] = {"x", "y", "z", "w"};
-  DeviceMesh m;
-  m.shape = shape;
-  for (size_t i = 0; i < shape.size(); ++i) m.axes.push_back(names[i]);
-  return m;
-}
+using testing::mesh_of;
 
 const std::vector<DeviceMesh>& all_meshes() {
   static const std::vector<DeviceMesh> m = {mesh_of({2}), mesh_of({2, 2}), mesh_of({2, 3}), mesh_of({3})};
@@ -108,13 +103,7 @@ struct Builder {
     c.g.name = c.name;
     c.g.opset = opset;
   }
-  int value(const std::string& name, DType t, Shape s) {
-    Value v;
-    v.name = name;
-    v.dtype = t;
-    v.shape = std::move(s);
-    return c.g.add_value(std::move(v));
-  }
+  int value(const std::string& name, DType t, Shape s) { return c.g.add_value(testing::V(name, t, std::move(s))); }
   int in(const std::string& name, DType t, Shape s, InputGen gen = {}, bool shard = true) {
     int v = value(name, t, std::move(s));
     c.g.inputs.push_back(v);
