@@ -65,6 +65,7 @@ class Partitioner {
   SpmdProgram run() {
     for (int gv : g_.inputs) {
       TensorSharding s = plan_.shardings[gv];
+      if (s.unreduced.empty()) s.reduction = ReductionKind::kSum;
       int lv = new_value(g_.values[gv].name, g_.values[gv].dtype, s.local_shape(g_.values[gv].shape, mesh_));
       P().inputs.push_back(lv);
       out_.inputs.push_back({lv, gv, s});
@@ -74,6 +75,7 @@ class Partitioner {
     for (int gv : g_.outputs) {
       TensorSharding want = plan_.shardings[gv];
       want.unreduced.clear();
+      want.reduction = ReductionKind::kSum;
       int lv = get(gv, want, "", "graph output");
       P().outputs.push_back(lv);
       out_.outputs.push_back({lv, gv, want});
@@ -153,7 +155,8 @@ class Partitioner {
   // ---- resharding -------------------------------------------------------------------------------------------
 
   /// Local id of global value gv with sharding `want`; inserts collectives / local slices as needed (memoised).
-  int get(int gv, const TensorSharding& want, const std::string& for_node, const std::string& why) {
+  int get(int gv, TensorSharding want, const std::string& for_node, const std::string& why) {
+    if (want.unreduced.empty()) want.reduction = ReductionKind::kSum;  // a full value has no reduction kind
     for (const Local& l : avail_[gv])
       if (l.sharding == want) return l.id;
     const Value& v = g_.values[gv];
