@@ -394,7 +394,6 @@ class Partitioner {
     for (size_t i = 0; i < node.inputs.size(); ++i)
       if (node.inputs[i] >= 0 && !current(node.inputs[i]).unreduced.empty()) partial_ops.push_back(static_cast<int>(i));
     std::vector<int> keep_unreduced;
-    ReductionKind keep_kind = ReductionKind::kSum;
     if (!partial_ops.empty()) {
       TensorSharding first = current(node.inputs[partial_ops[0]]);
       bool same = std::all_of(partial_ops.begin(), partial_ops.end(), [&](int i) {
@@ -475,7 +474,8 @@ class Partitioner {
       s.unreduced = keep_unreduced;
       s.unreduced.insert(s.unreduced.end(), red_axes.begin(), red_axes.end());
       std::sort(s.unreduced.begin(), s.unreduced.end());
-      s.reduction = s.unreduced.empty() ? ReductionKind::kSum : red_axes.empty() ? keep_kind : rule->reduction;
+      // kept partials are sums (only sums pass through linear ops); split reduction factors give the rule's kind
+      s.reduction = red_axes.empty() ? ReductionKind::kSum : rule->reduction;
       local.outputs.push_back(new_value(gvv.name, gvv.dtype, s.local_shape(gvv.shape, mesh_)));
       result_shardings.push_back(s);
     }
