@@ -42,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 sys.dont_write_bytecode = True
 import sharding_json  # noqa: E402
-from export_common import Linear, add_export_args, export_all  # noqa: E402
+from export_common import Linear, add_export_args, add_model_args, export_all  # noqa: E402
 
 
 class Attention(nn.Module):
@@ -130,15 +130,7 @@ def sharding_files(name, layers, out):
     sharding_json.write(os.path.join(out, f"{name}.dp.sharding.json"), [2, 2], axes,
                         {"input_ids": [["data", "model"], None]})
     t = {"input_ids": ["data", None]}
-    for i in range(layers):
-        p = f"h.{i}."
-        for m in ("q", "k", "v"):
-            t[p + f"attn.{m}.weight"] = [None, "model"]
-            t[p + f"attn.{m}.bias"] = ["model"]
-        t[p + "attn.proj.weight"] = ["model", None]
-        t[p + "mlp.fc_in.weight"] = [None, "model"]
-        t[p + "mlp.fc_in.bias"] = ["model"]
-        t[p + "mlp.fc_out.weight"] = ["model", None]
+    t.update(sharding_json.megatron_layer_specs("h.", layers))
     t["wte.weight"] = ["model", None]
     sharding_json.write(os.path.join(out, f"{name}.megatron.sharding.json"), [2, 2], axes, t)
     sharding_json.write(os.path.join(out, f"{name}.2d.sharding.json"), [4, 4], axes, t)
@@ -146,15 +138,7 @@ def sharding_files(name, layers, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--d-model", type=int, default=128)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--mlp", type=int, default=None, help="MLP hidden size (default 4*d_model)")
-    ap.add_argument("--vocab", type=int, default=512)
-    ap.add_argument("--max-pos", type=int, default=None, help="position table size (default = --seq)")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--std", type=float, default=0.08, help="init std of weights/embeddings")
+    add_model_args(ap, d_model=128, heads=4, vocab=512, batch=8, seq=64)
     add_export_args(ap, "gpt", HERE)
     a = ap.parse_args()
     hidden = a.mlp or 4 * a.d_model

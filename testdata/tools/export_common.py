@@ -27,6 +27,19 @@ class Linear(nn.Module):
         return y
 
 
+def add_model_args(ap, d_model, heads, vocab, batch, seq):
+    """The architecture flags shared by the GPT and BERT exporters (defaults differ per model)."""
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--d-model", type=int, default=d_model)
+    ap.add_argument("--heads", type=int, default=heads)
+    ap.add_argument("--mlp", type=int, default=None, help="MLP hidden size (default 4*d_model)")
+    ap.add_argument("--vocab", type=int, default=vocab)
+    ap.add_argument("--max-pos", type=int, default=None, help="position table size (default = --seq)")
+    ap.add_argument("--batch", type=int, default=batch)
+    ap.add_argument("--seq", type=int, default=seq)
+    ap.add_argument("--std", type=float, default=0.08, help="init std of weights/embeddings")
+
+
 def add_export_args(ap, name, here):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--opsets", type=int, nargs="+", default=[13, 17],

@@ -13,3 +13,19 @@ def write(path, mesh_shape, mesh_axes, tensors):
         f.write("\n".join(lines) + "\n")
     with open(path) as f:  # must round-trip
         assert json.load(f) == {"mesh": {"shape": mesh_shape, "axes": mesh_axes}, "tensors": tensors}
+
+
+def megatron_layer_specs(prefix, layers):
+    """Megatron tensor parallelism over mesh axis "model" for the blocks <prefix><i>.: q/k/v and fc_in split on
+    output features (weights [in, out], biases too), attn.proj and fc_out split on input features."""
+    t = {}
+    for i in range(layers):
+        p = f"{prefix}{i}."
+        for m in ("q", "k", "v"):
+            t[p + f"attn.{m}.weight"] = [None, "model"]
+            t[p + f"attn.{m}.bias"] = ["model"]
+        t[p + "attn.proj.weight"] = ["model", None]
+        t[p + "mlp.fc_in.weight"] = [None, "model"]
+        t[p + "mlp.fc_in.bias"] = ["model"]
+        t[p + "mlp.fc_out.weight"] = ["model", None]
+    return t
