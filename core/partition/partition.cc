@@ -332,7 +332,7 @@ class Partitioner {
       lower_replicated(n, fmt::format("node '{}' ({}) has no sharding rule", node.name, node.op_type));
       return;
     }
-    if (lower_split_softmax(n)) return;
+    if (lower_split_softmax(n) || lower_split_layer_norm(n)) return;
     const int nf = rule->num_factors();
     FactorSharding F(nf);
     std::vector<char> used(mesh_.rank(), 0);
@@ -557,6 +557,62 @@ class Partitioner {
     int sum = reduce("ReduceSum", mask(e, 0.f), "sum");
     int y = log ? emit("Sub", {shifted, emit("Log", {sum}, on + "/log_sum", DType::kFloat32, red)}, on, DType::kFloat32, ls)
                 : emit("Div", {e, sum}, on, DType::kFloat32, ls);
+    bind(node.outputs[0], s, y);
+    return true;
+  }
+
+  /// LayerNormalization (opset 17) over one normalized dim (the last) that the operand splits: local sum ->
+  /// all-reduce -> mean; local sum of squared deviations -> all-reduce -> variance; then normalise, scale and shift
+  /// with scale/bias sliced like the normalized dim. Padding is masked to 0 before both sums. Only Y may be used.
+  bool lower_split_layer_norm(int n) {
+    const Node& node = g_.nodes[n];
+    if (!node.domain.empty() || node.op_type != "LayerNormalization" || node.outputs.size() != 1) return false;
+    const int gx = node.inputs[0];
+    const Value& xv = g_.values[gx];
+    const int rank = static_cast<int>(xv.shape.size());
+    int64_t axis = node.i("axis", -1);
+    if (axis < 0) axis += rank;
+    TensorSharding s = current(gx);
+    if (axis != rank - 1 || s.dims[axis].empty() || xv.dtype != DType::kFloat32) return false;
+    for (size_t i = 1; i < node.inputs.size(); ++i)
+      if (node.inputs[i] >= 0 && g_.values[node.inputs[i]].shape != Shape{xv.shape[axis]}) return false;
+    s.unreduced.clear();
+    s.reduction = ReductionKind::kSum;
+    const std::vector<int> A = s.dims[axis];
+    const std::string& on = g_.values[node.outputs[0]].name;
+    const std::string why = fmt::format("{} (LayerNormalization) normalizes dim {} split over {}", node.name, axis,
+                                        axes_str(mesh_, A));
+    int x = get(gx, s, node.name, why);
+    const Shape ls = P().values[x].shape;
+    Shape red = ls;
+    red[axis] = 1;
+    auto scalar = [&](const std::string& hint, float v) { return new_constant(hint, Tensor::from_floats({}, {v})); };
+    auto global_mean = [&](int v, const std::string& what) {
+      if (xv.shape[axis] % mesh_.axes_size(A) != 0)
+        v = emit("MaskPad", {v}, on + "/masked", DType::kFloat32, ls,
+                 {{"axis", axis}, {"mesh_axes", std::vector<int64_t>(A.begin(), A.end())},
+                  {"full_size", xv.shape[axis]}, {"value", 0.f}},
+                 kGspmdDomain);
+      int local = emit("ReduceSum", {v, int64_const("axes", {axis})}, on + "/" + what, DType::kFloat32, red,
+                       {{"keepdims", int64_t{1}}});
+      int sum = collective("AllReduce", local, red, A, {{"reduction", std::string("sum")}}, node.name, gx,
+                           why + ": global " + what);
+      return emit("Div", {sum, scalar("count", static_cast<float>(xv.shape[axis]))}, on + "/" + what,
+                  DType::kFloat32, red);
+    };
+    int mean = global_mean(x, "mean");
+    int d = emit("Sub", {x, mean}, on + "/centered", DType::kFloat32, ls);
+    int var = global_mean(emit("Mul", {d, d}, on + "/squared", DType::kFloat32, ls), "variance");
+    int sd = emit("Sqrt", {emit("Add", {var, scalar("epsilon", node.f("epsilon", 1e-5f))}, on + "/var_eps",
+                                DType::kFloat32, red)},
+                  on + "/std", DType::kFloat32, red);
+    int y = emit("Div", {d, sd}, on + "/normalized", DType::kFloat32, ls);
+    TensorSharding param;
+    param.dims = {A};
+    if (node.inputs.size() > 1 && node.inputs[1] >= 0)
+      y = emit("Mul", {y, get(node.inputs[1], param, node.name, why)}, on + "/scaled", DType::kFloat32, ls);
+    if (node.inputs.size() > 2 && node.inputs[2] >= 0)
+      y = emit("Add", {y, get(node.inputs[2], param, node.name, why)}, on, DType::kFloat32, ls);
     bind(node.outputs[0], s, y);
     return true;
   }

@@ -154,5 +154,19 @@ TEST(CollectivePlans, SoftmaxOverASplitAxisIsTwoSmallAllReduces) {
   }
 }
 
+TEST(CollectivePlans, LayerNormOverASplitAxisIsTwoSmallAllReduces) {
+  // Mean and variance over a hidden dim split over model (even and uneven): two [rows, 1] all-reduces, no gather.
+  for (int64_t hidden : {16, 15}) {
+    Builder b;
+    int x = b.input("x", {6, hidden});
+    int gamma = b.weight("gamma", {hidden}), beta = b.weight("beta", {hidden});
+    int y = b.node("LayerNormalization", {x, gamma, beta}, {6, hidden}, {{"axis", int64_t{-1}}});
+    b.g.outputs = {y};
+    SpmdProgram p = partition_and_check(b, kMesh, {{x, spec({{kData}, {kModel}})}, {y, spec({{kData}, {kModel}})}});
+    ASSERT_EQ(kinds(p), (std::vector<std::string>{"all-reduce{model}", "all-reduce{model}"})) << hidden;
+    EXPECT_EQ(p.collectives[0].bytes, 3 * 4);
+  }
+}
+
 }  // namespace
 }  // namespace gspmd
