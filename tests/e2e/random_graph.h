@@ -29,6 +29,7 @@
 #include "core/partition/spmd.h"
 #include "core/propagation/propagation.h"
 #include "core/sharding/sharding.h"
+#include "tests/test_util/graph_builder.h"
 
 namespace gspmd::difftest {
 
@@ -1333,46 +1334,6 @@ struct CheckResult {
                                      // "split-spatial:<op>" for Conv/pools whose input is split on H or W
 };
 
-/// "" when equal within 1e-5 + 1e-4 |ref| (NaN matches NaN; ints and bools exactly), else the first difference.
-inline std::string compare_tensors(const Tensor& got, const Tensor& ref) {
-  if (got.dtype != ref.dtype || got.shape != ref.shape)
-    return "result is " + std::string(dtype_name(got.dtype)) + shape_str(got.shape) + ", expected " +
-           std::string(dtype_name(ref.dtype)) + shape_str(ref.shape);
-  const int64_t n = ref.numel();
-  int64_t bad = 0, first = -1;
-  double gv = 0, rv = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double a = 0, b = 0;
-    bool ok = true;
-    switch (ref.dtype) {
-      case DType::kFloat32: {
-        a = got.data<float>()[i], b = ref.data<float>()[i];
-        if (std::isnan(a) || std::isnan(b)) ok = std::isnan(a) && std::isnan(b);
-        else if (std::isinf(b)) ok = a == b;
-        else ok = std::fabs(a - b) <= 1e-5 + 1e-4 * std::fabs(b);
-        break;
-      }
-      case DType::kInt64:
-        a = static_cast<double>(got.data<int64_t>()[i]), b = static_cast<double>(ref.data<int64_t>()[i]);
-        ok = got.data<int64_t>()[i] == ref.data<int64_t>()[i];
-        break;
-      case DType::kBool: a = got.data<bool>()[i], b = ref.data<bool>()[i], ok = a == b; break;
-      default:
-        ok = std::memcmp(got.bytes.data(), ref.bytes.data(), ref.nbytes()) == 0;
-        i = n;
-        break;
-    }
-    if (!ok) {
-      if (first < 0) first = i, gv = a, rv = b;
-      ++bad;
-    }
-  }
-  if (!bad) return "";
-  std::ostringstream os;
-  os << bad << "/" << n << " elements differ; first at flat index " << first << ": got " << gv << ", expected " << rv;
-  return os.str();
-}
-
 /// propagate -> partition -> run_spmd, compared with run_single. UnsupportedError anywhere => kUnsupported.
 inline CheckResult check_case(const Graph& g, const Annotations& ann, const std::vector<Tensor>& inputs) {
   CheckResult r;
@@ -1417,7 +1378,7 @@ inline CheckResult check_case(const Graph& g, const Annotations& ann, const std:
       return r;
     }
     for (size_t o = 0; o < ref.size(); ++o) {
-      std::string d = compare_tensors(got.outputs[o], ref[o]);
+      std::string d = testing::compare_tensors(got.outputs[o], ref[o]);
       if (!d.empty()) {
         const int v = g.outputs[o];
         r.why += (r.why.empty() ? "" : "; ") + std::string("output ") + g.values[static_cast<size_t>(v)].name + " (" +

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <cmath>
+#include <sstream>
 #include "core/ir/ir.h"
 #include "core/sharding/sharding.h"
 
@@ -119,5 +121,46 @@ struct GraphBuilder {
     return g.add_node(std::move(n));
   }
 };
+
+/// "" when `got` equals `ref` within 1e-5 + 1e-4 |ref| (NaN matches NaN, inf exactly; ints and bools exactly),
+/// else a description of the first difference and how many elements differ.
+inline std::string compare_tensors(const Tensor& got, const Tensor& ref) {
+  if (got.dtype != ref.dtype || got.shape != ref.shape)
+    return "result is " + std::string(dtype_name(got.dtype)) + shape_str(got.shape) + ", expected " +
+           std::string(dtype_name(ref.dtype)) + shape_str(ref.shape);
+  const int64_t n = ref.numel();
+  int64_t bad = 0, first = -1;
+  double gv = 0, rv = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double a = 0, b = 0;
+    bool ok = true;
+    switch (ref.dtype) {
+      case DType::kFloat32:
+      case DType::kFloat64: {
+        a = ref.dtype == DType::kFloat32 ? got.data<float>()[i] : got.data<double>()[i];
+        b = ref.dtype == DType::kFloat32 ? ref.data<float>()[i] : ref.data<double>()[i];
+        if (std::isnan(a) || std::isnan(b))
+          ok = std::isnan(a) && std::isnan(b);
+        else if (std::isinf(b))
+          ok = a == b;
+        else
+          ok = std::fabs(a - b) <= 1e-5 + 1e-4 * std::fabs(b);
+        break;
+      }
+      case DType::kInt64: a = static_cast<double>(got.data<int64_t>()[i]), b = static_cast<double>(ref.data<int64_t>()[i]), ok = got.data<int64_t>()[i] == ref.data<int64_t>()[i]; break;
+      case DType::kInt32: a = got.data<int32_t>()[i], b = ref.data<int32_t>()[i], ok = a == b; break;
+      case DType::kBool: a = got.data<bool>()[i], b = ref.data<bool>()[i], ok = a == b; break;
+      default: ok = std::memcmp(got.bytes.data(), ref.bytes.data(), ref.nbytes()) == 0; i = n; break;
+    }
+    if (!ok) {
+      if (first < 0) first = i, gv = a, rv = b;
+      ++bad;
+    }
+  }
+  if (!bad) return "";
+  std::ostringstream os;
+  os << bad << "/" << n << " elements differ; first at flat index " << first << ": got " << gv << ", expected " << rv;
+  return os.str();
+}
 
 }  // namespace gspmd::testing
