@@ -47,7 +47,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     p.annotations.mesh = cli_mesh;
   }
   p.plan = propagate(p.graph, p.annotations);
-  p.program = partition(p.graph, p.plan, p.annotations.mesh);
+  p.program = partition(p.graph, p.plan, p.annotations.mesh, Target::load(o.target));
   return p;
 }
 

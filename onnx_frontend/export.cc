@@ -11,6 +11,7 @@
 
 #include "onnx_frontend/frontend.h"
 #include "onnx_frontend/proto_util.h"
+#include "core/partition/reshard.h"
 
 namespace gspmd {
 namespace {
@@ -298,15 +299,15 @@ struct Exporter {
       set_attr(pn->add_attribute(), "replica_groups", flat);
       set_attr(pn->add_attribute(), "group_size", p.mesh.axes_size(axes));
       if (n.op_type == "CollectivePermute") {
-        const int64_t shift = n.i("shift");
+        std::vector<int> target_axes;
+        for (int64_t a : n.ints("target_axes", {})) target_axes.push_back(static_cast<int>(a));
+        const std::vector<int64_t> src = permute_sources(p.mesh, axes, n.i("shift", 0), target_axes);
         std::vector<int64_t> pairs;
         for (const auto& grp : groups) {
-          const int64_t size = static_cast<int64_t>(grp.size());
-          for (int64_t t = 0; t < size; ++t) {
-            int64_t src = t - shift;
-            if (src < 0 || src >= size) continue;
-            pairs.push_back(grp[static_cast<size_t>(src)]);
-            pairs.push_back(grp[static_cast<size_t>(t)]);
+          for (size_t t = 0; t < grp.size(); ++t) {
+            if (src[t] < 0) continue;
+            pairs.push_back(grp[static_cast<size_t>(src[t])]);
+            pairs.push_back(grp[t]);
           }
         }
         set_attr(pn->add_attribute(), "source_target_pairs", pairs);

@@ -210,14 +210,14 @@ std::vector<Tensor> all_to_all(const std::vector<const Tensor*>& ins, int64_t sp
   return out;
 }
 
-std::vector<Tensor> collective_permute(const std::vector<const Tensor*>& ins, int64_t shift) {
+std::vector<Tensor> collective_permute(const std::vector<const Tensor*>& ins, const std::vector<int64_t>& sources) {
   check_same(ins);
-  int64_t n = static_cast<int64_t>(ins.size());
+  if (sources.size() != ins.size())
+    throw std::runtime_error(fmt::format("collective-permute: {} sources for a group of {}", sources.size(), ins.size()));
   std::vector<Tensor> out;
   out.reserve(ins.size());
-  for (int64_t t = 0; t < n; ++t) {
-    int64_t src = t - shift;
-    if (src >= 0 && src < n) out.push_back(*ins[src]);
+  for (int64_t src : sources) {
+    if (src >= 0 && src < static_cast<int64_t>(ins.size())) out.push_back(*ins[static_cast<size_t>(src)]);
     else out.emplace_back(ins[0]->dtype, ins[0]->shape);
   }
   return out;

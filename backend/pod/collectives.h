@@ -25,8 +25,8 @@ std::vector<Tensor> all_gather(const std::vector<const Tensor*>& ins, int64_t ax
 std::vector<Tensor> reduce_scatter(const std::vector<const Tensor*>& ins, int64_t axis, ReductionKind k);
 /// Member j gets chunk j (along split_axis) of every operand, concatenated along concat_axis in source tile order.
 std::vector<Tensor> all_to_all(const std::vector<const Tensor*>& ins, int64_t split_axis, int64_t concat_axis);
-/// Member t gets operand t - shift, or zeros when that is outside [0, n).
-std::vector<Tensor> collective_permute(const std::vector<const Tensor*>& ins, int64_t shift);
+/// Member t gets operand sources[t], or zeros where sources[t] is -1 (sources from permute_sources, reshard.h).
+std::vector<Tensor> collective_permute(const std::vector<const Tensor*>& ins, const std::vector<int64_t>& sources);
 
 /// x[start : start + size] along axis; positions outside [0, x.shape[axis]) are zero (start may be negative).
 Tensor shard_slice(const Tensor& x, int64_t axis, int64_t start, int64_t size);

@@ -16,6 +16,7 @@
 
 #include "backend/kernels/kernels.h"
 #include "backend/pod/collectives.h"
+#include "core/partition/reshard.h"
 #include "core/cost/cost.h"
 
 namespace gspmd {
@@ -160,9 +161,9 @@ class Executor {
     }
   }
 
-  std::vector<int> mesh_axes(const Node& n) const {
+  std::vector<int> mesh_axes(const Node& n, const char* attr = "mesh_axes") const {
     std::vector<int> axes;
-    for (int64_t a : n.ints("mesh_axes")) {
+    for (int64_t a : n.ints(attr, {})) {
       if (a < 0 || a >= mesh_.rank())
         fail(n, 0, fmt::format("mesh axis {} out of range for mesh {}", a, mesh_.str()));
       axes.push_back(static_cast<int>(a));
@@ -181,6 +182,14 @@ class Executor {
     if (collective) {
       if (n.inputs.size() != 1 || n.outputs.size() != 1) fail(n, 0, "a collective takes one input and one output");
       std::vector<std::vector<int64_t>> groups = mesh_.replica_groups(axes);
+      std::vector<int64_t> sources;
+      if (op == "CollectivePermute") {
+        try {
+          sources = permute_sources(mesh_, axes, n.i("shift", 0), mesh_axes(n, "target_axes"));
+        } catch (const std::exception& e) {
+          fail(n, 0, e.what());
+        }
+      }
       std::vector<const Tensor*> ins;
       for (const auto& group : groups) {
         ins.clear();
@@ -197,7 +206,7 @@ class Executor {
           } else if (op == "AllToAll") {
             outs = pod::all_to_all(ins, n.i("split_axis", 0), n.i("concat_axis", 0));
           } else {
-            outs = pod::collective_permute(ins, n.i("shift", 0));
+            outs = pod::collective_permute(ins, sources);
           }
         } catch (const UnsupportedError& e) {
           throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, op, group[0], e.what()));

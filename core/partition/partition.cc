@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/partition/reshard.h"
 #include "core/partition/spmd.h"
 #include "core/rules/rule.h"
 
@@ -52,8 +53,8 @@ float reduction_identity(ReductionKind k) {
 
 class Partitioner {
  public:
-  Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh)
-      : g_(g), plan_(plan), mesh_(mesh), avail_(g.values.size()) {
+  Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target)
+      : g_(g), plan_(plan), mesh_(mesh), planner_(mesh, target), avail_(g.values.size()) {
     out_.mesh = mesh;
     P().name = g.name;
     P().opset = g.opset;
@@ -182,122 +183,63 @@ class Partitioner {
     return lv;
   }
 
-  int reshard(int gv, int x, TensorSharding cur, const TensorSharding& want, const std::string& for_node,
+  /// Emits the planner's cheapest step sequence from `cur` to `want` (core/partition/reshard.h).
+  int reshard(int gv, int x, const TensorSharding& cur, const TensorSharding& want, const std::string& for_node,
               const std::string& why) {
-    const Shape& gshape = g_.values[gv].shape;
-    const int rank = static_cast<int>(gshape.size());
-    auto local = [&](const TensorSharding& s) { return s.local_shape(gshape, mesh_); };
-    auto even = [&](int d, const std::vector<int>& axes) { return gshape[d] % mesh_.axes_size(axes) == 0; };
+    const Value& v = g_.values[gv];
     for (int a : want.unreduced)
       if (std::find(cur.unreduced.begin(), cur.unreduced.end(), a) == cur.unreduced.end())
-        throw std::logic_error(fmt::format("cannot make '{}' unreduced by resharding", g_.values[gv].name));
-
-    // 1. Reduce the unreduced axes the target does not keep: reduce-scatter where the target splits a dim over
-    //    exactly those axes (appended to the dim's current axes), else all-reduce.
-    std::vector<int> to_reduce;
-    for (int a : cur.unreduced)
-      if (std::find(want.unreduced.begin(), want.unreduced.end(), a) == want.unreduced.end()) to_reduce.push_back(a);
-    if (!to_reduce.empty()) {
-      std::string red(reduction_name(cur.reduction));
-      std::string reason = fmt::format("'{}' is unreduced over {}; {}", g_.values[gv].name,
-                                       axes_str(mesh_, to_reduce), why);
-      int scatter_dim = -1;
-      for (int d = 0; d < rank && scatter_dim < 0; ++d) {
-        const auto& cd = cur.dims[d];
-        const auto& wd = want.dims[d];
-        if (wd.size() == cd.size() + to_reduce.size() && std::equal(cd.begin(), cd.end(), wd.begin()) &&
-            std::equal(to_reduce.begin(), to_reduce.end(), wd.begin() + cd.size()) && even(d, wd))
-          scatter_dim = d;
+        throw std::logic_error(fmt::format("cannot make '{}' unreduced by resharding", v.name));
+    const ReshardPlan& plan = planner_.plan(v.shape, static_cast<int64_t>(dtype_size(v.dtype)), cur, want);
+    TensorSharding at = cur;
+    for (const ReshardStep& st : plan.steps) {
+      const Shape out = st.after.local_shape(v.shape, mesh_);
+      const std::string red(reduction_name(at.reduction));
+      const auto d = int64_t{st.dim};
+      switch (st.kind) {
+        case ReshardStep::Kind::kAllReduce:
+        case ReshardStep::Kind::kReduceScatter: {
+          std::string reason = fmt::format("'{}' is unreduced over {}; {}", v.name, axes_str(mesh_, st.axes), why);
+          if (st.kind == ReshardStep::Kind::kAllReduce)
+            x = collective("AllReduce", x, out, st.axes, {{"reduction", red}}, for_node, gv, reason);
+          else
+            x = collective("ReduceScatter", x, out, st.axes, {{"axis", d}, {"reduction", red}}, for_node, gv, reason);
+          break;
+        }
+        case ReshardStep::Kind::kAllToAll:
+          x = collective("AllToAll", x, out, st.axes, {{"split_axis", int64_t{st.dim2}}, {"concat_axis", d}},
+                         for_node, gv,
+                         fmt::format("'{}' moves its {} split from dim {} to dim {}; {}", v.name,
+                                     axes_str(mesh_, st.axes), st.dim, st.dim2, why));
+          break;
+        case ReshardStep::Kind::kAllGather: {
+          Shape s = P().values[x].shape;
+          s[st.dim] *= mesh_.axes_size(st.axes);
+          x = collective("AllGather", x, s, st.axes, {{"axis", d}}, for_node, gv,
+                         fmt::format("'{}' dim {} is split over {} but {}", v.name, st.dim, axes_str(mesh_, st.axes),
+                                     why));
+          if (st.trim)  // drop the padding of the last shard
+            x = emit("Slice", {x, int64_const("starts", {0}), int64_const("ends", {v.shape[st.dim]}),
+                               int64_const("axes", {d})},
+                     v.name, v.dtype, out);
+          break;
+        }
+        case ReshardStep::Kind::kSlice:
+          x = emit("ShardSlice", {x}, v.name, v.dtype, out,
+                   {{"axis", d}, {"mesh_axes", std::vector<int64_t>(st.axes.begin(), st.axes.end())},
+                    {"shard_size", out[st.dim]}},
+                   kGspmdDomain);
+          break;
+        case ReshardStep::Kind::kPermute:
+          x = collective("CollectivePermute", x, out, st.axes,
+                         {{"target_axes", std::vector<int64_t>(st.target_axes.begin(), st.target_axes.end())}},
+                         for_node, gv,
+                         fmt::format("'{}' goes from {} to {} (same shard shape, other devices); {}", v.name,
+                                     at.to_partition_spec(mesh_), st.after.to_partition_spec(mesh_), why));
+          break;
       }
-      TensorSharding next = cur;
-      next.unreduced.clear();
-      for (int a : cur.unreduced)
-        if (std::find(to_reduce.begin(), to_reduce.end(), a) == to_reduce.end()) next.unreduced.push_back(a);
-      if (next.unreduced.empty()) next.reduction = ReductionKind::kSum;  // a full value has no reduction kind
-      if (scatter_dim >= 0) {
-        next.dims[scatter_dim] = want.dims[scatter_dim];
-        x = collective("ReduceScatter", x, local(next), to_reduce,
-                       {{"axis", int64_t{scatter_dim}}, {"reduction", red}}, for_node, gv, reason);
-      } else {
-        x = collective("AllReduce", x, local(next), to_reduce, {{"reduction", red}}, for_node, gv, reason);
-      }
-      cur = next;
+      at = st.after;
     }
-    if (cur == want) return x;
-
-    // 2. All-to-all: move trailing axes A from dim a to the end of dim b (both even).
-    for (int a = 0; a < rank; ++a) {
-      for (int b = 0; b < rank; ++b) {
-        if (a == b) continue;
-        const auto& ca = cur.dims[a];
-        const auto& wa = want.dims[a];
-        const auto& cb = cur.dims[b];
-        const auto& wb = want.dims[b];
-        if (wa.size() >= ca.size() || !std::equal(wa.begin(), wa.end(), ca.begin())) continue;
-        std::vector<int> moved(ca.begin() + wa.size(), ca.end());
-        if (wb.size() != cb.size() + moved.size() || !std::equal(cb.begin(), cb.end(), wb.begin()) ||
-            !std::equal(moved.begin(), moved.end(), wb.begin() + cb.size()))
-          continue;
-        if (!even(a, ca) || !even(b, wb)) continue;
-        TensorSharding next = cur;
-        next.dims[a] = wa;
-        next.dims[b] = wb;
-        x = collective("AllToAll", x, local(next), moved,
-                       {{"split_axis", int64_t{b}}, {"concat_axis", int64_t{a}}}, for_node, gv,
-                       fmt::format("'{}' moves its {} split from dim {} to dim {}; {}", g_.values[gv].name,
-                                   axes_str(mesh_, moved), a, b, why));
-        cur = next;
-      }
-    }
-
-    // 3. All-gather the axes the target drops from each dim, then (second pass, once no dim holds them any more)
-    //    slice locally for the axes it adds. A dim keeps its common prefix of axes only where the shards nest
-    //    (ceil(d/T) == m*ceil(d/(T*m))); otherwise it is gathered completely and trimmed, so every shard keeps the
-    //    canonical layout [t*s, (t+1)*s).
-    auto nests = [&](int d, const std::vector<int>& axes, size_t p) {
-      const std::vector<int> major(axes.begin(), axes.begin() + static_cast<long>(p));
-      const int64_t t = mesh_.axes_size(major), m = mesh_.axes_size(axes) / t;
-      return ceil_div(gshape[d], t) == m * ceil_div(gshape[d], t * m);
-    };
-    for (int d = 0; d < rank; ++d) {
-      const std::vector<int> cd = cur.dims[d];
-      const std::vector<int>& wd = want.dims[d];
-      if (cd == wd) continue;
-      size_t p = 0;
-      while (p < cd.size() && p < wd.size() && cd[p] == wd[p]) ++p;
-      if (!nests(d, cd, p) || !nests(d, wd, p)) p = 0;
-      if (p == cd.size()) continue;
-      std::vector<int> gathered(cd.begin() + static_cast<long>(p), cd.end());
-      TensorSharding next = cur;
-      next.dims[d].resize(p);
-      Shape s = P().values[x].shape;
-      s[d] *= mesh_.axes_size(gathered);
-      x = collective("AllGather", x, s, gathered, {{"axis", int64_t{d}}}, for_node, gv,
-                     fmt::format("'{}' dim {} is split over {} but {}", g_.values[gv].name, d,
-                                 axes_str(mesh_, gathered), why));
-      if (p == 0 && s[d] != gshape[d]) {  // drop the padding of the last shard
-        s[d] = gshape[d];
-        x = emit("Slice", {x, int64_const("starts", {0}), int64_const("ends", {gshape[d]}), int64_const("axes", {d})},
-                 g_.values[gv].name, P().values[x].dtype, s);
-      }
-      cur = next;
-    }
-    for (int d = 0; d < rank; ++d) {
-      const std::vector<int>& wd = want.dims[d];
-      if (cur.dims[d] == wd) continue;
-      std::vector<int> added(wd.begin() + static_cast<long>(cur.dims[d].size()), wd.end());
-      TensorSharding next = cur;
-      next.dims[d] = wd;
-      Shape s = P().values[x].shape;
-      s[d] = local(next)[d];
-      x = emit("ShardSlice", {x}, g_.values[gv].name, P().values[x].dtype, s,
-               {{"axis", int64_t{d}}, {"mesh_axes", std::vector<int64_t>(added.begin(), added.end())},
-                {"shard_size", s[d]}},
-               kGspmdDomain);
-      cur = next;
-    }
-    if (!(cur == want))
-      throw std::logic_error(fmt::format("reshard of '{}' did not reach its target", g_.values[gv].name));
     return x;
   }
 
@@ -922,16 +864,17 @@ class Partitioner {
   const ShardingPlan& plan_;
   const DeviceMesh& mesh_;
   SpmdProgram out_;
+  ReshardPlanner planner_;
   std::vector<std::vector<Local>> avail_;  // per global value: its local representations, first = primary
   int counter_ = 0;
 };
 
 }  // namespace
 
-SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh) {
+SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target) {
   if (plan.shardings.size() != g.values.size())
     throw std::invalid_argument("partition: the plan has no sharding for some values");
-  return Partitioner(g, plan, mesh).run();
+  return Partitioner(g, plan, mesh, target).run();
 }
 
 }  // namespace gspmd

@@ -11,8 +11,12 @@
 //   ReduceScatter(x) -> y       attrs mesh_axes, axis, reduction. x.shape[axis] % n == 0; y = chunk tile of the reduction.
 //   AllToAll(x) -> y            attrs mesh_axes, split_axis, concat_axis. x.shape[split_axis] % n == 0; chunk j goes to
 //                               group member j; received chunks are concatenated along concat_axis in source tile order.
-//   CollectivePermute(x) -> y   attrs mesh_axes, shift. The device at tile t receives x from tile t - shift of its group;
-//                               devices with no source (t - shift outside [0, n)) get zeros.
+//   CollectivePermute(x) -> y   attrs mesh_axes and either shift or target_axes (permute_sources in reshard.h).
+//                               shift: the device at tile t receives x from tile t - shift of its group; devices with
+//                               no source (t - shift outside [0, n)) get zeros (halo exchange).
+//                               target_axes (a permutation of mesh_axes): the device receives from the group member
+//                               whose tile index over mesh_axes equals its own tile index over target_axes (a reshard
+//                               that moves equal-sized shards between devices, e.g. [x,y] -> [y,x]).
 //   ShardSlice(x) -> y          attrs axis, mesh_axes, shard_size, optional base (0) and size (shard_size).
 //                               y = x[start : start + size] along axis with start = base + tile*shard_size; positions
 //                               outside [0, x.shape[axis]) are zero (padding, or a halo window past the edge).
@@ -28,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cost/target.h"
 #include "core/ir/ir.h"
 #include "core/propagation/propagation.h"
 #include "core/sharding/sharding.h"
@@ -71,7 +76,9 @@ struct SpmdProgram {
 /// resharded to a factor assignment chosen from the rule, the op runs on local shapes, and split reduction factors
 /// make the result unreduced; unreduced values stay so through linear consumers and are reduced (all-reduce) where
 /// a consumer needs the full value. Ops without a rule fall back to all-gather + full computation, with a warning.
+/// Reshards are the cheapest step sequences on `target` (ReshardPlanner, core/partition/reshard.h).
 /// Throws UnsupportedError when an op can be neither partitioned nor replicated.
-SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh);
+SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+                      const Target& target = Target::load("tpu-v3"));
 
 }  // namespace gspmd

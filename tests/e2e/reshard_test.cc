@@ -1,4 +1,4 @@
-// The reshard planner (core/partition/partition.cc, reshard()), tested through the public entry point: a graph
+// The reshard planner (core/partition/reshard.h, emitted by reshard() in partition.cc), tested through the public entry point: a graph
 // `y = Identity(x)` with a hand-made ShardingPlan (x: FROM, y: TO) is partitioned and run on the emulated pod; the
 // assembled output must equal x exactly (resharding is data movement plus sums with zeros), and the collectives the
 // program records must be the planner's plan.
@@ -448,7 +448,7 @@ TEST(Reshard, AnalyticPlansEven8x8On2x2) {
       {{{"x"}, {}}, {}, {{}, {}}, "all-gather{x} 256B"},
       {{{"x", "y"}, {}}, {}, {{"x"}, {}}, "all-gather{y} 128B"},
       {{{"x", "y"}, {}}, {}, {{}, {}}, "all-gather{x,y} 256B"},
-      {{{"x"}, {"y"}}, {}, {{}, {}}, "all-gather{x} 128B; all-gather{y} 256B"},
+      {{{"x"}, {"y"}}, {}, {{}, {}}, "all-gather{y} 128B; all-gather{x} 256B"},  // either order costs the same
       // adding splits: local slices only
       {{{}, {}}, {}, {{"x"}, {}}, ""},
       {{{}, {}}, {}, {{"x"}, {"y"}}, ""},
@@ -475,37 +475,39 @@ TEST(Reshard, AnalyticPlansUneven) {
       // Through Identity, x is sliced to [x,null] first (y stays unreduced: Identity is linear) and reduced at the
       // output, on the [3,6] shard: 72 B rather than 120 B.
       {{{}, {}}, {"y"}, {{"x"}, {}}, "all-reduce{y} 72B"},
-      // Here the target uses x, so x is reduced at the operand: reshard() reduces everything first (all-reduce of
-      // the whole [5,6]) and then slices.
-      {{{}, {}}, {"x", "y"}, {{"x"}, {}}, "all-reduce{x,y} 120B"},
+      // Here the target uses x, so x is reduced at the operand. 5 rows do not reduce-scatter over x, but 6 columns
+      // do over y: reduce-scatter y onto dim 1, all-reduce x on the half, all-gather y (the bandwidth-optimal
+      // all-reduce), then slice x: 2*60 + 60 B over the links, against 2*120 B for all-reduce{x,y}.
+      {{{}, {}}, {"x", "y"}, {{"x"}, {}}, "reduce-scatter{y} 120B; all-reduce{x} 60B; all-gather{y} 72B"},
   };
   for (const Expect& e : cases) check_analytic("2x2", {5, 6}, e);
 }
 
-/// [x,y] -> [y,x] (and friends): a swap of the two axes between dims. The optimal plan is one collective-permute
-/// (device (i,j) sends its block to (j,i)); the test asserts only exactness and prints what the planner does.
-TEST(Reshard, SwapIsExact) {
+/// [x,y] -> [y,x] (and friends): the axes trade places but every dim keeps its number of shards, so each device
+/// sends its whole shard to one other device: one collective-permute (relayout form, spmd.h), even when uneven.
+TEST(Reshard, SwapIsOneCollectivePermute) {
   struct Swap {
     const char* mesh;
     Shape shape;
     std::vector<std::vector<std::string>> from, to;
+    const char* collectives;
   };
   std::vector<Swap> cases = {
-      {"2x2", {8, 8}, {{"x"}, {"y"}}, {{"y"}, {"x"}}},
-      {"2x2", {5, 6}, {{"x"}, {"y"}}, {{"y"}, {"x"}}},
-      {"2x3", {12, 12}, {{"x"}, {"y"}}, {{"y"}, {"x"}}},
-      {"2x2", {8, 8}, {{"x", "y"}, {}}, {{"y", "x"}, {}}},
-      {"2x2x2", {8, 8, 8}, {{"x"}, {"y"}, {"z"}}, {{"z"}, {"x"}, {"y"}}},
+      {"2x2", {8, 8}, {{"x"}, {"y"}}, {{"y"}, {"x"}}, "collective-permute{x,y} 64B"},
+      {"2x2", {5, 6}, {{"x"}, {"y"}}, {{"y"}, {"x"}}, "collective-permute{x,y} 36B"},
+      {"2x2", {8, 8}, {{"x", "y"}, {}}, {{"y", "x"}, {}}, "collective-permute{x,y} 64B"},
+      {"2x4", {8, 8}, {{"x", "y"}, {}}, {{"y", "x"}, {}}, "collective-permute{x,y} 32B"},
+      {"2x2x2", {8, 8, 8}, {{"x"}, {"y"}, {"z"}}, {{"z"}, {"x"}, {"y"}}, "collective-permute{x,y,z} 256B"},
+      // 2 vs 3 shards per dim: not a permutation; gather x, move y's split with an all-to-all, slice x
+      {"2x3", {12, 12}, {{"x"}, {"y"}}, {{"y"}, {"x"}}, "all-gather{x} 192B; all-to-all{y} 192B"},
   };
   for (const Swap& c : cases) {
     DeviceMesh mesh = DeviceMesh::parse(c.mesh);
     TensorSharding from = S(mesh, c.from), to = S(mesh, c.to);
     std::string name = case_name(mesh, c.shape, from, to);
     Outcome o = reshard_case(mesh, c.shape, from, to);
-    EXPECT_EQ(o.error, "") << name << "\n  collectives: " << collectives_str(o.program)
-                           << "\n  program ops: " << ops_str(o.program);
-    std::cout << "[reshard] swap " << name << ": " << (o.error.empty() ? "exact" : o.error)
-              << "\n  collectives: " << collectives_str(o.program) << "\n  program ops: " << ops_str(o.program) << "\n";
+    EXPECT_EQ(o.error, "") << name << "\n  program ops: " << ops_str(o.program);
+    EXPECT_EQ(collectives_str(o.program), c.collectives) << name;
   }
 }
 
@@ -514,10 +516,10 @@ TEST(Reshard, SwapIsExact) {
 TEST(Reshard, ProgramSizeIndependentOfDeviceCount) {
   DeviceMesh small = DeviceMesh::parse("2x2"), big = DeviceMesh::parse("16x16");
   ASSERT_EQ(big.num_devices(), 256);
-  // [512,512] divides evenly by 2, 4, 16 and 256, so the plans must be the same; only the numbers (shard sizes,
-  // bytes) change. [5,7] is uneven everywhere: whether a split's shards nest (ceil(d/T) == m*ceil(d/(T*m))) depends
-  // on the sizes, so a plan may keep a prefix on one mesh and gather fully on the other; the program size is still
-  // bounded by a constant (per dim: all-gather, trim, slice; plus the reduction), whatever the device count.
+  // The planner prices steps with the target's cost model, so the best plan may differ between meshes: on 16x16,
+  // [512,512] unreduced={x} -> [[x,y],null] slices y first and reduce-scatters a 16x smaller shard, then permutes
+  // [y,x] -> [x,y]; on 2x2 the direct reduce-scatter is cheaper. What must not grow with the device count is the
+  // program: per dim at most all-gather, trim, slice, plus reductions, all-to-alls and a permute.
   int64_t checked = 0;
   for (const Shape& shape : {Shape{512, 512}, Shape{5, 7}}) {
     std::vector<TensorSharding> to_all = all_tiled(small, 2);
@@ -532,20 +534,9 @@ TEST(Reshard, ProgramSizeIndependentOfDeviceCount) {
           continue;
         }
         ++checked;
-        if (shape[0] == 5) {
-          const size_t bound = 3 * shape.size() + 2;
-          EXPECT_LE(a.program.program.nodes.size(), bound) << name;
-          EXPECT_LE(b.program.program.nodes.size(), bound) << name;
-          continue;
-        }
-        EXPECT_EQ(a.program.program.nodes.size(), b.program.program.nodes.size()) << name;
-        EXPECT_EQ(a.program.program.values.size(), b.program.program.values.size()) << name;
-        EXPECT_EQ(ops_str(a.program), ops_str(b.program)) << name;
-        ASSERT_EQ(a.program.collectives.size(), b.program.collectives.size()) << name;
-        for (size_t i = 0; i < a.program.collectives.size(); ++i) {
-          EXPECT_EQ(a.program.collectives[i].kind, b.program.collectives[i].kind) << name;
-          EXPECT_EQ(a.program.collectives[i].mesh_axes, b.program.collectives[i].mesh_axes) << name;
-        }
+        const size_t bound = 3 * shape.size() + 2;
+        EXPECT_LE(a.program.program.nodes.size(), bound) << name;
+        EXPECT_LE(b.program.program.nodes.size(), bound) << name;
       }
   }
   EXPECT_EQ(checked, 2 * 18 * 11);  // rank 2 on a 2-axis mesh: 11 tiled shardings, 18 with unreduced variants

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "tests/frontend/frontend_test_util.h"
+#include "tests/test_util/graph_builder.h"
 
 namespace gspmd {
 namespace {
@@ -212,6 +213,31 @@ TEST(Export, TwoDeviceProgram) {
     for (const auto& n : m.graph().node())
       for (const auto& o : n.output()) EXPECT_TRUE(typed.count(o)) << o;
   }
+}
+
+TEST(Export, RelayoutPermuteSpellsOutEveryPair) {
+  // [x,y] -> [y,x] on 2x3: the partitioner emits one CollectivePermute with target_axes; the device file lists the
+  // pairs. Device (i,j) (id 3i+j) must hold chunk 2j+i, held by device 2j+i: sources by destination 0,2,4,1,3,5.
+  testing::GraphBuilder b;
+  int x = b.input("x", {6, 6});
+  int n = b.node("Identity", {x}, {6, 6});
+  b.g.outputs = {b.g.nodes[n].outputs[0]};
+  ShardingPlan plan;
+  plan.shardings.assign(b.g.values.size(), TensorSharding::replicated(2));
+  plan.origins.resize(b.g.values.size());
+  plan.shardings[x].dims[0] = {0, 1};
+  plan.shardings[b.g.outputs[0]].dims[0] = {1, 0};
+  DeviceMesh mesh = DeviceMesh::parse("2x3");
+  SpmdProgram p = partition(b.g, plan, mesh);
+  ASSERT_EQ(p.collectives.size(), 1u);
+  EXPECT_EQ(p.collectives[0].kind, "collective-permute");
+  TempDir d;
+  export_device(p, b.g, 4, d.file("d.onnx"));
+  onnx::ModelProto m = parse(d.file("d.onnx"));
+  const onnx::NodeProto* cp = find_node(m, "CollectivePermute");
+  ASSERT_TRUE(cp);
+  EXPECT_EQ(ints(attr(*cp, "target_axes")), (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(ints(attr(*cp, "source_target_pairs")), (std::vector<int64_t>{0, 0, 2, 1, 4, 2, 1, 3, 3, 4, 5, 5}));
 }
 
 TEST(Export, ParamWithoutDataFails) {
