@@ -503,44 +503,59 @@ class Partitioner {
     return true;
   }
 
-  /// LayerNormalization (opset 17) over one normalized dim (the last) that the operand splits: local sum ->
-  /// all-reduce -> mean; local sum of squared deviations -> all-reduce -> variance; then normalise, scale and shift
-  /// with scale/bias sliced like the normalized dim. Padding is masked to 0 before both sums. Only Y may be used.
+  /// LayerNormalization (opset 17) whose normalized dims [axis, rank) the operand splits (any of them, over any
+  /// axes): local sum -> all-reduce -> mean; local sum of squared deviations -> all-reduce -> variance; then
+  /// normalise, scale and shift with Scale/B sliced like the normalized dims. Padding of uneven split dims is masked
+  /// to 0 before both sums. The Mean and InvStdDev outputs (shape [..., 1, ..., 1]) keep the leading dims' splits.
   bool lower_split_layer_norm(int n) {
     const Node& node = g_.nodes[n];
-    if (!node.domain.empty() || node.op_type != "LayerNormalization" || node.outputs.size() != 1) return false;
+    if (!node.domain.empty() || node.op_type != "LayerNormalization" || node.outputs.size() > 3) return false;
     const int gx = node.inputs[0];
     const Value& xv = g_.values[gx];
     const int rank = static_cast<int>(xv.shape.size());
     int64_t axis = node.i("axis", -1);
     if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank || xv.dtype != DType::kFloat32) return false;
     TensorSharding s = current(gx);
-    if (axis != rank - 1 || s.dims[axis].empty() || xv.dtype != DType::kFloat32) return false;
+    std::vector<int64_t> norm_dims;
+    std::vector<int> A;  // mesh axes splitting the normalized dims
+    int64_t count = 1;
+    for (int64_t d = axis; d < rank; ++d) {
+      norm_dims.push_back(d);
+      A.insert(A.end(), s.dims[d].begin(), s.dims[d].end());
+      count *= xv.shape[d];
+    }
+    if (A.empty()) return false;
+    const Shape norm_shape(xv.shape.begin() + axis, xv.shape.end());
     for (size_t i = 1; i < node.inputs.size(); ++i)
-      if (node.inputs[i] >= 0 && g_.values[node.inputs[i]].shape != Shape{xv.shape[axis]}) return false;
+      if (node.inputs[i] >= 0 && g_.values[node.inputs[i]].shape != norm_shape) return false;
+    for (size_t i = 1; i < node.outputs.size(); ++i)
+      if (node.outputs[i] >= 0 && g_.values[node.outputs[i]].dtype != DType::kFloat32) return false;
+    std::sort(A.begin(), A.end());
     s.unreduced.clear();
     s.reduction = ReductionKind::kSum;
-    const std::vector<int> A = s.dims[axis];
     const std::string& on = g_.values[node.outputs[0]].name;
-    const std::string why = fmt::format("{} (LayerNormalization) normalizes dim {} split over {}", node.name, axis,
+    const std::string why = fmt::format("{} (LayerNormalization) normalizes dims {}.. split over {}", node.name, axis,
                                         axes_str(mesh_, A));
     int x = get(gx, s, node.name, why);
     const Shape ls = P().values[x].shape;
     Shape red = ls;
-    red[axis] = 1;
+    for (int64_t d : norm_dims) red[d] = 1;
     auto scalar = [&](const std::string& hint, float v) { return new_constant(hint, Tensor::from_floats({}, {v})); };
     auto global_mean = [&](int v, const std::string& what) {
-      if (xv.shape[axis] % mesh_.axes_size(A) != 0)
+      for (int64_t d : norm_dims) {
+        const std::vector<int>& ax = s.dims[d];
+        if (ax.empty() || xv.shape[d] % mesh_.axes_size(ax) == 0) continue;
         v = emit("MaskPad", {v}, on + "/masked", DType::kFloat32, ls,
-                 {{"axis", axis}, {"mesh_axes", std::vector<int64_t>(A.begin(), A.end())},
-                  {"full_size", xv.shape[axis]}, {"value", 0.f}},
+                 {{"axis", d}, {"mesh_axes", std::vector<int64_t>(ax.begin(), ax.end())},
+                  {"full_size", xv.shape[d]}, {"value", 0.f}},
                  kGspmdDomain);
-      int local = emit("ReduceSum", {v, int64_const("axes", {axis})}, on + "/" + what, DType::kFloat32, red,
+      }
+      int local = emit("ReduceSum", {v, int64_const("axes", norm_dims)}, on + "/" + what, DType::kFloat32, red,
                        {{"keepdims", int64_t{1}}});
       int sum = collective("AllReduce", local, red, A, {{"reduction", std::string("sum")}}, node.name, gx,
                            why + ": global " + what);
-      return emit("Div", {sum, scalar("count", static_cast<float>(xv.shape[axis]))}, on + "/" + what,
-                  DType::kFloat32, red);
+      return emit("Div", {sum, scalar("count", static_cast<float>(count))}, on + "/" + what, DType::kFloat32, red);
     };
     int mean = global_mean(x, "mean");
     int d = emit("Sub", {x, mean}, on + "/centered", DType::kFloat32, ls);
@@ -550,12 +565,17 @@ class Partitioner {
                   on + "/std", DType::kFloat32, red);
     int y = emit("Div", {d, sd}, on + "/normalized", DType::kFloat32, ls);
     TensorSharding param;
-    param.dims = {A};
+    param.dims.assign(s.dims.begin() + axis, s.dims.end());
     if (node.inputs.size() > 1 && node.inputs[1] >= 0)
       y = emit("Mul", {y, get(node.inputs[1], param, node.name, why)}, on + "/scaled", DType::kFloat32, ls);
     if (node.inputs.size() > 2 && node.inputs[2] >= 0)
       y = emit("Add", {y, get(node.inputs[2], param, node.name, why)}, on, DType::kFloat32, ls);
     bind(node.outputs[0], s, y);
+    TensorSharding stat = s;  // [..., 1, ..., 1]: the normalized dims are whole
+    for (int64_t nd : norm_dims) stat.dims[nd].clear();
+    if (node.outputs.size() > 1 && node.outputs[1] >= 0) bind(node.outputs[1], stat, mean);
+    if (node.outputs.size() > 2 && node.outputs[2] >= 0)
+      bind(node.outputs[2], stat, emit("Reciprocal", {sd}, g_.values[node.outputs[2]].name, DType::kFloat32, red));
     return true;
   }
 

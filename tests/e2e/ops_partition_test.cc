@@ -510,6 +510,20 @@ TEST(OpsPartition, SoftmaxAndLayerNorm) {
     cs.push_back(B.done(80));
   }
   {
+    // Two normalized dims and all three outputs: Mean and InvStdDev are [3,1,1] and keep dim 0's split.
+    Builder B("LayerNormalization axis 1 with Mean and InvStdDev outputs");
+    int X = B.fin("X", {3, 5, 7});
+    auto outs = B.op("LayerNormalization", {X, B.weight("scale", {5, 7}), B.weight("bias", {5, 7})},
+                     {{"Y", DType::kFloat32, {3, 5, 7}},
+                      {"Mean", DType::kFloat32, {3, 1, 1}},
+                      {"InvStdDev", DType::kFloat32, {3, 1, 1}}},
+                     {{"axis", int64_t{1}}});
+    B.out(outs[0], true);
+    B.out(outs[1]);
+    B.out(outs[2]);
+    cs.push_back(B.done(80));
+  }
+  {
     Builder B("LayerNormalization axis -1 no bias, 2-D [9,6]");
     int X = B.fin("X", {9, 6});
     int S = B.weight("scale", {6}, false);
