@@ -80,9 +80,11 @@ class Edges {
       : mesh_(mesh), target_(target), g_(global), eb_(elem_bytes), to_(to), slice_axes_(std::move(slice_axes)) {}
 
   /// Calls out(step) for every step leaving `s`.
-  void each(const TensorSharding& s, const std::function<void(ReshardStep)>& out) const {
+  template <class Out>
+  void each(const TensorSharding& s, const Out& out) const {
     const int rank = s.rank();
     const Shape L = s.local_shape(g_, mesh_);
+    const int64_t in = num_elements(L) * eb_;
     const std::vector<int> reducible = minus(s.unreduced, to_.unreduced);
     // all-reduce any subset of the unreduced axes the target does not keep
     const size_t nr = reducible.size();
@@ -92,7 +94,7 @@ class Edges {
         if (mask & (1u << i)) axes.push_back(reducible[i]);
       ReshardStep st = make(ReshardStep::Kind::kAllReduce, axes);
       st.after = reduced(s, axes);
-      out(price(s, std::move(st)));
+      out(price(L, in, std::move(st)));
     }
     const auto reducible_seqs = sequences(reducible);
     std::vector<int> unused;
@@ -109,7 +111,7 @@ class Edges {
         ReshardStep st = make(ReshardStep::Kind::kReduceScatter, seq, d);
         st.after = reduced(s, seq);
         st.after.dims[d].insert(st.after.dims[d].end(), seq.begin(), seq.end());
-        out(price(s, std::move(st)));
+        out(price(L, in, std::move(st)));
       }
       // all-gather a trailing run of dim d's axes
       const auto& cd = s.dims[d];
@@ -121,7 +123,7 @@ class Edges {
         st.trim = p == 0 && L[d] * mesh_.axes_size(gathered) != g_[d];
         st.after = s;
         st.after.dims[d] = keep;
-        out(price(s, std::move(st)));
+        out(price(L, in, std::move(st)));
       }
       // slice locally over unused axes
       for (const auto& seq : unused_seqs) {
@@ -129,7 +131,7 @@ class Edges {
         ReshardStep st = make(ReshardStep::Kind::kSlice, seq, d);
         st.after = s;
         st.after.dims[d].insert(st.after.dims[d].end(), seq.begin(), seq.end());
-        out(price(s, std::move(st)));
+        out(price(L, in, std::move(st)));
       }
       // all-to-all: trailing axes of dim d move to the end of dim b
       for (int b = 0; b < rank; ++b) {
@@ -143,26 +145,22 @@ class Edges {
           st.after = s;
           st.after.dims[d].resize(p);
           st.after.dims[b] = nb;
-          out(price(s, std::move(st)));
+          out(price(L, in, std::move(st)));
         }
       }
     }
-    permutes(s, out);
+    permutes(s, L, in, out);
   }
 
   /// A step's bytes and seconds from the local shapes before and after it.
-  ReshardStep price(const TensorSharding& s, ReshardStep st) const {
-    const int64_t in = num_elements(s.local_shape(g_, mesh_)) * eb_;
+  ReshardStep price(const Shape& L, int64_t in, ReshardStep st) const {
     int64_t outb = num_elements(st.after.local_shape(g_, mesh_)) * eb_;
     if (st.kind == ReshardStep::Kind::kSlice) {
       st.seconds = static_cast<double>(in) / target_.hbm_bandwidth;
       return st;
     }
-    if (st.kind == ReshardStep::Kind::kAllGather) {  // before the trim: the padded concatenation
-      Shape sh = s.local_shape(g_, mesh_);
-      sh[st.dim] *= mesh_.axes_size(st.axes);
-      outb = num_elements(sh) * eb_;
-    }
+    if (st.kind == ReshardStep::Kind::kAllGather)  // before the trim: the padded concatenation
+      outb = num_elements(L) / L[st.dim] * L[st.dim] * mesh_.axes_size(st.axes) * eb_;
     st.bytes = std::max(in, outb);
     st.seconds = collective_time(std::string(step_name(st.kind)), static_cast<double>(st.bytes),
                                  st.axes, mesh_, target_);
@@ -184,35 +182,33 @@ class Edges {
   }
 
   /// Layouts with the same number of shards per dim but the tiled axes in other places: a permutation of devices.
-  void permutes(const TensorSharding& s, const std::function<void(ReshardStep)>& out) const {
+  /// Only layouts from which the target is reached without more communication are tried (every dim's axes a prefix
+  /// of the target's): a permute moves whole shards, so it is the last collective of a plan.
+  template <class Out>
+  void permutes(const TensorSharding& s, const Shape& L, int64_t in, const Out& out) const {
     std::vector<int> axes = flat_axes(s);
     if (axes.size() < 2) return;
     const int rank = s.rank();
-    std::vector<int64_t> want(rank);
-    for (int d = 0; d < rank; ++d) want[d] = mesh_.axes_size(s.dims[d]);
-    std::vector<int> perm = axes;
-    std::sort(perm.begin(), perm.end());
-    do {
-      // cut perm into rank consecutive groups whose sizes match `want` (at most one cut point fits per dim,
-      // except for size-1 axes, which the mesh parser allows but which never need a permute)
-      TensorSharding t = s;
-      size_t i = 0;
-      bool ok = true;
-      for (int d = 0; d < rank && ok; ++d) {
-        t.dims[d].clear();
-        int64_t size = 1;
-        while (size < want[d] && i < perm.size()) {
-          size *= mesh_.shape[perm[i]];
-          t.dims[d].push_back(perm[i++]);
-        }
-        ok = size == want[d];
+    TensorSharding t = s;
+    for (int d = 0; d < rank; ++d) {
+      // the prefix of the target's dim d with as many shards as s has on dim d
+      const int64_t want = mesh_.axes_size(s.dims[d]);
+      t.dims[d].clear();
+      int64_t size = 1;
+      for (size_t i = 0; i < to_.dims[d].size() && size < want; ++i) {
+        size *= mesh_.shape[to_.dims[d][i]];
+        t.dims[d].push_back(to_.dims[d][i]);
       }
-      if (!ok || i != perm.size() || t == s) continue;
-      ReshardStep st = make(ReshardStep::Kind::kPermute, axes);
-      st.target_axes = flat_axes(t);
-      st.after = t;
-      out(price(s, std::move(st)));
-    } while (std::next_permutation(perm.begin(), perm.end()));
+      if (size != want) return;
+    }
+    std::vector<int> target = flat_axes(t), a = axes, b = target;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    if (a != b || t == s) return;
+    ReshardStep st = make(ReshardStep::Kind::kPermute, axes);
+    st.target_axes = std::move(target);
+    st.after = std::move(t);
+    out(price(L, in, std::move(st)));
   }
 
   const DeviceMesh& mesh_;
@@ -258,7 +254,20 @@ ReshardPlan ReshardPlanner::search(const Shape& global, int64_t elem_bytes, cons
   if (!to.unreduced.empty() && to.reduction != from.reduction)
     throw std::logic_error("reshard: unreduced values keep their reduction kind");
 
-  // Dijkstra over shardings; ties on time go to fewer steps. States are keyed by their layout.
+  // A* over shardings (ties on time go to fewer steps); states are keyed by their layout. The heuristic: a sharding
+  // from which slices alone cannot reach `to` (an unreduced axis to combine, or a dim whose axes are not a prefix of
+  // the target's) needs at least one more collective, and every collective over axes of size >= 2 costs at least
+  // the link latency. Slices never lower it, so it is consistent and the plan stays optimal.
+  const bool unit_axis = std::find(mesh_.shape.begin(), mesh_.shape.end(), 1) != mesh_.shape.end();
+  auto heuristic = [&](const TensorSharding& s) {
+    if (unit_axis) return 0.0;
+    for (int a : s.unreduced)
+      if (!contains(to.unreduced, a)) return target_.link_latency;
+    for (int d = 0; d < s.rank(); ++d)
+      if (s.dims[d].size() > to.dims[d].size() || !std::equal(s.dims[d].begin(), s.dims[d].end(), to.dims[d].begin()))
+        return target_.link_latency;
+    return 0.0;
+  };
   struct Entry {
     TensorSharding s;
     double seconds = 0;
@@ -275,14 +284,15 @@ ReshardPlan ReshardPlanner::search(const Shape& global, int64_t elem_bytes, cons
   queue.emplace(0.0, 0, start);
   const Edges edges(mesh_, target_, global, elem_bytes, to, to.tiled_axes());
   while (!queue.empty()) {
-    auto [sec, steps, k] = queue.top();
+    auto [f, steps, k] = queue.top();
     queue.pop();
     Entry& e = seen[k];
     if (e.done) continue;
     e.done = true;
     if (k == goal) break;
     const TensorSharding s = e.s;
-    edges.each(s, [&](ReshardStep st) {
+    const double sec = e.seconds;
+    edges.each(s, [&](ReshardStep&& st) {
       std::string nk = key_of(st.after);
       const double ns = sec + st.seconds;
       auto [pos, fresh] = seen.try_emplace(nk);
@@ -293,7 +303,7 @@ ReshardPlan ReshardPlanner::search(const Shape& global, int64_t elem_bytes, cons
       n.steps = steps + 1;
       n.prev = k;
       n.step = std::move(st);
-      queue.emplace(ns, steps + 1, nk);
+      queue.emplace(ns + heuristic(n.s), steps + 1, nk);
     });
   }
   auto it = seen.find(goal);
