@@ -11,7 +11,7 @@
 
 namespace gspmd::cli {
 
-/// Flags shared by partition, run and explain.
+/// Flags shared by partition, run, simulate and explain.
 struct CommonOptions {
   std::string model;                // MODEL path
   std::string mesh;                 // --mesh "4x4"
@@ -45,9 +45,19 @@ struct RunOptions {
   bool check = false;       // --check
   double rtol = 1e-4, atol = 1e-5;
   std::string report;       // --report FILE
+  std::string trace;        // --trace FILE
   uint64_t seed = 0;        // --seed
 };
 int cmd_run(const RunOptions& o);
+
+struct SimulateOptions {
+  CommonOptions common;
+  std::string report;  // --report FILE
+  std::string trace;   // --trace FILE
+};
+/// Propagates, partitions and costs without reading initializer data or running (weights' external data files may
+/// be absent); prints and writes the run report without host and check, with the static peak memory per device.
+int cmd_simulate(const SimulateOptions& o);
 
 struct ExplainOptions {
   CommonOptions common;

@@ -40,6 +40,13 @@ int main(int argc, char** argv) {
   run->add_option("--atol", ro.atol, "absolute tolerance of --check (default 1e-5)");
   run->add_option("--report", ro.report, "write the JSON report here");
   run->add_option("--seed", ro.seed, "seed of the pseudo-random inputs (without --inputs)");
+  run->add_option("--trace", ro.trace, "write the simulated step as Chrome trace JSON (Perfetto) here");
+
+  cli::SimulateOptions so;
+  auto* sim = app.add_subcommand("simulate", "partition and cost on the target pod without weights or running");
+  add_common(sim, so.common);
+  sim->add_option("--report", so.report, "write the JSON report here");
+  sim->add_option("--trace", so.trace, "write the simulated step as Chrome trace JSON (Perfetto) here");
 
   cli::ExplainOptions eo;
   auto* explain = app.add_subcommand("explain", "show every value's sharding, its origin, and every collective");
@@ -57,6 +64,7 @@ int main(int argc, char** argv) {
   try {
     if (*part) return cli::cmd_partition(po);
     if (*run) return cli::cmd_run(ro);
+    if (*sim) return cli::cmd_simulate(so);
     if (*explain) return cli::cmd_explain(eo);
   } catch (const InputError& e) {
     fmt::print(stderr, "error: {}\n", e.what());

@@ -169,6 +169,9 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
              human_time(s["step_time_s"].get<double>()), human_time(s["compute_time_s"].get<double>()),
              human_time(s["communication_time_s"].get<double>()), 100 * s["flops_utilization"].get<double>(),
              r["model_flops"].get<double>());
+  if (!r.contains("host") && !s["per_device"].empty() && s["per_device"][0].contains("peak_memory_bytes"))
+    fmt::print("memory    {} per device at peak (static estimate: weight slices, constants, live activations)\n",
+               human_bytes(s["per_device"][0]["peak_memory_bytes"].get<double>()));
   if (r.contains("host")) {
     int64_t peak = 0;
     for (const auto& d : s["per_device"]) peak = std::max<int64_t>(peak, d.value("peak_memory_bytes", int64_t{0}));

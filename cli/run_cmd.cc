@@ -7,6 +7,7 @@
 #include "backend/pod/pod.h"
 #include "cli/commands.h"
 #include "cli/report.h"
+#include "cli/trace.h"
 #include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {
@@ -105,6 +106,7 @@ int cmd_run(const RunOptions& o) {
   CostReport cost = simulate_cost(p.graph, p.program, target);
   nlohmann::json report = make_report(p, target, cost, &run, o.check ? &check : nullptr);
   if (!o.report.empty()) write_json(o.report, report);
+  if (!o.trace.empty()) write_trace(o.trace, p.program, cost, target.name);
   print_summary(report, o.common.model);
   return o.check && !check.passed ? 1 : 0;
 }

@@ -499,6 +499,44 @@ double node_time(const Graph& program, const Node& n, const DeviceMesh& mesh, co
   return std::max(t.peak_flops > 0 ? f / t.peak_flops : 0.0, t.hbm_bandwidth > 0 ? b / t.hbm_bandwidth : 0.0);
 }
 
+int64_t static_peak_memory(const Graph& program) {
+  const auto bytes = [&](int v) {
+    const Value& val = program.values[static_cast<size_t>(v)];
+    return num_elements(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
+  };
+  const int n = static_cast<int>(program.nodes.size());
+  std::vector<int> last(program.values.size(), -1);  // index of the last node reading each value; n = kept to the end
+  for (int i = 0; i < n; ++i)
+    for (int v : program.nodes[static_cast<size_t>(i)].inputs)
+      if (v >= 0) last[static_cast<size_t>(v)] = i;
+  for (int v : program.outputs) last[static_cast<size_t>(v)] = n;
+  int64_t live = 0;
+  for (size_t v = 0; v < program.values.size(); ++v)
+    if (program.values[v].is_initializer) {
+      live += bytes(static_cast<int>(v));
+      last[v] = n;  // weights and constants stay resident
+    }
+  for (int v : program.inputs) live += bytes(v);
+  int64_t peak = live;
+  for (int i = 0; i < n; ++i) {
+    const Node& node = program.nodes[static_cast<size_t>(i)];
+    for (int o : node.outputs)
+      if (o >= 0) live += bytes(o);
+    peak = std::max(peak, live);
+    for (int o : node.outputs)  // results nobody reads are dropped at once
+      if (o >= 0 && last[static_cast<size_t>(o)] < 0) live -= bytes(o);
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      const int v = node.inputs[k];
+      if (v < 0 || last[static_cast<size_t>(v)] != i) continue;
+      if (std::find(node.inputs.begin(), node.inputs.begin() + static_cast<long>(k), v) !=
+          node.inputs.begin() + static_cast<long>(k))
+        continue;  // read twice by this node: freed once
+      live -= bytes(v);
+    }
+  }
+  return peak;
+}
+
 CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t) {
   CostReport r;
   r.model_flops = graph_flops(g);
@@ -511,6 +549,7 @@ CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t) 
     else r.compute_time_s += dt;
   }
   r.step_time_s = r.compute_time_s + r.communication_time_s;
+  r.peak_memory_bytes = static_peak_memory(p.program);
   double devices = static_cast<double>(p.mesh.num_devices());
   if (r.step_time_s > 0 && t.peak_flops > 0)
     r.flops_utilization = r.model_flops / (devices * t.peak_flops * r.step_time_s);

@@ -48,7 +48,14 @@ struct CostReport {
   double step_time_s = 0;           // compute + communication
   double flops_utilization = 0;     // model_flops / (devices * peak * step_time)
   std::vector<double> node_time_s;  // per program node id: node_time (for the trace; sums to step_time_s)
+  int64_t peak_memory_bytes = 0;    // static_peak_memory of the program: the same on every device (bytes)
 };
+
+/// Peak bytes one device holds while running `program` in node order (a static estimate, no data needed): weights,
+/// constants and inputs for the whole step; every other value from the node that makes it to its last reader (graph
+/// outputs to the end; a result nobody reads is dropped at once). The emulator's measured peak
+/// (PodRun::peak_memory_bytes) follows the same rules. O(nodes + values).
+int64_t static_peak_memory(const Graph& program);
 
 /// Costs `p` (the global graph `g` gives model FLOPs). O(program nodes), independent of device count.
 CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t);

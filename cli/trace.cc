@@ -1,0 +1,65 @@
+// Chrome trace writer: events are streamed line by line (the file grows with devices x nodes; nothing else does).
+#include "cli/trace.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace gspmd::cli {
+
+void write_trace(const std::string& path, const SpmdProgram& p, const CostReport& cost, const std::string& target) {
+  const std::string tmp = path + ".tmp";  // written completely, then renamed: never a half-written trace
+  std::ofstream f(tmp);
+  if (!f) throw InputError(fmt::format("{}: cannot write", path));
+  const Graph& prog = p.program;
+  // The per-node part of every event (name, category, args) is the same on every device: format it once.
+  std::vector<std::string> body(prog.nodes.size());
+  std::vector<double> start(prog.nodes.size()), dur(prog.nodes.size());
+  double t = 0;
+  for (size_t i = 0; i < prog.nodes.size(); ++i) {
+    const Node& n = prog.nodes[i];
+    nlohmann::json args = {{"op", n.op_type}};
+    std::string kind;
+    const bool coll = is_collective(n, &kind);
+    if (coll) {
+      args["kind"] = kind;
+      std::vector<std::string> axes;
+      for (int64_t a : n.ints("mesh_axes", {})) axes.push_back(p.mesh.axes.at(static_cast<size_t>(a)));
+      args["mesh_axes"] = axes;
+      int64_t bytes = 0;
+      for (int v : n.inputs)
+        if (v >= 0) bytes = std::max(bytes, num_elements(prog.values[v].shape) * int64_t{dtype_size(prog.values[v].dtype)});
+      for (int v : n.outputs)
+        if (v >= 0) bytes = std::max(bytes, num_elements(prog.values[v].shape) * int64_t{dtype_size(prog.values[v].dtype)});
+      args["bytes"] = bytes;
+    } else {
+      args["flops"] = node_flops(prog, n);
+    }
+    body[i] = fmt::format(R"("name":{},"cat":"{}","args":{})", nlohmann::json(n.name).dump(),
+                          coll ? "collective" : "compute", args.dump());
+    start[i] = t * 1e6;
+    dur[i] = cost.node_time_s.at(i) * 1e6;
+    t += cost.node_time_s[i];
+  }
+  f << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+  f << fmt::format(R"({{"ph":"M","pid":0,"name":"process_name","args":{{"name":{}}}}})",
+                   nlohmann::json("gspmd-onnx " + target).dump());
+  for (int64_t d = 0; d < p.mesh.num_devices(); ++d) {
+    f << fmt::format(",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"device {}\"}}}}",
+                     d, d);
+    for (size_t i = 0; i < body.size(); ++i)
+      f << fmt::format(",\n{{\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.6f},\"dur\":{:.6f},{}}}", d, start[i], dur[i],
+                       body[i]);
+  }
+  f << "\n]}\n";
+  f.close();
+  std::error_code ec;
+  if (!f || (std::filesystem::rename(tmp, path, ec), ec)) {
+    std::filesystem::remove(tmp, ec);
+    throw InputError(fmt::format("{}: cannot write", path));
+  }
+}
+
+}  // namespace gspmd::cli

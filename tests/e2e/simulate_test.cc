@@ -1,0 +1,121 @@
+// `gspmd-onnx simulate` and `--trace` (docs/cli.md): the cost model's report without weights or execution, the
+// static peak-memory estimate against the emulator's measurement, and the Chrome trace's structure and sums.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "e2e_util.h"
+
+namespace {
+
+using namespace e2e;
+
+const std::string kGpt = "testdata/gpt/gpt_opset17.onnx";
+const std::string kMegatron = "--shardings testdata/gpt/gpt.megatron.sharding.json";
+
+TEST(Simulate, SameReportAsRunWithoutHostOrCheck) {
+  fs::path d = scratch("simulate_same");
+  CmdResult s = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --report " + (d / "sim.json").string(), "sim");
+  ASSERT_EQ(s.code, 0) << s.err;
+  CmdResult r = cli("run " + kGpt + " --mesh 2x2 " + kMegatron + " --report " + (d / "run.json").string(), "simrun");
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json sim = read_json(d / "sim.json"), run = read_json(d / "run.json");
+  EXPECT_FALSE(sim.contains("host"));
+  EXPECT_FALSE(sim.contains("check"));
+  EXPECT_TRUE(run.contains("host"));
+  EXPECT_EQ(sim["collectives"], run["collectives"]);
+  EXPECT_EQ(sim["model_flops"], run["model_flops"]);
+  EXPECT_DOUBLE_EQ(sim["simulated"]["step_time_s"].get<double>(), run["simulated"]["step_time_s"].get<double>());
+  // The static estimate follows the emulator's accounting rules, so it equals the measured peak on every device.
+  ASSERT_EQ(sim["simulated"]["per_device"].size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    const auto& ds = sim["simulated"]["per_device"][k];
+    const auto& dr = run["simulated"]["per_device"][k];
+    EXPECT_GT(ds["peak_memory_bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(ds["peak_memory_bytes"], dr["peak_memory_bytes"]) << "device " << k;
+  }
+  EXPECT_NE(s.out.find("memory "), std::string::npos) << s.out;
+}
+
+TEST(Simulate, WorksWithoutTheWeightsExternalData) {
+  // Re-save the GPT with its large weights in an external file, then delete that file: simulate needs only shapes,
+  // run needs the data and says which file is missing.
+  fs::path d = scratch("simulate_external");
+  const fs::path model = d / "gpt_ext.onnx";
+  CmdResult py = sh(debian_python() + " -c \"import onnx; m = onnx.load('" + kGpt + "'); onnx.save_model(m, '" +
+                        model.string() +
+                        "', save_as_external_data=True, all_tensors_to_one_file=True, location='gpt_ext.bin', "
+                        "size_threshold=1024)\"",
+                    "simext_py");
+  ASSERT_EQ(py.code, 0) << py.err;
+  ASSERT_TRUE(fs::exists(d / "gpt_ext.bin"));
+  CmdResult with_data = cli("simulate " + model.string() + " --mesh 2x2 " + kMegatron + " --report " +
+                                (d / "with.json").string(),
+                            "simext_with");
+  ASSERT_EQ(with_data.code, 0) << with_data.err;
+  fs::remove(d / "gpt_ext.bin");
+  CmdResult without = cli("simulate " + model.string() + " --mesh 2x2 " + kMegatron + " --report " +
+                              (d / "without.json").string(),
+                          "simext_without");
+  ASSERT_EQ(without.code, 0) << without.err;
+  nlohmann::json a = read_json(d / "with.json"), b = read_json(d / "without.json");
+  // The same plan. Compute may differ by a node or two: with the file present, small external tensors are read and
+  // weight-only subgraphs can fold; without it they stay in the program.
+  EXPECT_EQ(a["collectives"], b["collectives"]);
+  EXPECT_DOUBLE_EQ(a["simulated"]["communication_time_s"].get<double>(),
+                   b["simulated"]["communication_time_s"].get<double>());
+  EXPECT_NEAR(a["simulated"]["step_time_s"].get<double>(), b["simulated"]["step_time_s"].get<double>(),
+              0.01 * a["simulated"]["step_time_s"].get<double>());
+  EXPECT_EQ(count_collectives(b, "all-reduce"), 5);
+  CmdResult run = cli("run " + model.string() + " --mesh 2x2 " + kMegatron, "simext_run");
+  EXPECT_EQ(run.code, 2) << run.err;
+  EXPECT_NE(run.err.find("gpt_ext.bin"), std::string::npos) << run.err;
+}
+
+TEST(Trace, OneTrackPerDeviceAndSpansSumToTheStep) {
+  fs::path d = scratch("trace");
+  for (const char* cmd : {"simulate", "run"}) {
+    SCOPED_TRACE(cmd);
+    const fs::path trace = d / (std::string(cmd) + ".trace.json"), report = d / (std::string(cmd) + ".json");
+    CmdResult r = cli(std::string(cmd) + " " + kGpt + " --mesh 4x4 --shardings testdata/gpt/gpt.2d.sharding.json" +
+                          " --trace " + trace.string() + " --report " + report.string(),
+                      std::string("trace_") + cmd);
+    ASSERT_EQ(r.code, 0) << r.err;
+    nlohmann::json t = read_json(trace), rep = read_json(report);
+    ASSERT_TRUE(t.contains("traceEvents"));
+    std::map<int64_t, std::string> tracks;
+    std::map<int64_t, double> busy, end;
+    std::map<int64_t, int> collectives, spans;
+    for (const auto& e : t["traceEvents"]) {
+      if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int64_t>()] = e["args"]["name"];
+      if (e["ph"] != "X") continue;
+      const int64_t tid = e["tid"].get<int64_t>();
+      const double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
+      EXPECT_GE(ts + 1e-4, end[tid]) << "spans of a track overlap";  // (printed with 6 decimals: rounding)
+      end[tid] = ts + dur;
+      busy[tid] += dur;
+      ++spans[tid];
+      if (e["cat"] == "collective") {
+        ++collectives[tid];
+        EXPECT_GT(e["args"]["bytes"].get<int64_t>(), 0);
+      }
+    }
+    ASSERT_EQ(tracks.size(), 16u);
+    for (int64_t k = 0; k < 16; ++k) {
+      EXPECT_EQ(tracks[k], "device " + std::to_string(k));
+      const double step_us = rep["simulated"]["step_time_s"].get<double>() * 1e6;
+      EXPECT_NEAR(busy[k], step_us, 1e-6 * step_us + 1e-3) << "device " << k;
+      EXPECT_EQ(collectives[k], count_collectives(rep, "all-reduce")) << "device " << k;
+      EXPECT_EQ(spans[k], spans[0]);
+    }
+    EXPECT_EQ(collectives[0], 5);
+  }
+}
+
+TEST(Trace, UnwritablePathIsAnInputError) {
+  CmdResult r = cli("simulate " + kGpt + " --mesh 2x2 --trace /nonexistent-dir/t.json", "trace_bad");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: /nonexistent-dir/t.json: cannot write\n");
+}
+
+}  // namespace
