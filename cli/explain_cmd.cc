@@ -85,8 +85,7 @@ int cmd_explain(const ExplainOptions& o) {
   fmt::print("\n{} collectives\n", p.program.collectives.size());
   for (const CollectiveRecord& c : p.program.collectives) {
     if (only >= 0 && c.value != g.values[only].name) continue;
-    std::vector<std::string> axes;
-    for (int a : c.mesh_axes) axes.push_back(mesh.axes[a]);
+    const std::vector<std::string> axes = mesh.axis_names(c.mesh_axes);
     fmt::print("  {} over {{{}}} of '{}' ({} bytes per device) for {}: {}\n", c.kind, fmt::join(axes, ","), c.value,
                c.bytes, c.for_node.empty() ? "graph output" : c.for_node, c.reason);
   }

@@ -46,6 +46,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   } else {
     p.annotations.mesh = cli_mesh;
   }
+  p.annotations = refine_for_reshapes(p.graph, p.annotations);
   p.plan = propagate(p.graph, p.annotations);
   p.program = partition(p.graph, p.plan, p.annotations.mesh, Target::load(o.target));
   return p;

@@ -87,7 +87,8 @@ nlohmann::json make_report(const Pipeline& p, const Target& t, const CostReport&
   using nlohmann::json;
   const DeviceMesh& mesh = p.program.mesh;
   json j;
-  j["mesh"] = {{"shape", mesh.shape}, {"axes", mesh.axes}};
+  j["mesh"] = mesh.is_refined() ? nlohmann::json{{"shape", mesh.user_shape}, {"axes", mesh.user_axes}}
+                                 : nlohmann::json{{"shape", mesh.shape}, {"axes", mesh.axes}};
   j["devices"] = mesh.num_devices();
   j["target"] = t.name;
   j["sharding_file"] = p.sharding_file;
@@ -113,7 +114,7 @@ nlohmann::json make_report(const Pipeline& p, const Target& t, const CostReport&
   json colls = json::array();
   for (const auto& key : order) {
     std::vector<std::string> axes;
-    for (int a : std::get<3>(key)) axes.push_back(mesh.axes[a]);
+    axes = mesh.axis_names(std::get<3>(key));
     colls.push_back({{"kind", std::get<0>(key)},
                      {"node", std::get<1>(key)},
                      {"value", std::get<2>(key)},

@@ -25,9 +25,9 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
     const bool coll = is_collective(n, &kind);
     if (coll) {
       args["kind"] = kind;
-      std::vector<std::string> axes;
-      for (int64_t a : n.ints("mesh_axes", {})) axes.push_back(p.mesh.axes.at(static_cast<size_t>(a)));
-      args["mesh_axes"] = axes;
+      std::vector<int> axes;
+      for (int64_t a : n.ints("mesh_axes", {})) axes.push_back(static_cast<int>(a));
+      args["mesh_axes"] = p.mesh.axis_names(axes);
       int64_t bytes = 0;
       for (int v : n.inputs)
         if (v >= 0) bytes = std::max(bytes, num_elements(prog.values[v].shape) * int64_t{dtype_size(prog.values[v].dtype)});

@@ -1,5 +1,6 @@
 // The sharding sidecar (docs/sharding-file.md): read + write. The only frontend file that includes nlohmann/json.
 #include <algorithm>
+#include <functional>
 #include <regex>
 #include <set>
 
@@ -105,12 +106,58 @@ struct Reader {
     mesh.axes = std::move(axes);
   }
 
-  int axis_id(const json& j, const std::string& key) const {
+  /// Parses "x:(pre)size" (Shardy's sub-axis of mesh axis x); false for any other string.
+  bool parse_sub_axis(const std::string& a, int* u, int64_t* pre, int64_t* size) const {
+    static const std::regex re(R"(^(.+):\((\d{1,12})\)(\d{1,12})$)");
+    std::smatch m;
+    if (!std::regex_match(a, m, re)) return false;
+    const DeviceMesh user = mesh.user();
+    *u = user.axis_index(m[1].str());
+    *pre = std::stoll(m[2].str());
+    *size = std::stoll(m[3].str());
+    return *u >= 0;
+  }
+
+  /// Refines the mesh with the sub-axes the file names anywhere (tensors, rules, unreduced lists).
+  void read_sub_axes(const json& root) {
+    std::vector<std::vector<int64_t>> cuts(mesh.shape.size());
+    bool any = false;
+    std::function<void(const json&)> scan = [&](const json& j) {
+      if (j.is_string()) {
+        int u = -1;
+        int64_t pre = 0, size = 0;
+        if (!parse_sub_axis(j.get<std::string>(), &u, &pre, &size)) return;
+        const int64_t n = mesh.shape[static_cast<size_t>(u)];
+        if (pre < 1 || size < 1 || n % pre != 0 || (n / pre) % size != 0)
+          fail("", fmt::format("sub-axis '{}' does not fit axis '{}' of size {}", j.get<std::string>(),
+                               mesh.axes[static_cast<size_t>(u)], n));
+        if (pre > 1) cuts[static_cast<size_t>(u)].push_back(pre);
+        if (pre * size < n) cuts[static_cast<size_t>(u)].push_back(pre * size);
+        any = true;
+      } else if (j.is_array() || j.is_object()) {
+        for (const auto& e : j) scan(e);
+      }
+    };
+    if (root.contains("tensors")) scan(root["tensors"]);
+    if (root.contains("rules")) scan(root["rules"]);
+    if (!any) return;
+    try {
+      mesh = mesh.refine(cuts);
+    } catch (const std::invalid_argument& e) {
+      fail("", fmt::format("sub-axes that do not nest: {}", e.what()));
+    }
+  }
+
+  /// The mesh axes a name stands for: an axis, or (on a refined mesh) the parts of a user axis or of a sub-axis.
+  std::vector<int> axis_ids(const json& j, const std::string& key) const {
     if (!j.is_string()) fail(key, fmt::format("{} is not a mesh axis name", j.dump()));
     std::string a = j.get<std::string>();
-    for (size_t i = 0; i < mesh.axes.size(); ++i)
-      if (mesh.axes[i] == a) return static_cast<int>(i);
-    fail(key, fmt::format("unknown mesh axis '{}' (mesh axes: {})", a, join(mesh.axes)));
+    const DeviceMesh user = mesh.user();
+    int u = user.axis_index(a);
+    if (u >= 0) return mesh.parts_between(u, 1, user.shape[static_cast<size_t>(u)]);
+    int64_t pre = 0, size = 0;
+    if (parse_sub_axis(a, &u, &pre, &size)) return mesh.parts_between(u, pre, pre * size);
+    fail(key, fmt::format("unknown mesh axis '{}' (mesh axes: {})", a, join(user.axes)));
   }
 
   // A parsed entry before it meets a tensor: the per-dim axes, unreduced axes, reduction and priority.
@@ -133,12 +180,12 @@ struct Reader {
         if (ju.is_string()) items.push_back(ju);
         else if (ju.is_array()) items.assign(ju.begin(), ju.end());
         else fail(key, fmt::format("\"{}\" must be a list of mesh axis names", ukey));
-        for (const json& a : items) {
-          int id = axis_id(a, key);
-          if (std::find(e.sharding.unreduced.begin(), e.sharding.unreduced.end(), id) != e.sharding.unreduced.end())
-            fail(key, fmt::format("mesh axis '{}' is used twice", mesh.axes[id]));
-          e.sharding.unreduced.push_back(id);
-        }
+        for (const json& a : items)
+          for (int id : axis_ids(a, key)) {
+            if (std::find(e.sharding.unreduced.begin(), e.sharding.unreduced.end(), id) != e.sharding.unreduced.end())
+              fail(key, fmt::format("mesh axis '{}' is used twice", mesh.axis_names({id})[0]));
+            e.sharding.unreduced.push_back(id);
+          }
         std::sort(e.sharding.unreduced.begin(), e.sharding.unreduced.end());
       }
       if (j.contains("reduction")) {
@@ -167,16 +214,17 @@ struct Reader {
       std::vector<int> axes;
       if (entry.is_null()) {
       } else if (entry.is_string()) {
-        axes.push_back(axis_id(entry, key));
+        axes = axis_ids(entry, key);
       } else if (entry.is_array()) {
-        for (const json& a : entry) axes.push_back(axis_id(a, key));
+        for (const json& a : entry)
+          for (int id : axis_ids(a, key)) axes.push_back(id);
       } else {
         fail(key, fmt::format("spec entry {} is {}; expected null, an axis name or a list of axis names", d,
                               entry.dump()));
       }
       for (int a : axes) {
         if (std::find(used.begin(), used.end(), a) != used.end())
-          fail(key, fmt::format("mesh axis '{}' is used twice", mesh.axes[a]));
+          fail(key, fmt::format("mesh axis '{}' is used twice", mesh.axis_names({a})[0]));
         used.push_back(a);
       }
       e.sharding.dims.push_back(std::move(axes));
@@ -209,6 +257,7 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
   if (root.contains("version") && root["version"] != 1)
     r.fail("version", fmt::format("unsupported version {} (this tool reads version 1)", root["version"].dump()));
   r.read_mesh(root, cli_mesh);
+  r.read_sub_axes(root);
 
   Annotations ann;
   ann.mesh = r.mesh;
@@ -262,32 +311,33 @@ void write_sharding_file(const std::string& path, const Graph& g, const DeviceMe
   if (shardings.size() != g.values.size())
     throw std::invalid_argument(fmt::format("write_sharding_file: {} shardings for {} values", shardings.size(),
                                             g.values.size()));
-  auto axis = [&](int a) { return ojson(mesh.axes.at(static_cast<size_t>(a))); };
+  // A refined mesh is written as the user's mesh; its sub-axes print as "x:(pre)size" unless a whole axis is used.
+  auto names = [&](const std::vector<int>& axes) {
+    ojson list = ojson::array();
+    for (const std::string& n : mesh.axis_names(axes)) list.push_back(n);
+    return list;
+  };
   std::string out = "{\n  \"mesh\": ";
+  const DeviceMesh user = mesh.user();
   ojson jm;
-  jm["shape"] = mesh.shape;
-  jm["axes"] = mesh.axes;
+  jm["shape"] = user.shape;
+  jm["axes"] = user.axes;
   out += jm.dump();
   out += ",\n  \"tensors\": {";
   for (size_t v = 0; v < g.values.size(); ++v) {
     const TensorSharding& s = shardings[v];
     ojson spec = ojson::array();
     for (const auto& dim : s.dims) {
-      if (dim.empty()) spec.push_back(nullptr);
-      else if (dim.size() == 1) spec.push_back(axis(dim[0]));
-      else {
-        ojson list = ojson::array();
-        for (int a : dim) list.push_back(axis(a));
-        spec.push_back(list);
-      }
+      ojson list = names(dim);
+      if (list.empty()) spec.push_back(nullptr);
+      else if (list.size() == 1) spec.push_back(list[0]);
+      else spec.push_back(list);
     }
     ojson entry = spec;
     if (!s.unreduced.empty()) {
       entry = ojson::object();
       entry["spec"] = spec;
-      ojson un = ojson::array();
-      for (int a : s.unreduced) un.push_back(axis(a));
-      entry["unreduced"] = un;
+      entry["unreduced"] = names(s.unreduced);
       if (s.reduction != ReductionKind::kSum) entry["reduction"] = std::string(reduction_name(s.reduction));
     }
     out += v ? ",\n    " : "\n    ";

@@ -403,17 +403,18 @@ struct AxisLink {
   double bw = 0;   // ring bandwidth per device (bytes/s)
 };
 
-// Ring bandwidth of mesh axis `a`: physical dim min(a, torus_dims-1); axes folded onto one physical dim share it:
+// Ring bandwidth of mesh axis `a`: physical dim min(user axis of a, torus_dims-1); axes folded onto one physical dim share it:
 // an axis of stride s (product of the sizes of more-minor folded axes) runs s rings over the same links (bw / s) and
 // only has wraparound when it spans the whole physical dim.
 AxisLink axis_link(int a, const DeviceMesh& mesh, const Target& t) {
   AxisLink l;
   l.n = static_cast<double>(mesh.shape.at(a));
   int dims = std::max(1, t.torus_dims);
-  int phys = std::min(a, dims - 1);
+  // user axis u runs on physical dim min(u, dims-1); the parts of a refined axis fold onto their parent's dim
+  int phys = std::min(mesh.user_axis(a), dims - 1);
   double stride = 1, span_total = 1;
   for (int b = 0; b < mesh.rank(); ++b) {
-    if (std::min(b, dims - 1) != phys) continue;
+    if (std::min(mesh.user_axis(b), dims - 1) != phys) continue;
     span_total *= static_cast<double>(mesh.shape[b]);
     if (b > a) stride *= static_cast<double>(mesh.shape[b]);
   }

@@ -51,6 +51,15 @@ int64_t num_elements(const Shape& s);
 /// "[8,64,128]".
 std::string shape_str(const Shape& s);
 
+/// IEEE binary16 bits -> float (exact). The one conversion every module uses (kernels, sharding, export).
+float half_to_float(uint16_t h);
+/// float -> IEEE binary16 bits, round to nearest even; overflow gives infinity, NaN stays NaN.
+uint16_t float_to_half(float f);
+/// bfloat16 bits -> float (exact).
+float bf16_to_float(uint16_t h);
+/// float -> bfloat16 bits, round to nearest even; NaN stays NaN.
+uint16_t float_to_bf16(float f);
+
 /// A dense row-major tensor owning its bytes. Copying a Tensor copies the data.
 struct Tensor {
   DType dtype = DType::kUndefined;

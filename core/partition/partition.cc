@@ -28,9 +28,7 @@ bool is_additive(const Node& n) {
 }
 
 std::string axes_str(const DeviceMesh& mesh, const std::vector<int>& axes) {
-  std::vector<std::string> names;
-  for (int a : axes) names.push_back(mesh.axes[a]);
-  return fmt::format("{{{}}}", fmt::join(names, ", "));
+  return fmt::format("{{{}}}", fmt::join(mesh.axis_names(axes), ", "));
 }
 
 std::string_view kind_of(const std::string& op) {
@@ -789,7 +787,11 @@ class Partitioner {
     if ((global.op_type == "Reshape" || global.op_type == "Expand") && local.inputs.size() >= 2) {
       const Shape ls = P().values[local.outputs[0]].shape;
       local.inputs[1] = int64_const(global.op_type == "Reshape" ? "shape" : "expand_shape", ls);
-      if (global.op_type == "Reshape") local.attrs.erase("allowzero");
+      // The local shape is literal: a 0 in it means an empty dim (allowzero, opset 14+), never "copy the input's".
+      if (global.op_type == "Reshape") {
+        local.attrs.erase("allowzero");
+        if (g_.opset >= 14 && std::find(ls.begin(), ls.end(), 0) != ls.end()) local.attrs["allowzero"] = int64_t{1};
+      }
     }
     // Squeeze without axes squeezes every size-1 dim; a local shard may have more of them, so name the global ones.
     if (global.op_type == "Squeeze" && (global.inputs.size() < 2 || global.inputs[1] < 0) && !global.has("axes")) {

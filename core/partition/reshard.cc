@@ -159,8 +159,11 @@ class Edges {
       st.seconds = static_cast<double>(in) / target_.hbm_bandwidth;
       return st;
     }
-    if (st.kind == ReshardStep::Kind::kAllGather)  // before the trim: the padded concatenation
-      outb = num_elements(L) / L[st.dim] * L[st.dim] * mesh_.axes_size(st.axes) * eb_;
+    if (st.kind == ReshardStep::Kind::kAllGather) {  // before the trim: the padded concatenation
+      Shape gathered = L;
+      gathered[static_cast<size_t>(st.dim)] *= mesh_.axes_size(st.axes);
+      outb = num_elements(gathered) * eb_;
+    }
     st.bytes = std::max(in, outb);
     st.seconds = collective_time(std::string(step_name(st.kind)), static_cast<double>(st.bytes),
                                  st.axes, mesh_, target_);

@@ -263,4 +263,61 @@ std::string origin_chain(const Graph& g, const ShardingPlan& plan, int v) {
   return s;
 }
 
+std::vector<std::vector<int64_t>> reshape_cuts(const Graph& g, const DeviceMesh& mesh) {
+  const DeviceMesh user = mesh.user();
+  std::vector<std::vector<int64_t>> cuts(user.shape.size());
+  for (const Node& node : g.nodes) {
+    if (!node.domain.empty() || (node.op_type != "Reshape" && node.op_type != "Flatten")) continue;
+    std::optional<OpShardingRule> rule = get_rule(g, node);
+    if (!rule) continue;
+    auto scan = [&](const DimFactors& df) {
+      for (const std::vector<int>& dim : df) {
+        if (dim.size() < 2) continue;
+        int64_t size = 1;
+        for (int f : dim) size *= rule->factor_sizes[static_cast<size_t>(f)];
+        for (int u = 0; u < user.rank(); ++u) {
+          const int64_t n = user.shape[u];
+          if (n < 2 || size % n != 0) continue;
+          int64_t prefix = 1;
+          for (size_t k = 0; k + 1 < dim.size(); ++k) {
+            prefix *= rule->factor_sizes[static_cast<size_t>(dim[k])];
+            if (prefix > 1 && prefix < n && n % prefix == 0) cuts[static_cast<size_t>(u)].push_back(prefix);
+          }
+        }
+      }
+    };
+    for (const auto& df : rule->operands) scan(df);
+    for (const auto& df : rule->results) scan(df);
+  }
+  for (auto& c : cuts) {  // keep cuts that nest (each divides the next): a chain of divisors of n
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+    std::vector<int64_t> chain;
+    for (int64_t x : c)
+      if (chain.empty() || x % chain.back() == 0) chain.push_back(x);
+    c = chain;
+  }
+  return cuts;
+}
+
+Annotations refine_for_reshapes(const Graph& g, const Annotations& ann) {
+  const std::vector<std::vector<int64_t>> cuts = reshape_cuts(g, ann.mesh);
+  if (std::all_of(cuts.begin(), cuts.end(), [](const auto& c) { return c.empty(); })) return ann;
+  std::vector<std::vector<int64_t>> all = ann.mesh.cuts();
+  for (size_t u = 0; u < cuts.size(); ++u) {  // merge with existing cuts, keeping a chain
+    std::vector<int64_t> c = all[u];
+    for (int64_t x : cuts[u])
+      if (std::all_of(c.begin(), c.end(), [&](int64_t y) { return x % y == 0 || y % x == 0; })) c.push_back(x);
+    all[u] = c;
+  }
+  Annotations out;
+  out.mesh = ann.mesh.refine(all);
+  for (const auto& [v, a] : ann.by_value) {
+    Annotation b = a;
+    b.sharding = remap(a.sharding, ann.mesh, out.mesh);
+    out.by_value.emplace(v, std::move(b));
+  }
+  return out;
+}
+
 }  // namespace gspmd

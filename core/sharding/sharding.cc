@@ -106,9 +106,130 @@ std::vector<std::vector<int64_t>> DeviceMesh::replica_groups(const std::vector<i
 }
 
 std::string DeviceMesh::str() const {
+  const auto& sh = is_refined() ? user_shape : shape;
+  const auto& ax = is_refined() ? user_axes : axes;
   std::string s = "{";
-  for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}={}", i ? ", " : "", axes[i], shape[i]);
+  for (size_t i = 0; i < sh.size(); ++i) s += fmt::format("{}{}={}", i ? ", " : "", ax[i], sh[i]);
   return s + "}";
+}
+
+DeviceMesh DeviceMesh::user() const {
+  if (!is_refined()) return *this;
+  DeviceMesh m;
+  m.shape = user_shape;
+  m.axes = user_axes;
+  return m;
+}
+
+std::vector<std::vector<int64_t>> DeviceMesh::cuts() const {
+  std::vector<std::vector<int64_t>> c(is_refined() ? user_shape.size() : shape.size());
+  if (is_refined())
+    for (const SubAxis& sa : sub)
+      if (sa.pre > 1) c[static_cast<size_t>(sa.parent)].push_back(sa.pre);
+  return c;
+}
+
+DeviceMesh DeviceMesh::refine(const std::vector<std::vector<int64_t>>& more) const {
+  const DeviceMesh u = user();
+  std::vector<std::vector<int64_t>> c = cuts();
+  bool any = false;
+  for (size_t a = 0; a < c.size(); ++a) {
+    if (a < more.size()) c[a].insert(c[a].end(), more[a].begin(), more[a].end());
+    std::sort(c[a].begin(), c[a].end());
+    c[a].erase(std::unique(c[a].begin(), c[a].end()), c[a].end());
+    int64_t prev = 1;
+    for (int64_t cut : c[a]) {
+      if (cut <= 1 || cut >= u.shape[a] || u.shape[a] % cut != 0 || cut % prev != 0)
+        throw std::invalid_argument(fmt::format("refine: cannot cut axis '{}' of size {} at {}", u.axes[a],
+                                                u.shape[a], cut));
+      prev = cut;
+    }
+    any = any || !c[a].empty();
+  }
+  if (!any) return u;
+  DeviceMesh m;
+  m.user_shape = u.shape;
+  m.user_axes = u.axes;
+  for (int a = 0; a < u.rank(); ++a) {
+    int64_t pre = 1;
+    std::vector<int64_t> ends = c[static_cast<size_t>(a)];
+    ends.push_back(u.shape[a]);
+    for (int64_t end : ends) {
+      const int64_t size = end / pre;
+      m.shape.push_back(size);
+      m.axes.push_back(c[static_cast<size_t>(a)].empty() ? u.axes[a] : fmt::format("{}:({}){}", u.axes[a], pre, size));
+      m.sub.push_back({a, pre});
+      pre = end;
+    }
+  }
+  return m;
+}
+
+std::vector<int> DeviceMesh::parts_between(int u, int64_t lo, int64_t hi) const {
+  std::vector<int> r;
+  if (!is_refined()) {
+    if (lo != 1 || hi != shape.at(u)) throw std::invalid_argument("parts_between: the mesh has no sub-axes");
+    return {u};
+  }
+  int64_t at = lo;
+  for (int a = 0; a < rank(); ++a) {
+    if (sub[a].parent != u || sub[a].pre < lo || sub[a].pre * shape[a] > hi) continue;
+    if (sub[a].pre != at) break;
+    r.push_back(a);
+    at *= shape[a];
+  }
+  if (at != hi)
+    throw std::invalid_argument(fmt::format("parts_between: {}:({}){} does not fall on the mesh's sub-axes",
+                                            user_axes.at(u), lo, hi / lo));
+  return r;
+}
+
+TensorSharding remap(const TensorSharding& s, const DeviceMesh& from, const DeviceMesh& to) {
+  auto map_axes = [&](const std::vector<int>& axes) {
+    std::vector<int> r;
+    for (int a : axes) {
+      const int u = from.user_axis(a);
+      const int64_t pre = from.is_refined() ? from.sub.at(a).pre : 1;
+      std::vector<int> p = to.parts_between(u, pre, pre * from.shape.at(a));
+      r.insert(r.end(), p.begin(), p.end());
+    }
+    return r;
+  };
+  TensorSharding t = s;
+  for (auto& d : t.dims) d = map_axes(d);
+  t.unreduced = map_axes(s.unreduced);
+  std::sort(t.unreduced.begin(), t.unreduced.end());
+  return t;
+}
+
+std::vector<int> DeviceMesh::parts_of(int u) const {
+  if (!is_refined()) return {u};
+  std::vector<int> r;
+  for (int a = 0; a < rank(); ++a)
+    if (sub[a].parent == u) r.push_back(a);
+  return r;
+}
+
+std::vector<std::string> DeviceMesh::axis_names(const std::vector<int>& mesh_axes) const {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < mesh_axes.size(); ++i) {
+    const int a = mesh_axes[i];
+    if (a < 0 || a >= rank()) {
+      names.push_back(fmt::format("#{}", a));
+      continue;
+    }
+    if (is_refined()) {
+      const std::vector<int> parts = parts_of(sub[a].parent);
+      if (parts.size() > 1 && parts[0] == a && i + parts.size() <= mesh_axes.size() &&
+          std::equal(parts.begin(), parts.end(), mesh_axes.begin() + static_cast<long>(i))) {
+        names.push_back(user_axes[sub[a].parent]);
+        i += parts.size() - 1;
+        continue;
+      }
+    }
+    names.push_back(axes[a]);
+  }
+  return names;
 }
 
 std::string_view reduction_name(ReductionKind k) {
@@ -177,12 +298,6 @@ bool TensorSharding::is_uneven(const Shape& global, const DeviceMesh& mesh) cons
   return false;
 }
 
-namespace {
-std::string axis_label(const DeviceMesh& mesh, int a) {
-  if (a >= 0 && a < mesh.rank()) return mesh.axes[a];
-  return fmt::format("#{}", a);
-}
-}  // namespace
 
 void TensorSharding::verify(const DeviceMesh& mesh, int tensor_rank) const {
   if (rank() != tensor_rank)
@@ -205,22 +320,21 @@ std::string TensorSharding::to_partition_spec(const DeviceMesh& mesh) const {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) {
     if (i) s += ", ";
-    const auto& d = dims[i];
+    const std::vector<std::string> d = mesh.axis_names(dims[i]);
     if (d.empty()) {
       s += "null";
     } else if (d.size() == 1) {
-      s += fmt::format("\"{}\"", axis_label(mesh, d[0]));
+      s += fmt::format("\"{}\"", d[0]);
     } else {
       s += "[";
-      for (size_t j = 0; j < d.size(); ++j) s += fmt::format("{}\"{}\"", j ? ", " : "", axis_label(mesh, d[j]));
+      for (size_t j = 0; j < d.size(); ++j) s += fmt::format("{}\"{}\"", j ? ", " : "", d[j]);
       s += "]";
     }
   }
   s += "]";
   if (!unreduced.empty()) {
     s += reduction == ReductionKind::kSum ? " unreduced={" : fmt::format(" unreduced({})={{", reduction_name(reduction));
-    for (size_t j = 0; j < unreduced.size(); ++j) s += (j ? ", " : "") + axis_label(mesh, unreduced[j]);
-    s += "}";
+    s += fmt::format("{}}}", fmt::join(mesh.axis_names(unreduced), ", "));
   }
   return s;
 }
@@ -290,58 +404,6 @@ std::string TensorSharding::to_sbp(const DeviceMesh& mesh) const {
 // shard_tensor / assemble_tensor
 
 namespace {
-
-float half_to_float(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal
-      exp = 127 - 15 + 1;
-      while (!(man & 0x400u)) {
-        man <<= 1;
-        --exp;
-      }
-      man &= 0x3ffu;
-      bits = sign | (exp << 23) | (man << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
-uint16_t float_to_half(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
-  uint32_t man = x & 0x7fffffu;
-  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (man ? 0x200u : 0));
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (exp <= 0) {
-    if (exp < -10) return static_cast<uint16_t>(sign);
-    man |= 0x800000u;
-    uint32_t shift = static_cast<uint32_t>(14 - exp);
-    uint32_t h = man >> shift;
-    uint32_t rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1))) ++h;
-    return static_cast<uint16_t>(sign | h);
-  }
-  uint32_t h = sign | (static_cast<uint32_t>(exp) << 10) | (man >> 13);
-  uint32_t rem = man & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;
-  return static_cast<uint16_t>(h);
-}
-
-float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-uint16_t float_to_bf16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40);
-  x += 0x7fffu + ((x >> 16) & 1);
-  return static_cast<uint16_t>(x >> 16);
-}
 
 // Runs f(DType-tag as a value of C++ type T) for the dtype; halves go through float.
 template <class F>

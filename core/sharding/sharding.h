@@ -17,6 +17,17 @@ struct DeviceMesh {
   std::vector<int64_t> shape;      // size of each mesh axis, each >= 1
   std::vector<std::string> axes;   // unique axis names, same length as shape
 
+  /// Sub-axes (Shardy's "x:(pre)size"). A refined mesh splits some of the user's axes into consecutive parts so
+  /// that a reshape can give each part of a merged dim its own part of an axis ([8] over x=4 -> [2,4] over
+  /// x:(1)2 and x:(2)2). Devices keep their numbers: the parts of x, major to minor, index exactly as x did.
+  struct SubAxis {
+    int parent = -1;   // the user's axis this one is a part of
+    int64_t pre = 1;   // product of the sizes of the parent's more major parts
+  };
+  std::vector<SubAxis> sub;               // per axis of a refined mesh; empty for a mesh as the user gave it
+  std::vector<int64_t> user_shape;        // the user's mesh (refined meshes only)
+  std::vector<std::string> user_axes;
+
   /// Parses "4x4", "16", "2x2x4"; axes are named x, y, z, w, then a4, a5, ...
   /// Throws InputError("--mesh: 'abc' is not a mesh shape like 4x4") on bad text or a zero/negative size.
   static DeviceMesh parse(std::string_view text);
@@ -34,8 +45,29 @@ struct DeviceMesh {
   /// listing its devices ordered by tile_index over `mesh_axes` (as XLA's replica_groups / iota groups).
   /// Groups are ordered by their smallest device. Cost O(N).
   std::vector<std::vector<int64_t>> replica_groups(const std::vector<int>& mesh_axes) const;
-  /// "{x=2, y=2}".
+  /// "{x=2, y=2}" (a refined mesh prints the user's axes).
   std::string str() const;
+
+  /// The user's mesh refined at `cuts`: cuts[u] holds positions 1 < c < size of user axis u where a part ends (its
+  /// `pre` values); each part is named "x:(pre)size". Cuts that do not divide the axis, and existing refinement,
+  /// are handled: the result is built from the user's mesh, with the union of `cuts` and this mesh's own cuts.
+  /// Throws std::invalid_argument when a cut is not a divisor of the axis size or two cuts do not nest.
+  DeviceMesh refine(const std::vector<std::vector<int64_t>>& cuts) const;
+  /// This mesh's cut points per user axis (empty lists when not refined).
+  std::vector<std::vector<int64_t>> cuts() const;
+  /// The user's mesh (this mesh when it is not refined).
+  DeviceMesh user() const;
+  /// Axes of this mesh covering positions [lo, hi) of user axis u (lo = pre, hi = pre * size of a sub-axis; a
+  /// whole axis is [1, size)). Throws std::invalid_argument when the range does not fall on this mesh's cuts.
+  std::vector<int> parts_between(int u, int64_t lo, int64_t hi) const;
+  bool is_refined() const { return !sub.empty(); }
+  /// The user axis that axis a belongs to (a itself on a mesh that is not refined).
+  int user_axis(int a) const { return sub.empty() ? a : sub.at(a).parent; }
+  /// The axes of this mesh that make up user axis u, major to minor.
+  std::vector<int> parts_of(int u) const;
+  /// Display names of `mesh_axes`: complete runs of a user axis' parts, in order, print as the user axis ("x");
+  /// other parts keep their sub-axis names ("x:(1)2").
+  std::vector<std::string> axis_names(const std::vector<int>& mesh_axes) const;
 };
 
 /// How a partial (unreduced) value combines across devices.
@@ -85,6 +117,10 @@ struct TensorSharding {
   /// SBP notation, one entry per mesh axis: "(S(0), B)"; P for unreduced (P(max) etc. for non-sum).
   std::string to_sbp(const DeviceMesh& mesh) const;
 };
+
+/// The same sharding expressed on `to`, a refinement (or the user's mesh) of `from`'s user mesh: every axis becomes
+/// the axes of `to` that cover it. Throws std::invalid_argument when `to` is coarser than an axis used.
+TensorSharding remap(const TensorSharding& s, const DeviceMesh& from, const DeviceMesh& to);
 
 /// Slices `device`'s shard out of a full (global) tensor, zero-padding the tail of uneven shards.
 /// `full.shape` must have rank == sharding.rank(). Unreduced axes: the device at tile 0 of the unreduced axes holds

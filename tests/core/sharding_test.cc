@@ -74,6 +74,39 @@ TEST(DeviceMesh, ReplicaGroups) {
     for (size_t t = 0; t < gr.size(); ++t) EXPECT_EQ(big.tile_index(gr[t], {2, 0}), static_cast<int64_t>(t));
 }
 
+TEST(DeviceMesh, SubAxes) {
+  const DeviceMesh m = DeviceMesh::parse("4x8");
+  const DeviceMesh r = m.refine({{2}, {2, 4}});  // x -> (1)2,(2)2; y -> (1)2,(2)2,(4)2
+  EXPECT_EQ(r.shape, (std::vector<int64_t>{2, 2, 2, 2, 2}));
+  EXPECT_EQ(r.axes, (std::vector<std::string>{"x:(1)2", "x:(2)2", "y:(1)2", "y:(2)2", "y:(4)2"}));
+  EXPECT_EQ(r.num_devices(), 32);
+  EXPECT_EQ(r.str(), "{x=4, y=8}");
+  EXPECT_EQ(r.cuts(), (std::vector<std::vector<int64_t>>{{2}, {2, 4}}));
+  EXPECT_EQ(r.user().axes, m.axes);
+  // devices keep their numbers: the parts of an axis, major to minor, index as the axis did
+  for (int64_t d = 0; d < 32; ++d) {
+    EXPECT_EQ(r.tile_index(d, r.parts_of(0)), m.tile_index(d, {0}));
+    EXPECT_EQ(r.tile_index(d, r.parts_of(1)), m.tile_index(d, {1}));
+  }
+  EXPECT_EQ(r.replica_groups({2, 3, 4}), m.replica_groups({1}));
+  EXPECT_EQ(r.parts_between(1, 2, 8), (std::vector<int>{3, 4}));
+  EXPECT_THROW(r.parts_between(1, 3, 6), std::invalid_argument);
+  // names: a complete run of an axis' parts prints as the axis
+  EXPECT_EQ(r.axis_names({0, 1, 3}), (std::vector<std::string>{"x", "y:(2)2"}));
+  EXPECT_EQ(r.axis_names({1, 0}), (std::vector<std::string>{"x:(2)2", "x:(1)2"}));
+  // remap both ways; refining again merges cuts
+  TensorSharding s = TensorSharding::replicated(2);
+  s.dims = {{1}, {0}};
+  TensorSharding t = remap(s, m, r);
+  EXPECT_EQ(t.dims, (std::vector<std::vector<int>>{{2, 3, 4}, {0, 1}}));
+  EXPECT_EQ(t.to_partition_spec(r), R"(["y", "x"])");
+  EXPECT_EQ(t.local_shape({16, 16}, r), s.local_shape({16, 16}, m));
+  EXPECT_EQ(remap(t, r, r.refine({{}, {}})), t);
+  EXPECT_THROW(remap(t, r, m), std::invalid_argument);  // y:(1)2 etc. have no axis of their own on m
+  EXPECT_THROW(m.refine({{3}, {}}), std::invalid_argument);
+  EXPECT_THROW(m.refine({{}, {2, 3}}), std::invalid_argument);
+}
+
 TEST(TensorSharding, ShapesAndOffsets) {
   auto m = mesh2x2();
   auto s = ts({{0}, {}});

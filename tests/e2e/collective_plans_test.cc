@@ -11,6 +11,7 @@
 #include "backend/pod/pod.h"
 #include "core/partition/spmd.h"
 #include "core/propagation/propagation.h"
+#include "tests/test_util/graph_builder.h"
 
 namespace gspmd {
 namespace {
@@ -199,6 +200,47 @@ TEST(CollectivePlans, LayerNormOverSeveralSplitDimsKeepsItsStatistics) {
   ASSERT_EQ(kinds(p), (std::vector<std::string>{"all-reduce{data,model}", "all-reduce{data,model}"}));
   EXPECT_EQ(p.collectives[0].bytes, 6 * 4);
   EXPECT_EQ(p.collectives[1].bytes, 6 * 4);
+}
+
+TEST(CollectivePlans, ReshapeKeepsASplitThroughSubAxes) {
+  // [B*S, D] -> [B, S, D] -> Relu -> [B*S, D] with B = 2, S = 4 and the rows split over x of size 4: B alone cannot
+  // take x, so the mesh is refined (x -> x:(1)2, x:(2)2), B takes x:(1)2 and S x:(2)2, and the whole chain stays
+  // local: no collective. On the mesh as given, the first reshape would all-gather the rows.
+  Builder b;
+  int x = b.input("x", {8, 6});
+  int shape3 = b.g.add_value_unique("shape3", DType::kInt64, {3});
+  b.g.values[shape3].is_initializer = true;
+  b.g.values[shape3].data = std::make_shared<Tensor>(Tensor::from_int64s({2, 4, 6}));
+  int shape2 = b.g.add_value_unique("shape2", DType::kInt64, {2});
+  b.g.values[shape2].is_initializer = true;
+  b.g.values[shape2].data = std::make_shared<Tensor>(Tensor::from_int64s({8, 6}));
+  int z = b.node("Reshape", {x, shape3}, {2, 4, 6});
+  int r = b.node("Relu", {z}, {2, 4, 6});
+  int y = b.node("Reshape", {r, shape2}, {8, 6});
+  b.g.outputs = {y, r};
+  const DeviceMesh mesh = DeviceMesh::parse("4");
+  Annotations user;
+  user.mesh = mesh;
+  user.by_value[x] = Annotation{spec({{0}, {}}), 0, "test"};
+  user.by_value[y] = Annotation{spec({{0}, {}}), 0, "test"};
+  EXPECT_EQ(reshape_cuts(b.g, mesh), (std::vector<std::vector<int64_t>>{{2}}));
+  const Annotations ann = refine_for_reshapes(b.g, user);
+  ASSERT_TRUE(ann.mesh.is_refined());
+  EXPECT_EQ(ann.by_value.at(x).sharding.dims, (std::vector<std::vector<int>>{{0, 1}, {}}));
+  ShardingPlan plan = propagate(b.g, ann);
+  EXPECT_EQ(plan.shardings[z].to_partition_spec(ann.mesh), R"(["x:(1)2", "x:(2)2", null])");
+  EXPECT_EQ(plan.shardings[y].to_partition_spec(ann.mesh), R"(["x", null])");
+  SpmdProgram p = partition(b.g, plan, ann.mesh);
+  // r is a graph output: gathered at the end (2 all-gathers, one per part); nothing before
+  for (const auto& c : p.collectives) EXPECT_EQ(c.for_node, "") << c.kind << " " << c.value;
+  std::vector<Tensor> in = {testing::rand_f({8, 6}, 3)};
+  PodRun got = run_spmd(p, b.g, in), want = run_single(b.g, in);
+  for (size_t o = 0; o < 2; ++o) EXPECT_EQ(testing::compare_tensors(got.outputs[o], want.outputs[o]), "") << o;
+  // on the mesh as given, the reshape needs the rows whole
+  SpmdProgram coarse = partition(b.g, propagate(b.g, user), mesh);
+  ASSERT_FALSE(coarse.collectives.empty());
+  EXPECT_EQ(coarse.collectives[0].kind, "all-gather");
+  EXPECT_NE(coarse.collectives[0].for_node, "");
 }
 
 // ---------------------------------------------------------------------------------------------------------------

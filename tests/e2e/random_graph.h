@@ -707,9 +707,10 @@ class Generator {
     std::vector<int> ins = {x, scale};
     if (P(0.6)) ins.push_back(new_weight(ns, 1.0));
     else tag("LayerNormalization:no-bias");
-    // epsilon >= 1e-3: rows of (nearly) equal values (broadcast scalars) would otherwise amplify the rounding
-    // differences of the split mean/variance by up to 1/sqrt(epsilon) = 316.
-    const float eps = P(0.7) ? 1e-2f : 1e-3f;
+    // epsilon >= 1e-2: rows of (nearly) equal values (broadcast scalars, a Softmax over a size-1 axis) would
+    // otherwise amplify the rounding differences of the split mean/variance (another summation order than the
+    // single-device run) by up to 1/sqrt(epsilon) beyond the comparison's 1e-5 (seed 20243325 at 1e-3).
+    const float eps = P(0.7) ? 1e-1f : 1e-2f;
     emit1("LayerNormalization", ins, DType::kFloat32, shape(x), {{"axis", axis}, {"epsilon", eps}},
           Info{false, false, 2.0, 0});
     return true;
@@ -1335,13 +1336,15 @@ struct CheckResult {
 };
 
 /// propagate -> partition -> run_spmd, compared with run_single. UnsupportedError anywhere => kUnsupported.
-inline CheckResult check_case(const Graph& g, const Annotations& ann, const std::vector<Tensor>& inputs) {
+inline CheckResult check_case(const Graph& g, const Annotations& user_ann, const std::vector<Tensor>& inputs) {
   CheckResult r;
   std::vector<Tensor> ref;
   r.stage = "reference";
   try {
     ref = run_single(g, inputs).outputs;
     r.stage = "propagate";
+    const Annotations ann = refine_for_reshapes(g, user_ann);  // sub-axes for reshapes, as the CLI does
+    if (ann.mesh.is_refined()) r.sharded.push_back("refined-mesh");
     ShardingPlan plan = propagate(g, ann);
     r.stage = "invariant";
     for (size_t v = 0; v < g.values.size(); ++v)

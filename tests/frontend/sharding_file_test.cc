@@ -1,4 +1,7 @@
 // read_sharding_file / write_sharding_file: forms, mesh rules, every error message.
+#include <fstream>
+#include <sstream>
+
 #include "tests/frontend/frontend_test_util.h"
 
 namespace gspmd {
@@ -153,6 +156,42 @@ TEST_F(ShardingFile, WriteReadRoundTrip) {
   ASSERT_EQ(a.by_value.size(), g_.values.size());
   for (size_t v = 0; v < g_.values.size(); ++v)
     EXPECT_EQ(a.by_value.at(static_cast<int>(v)).sharding, s[v]) << g_.values[v].name;
+}
+
+TEST_F(ShardingFile, SubAxes) {
+  // "model:(1)2" is the major half of model (size 4): the mesh is refined into model:(1)2 x model:(2)2, and a whole
+  // "model" becomes both parts.
+  const std::string f = write(R"({"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "tensors": {
+      "h": ["model:(1)2", "model:(2)2"], "x": [["data", "model"], null]}})");
+  Annotations a = read_sharding_file(f, g_, nullptr);
+  EXPECT_EQ(a.mesh.shape, (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_EQ(a.mesh.axes, (std::vector<std::string>{"data", "model:(1)2", "model:(2)2"}));
+  EXPECT_EQ(a.mesh.str(), "{data=2, model=4}");
+  EXPECT_EQ(a.by_value.at(g_.at("h")).sharding.dims, (std::vector<std::vector<int>>{{1}, {2}}));
+  EXPECT_EQ(a.by_value.at(g_.at("x")).sharding.dims, (std::vector<std::vector<int>>{{0, 1, 2}, {}}));
+  EXPECT_EQ(a.by_value.at(g_.at("x")).sharding.to_partition_spec(a.mesh), R"([["data", "model"], null])");
+  // written back on the user's mesh, with the sub-axes where no whole axis is used
+  std::vector<TensorSharding> s(g_.values.size());
+  for (size_t v = 0; v < g_.values.size(); ++v) s[v] = TensorSharding::replicated(static_cast<int>(g_.values[v].shape.size()));
+  s[g_.at("h")] = a.by_value.at(g_.at("h")).sharding;
+  s[g_.at("x")] = a.by_value.at(g_.at("x")).sharding;
+  const std::string p = dir_.file("sub.sharding.json");
+  write_sharding_file(p, g_, a.mesh, s);
+  std::stringstream ss;
+  ss << std::ifstream(p).rdbuf();
+  const std::string text = ss.str();
+  EXPECT_NE(text.find(R"("mesh": {"shape":[2,4],"axes":["data","model"]})"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("h": ["model:(1)2","model:(2)2"])"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("x": [["data","model"],null])"), std::string::npos) << text;
+  Annotations b = read_sharding_file(p, g_, nullptr);
+  EXPECT_EQ(b.mesh.axes, a.mesh.axes);
+  for (size_t v = 0; v < g_.values.size(); ++v)
+    EXPECT_EQ(b.by_value.at(static_cast<int>(v)).sharding, s[v]) << g_.values[v].name;
+  // errors
+  expect_error(write(R"({"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "tensors": {"h": ["model:(3)2", null]}})"),
+               "sub-axis 'model:(3)2' does not fit axis 'model' of size 4");
+  expect_error(write(R"({"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "tensors": {"h": ["model:(1)2", "model"]}})"),
+               "tensors.\"h\": mesh axis 'model:(1)2' is used twice");
 }
 
 }  // namespace
