@@ -24,7 +24,29 @@ struct LoadOptions {
   std::map<std::string, int64_t> dims;  // --dim NAME=VALUE: symbolic input dims to bind
   bool load_data = true;                // false: initializer shapes only (simulate); external data not read
   ConstantEvaluator evaluator;          // used to fold shape sub-graphs; required
+  /// Graph inputs to freeze: each named graph input becomes an initializer holding this tensor (its dtype and shape
+  /// replace the declared ones), so that shapes depending on its value (Reshape's shape, Expand's shape, TopK's K)
+  /// become static and its consumers may fold. A name that is not a graph input is an InputError.
+  std::map<std::string, Tensor> frozen_inputs;
 };
+
+/// What a model file holds, read without shape inference or folding (for test runners and tooling).
+struct ModelInfo {
+  int64_t opset = 0;                    // the ai.onnx opset import (1 for IR 1-2 models without opset_import)
+  std::vector<std::string> op_types;    // op_type of every top-level graph node, in file order ("domain:Op" outside
+                                        // ai.onnx); Constant nodes included
+  std::vector<std::string> inputs;      // graph input names, initializers excluded, in order
+  std::vector<std::vector<std::string>> input_dim_params;  // per input, per dim: its symbolic name ("" when the
+                                                           // dim has a value or no name; empty for non-tensors)
+  std::vector<std::vector<int64_t>> input_shapes;  // per input, per dim: its size (-1 when symbolic or unknown;
+                                                   // empty for non-tensors and inputs without a shape)
+  std::vector<DType> input_dtypes;      // per input: its element type (kUndefined for non-tensors, unknown types)
+  std::vector<std::string> outputs;     // graph output names, in order
+  std::vector<DType> output_dtypes;     // per output: its element type (as input_dtypes)
+};
+
+/// Reads `path`'s graph summary. Throws InputError("model.onnx: ...") for a missing, truncated or malformed file.
+ModelInfo read_model_info(const std::string& path);
 
 /// Loads `path` (+ external data next to it): binds symbolic dims, runs ONNX shape inference (with data
 /// propagation), folds every node whose inputs are all constant (Shape of a static value included) into an

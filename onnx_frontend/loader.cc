@@ -52,6 +52,7 @@ struct Loader {
   std::vector<std::string> input_names;             // real graph inputs, in order
   std::vector<Value> consts;                        // initializers (+ Constant outputs, folded values), in order
   std::unordered_map<std::string, size_t> const_index;
+  std::unordered_map<std::string, std::string> non_tensor;  // values typed sequence / optional / map by inference
 
   [[noreturn]] void fail(const std::string& why) const { throw InputError(fmt::format("{}: {}", path, why)); }
 
@@ -123,7 +124,7 @@ struct Loader {
     std::unordered_set<std::string> graph_input_names;
     for (const auto& in : g->input()) {
       graph_input_names.insert(in.name());
-      if (!init_names.count(in.name())) input_names.push_back(in.name());
+      if (!init_names.count(in.name()) && !opts.frozen_inputs.count(in.name())) input_names.push_back(in.name());
     }
     // Initializers -> consts; the proto keeps only small ones (as raw_data), large ones become typed inputs.
     google::protobuf::RepeatedPtrField<onnx::TensorProto> inits;
@@ -141,6 +142,28 @@ struct Loader {
       add_const(std::move(v));
     }
     inits.Clear();
+    // Frozen inputs -> consts.
+    for (const auto& [name, data] : opts.frozen_inputs) {
+      if (!graph_input_names.count(name) || init_names.count(name))
+        fail(fmt::format("frozen input '{}' is not a graph input", name));
+      Value v;
+      v.name = name;
+      v.dtype = data.dtype;
+      v.shape = data.shape;
+      v.is_initializer = true;
+      v.data = std::make_shared<const Tensor>(data);
+      // It leaves the proto's inputs (ONNX data propagation reads initializers that are not inputs) and comes back as
+      // an initializer (or, when large, as an input typed with the frozen tensor's exact type).
+      auto* ins = g->mutable_input();
+      for (int i = 0; i < ins->size(); ++i)
+        if (ins->Get(i).name() == name) {
+          ins->DeleteSubrange(i, 1);
+          break;
+        }
+      graph_input_names.erase(name);
+      expose_const(v, graph_input_names);
+      add_const(std::move(v));
+    }
     // Constant nodes -> consts.
     google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
     nodes.Swap(g->mutable_node());
@@ -242,6 +265,9 @@ struct Loader {
   }
 
   void infer() {
+    // Before IR 4, shape inference types only the initializers listed as graph inputs; the constants exposed here
+    // (initializers, Constant outputs, folded values) are not, so the proto says IR 4 from here on.
+    if (m.ir_version() < 4) m.set_ir_version(4);
     const onnx::ShapeInferenceOptions options(true, 1, true);
     try {
       onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), options);
@@ -317,6 +343,11 @@ struct Loader {
           }
         }
       }
+      if (it != types.end() && !it->second->has_tensor_type() && it->second->value_case() != onnx::TypeProto::VALUE_NOT_SET)
+        non_tensor[name] = it->second->has_sequence_type() ? "sequence"
+                           : it->second->has_optional_type() ? "optional"
+                           : it->second->has_map_type() ? "map"
+                                                         : "non-tensor value";
       if (!known) {
         unknown.insert(name);
         v.shape.clear();
@@ -433,6 +464,8 @@ Graph load_model(const std::string& path, const LoadOptions& opts) {
     }
     if (folded.empty() || round + 1 >= kMaxRounds) {
       const Value& v = *first_unknown;
+      if (auto nt = L.non_tensor.find(v.name); nt != L.non_tensor.end())
+        L.fail(fmt::format("value '{}' is a {}, which is not supported (only tensors are)", v.name, nt->second));
       std::string by = v.producer >= 0 ? fmt::format(" (output of node '{}' ({}))", g.nodes[v.producer].name,
                                                      g.nodes[v.producer].op_type)
                                        : "";

@@ -121,16 +121,31 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir
   for (auto d : p.dims())
     if (d < 0) throw InputError(fmt::format("{}: negative dimension {}", what, d));
   if (p.has_segment()) throw InputError(fmt::format("{}: segmented tensors are not supported", what));
+  // Check the size before allocating: a message that is not a TensorProto (a sequence or optional .pb) can parse
+  // into absurd dims.
+  size_t n = 1;
+  for (auto d : p.dims())
+    if (__builtin_mul_overflow(n, static_cast<size_t>(d), &n) || n > (size_t{1} << 40))
+      throw InputError(fmt::format("{}: shape {} is too large", what, shape_str(proto_shape(p))));
+  if (!is_external(p) && p.has_raw_data() && p.raw_data().size() != n * dtype_size(dt))
+    throw InputError(fmt::format("{}: raw_data has {} bytes but shape {} of {} needs {}", what, p.raw_data().size(),
+                                 shape_str(proto_shape(p)), dtype_name(dt), n * dtype_size(dt)));
+  if (!is_external(p) && !p.has_raw_data()) {
+    const int have = dt == DType::kFloat32 ? p.float_data_size()
+                     : dt == DType::kFloat64 ? p.double_data_size()
+                     : dt == DType::kInt64 ? p.int64_data_size()
+                     : dt == DType::kUInt32 || dt == DType::kUInt64 ? p.uint64_data_size()
+                                                                     : p.int32_data_size();
+    if (static_cast<size_t>(have) != n)
+      throw InputError(fmt::format("{}: tensor has {} elements of data but shape {} needs {}", what, have,
+                                   shape_str(proto_shape(p)), n));
+  }
   Tensor t(dt, proto_shape(p));
-  const size_t n = static_cast<size_t>(t.numel());
   if (is_external(p)) {
     read_external(p, base_dir, what, t);
     return t;
   }
   if (p.has_raw_data()) {
-    if (p.raw_data().size() != t.nbytes())
-      throw InputError(fmt::format("{}: raw_data has {} bytes but shape {} of {} needs {}", what, p.raw_data().size(),
-                                   shape_str(t.shape), dtype_name(dt), t.nbytes()));
     if (!p.raw_data().empty()) std::memcpy(t.bytes.data(), p.raw_data().data(), t.nbytes());
     return t;
   }

@@ -152,8 +152,35 @@ Tensor broadcast_to(const Tensor& t, const Shape& out) {
 
 Tensor cast_tensor(const Ctx& c, const Tensor& t, DType to) {
   if (t.dtype == to) return t;
-  Tensor r(to, t.shape);
   const int64_t n = t.numel();
+  if (is_half(t.dtype)) {  // 16-bit floats widen exactly to float32 first
+    Tensor f(DType::kFloat32, t.shape);
+    const uint16_t* s = t.data<uint16_t>();
+    float* d = f.data<float>();
+    if (t.dtype == DType::kFloat16)
+      for (int64_t i = 0; i < n; ++i) d[i] = half_to_float(s[i]);
+    else
+      for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
+    return to == DType::kFloat32 ? f : cast_tensor(c, f, to);
+  }
+  if (is_half(to)) {  // narrow through float32 (one rounding from float32; double sources round twice)
+    const Tensor f = t.dtype == DType::kFloat32 ? Tensor() : cast_tensor(c, t, DType::kFloat32);
+    const float* s = t.dtype == DType::kFloat32 ? t.data<float>() : f.data<float>();
+    Tensor r(to, t.shape);
+    uint16_t* d = r.data<uint16_t>();
+    if (to == DType::kFloat16)
+      for (int64_t i = 0; i < n; ++i) d[i] = float_to_half(s[i]);
+    else if (c.opset >= 19)
+      for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
+    else  // before opset 19 the ONNX reference (and its test data) truncates to bfloat16
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t b;
+        std::memcpy(&b, &s[i], 4);
+        d[i] = (b & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((b >> 16) | 0x40) : static_cast<uint16_t>(b >> 16);
+      }
+    return r;
+  }
+  Tensor r(to, t.shape);
   const bool to_bool = to == DType::kBool;
   dispatch_all(c, t.dtype, [&]<class From>() {
     const From* src = t.data<From>();
@@ -179,6 +206,12 @@ const KernelTable& table() {
     register_nn(k);
     register_index(k);
     register_misc(k);
+    register_loss(k);
+    register_signal(k);
+    register_rnn(k);
+    register_grid_sample(k);
+    register_spatial(k);
+    register_training(k);
     return k;
   }();
   return t;
@@ -188,10 +221,12 @@ const KernelTable& table() {
 
 std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset) {
   const kern::Ctx ctx{node, inputs, opset};
-  if (!node.domain.empty() && node.domain != "ai.onnx")
+  const bool training = node.domain == "ai.onnx.preview.training";
+  if (!node.domain.empty() && node.domain != "ai.onnx" && !training)
     ctx.unsupported(fmt::format("no kernel for domain '{}'", node.domain));
   const auto& t = kern::table();
-  auto it = t.find(node.op_type);
+  auto it = t.find(training ? node.domain + ":" + node.op_type : node.op_type);
+  if (it == t.end() && training) ctx.unsupported(fmt::format("no kernel for domain '{}'", node.domain));
   if (it == t.end()) ctx.unsupported("no kernel for this operator");
   try {
     return it->second(ctx);
@@ -205,6 +240,7 @@ std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*
 }
 
 bool has_kernel(const std::string& domain, const std::string& op_type) {
+  if (domain == "ai.onnx.preview.training") return kern::table().count(domain + ":" + op_type) != 0;
   if (!domain.empty() && domain != "ai.onnx") return false;
   return kern::table().count(op_type) != 0;
 }

@@ -3,6 +3,7 @@
 // otherwise (int64/bool ops, shape ops, indexing, normalizations, Resize, fallbacks for what oneDNN rejects).
 // Semantics follow the ONNX operator specs (onnx/docs/Operators.md) at the node's opset.
 // `gspmd` domain ops are not kernels: backend/pod implements them (they need the partition id and the pod).
+// The ai.onnx.preview.training optimizers (Adagrad, Adam, Momentum) are kernels too; other domains are unsupported.
 #pragma once
 
 #include <string>
@@ -18,7 +19,8 @@ namespace gspmd {
 /// inputs that violate the spec (shape mismatch).
 std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset);
 
-/// True if run_kernel supports (domain, op_type) for some dtypes.
+/// True if run_kernel supports (domain, op_type) for some dtypes ("" or "ai.onnx", and the
+/// ai.onnx.preview.training optimizers).
 bool has_kernel(const std::string& domain, const std::string& op_type);
 
 }  // namespace gspmd

@@ -49,6 +49,13 @@ void register_math(KernelTable& t);
 void register_nn(KernelTable& t);
 void register_index(KernelTable& t);
 void register_misc(KernelTable& t);
+void register_loss(KernelTable& t);    // ops_loss.cc
+void register_signal(KernelTable& t);  // ops_signal.cc: windows, quantization, integer matmul, Det
+void register_rnn(KernelTable& t);     // ops_rnn.cc: RNN, GRU, LSTM
+void register_grid_sample(KernelTable& t);  // ops_signal.cc: GridSample
+void register_spatial(KernelTable& t);      // ops_spatial.cc: MaxUnpool, RoiAlign, DFT, STFT, MelWeightMatrix,
+                                            // TfIdfVectorizer
+void register_training(KernelTable& t);     // ops_training.cc: "ai.onnx.preview.training:<Op>" optimizers
 
 // ---------------------------------------------------------------------------------------------------------------
 // dtype dispatch. `f` is a lambda templated on the element type: [&]<class T>() { ... }. Bool is stored as uint8_t
@@ -74,9 +81,9 @@ decltype(auto) dispatch_numeric(const Ctx& c, DType t, F&& f) {
   }
 }
 
-/// numeric + bool (uint8_t) + int8 / uint8.
+/// Every real number type: float32/64, int8..int64, uint8..uint64 (no bool, no 16-bit floats).
 template <class F>
-decltype(auto) dispatch_all(const Ctx& c, DType t, F&& f) {
+decltype(auto) dispatch_arith(const Ctx& c, DType t, F&& f) {
   switch (t) {
     case DType::kFloat32: return f.template operator()<float>();
     case DType::kFloat64: return f.template operator()<double>();
@@ -84,11 +91,24 @@ decltype(auto) dispatch_all(const Ctx& c, DType t, F&& f) {
     case DType::kInt32: return f.template operator()<int32_t>();
     case DType::kInt16: return f.template operator()<int16_t>();
     case DType::kInt8: return f.template operator()<int8_t>();
-    case DType::kBool:
     case DType::kUInt8: return f.template operator()<uint8_t>();
+    case DType::kUInt16: return f.template operator()<uint16_t>();
+    case DType::kUInt32: return f.template operator()<uint32_t>();
+    case DType::kUInt64: return f.template operator()<uint64_t>();
     default: c.bad_dtype(t);
   }
 }
+
+/// dispatch_arith + bool (as uint8_t).
+template <class F>
+decltype(auto) dispatch_all(const Ctx& c, DType t, F&& f) {
+  if (t == DType::kBool) return f.template operator()<uint8_t>();
+  return dispatch_arith(c, t, std::forward<F>(f));
+}
+
+/// True for the 16-bit float types (float16, bfloat16), which kernels compute in float32 (see cast_tensor).
+inline bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
 
 // ---------------------------------------------------------------------------------------------------------------
 // Shapes and broadcasting.
@@ -175,7 +195,8 @@ void strided_copy(std::byte* dst, const int64_t* dst_strides, const std::byte* s
 /// Materialises `t` broadcast to `out` (same dtype).
 Tensor broadcast_to(const Tensor& t, const Shape& out);
 
-/// Copy of `t` with dtype converted to `to` (same shape). Supports float32/64, int64/32/16/8, uint8, bool.
+/// Copy of `t` with dtype converted to `to` (same shape). Supports float16/bfloat16/float32/64, int8..int64,
+/// uint8..uint64 and bool (ONNX Cast semantics: to bool is != 0; 16-bit floats round to nearest even through float32).
 Tensor cast_tensor(const Ctx& c, const Tensor& t, DType to);
 
 /// Single-output helper.

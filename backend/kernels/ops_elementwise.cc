@@ -100,9 +100,12 @@ bool try_dnnl_binary(const Tensor& a, const Tensor& b, Tensor& out) {
 template <Bin op>
 Tensor binary_op(const Ctx& c, const Tensor& a, const Tensor& b) {
   same_dtype(c, a, b);
+  if (is_half(a.dtype))  // float16 / bfloat16: compute in float32, round once
+    return cast_tensor(c, binary_op<op>(c, cast_tensor(c, a, DType::kFloat32), cast_tensor(c, b, DType::kFloat32)),
+                       a.dtype);
   Tensor out(a.dtype, broadcast_shapes(c, a.shape, b.shape));
   if (try_dnnl_binary<op>(a, b, out)) return out;
-  dispatch_numeric(c, a.dtype, [&]<class T>() {
+  dispatch_arith(c, a.dtype, [&]<class T>() {
     bcast_binary<T, T>(a, b, out, [](T x, T y) { return bin_apply<op, T>(x, y); });
   });
   return out;
@@ -310,7 +313,7 @@ std::vector<Tensor> cast_kernel(const Ctx& c) {
 std::vector<Tensor> clip_kernel(const Ctx& c) {
   const Tensor& x = c.req(0);
   Tensor out(x.dtype, x.shape);
-  dispatch_numeric(c, x.dtype, [&]<class T>() {
+  dispatch_arith(c, x.dtype, [&]<class T>() {
     T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
     if (c.opset < 11) {
       if (c.node.has("min")) lo = static_cast<T>(c.node.f("min"));
@@ -421,6 +424,13 @@ std::vector<Tensor> mod_kernel(const Ctx& c) {
   const Tensor& b = c.req(1);
   same_dtype(c, a, b);
   const bool fmod = c.node.i("fmod", 0) != 0;
+  if (is_half(a.dtype)) {  // compute in float32: fmod of two halves is exact there
+    Node n = c.node;
+    const Tensor fa = cast_tensor(c, a, DType::kFloat32), fb = cast_tensor(c, b, DType::kFloat32);
+    const std::vector<const Tensor*> ins{&fa, &fb};
+    const Ctx fc{n, ins, c.opset};
+    return one(cast_tensor(c, mod_kernel(fc)[0], a.dtype));
+  }
   Tensor out(a.dtype, broadcast_shapes(c, a.shape, b.shape));
   auto run = [&]<class T>() {
     bcast_binary<T, T>(a, b, out, [fmod](T x, T y) -> T {
@@ -429,6 +439,8 @@ std::vector<Tensor> mod_kernel(const Ctx& c) {
         T r = std::fmod(x, y);
         if (r != 0 && ((r < 0) != (y < 0))) r += y;
         return r;
+      } else if constexpr (std::is_unsigned_v<T>) {
+        return y == 0 ? T(0) : static_cast<T>(x % y);
       } else {
         if (y == 0) return T(0);
         if (fmod) return static_cast<T>(x % y);
@@ -438,11 +450,31 @@ std::vector<Tensor> mod_kernel(const Ctx& c) {
       }
     });
   };
+  dispatch_arith(c, a.dtype, run);
+  return one(std::move(out));
+}
+
+/// BitShift (opset 11): unsigned integers, numpy broadcasting; shifts of the type's width or more give 0.
+std::vector<Tensor> bitshift_kernel(const Ctx& c) {
+  const Tensor& a = c.req(0);
+  const Tensor& b = c.req(1);
+  same_dtype(c, a, b);
+  const std::string dir = c.node.s("direction");
+  if (dir != "LEFT" && dir != "RIGHT") c.fail(fmt::format("direction must be LEFT or RIGHT, got '{}'", dir));
+  const bool left = dir == "LEFT";
+  Tensor out(a.dtype, broadcast_shapes(c, a.shape, b.shape));
+  auto run = [&]<class T>() {
+    bcast_binary<T, T>(a, b, out, [left](T x, T y) -> T {
+      if (y >= sizeof(T) * 8) return T(0);
+      return left ? static_cast<T>(x << y) : static_cast<T>(x >> y);
+    });
+  };
   switch (a.dtype) {
-    case DType::kInt8: run.template operator()<int8_t>(); break;
-    case DType::kInt16: run.template operator()<int16_t>(); break;
     case DType::kUInt8: run.template operator()<uint8_t>(); break;
-    default: dispatch_numeric(c, a.dtype, run);
+    case DType::kUInt16: run.template operator()<uint16_t>(); break;
+    case DType::kUInt32: run.template operator()<uint32_t>(); break;
+    case DType::kUInt64: run.template operator()<uint64_t>(); break;
+    default: c.bad_dtype(a.dtype);
   }
   return one(std::move(out));
 }
@@ -452,8 +484,12 @@ std::vector<Tensor> prelu_kernel(const Ctx& c) {
   const Tensor& slope = c.req(1);
   same_dtype(c, x, slope);
   Shape ss = slope.shape;
-  // Opset < 7 style per-channel slope [C] on an [N, C, ...] input: align it with dim 1.
-  if (ss.size() == 1 && x.shape.size() > 2 && ss[0] == x.shape[1] && x.shape.back() != ss[0]) {
+  // Opset < 7 (no numpy broadcasting yet): a slope [C] is per channel, aligned with dim 1 of [N, C, ...]. Later
+  // opsets broadcast numpy-style, but a [C] slope that cannot broadcast that way is still read per channel. The
+  // PRelu sharding rule (core/rules/elementwise.cc) makes the same choice.
+  const bool legacy = ss.size() == 1 && x.shape.size() >= 2 && ss[0] == x.shape[1] &&
+                      ((c.opset < 7 && ss[0] > 1) || (x.shape.size() > 2 && x.shape.back() != ss[0]));
+  if (legacy) {
     ss.resize(x.shape.size() - 1, 1);
   }
   Tensor sv = slope;
@@ -531,6 +567,7 @@ void register_elementwise(KernelTable& t) {
   t["IsInf"] = isnan_isinf_kernel<false>;
   t["Mod"] = mod_kernel;
   t["PRelu"] = prelu_kernel;
+  t["BitShift"] = bitshift_kernel;
 }
 
 }  // namespace gspmd::kern

@@ -1,5 +1,6 @@
 // Neural-network kernels: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool,
-// GlobalLpPool, BatchNormalization (inference), InstanceNormalization, LRN, MeanVarianceNormalization.
+// GlobalLpPool, BatchNormalization (inference; training mode from opset 14), InstanceNormalization, LRN,
+// MeanVarianceNormalization, ConvInteger and QLinearConv (through the float64 Conv path).
 // float32 Conv / ConvTranspose (1-3 spatial dims; 1-D runs as 2-D with a unit dim) and MaxPool / AveragePool use
 // oneDNN (onednn.h); float64, integer pools, Indices outputs, >3 spatial dims and geometries oneDNN rejects run on
 // the naive loops here. The normalizations are plain C++ (memory-bound).
@@ -271,6 +272,72 @@ void naive_deconv(const T* x, const T* wt, const T* b, T* y, int64_t N, int64_t 
       }
     }
   }
+}
+
+/// (x - x_zero_point) conv (w - w_zero_point) with Conv's attributes, computed in float64 (exact while the sums stay
+/// below 2^53) and returned as int32 [N, M, ...]. w_zero_point is a scalar or per output channel [M].
+Tensor integer_conv(const Ctx& c, const Tensor& x, const Tensor* xzp, const Tensor& w, const Tensor* wzp) {
+  Tensor xd = cast_tensor(c, x, DType::kFloat64), wd = cast_tensor(c, w, DType::kFloat64);
+  if (xzp) {
+    const double z = cast_tensor(c, *xzp, DType::kFloat64).data<double>()[0];
+    for (int64_t i = 0; i < xd.numel(); ++i) xd.data<double>()[i] -= z;
+  }
+  if (wzp) {
+    const Tensor z = cast_tensor(c, *wzp, DType::kFloat64);
+    const int64_t M = w.shape.empty() ? 1 : w.shape[0], per = M ? wd.numel() / M : 0;
+    if (z.numel() != 1 && z.numel() != M) c.fail("w_zero_point must be a scalar or have one entry per output channel");
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t i = 0; i < per; ++i) wd.data<double>()[m * per + i] -= z.data<double>()[z.numel() == 1 ? 0 : m];
+  }
+  Node n = c.node;
+  n.op_type = "Conv";
+  const std::vector<const Tensor*> ins{&xd, &wd};
+  const Ctx cc{n, ins, c.opset};
+  Tensor y = conv_kernel(cc)[0];
+  Tensor out(DType::kInt32, y.shape);
+  for (int64_t i = 0; i < y.numel(); ++i) out.data<int32_t>()[i] = static_cast<int32_t>(std::llround(y.data<double>()[i]));
+  return out;
+}
+
+/// ConvInteger (opset 10): int32 result of the zero-point-shifted convolution.
+std::vector<Tensor> conv_integer_kernel(const Ctx& c) {
+  return one(integer_conv(c, c.req(0), c.in(2), c.req(1), c.in(3)));
+}
+
+/// QLinearConv (opset 10): y = saturate(round((conv + B) * x_scale * w_scale / y_scale) + y_zero_point), w_scale
+/// per tensor or per output channel; y has y_zero_point's type (uint8 / int8).
+std::vector<Tensor> qlinear_conv_kernel(const Ctx& c) {
+  const Tensor acc = integer_conv(c, c.req(0), &c.req(2), c.req(3), &c.req(5));
+  const float xs = cast_tensor(c, c.req(1), DType::kFloat32).data<float>()[0];
+  const Tensor ws = cast_tensor(c, c.req(4), DType::kFloat32);
+  const float ys = cast_tensor(c, c.req(6), DType::kFloat32).data<float>()[0];
+  const Tensor& yz = c.req(7);
+  const Tensor* bias = c.in(8);
+  const int64_t N = acc.shape[0], M = acc.shape[1], inner = acc.numel() / std::max<int64_t>(1, N * M);
+  const int32_t z = static_cast<int32_t>(cast_tensor(c, yz, DType::kInt64).data<int64_t>()[0]);
+  if (bias && (bias->dtype != DType::kInt32 || bias->numel() != M)) c.fail("B must be int32 with one entry per output channel");
+  if (ws.numel() != 1 && ws.numel() != M) c.fail("w_scale must be a scalar or have one entry per output channel");
+  Tensor out(yz.dtype, acc.shape);
+  auto run = [&]<class T>() {
+    constexpr float lo = static_cast<float>(std::numeric_limits<T>::lowest());
+    constexpr float hi = static_cast<float>(std::numeric_limits<T>::max());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t m = 0; m < M; ++m) {
+        const float scale = xs * ws.data<float>()[ws.numel() == 1 ? 0 : m] / ys;
+        const int32_t bv = bias ? bias->data<int32_t>()[m] : 0;
+        const int32_t* a = acc.data<int32_t>() + (n * M + m) * inner;
+        T* o = out.data<T>() + (n * M + m) * inner;
+        for (int64_t i = 0; i < inner; ++i)
+          o[i] = static_cast<T>(std::min(hi, std::max(lo, std::nearbyint(static_cast<float>(a[i] + bv) * scale) +
+                                                                static_cast<float>(z))));
+      }
+  };
+  switch (yz.dtype) {
+    case DType::kUInt8: run.template operator()<uint8_t>(); break;
+    case DType::kInt8: run.template operator()<int8_t>(); break;
+    default: c.bad_dtype(yz.dtype);
+  }
+  return one(std::move(out));
 }
 
 std::vector<Tensor> conv_transpose_kernel(const Ctx& c) {
@@ -545,10 +612,63 @@ const T* param(const Ctx& c, size_t i, const Tensor& x, int64_t C, int64_t inner
   c.fail(fmt::format("input {} of shape {} does not match {} channels", i, shape_str(t.shape), C));
 }
 
+/// BatchNormalization in training mode (opset >= 14): batch statistics over every dim but 1 (population variance),
+/// Y normalised with them; outputs running_mean = mean * momentum + batch_mean * (1 - momentum), and the same for
+/// the variance (the ONNX reference, onnx/backend/test/case/node/batchnorm.py).
+std::vector<Tensor> batch_norm_training(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  if (x.shape.size() < 2) c.fail(fmt::format("X must have rank >= 2, got {}", shape_str(x.shape)));
+  const double eps = c.node.f("epsilon", 1e-5f), momentum = c.node.f("momentum", 0.9f);
+  const int64_t N = x.shape[0], C = x.shape[1], inner = x.numel() / std::max<int64_t>(1, N * C);
+  std::vector<Tensor> outs;
+  outs.emplace_back(x.dtype, x.shape);
+  for (size_t o = 1; o < std::min<size_t>(3, c.n_out()); ++o) outs.emplace_back(x.dtype, Shape{C});
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    for (int i = 1; i <= 4; ++i) {
+      const Tensor& p = c.req(static_cast<size_t>(i));
+      if (p.dtype != x.dtype || p.numel() != C)
+        c.fail(fmt::format("input {} of shape {} does not match {} channels", i, shape_str(p.shape), C));
+    }
+    const T* sc = c.req(1).data<T>();
+    const T* bi = c.req(2).data<T>();
+    const T* rm = c.req(3).data<T>();
+    const T* rv = c.req(4).data<T>();
+    const T* s = x.data<T>();
+    T* d = outs[0].data<T>();
+    const double cnt = static_cast<double>(N * inner);
+    for (int64_t ch = 0; ch < C; ++ch) {
+      double sum = 0, sq = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* row = s + (n * C + ch) * inner;
+        for (int64_t j = 0; j < inner; ++j) sum += static_cast<double>(row[j]);
+      }
+      const double mean = cnt > 0 ? sum / cnt : 0.0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* row = s + (n * C + ch) * inner;
+        for (int64_t j = 0; j < inner; ++j) {
+          const double v = static_cast<double>(row[j]) - mean;
+          sq += v * v;
+        }
+      }
+      const double var = cnt > 0 ? sq / cnt : 0.0;
+      const double a = static_cast<double>(sc[ch]) / std::sqrt(var + eps);
+      const T mul = static_cast<T>(a), add = static_cast<T>(static_cast<double>(bi[ch]) - a * mean);
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t o = (n * C + ch) * inner;
+        for (int64_t j = 0; j < inner; ++j) d[o + j] = s[o + j] * mul + add;
+      }
+      if (outs.size() > 1) outs[1].data<T>()[ch] = static_cast<T>(rm[ch] * momentum + mean * (1 - momentum));
+      if (outs.size() > 2) outs[2].data<T>()[ch] = static_cast<T>(rv[ch] * momentum + var * (1 - momentum));
+    }
+  });
+  return outs;
+}
+
 std::vector<Tensor> batch_norm_kernel(const Ctx& c) {
   const Tensor& x = c.req(0);
-  if (c.node.i("training_mode", 0) != 0) c.unsupported("no kernel for training_mode=1");
-  if (c.n_out() > 1) c.unsupported("no kernel for training-mode outputs (running / saved statistics)");
+  const bool training = c.node.i("training_mode", 0) != 0 || c.n_out() > 1;
+  if (training && c.opset >= 14) return batch_norm_training(c);
+  if (training) c.unsupported("no kernel for training-mode outputs before opset 14 (saved statistics)");
   if (x.shape.size() < 2) c.fail(fmt::format("X must have rank >= 2, got {}", shape_str(x.shape)));
   const float eps = c.node.f("epsilon", 1e-5f);
   const int64_t N = x.shape[0], C = x.shape[1], inner = x.numel() / std::max<int64_t>(1, N * C);
@@ -689,6 +809,8 @@ std::vector<Tensor> mvn_kernel(const Ctx& c) {
 
 void register_nn(KernelTable& t) {
   t["Conv"] = conv_kernel;
+  t["ConvInteger"] = conv_integer_kernel;
+  t["QLinearConv"] = qlinear_conv_kernel;
   t["ConvTranspose"] = conv_transpose_kernel;
   t["MaxPool"] = pool_kernel<PoolOp::kMax>;
   t["AveragePool"] = pool_kernel<PoolOp::kAvg>;

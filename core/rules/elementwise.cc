@@ -47,15 +47,40 @@ RuleBuilder elementwise(Operands which, std::vector<int> linear) {
   };
 }
 
+// PRelu: elementwise, except a per-channel slope [C] (opset < 7, or a [C] that cannot broadcast numpy-style), which
+// indexes the channel factor (dim 1 of X), as the kernel (backend/kernels/ops_elementwise.cc) reads it.
+RuleBuilder prelu() {
+  RuleBuilder base = elementwise(Operands::kAll, {});
+  return [base](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
+    if (n.inputs.size() == 2 && n.inputs[0] >= 0 && n.inputs[1] >= 0 && !n.outputs.empty()) {
+      const Shape& x = g.values.at(n.inputs[0]).shape;
+      const Shape& s = g.values.at(n.inputs[1]).shape;
+      const bool legacy = s.size() == 1 && x.size() >= 2 && s[0] == x[1] &&
+                          ((g.opset < 7 && s[0] > 1) || (x.size() > 2 && x.back() != s[0]));
+      if (legacy) {
+        OpShardingRule r;
+        DimFactors xd(x.size());
+        for (size_t d = 0; d < x.size(); ++d) xd[d] = {add_factor(r, x[d], FactorKind::kPassThrough)};
+        r.operands = {xd, DimFactors{xd[1]}};
+        r.results = {xd};
+        r.linear_operands = {false, false};
+        return r;
+      }
+    }
+    return base(g, n);
+  };
+}
+
 }  // namespace
 
 void register_elementwise_rules() {
+  add_builtin("PRelu", prelu());
   // Linear in both operands: Add/Sub (a sum of partials is the partial of the sum); Mul too (the partitioner allows
   // only one partial operand of a product).
   for (const char* op : {"Add", "Sub", "Mul"}) add_builtin(op, elementwise(Operands::kAll, {0, 1}));
   add_builtin("Div", elementwise(Operands::kAll, {0}));
   for (const char* op : {"Pow", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
-                         "Xor", "Max", "Min", "Mod", "BitShift", "PRelu", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+                         "Xor", "Max", "Min", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
     add_builtin(op, elementwise(Operands::kAll, {}));
   // Sum is linear in every operand (like Add). Mean is too when *all* operands are partial, but the partitioner
   // treats only Add/Sub/Sum/Concat as additive (else it allows one partial operand), so Mean says false.

@@ -75,8 +75,8 @@ RuleBuilder reduce_rule(FactorKind kind, ReductionKind red, bool linear, bool me
     std::vector<int64_t> axes;
     if (n.inputs.size() > 1 && n.inputs[1] >= 0) {  // axes as an input (ReduceSum >= 13, the others >= 18)
       const Tensor* t = constant_input(g, n, 1);
-      if (!t) return std::nullopt;
-      axes = t->as_int64s();
+      if (!t && num_elements(shape_of(g, n.inputs[1])) != 0) return std::nullopt;  // a runtime [0] input is empty
+      if (t) axes = t->as_int64s();
     } else {
       axes = n.ints("axes");
     }

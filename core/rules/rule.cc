@@ -29,6 +29,7 @@ void register_builtin_rules() {
   rules_internal::register_conv_pool_rules();
   rules_internal::register_einsum_rules();
   rules_internal::register_index_rules();
+  rules_internal::register_misc_rules();
 }
 
 std::map<Key, RuleBuilder>& registry() {

@@ -97,6 +97,9 @@ void register_conv_pool_rules();   // conv_pool.cc: Conv, ConvTranspose, pools, 
 void register_einsum_rules();      // einsum.cc
 void register_index_rules();       // index_ops.cc: Pad, Tile, Resize, Range, TopK, CumSum, GatherElements/ND,
                                    // ScatterElements/ND, OneHot, NonZero, Compress
+void register_misc_rules();        // misc_ops.cc: Trilu, Det, ReverseSequence, RNN/GRU/LSTM, (De)QuantizeLinear,
+                                   // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, GridSample, RoiAlign,
+                                   // TfIdfVectorizer
 /// Initializer data of input i of `node`, or nullptr (absent input, not an initializer, or shapes-only load).
 const Tensor* constant_input(const Graph& g, const Node& node, int i);
 /// Normalises a possibly negative axis for rank r; nullopt when out of range.

@@ -498,5 +498,72 @@ TEST(KernelsIndex, TriluEyeLikeCastLike) {
   EXPECT_EQ(ivals(cl), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Kernels added for the ONNX backend conformance suite (tests/conformance covers them on the suite's data).
+
+Tensor U8(const Shape& s, const std::vector<uint8_t>& v) {
+  Tensor t(DType::kUInt8, s);
+  std::memcpy(t.bytes.data(), v.data(), v.size());
+  return t;
+}
+
+TEST(KernelsConformance, SmallIntegerAndHalfTypes) {
+  const Tensor a = U8({3}, {250, 7, 9}), b = U8({3}, {10, 3, 2});
+  const Tensor sum = run1(make_node("Add"), {&a, &b});
+  ASSERT_EQ(sum.dtype, DType::kUInt8);
+  EXPECT_EQ(sum.data<uint8_t>()[0], 4);  // wraps modulo 256
+  EXPECT_EQ(run1(make_node("Div"), {&a, &b}).data<uint8_t>()[1], 2);
+  EXPECT_EQ(run1(make_node("Max"), {&a, &b}).data<uint8_t>()[2], 9);
+  const Tensor sh = run1(make_node("BitShift", {{"direction", std::string("LEFT")}}), {&b, &b});
+  EXPECT_EQ(sh.data<uint8_t>()[1], 24);
+  EXPECT_EQ(sh.data<uint8_t>()[0], 0);  // shift of 10 >= 8 bits
+  // float -> float16 rounds to nearest even; back to float is exact. 65520 overflows to infinity.
+  const Tensor f = F({4}, {1.f / 3, 65504.f, 65520.f, -0.f});
+  const Tensor h = run1(make_node("Cast", {{"to", int64_t{10}}}), {&f});
+  ASSERT_EQ(h.dtype, DType::kFloat16);
+  EXPECT_EQ(h.data<uint16_t>()[0], 0x3555);
+  EXPECT_EQ(h.data<uint16_t>()[1], 0x7bff);
+  EXPECT_EQ(h.data<uint16_t>()[2], 0x7c00);
+  EXPECT_EQ(h.data<uint16_t>()[3], 0x8000);
+  const Tensor back = run1(make_node("Cast", {{"to", int64_t{1}}}), {&h});
+  EXPECT_FLOAT_EQ(back.data<float>()[0], 0.333251953125f);
+  // bfloat16: truncation before opset 19 (the ONNX reference then), round to nearest even from 19.
+  const Tensor g = F({1}, {1.005859375f});  // 1 + 0.75 * 2^-7: bfloat16 keeps 7 mantissa bits
+  EXPECT_EQ(run1(make_node("Cast", {{"to", int64_t{16}}}), {&g}, 13).data<uint16_t>()[0], 0x3f80);
+  EXPECT_EQ(run1(make_node("Cast", {{"to", int64_t{16}}}), {&g}, 19).data<uint16_t>()[0], 0x3f81);
+}
+
+TEST(KernelsConformance, LossesUniqueReverseSequence) {
+  // NLL over [N=2, C=3], targets {2, 0}: mean of -x[0,2], -x[1,0]; a weighted mean divides by the weights' sum.
+  const Tensor x = F({2, 3}, {0.1f, 0.2f, 0.7f, 0.5f, 0.25f, 0.25f}), t = I({2}, {2, 0}), w = F({3}, {1, 1, 3});
+  expect_vals(run1(make_node("NegativeLogLikelihoodLoss"), {&x, &t}), {-(0.7f + 0.5f) / 2});
+  expect_vals(run1(make_node("NegativeLogLikelihoodLoss"), {&x, &t, &w}), {-(3 * 0.7f + 0.5f) / 4});
+  expect_vals(run1(make_node("NegativeLogLikelihoodLoss", {{"reduction", std::string("none")},
+                                                           {"ignore_index", int64_t{0}}}),
+                   {&x, &t}),
+              {-0.7f, 0});
+  // SoftmaxCrossEntropyLoss = NLL of log_softmax; log_prob is the second output.
+  const auto sce = run_kernel(make_node("SoftmaxCrossEntropyLoss", {{"reduction", std::string("sum")}}, 2), {&x, &t}, 13);
+  ASSERT_EQ(sce.size(), 2u);
+  auto lse = [](float a, float b, float c) { return std::log(std::exp(a) + std::exp(b) + std::exp(c)); };
+  expect_vals(sce[0], {(lse(0.1f, 0.2f, 0.7f) - 0.7f) + (lse(0.5f, 0.25f, 0.25f) - 0.5f)});
+  EXPECT_NEAR(sce[1].data<float>()[0], 0.1f - lse(0.1f, 0.2f, 0.7f), 1e-6);
+  // Unique, sorted and in order of first occurrence.
+  const Tensor u = F({6}, {2, 1, 1, 3, 4, 3});
+  const auto us = run_kernel(make_node("Unique", {}, 4), {&u}, 11);
+  expect_vals(us[0], {1, 2, 3, 4});
+  EXPECT_EQ(ivals(us[1]), (std::vector<int64_t>{1, 0, 3, 4}));
+  EXPECT_EQ(ivals(us[2]), (std::vector<int64_t>{1, 0, 0, 2, 3, 2}));
+  EXPECT_EQ(ivals(us[3]), (std::vector<int64_t>{2, 1, 2, 1}));
+  const auto uu = run_kernel(make_node("Unique", {{"sorted", int64_t{0}}}, 4), {&u}, 11);
+  expect_vals(uu[0], {2, 1, 3, 4});
+  EXPECT_EQ(ivals(uu[2]), (std::vector<int64_t>{0, 1, 1, 2, 3, 2}));
+  // ReverseSequence: [T=3, B=2], lengths {3, 2}.
+  const Tensor seq = F({3, 2}, {0, 10, 1, 11, 2, 12}), lens = I({2}, {3, 2});
+  expect_vals(run1(make_node("ReverseSequence"), {&seq, &lens}, 10), {2, 11, 1, 10, 0, 12});
+  const Tensor bad = I({2}, {4, 2});
+  EXPECT_THROW(run1(make_node("ReverseSequence"), {&seq, &bad}, 10), std::runtime_error);
+}
+
 }  // namespace
 }  // namespace gspmd

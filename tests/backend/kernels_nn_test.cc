@@ -478,9 +478,28 @@ TEST(KernelsNorm, BatchNormalizationInference) {
   const Tensor x2 = F({2, 3}, {1, 2, 3, 4, 5, 6});
   const Tensor y2 = run1(make_node("BatchNormalization", {{"epsilon", 0.f}}), {&x2, &sc, &b, &mean, &var}, 9);
   EXPECT_NEAR(y2.data<float>()[4], (5 + 0.2f) / std::sqrt(0.5f) * 2 + 1, 1e-5);
-  EXPECT_THROW(run1(make_node("BatchNormalization", {{"training_mode", int64_t{1}}}), {&x, &sc, &b, &mean, &var}, 15),
-               UnsupportedError);
+  // Before opset 14, training outputs (saved statistics) have no kernel.
   EXPECT_THROW(run_kernel(make_node("BatchNormalization", {}, 3), {&x, &sc, &b, &mean, &var}, 9), UnsupportedError);
+}
+
+// Training mode (opset >= 14): batch statistics (population variance) normalise Y; running statistics are
+// mean * momentum + batch * (1 - momentum).
+TEST(KernelsNorm, BatchNormalizationTraining) {
+  const Tensor x = F({2, 1, 2}, {1, 2, 3, 4}), sc = F({1}, {2}), b = F({1}, {1}), mean = F({1}, {0.5f}),
+               var = F({1}, {3});
+  const auto out = run_kernel(make_node("BatchNormalization", {{"training_mode", int64_t{1}}, {"epsilon", 0.f},
+                                                               {"momentum", 0.75f}}, 3),
+                              {&x, &sc, &b, &mean, &var}, 15);
+  ASSERT_EQ(out.size(), 3u);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NEAR(out[0].data<float>()[i], (i + 1 - 2.5f) / std::sqrt(1.25f) * 2 + 1, 1e-5) << i;
+  EXPECT_NEAR(out[1].data<float>()[0], 0.5f * 0.75f + 2.5f * 0.25f, 1e-6);
+  EXPECT_NEAR(out[2].data<float>()[0], 3 * 0.75f + 1.25f * 0.25f, 1e-6);
+}
+
+TEST(KernelsNorm, BatchNormalizationBadParams) {
+  const Tensor x = rand_f({2, 3, 4, 5}, 5), sc = F({3}, {1, 2, 0.5f}), b = F({3}, {0, 1, -1}),
+               mean = F({3}, {0.1f, -0.2f, 0.3f}), var = F({3}, {1, 0.5f, 2});
   const Tensor bad = F({2}, {1, 1});
   EXPECT_THROW(run1(make_node("BatchNormalization"), {&x, &bad, &b, &mean, &var}, 15), std::runtime_error);
 }

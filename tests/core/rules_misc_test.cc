@@ -210,5 +210,37 @@ TEST(RulesMisc, Issue3OpsAllRegistered) {
     EXPECT_TRUE(has_rule("", op)) << op;
 }
 
+// Rules added with the ONNX backend conformance work (core/rules/misc_ops.cc, PRelu's per-channel slope).
+TEST(RulesMisc, ConformanceOps) {
+  GB b;
+  int x = b.input("x", {2, 3, 4, 5});
+  EXPECT_EQ(b.rule(b.node("Trilu", {x}, {2, 3, 4, 5})).str(),
+            "([i,j,k,l])->([i,j,k,l]) {i=2, j=3, k=4, l=5} need_replication={k,l}");
+  int m = b.input("m", {2, 4, 4});
+  EXPECT_EQ(b.rule(b.node("Det", {m}, {2})).str(), "([i,j,k])->([i]) {i=2, j=4, k=4} need_replication={j,k}");
+  // PRelu: a [C] slope that cannot broadcast numpy-style is per channel (dim 1), as the kernel reads it.
+  int slope = b.input("slope", {3});
+  EXPECT_EQ(b.rule(b.node("PRelu", {x, slope}, {2, 3, 4, 5})).str(),
+            "([i,j,k,l],[j])->([i,j,k,l]) {i=2, j=3, k=4, l=5}");
+  // Losses: "none" keeps N and the trailing dims pass-through; "mean" without weights is a mean reduction; a
+  // weighted mean needs replication.
+  int scores = b.input("scores", {4, 3, 5}), labels = b.input("labels", {4, 5}, DType::kInt64);
+  EXPECT_EQ(b.rule(b.node("NegativeLogLikelihoodLoss", {scores, labels}, {4, 5}, {{"reduction", std::string("none")}}))
+                .str(),
+            "([i,j,k],[i,k])->([i,k]) {i=4, j=3, k=5} need_replication={j}");
+  EXPECT_EQ(b.rule(b.node("NegativeLogLikelihoodLoss", {scores, labels}, {})).str(),
+            "([i,j,k],[i,k])->([]) {i=4, j=3, k=5} reduction={i,k} need_replication={j} mean");
+  int w = b.input("w", {3});
+  EXPECT_EQ(b.rule(b.node("NegativeLogLikelihoodLoss", {scores, labels, w}, {})).str(),
+            "([i,j,k],[i,k],[1])->([]) {i=4, j=3, k=5} need_replication={i,j,k}");
+  // LSTM: only the batch dim is pass-through.
+  int xs = b.input("xs", {7, 2, 3}), W = b.input("W", {1, 16, 3}), R = b.input("R", {1, 16, 4});
+  EXPECT_EQ(b.rule(b.node("LSTM", {xs, W, R}, {7, 1, 2, 4}, {{"hidden_size", int64_t{4}}})).str(),
+            "([i,j,k],[1,1,1],[1,1,1])->([i,l,j,m]) {i=7, j=2, k=3, l=1, m=4} need_replication={i,k,l,m}");
+  int grid = b.input("grid", {2, 6, 7, 2});
+  EXPECT_EQ(b.rule(b.node("GridSample", {x, grid}, {2, 3, 6, 7})).str(),
+            "([i,j,k,l],[i,m,n,1])->([i,j,m,n]) {i=2, j=3, k=4, l=5, m=6, n=7} need_replication={k,l}");
+}
+
 }  // namespace
 }  // namespace gspmd

@@ -208,5 +208,48 @@ TEST(Loader, OnnxBackendNodeTestsLoad) {
   std::cout << "[ onnx node tests ] loaded " << loaded << ", rejected " << rejected << "\n";
 }
 
+// Expects an InputError whose message contains `part`.
+template <class F>
+void expect_input_error_containing(F&& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "expected InputError containing: " << part;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// The expanded HannWindow's output length is the value of its input `x`; freezing that input
+// (LoadOptions::frozen_inputs, as the conformance runner does) makes it an initializer and the graph static.
+TEST(Loader, FrozenInputMakesDataDependentShapeStatic) {
+  const std::filesystem::path dir = "/usr/share/libonnx-testdata/data/node/test_hannwindow_expanded";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "libonnx-testdata not installed";
+  const std::string model = (dir / "model.onnx").string();
+  const ModelInfo info = read_model_info(model);
+  ASSERT_EQ(info.inputs, (std::vector<std::string>{"x"}));
+  ASSERT_EQ(info.input_dtypes, (std::vector<DType>{DType::kInt32}));
+  EXPECT_EQ(info.op_types.size(), 26u) << "the expanded function's nodes, Constants included";
+  EXPECT_EQ(info.op_types.front(), "Constant");
+  expect_input_error_containing([&] { load_model(model, load_opts()); }, "has no static shape");
+  LoadOptions lo = load_opts();
+  lo.frozen_inputs["x"] = read_tensor_pb((dir / "test_data_set_0" / "input_0.pb").string());
+  Graph g = load_model(model, lo);
+  expect_all_static(g);
+  EXPECT_TRUE(g.inputs.empty());
+  const Tensor want = read_tensor_pb((dir / "test_data_set_0" / "output_0.pb").string());
+  EXPECT_EQ(g.values[g.outputs[0]].shape, want.shape);
+  LoadOptions bad = load_opts();
+  bad.frozen_inputs["nope"] = Tensor::from_int64s({1});
+  expect_input_error_containing([&] { load_model(model, bad); }, "frozen input 'nope' is not a graph input");
+}
+
+// A sequence-typed value is reported by name as unsupported (not as a missing static shape).
+TEST(Loader, SequenceValuesAreUnsupported) {
+  const std::filesystem::path model = "/usr/share/libonnx-testdata/data/simple/test_sequence_model2/model.onnx";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "libonnx-testdata not installed";
+  expect_input_error_containing([&] { load_model(model.string(), load_opts()); },
+                                "value 'seq_1' is a sequence, which is not supported");
+}
+
 }  // namespace
 }  // namespace gspmd

@@ -1,0 +1,65 @@
+// read_model_info: a model's opset, node op types and graph inputs/outputs, without shape inference.
+#include <climits>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <google/protobuf/io/coded_stream.h>
+
+#include "onnx_frontend/frontend.h"
+#include "onnx_frontend/proto_util.h"
+
+namespace gspmd {
+namespace {
+
+DType elem_type(const onnx::ValueInfoProto& vi) {
+  if (!vi.type().has_tensor_type()) return DType::kUndefined;
+  try {
+    return frontend::proto_dtype(vi.type().tensor_type().elem_type(), vi.name());
+  } catch (const InputError&) {
+    return DType::kUndefined;
+  }
+}
+
+}  // namespace
+
+ModelInfo read_model_info(const std::string& path) {
+  const std::string bytes = frontend::read_file(path);
+  onnx::ModelProto m;
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
+  in.SetTotalBytesLimit(INT_MAX);
+  if (bytes.size() > static_cast<size_t>(INT_MAX) || !m.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage() ||
+      !m.has_graph())
+    throw InputError(fmt::format("{}: not a valid ONNX model (truncated or malformed protobuf)", path));
+  ModelInfo info;
+  info.opset = m.opset_import_size() == 0 ? 1 : 0;
+  for (const auto& op : m.opset_import())
+    if (op.domain().empty() || op.domain() == "ai.onnx") info.opset = op.version();
+  const auto& g = m.graph();
+  for (const auto& n : g.node())
+    info.op_types.push_back(n.domain().empty() || n.domain() == "ai.onnx" ? n.op_type()
+                                                                           : n.domain() + ":" + n.op_type());
+  std::unordered_set<std::string> inits;
+  for (const auto& t : g.initializer()) inits.insert(t.name());
+  for (const auto& i : g.input())
+    if (!inits.count(i.name())) {
+      info.inputs.push_back(i.name());
+      std::vector<std::string> dims;
+      std::vector<int64_t> shape;
+      if (i.type().has_tensor_type() && i.type().tensor_type().has_shape())
+        for (const auto& d : i.type().tensor_type().shape().dim()) {
+          dims.push_back(d.has_dim_param() ? d.dim_param() : "");
+          shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
+        }
+      info.input_dim_params.push_back(std::move(dims));
+      info.input_shapes.push_back(std::move(shape));
+      info.input_dtypes.push_back(elem_type(i));
+    }
+  for (const auto& o : g.output()) {
+    info.outputs.push_back(o.name());
+    info.output_dtypes.push_back(elem_type(o));
+  }
+  return info;
+}
+
+}  // namespace gspmd
