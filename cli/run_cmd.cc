@@ -1,5 +1,10 @@
 // gspmd-onnx run: partition, run on the emulated pod, check, report.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <random>
 
 #include <fmt/format.h>
@@ -85,16 +90,42 @@ std::vector<Tensor> make_inputs(const Graph& g, const RunOptions& o) {
   return inputs;
 }
 
+/// Progress on stderr, only when it is a terminal and the run has taken more than a second (GSPMD_PROGRESS_DELAY_MS
+/// overrides): "run: 16 devices, node 120/480 (25%)", rewritten in place at most 10 times a second and erased when
+/// the run ends.
+RunProgress progress_display(std::string what) {
+  if (!::isatty(STDERR_FILENO)) return {};
+  const char* env = std::getenv("GSPMD_PROGRESS_DELAY_MS");
+  const auto delay = std::chrono::milliseconds(env ? std::atoll(env) : 1000);
+  struct State {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), last{};
+    bool shown = false;
+  };
+  auto st = std::make_shared<State>();
+  return [st, delay, what = std::move(what)](size_t done, size_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (done == total) {
+      if (st->shown) fmt::print(stderr, "\r\033[K");
+      return;
+    }
+    if (now - st->start < delay || (st->shown && now - st->last < std::chrono::milliseconds(100))) return;
+    st->last = now;
+    st->shown = true;
+    fmt::print(stderr, "\rrun: {}, node {}/{} ({}%)\033[K", what, done, total, 100 * done / std::max<size_t>(total, 1));
+  };
+}
+
 }  // namespace
 
 int cmd_run(const RunOptions& o) {
   Target target = Target::load(o.common.target);
   Pipeline p = build_pipeline(o.common);
   std::vector<Tensor> inputs = make_inputs(p.graph, o);
-  PodRun run = run_spmd(p.program, p.graph, inputs);
+  PodRun run = run_spmd(p.program, p.graph, inputs,
+                        progress_display(fmt::format("{} devices", p.program.mesh.num_devices())));
   CheckResult check;
   if (o.check) {
-    PodRun ref = run_single(p.graph, inputs);
+    PodRun ref = run_single(p.graph, inputs, progress_display("reference, 1 device"));
     check = compare_outputs(p.graph, run.outputs, ref.outputs, o.rtol, o.atol);
   }
   if (!o.outputs_dir.empty()) {

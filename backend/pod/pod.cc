@@ -75,7 +75,7 @@ class Executor {
     return out;
   }
 
-  void run() {
+  void run(const RunProgress& progress = {}) {
     // last use of every value (node index); kept values (outputs) are never freed.
     last_use_.assign(nv_, -1);
     for (size_t i = 0; i < prog_.nodes.size(); ++i)
@@ -94,6 +94,7 @@ class Executor {
           if (v >= 0 && last_use_[v] < 0) free_value(d, v);  // produced but never read
       }
       host_flops_ += node_flops(prog_, n) * static_cast<double>(n_);
+      if (progress) progress(i + 1, prog_.nodes.size());
     }
   }
 
@@ -296,7 +297,8 @@ void check_input(const Value& v, const Tensor& t) {
 
 }  // namespace
 
-PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs) {
+PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
+                const RunProgress& progress) {
   auto t_start = Clock::now();
   const Graph& prog = p.program;
   const DeviceMesh& mesh = p.mesh;
@@ -351,7 +353,7 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
           fmt::format("program initializer '{}' has neither data nor a param binding", prog.values[v].name));
   for (const ProgramBinding& b : p.outputs) ex.keep(b.local);
 
-  ex.run();
+  ex.run(progress);
 
   PodRun r;
   std::vector<const Tensor*> shards(static_cast<size_t>(N));
@@ -369,7 +371,7 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
   return r;
 }
 
-PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs) {
+PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs, const RunProgress& progress) {
   auto t_start = Clock::now();
   if (inputs.size() != g.inputs.size())
     throw InputError(fmt::format("run: the model has {} inputs, {} were given", g.inputs.size(), inputs.size()));
@@ -388,7 +390,7 @@ PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs) {
     check_input(g.values[g.inputs[k]], inputs[k]);
     ex.set_shared(0, g.inputs[k], &inputs[k]);
   }
-  ex.run();
+  ex.run(progress);
   PodRun r;
   for (size_t k = 0; k < g.outputs.size(); ++k) {
     int v = g.outputs[k];

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/ir/ir.h"
@@ -33,6 +34,9 @@ struct PodRun {
   double host_flops = 0;            // FLOPs executed on the host by all devices (for GFLOP/s)
 };
 
+/// Called after every program node with (nodes done, nodes in all), on the calling thread (for progress displays).
+using RunProgress = std::function<void(size_t done, size_t total)>;
+
 /// Runs `p` on mesh.num_devices() emulated devices. `global` is the unpartitioned graph: its initializers give the
 /// weights (each device gets shard_tensor of them per p.params) and `inputs` (one per global graph input, full
 /// values) are sharded per p.inputs. Outputs are assembled per p.outputs.
@@ -40,10 +44,11 @@ struct PodRun {
 /// "node 'X' (Op) on device k: <what>" on a kernel or collective failure or when a result's dtype/shape differs from
 /// the program's declared value, InputError when `inputs` do not match the global graph's inputs (count, dtype,
 /// shape) or a param's global initializer has no data.
-PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs);
+PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
+                const RunProgress& progress = {});
 
 /// Runs the unpartitioned graph on one device (the reference for --check): the same interpreter, with the
 /// initializers' data as resident constants. InputError on mismatching inputs or an initializer without data.
-PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs);
+PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs, const RunProgress& progress = {});
 
 }  // namespace gspmd

@@ -112,6 +112,22 @@ TEST(Trace, OneTrackPerDeviceAndSpansSumToTheStep) {
   }
 }
 
+TEST(RunProgress, OnlyOnATerminal) {
+  // Under `script` stderr is a terminal: with the delay at 0 the progress line appears (and is erased at the end);
+  // redirected to a file, nothing but errors is ever written to stderr.
+  fs::path d = scratch("progress");
+  CmdResult tty = sh("GSPMD_PROGRESS_DELAY_MS=0 script -qec '" + std::string(GSPMD_BINARY_DIR) + "/bin/gspmd-onnx run " +
+                         kGpt + " --mesh 2x2 " + kMegatron + " >/dev/null' /dev/null",
+                     "progress_tty");
+  ASSERT_EQ(tty.code, 0) << tty.err;
+  EXPECT_NE(tty.out.find("run: 4 devices, node "), std::string::npos) << tty.out;
+  CmdResult file = sh("GSPMD_PROGRESS_DELAY_MS=0 " + std::string(GSPMD_BINARY_DIR) + "/bin/gspmd-onnx run " + kGpt +
+                          " --mesh 2x2 " + kMegatron,
+                      "progress_file");
+  ASSERT_EQ(file.code, 0) << file.err;
+  EXPECT_EQ(file.err, "");
+}
+
 TEST(Trace, UnwritablePathIsAnInputError) {
   CmdResult r = cli("simulate " + kGpt + " --mesh 2x2 --trace /nonexistent-dir/t.json", "trace_bad");
   EXPECT_EQ(r.code, 2);
