@@ -241,6 +241,38 @@ void matmul(const float* a, const float* b, float* c, int64_t a_batch, int64_t b
   }
 }
 
+bool transpose(const void* src, void* dst, const std::vector<int64_t>& src_dims, const std::vector<int64_t>& perm,
+               int elem_bytes) {
+  const dt type = elem_bytes == 4 ? dt::s32 : elem_bytes == 2 ? dt::f16 : elem_bytes == 1 ? dt::s8 : dt::undef;
+  if (type == dt::undef || src_dims.empty() || src_dims.size() > DNNL_MAX_NDIMS) return false;
+  const size_t r = src_dims.size();
+  memory::dims out(r), src_strides(r), view_strides(r), out_strides(r);
+  int64_t st = 1;
+  for (size_t i = r; i-- > 0;) {
+    src_strides[i] = st;
+    st *= src_dims[i];
+  }
+  for (size_t i = 0; i < r; ++i) {
+    out[i] = src_dims[static_cast<size_t>(perm[i])];
+    view_strides[i] = src_strides[static_cast<size_t>(perm[i])];
+  }
+  st = 1;
+  for (size_t i = r; i-- > 0;) {
+    out_strides[i] = st;
+    st *= out[i];
+  }
+  const memory::desc from(out, type, view_strides), to(out, type, out_strides);
+  Key k('t');
+  k.add(src_dims).add(perm).add(static_cast<int64_t>(elem_bytes));
+  dnnl::primitive p = cache().get(
+      k, [&] { return dnnl::primitive(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to))); },
+      true);
+  if (!p) return false;
+  memory a(from, engine(), const_cast<void*>(src)), b(to, engine(), dst);
+  execute(p, {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}});
+  return true;
+}
+
 void softmax(const float* in, float* out, const std::vector<int64_t>& dims, int axis, bool log) {
   const memory::desc md = plain_md(dims);
   Key k('s');

@@ -53,6 +53,12 @@ struct ConvGeom {
 /// written) if oneDNN has no implementation for that geometry.
 bool conv(const ConvGeom& g, const float* src, const float* wei, const float* bias, float* dst);
 
+/// dst = src with its dims permuted (ONNX Transpose): dst dim i is src dim perm[i]; src and dst plain row-major.
+/// A oneDNN reorder from a strided view of src, bit-exact (elements are moved as s32, f16 or s8 by elem_bytes 4, 2
+/// or 1). Returns false (nothing written) for other element sizes or when oneDNN has no reorder for it.
+bool transpose(const void* src, void* dst, const std::vector<int64_t>& src_dims, const std::vector<int64_t>& perm,
+               int elem_bytes);
+
 enum class Pool { kMax, kAvgInclPad, kAvgExclPad };
 
 /// Pooling of plain row-major src [N,C,spatial...] into dst [N,C,out spatial...] (1 to 3 spatial dims); dilations

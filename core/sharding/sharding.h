@@ -24,9 +24,9 @@ struct DeviceMesh {
     int parent = -1;   // the user's axis this one is a part of
     int64_t pre = 1;   // product of the sizes of the parent's more major parts
   };
-  std::vector<SubAxis> sub;               // per axis of a refined mesh; empty for a mesh as the user gave it
-  std::vector<int64_t> user_shape;        // the user's mesh (refined meshes only)
-  std::vector<std::string> user_axes;
+  std::vector<SubAxis> sub = {};          // per axis of a refined mesh; empty for a mesh as the user gave it
+  std::vector<int64_t> user_shape = {};   // the user's mesh (refined meshes only)
+  std::vector<std::string> user_axes = {};
 
   /// Parses "4x4", "16", "2x2x4"; axes are named x, y, z, w, then a4, a5, ...
   /// Throws InputError("--mesh: 'abc' is not a mesh shape like 4x4") on bad text or a zero/negative size.
