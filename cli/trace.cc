@@ -28,11 +28,12 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
       std::vector<int> axes;
       for (int64_t a : n.ints("mesh_axes", {})) axes.push_back(static_cast<int>(a));
       args["mesh_axes"] = p.mesh.axis_names(axes);
-      int64_t bytes = 0;
-      for (int v : n.inputs)
-        if (v >= 0) bytes = std::max(bytes, num_elements(prog.values[v].shape) * int64_t{dtype_size(prog.values[v].dtype)});
-      for (int v : n.outputs)
-        if (v >= 0) bytes = std::max(bytes, num_elements(prog.values[v].shape) * int64_t{dtype_size(prog.values[v].dtype)});
+      int64_t bytes = 0;  // as CollectiveRecord: the larger of the local operand and result
+      for (const std::vector<int>* list : {&n.inputs, &n.outputs})
+        for (int v : *list)
+          if (v >= 0)
+            bytes = std::max(bytes, num_elements(prog.values[v].shape) *
+                                        static_cast<int64_t>(dtype_size(prog.values[v].dtype)));
       args["bytes"] = bytes;
     } else {
       args["flops"] = node_flops(prog, n);

@@ -105,7 +105,7 @@ void strided_copy_t(T* dst, const int64_t* dst_strides, const T* src, const int6
       return;
     }
   }
-  for_each_row(p, [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+  for_each_row_parallel(p, [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
     T* d = dst + off[0];
     const T* s = src + off[1];
     if (st[0] == 1 && st[1] == 1) {

@@ -187,6 +187,34 @@ void for_each_row(const Plan<K>& p, F&& f) {
   }
 }
 
+/// As for_each_row, with the rows split across OpenMP threads when the plan has at least `min_elems` elements (below
+/// that, threads cost more than they save). `f` may only write what its own row owns: elementwise kernels and copies
+/// (one output row per call), never accumulations into shared outputs.
+template <int K, class F>
+void for_each_row_parallel(const Plan<K>& p, F&& f, int64_t min_elems = int64_t{1} << 16) {
+  if (p.empty) return;
+  const int64_t r = static_cast<int64_t>(p.dims.size());
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < r; ++d) rows *= p.dims[static_cast<size_t>(d)];
+  const int64_t n = p.dims[static_cast<size_t>(r - 1)];
+  if (r == 1 || rows < 2 || rows * n < min_elems) {
+    for_each_row(p, f);
+    return;
+  }
+  const std::array<int64_t, K> inner = p.st[static_cast<size_t>(r - 1)];
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < rows; ++row) {
+    std::array<int64_t, K> off{};
+    int64_t rest = row;
+    for (int64_t d = r - 2; d >= 0; --d) {
+      const int64_t i = rest % p.dims[static_cast<size_t>(d)];
+      rest /= p.dims[static_cast<size_t>(d)];
+      for (int k = 0; k < K; ++k) off[k] += i * p.st[static_cast<size_t>(d)][k];
+    }
+    f(off, n, inner);
+  }
+}
+
 /// Copies a strided view of `src` into a strided view of `dst` (strides in elements, may be 0 or negative; both
 /// pointers point at the view's first element). Works for element sizes 1, 2, 4, 8 and multiples thereof.
 void strided_copy(std::byte* dst, const int64_t* dst_strides, const std::byte* src, const int64_t* src_strides,

@@ -26,7 +26,7 @@ void bcast_binary(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
   const T* A = a.data<T>();
   const T* B = b.data<T>();
   R* O = out.data<R>();
-  for_each_row(p, [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
+  for_each_row_parallel(p, [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
     R* o = O + off[0];
     const T* x = A + off[1];
     const T* y = B + off[2];
@@ -215,7 +215,7 @@ void where_t(const Tensor& cond, const Tensor& x, const Tensor& y, Tensor& out) 
   const T* X = reinterpret_cast<const T*>(x.bytes.data());
   const T* Y = reinterpret_cast<const T*>(y.bytes.data());
   T* O = reinterpret_cast<T*>(out.bytes.data());
-  for_each_row(p, [&](const std::array<int64_t, 4>& off, int64_t n, const std::array<int64_t, 4>& st) {
+  for_each_row_parallel(p, [&](const std::array<int64_t, 4>& off, int64_t n, const std::array<int64_t, 4>& st) {
     for (int64_t i = 0; i < n; ++i)
       O[off[0] + i] = C[off[1] + i * st[1]] ? X[off[2] + i * st[2]] : Y[off[3] + i * st[3]];
   });

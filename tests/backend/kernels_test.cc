@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "tests/test_util/graph_builder.h"
 
@@ -114,6 +115,32 @@ Tensor ref_matmul(const Tensor& a, const Tensor& b, const Shape& out) {
 struct MatMulCase {
   Shape a, b, out;
 };
+
+TEST(KernelsParallel, LargeElementwiseAndCopiesSplitRowsAcrossThreads) {
+  // Above 2^16 elements the hand-written elementwise kernels (int32 Add, Where) split rows across OpenMP threads;
+  // the suite runs with OMP_NUM_THREADS=1, so this test asks for 2 threads itself and checks against plain loops.
+  omp_set_num_threads(2);
+  const int64_t R = 517, C = 263;  // 135,971 elements, rows of odd length
+  std::vector<int32_t> a(R * C), b(R);
+  for (int64_t i = 0; i < R * C; ++i) a[i] = static_cast<int32_t>(i * 7 % 1000) - 500;
+  for (int64_t i = 0; i < R; ++i) b[i] = static_cast<int32_t>(i % 13);
+  const Tensor ta = I32({R, C}, a), tb = I32({R, 1}, b);
+  Tensor sum = run1(make_node("Add"), {&ta, &tb});
+  Tensor tr = run1(make_node("Transpose", {{"perm", std::vector<int64_t>{1, 0}}}), {&sum});
+  std::vector<uint8_t> cond(R * C);
+  for (int64_t i = 0; i < R * C; ++i) cond[i] = (i % 3) == 0;
+  const Tensor tc = B({R, C}, cond);
+  Tensor w = run1(make_node("Where"), {&tc, &ta, &sum});
+  omp_set_num_threads(1);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t i = r * C + c;
+      ASSERT_EQ(sum.data<int32_t>()[i], a[i] + b[r]) << r << "," << c;
+      ASSERT_EQ(tr.data<int32_t>()[c * R + r], a[i] + b[r]) << r << "," << c;
+      const int32_t want = cond[i] ? a[i] : a[i] + b[r];
+      ASSERT_EQ(w.data<int32_t>()[i], want) << r << "," << c;
+    }
+}
 
 TEST(KernelsMatMul, BatchedWithBroadcastMatchesTripleLoop) {
   const std::vector<MatMulCase> cases = {
