@@ -18,6 +18,7 @@ struct CommonOptions {
   std::string shardings;            // --shardings FILE ("" = MODEL's sibling <stem>.sharding.json if present)
   std::vector<std::string> dims;    // --dim NAME=VALUE
   std::string target = "tpu-v3";    // --target
+  bool overlap = false;             // --overlap: collectives overlap independent compute in the simulated step
 };
 
 /// The loaded model and everything derived from it, in pipeline order.

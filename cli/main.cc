@@ -16,6 +16,7 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_option("--shardings", o.shardings, "sharding file (default: MODEL's sibling <stem>.sharding.json)");
   c->add_option("--dim", o.dims, "bind a symbolic input dimension, NAME=VALUE (repeatable)");
   c->add_option("--target", o.target, "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, or a JSON file");
+  c->add_flag("--overlap", o.overlap, "simulated step: overlap collectives with independent compute (default off)");
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ int cmd_partition(const PartitionOptions& o) {
     for (int64_t k = 0; k < n; ++k)
       export_device(p.program, p.graph, k, (tmp / fmt::format("device_{}.onnx", k)).string());
     write_sharding_file((tmp / "shardings.json").string(), p.graph, p.program.mesh, p.program.final_shardings);
-    CostReport cost = simulate_cost(p.graph, p.program, target);
+    CostReport cost = simulate_cost(p.graph, p.program, target, o.common.overlap);
     nlohmann::json report = make_report(p, target, cost, nullptr, nullptr);
     write_json((tmp / "report.json").string(), report);
     if (fs::exists(out)) fs::remove_all(out);

@@ -99,7 +99,8 @@ nlohmann::json make_report(const Pipeline& p, const Target& t, const CostReport&
     if (run) e["peak_memory_bytes"] = run->devices[d].peak_memory_bytes;
     per_device.push_back(e);
   }
-  j["simulated"] = {{"step_time_s", cost.step_time_s},
+  j["simulated"] = {{"overlap", cost.overlap},
+                    {"step_time_s", cost.step_time_s},
                     {"compute_time_s", cost.compute_time_s},
                     {"communication_time_s", cost.communication_time_s},
                     {"flops_utilization", cost.flops_utilization},
@@ -166,10 +167,10 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
   }
   for (const auto& w : r["warnings"]) fmt::print("warning   {}\n", w.get<std::string>());
   const auto& s = r["simulated"];
-  fmt::print("simulated step {} (compute {}, communication {}), FLOPs utilization {:.1f}% of {:.3g} model FLOPs\n",
+  fmt::print("simulated step {} (compute {}, communication {}{}), FLOPs utilization {:.1f}% of {:.3g} model FLOPs\n",
              human_time(s["step_time_s"].get<double>()), human_time(s["compute_time_s"].get<double>()),
-             human_time(s["communication_time_s"].get<double>()), 100 * s["flops_utilization"].get<double>(),
-             r["model_flops"].get<double>());
+             human_time(s["communication_time_s"].get<double>()), s.value("overlap", false) ? ", overlapped" : "",
+             100 * s["flops_utilization"].get<double>(), r["model_flops"].get<double>());
   if (!r.contains("host") && !s["per_device"].empty() && s["per_device"][0].contains("peak_memory_bytes"))
     fmt::print("memory    {} per device at peak (static estimate: weight slices, constants, live activations)\n",
                human_bytes(s["per_device"][0]["peak_memory_bytes"].get<double>()));

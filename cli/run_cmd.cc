@@ -134,7 +134,7 @@ int cmd_run(const RunOptions& o) {
       write_tensor_pb((fs::path(o.outputs_dir) / fmt::format("output_{}.pb", i)).string(), run.outputs[i],
                       p.graph.values[p.graph.outputs[i]].name);
   }
-  CostReport cost = simulate_cost(p.graph, p.program, target);
+  CostReport cost = simulate_cost(p.graph, p.program, target, o.common.overlap);
   nlohmann::json report = make_report(p, target, cost, &run, o.check ? &check : nullptr);
   if (!o.report.empty()) write_json(o.report, report);
   if (!o.trace.empty()) write_trace(o.trace, p.program, cost, target.name);

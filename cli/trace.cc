@@ -17,7 +17,7 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
   // The per-node part of every event (name, category, args) is the same on every device: format it once.
   std::vector<std::string> body(prog.nodes.size());
   std::vector<double> start(prog.nodes.size()), dur(prog.nodes.size());
-  double t = 0;
+  std::vector<char> on_comm(prog.nodes.size(), 0);
   for (size_t i = 0; i < prog.nodes.size(); ++i) {
     const Node& n = prog.nodes[i];
     nlohmann::json args = {{"op", n.op_type}};
@@ -40,19 +40,26 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
     }
     body[i] = fmt::format(R"("name":{},"cat":"{}","args":{})", nlohmann::json(n.name).dump(),
                           coll ? "collective" : "compute", args.dump());
-    start[i] = t * 1e6;
+    start[i] = cost.node_start_s.at(i) * 1e6;
     dur[i] = cost.node_time_s.at(i) * 1e6;
-    t += cost.node_time_s[i];
+    on_comm[i] = cost.overlap && coll;
   }
   f << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
   f << fmt::format(R"({{"ph":"M","pid":0,"name":"process_name","args":{{"name":{}}}}})",
                    nlohmann::json("gspmd-onnx " + target).dump());
-  for (int64_t d = 0; d < p.mesh.num_devices(); ++d) {
+  // Without overlap one track per device (tid = device); with it, collectives get a second track per device
+  // (tid = devices + device), since they run beside the compute.
+  const int64_t n = p.mesh.num_devices();
+  for (int64_t d = 0; d < n; ++d) {
     f << fmt::format(",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"device {}\"}}}}",
                      d, d);
+    if (cost.overlap)
+      f << fmt::format(
+          ",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"device {} collectives\"}}}}",
+          n + d, d);
     for (size_t i = 0; i < body.size(); ++i)
-      f << fmt::format(",\n{{\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.6f},\"dur\":{:.6f},{}}}", d, start[i], dur[i],
-                       body[i]);
+      f << fmt::format(",\n{{\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.6f},\"dur\":{:.6f},{}}}",
+                       on_comm[i] ? n + d : d, start[i], dur[i], body[i]);
   }
   f << "\n]}\n";
   f.close();

@@ -538,18 +538,35 @@ int64_t static_peak_memory(const Graph& program) {
   return peak;
 }
 
-CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t) {
+CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t, bool overlap) {
   CostReport r;
+  r.overlap = overlap;
   r.model_flops = graph_flops(g);
-  r.node_time_s.assign(p.program.nodes.size(), 0.0);
-  for (size_t i = 0; i < p.program.nodes.size(); ++i) {
-    const Node& n = p.program.nodes[i];
-    double dt = node_time(p.program, n, p.mesh, t);
+  const size_t n = p.program.nodes.size();
+  r.node_time_s.assign(n, 0.0);
+  r.node_start_s.assign(n, 0.0);
+  std::vector<double> ready(p.program.values.size(), 0.0);  // when each value exists
+  double free_at[2] = {0.0, 0.0};                             // compute stream, communication stream
+  double end = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = p.program.nodes[i];
+    const double dt = node_time(p.program, node, p.mesh, t);
+    const bool coll = is_collective(node);
     r.node_time_s[i] = dt;
-    if (is_collective(n)) r.communication_time_s += dt;
-    else r.compute_time_s += dt;
+    (coll ? r.communication_time_s : r.compute_time_s) += dt;
+    double start = end;  // without overlap: one stream
+    if (overlap) {
+      start = free_at[coll];
+      for (int v : node.inputs)
+        if (v >= 0) start = std::max(start, ready[static_cast<size_t>(v)]);
+    }
+    r.node_start_s[i] = start;
+    for (int v : node.outputs)
+      if (v >= 0) ready[static_cast<size_t>(v)] = start + dt;
+    free_at[coll] = start + dt;
+    end = std::max(end, start + dt);
   }
-  r.step_time_s = r.compute_time_s + r.communication_time_s;
+  r.step_time_s = overlap ? end : r.compute_time_s + r.communication_time_s;
   r.peak_memory_bytes = static_peak_memory(p.program);
   double devices = static_cast<double>(p.mesh.num_devices());
   if (r.step_time_s > 0 && t.peak_flops > 0)

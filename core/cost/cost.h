@@ -47,7 +47,9 @@ struct CostReport {
   double communication_time_s = 0;  // sum of collective times (no overlap)
   double step_time_s = 0;           // compute + communication
   double flops_utilization = 0;     // model_flops / (devices * peak * step_time)
-  std::vector<double> node_time_s;  // per program node id: node_time (for the trace; sums to step_time_s)
+  std::vector<double> node_time_s;  // per program node id: node_time (without overlap they sum to step_time_s)
+  std::vector<double> node_start_s; // per program node id: when it starts in the step (s)
+  bool overlap = false;             // collectives overlapped with independent compute (simulate_cost's option)
   int64_t peak_memory_bytes = 0;    // static_peak_memory of the program: the same on every device (bytes)
 };
 
@@ -58,6 +60,10 @@ struct CostReport {
 int64_t static_peak_memory(const Graph& program);
 
 /// Costs `p` (the global graph `g` gives model FLOPs). O(program nodes), independent of device count.
-CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t);
+/// With `overlap`, collectives run on a communication stream beside the compute stream: every node starts once its
+/// operands are ready and its stream is free, in program order per stream (a list schedule); step_time_s is then
+/// the makespan, which is at most compute + communication. Off by default (the GSPMD paper's numbers do not assume
+/// overlap).
+CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t, bool overlap = false);
 
 }  // namespace gspmd

@@ -270,5 +270,48 @@ TEST(CostSimulate, MatMulPlusAllReduce) {
   expect_rel(node_time(g, g.nodes[1], p.mesh, t), comm);
 }
 
+TEST(Cost, OverlapRunsCollectivesBesideIndependentCompute) {
+  // z = x@w; y = AllReduce(z); u = x@w (independent of y); o = y + u. Without overlap the four times add up; with
+  // it the all-reduce runs on the communication stream while the second MatMul computes.
+  Graph global;
+  global.add_value(V("g", DType::kFloat32, {1}));
+  SpmdProgram p;
+  p.mesh = mesh_of({4});
+  Graph& g = p.program;
+  int x = g.add_value(V("x", DType::kFloat32, {64, 128}));
+  int w = g.add_value(V("w", DType::kFloat32, {128, 256}));
+  int z = g.add_value(V("z", DType::kFloat32, {64, 256}));
+  int y = g.add_value(V("y", DType::kFloat32, {64, 256}));
+  int u = g.add_value(V("u", DType::kFloat32, {64, 256}));
+  int o = g.add_value(V("o", DType::kFloat32, {64, 256}));
+  g.add_node(make_node("MatMul", {x, w}, {z}));
+  Node ar = make_node("AllReduce", {z}, {y}, {{"mesh_axes", std::vector<int64_t>{0}}});
+  ar.domain = kGspmdDomain;
+  g.add_node(ar);
+  g.add_node(make_node("MatMul", {x, w}, {u}));
+  g.add_node(make_node("Add", {y, u}, {o}));
+  const Target t = Target::load("tpu-v3");
+  const CostReport seq = simulate_cost(global, p, t);
+  const CostReport ovl = simulate_cost(global, p, t, /*overlap=*/true);
+  const double mm = seq.node_time_s[0], comm = seq.node_time_s[1], add = seq.node_time_s[3];
+  ASSERT_GT(comm, mm);  // the all-reduce outlasts the second MatMul, so the Add waits for it
+  expect_rel(seq.step_time_s, 2 * mm + comm + add);
+  ASSERT_EQ(seq.node_start_s.size(), 4u);
+  EXPECT_EQ(seq.node_start_s[0], 0.0);
+  expect_rel(seq.node_start_s[1], mm);
+  expect_rel(seq.node_start_s[2], mm + comm);
+  expect_rel(seq.node_start_s[3], 2 * mm + comm);
+  EXPECT_FALSE(seq.overlap);
+  EXPECT_TRUE(ovl.overlap);
+  EXPECT_EQ(ovl.node_start_s[0], 0.0);
+  EXPECT_EQ(ovl.node_start_s[1], mm);  // as soon as z exists
+  EXPECT_EQ(ovl.node_start_s[2], mm);  // the compute stream is free: no wait for the all-reduce
+  EXPECT_EQ(ovl.node_start_s[3], mm + comm);
+  expect_rel(ovl.step_time_s, mm + comm + add);
+  expect_rel(ovl.compute_time_s, seq.compute_time_s);  // the sums do not change, only the step
+  expect_rel(ovl.communication_time_s, seq.communication_time_s);
+}
+
 }  // namespace
 }  // namespace gspmd
+

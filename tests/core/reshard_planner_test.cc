@@ -109,7 +109,9 @@ TEST(ReshardPlanner, CostIsNoWorseThanGatherThenSlice) {
       }
       EXPECT_LE(p.seconds, naive * (1 + 1e-9))
           << from.to_partition_spec(m) << " -> " << to.to_partition_spec(m) << ": " << steps_str(m, p);
-      if (from == to) EXPECT_TRUE(p.steps.empty());
+      if (from == to) {
+        EXPECT_TRUE(p.steps.empty());
+      }
       ++pairs;
     }
   EXPECT_EQ(pairs, 121);

@@ -112,6 +112,39 @@ TEST(Trace, OneTrackPerDeviceAndSpansSumToTheStep) {
   }
 }
 
+TEST(Trace, OverlapPutsCollectivesOnTheirOwnTrack) {
+  fs::path d = scratch("trace_overlap");
+  const std::string base = "simulate " + kGpt + " --mesh 2x2 " + kMegatron;
+  CmdResult a = cli(base + " --report " + (d / "seq.json").string(), "overlap_seq");
+  CmdResult b = cli(base + " --overlap --report " + (d / "ovl.json").string() + " --trace " + (d / "t.json").string(),
+                    "overlap_ovl");
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  nlohmann::json seq = read_json(d / "seq.json"), ovl = read_json(d / "ovl.json"), t = read_json(d / "t.json");
+  EXPECT_FALSE(seq["simulated"]["overlap"].get<bool>());
+  EXPECT_TRUE(ovl["simulated"]["overlap"].get<bool>());
+  const double s1 = seq["simulated"]["step_time_s"].get<double>(), s2 = ovl["simulated"]["step_time_s"].get<double>();
+  EXPECT_LE(s2, s1 * (1 + 1e-12));
+  EXPECT_GE(s2, std::max(ovl["simulated"]["compute_time_s"].get<double>(),
+                         ovl["simulated"]["communication_time_s"].get<double>()) * (1 - 1e-12));
+  EXPECT_NE(b.out.find(", overlapped)"), std::string::npos) << b.out;
+  int tracks = 0, collectives_on_own_track = 0, collectives = 0;
+  double end = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") ++tracks;
+    if (e["ph"] != "X") continue;
+    end = std::max(end, e["ts"].get<double>() + e["dur"].get<double>());
+    if (e["cat"] == "collective") {
+      ++collectives;
+      collectives_on_own_track += e["tid"].get<int64_t>() >= 4;
+    }
+  }
+  EXPECT_EQ(tracks, 8);  // per device: compute and collectives
+  EXPECT_EQ(collectives, 4 * 5);
+  EXPECT_EQ(collectives_on_own_track, collectives);
+  EXPECT_NEAR(end, s2 * 1e6, 1e-3);  // the last span ends at the step
+}
+
 TEST(RunProgress, OnlyOnATerminal) {
   // Under `script` stderr is a terminal: with the delay at 0 the progress line appears (and is erased at the end);
   // redirected to a file, nothing but errors is ever written to stderr.
