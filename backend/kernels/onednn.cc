@@ -80,14 +80,20 @@ Cache& cache() {
 
 memory::dims to_dims(const std::vector<int64_t>& v) { return memory::dims(v.begin(), v.end()); }
 
-memory::desc plain_md(const std::vector<int64_t>& dims) {
-  memory::dims d = to_dims(dims), st(d.size());
+/// Element strides of a plain row-major layout of `d`.
+memory::dims row_major_strides(const memory::dims& d) {
+  memory::dims st(d.size());
   int64_t s = 1;
   for (size_t i = d.size(); i-- > 0;) {
     st[i] = s;
     s *= d[i];
   }
-  return memory::desc(d, dt::f32, st);
+  return st;
+}
+
+memory::desc plain_md(const std::vector<int64_t>& dims) {
+  const memory::dims d = to_dims(dims);
+  return memory::desc(d, dt::f32, row_major_strides(d));
 }
 
 memory mem(const memory::desc& md, const float* p) { return memory(md, engine(), const_cast<float*>(p)); }
@@ -246,22 +252,13 @@ bool transpose(const void* src, void* dst, const std::vector<int64_t>& src_dims,
   const dt type = elem_bytes == 4 ? dt::s32 : elem_bytes == 2 ? dt::f16 : elem_bytes == 1 ? dt::s8 : dt::undef;
   if (type == dt::undef || src_dims.empty() || src_dims.size() > DNNL_MAX_NDIMS) return false;
   const size_t r = src_dims.size();
-  memory::dims out(r), src_strides(r), view_strides(r), out_strides(r);
-  int64_t st = 1;
-  for (size_t i = r; i-- > 0;) {
-    src_strides[i] = st;
-    st *= src_dims[i];
-  }
+  const memory::dims src_strides = row_major_strides(to_dims(src_dims));
+  memory::dims out(r), view_strides(r);
   for (size_t i = 0; i < r; ++i) {
     out[i] = src_dims[static_cast<size_t>(perm[i])];
     view_strides[i] = src_strides[static_cast<size_t>(perm[i])];
   }
-  st = 1;
-  for (size_t i = r; i-- > 0;) {
-    out_strides[i] = st;
-    st *= out[i];
-  }
-  const memory::desc from(out, type, view_strides), to(out, type, out_strides);
+  const memory::desc from(out, type, view_strides), to(out, type, row_major_strides(out));
   Key k('t');
   k.add(src_dims).add(perm).add(static_cast<int64_t>(elem_bytes));
   dnnl::primitive p = cache().get(
@@ -355,23 +352,18 @@ ConvEntry make_conv_entry(const ConvGeom& g, bool bias) {
   const memory::dims st = to_dims(g.strides), dl = to_dims(g.dilations), pl = to_dims(g.pad_l),
                      pr = to_dims(g.pad_r);
   ConvEntry e;
-  if (g.deconv) {
-    dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
-                                        src_any, wei_any, bias_md, dst_any, st, dl, pl, pr);
-    dnnl::deconvolution_forward::primitive_desc pd(d, engine());
-    e.prim = dnnl::deconvolution_forward(pd);
+  auto make = [&]<class Prim>(dnnl::algorithm alg) {  // convolution_forward or deconvolution_forward
+    typename Prim::desc d(dnnl::prop_kind::forward_inference, alg, src_any, wei_any, bias_md, dst_any, st, dl, pl, pr);
+    typename Prim::primitive_desc pd(d, engine());
+    e.prim = Prim(pd);
     e.src = pd.src_desc();
     e.wei = pd.weights_desc();
     e.dst = pd.dst_desc();
-  } else {
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                      src_any, wei_any, bias_md, dst_any, st, dl, pl, pr);
-    dnnl::convolution_forward::primitive_desc pd(d, engine());
-    e.prim = dnnl::convolution_forward(pd);
-    e.src = pd.src_desc();
-    e.wei = pd.weights_desc();
-    e.dst = pd.dst_desc();
-  }
+  };
+  if (g.deconv)
+    make.template operator()<dnnl::deconvolution_forward>(dnnl::algorithm::deconvolution_direct);
+  else
+    make.template operator()<dnnl::convolution_forward>(dnnl::algorithm::convolution_direct);
   return e;
 }
 

@@ -195,20 +195,31 @@ void naive_conv(const T* x, const T* wt, const T* b, T* y, int64_t N, int64_t C,
     }
 }
 
+/// The checks Conv and ConvTranspose share: X, W (and B) of one dtype, W of X's rank; returns X's spatial dims.
+std::vector<int64_t> conv_operands(const Ctx& c, const Tensor& x, const Tensor& wt, const Tensor* b) {
+  if (wt.dtype != x.dtype || (b && b->dtype != x.dtype)) c.fail("input dtypes differ");
+  std::vector<int64_t> in = spatial(c, x);
+  if (wt.shape.size() != in.size() + 2)
+    c.fail(fmt::format("W of shape {} does not match X of shape {}", shape_str(wt.shape), shape_str(x.shape)));
+  return in;
+}
+
+/// Fails unless the group checks (`ok`) hold and B has M elements.
+void check_groups(const Ctx& c, bool ok, const Tensor& x, const Tensor& wt, const Tensor* b, int64_t G, int64_t M) {
+  if (!ok)
+    c.fail(fmt::format("X of shape {} and W of shape {} do not match group={}", shape_str(x.shape),
+                       shape_str(wt.shape), G));
+  if (b && b->numel() != M) c.fail(fmt::format("B has {} elements, expected {}", b->numel(), M));
+}
+
 std::vector<Tensor> conv_kernel(const Ctx& c) {
   const Tensor& x = c.req(0);
   const Tensor& wt = c.req(1);
   const Tensor* b = c.in(2);
-  if (wt.dtype != x.dtype || (b && b->dtype != x.dtype)) c.fail("input dtypes differ");
-  const std::vector<int64_t> in = spatial(c, x);
+  const std::vector<int64_t> in = conv_operands(c, x, wt, b);
   const size_t nsp = in.size();
-  if (wt.shape.size() != nsp + 2)
-    c.fail(fmt::format("W of shape {} does not match X of shape {}", shape_str(wt.shape), shape_str(x.shape)));
   const int64_t N = x.shape[0], C = x.shape[1], M = wt.shape[0], G = c.node.i("group", 1);
-  if (G <= 0 || C % G != 0 || M % G != 0 || wt.shape[1] * G != C)
-    c.fail(fmt::format("X of shape {} and W of shape {} do not match group={}", shape_str(x.shape),
-                       shape_str(wt.shape), G));
-  if (b && b->numel() != M) c.fail(fmt::format("B has {} elements, expected {}", b->numel(), M));
+  check_groups(c, G > 0 && C % G == 0 && M % G == 0 && wt.shape[1] * G == C, x, wt, b, G, M);
   std::vector<int64_t> k(wt.shape.begin() + 2, wt.shape.end());
   if (c.node.has("kernel_shape") && c.node.ints("kernel_shape") != k)
     c.fail(fmt::format("kernel_shape [{}] does not match W of shape {}", fmt::join(c.node.ints("kernel_shape"), ","),
@@ -344,17 +355,11 @@ std::vector<Tensor> conv_transpose_kernel(const Ctx& c) {
   const Tensor& x = c.req(0);
   const Tensor& wt = c.req(1);
   const Tensor* b = c.in(2);
-  if (wt.dtype != x.dtype || (b && b->dtype != x.dtype)) c.fail("input dtypes differ");
-  const std::vector<int64_t> in = spatial(c, x);
+  const std::vector<int64_t> in = conv_operands(c, x, wt, b);
   const size_t nsp = in.size();
-  if (wt.shape.size() != nsp + 2)
-    c.fail(fmt::format("W of shape {} does not match X of shape {}", shape_str(wt.shape), shape_str(x.shape)));
   const int64_t N = x.shape[0], C = x.shape[1], G = c.node.i("group", 1);
-  if (G <= 0 || C % G != 0 || wt.shape[0] != C)
-    c.fail(fmt::format("X of shape {} and W of shape {} do not match group={}", shape_str(x.shape),
-                       shape_str(wt.shape), G));
-  const int64_t M = wt.shape[1] * G;
-  if (b && b->numel() != M) c.fail(fmt::format("B has {} elements, expected {}", b->numel(), M));
+  const int64_t M = G > 0 ? wt.shape[1] * G : 0;
+  check_groups(c, G > 0 && C % G == 0 && wt.shape[0] == C, x, wt, b, G, M);
   Window w;
   w.in = in;
   w.k.assign(wt.shape.begin() + 2, wt.shape.end());

@@ -229,14 +229,8 @@ TEST(CostFlops, PerOp) {
 }
 
 // ---------------------------------------------------------------------------------------------------- simulate
-TEST(CostSimulate, MatMulPlusAllReduce) {
-  // global: Y[64,256] = X[64,512] x W[512,256]; program on 4 devices with K split: local x[64,128] w[128,256],
-  // z[64,256] partial, AllReduce over x.
-  Graph global;
-  int gx = global.add_value(V("X", DType::kFloat32, {64, 512}));
-  int gw = global.add_value(V("W", DType::kFloat32, {512, 256}));
-  int gy = global.add_value(V("Y", DType::kFloat32, {64, 256}));
-  global.add_node(make_node("MatMul", {gx, gw}, {gy}));
+/// Program on 4 devices: z[64,256] = x[64,128] @ w[128,256] (a partial sum), y = AllReduce(z) over axis 0.
+SpmdProgram matmul_all_reduce_program() {
   SpmdProgram p;
   p.mesh = mesh_of({4});
   Graph& g = p.program;
@@ -248,6 +242,19 @@ TEST(CostSimulate, MatMulPlusAllReduce) {
   Node ar = make_node("AllReduce", {z}, {y}, {{"mesh_axes", std::vector<int64_t>{0}}});
   ar.domain = kGspmdDomain;
   g.add_node(ar);
+  return p;
+}
+
+TEST(CostSimulate, MatMulPlusAllReduce) {
+  // global: Y[64,256] = X[64,512] x W[512,256]; program on 4 devices with K split: local x[64,128] w[128,256],
+  // z[64,256] partial, AllReduce over x.
+  Graph global;
+  int gx = global.add_value(V("X", DType::kFloat32, {64, 512}));
+  int gw = global.add_value(V("W", DType::kFloat32, {512, 256}));
+  int gy = global.add_value(V("Y", DType::kFloat32, {64, 256}));
+  global.add_node(make_node("MatMul", {gx, gw}, {gy}));
+  SpmdProgram p = matmul_all_reduce_program();
+  const Graph& g = p.program;
   std::string kind;
   EXPECT_TRUE(is_collective(g.nodes[1], &kind));
   EXPECT_EQ(kind, "all-reduce");
@@ -275,19 +282,11 @@ TEST(Cost, OverlapRunsCollectivesBesideIndependentCompute) {
   // it the all-reduce runs on the communication stream while the second MatMul computes.
   Graph global;
   global.add_value(V("g", DType::kFloat32, {1}));
-  SpmdProgram p;
-  p.mesh = mesh_of({4});
+  SpmdProgram p = matmul_all_reduce_program();
   Graph& g = p.program;
-  int x = g.add_value(V("x", DType::kFloat32, {64, 128}));
-  int w = g.add_value(V("w", DType::kFloat32, {128, 256}));
-  int z = g.add_value(V("z", DType::kFloat32, {64, 256}));
-  int y = g.add_value(V("y", DType::kFloat32, {64, 256}));
+  const int x = g.at("x"), w = g.at("w"), y = g.at("y");
   int u = g.add_value(V("u", DType::kFloat32, {64, 256}));
   int o = g.add_value(V("o", DType::kFloat32, {64, 256}));
-  g.add_node(make_node("MatMul", {x, w}, {z}));
-  Node ar = make_node("AllReduce", {z}, {y}, {{"mesh_axes", std::vector<int64_t>{0}}});
-  ar.domain = kGspmdDomain;
-  g.add_node(ar);
   g.add_node(make_node("MatMul", {x, w}, {u}));
   g.add_node(make_node("Add", {y, u}, {o}));
   const Target t = Target::load("tpu-v3");

@@ -4,19 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "core/rules/rule.h"
-#include "tests/test_util/graph_builder.h"
+#include "tests/core/rule_test_util.h"
 
 namespace gspmd {
 namespace {
 
-struct GB : testing::GraphBuilder {
-  OpShardingRule rule(int n) {
-    auto r = get_rule(g, g.nodes.at(n));
-    if (!r) throw std::runtime_error("no rule for " + g.nodes.at(n).name);
-    return *r;
-  }
-  bool has(int n) { return get_rule(g, g.nodes.at(n)).has_value(); }
-};
+using GB = testing::RuleBuilder;
 
 using Ints = std::vector<int64_t>;
 

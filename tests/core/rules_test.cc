@@ -4,19 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/test_util/graph_builder.h"
+#include "tests/core/rule_test_util.h"
 
 namespace gspmd {
 namespace {
 
-// Tiny graph builder for rule tests.
-struct GB : testing::GraphBuilder {
-  OpShardingRule rule(int n) {
-    auto r = get_rule(g, g.nodes.at(n));
-    if (!r) throw std::runtime_error("no rule for " + g.nodes.at(n).name);
-    return *r;
-  }
-};
+using GB = testing::RuleBuilder;
 
 TEST(Rules, Registry) {
   EXPECT_TRUE(has_rule("", "MatMul"));

@@ -169,9 +169,11 @@ TEST(Export, TwoDeviceProgram) {
     EXPECT_EQ(ints(attr(*cp, "source_target_pairs")), (std::vector<int64_t>{0, 1}));
 
     // No gspmd op other than collectives survives.
-    for (const auto& n : m.graph().node())
-      if (n.domain() == "gspmd")
+    for (const auto& n : m.graph().node()) {
+      if (n.domain() == "gspmd") {
         EXPECT_TRUE(n.op_type() == "AllReduce" || n.op_type() == "CollectivePermute") << n.op_type();
+      }
+    }
 
     // PartitionOffset -> Constant 2*dev.
     const onnx::NodeProto* c = find_node(m, "Constant");
