@@ -18,19 +18,30 @@ struct CommonOptions {
   std::string shardings;            // --shardings FILE ("" = MODEL's sibling <stem>.sharding.json if present)
   std::vector<std::string> dims;    // --dim NAME=VALUE
   std::string target = "tpu-v3";    // --target
+  std::string device_order;         // --device-order "y,x" ("" = the default mapping; Target::parse_device_order)
   bool overlap = false;             // --overlap: collectives overlap independent compute in the simulated step
 };
 
 /// The loaded model and everything derived from it, in pipeline order.
 struct Pipeline {
+  Target target;              // --target with --device-order applied (resolved once: "host" is measured)
   Graph graph;
   Annotations annotations;
   std::string sharding_file;  // the file actually read ("" if none)
   ShardingPlan plan;
   SpmdProgram program;
+  /// Wall time of each stage (s), reported as "compile_time_s": loading (with the sharding file), propagation
+  /// (with sub-axis refinement), partitioning, and costing (set by cost()).
+  struct StageTimes {
+    double load = 0, propagate = 0, partition = 0, cost = 0;
+  } times;
+
+  /// simulate_cost of the program on `target`, timed into times.cost.
+  CostReport cost(bool overlap);
 };
 
-/// Loads MODEL, reads the sharding file, propagates and partitions. Throws InputError for bad input.
+/// Resolves the target, loads MODEL, reads the sharding file, propagates and partitions. Throws InputError for bad
+/// input (the target and --device-order are checked first, the device order again once the mesh is known).
 Pipeline build_pipeline(const CommonOptions& o, bool load_data = true);
 
 struct PartitionOptions {

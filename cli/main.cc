@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fmt/format.h>
 
+#include "backend/profile/host_target.h"
 #include "cli/commands.h"
 
 using namespace gspmd;
@@ -15,13 +16,18 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_option("--mesh", o.mesh, "device mesh shape, e.g. 4x4, 16, 2x2x4")->required();
   c->add_option("--shardings", o.shardings, "sharding file (default: MODEL's sibling <stem>.sharding.json)");
   c->add_option("--dim", o.dims, "bind a symbolic input dimension, NAME=VALUE (repeatable)");
-  c->add_option("--target", o.target, "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, or a JSON file");
+  c->add_option("--target", o.target, "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, host (this machine, "
+                "measured), or a JSON file");
+  c->add_option("--device-order", o.device_order,
+                "mesh axes per physical dim of the target's torus, e.g. \"y,x\" or \"data,model*expert\" "
+                "(default: axis i on dim i, extra axes folded onto the last)");
   c->add_flag("--overlap", o.overlap, "simulated step: overlap collectives with independent compute (default off)");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  Target::register_preset("host", measure_host_target);
   CLI::App app{"gspmd-onnx: GSPMD sharding propagation and SPMD partitioning for ONNX models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "gspmd-onnx 0.1.0");

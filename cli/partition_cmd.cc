@@ -29,7 +29,6 @@ bool is_our_output(const fs::path& dir) {
 }  // namespace
 
 int cmd_partition(const PartitionOptions& o) {
-  Target target = Target::load(o.common.target);
   fs::path out = fs::absolute(o.out_dir).lexically_normal();
   if (out.filename().empty()) out = out.parent_path();
   if (fs::exists(out) && (!fs::is_directory(out) || !is_our_output(out)))
@@ -45,8 +44,8 @@ int cmd_partition(const PartitionOptions& o) {
     for (int64_t k = 0; k < n; ++k)
       export_device(p.program, p.graph, k, (tmp / fmt::format("device_{}.onnx", k)).string());
     write_sharding_file((tmp / "shardings.json").string(), p.graph, p.program.mesh, p.program.final_shardings);
-    CostReport cost = simulate_cost(p.graph, p.program, target, o.common.overlap);
-    nlohmann::json report = make_report(p, target, cost, nullptr, nullptr);
+    CostReport cost = p.cost(o.common.overlap);
+    nlohmann::json report = make_report(p, cost, nullptr, nullptr);
     write_json((tmp / "report.json").string(), report);
     if (fs::exists(out)) fs::remove_all(out);
     fs::rename(tmp, out);

@@ -1,4 +1,5 @@
 // load -> read sharding file -> propagate -> partition, shared by every command.
+#include <chrono>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -10,6 +11,19 @@
 namespace gspmd::cli {
 
 namespace fs = std::filesystem;
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+CostReport Pipeline::cost(bool overlap) {
+  auto t0 = std::chrono::steady_clock::now();
+  CostReport r = simulate_cost(graph, program, target, overlap);
+  times.cost = seconds_since(t0);
+  return r;
+}
 
 Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   DeviceMesh cli_mesh = DeviceMesh::parse(o.mesh);
@@ -33,6 +47,9 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   }
 
   Pipeline p;
+  p.target = Target::load(o.target);
+  if (!o.device_order.empty()) p.target.device_order = Target::parse_device_order(o.device_order);
+  auto t0 = std::chrono::steady_clock::now();
   p.graph = load_model(o.model, lo);
 
   std::string file = o.shardings;
@@ -46,9 +63,15 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   } else {
     p.annotations.mesh = cli_mesh;
   }
+  p.target.check_device_order(p.annotations.mesh);
+  p.times.load = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
   p.annotations = refine_for_reshapes(p.graph, p.annotations);
   p.plan = propagate(p.graph, p.annotations);
-  p.program = partition(p.graph, p.plan, p.annotations.mesh, Target::load(o.target));
+  p.times.propagate = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  p.program = partition(p.graph, p.plan, p.annotations.mesh, p.target);
+  p.times.partition = seconds_since(t0);
   return p;
 }
 

@@ -82,17 +82,23 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
   return r;
 }
 
-nlohmann::json make_report(const Pipeline& p, const Target& t, const CostReport& cost, const PodRun* run,
-                           const CheckResult* check) {
+nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check) {
   using nlohmann::json;
+  const Target& t = p.target;
   const DeviceMesh& mesh = p.program.mesh;
   json j;
   j["mesh"] = mesh.is_refined() ? nlohmann::json{{"shape", mesh.user_shape}, {"axes", mesh.user_axes}}
                                  : nlohmann::json{{"shape", mesh.shape}, {"axes", mesh.axes}};
   j["devices"] = mesh.num_devices();
   j["target"] = t.name;
+  j["target_spec"] = json::parse(t.to_json());  // every number the cost model used (loadable with --target FILE)
+  j["device_order"] = t.device_order_str(mesh);  // which mesh axes lie along which physical dim
   j["sharding_file"] = p.sharding_file;
   j["model_flops"] = cost.model_flops;
+  j["compile_time_s"] = {{"load", p.times.load},
+                         {"propagate", p.times.propagate},
+                         {"partition", p.times.partition},
+                         {"cost", p.times.cost}};
   json per_device = json::array();
   for (int64_t d = 0; d < mesh.num_devices(); ++d) {
     json e = {{"device", d}, {"compute_s", cost.compute_time_s}, {"communication_s", cost.communication_time_s}};
@@ -122,6 +128,8 @@ nlohmann::json make_report(const Pipeline& p, const Target& t, const CostReport&
                      {"axes", axes},
                      {"bytes", std::get<4>(key)},
                      {"count", groups[key]},
+                     {"time_s", collective_time(std::get<0>(key), static_cast<double>(std::get<4>(key)),
+                                                std::get<3>(key), mesh, t)},
                      {"reason", std::get<5>(key)}});
   }
   j["collectives"] = colls;
@@ -150,8 +158,9 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
   for (size_t a = 0; a < r["mesh"]["axes"].size(); ++a)
     mesh.push_back(fmt::format("{}={}", r["mesh"]["axes"][a].get<std::string>(), r["mesh"]["shape"][a].get<int64_t>()));
   fmt::print("model     {}\n", model);
-  fmt::print("mesh      {{{}}}: {} devices, target {}\n", fmt::join(mesh, ", "), r["devices"].get<int64_t>(),
-             r["target"].get<std::string>());
+  fmt::print("mesh      {{{}}}: {} devices, target {} ({}, device order {})\n", fmt::join(mesh, ", "),
+             r["devices"].get<int64_t>(), r["target"].get<std::string>(),
+             r["target_spec"]["topology"].get<std::string>(), r["device_order"].get<std::string>());
   int64_t total = 0;
   double bytes = 0;
   for (const auto& c : r["collectives"]) {

@@ -22,9 +22,9 @@ struct CheckResult {
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
                             double rtol, double atol);
 
-/// Builds the report (CLI.md fields). `run` and `check` may be null (partition: no measured fields).
-nlohmann::json make_report(const Pipeline& p, const Target& t, const CostReport& cost, const PodRun* run,
-                           const CheckResult* check);
+/// Builds the report (CLI.md fields, plus "target_spec" and "device_order" from p.target). `run` and `check` may
+/// be null (partition, simulate: no measured fields).
+nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check);
 
 /// Writes `j` to `path` (pretty-printed); throws InputError("PATH: cannot write") on failure.
 void write_json(const std::string& path, const nlohmann::json& j);

@@ -118,7 +118,6 @@ RunProgress progress_display(std::string what) {
 }  // namespace
 
 int cmd_run(const RunOptions& o) {
-  Target target = Target::load(o.common.target);
   Pipeline p = build_pipeline(o.common);
   std::vector<Tensor> inputs = make_inputs(p.graph, o);
   PodRun run = run_spmd(p.program, p.graph, inputs,
@@ -134,10 +133,10 @@ int cmd_run(const RunOptions& o) {
       write_tensor_pb((fs::path(o.outputs_dir) / fmt::format("output_{}.pb", i)).string(), run.outputs[i],
                       p.graph.values[p.graph.outputs[i]].name);
   }
-  CostReport cost = simulate_cost(p.graph, p.program, target, o.common.overlap);
-  nlohmann::json report = make_report(p, target, cost, &run, o.check ? &check : nullptr);
+  CostReport cost = p.cost(o.common.overlap);
+  nlohmann::json report = make_report(p, cost, &run, o.check ? &check : nullptr);
   if (!o.report.empty()) write_json(o.report, report);
-  if (!o.trace.empty()) write_trace(o.trace, p.program, cost, target.name);
+  if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name);
   print_summary(report, o.common.model);
   return o.check && !check.passed ? 1 : 0;
 }

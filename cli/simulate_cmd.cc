@@ -8,13 +8,12 @@
 namespace gspmd::cli {
 
 int cmd_simulate(const SimulateOptions& o) {
-  Target target = Target::load(o.common.target);
   Pipeline p = build_pipeline(o.common, /*load_data=*/false);
-  CostReport cost = simulate_cost(p.graph, p.program, target, o.common.overlap);
-  nlohmann::json report = make_report(p, target, cost, nullptr, nullptr);
+  CostReport cost = p.cost(o.common.overlap);
+  nlohmann::json report = make_report(p, cost, nullptr, nullptr);
   for (auto& d : report["simulated"]["per_device"]) d["peak_memory_bytes"] = cost.peak_memory_bytes;
   if (!o.report.empty()) write_json(o.report, report);
-  if (!o.trace.empty()) write_trace(o.trace, p.program, cost, target.name);
+  if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name);
   print_summary(report, o.common.model);
   return 0;
 }

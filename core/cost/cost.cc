@@ -11,6 +11,8 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 namespace gspmd {
 
@@ -40,6 +42,7 @@ Target preset_v4() {
   Target t;
   t.name = "tpu-v4";
   t.peak_flops = 275e12;               // per chip (megacore: one device per chip)
+  t.peak_flops_int8 = 275e12;          // "275 teraflops (bf16 or int8)"
   t.hbm_bytes = 32 * kGiB;
   t.hbm_bandwidth = 1200e9;
   t.link_bandwidth = 1.1e15 / 4096 / 6;  // all-reduce BW per pod / chips / 6 ICI ports = 44.8 GB/s
@@ -54,6 +57,7 @@ Target preset_v5e() {
   Target t;
   t.name = "tpu-v5e";
   t.peak_flops = 197e12;
+  t.peak_flops_int8 = 394e12;          // "Peak compute per chip (int8) 394 TOPs"
   t.hbm_bytes = 16 * kGiB;
   t.hbm_bandwidth = 819e9;
   t.link_bandwidth = 400e9 / 4 / 2;    // 400 GB/s bidirectional ICI per chip, 4 ports, 2 directions = 50 GB/s
@@ -64,122 +68,27 @@ Target preset_v5e() {
   return t;
 }
 
-// ---- a tiny flat JSON object reader: {"key": number | "string" | true | false, ...} ----
-struct FlatJson {
-  struct Item {
-    std::string key;
-    enum Kind { kNumber, kString, kBool } kind;
-    double num = 0;
-    std::string str;
-    bool b = false;
-  };
-  std::vector<Item> items;
+// A named preset: the built-in TPUs, then those registered by register_preset (the CLI's measured "host").
+struct PresetRegistry {
+  std::vector<std::pair<std::string, std::function<Target()>>> entries;
+  PresetRegistry() {
+    entries = {{"tpu-v3", preset_v3}, {"tpu-v4", preset_v4}, {"tpu-v5e", preset_v5e}};
+  }
+  const std::function<Target()>* find(const std::string& name) const {
+    for (const auto& [n, f] : entries)
+      if (n == name) return &f;
+    return nullptr;
+  }
 };
-
-class FlatParser {
- public:
-  explicit FlatParser(const std::string& s) : s_(s) {}
-
-  FlatJson parse() {
-    FlatJson out;
-    ws();
-    expect('{');
-    ws();
-    if (peek() == '}') {
-      ++i_;
-    } else {
-      for (;;) {
-        ws();
-        FlatJson::Item it;
-        it.key = string();
-        ws();
-        expect(':');
-        ws();
-        char c = peek();
-        if (c == '"') {
-          it.kind = FlatJson::Item::kString;
-          it.str = string();
-        } else if (c == 't' || c == 'f') {
-          it.kind = FlatJson::Item::kBool;
-          it.b = word();
-        } else {
-          it.kind = FlatJson::Item::kNumber;
-          it.num = number();
-        }
-        out.items.push_back(std::move(it));
-        ws();
-        if (peek() == ',') { ++i_; continue; }
-        expect('}');
-        break;
-      }
-    }
-    ws();
-    if (i_ != s_.size()) fail("trailing characters after the JSON object");
-    return out;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& why) const {
-    throw std::runtime_error(fmt::format("{} (at offset {})", why, i_));
-  }
-  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
-  void ws() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-  }
-  void expect(char c) {
-    if (peek() != c) fail(fmt::format("expected '{}'", c));
-    ++i_;
-  }
-  std::string string() {
-    expect('"');
-    std::string out;
-    while (i_ < s_.size() && s_[i_] != '"') {
-      char c = s_[i_++];
-      if (c == '\\') {
-        if (i_ >= s_.size()) fail("unterminated string");
-        char e = s_[i_++];
-        switch (e) {
-          case 'n': out += '\n'; break;
-          case 't': out += '\t'; break;
-          case 'r': out += '\r'; break;
-          case 'b': out += '\b'; break;
-          case 'f': out += '\f'; break;
-          case 'u': fail("\\u escapes are not supported");
-          default: out += e;
-        }
-      } else {
-        out += c;
-      }
-    }
-    expect('"');
-    return out;
-  }
-  bool word() {
-    if (s_.compare(i_, 4, "true") == 0) { i_ += 4; return true; }
-    if (s_.compare(i_, 5, "false") == 0) { i_ += 5; return false; }
-    fail("expected a number, a string, true or false");
-  }
-  double number() {
-    size_t start = i_;
-    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '-' || s_[i_] == '+' ||
-                              s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E'))
-      ++i_;
-    if (start == i_) fail("expected a number, a string, true or false");
-    std::string tok = s_.substr(start, i_ - start);
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(tok, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != tok.size()) { i_ = start; fail(fmt::format("bad number '{}'", tok)); }
-    return v;
-  }
-
-  const std::string& s_;
-  size_t i_ = 0;
-};
+PresetRegistry& registry() {
+  static PresetRegistry r;
+  return r;
+}
+std::string known_presets() {
+  std::string s;
+  for (const auto& [n, f] : registry().entries) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
 
 bool file_exists(const std::string& p) {
   std::ifstream f(p);
@@ -191,61 +100,79 @@ Target load_file(const std::string& path) {
   if (!f) throw InputError(fmt::format("{}: cannot open target file", path));
   std::stringstream ss;
   ss << f.rdbuf();
-  std::string text = ss.str();
-  FlatJson js;
+  nlohmann::json js;
   try {
-    js = FlatParser(text).parse();
-  } catch (const std::exception& e) {
-    throw InputError(fmt::format("{}: {}", path, e.what()));
+    js = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(fmt::format("{}: not JSON: {}", path, e.what()));
   }
+  if (!js.is_object()) throw InputError(fmt::format("{}: expected one JSON object {{\"field\": value, ...}}", path));
   Target t;
-  // stem of the file name as the default name
-  {
-    std::string base = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
-    if (base.size() > 5 && base.ends_with(".json")) base.resize(base.size() - 5);
-    t.name = base;
+  std::string base = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  if (base.size() > 5 && base.ends_with(".json")) base.resize(base.size() - 5);
+  t.name = base;  // the file's stem unless "name" says otherwise
+  if (js.contains("base")) {
+    const auto& b = js["base"];
+    const auto* make = b.is_string() ? registry().find(b.get<std::string>()) : nullptr;
+    if (!b.is_string()) throw InputError(fmt::format("{}: 'base' must be a string", path));
+    if (!make)
+      throw InputError(fmt::format("{}: unknown base target '{}' (known: {})", path, b.get<std::string>(),
+                                   known_presets()));
+    std::string keep = t.name;
+    t = (*make)();
+    t.name = keep;
   }
-  for (const auto& it : js.items) {
-    if (it.key == "base") {
-      if (it.kind != FlatJson::Item::kString) throw InputError(fmt::format("{}: 'base' must be a string", path));
-      std::string keep = t.name;
-      if (it.str == "tpu-v3") t = preset_v3();
-      else if (it.str == "tpu-v4") t = preset_v4();
-      else if (it.str == "tpu-v5e") t = preset_v5e();
-      else throw InputError(fmt::format("{}: unknown base target '{}' (known: tpu-v3, tpu-v4, tpu-v5e)", path, it.str));
-      t.name = keep;
-    }
-  }
-  auto num = [&](const FlatJson::Item& it) {
-    if (it.kind != FlatJson::Item::kNumber)
-      throw InputError(fmt::format("{}: field '{}' must be a number", path, it.key));
-    if (!std::isfinite(it.num) || it.num < 0)
-      throw InputError(fmt::format("{}: field '{}' must be a finite number >= 0", path, it.key));
-    return it.num;
+  if (js.contains("topology") && (js.contains("torus_dims") || js.contains("wraparound")))
+    throw InputError(fmt::format("{}: give 'topology' or 'torus_dims'/'wraparound', not both", path));
+  auto num = [&](const std::string& k, const nlohmann::json& v) {
+    if (!v.is_number()) throw InputError(fmt::format("{}: field '{}' must be a number", path, k));
+    double d = v.get<double>();
+    if (!std::isfinite(d) || d < 0) throw InputError(fmt::format("{}: field '{}' must be a finite number >= 0", path, k));
+    return d;
   };
-  for (const auto& it : js.items) {
-    const std::string& k = it.key;
+  const std::vector<std::pair<const char*, double Target::*>> numbers = {
+      {"peak_flops", &Target::peak_flops},         {"peak_flops_f32", &Target::peak_flops_f32},
+      {"peak_flops_bf16", &Target::peak_flops_bf16}, {"peak_flops_f16", &Target::peak_flops_f16},
+      {"peak_flops_int8", &Target::peak_flops_int8}, {"hbm_bytes", &Target::hbm_bytes},
+      {"hbm_bandwidth", &Target::hbm_bandwidth},   {"link_bandwidth", &Target::link_bandwidth},
+      {"link_latency", &Target::link_latency}};
+  for (const auto& [k, v] : js.items()) {
     if (k == "base") continue;
-    if (k == "name") {
-      if (it.kind != FlatJson::Item::kString) throw InputError(fmt::format("{}: 'name' must be a string", path));
-      t.name = it.str;
-    } else if (k == "peak_flops") t.peak_flops = num(it);
-    else if (k == "hbm_bytes") t.hbm_bytes = num(it);
-    else if (k == "hbm_bandwidth") t.hbm_bandwidth = num(it);
-    else if (k == "link_bandwidth") t.link_bandwidth = num(it);
-    else if (k == "link_latency") t.link_latency = num(it);
-    else if (k == "wraparound") {
-      if (it.kind != FlatJson::Item::kBool) throw InputError(fmt::format("{}: 'wraparound' must be true or false", path));
-      t.wraparound = it.b;
+    auto it = std::find_if(numbers.begin(), numbers.end(), [&](const auto& e) { return k == e.first; });
+    if (it != numbers.end()) {
+      t.*(it->second) = num(k, v);
+    } else if (k == "name") {
+      if (!v.is_string()) throw InputError(fmt::format("{}: 'name' must be a string", path));
+      t.name = v.get<std::string>();
+    } else if (k == "wraparound") {
+      if (!v.is_boolean()) throw InputError(fmt::format("{}: 'wraparound' must be true or false", path));
+      t.wraparound = v.get<bool>();
     } else if (k == "links_per_axis" || k == "torus_dims") {
-      double v = num(it);
-      if (v < 1 || v != std::floor(v) || v > 64)
+      double d = num(k, v);
+      if (d < 1 || d != std::floor(d) || d > 64)
         throw InputError(fmt::format("{}: field '{}' must be an integer in [1, 64]", path, k));
-      (k == "links_per_axis" ? t.links_per_axis : t.torus_dims) = static_cast<int>(v);
+      (k == "links_per_axis" ? t.links_per_axis : t.torus_dims) = static_cast<int>(d);
+    } else if (k == "topology") {
+      std::string s = v.is_string() ? v.get<std::string>() : "";
+      int dims = 0;
+      bool wrap = false;
+      if (s == "ring" || s == "line") {
+        dims = 1;
+        wrap = s == "ring";
+      } else if (s.size() >= 4 && s[0] >= '1' && s[0] <= '9' && s[1] == 'd' && (s.substr(2) == "-torus" ||
+                                                                              s.substr(2) == "-mesh")) {
+        dims = s[0] - '0';
+        wrap = s.substr(2) == "-torus";
+      } else {
+        throw InputError(fmt::format("{}: 'topology' must be \"ring\", \"line\", \"<n>d-torus\" or \"<n>d-mesh\"",
+                                     path));
+      }
+      t.torus_dims = dims;
+      t.wraparound = wrap;
     } else {
-      throw InputError(fmt::format("{}: unknown field '{}' (known: name, base, peak_flops, hbm_bytes, hbm_bandwidth, "
-                                   "link_bandwidth, link_latency, wraparound, links_per_axis, torus_dims)",
-                                   path, k));
+      std::string known = "name, base, topology, wraparound, links_per_axis, torus_dims";
+      for (const auto& e : numbers) known += std::string(", ") + e.first;
+      throw InputError(fmt::format("{}: unknown field '{}' (known: {})", path, k, known));
     }
   }
   if (!(t.peak_flops > 0)) throw InputError(fmt::format("{}: peak_flops must be > 0", path));
@@ -256,29 +183,168 @@ Target load_file(const std::string& path) {
 
 }  // namespace
 
-std::vector<std::string> Target::presets() { return {"tpu-v3", "tpu-v4", "tpu-v5e"}; }
+std::vector<std::string> Target::presets() {
+  std::vector<std::string> v;
+  for (const auto& [n, f] : registry().entries) v.push_back(n);
+  return v;
+}
+
+void Target::register_preset(const std::string& name, std::function<Target()> make) {
+  for (auto& [n, f] : registry().entries)
+    if (n == name) {
+      f = std::move(make);
+      return;
+    }
+  registry().entries.emplace_back(name, std::move(make));
+}
 
 Target Target::load(const std::string& name_or_path) {
-  if (name_or_path == "tpu-v3") return preset_v3();
-  if (name_or_path == "tpu-v4") return preset_v4();
-  if (name_or_path == "tpu-v5e") return preset_v5e();
+  if (const auto* make = registry().find(name_or_path)) return (*make)();
   if (!name_or_path.empty() &&
       (name_or_path.ends_with(".json") || name_or_path.find('/') != std::string::npos || file_exists(name_or_path)))
     return load_file(name_or_path);
-  throw InputError(fmt::format("--target: unknown target '{}' (known: tpu-v3, tpu-v4, tpu-v5e)", name_or_path));
+  throw InputError(fmt::format("--target: unknown target '{}' (known: {})", name_or_path, known_presets()));
 }
 
 std::string Target::to_json() const {
-  std::string esc;
-  for (char c : name) {
-    if (c == '"' || c == '\\') esc += '\\';
-    esc += c;
+  nlohmann::json j;
+  j["name"] = name;
+  j["peak_flops"] = peak_flops;
+  j["peak_flops_f32"] = peak_flops_f32;
+  j["peak_flops_bf16"] = peak_flops_bf16;
+  j["peak_flops_f16"] = peak_flops_f16;
+  j["peak_flops_int8"] = peak_flops_int8;
+  j["hbm_bytes"] = hbm_bytes;
+  j["hbm_bandwidth"] = hbm_bandwidth;
+  j["link_bandwidth"] = link_bandwidth;
+  j["link_latency"] = link_latency;
+  j["topology"] = topology();
+  j["links_per_axis"] = links_per_axis;
+  return j.dump();
+}
+
+double Target::peak_for(DType dtype) const {
+  double p = 0;
+  switch (dtype) {
+    case DType::kFloat32: p = peak_flops_f32; break;
+    case DType::kBFloat16: p = peak_flops_bf16; break;
+    case DType::kFloat16: p = peak_flops_f16; break;
+    case DType::kInt8:
+    case DType::kUInt8: p = peak_flops_int8; break;
+    default: break;
   }
-  return fmt::format(
-      "{{\"name\": \"{}\", \"peak_flops\": {}, \"hbm_bytes\": {}, \"hbm_bandwidth\": {}, \"link_bandwidth\": {}, "
-      "\"link_latency\": {}, \"wraparound\": {}, \"links_per_axis\": {}, \"torus_dims\": {}}}",
-      esc, peak_flops, hbm_bytes, hbm_bandwidth, link_bandwidth, link_latency, wraparound ? "true" : "false",
-      links_per_axis, torus_dims);
+  return p > 0 ? p : peak_flops;
+}
+
+std::string Target::topology() const {
+  if (torus_dims <= 1) return wraparound ? "ring" : "line";
+  return fmt::format("{}d-{}", torus_dims, wraparound ? "torus" : "mesh");
+}
+
+std::vector<std::vector<std::string>> Target::parse_device_order(const std::string& text) {
+  std::vector<std::vector<std::string>> out;
+  auto split = [](const std::string& s, char c) {
+    std::vector<std::string> parts;
+    size_t b = 0;
+    for (size_t e; (e = s.find(c, b)) != std::string::npos; b = e + 1) parts.push_back(s.substr(b, e - b));
+    parts.push_back(s.substr(b));
+    return parts;
+  };
+  for (const std::string& dim : split(text, ',')) {
+    out.emplace_back();
+    for (const std::string& axis : split(dim, '*')) {
+      if (axis.empty())
+        throw InputError(fmt::format("--device-order: '{}' has an empty axis name (expected e.g. \"y,x\" or "
+                                     "\"data,model*expert\")", text));
+      out.back().push_back(axis);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Physical dim and folding position of every user axis of `mesh` under t's device order (default: user axis i on
+// dim min(i, dims-1), folded in axis order).
+struct UserPlacement {
+  std::vector<int> dim, pos;
+};
+UserPlacement user_placement(const Target& t, const DeviceMesh& mesh) {
+  const std::vector<std::string>& names = mesh.sub.empty() ? mesh.axes : mesh.user_axes;
+  const int n = static_cast<int>(names.size());
+  UserPlacement u{std::vector<int>(static_cast<size_t>(n), -1), std::vector<int>(static_cast<size_t>(n), 0)};
+  const int dims = std::max(1, t.torus_dims);
+  if (t.device_order.empty()) {
+    for (int i = 0; i < n; ++i) {
+      u.dim[static_cast<size_t>(i)] = std::min(i, dims - 1);
+      u.pos[static_cast<size_t>(i)] = i;
+    }
+    return u;
+  }
+  if (static_cast<int>(t.device_order.size()) > dims)
+    throw InputError(fmt::format("--device-order: {} physical dims given, but target {} has {} ({})",
+                                 t.device_order.size(), t.name, dims, t.topology()));
+  for (size_t d = 0; d < t.device_order.size(); ++d)
+    for (size_t k = 0; k < t.device_order[d].size(); ++k) {
+      const std::string& a = t.device_order[d][k];
+      auto it = std::find(names.begin(), names.end(), a);
+      if (it == names.end())
+        throw InputError(fmt::format("--device-order: unknown mesh axis '{}' (mesh axes: {})", a,
+                                     fmt::join(names, ", ")));
+      size_t i = static_cast<size_t>(it - names.begin());
+      if (u.dim[i] >= 0) throw InputError(fmt::format("--device-order: mesh axis '{}' is given twice", a));
+      u.dim[i] = static_cast<int>(d);
+      u.pos[i] = static_cast<int>(k);
+    }
+  for (int i = 0; i < n; ++i)
+    if (u.dim[static_cast<size_t>(i)] < 0)
+      throw InputError(fmt::format("--device-order: mesh axis '{}' is missing (every axis must be placed once)",
+                                   names[static_cast<size_t>(i)]));
+  return u;
+}
+
+}  // namespace
+
+void Target::check_device_order(const DeviceMesh& mesh) const { (void)user_placement(*this, mesh); }
+
+std::string Target::device_order_str(const DeviceMesh& mesh) const {
+  const std::vector<std::string>& names = mesh.sub.empty() ? mesh.axes : mesh.user_axes;
+  UserPlacement u = user_placement(*this, mesh);
+  std::vector<std::vector<std::pair<int, std::string>>> dims;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (dims.size() <= static_cast<size_t>(u.dim[i])) dims.resize(static_cast<size_t>(u.dim[i]) + 1);
+    dims[static_cast<size_t>(u.dim[i])].emplace_back(u.pos[i], names[i]);
+  }
+  std::vector<std::string> out;
+  for (auto& d : dims) {
+    std::sort(d.begin(), d.end());
+    std::vector<std::string> axes;
+    for (auto& [p, n] : d) axes.push_back(n);
+    out.push_back(fmt::format("{}", fmt::join(axes, "*")));
+  }
+  return fmt::format("{}", fmt::join(out, ","));
+}
+
+AxisPlacement Target::placement(int a, const DeviceMesh& mesh) const {
+  UserPlacement u = user_placement(*this, mesh);
+  // Axes folded onto one physical dim are ordered by (position of their user axis, refined index): parts of a
+  // refined axis are consecutive, major first.
+  auto key = [&](int b) {
+    size_t ub = static_cast<size_t>(mesh.user_axis(b));
+    return std::make_pair(u.pos[ub], b);
+  };
+  AxisPlacement p;
+  p.physical_dim = u.dim[static_cast<size_t>(mesh.user_axis(a))];
+  double span_total = 1;
+  for (int b = 0; b < mesh.rank(); ++b) {
+    if (u.dim[static_cast<size_t>(mesh.user_axis(b))] != p.physical_dim) continue;
+    span_total *= static_cast<double>(mesh.shape[static_cast<size_t>(b)]);
+    if (key(b) > key(a)) p.stride *= static_cast<double>(mesh.shape[static_cast<size_t>(b)]);
+  }
+  const double n = static_cast<double>(mesh.shape[static_cast<size_t>(a)]);
+  p.wraparound = wraparound && n * p.stride == span_total;
+  p.ring_bandwidth = link_bandwidth * std::max(1, links_per_axis) * (p.wraparound ? 1.0 : 0.5) / p.stride;
+  return p;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -403,24 +469,9 @@ struct AxisLink {
   double bw = 0;   // ring bandwidth per device (bytes/s)
 };
 
-// Ring bandwidth of mesh axis `a`: physical dim min(user axis of a, torus_dims-1); axes folded onto one physical dim share it:
-// an axis of stride s (product of the sizes of more-minor folded axes) runs s rings over the same links (bw / s) and
-// only has wraparound when it spans the whole physical dim.
+// Ring of mesh axis `a`: its size and bandwidth from the target's placement of the axis (Target::placement).
 AxisLink axis_link(int a, const DeviceMesh& mesh, const Target& t) {
-  AxisLink l;
-  l.n = static_cast<double>(mesh.shape.at(a));
-  int dims = std::max(1, t.torus_dims);
-  // user axis u runs on physical dim min(u, dims-1); the parts of a refined axis fold onto their parent's dim
-  int phys = std::min(mesh.user_axis(a), dims - 1);
-  double stride = 1, span_total = 1;
-  for (int b = 0; b < mesh.rank(); ++b) {
-    if (std::min(mesh.user_axis(b), dims - 1) != phys) continue;
-    span_total *= static_cast<double>(mesh.shape[b]);
-    if (b > a) stride *= static_cast<double>(mesh.shape[b]);
-  }
-  bool wrap = t.wraparound && l.n * stride == span_total;
-  l.bw = t.link_bandwidth * std::max(1, t.links_per_axis) * (wrap ? 1.0 : 0.5) / stride;
-  return l;
+  return AxisLink{static_cast<double>(mesh.shape.at(static_cast<size_t>(a))), t.placement(a, mesh).ring_bandwidth};
 }
 
 // All-gather of a result of S bytes per device over the axes in the given order (first axis gathered first).
@@ -497,7 +548,15 @@ double node_time(const Graph& program, const Node& n, const DeviceMesh& mesh, co
   }
   double f = node_flops(program, n);
   double b = node_bytes(program, n);
-  return std::max(t.peak_flops > 0 ? f / t.peak_flops : 0.0, t.hbm_bandwidth > 0 ? b / t.hbm_bandwidth : 0.0);
+  // The compute dtype is the first present input's (MatMulInteger: int8; Cast-like ops have no FLOPs anyway).
+  DType dt = DType::kFloat32;
+  for (int v : n.inputs)
+    if (v >= 0) {
+      dt = program.values[static_cast<size_t>(v)].dtype;
+      break;
+    }
+  const double peak = t.peak_for(dt);
+  return std::max(peak > 0 ? f / peak : 0.0, t.hbm_bandwidth > 0 ? b / t.hbm_bandwidth : 0.0);
 }
 
 int64_t static_peak_memory(const Graph& program) {

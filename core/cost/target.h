@@ -1,36 +1,79 @@
-// core/cost/target.h: an emulated accelerator pod (the numbers the cost model and the reshard planner use).
-// Sources for every preset number: docs/cost-model.md.
+// core/cost/target.h: an emulated accelerator pod (the numbers the cost model and the reshard planner use), and how
+// the mesh's axes sit on its physical interconnect. Sources for every preset number: docs/cost-model.md.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "core/ir/ir.h"
+#include "core/sharding/sharding.h"
+
 namespace gspmd {
 
-/// An emulated accelerator pod. Units: FLOP/s, bytes, bytes/s, seconds.
+/// Where one mesh axis runs on the target's physical torus or mesh (docs/cost-model.md, "Mapping mesh axes").
+struct AxisPlacement {
+  int physical_dim = 0;       // 0 .. torus_dims-1
+  double stride = 1;          // product of the sizes of the axes folded more-minor onto the same physical dim
+  bool wraparound = false;    // the axis' ring closes (it spans its physical dim and the target wraps around)
+  double ring_bandwidth = 0;  // per device along this axis (bytes/s): links_per_axis * link_bandwidth
+                              // (x 1/2 without wraparound) / stride
+};
+
+/// An emulated accelerator pod: one device of the SPMD program (the unit that gets a partition id) and its links.
+/// Units: FLOP/s, bytes, bytes/s, seconds.
 struct Target {
   std::string name;                 // "tpu-v3"
-  double peak_flops = 0;            // per device, dense bf16/f32-matmul peak used for utilization (FLOP/s)
+  double peak_flops = 0;            // per device: the dense-matmul peak of the default compute dtype (bf16 on TPUs,
+                                    // f32 on the host); FLOPs utilization is model FLOPs over this peak
+  double peak_flops_f32 = 0;        // per-dtype peaks (FLOP/s) for ops computing in that dtype; 0 = peak_flops.
+  double peak_flops_bf16 = 0;       //   TPUs run f32 matmuls as bf16 passes at XLA's default precision, so their
+  double peak_flops_f16 = 0;       //   f32 peak is the bf16 peak
+  double peak_flops_int8 = 0;       //   int8/uint8 (MatMulInteger, ConvInteger, QLinear*)
   double hbm_bytes = 0;             // HBM capacity per device (bytes)
   double hbm_bandwidth = 0;         // per device (bytes/s)
   double link_bandwidth = 0;        // one direction of one interconnect link (bytes/s)
   double link_latency = 0;          // per hop / per collective step (s)
   bool wraparound = true;           // torus (true) or mesh (false) links
   int links_per_axis = 2;           // links per device along one mesh axis (2 = both directions / neighbours)
-  int torus_dims = 2;               // physical torus/mesh dimensions (2D for v3/v5e, 3D for v4). Mesh axis i runs on
-                                    // physical dim i; axes beyond torus_dims fold onto the last dim (docs/cost-model.md)
+  int torus_dims = 2;               // physical torus/mesh dimensions: 1 = ring (or line), 2 for v3/v5e, 3 for v4
+  /// --device-order: for each physical dim (major first), the user mesh axes laid along it (major first; several
+  /// axes fold onto one dim). Empty: the default, user axis i on physical dim min(i, torus_dims-1).
+  std::vector<std::vector<std::string>> device_order;
 
-  /// A preset by name ("tpu-v3", "tpu-v4", "tpu-v5e") or a JSON file path with the same fields.
-  /// Throws InputError("--target: unknown target 'x' (known: tpu-v3, tpu-v4, tpu-v5e)").
-  /// A JSON file is one flat object {"field": number|string|bool, ...} with the field names above, plus optional
-  /// "base": "<preset>" to start from a preset (otherwise from the struct defaults). Unknown fields, bad syntax or
-  /// non-positive peak_flops / hbm_bandwidth / link_bandwidth throw InputError("FILE: <why>"). A string is read as a
-  /// file when it is not a preset and names an existing file, ends in ".json" or contains '/'.
+  /// A preset by name ("tpu-v3", "tpu-v4", "tpu-v5e", or one added with register_preset, e.g. the CLI's "host") or a
+  /// JSON file path. A string is read as a file when it is not a preset and names an existing file, ends in ".json"
+  /// or contains '/'. The file is one JSON object with the fields above (except device_order), plus optional
+  /// "base": "<preset>" to start from a preset (otherwise from the struct defaults) and "topology": "ring", "line",
+  /// "<n>d-torus" or "<n>d-mesh" (sets torus_dims and wraparound; not together with those two).
+  /// Throws InputError("--target: unknown target 'x' (known: tpu-v3, ...)"), and InputError("FILE: <why>") for
+  /// unreadable files, bad JSON, unknown fields, wrong types, negative numbers, non-positive peak_flops /
+  /// hbm_bandwidth / link_bandwidth.
   static Target load(const std::string& name_or_path);
-  /// Names of the presets, in order ("tpu-v3", "tpu-v4", "tpu-v5e").
+  /// Names of the presets, built-in first ("tpu-v3", "tpu-v4", "tpu-v5e"), then registered ones in order.
   static std::vector<std::string> presets();
-  /// The target as a flat JSON object (loadable again with load()).
+  /// Adds (or replaces) a named preset made on demand by `make` (called at most once per load). The backend's
+  /// measured "host" preset is registered this way by the CLI, so core stays free of the kernels.
+  static void register_preset(const std::string& name, std::function<Target()> make);
+  /// The target as a JSON object (loadable again with load(); device_order is not part of it).
   std::string to_json() const;
+
+  /// Peak FLOP/s for an op computing in `dtype` (the per-dtype field, or peak_flops when it is 0 or the dtype has
+  /// none: f64, integers other than 8-bit, bool).
+  double peak_for(DType dtype) const;
+  /// "ring", "line", "2d-torus", "3d-mesh", ...: torus_dims and wraparound as one word.
+  std::string topology() const;
+  /// Parses a --device-order text: physical dims separated by ',', axes folded onto one dim joined by '*' (major
+  /// first), e.g. "y,x" or "data,model*expert". Throws InputError("--device-order: ...") on empty parts.
+  static std::vector<std::vector<std::string>> parse_device_order(const std::string& text);
+  /// The effective order as text for `mesh` ("data,model"): device_order, or the default mapping.
+  std::string device_order_str(const DeviceMesh& mesh) const;
+  /// Checks device_order against `mesh` (its user axes): every axis exactly once, at most torus_dims groups.
+  /// Throws InputError("--device-order: ...") naming the axis or the count.
+  void check_device_order(const DeviceMesh& mesh) const;
+  /// Placement of (refined) mesh axis `axis`: its physical dim, its stride among the axes folded onto that dim, and
+  /// its ring bandwidth. The parts of a refined axis fold onto their parent's dim. O(mesh rank^2).
+  AxisPlacement placement(int axis, const DeviceMesh& mesh) const;
 };
 
 }  // namespace gspmd

@@ -22,12 +22,14 @@ Forward FLOPs per block: 24*B*S*D^2 (the six weight matmuls, fc 4x) + 4*B*S^2*D 
 
 --weights absent: every initializer (and the mask) is external data in NAME.bin, which is not written: the model
 is shapes only (`simulate` works, `run` says the file is missing). --weights random: N(0, 0.02) weights written to
-NAME.bin (seeded), small biases, LN scale 1.
+NAME.bin (seeded), zero biases, LN scale 1. --weights inputs: weights are graph inputs (variables, as in the GSPMD
+paper's training step: stored with their annotated 2D sharding and all-gathered where used), the mask absent.
 
 Sidecars written next to the model (mesh axes "data" and "model"; --mesh sets the shape, default 2x2):
     NAME.megatron.sharding.json   Megatron tensor parallel on "model", batch on "data"
     NAME.2d.sharding.json         the GSPMD paper's 2D sharding (Xu et al. 2021, section 5.1): activations
-                                  [X,-,Y] (X = data, Y = model) at every block boundary, weights [X,Y] / [Y,X]
+                                  [X,-,Y] (X = data, Y = model) at every block boundary, weights [X,Y] / [Y,X],
+                                  the embedding (and tied LM head) [Y,-] over the vocabulary
 """
 import argparse
 import math
@@ -45,9 +47,10 @@ import sharding_json  # noqa: E402
 
 class Builder:
     def __init__(self, name, weights, rng):
-        self.nodes, self.inits = [], []
+        self.nodes, self.inits, self.weight_inputs = [], [], []
         self.bin_name, self.weights, self.rng = name + ".bin", weights, rng
         self.offset = 0
+        self.params = 0  # float32 elements of all weights (the mask included)
         self.blob = []  # random mode: the bytes of NAME.bin, in order
         self.counter = 0
 
@@ -65,8 +68,13 @@ class Builder:
         return name
 
     def weight(self, name, shape, kind="normal"):
-        """An initializer: external data in NAME.bin (absent or written), float32."""
+        """A float32 weight: an initializer with external data in NAME.bin (absent or written), or with
+        --weights inputs a graph input (a variable, as in a training step). The mask is always an initializer."""
         n = int(np.prod(shape))
+        self.params += n
+        if self.weights == "inputs" and kind != "mask":
+            self.weight_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+            return name
         t = TensorProto()
         t.name, t.data_type = name, TensorProto.FLOAT
         t.dims.extend(shape)
@@ -145,7 +153,7 @@ def build(args):
         out = b.node("Identity", [y], "y")
         outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, S, D])]
     del out
-    graph = helper.make_graph(b.nodes, args.name, inputs, outputs, b.inits)
+    graph = helper.make_graph(b.nodes, args.name, inputs + b.weight_inputs, outputs, b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_decoder.py")
     model.ir_version = 8
     return model, b, F
@@ -163,6 +171,7 @@ def sidecars(args, F):
     t2 = {}
     if args.vocab > 0:
         t2["input_ids"] = ["data", None]
+        t2["wte.weight"] = ["model", None]  # vocab over Y: the embedding and the LM head (logits [X, -, Y])
         t2["h.0.in"] = ["data", None, "model"]
     else:
         t2["x"] = ["data", None, "model"]
@@ -189,7 +198,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=512, help="0: float input x [B,S,D], no embedding and no head")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--weights", choices=["absent", "random"], default="absent")
+    ap.add_argument("--weights", choices=["absent", "random", "inputs"], default="absent")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--mesh", default="2x2", help="mesh shape written into the sidecars")
     ap.add_argument("--name", default="decoder")
@@ -207,7 +216,7 @@ def main():
     # The checker wants the external file; without it, strict shape inference checks the graph.
     onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     sidecars(args, F)
-    n_params = b.offset // 4
+    n_params = b.params
     D, S, T = args.d_model, args.seq, args.batch * args.seq
     flops = args.layers * (2 * T * (4 * D * D + 2 * D * F) + 4 * T * S * D)
     if args.vocab > 0:

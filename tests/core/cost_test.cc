@@ -96,8 +96,115 @@ TEST(CostTarget, BadJsonFiles) {
   expect_input_error(write_tmp("bad2.json", R"({"peak_flopz": 1})"), "unknown field 'peak_flopz'");
   expect_input_error(write_tmp("bad3.json", R"({"peak_flops": "fast"})"), "must be a number");
   expect_input_error(write_tmp("bad4.json", R"({"hbm_bandwidth": 1, "link_bandwidth": 1})"), "peak_flops must be > 0");
-  expect_input_error(write_tmp("bad5.json", R"([1, 2])"), "expected '{'");
+  expect_input_error(write_tmp("bad5.json", R"([1, 2])"), "expected one JSON object");
+  expect_input_error(write_tmp("bad6.json", R"({"topology": "3d-donut", "peak_flops": 1})"),
+                     "'topology' must be \"ring\", \"line\", \"<n>d-torus\" or \"<n>d-mesh\"");
+  expect_input_error(write_tmp("bad7.json", R"({"base": "tpu-v3", "topology": "ring", "torus_dims": 1})"),
+                     "give 'topology' or 'torus_dims'/'wraparound', not both");
+  expect_input_error(write_tmp("bad8.json", R"({"base": "tpu-v3", "peak_flops_int8": -1})"),
+                     "field 'peak_flops_int8' must be a finite number >= 0");
   expect_input_error(std::string(GSPMD_BINARY_DIR) + "/does_not_exist.json", "cannot open");
+}
+
+TEST(CostTarget, TopologyAndPerDtypePeaks) {
+  EXPECT_EQ(Target::load("tpu-v3").topology(), "2d-torus");
+  EXPECT_EQ(Target::load("tpu-v4").topology(), "3d-torus");
+  Target v5e = Target::load("tpu-v5e");
+  // f32 matmuls run as bf16 passes at XLA's default precision: the f32 peak is the bf16 peak; int8 is 2x on v5e.
+  EXPECT_EQ(v5e.peak_for(DType::kFloat32), 197e12);
+  EXPECT_EQ(v5e.peak_for(DType::kBFloat16), 197e12);
+  EXPECT_EQ(v5e.peak_for(DType::kInt8), 394e12);
+  EXPECT_EQ(v5e.peak_for(DType::kFloat64), 197e12);  // no per-dtype field: peak_flops
+  EXPECT_EQ(Target::load("tpu-v4").peak_for(DType::kUInt8), 275e12);
+
+  Target t = Target::load(write_tmp("topo.json", R"({"base": "tpu-v3", "topology": "3d-mesh",
+                                                     "peak_flops_f32": 1e12, "peak_flops_int8": 4e12})"));
+  EXPECT_EQ(t.torus_dims, 3);
+  EXPECT_FALSE(t.wraparound);
+  EXPECT_EQ(t.topology(), "3d-mesh");
+  EXPECT_EQ(t.peak_for(DType::kFloat32), 1e12);
+  EXPECT_EQ(t.peak_for(DType::kInt8), 4e12);
+  EXPECT_EQ(t.peak_for(DType::kFloat16), 61.5e12);
+  Target line = Target::load(write_tmp("line.json", R"({"base": "tpu-v3", "topology": "line"})"));
+  EXPECT_EQ(line.torus_dims, 1);
+  EXPECT_EQ(line.topology(), "line");
+  // to_json writes topology and the per-dtype peaks, and loads back
+  Target u = Target::load(write_tmp("topo2.json", t.to_json()));
+  EXPECT_EQ(u.topology(), "3d-mesh");
+  EXPECT_EQ(u.peak_for(DType::kInt8), 4e12);
+
+  // node_time uses the peak of the op's input dtype: 2*64*64*64 FLOPs of an f16 MatMul at 1e9 FLOP/s = 524.288 us
+  Target slow = Target::load("tpu-v3");
+  slow.peak_flops_f16 = 1e9;
+  Graph g;
+  int a = g.add_value(V("a", DType::kFloat16, {64, 64}));
+  int c = g.add_value(V("c", DType::kFloat16, {64, 64}));
+  Node mm;
+  mm.op_type = "MatMul";
+  mm.inputs = {a, a};
+  mm.outputs = {c};
+  expect_rel(node_time(g, mm, mesh_of({1}), slow), 2.0 * 64 * 64 * 64 / 1e9);
+}
+
+TEST(CostTarget, RegisteredPresets) {
+  int made = 0;
+  Target::register_preset("test-pod", [&made] {
+    ++made;
+    Target t = Target::load("tpu-v4");
+    t.name = "test-pod";
+    return t;
+  });
+  EXPECT_EQ(made, 0);  // made on demand
+  EXPECT_EQ(Target::load("test-pod").name, "test-pod");
+  EXPECT_EQ(made, 1);
+  EXPECT_EQ(Target::presets().back(), "test-pod");
+  try {
+    Target::load("tpu-v9");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "--target: unknown target 'tpu-v9' (known: tpu-v3, tpu-v4, tpu-v5e, test-pod)");
+  }
+  // a file may start from a registered preset
+  EXPECT_EQ(Target::load(write_tmp("based.json", R"({"base": "test-pod", "link_latency": 2e-6})")).link_latency, 2e-6);
+}
+
+TEST(CostTarget, DeviceOrder) {
+  Target t = Target::load("tpu-v3");  // 2D torus
+  const double lb = 340e12 / 1024 / 4 / 2;
+  DeviceMesh m = mesh_of({2, 2, 2});  // axes x, y, z
+  EXPECT_EQ(t.device_order_str(m), "x,y*z");  // the default: y and z fold onto the last dim
+  t.device_order = Target::parse_device_order("z,x*y");
+  EXPECT_EQ(t.device_order_str(m), "z,x*y");
+  AxisPlacement z = t.placement(2, m), x = t.placement(0, m), y = t.placement(1, m);
+  EXPECT_EQ(z.physical_dim, 0);  // z alone on dim 0: a closed ring over both directions
+  EXPECT_TRUE(z.wraparound);
+  expect_rel(z.ring_bandwidth, 2 * lb);
+  EXPECT_EQ(x.physical_dim, 1);  // x major on dim 1: stride 2 (y is minor), spans the ring: 2 rings share it
+  EXPECT_EQ(x.stride, 2);
+  EXPECT_TRUE(x.wraparound);
+  expect_rel(x.ring_bandwidth, lb);
+  EXPECT_EQ(y.stride, 1);  // y: a segment of 2 of the ring of 4, no wraparound
+  EXPECT_FALSE(y.wraparound);
+  expect_rel(y.ring_bandwidth, lb);
+  // the collective follows: an all-gather over z now uses both directions of its own dim
+  expect_rel(collective_time("all-gather", kMiB, {2}, m, t), 0.5 * kMiB / (2 * lb) + 1e-6);
+
+  auto expect_error = [&](const std::string& order, const std::string& msg) {
+    Target u = Target::load("tpu-v3");
+    try {
+      u.device_order = Target::parse_device_order(order);
+      u.check_device_order(m);
+      FAIL() << order;
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), msg);
+    }
+  };
+  expect_error("x,q*y*z", "--device-order: unknown mesh axis 'q' (mesh axes: x, y, z)");
+  expect_error("x,y*x*z", "--device-order: mesh axis 'x' is given twice");
+  expect_error("x,y", "--device-order: mesh axis 'z' is missing (every axis must be placed once)");
+  expect_error("x,y,z", "--device-order: 3 physical dims given, but target tpu-v3 has 2 (2d-torus)");
+  expect_error("x,,y*z",
+               "--device-order: 'x,,y*z' has an empty axis name (expected e.g. \"y,x\" or \"data,model*expert\")");
 }
 
 // ---------------------------------------------------------------------------------------------------- collectives

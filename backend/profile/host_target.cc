@@ -1,0 +1,66 @@
+// backend/profile: measures the "host" target (see host_target.h; the numbers are documented in docs/cost-model.md).
+#include "backend/profile/host_target.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "backend/kernels/onednn.h"
+
+namespace gspmd {
+namespace {
+
+/// Best (smallest) wall time in seconds of `reps` calls of f, after one warm-up call.
+template <typename F>
+double best_of(int reps, F&& f) {
+  f();
+  double best = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return std::max(best, 1e-9);
+}
+
+Target measure() {
+  Target t;
+  t.name = "host";
+  {
+    const int64_t n = 1024;
+    std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
+    t.peak_flops = 2.0 * static_cast<double>(n * n * n) /
+                   best_of(5, [&] { dnn::matmul(a.data(), b.data(), c.data(), 1, 1, n, n, n); });
+  }
+  {
+    const int64_t n = int64_t{32} << 20;
+    std::vector<float> in(static_cast<size_t>(n), 1.f), out(static_cast<size_t>(n));
+    t.hbm_bandwidth = 2.0 * 4.0 * static_cast<double>(n) /
+                      best_of(3, [&] { dnn::eltwise(dnn::Eltwise::kRelu, in.data(), out.data(), n); });
+    t.link_bandwidth = 4.0 * static_cast<double>(n / 2) /
+                       best_of(3, [&] { std::memcpy(out.data(), in.data(), static_cast<size_t>(n / 2) * 4); });
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  t.hbm_bytes = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+  t.link_latency = 1e-6;
+  t.wraparound = true;
+  t.links_per_axis = 1;
+  t.torus_dims = 1;
+  return t;
+}
+
+}  // namespace
+
+Target measure_host_target() {
+  static std::once_flag once;
+  static Target host;
+  std::call_once(once, [] { host = measure(); });
+  return host;
+}
+
+}  // namespace gspmd

@@ -1,0 +1,128 @@
+// Targets from the command line (docs/cost-model.md): the measured `host` preset, `--device-order`, a target file
+// written from a report, and `simulate` of a GPT-3-sized decoder at 2048 devices (shapes only).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "e2e_util.h"
+
+namespace {
+
+using namespace e2e;
+
+const std::string kGpt = "testdata/gpt/gpt_opset17.onnx";
+const std::string kMegatron = "--shardings testdata/gpt/gpt.megatron.sharding.json";
+
+TEST(Targets, HostIsMeasuredAndReusableAsAFile) {
+  fs::path d = scratch("targets_host");
+  CmdResult r = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --target host --report " +
+                        (d / "host.json").string(), "targets_host");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("target host (ring, device order data*model)"), std::string::npos) << r.out;
+  nlohmann::json rep = read_json(d / "host.json");
+  EXPECT_EQ(rep["target"], "host");
+  const auto& spec = rep["target_spec"];
+  for (const char* f : {"peak_flops", "hbm_bandwidth", "hbm_bytes", "link_bandwidth"}) {
+    EXPECT_TRUE(std::isfinite(spec[f].get<double>())) << f;
+    EXPECT_GT(spec[f].get<double>(), 0) << f;
+  }
+  EXPECT_EQ(spec["topology"], "ring");
+  // The spec is a target file: the same numbers give the same simulated step.
+  std::ofstream(d / "saved_host.json") << spec.dump();
+  CmdResult again = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --target " +
+                            (d / "saved_host.json").string() + " --report " + (d / "again.json").string(),
+                        "targets_host_again");
+  ASSERT_EQ(again.code, 0) << again.err;
+  nlohmann::json rep2 = read_json(d / "again.json");
+  EXPECT_EQ(rep2["target"], "host");
+  EXPECT_DOUBLE_EQ(rep2["simulated"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
+}
+
+TEST(Targets, DeviceOrderChangesTheRingsAndIsReported) {
+  // tpu-v3 is a 2D torus. Default: data on dim 0, model on dim 1, each a closed ring over 2 links (bw 2L).
+  // "data*model" folds both onto dim 0: model is then a 2-device segment of a ring of 4 (no wraparound, bw L).
+  fs::path d = scratch("targets_order");
+  CmdResult a = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --report " + (d / "a.json").string(), "ord_a");
+  CmdResult b = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --device-order 'data*model' --report " +
+                        (d / "b.json").string(), "ord_b");
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  nlohmann::json ra = read_json(d / "a.json"), rb = read_json(d / "b.json");
+  EXPECT_EQ(ra["device_order"], "data,model");
+  EXPECT_EQ(rb["device_order"], "data*model");
+  ASSERT_EQ(ra["collectives"].size(), 5u);  // the same 5 all-reduces over model, at other prices
+  ASSERT_EQ(rb["collectives"].size(), 5u);
+  const double L = 340e12 / 1024 / 4 / 2, lat = 1e-6;
+  double want_a = 0, want_b = 0;
+  for (size_t i = 0; i < 5; ++i) {
+    nlohmann::json ca = ra["collectives"][i], cb = rb["collectives"][i];
+    ASSERT_EQ(ca["kind"], "all-reduce");
+    const double S = ca["bytes"].get<double>(), n = ca["count"].get<double>();
+    const double ta = 2 * (0.5 * S / (2 * L) + lat), tb = 2 * (0.5 * S / L + lat);  // (n-1)/n = 1/2 over model
+    EXPECT_NEAR(ca["time_s"].get<double>(), ta, 1e-12 * ta);
+    EXPECT_NEAR(cb["time_s"].get<double>(), tb, 1e-12 * tb);
+    want_a += n * ta;
+    want_b += n * tb;
+    ca.erase("time_s");
+    cb.erase("time_s");
+    EXPECT_EQ(ca, cb);
+  }
+  EXPECT_NEAR(ra["simulated"]["communication_time_s"].get<double>(), want_a, 1e-12 * want_a);
+  EXPECT_NEAR(rb["simulated"]["communication_time_s"].get<double>(), want_b, 1e-12 * want_b);
+
+  CmdResult bad = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --device-order data,expert", "ord_bad");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err, "error: --device-order: unknown mesh axis 'expert' (mesh axes: data, model)\n");
+  CmdResult few = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --device-order data", "ord_few");
+  EXPECT_EQ(few.code, 2);
+  EXPECT_EQ(few.err, "error: --device-order: mesh axis 'model' is missing (every axis must be placed once)\n");
+  CmdResult tgt = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --target tpu-v9", "ord_tgt");
+  EXPECT_EQ(tgt.code, 2);
+  EXPECT_EQ(tgt.err, "error: --target: unknown target 'tpu-v9' (known: tpu-v3, tpu-v4, tpu-v5e, host)\n");
+}
+
+TEST(Targets, Gpt3SizedDecoderAt2048Devices) {
+  // 96 layers, d_model 12288, 96 heads, vocab 50257: 3,269 nodes, 174.6 G parameters, all weights graph inputs
+  // (variables, as in the paper's training step) and the mask external data that does not exist. The paper's 2D
+  // sharding on 64x32 (X = data = 64: batch and weights' d_model; Y = model = 32: heads / hidden / vocabulary).
+  fs::path d = scratch("targets_gpt3");
+  CmdResult py = sh(debian_python() + " testdata/tools/make_decoder.py --layers 96 --d-model 12288 --heads 96 "
+                        "--vocab 50257 --batch 64 --seq 2048 --weights inputs --mesh 64x32 --name gpt3 --out " +
+                        d.string(), "gpt3_make");
+  ASSERT_EQ(py.code, 0) << py.err;
+  ASSERT_FALSE(fs::exists(d / "gpt3.bin"));
+  CmdResult r = cli("simulate " + (d / "gpt3.onnx").string() + " --mesh 64x32 --shardings " +
+                        (d / "gpt3.2d.sharding.json").string() + " --report " + (d / "r.json").string(),
+                    "gpt3_sim");
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json rep = read_json(d / "r.json");
+  EXPECT_EQ(rep["devices"], 2048);
+  EXPECT_TRUE(rep["warnings"].empty()) << rep["warnings"];
+  // Per layer exactly the paper's collectives (derived einsum by einsum in collective_plans_test): 6 weight
+  // all-gathers over data; 2 all-gathers and 2 reduce-scatters of activations over model; 4 LayerNorm all-reduces
+  // over model. Plus the vocab-parallel embedding (1 reduce-scatter onto [X,-,Y]), the final LayerNorm
+  // (2 all-reduces) and the LM head (1 all-gather over model of its input).
+  std::map<std::string, int> by;
+  for (const auto& c : rep["collectives"])
+    by[c["kind"].get<std::string>() + " " + c["axes"].dump()] += c["count"].get<int>();
+  EXPECT_EQ(by, (std::map<std::string, int>{{"all-gather [\"data\"]", 6 * 96},
+                                            {"all-gather [\"model\"]", 2 * 96 + 1},
+                                            {"reduce-scatter [\"model\"]", 2 * 96 + 1},
+                                            {"all-reduce [\"model\"]", 4 * 96 + 2}}));
+  // Model FLOPs: per layer 2*T*(4*D^2 + 2*D*F) + 4*T*S*D matmul FLOPs, T = B*S tokens, plus the LM head 2*T*D*V;
+  // the remaining FLOPs are elementwise and normalization (1 or 5 per element), under 1% of the total.
+  const double T = 64.0 * 2048, D = 12288, F = 4 * D, S = 2048, V = 50257;
+  const double matmul = 96 * (2 * T * (4 * D * D + 2 * D * F) + 4 * T * S * D) + 2 * T * D * V;
+  EXPECT_GT(rep["model_flops"].get<double>(), matmul);
+  EXPECT_LT(rep["model_flops"].get<double>(), 1.01 * matmul);
+  // Every device stores 1/2048 of each weight (174.6e9 * 4 B / 2048 = 341 MB) plus one gathered weight and the
+  // live activations at a time: within a v3 core's 16 GiB.
+  const double mem = rep["simulated"]["per_device"][0]["peak_memory_bytes"].get<double>();
+  EXPECT_GT(mem, 174.6e9 * 4 / 2048);
+  EXPECT_LT(mem, 16.0 * (1 << 30));
+  EXPECT_GT(rep["simulated"]["flops_utilization"].get<double>(), 0.2);
+  EXPECT_LT(rep["simulated"]["flops_utilization"].get<double>(), 1.0);
+}
+
+}  // namespace
