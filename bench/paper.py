@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""bench/paper.py: the GSPMD paper's dense-Transformer setting, predicted with `gspmd-onnx simulate`.
+
+Xu et al. 2021 (arXiv:2105.04663) report 50% to 62% compute utilization for dense Transformer language models with
+2D sharding on 128 to 2048 TPUv3 cores. This script builds a GPT-3-sized decoder (96 layers, d_model 12288, 96
+heads, MLP 49152, vocab 50257, sequence 2048, weights as graph inputs as in a training step) with
+testdata/tools/make_decoder.py, applies the paper's 2D sharding, and simulates one forward step on tpu-v3 meshes of
+128 to 2048 cores, with 2 sequences per data-parallel row (global batch = 2 X). For each mesh it prints the predicted
+step, utilization, peak memory per device and the communication broken down by collective and axis, first as the
+model is (float32 everywhere), then with --overlap, then with bfloat16 bytes (float32 FLOPs, half the bytes on
+every link and HBM access: a target file with doubled bandwidths, which is exactly equivalent in this cost model).
+See docs/paper-reproduction.md for the discussion.
+
+    /usr/bin/python3 bench/paper.py [--meshes 8x16 16x16 32x16 32x32 64x32] [--bin PATH]
+"""
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def simulate(binary, model, mesh, side, report, extra):
+    subprocess.run([binary, "simulate", model, "--mesh", mesh, "--shardings", side, "--report", report] + extra,
+                   check=True, stdout=subprocess.DEVNULL)
+    return json.load(open(report))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--meshes", nargs="+", default=["8x16", "16x16", "32x16", "32x32", "64x32"])
+    ap.add_argument("--layers", type=int, default=96)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin", "gspmd-onnx"))
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="gspmd-bench-paper.")
+    bf16 = os.path.join(work, "tpu-v3-bf16-bytes.json")
+    json.dump({"base": "tpu-v3", "name": "tpu-v3 (bf16 bytes)", "hbm_bandwidth": 2 * 450e9,
+               "link_bandwidth": 2 * 340e12 / 1024 / 4 / 2}, open(bf16, "w"))
+    rows, breakdown = [], []
+    for mesh in args.meshes:
+        x, y = (int(s) for s in mesh.split("x"))
+        d = os.path.join(work, mesh)
+        subprocess.run([sys.executable, os.path.join(ROOT, "testdata", "tools", "make_decoder.py"), "--layers",
+                        str(args.layers), "--d-model", "12288", "--heads", "96", "--vocab", "50257", "--batch",
+                        str(2 * x), "--seq", "2048", "--weights", "inputs", "--mesh", mesh, "--out", d, "--name",
+                        "gpt3"], check=True, stdout=subprocess.DEVNULL)
+        model, side = os.path.join(d, "gpt3.onnx"), os.path.join(d, "gpt3.2d.sharding.json")
+        plain = simulate(args.bin, model, mesh, side, os.path.join(d, "a.json"), [])
+        over = simulate(args.bin, model, mesh, side, os.path.join(d, "b.json"), ["--overlap"])
+        half = simulate(args.bin, model, mesh, side, os.path.join(d, "c.json"), ["--overlap", "--target", bf16])
+        s = plain["simulated"]
+        ideal = plain["model_flops"] / (x * y * plain["target_spec"]["peak_flops"])
+        rows.append(f"| {mesh} | {x * y} | {2 * x} | {plain['model_flops']:.3g} | {ideal:.3f} | "
+                    f"{s['compute_time_s']:.3f} | {s['communication_time_s']:.3f} | {s['step_time_s']:.3f} | "
+                    f"{100 * s['flops_utilization']:.1f}% | {100 * over['simulated']['flops_utilization']:.1f}% | "
+                    f"{100 * half['simulated']['flops_utilization']:.1f}% | "
+                    f"{s['per_device'][0]['peak_memory_bytes'] / 2**30:.2f} |")
+        by = collections.defaultdict(lambda: [0, 0.0, 0.0])
+        for c in plain["collectives"]:
+            e = by[(c["kind"], ",".join(c["axes"]))]
+            e[0] += c["count"]
+            e[1] += c["count"] * c["bytes"]
+            e[2] += c["count"] * c["time_s"]
+        for (kind, axes), (n, b, t) in sorted(by.items(), key=lambda kv: -kv[1][2]):
+            breakdown.append(f"| {mesh} | {kind} | {axes} | {n} | {b / 2**30:.2f} | {t:.3f} | "
+                             f"{100 * t / s['communication_time_s']:.0f}% |")
+    print("| mesh (X x Y) | cores | batch | model FLOPs | ideal step (s) | compute (s) | communication (s) | step (s) |"
+          " utilization | with --overlap | overlap + bf16 bytes | memory/core (GiB) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(rows))
+    print()
+    print("| mesh | collective | axis | count | GiB per device | time (s) | share of communication |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    print("\n".join(breakdown))
+
+
+if __name__ == "__main__":
+    main()
