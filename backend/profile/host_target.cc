@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/kernels/onednn.h"
+#include "backend/pod/pod.h"
 
 namespace gspmd {
 namespace {
@@ -44,6 +45,26 @@ Target measure() {
                       best_of(3, [&] { dnn::eltwise(dnn::Eltwise::kRelu, in.data(), out.data(), n); });
     t.link_bandwidth = 4.0 * static_cast<double>(n / 2) /
                        best_of(3, [&] { std::memcpy(out.data(), in.data(), static_cast<size_t>(n / 2) * 4); });
+  }
+  {
+    // The executor's fixed cost per op: a chain of kOps Relu nodes on 16 floats through run_single (compute and
+    // bytes are negligible: 64 B per op).
+    constexpr int kOps = 256;
+    Graph g;
+    g.opset = 17;
+    int v = g.add_value_unique("x", DType::kFloat32, {16});
+    g.inputs = {v};
+    for (int i = 0; i < kOps; ++i) {
+      Node n;
+      n.name = n.op_type = "Relu";
+      n.inputs = {v};
+      v = g.add_value_unique("r", DType::kFloat32, {16});
+      n.outputs = {v};
+      g.nodes.push_back(std::move(n));
+    }
+    g.outputs = {v};
+    std::vector<Tensor> in = {Tensor::from_floats({16}, std::vector<float>(16, 1.f))};
+    t.op_overhead = best_of(3, [&] { run_single(g, in); }) / kOps;
   }
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   t.hbm_bytes = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;

@@ -14,6 +14,8 @@ namespace gspmd {
 ///   link_bandwidth bytes per second of a 64 MiB memcpy (best of 3): the emulator's collectives and MPI's shared
 ///                  memory transport are copies;
 ///   link_latency   1 us (an assumption, not measured: docs/cost-model.md);
+///   op_overhead    seconds per op of a chain of 256 Relu nodes on 16 floats through run_single (best of 3): the
+///                  executor's fixed cost per node;
 ///   topology       "ring", links_per_axis 1 (all devices share one memory system).
 /// The per-dtype peaks stay 0 (= peak_flops): f16/bf16/int8 kernels compute in f32 here. Never throws.
 Target measure_host_target();

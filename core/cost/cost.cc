@@ -135,7 +135,7 @@ Target load_file(const std::string& path) {
       {"peak_flops_bf16", &Target::peak_flops_bf16}, {"peak_flops_f16", &Target::peak_flops_f16},
       {"peak_flops_int8", &Target::peak_flops_int8}, {"hbm_bytes", &Target::hbm_bytes},
       {"hbm_bandwidth", &Target::hbm_bandwidth},   {"link_bandwidth", &Target::link_bandwidth},
-      {"link_latency", &Target::link_latency}};
+      {"link_latency", &Target::link_latency},     {"op_overhead", &Target::op_overhead}};
   for (const auto& [k, v] : js.items()) {
     if (k == "base") continue;
     auto it = std::find_if(numbers.begin(), numbers.end(), [&](const auto& e) { return k == e.first; });
@@ -218,6 +218,7 @@ std::string Target::to_json() const {
   j["hbm_bandwidth"] = hbm_bandwidth;
   j["link_bandwidth"] = link_bandwidth;
   j["link_latency"] = link_latency;
+  j["op_overhead"] = op_overhead;
   j["topology"] = topology();
   j["links_per_axis"] = links_per_axis;
   return j.dump();
@@ -556,7 +557,7 @@ double node_time(const Graph& program, const Node& n, const DeviceMesh& mesh, co
       break;
     }
   const double peak = t.peak_for(dt);
-  return std::max(peak > 0 ? f / peak : 0.0, t.hbm_bandwidth > 0 ? b / t.hbm_bandwidth : 0.0);
+  return std::max(peak > 0 ? f / peak : 0.0, t.hbm_bandwidth > 0 ? b / t.hbm_bandwidth : 0.0) + t.op_overhead;
 }
 
 int64_t static_peak_memory(const Graph& program) {

@@ -34,7 +34,8 @@ double collective_time(const std::string& kind, double bytes, const std::vector<
                        const DeviceMesh& mesh, const Target& t);
 
 /// Simulated time of one node of an SPMD program on one device: collective_time for gspmd collectives (bytes = the
-/// larger of operand and result), otherwise the roofline max(node_flops / peak, node_bytes / hbm_bandwidth).
+/// larger of operand and result), otherwise the roofline max(node_flops / peak_for(dtype of the first input),
+/// node_bytes / hbm_bandwidth) + op_overhead.
 double node_time(const Graph& program, const Node& node, const DeviceMesh& mesh, const Target& t);
 /// True for the five gspmd collectives; `kind` gets "all-reduce", "all-gather", ... (may be null).
 bool is_collective(const Node& node, std::string* kind = nullptr);

@@ -34,6 +34,8 @@ struct Target {
   double hbm_bandwidth = 0;         // per device (bytes/s)
   double link_bandwidth = 0;        // one direction of one interconnect link (bytes/s)
   double link_latency = 0;          // per hop / per collective step (s)
+  double op_overhead = 0;           // fixed time per non-collective op (s): dispatch and launch; 0 on the TPU
+                                    // presets (XLA fuses ops; not modelled), measured for "host"
   bool wraparound = true;           // torus (true) or mesh (false) links
   int links_per_axis = 2;           // links per device along one mesh axis (2 = both directions / neighbours)
   int torus_dims = 2;               // physical torus/mesh dimensions: 1 = ring (or line), 2 for v3/v5e, 3 for v4

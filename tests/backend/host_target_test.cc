@@ -19,6 +19,8 @@ TEST(HostTarget, MeasuredOnceWithPlausibleNumbers) {
     EXPECT_GT(bw, 1e8);
     EXPECT_LT(bw, 1e13);
   }
+  EXPECT_GT(t.op_overhead, 1e-8);  // between 10 ns and 10 ms per executed node
+  EXPECT_LT(t.op_overhead, 1e-2);
   EXPECT_EQ(t.hbm_bytes, static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)));
   EXPECT_EQ(t.topology(), "ring");
   EXPECT_EQ(t.links_per_axis, 1);

@@ -144,6 +144,9 @@ TEST(CostTarget, TopologyAndPerDtypePeaks) {
   mm.inputs = {a, a};
   mm.outputs = {c};
   expect_rel(node_time(g, mm, mesh_of({1}), slow), 2.0 * 64 * 64 * 64 / 1e9);
+  // a fixed per-op overhead adds to the roofline (loaded from a file like every field)
+  slow.op_overhead = Target::load(write_tmp("ovh.json", R"({"base": "tpu-v3", "op_overhead": 2.5e-6})")).op_overhead;
+  expect_rel(node_time(g, mm, mesh_of({1}), slow), 2.0 * 64 * 64 * 64 / 1e9 + 2.5e-6);
 }
 
 TEST(CostTarget, RegisteredPresets) {
