@@ -170,8 +170,9 @@ TEST(MpiRun, Resnet18UnevenSpatialThreeRanksMatchesEmulator) { cnn_case("uneven_
 // ------------------------------------------------------------------------------------------ calibration
 
 /// The `host` target (this machine's measured peaks, core/cost/target.h) predicts the 4-rank MPI runs: the simulated
-/// step is within 25% of the measured one (the slowest rank's step after one warm-up execution). Prints both per
-/// rank. Skipped when the build has no `host` preset.
+/// step is within 25% of the measured one (the slowest rank's step after one warm-up execution; the best of three
+/// runs, since other processes on the machine only ever slow a run down). Prints both per rank. Skipped when the
+/// build has no `host` preset.
 TEST(MpiTiming, HostTargetPredictsFourRankSteps) {
   CmdResult probe = cli("simulate " + kGpt + " --target host", "mpi_host_probe");
   if (probe.code != 0) GTEST_SKIP() << "no `host` target preset in this build: " << probe.err;
@@ -185,14 +186,18 @@ TEST(MpiTiming, HostTargetPredictsFourRankSteps) {
   fs::path d = scratch("mpi_timing");
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(cases[i].first);
-    const fs::path rep_path = d / ("report_" + std::to_string(i) + ".json");
-    CmdResult r = mpi_run(4, cases[i].second + " --target host --report " + rep_path.string(),
-                          "mpi_timing_" + std::to_string(i));
-    ASSERT_EQ(r.code, 0) << r.err;
-    nlohmann::json rep = read_json(rep_path);
-    print_comparison(cases[i].first + ", 4 ranks", rep);
-    const double sim = rep["simulated"]["step_time_s"].get<double>();
-    const double meas = rep["measured"]["step_time_s"].get<double>();
+    nlohmann::json best;
+    for (int run = 0; run < 3; ++run) {
+      const fs::path rep_path = d / ("report_" + std::to_string(i) + "_" + std::to_string(run) + ".json");
+      CmdResult r = mpi_run(4, cases[i].second + " --target host --report " + rep_path.string(),
+                            "mpi_timing_" + std::to_string(i) + "_" + std::to_string(run));
+      ASSERT_EQ(r.code, 0) << r.err;
+      nlohmann::json rep = read_json(rep_path);
+      if (best.is_null() || rep["measured"]["step_time_s"] < best["measured"]["step_time_s"]) best = rep;
+    }
+    print_comparison(cases[i].first + ", 4 ranks, best of 3", best);
+    const double sim = best["simulated"]["step_time_s"].get<double>();
+    const double meas = best["measured"]["step_time_s"].get<double>();
     EXPECT_LE(std::abs(sim - meas), 0.25 * meas) << "simulated " << sim << " s, measured " << meas << " s";
   }
 }
