@@ -197,6 +197,8 @@ int cmd_run_mpi(const RunOptions& o) {
     return run_on_rank(s, o);
   } catch (const mpi::RankFailure& e) {
     fmt::print(stderr, "error: {}\n", e.what());
+    std::fflush(stderr);
+    s.exiting_with_error(e.exit_code);
     return e.exit_code;
   }
 }

@@ -24,14 +24,17 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // The line the signal handler writes; formatted before the handler is installed (write() is async-signal-safe).
 char g_term_msg[256];
+volatile sig_atomic_t g_term_code = 2;
 
 extern "C" void on_terminate(int) {
-  ssize_t r = ::write(STDERR_FILENO, g_term_msg, std::strlen(g_term_msg));
-  (void)r;
+  if (g_term_msg[0]) {
+    ssize_t r = ::write(STDERR_FILENO, g_term_msg, std::strlen(g_term_msg));
+    (void)r;
+  }
   // give mpirun's output forwarding time to read the line before the process goes away
   struct timespec t = {0, 200 * 1000 * 1000};
   ::nanosleep(&t, nullptr);
-  ::_exit(2);
+  ::_exit(g_term_code);
 }
 
 void check(int rc, const char* what) {
@@ -178,6 +181,11 @@ void Session::agree(const std::optional<Failure>& mine) const {
   for (int r = 0; r < size_; ++r)
     if (all[r].code)
       throw RankFailure(all[r].code, fmt::format("rank {}: rank {} failed: {}", rank_, r, all[r].msg));
+}
+
+void Session::exiting_with_error(int code) const {
+  g_term_msg[0] = '\0';
+  g_term_code = code;
 }
 
 void Session::abort(int code) const {

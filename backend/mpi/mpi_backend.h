@@ -59,6 +59,10 @@ class Session {
   /// are cut.
   void agree(const std::optional<Failure>& mine) const;
 
+  /// This rank has printed its error and is about to exit with `code`: if mpirun terminates it meanwhile (another
+  /// rank exited first), it exits with `code` without the "terminated by mpirun" line.
+  void exiting_with_error(int code) const;
+
   /// Aborts the whole job (MPI_Abort on MPI_COMM_WORLD with `code`): for failures after the ranks started to
   /// communicate, when the other ranks may be blocked in a collective. Does not return.
   [[noreturn]] void abort(int code) const;

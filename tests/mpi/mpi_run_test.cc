@@ -274,6 +274,16 @@ TEST(MpiBadSetup, RankDiesMidRun) {
   EXPECT_FALSE(fs::exists(d / "out" / "output_0.pb"));
 }
 
+TEST(MpiBadSetup, MissingInputsOnRankZero) {
+  CmdResult r = mpi_run(4, kGpt + " --inputs /nonexistent", "mpi_bad_inputs");
+  EXPECT_EQ(r.code, 2) << r.err;
+  expect_every_rank(r, 4, [](int k) {
+    return k == 0 ? std::string("error: rank 0: /nonexistent/input_0.pb: cannot open file\n")
+                  : "error: rank " + std::to_string(k) + ": rank 0 failed: /nonexistent/input_0.pb: cannot open file\n";
+  });
+  EXPECT_EQ(r.err.find("terminated by mpirun"), std::string::npos) << r.err;
+}
+
 TEST(MpiBadSetup, ProgramNeedsMpiBackend) {
   CmdResult r = cli("run " + kGpt + " --program /nonexistent", "mpi_program_pod");
   EXPECT_EQ(r.code, 2);
