@@ -491,6 +491,8 @@ uint64_t run_fingerprint(const SpmdProgram& p, const Graph& global, bool with_we
     const Value& gv = global.values.at(b.global);
     if (gv.data) h = fnv1a(h, gv.data->bytes.data(), gv.data->bytes.size());
   }
+  for (const Value& v : p.program.values)  // program constants (folded values, small initializers)
+    if (v.is_initializer && v.data) h = fnv1a(h, v.data->bytes.data(), v.data->bytes.size());
   return h;
 }
 

@@ -141,9 +141,9 @@ struct MpiRun {
 MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
                const Graph* device_model, int warmup_runs = 1, int64_t die_at_node = -1);
 
-/// Fingerprint of what a rank is about to run: program_fingerprint(p), combined in SPMD mode with the bytes of
-/// every global initializer the program slices (params) so that ranks with the same structure but other weights
-/// disagree too.
+/// Fingerprint of what a rank is about to run: program_fingerprint(p), combined when `with_weights` (SPMD mode) with
+/// the bytes of every global initializer the program slices (params) and of the program's constants, so that ranks
+/// with the same structure but other weights disagree too. O(model bytes).
 uint64_t run_fingerprint(const SpmdProgram& p, const Graph& global, bool with_weights);
 
 /// Collective: every rank passes its fingerprint; returns normally when all equal rank 0's, else every rank throws

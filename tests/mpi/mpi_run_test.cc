@@ -257,6 +257,25 @@ TEST(MpiBadSetup, RanksGivenDifferentModels) {
   });
 }
 
+TEST(MpiBadSetup, RanksGivenDifferentWeights) {
+  // The same GPT with one weight changed: the same program, other weights (the fingerprint covers the weights).
+  fs::path d = scratch("mpi_bad_weights");
+  const std::string other = (d / "gpt_other.onnx").string();
+  CmdResult py = sh(debian_python() + " -c \"import onnx, numpy as np; from onnx import numpy_helper as nh; "
+                    "m = onnx.load('testdata/gpt/gpt_opset17.onnx'); "
+                    "t = [i for i in m.graph.initializer if i.name == 'h.0.attn.q.weight'][0]; "
+                    "a = nh.to_array(t) + np.float32(1); t.CopyFrom(nh.from_array(a, t.name)); "
+                    "onnx.save(m, '" + other + "')\"", "mpi_bad_weights_py");
+  ASSERT_EQ(py.code, 0) << py.err;
+  const std::string rest = " --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json --backend mpi";
+  CmdResult r = sh(mpirun(3) + kBin + " run testdata/gpt/gpt_opset17.onnx" + rest + " : -np 1 " + kBin + " run " +
+                       other + rest, "mpi_bad_weights");
+  EXPECT_EQ(r.code, 2) << r.err;
+  expect_every_rank(r, 4, [](int k) {
+    return "error: rank " + std::to_string(k) + ": ranks were given different models: rank 3 has program fingerprint ";
+  });
+}
+
 TEST(MpiBadSetup, RankDiesMidRun) {
   fs::path d = scratch("mpi_bad_die");
   auto t0 = std::chrono::steady_clock::now();
