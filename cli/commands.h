@@ -59,8 +59,22 @@ struct RunOptions {
   std::string report;       // --report FILE
   std::string trace;        // --trace FILE
   uint64_t seed = 0;        // --seed
+  std::string backend = "pod";  // --backend: "pod" (the emulator) or "mpi" (one MPI rank per device, docs/mpi.md)
+  std::string program_dir;      // --program DIR (mpi only): every rank runs DIR/device_<rank>.onnx
+  int warmup = 1;               // --warmup N (mpi only): untimed executions before the measured one
 };
 int cmd_run(const RunOptions& o);
+
+/// `run --backend mpi`, on every rank of an mpirun job (docs/mpi.md): rank r executes partition id r; rank 0 reads
+/// and scatters the inputs, gathers and writes the outputs, the report (with `measured` per-rank times) and the
+/// summary. Returns the exit code. Setup errors are printed by every rank ("error: rank K: ..."); errors after the
+/// ranks started to communicate abort the job. Without MPI support in the build it throws InputError
+/// ("--backend mpi: this gspmd-onnx was built without MPI ...").
+int cmd_run_mpi(const RunOptions& o);
+
+/// The run inputs: DIR/input_<i>.pb with --inputs (checked against the graph inputs' dtype and shape; InputError
+/// naming the file otherwise), else pseudo-random from --seed (docs/cli.md).
+std::vector<Tensor> make_inputs(const Graph& g, const RunOptions& o);
 
 struct SimulateOptions {
   CommonOptions common;

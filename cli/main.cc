@@ -48,6 +48,11 @@ int main(int argc, char** argv) {
   run->add_option("--report", ro.report, "write the JSON report here");
   run->add_option("--seed", ro.seed, "seed of the pseudo-random inputs (without --inputs)");
   run->add_option("--trace", ro.trace, "write the simulated step as Chrome trace JSON (Perfetto) here");
+  run->add_option("--backend", ro.backend, "pod (default: the emulator) or mpi (under mpirun -np N: rank = device)")
+      ->check(CLI::IsMember({"pod", "mpi"}));
+  run->add_option("--warmup", ro.warmup, "with --backend mpi: untimed executions before the measured one (default 1)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--program", ro.program_dir, "with --backend mpi: every rank runs DIR/device_<rank>.onnx (partition -o DIR)");
 
   cli::SimulateOptions so;
   auto* sim = app.add_subcommand("simulate", "partition and cost on the target pod without weights or running");

@@ -36,6 +36,8 @@ int64_t int_bound(const Graph& g, int v, const std::vector<std::vector<int>>& co
   return 2;
 }
 
+}  // namespace
+
 std::vector<Tensor> make_inputs(const Graph& g, const RunOptions& o) {
   std::vector<Tensor> inputs;
   if (!o.inputs_dir.empty()) {
@@ -90,6 +92,8 @@ std::vector<Tensor> make_inputs(const Graph& g, const RunOptions& o) {
   return inputs;
 }
 
+namespace {
+
 /// Progress on stderr, only when it is a terminal and the run has taken more than a second (GSPMD_PROGRESS_DELAY_MS
 /// overrides): "run: 16 devices, node 120/480 (25%)", rewritten in place at most 10 times a second and erased when
 /// the run ends.
@@ -118,6 +122,8 @@ RunProgress progress_display(std::string what) {
 }  // namespace
 
 int cmd_run(const RunOptions& o) {
+  if (o.backend == "mpi") return cmd_run_mpi(o);
+  if (!o.program_dir.empty()) throw InputError("--program: needs --backend mpi (the emulator runs the SPMD program)");
   Pipeline p = build_pipeline(o.common);
   std::vector<Tensor> inputs = make_inputs(p.graph, o);
   PodRun run = run_spmd(p.program, p.graph, inputs,

@@ -316,6 +316,7 @@ struct Exporter {
     meta("gspmd.num_devices", std::to_string(p.mesh.num_devices()));
     meta("gspmd.mesh_shape", shape);
     meta("gspmd.mesh_axes", axes_s);
+    meta("gspmd.program_fingerprint", fmt::format("{:016x}", program_fingerprint(p)));
     {
       auto coords = p.mesh.coords(device);
       std::string c;

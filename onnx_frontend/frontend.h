@@ -43,6 +43,8 @@ struct ModelInfo {
   std::vector<DType> input_dtypes;      // per input: its element type (kUndefined for non-tensors, unknown types)
   std::vector<std::string> outputs;     // graph output names, in order
   std::vector<DType> output_dtypes;     // per output: its element type (as input_dtypes)
+  std::map<std::string, std::string> metadata;  // the model's metadata_props (key -> value); a device model from
+                                                // export_device has gspmd.device, gspmd.mesh_shape, ... (collectives.md)
 };
 
 /// Reads `path`'s graph summary. Throws InputError("model.onnx: ...") for a missing, truncated or malformed file.

@@ -55,6 +55,7 @@ ModelInfo read_model_info(const std::string& path) {
       info.input_shapes.push_back(std::move(shape));
       info.input_dtypes.push_back(elem_type(i));
     }
+  for (const auto& e : m.metadata_props()) info.metadata[e.key()] = e.value();
   for (const auto& o : g.output()) {
     info.outputs.push_back(o.name());
     info.output_dtypes.push_back(elem_type(o));

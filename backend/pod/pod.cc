@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels.h"
+#include "backend/pod/collective_executor.h"
 #include "backend/pod/collectives.h"
 #include "core/partition/reshard.h"
 #include "core/cost/cost.h"
@@ -37,8 +38,13 @@ std::string type_str(DType t, const Shape& s) {
 
 class Executor {
  public:
-  Executor(const Graph& prog, const DeviceMesh& mesh, int64_t devices)
-      : prog_(prog), mesh_(mesh), n_(devices), nv_(prog.values.size()) {
+  /// Runs `prog` for the devices `devices` (global ids on `mesh`; local index d holds device devices[d]); their
+  /// collectives go to `coll`.
+  Executor(const Graph& prog, const DeviceMesh& mesh, std::vector<int64_t> devices, CollectiveExecutor& coll)
+      : prog_(prog), mesh_(mesh), n_(static_cast<int64_t>(devices.size())), nv_(prog.values.size()),
+        dev_(std::move(devices)), coll_(coll) {
+    local_of_.assign(static_cast<size_t>(std::max<int64_t>(mesh.num_devices(), 1)), -1);
+    for (int64_t d = 0; d < n_; ++d) local_of_.at(static_cast<size_t>(dev_[d])) = d;
     own_.assign(n_, std::vector<Tensor>(nv_));
     ptr_.assign(n_, std::vector<const Tensor*>(nv_, nullptr));
     live_.assign(n_, 0);
@@ -46,7 +52,7 @@ class Executor {
     keep_.assign(nv_, 0);
     for (int v : prog.outputs) keep_[v] = 1;
     stats_.resize(n_);
-    for (int64_t d = 0; d < n_; ++d) stats_[d].device = d;
+    for (int64_t d = 0; d < n_; ++d) stats_[d].device = dev_[d];
   }
 
   /// Device d holds `t` as value v.
@@ -114,8 +120,9 @@ class Executor {
     release_slot(d, v);
   }
 
+  // d: local device index
   [[noreturn]] void fail(const Node& n, int64_t d, const std::string& what) const {
-    throw std::runtime_error(fmt::format("node '{}' ({}) on device {}: {}", n.name, n.op_type, d, what));
+    throw std::runtime_error(fmt::format("node '{}' ({}) on device {}: {}", n.name, n.op_type, dev_[d], what));
   }
 
   const Tensor* input(const Node& n, int64_t d, size_t k) const {
@@ -183,41 +190,50 @@ class Executor {
     if (collective) {
       if (n.inputs.size() != 1 || n.outputs.size() != 1) fail(n, 0, "a collective takes one input and one output");
       std::vector<std::vector<int64_t>> groups = mesh_.replica_groups(axes);
-      std::vector<int64_t> sources;
-      if (op == "CollectivePermute") {
-        try {
-          sources = permute_sources(mesh_, axes, n.i("shift", 0), mesh_axes(n, "target_axes"));
-        } catch (const std::exception& e) {
-          fail(n, 0, e.what());
-        }
+      CollectiveCall call;
+      call.node = &n;
+      call.op = op;
+      call.mesh_axes = axes;
+      try {
+        if (op == "AllReduce" || op == "ReduceScatter") call.reduction = pod::parse_reduction(n.s("reduction", "sum"));
+        call.axis = n.i("axis", 0);
+        call.split_axis = n.i("split_axis", 0);
+        call.concat_axis = n.i("concat_axis", 0);
+        if (op == "CollectivePermute")
+          call.sources = permute_sources(mesh_, axes, n.i("shift", 0), mesh_axes(n, "target_axes"));
+      } catch (const std::exception& e) {
+        fail(n, 0, e.what());
       }
       std::vector<const Tensor*> ins;
+      std::vector<int64_t> members, locals;
       for (const auto& group : groups) {
         ins.clear();
-        for (int64_t d : group) ins.push_back(input(n, d, 0));
+        members.clear();
+        locals.clear();
+        for (size_t t = 0; t < group.size(); ++t) {
+          int64_t d = local_of_.at(static_cast<size_t>(group[t]));
+          if (d < 0) continue;
+          members.push_back(static_cast<int64_t>(t));
+          locals.push_back(d);
+          ins.push_back(input(n, d, 0));
+        }
+        if (members.empty()) continue;
+        call.group = &group;
         auto t0 = Clock::now();
         std::vector<Tensor> outs;
         try {
-          if (op == "AllReduce") {
-            outs = pod::all_reduce(ins, pod::parse_reduction(n.s("reduction", "sum")));
-          } else if (op == "AllGather") {
-            outs = pod::all_gather(ins, n.i("axis", 0));
-          } else if (op == "ReduceScatter") {
-            outs = pod::reduce_scatter(ins, n.i("axis", 0), pod::parse_reduction(n.s("reduction", "sum")));
-          } else if (op == "AllToAll") {
-            outs = pod::all_to_all(ins, n.i("split_axis", 0), n.i("concat_axis", 0));
-          } else {
-            outs = pod::collective_permute(ins, sources);
-          }
+          outs = coll_.run(call, members, ins);
         } catch (const UnsupportedError& e) {
-          throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, op, group[0], e.what()));
+          throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, op, dev_[locals[0]], e.what()));
         } catch (const std::exception& e) {
-          fail(n, group[0], e.what());
+          fail(n, locals[0], e.what());
         }
+        if (outs.size() != locals.size())
+          fail(n, locals[0], fmt::format("the collective returned {} results for {} members", outs.size(), locals.size()));
         double dt = seconds_since(t0);
-        for (size_t j = 0; j < group.size(); ++j) {
-          stats_[group[j]].communication_wall_s += dt;
-          store(n, group[j], 0, std::move(outs[j]));
+        for (size_t j = 0; j < locals.size(); ++j) {
+          stats_[locals[j]].communication_wall_s += dt;
+          store(n, locals[j], 0, std::move(outs[j]));
         }
       }
       return;
@@ -225,7 +241,7 @@ class Executor {
     for (int64_t d = 0; d < n_; ++d) {
       auto t0 = Clock::now();
       try {
-        int64_t tile = mesh_.tile_index(d, axes);
+        int64_t tile = mesh_.tile_index(dev_[d], axes);
         if (op == "PartitionOffset") {
           const Value& out = prog_.values.at(n.outputs.at(0));
           Shape s = num_elements(out.shape) == 1 ? out.shape : Shape{};
@@ -257,7 +273,7 @@ class Executor {
           store(n, d, 0, std::move(y));  // when stolen, the result reuses the operand's buffer: net 0 bytes
         }
       } catch (const UnsupportedError& e) {
-        throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, op, d, e.what()));
+        throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, op, dev_[d], e.what()));
       } catch (const std::runtime_error& e) {
         std::string w = e.what();
         if (w.rfind("node '", 0) == 0) throw;
@@ -280,6 +296,9 @@ class Executor {
   const DeviceMesh& mesh_;
   int64_t n_;
   size_t nv_;
+  std::vector<int64_t> dev_;       // local index -> global device id
+  std::vector<int64_t> local_of_;  // global device id -> local index, -1 when not held here
+  CollectiveExecutor& coll_;
   std::vector<std::vector<Tensor>> own_;
   std::vector<std::vector<const Tensor*>> ptr_;
   std::vector<int64_t> live_;
@@ -297,6 +316,92 @@ void check_input(const Value& v, const Tensor& t) {
 
 }  // namespace
 
+namespace {
+
+std::vector<int64_t> all_devices(int64_t n) {
+  std::vector<int64_t> d(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) d[i] = i;
+  return d;
+}
+
+// Binds the program constants (shared, resident) and the params (each device's slice of the global initializer,
+// resident; replicated params shared) for the executor's devices `devices`.
+void bind_weights(Executor& ex, const SpmdProgram& p, const Graph& global, const std::vector<int64_t>& devices,
+                  std::vector<char>& bound) {
+  const Graph& prog = p.program;
+  const int64_t n = static_cast<int64_t>(devices.size());
+  for (size_t v = 0; v < prog.values.size(); ++v) {
+    const Value& val = prog.values[v];
+    if (val.is_initializer && val.data) {
+      ex.mark_resident(static_cast<int>(v));
+      for (int64_t d = 0; d < n; ++d) ex.set_shared(d, static_cast<int>(v), val.data.get());
+      bound[v] = 1;
+    }
+  }
+  for (const ProgramBinding& b : p.params) {
+    const Value& gv = global.values.at(b.global);
+    if (!gv.data) throw InputError(fmt::format("initializer '{}' has no data", gv.name));
+    ex.mark_resident(b.local);
+    bool shared = b.sharding.is_replicated() && prog.values.at(b.local).shape == gv.shape;
+    for (int64_t d = 0; d < n; ++d) {
+      if (shared) ex.set_shared(d, b.local, gv.data.get());
+      else ex.set_owned(d, b.local, shard_tensor(*gv.data, b.sharding, p.mesh, devices[d]));
+    }
+    bound[b.local] = 1;
+  }
+}
+
+// Every program input and initializer is bound; outputs are kept to the end.
+void finish_binding(Executor& ex, const SpmdProgram& p, const std::vector<char>& bound) {
+  const Graph& prog = p.program;
+  for (int v : prog.inputs)
+    if (!bound[v]) throw std::runtime_error(fmt::format("program input '{}' has no binding", prog.values[v].name));
+  for (size_t v = 0; v < prog.values.size(); ++v)
+    if (prog.values[v].is_initializer && !bound[v])
+      throw std::runtime_error(
+          fmt::format("program initializer '{}' has neither data nor a param binding", prog.values[v].name));
+  for (const ProgramBinding& b : p.outputs) ex.keep(b.local);
+}
+
+// Runs a plain graph as `device` of `mesh`: initializers are shared resident constants, inputs shared.
+LocalRun run_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const std::vector<Tensor>& inputs,
+                   CollectiveExecutor& coll, const RunProgress& progress) {
+  auto t_start = Clock::now();
+  if (inputs.size() != g.inputs.size())
+    throw InputError(fmt::format("run: the model has {} inputs, {} were given", g.inputs.size(), inputs.size()));
+  Executor ex(g, mesh, {device}, coll);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const Value& val = g.values[v];
+    if (!val.is_initializer) continue;
+    if (!val.data) throw InputError(fmt::format("initializer '{}' has no data", val.name));
+    ex.mark_resident(static_cast<int>(v));
+    ex.set_shared(0, static_cast<int>(v), val.data.get());
+  }
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    check_input(g.values[g.inputs[k]], inputs[k]);
+    ex.set_shared(0, g.inputs[k], &inputs[k]);
+  }
+  auto t_exec = Clock::now();
+  ex.run(progress);
+  LocalRun r;
+  r.run_s = seconds_since(t_exec);
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    int v = g.outputs[k];
+    bool again = false;
+    for (size_t j = k + 1; j < g.outputs.size(); ++j) again |= g.outputs[j] == v;
+    const Tensor* t = ex.get(0, v);
+    if (!t) throw std::runtime_error(fmt::format("graph output '{}' was not computed", g.values[v].name));
+    r.output_shards.push_back({});
+    r.output_shards.back().push_back(again ? *t : ex.take(0, v));
+  }
+  r.devices = std::move(ex.stats());
+  r.host_flops = ex.host_flops();
+  r.wall_s = seconds_since(t_start);
+  return r;
+}
+
+}  // namespace
+
 PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
                 const RunProgress& progress) {
   auto t_start = Clock::now();
@@ -308,30 +413,11 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
   std::vector<int> input_index(global.values.size(), -1);
   for (size_t k = 0; k < global.inputs.size(); ++k) input_index[global.inputs[k]] = static_cast<int>(k);
 
-  Executor ex(prog, mesh, N);
+  InProcessCollectives coll;
+  const std::vector<int64_t> devices = all_devices(N);
+  Executor ex(prog, mesh, devices, coll);
   std::vector<char> bound(prog.values.size(), 0);
-
-  // Program constants: shared by every device, resident.
-  for (size_t v = 0; v < prog.values.size(); ++v) {
-    const Value& val = prog.values[v];
-    if (val.is_initializer && val.data) {
-      ex.mark_resident(static_cast<int>(v));
-      for (int64_t d = 0; d < N; ++d) ex.set_shared(d, static_cast<int>(v), val.data.get());
-      bound[v] = 1;
-    }
-  }
-  // Params: each device's slice of the global initializer, resident. Replicated params are shared.
-  for (const ProgramBinding& b : p.params) {
-    const Value& gv = global.values.at(b.global);
-    if (!gv.data) throw InputError(fmt::format("initializer '{}' has no data", gv.name));
-    ex.mark_resident(b.local);
-    bool shared = b.sharding.is_replicated() && prog.values.at(b.local).shape == gv.shape;
-    for (int64_t d = 0; d < N; ++d) {
-      if (shared) ex.set_shared(d, b.local, gv.data.get());
-      else ex.set_owned(d, b.local, shard_tensor(*gv.data, b.sharding, mesh, d));
-    }
-    bound[b.local] = 1;
-  }
+  bind_weights(ex, p, global, devices, bound);
   // Inputs: shard the full values.
   for (const ProgramBinding& b : p.inputs) {
     const Value& gv = global.values.at(b.global);
@@ -345,13 +431,7 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
     }
     bound[b.local] = 1;
   }
-  for (int v : prog.inputs)
-    if (!bound[v]) throw std::runtime_error(fmt::format("program input '{}' has no binding", prog.values[v].name));
-  for (size_t v = 0; v < prog.values.size(); ++v)
-    if (prog.values[v].is_initializer && !bound[v])
-      throw std::runtime_error(
-          fmt::format("program initializer '{}' has neither data nor a param binding", prog.values[v].name));
-  for (const ProgramBinding& b : p.outputs) ex.keep(b.local);
+  finish_binding(ex, p, bound);
 
   ex.run(progress);
 
@@ -371,38 +451,69 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
   return r;
 }
 
-PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs, const RunProgress& progress) {
+LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global,
+                        const std::vector<std::vector<Tensor>>& input_shards, const std::vector<int64_t>& devices,
+                        CollectiveExecutor& collectives, const RunProgress& progress) {
   auto t_start = Clock::now();
-  if (inputs.size() != g.inputs.size())
-    throw InputError(fmt::format("run: the model has {} inputs, {} were given", g.inputs.size(), inputs.size()));
-  DeviceMesh mesh;
-  mesh.shape = {1};
-  mesh.axes = {"x"};
-  Executor ex(g, mesh, 1);
-  for (size_t v = 0; v < g.values.size(); ++v) {
-    const Value& val = g.values[v];
-    if (!val.is_initializer) continue;
-    if (!val.data) throw InputError(fmt::format("initializer '{}' has no data", val.name));
-    ex.mark_resident(static_cast<int>(v));
-    ex.set_shared(0, static_cast<int>(v), val.data.get());
+  const Graph& prog = p.program;
+  if (input_shards.size() != p.inputs.size())
+    throw InputError(fmt::format("run: the program has {} inputs, {} were given", p.inputs.size(), input_shards.size()));
+  for (int64_t d : devices)
+    if (d < 0 || d >= p.mesh.num_devices())
+      throw std::runtime_error(fmt::format("device {} is not on the mesh {}", d, p.mesh.str()));
+  Executor ex(prog, p.mesh, devices, collectives);
+  std::vector<char> bound(prog.values.size(), 0);
+  bind_weights(ex, p, global, devices, bound);
+  for (size_t k = 0; k < p.inputs.size(); ++k) {
+    const ProgramBinding& b = p.inputs[k];
+    if (input_shards[k].size() != devices.size())
+      throw std::runtime_error(fmt::format("input '{}': {} shards for {} devices", prog.values[b.local].name,
+                                           input_shards[k].size(), devices.size()));
+    for (size_t d = 0; d < devices.size(); ++d) {
+      check_input(prog.values[b.local], input_shards[k][d]);
+      ex.set_shared(static_cast<int64_t>(d), b.local, &input_shards[k][d]);
+    }
+    bound[b.local] = 1;
   }
-  for (size_t k = 0; k < g.inputs.size(); ++k) {
-    check_input(g.values[g.inputs[k]], inputs[k]);
-    ex.set_shared(0, g.inputs[k], &inputs[k]);
-  }
+  finish_binding(ex, p, bound);
+
+  auto t_exec = Clock::now();
   ex.run(progress);
-  PodRun r;
-  for (size_t k = 0; k < g.outputs.size(); ++k) {
-    int v = g.outputs[k];
-    bool again = false;
-    for (size_t j = k + 1; j < g.outputs.size(); ++j) again |= g.outputs[j] == v;
-    const Tensor* t = ex.get(0, v);
-    if (!t) throw std::runtime_error(fmt::format("graph output '{}' was not computed", g.values[v].name));
-    r.outputs.push_back(again ? *t : ex.take(0, v));
+
+  LocalRun r;
+  r.run_s = seconds_since(t_exec);
+  for (const ProgramBinding& b : p.outputs) {
+    r.output_shards.emplace_back();
+    for (size_t d = 0; d < devices.size(); ++d) {
+      if (!ex.get(static_cast<int64_t>(d), b.local))
+        throw std::runtime_error(fmt::format("program output '{}' was not computed", prog.values[b.local].name));
+      r.output_shards.back().push_back(*ex.get(static_cast<int64_t>(d), b.local));
+    }
   }
   r.devices = std::move(ex.stats());
   r.host_flops = ex.host_flops();
   r.wall_s = seconds_since(t_start);
+  return r;
+}
+
+LocalRun run_device_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const std::vector<Tensor>& inputs,
+                          CollectiveExecutor& collectives, const RunProgress& progress) {
+  if (device < 0 || device >= mesh.num_devices())
+    throw std::runtime_error(fmt::format("device {} is not on the mesh {}", device, mesh.str()));
+  return run_graph(g, mesh, device, inputs, collectives, progress);
+}
+
+PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs, const RunProgress& progress) {
+  DeviceMesh mesh;
+  mesh.shape = {1};
+  mesh.axes = {"x"};
+  InProcessCollectives coll;
+  LocalRun l = run_graph(g, mesh, 0, inputs, coll, progress);
+  PodRun r;
+  for (auto& o : l.output_shards) r.outputs.push_back(std::move(o.at(0)));
+  r.devices = std::move(l.devices);
+  r.host_flops = l.host_flops;
+  r.wall_s = l.wall_s;
   return r;
 }
 

@@ -1,6 +1,8 @@
 // backend/pod: an emulated pod of N devices on this host. Each device owns its tensors (memory accounted per
 // device); devices execute the same SPMD program in lock step, node by node; `gspmd` collectives are carried out
 // in-process over all devices' buffers (semantics in core/partition/spmd.h; implementations in collectives.h).
+// The same interpreter runs a subset of the devices (run_spmd_local, run_device_graph) with the collectives handed to
+// a CollectiveExecutor (collective_executor.h): backend/mpi runs one device per MPI rank that way.
 //
 // Memory accounting (docs/cost-model.md): params (each device's weight shard) and program constants are resident for
 // the whole run (replicated ones are shared on the host but counted on every device); input shards and intermediates
@@ -13,6 +15,7 @@
 #include <functional>
 #include <vector>
 
+#include "backend/pod/collective_executor.h"
 #include "core/ir/ir.h"
 #include "core/partition/spmd.h"
 
@@ -46,6 +49,32 @@ using RunProgress = std::function<void(size_t done, size_t total)>;
 /// shape) or a param's global initializer has no data.
 PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
                 const RunProgress& progress = {});
+
+/// One process's share of a run: the devices it holds (an MPI rank holds one; see backend/mpi).
+struct LocalRun {
+  std::vector<std::vector<Tensor>> output_shards;  // [output k][local device j]: that device's shard of output k, on
+                                                   // the program's local (padded) shape, not assembled
+  std::vector<DeviceStats> devices;                // one per local device, in the order given
+  double wall_s = 0;                               // host wall time of this process's part of the run (seconds)
+  double run_s = 0;                                // of which executing the program (weight and input binding excluded)
+  double host_flops = 0;                           // FLOPs executed by the local devices
+};
+
+/// Runs `p` for the devices `devices` only (global device ids on p.mesh, ascending), with the same interpreter,
+/// kernels and memory accounting as run_spmd; collectives go to `collectives`, which must reach the devices held
+/// elsewhere (MpiCollectives). Weights are sliced from `global`'s initializers for each local device.
+/// `input_shards[k][j]` is local device j's shard of program input k (p.inputs order), on the program's local shape.
+/// Throws as run_spmd; InputError when a shard's dtype/shape differs from the program's input.
+LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global,
+                        const std::vector<std::vector<Tensor>>& input_shards, const std::vector<int64_t>& devices,
+                        CollectiveExecutor& collectives, const RunProgress& progress = {});
+
+/// Runs one device's exported model (`device_<k>.onnx` from export_device, loaded with load_model) as device
+/// `device` of `mesh` (its gspmd.mesh_shape): its initializers are resident constants, `inputs` its local inputs in
+/// graph-input order, its `gspmd` collectives (mesh_axes, reduction, axis, shift/target_axes attributes) are carried
+/// out by `collectives`. output_shards[k][0] is graph output k (the device's shard). Throws as run_single.
+LocalRun run_device_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const std::vector<Tensor>& inputs,
+                          CollectiveExecutor& collectives, const RunProgress& progress = {});
 
 /// Runs the unpartitioned graph on one device (the reference for --check): the same interpreter, with the
 /// initializers' data as resident constants. InputError on mismatching inputs or an initializer without data.

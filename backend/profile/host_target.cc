@@ -1,6 +1,8 @@
 // backend/profile: measures the "host" target (see host_target.h; the numbers are documented in docs/cost-model.md).
 #include "backend/profile/host_target.h"
 
+#include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "backend/kernels/onednn.h"
@@ -32,11 +35,35 @@ double best_of(int reps, F&& f) {
 Target measure() {
   Target t;
   t.name = "host";
-  {
-    const int64_t n = 1024;
+  // Square f32 matmuls of 64 .. 1024: the contraction curve; the largest is the peak.
+  for (int64_t n : {64, 128, 256, 512, 1024}) {
     std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
-    t.peak_flops = 2.0 * static_cast<double>(n * n * n) /
-                   best_of(5, [&] { dnn::matmul(a.data(), b.data(), c.data(), 1, 1, n, n, n); });
+    const double flops = 2.0 * static_cast<double>(n * n * n);
+    const int reps = n >= 512 ? 5 : 20;
+    t.contraction_curve.emplace_back(flops, flops / best_of(reps, [&] {
+      dnn::matmul(a.data(), b.data(), c.data(), 1, 1, n, n, n);
+    }));
+  }
+  // A larger matmul can always run as fast as a smaller one (by tiles): keep the curve non-decreasing, which also
+  // absorbs a noisy sample.
+  for (size_t i = 1; i < t.contraction_curve.size(); ++i)
+    t.contraction_curve[i].second = std::max(t.contraction_curve[i].second, t.contraction_curve[i - 1].second);
+  t.peak_flops = t.contraction_curve.back().second;
+  {
+    // A ResNet-style 3x3 convolution, 64 -> 64 channels on 56x56 (231 MFLOP), against the curve at its FLOPs.
+    dnn::ConvGeom g;
+    g.src = {1, 64, 56, 56};
+    g.wei = {64, 64, 3, 3};
+    g.wei_strides = {64 * 9, 9, 3, 1};
+    g.dst = {1, 64, 56, 56};
+    g.strides = {1, 1};
+    g.dilations = {0, 0};
+    g.pad_l = {1, 1};
+    g.pad_r = {1, 1};
+    std::vector<float> src(64 * 56 * 56, 0.5f), wei(64 * 64 * 9, 0.25f), dst(src.size());
+    const double flops = 2.0 * 64 * 56 * 56 * 64 * 9;
+    double s = best_of(5, [&] { dnn::conv(g, src.data(), wei.data(), nullptr, dst.data()); });
+    t.conv_efficiency = std::min(1.0, (flops / s) / t.contraction_rate(flops, DType::kFloat32, false));
   }
   {
     const int64_t n = int64_t{32} << 20;
@@ -76,6 +103,14 @@ Target measure() {
 }
 
 }  // namespace
+
+int host_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int host_threads() { return std::max(1, omp_get_max_threads()); }
 
 Target measure_host_target() {
   static std::once_flag once;

@@ -7,7 +7,9 @@ namespace gspmd {
 
 /// Measures this machine with the executor's own kernels and returns it as a Target named "host" (about 0.3 s, once
 /// per process; later calls return the cached result):
-///   peak_flops     f32 GFLOP/s of a 1024x1024x1024 oneDNN matmul (best of 5, with the OpenMP threads in effect);
+///   contraction_curve  FLOP/s of square f32 oneDNN matmuls of 64, 128, 256, 512 and 1024 (best of 20 or 5, with the
+///                  OpenMP threads in effect), made non-decreasing; peak_flops is its last point;
+///   conv_efficiency  a 3x3 64->64-channel convolution on 56x56 (231 MFLOP) against the curve at its FLOPs (<= 1);
 ///   hbm_bandwidth  bytes read + written per second by a oneDNN ReLU over 32 Mi floats (best of 3), the executor's
 ///                  memory-bound path;
 ///   hbm_bytes      physical memory (sysconf);
@@ -19,5 +21,10 @@ namespace gspmd {
 ///   topology       "ring", links_per_axis 1 (all devices share one memory system).
 /// The per-dtype peaks stay 0 (= peak_flops): f16/bf16/int8 kernels compute in f32 here. Never throws.
 Target measure_host_target();
+
+/// CPUs this process may run on (sched_getaffinity; std::thread::hardware_concurrency as a fallback), >= 1.
+int host_cores();
+/// OpenMP threads a kernel uses here (omp_get_max_threads), >= 1.
+int host_threads();
 
 }  // namespace gspmd

@@ -100,9 +100,15 @@ Target load_file(const std::string& path) {
   if (!f) throw InputError(fmt::format("{}: cannot open target file", path));
   std::stringstream ss;
   ss << f.rdbuf();
+  return Target::from_json(ss.str(), path);
+}
+
+}  // namespace
+
+Target Target::from_json(const std::string& text, const std::string& path) {
   nlohmann::json js;
   try {
-    js = nlohmann::json::parse(ss.str());
+    js = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(fmt::format("{}: not JSON: {}", path, e.what()));
   }
@@ -144,6 +150,21 @@ Target load_file(const std::string& path) {
     } else if (k == "name") {
       if (!v.is_string()) throw InputError(fmt::format("{}: 'name' must be a string", path));
       t.name = v.get<std::string>();
+    } else if (k == "conv_efficiency") {
+      t.conv_efficiency = num(k, v);
+      if (!(t.conv_efficiency > 0)) throw InputError(fmt::format("{}: conv_efficiency must be > 0", path));
+    } else if (k == "contraction_curve") {
+      t.contraction_curve.clear();
+      bool ok = v.is_array();
+      for (const auto& pt : ok ? v : nlohmann::json::array()) {
+        ok = ok && pt.is_array() && pt.size() == 2 && pt[0].is_number() && pt[1].is_number() &&
+             pt[0].get<double>() > 0 && pt[1].get<double>() > 0 &&
+             (t.contraction_curve.empty() || pt[0].get<double>() > t.contraction_curve.back().first);
+        if (ok) t.contraction_curve.emplace_back(pt[0].get<double>(), pt[1].get<double>());
+      }
+      if (!ok)
+        throw InputError(fmt::format("{}: 'contraction_curve' must be [[flops, flop_per_s], ...] with positive "
+                                     "numbers and increasing flops", path));
     } else if (k == "wraparound") {
       if (!v.is_boolean()) throw InputError(fmt::format("{}: 'wraparound' must be true or false", path));
       t.wraparound = v.get<bool>();
@@ -170,7 +191,8 @@ Target load_file(const std::string& path) {
       t.torus_dims = dims;
       t.wraparound = wrap;
     } else {
-      std::string known = "name, base, topology, wraparound, links_per_axis, torus_dims";
+      std::string known = "name, base, topology, wraparound, links_per_axis, torus_dims, contraction_curve, "
+                          "conv_efficiency";
       for (const auto& e : numbers) known += std::string(", ") + e.first;
       throw InputError(fmt::format("{}: unknown field '{}' (known: {})", path, k, known));
     }
@@ -180,8 +202,6 @@ Target load_file(const std::string& path) {
   if (!(t.link_bandwidth > 0)) throw InputError(fmt::format("{}: link_bandwidth must be > 0", path));
   return t;
 }
-
-}  // namespace
 
 std::vector<std::string> Target::presets() {
   std::vector<std::string> v;
@@ -220,6 +240,8 @@ std::string Target::to_json() const {
   j["link_latency"] = link_latency;
   j["op_overhead"] = op_overhead;
   j["topology"] = topology();
+  j["contraction_curve"] = contraction_curve;
+  j["conv_efficiency"] = conv_efficiency;
   j["links_per_axis"] = links_per_axis;
   return j.dump();
 }
@@ -235,6 +257,24 @@ double Target::peak_for(DType dtype) const {
     default: break;
   }
   return p > 0 ? p : peak_flops;
+}
+
+double Target::contraction_rate(double flops, DType dtype, bool conv) const {
+  double rate = peak_for(dtype);
+  const auto& c = contraction_curve;
+  if (!c.empty()) {
+    double r = c.front().second;
+    if (flops >= c.back().first) {
+      r = c.back().second;
+    } else if (flops > c.front().first) {
+      size_t i = 1;
+      while (c[i].first < flops) ++i;
+      const double w = std::log(flops / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
+      r = c[i - 1].second + w * (c[i].second - c[i - 1].second);
+    }
+    rate = std::min(rate, r);
+  }
+  return conv ? rate * conv_efficiency : rate;
 }
 
 std::string Target::topology() const {
@@ -556,8 +596,11 @@ double node_time(const Graph& program, const Node& n, const DeviceMesh& mesh, co
       dt = program.values[static_cast<size_t>(v)].dtype;
       break;
     }
-  const double peak = t.peak_for(dt);
-  return std::max(peak > 0 ? f / peak : 0.0, t.hbm_bandwidth > 0 ? b / t.hbm_bandwidth : 0.0) + t.op_overhead;
+  const std::string& op = n.op_type;
+  const bool conv = op == "Conv" || op == "ConvTranspose";
+  const bool contraction = conv || op == "MatMul" || op == "Gemm" || op == "Einsum" || op == "MatMulInteger";
+  const double rate = contraction ? t.contraction_rate(f, dt, conv) : t.peak_for(dt);
+  return std::max(rate > 0 ? f / rate : 0.0, t.hbm_bandwidth > 0 ? b / t.hbm_bandwidth : 0.0) + t.op_overhead;
 }
 
 int64_t static_peak_memory(const Graph& program) {

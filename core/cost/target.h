@@ -39,6 +39,11 @@ struct Target {
   bool wraparound = true;           // torus (true) or mesh (false) links
   int links_per_axis = 2;           // links per device along one mesh axis (2 = both directions / neighbours)
   int torus_dims = 2;               // physical torus/mesh dimensions: 1 = ring (or line), 2 for v3/v5e, 3 for v4
+  /// Achieved FLOP/s of contractions (MatMul, Gemm, Einsum, Conv, ConvTranspose) by their FLOPs per op: points
+  /// (flops, flop_per_s) in increasing flops, interpolated linearly in log(flops) and clamped at both ends. Empty:
+  /// the peak (the TPU presets). Measured for "host", where small matmuls run far below the peak.
+  std::vector<std::pair<double, double>> contraction_curve;
+  double conv_efficiency = 1;       // Conv/ConvTranspose rate as a fraction of the curve's (or the peak's) rate
   /// --device-order: for each physical dim (major first), the user mesh axes laid along it (major first; several
   /// axes fold onto one dim). Empty: the default, user axis i on physical dim min(i, torus_dims-1).
   std::vector<std::vector<std::string>> device_order;
@@ -52,6 +57,9 @@ struct Target {
   /// unreadable files, bad JSON, unknown fields, wrong types, negative numbers, non-positive peak_flops /
   /// hbm_bandwidth / link_bandwidth.
   static Target load(const std::string& name_or_path);
+  /// The same from JSON text; `origin` names it in errors (InputError("<origin>: <why>")), and its stem is the
+  /// default name.
+  static Target from_json(const std::string& text, const std::string& origin);
   /// Names of the presets, built-in first ("tpu-v3", "tpu-v4", "tpu-v5e"), then registered ones in order.
   static std::vector<std::string> presets();
   /// Adds (or replaces) a named preset made on demand by `make` (called at most once per load). The backend's
@@ -63,6 +71,9 @@ struct Target {
   /// Peak FLOP/s for an op computing in `dtype` (the per-dtype field, or peak_flops when it is 0 or the dtype has
   /// none: f64, integers other than 8-bit, bool).
   double peak_for(DType dtype) const;
+  /// FLOP/s of one contraction of `flops` FLOPs in `dtype`: min(peak_for(dtype), contraction_curve at flops),
+  /// times conv_efficiency for convolutions.
+  double contraction_rate(double flops, DType dtype, bool conv) const;
   /// "ring", "line", "2d-torus", "3d-mesh", ...: torus_dims and wraparound as one word.
   std::string topology() const;
   /// Parses a --device-order text: physical dims separated by ',', axes folded onto one dim joined by '*' (major

@@ -19,6 +19,15 @@ TEST(HostTarget, MeasuredOnceWithPlausibleNumbers) {
     EXPECT_GT(bw, 1e8);
     EXPECT_LT(bw, 1e13);
   }
+  ASSERT_EQ(t.contraction_curve.size(), 5u);  // square matmuls of 64 .. 1024
+  for (size_t i = 0; i < 5; ++i) {
+    const double n = 64 << i;
+    EXPECT_EQ(t.contraction_curve[i].first, 2 * n * n * n);
+    if (i) EXPECT_GE(t.contraction_curve[i].second, t.contraction_curve[i - 1].second);
+  }
+  EXPECT_EQ(t.peak_flops, t.contraction_curve.back().second);
+  EXPECT_GT(t.conv_efficiency, 0);
+  EXPECT_LE(t.conv_efficiency, 1);
   EXPECT_GT(t.op_overhead, 1e-8);  // between 10 ns and 10 ms per executed node
   EXPECT_LT(t.op_overhead, 1e-2);
   EXPECT_EQ(t.hbm_bytes, static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)));

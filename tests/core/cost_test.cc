@@ -149,6 +149,37 @@ TEST(CostTarget, TopologyAndPerDtypePeaks) {
   expect_rel(node_time(g, mm, mesh_of({1}), slow), 2.0 * 64 * 64 * 64 / 1e9 + 2.5e-6);
 }
 
+TEST(CostTarget, ContractionCurve) {
+  Target t = Target::load(write_tmp("curve.json", R"({"base": "tpu-v3", "peak_flops": 8e10,
+      "contraction_curve": [[1e6, 1e9], [1e8, 5e10], [1e10, 1e11]], "conv_efficiency": 0.5})"));
+  EXPECT_EQ(t.contraction_rate(1e5, DType::kFloat32, false), 1e9);    // clamped below the first point
+  EXPECT_EQ(t.contraction_rate(1e6, DType::kFloat32, false), 1e9);
+  expect_rel(t.contraction_rate(1e7, DType::kFloat32, false), 2.55e10);  // halfway in log(flops): (1e9 + 5e10) / 2
+  expect_rel(t.contraction_rate(1e9, DType::kFloat32, false), 7.5e10);  // halfway between the last two points
+  EXPECT_EQ(t.contraction_rate(1e12, DType::kFloat32, false), 8e10);      // 1e11 by the curve, capped at the peak
+  expect_rel(t.contraction_rate(1e7, DType::kFloat32, true), 1.275e10);  // convolutions at half the rate
+  // node_time of a 2*64^3 = 524,288-FLOP MatMul: below the first point, 1e9 FLOP/s
+  Graph g;
+  int a = g.add_value(V("a", DType::kFloat32, {64, 64}));
+  int c = g.add_value(V("c", DType::kFloat32, {64, 64}));
+  Node mm;
+  mm.op_type = "MatMul";
+  mm.inputs = {a, a};
+  mm.outputs = {c};
+  expect_rel(node_time(g, mm, mesh_of({1}), t), 524288.0 / 1e9);
+  // written back and loaded again
+  Target u = Target::load(write_tmp("curve2.json", t.to_json()));
+  EXPECT_EQ(u.contraction_curve, t.contraction_curve);
+  EXPECT_EQ(u.conv_efficiency, 0.5);
+  try {
+    Target::load(write_tmp("curve_bad.json", R"({"base": "tpu-v3", "contraction_curve": [[1e8, 1], [1e6, 1]]})"));
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'contraction_curve' must be [[flops, flop_per_s], ...] with positive "
+                                         "numbers and increasing flops"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CostTarget, RegisteredPresets) {
   int made = 0;
   Target::register_preset("test-pod", [&made] {

@@ -1,0 +1,547 @@
+// backend/mpi: Session, MpiCollectives and run_mpi (mpi_backend.h).
+#include "backend/mpi/mpi_backend.h"
+
+#include <mpi.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+namespace gspmd::mpi {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The line the signal handler writes; formatted before the handler is installed (write() is async-signal-safe).
+char g_term_msg[256];
+volatile sig_atomic_t g_term_code = 2;
+
+extern "C" void on_terminate(int) {
+  if (g_term_msg[0]) {
+    ssize_t r = ::write(STDERR_FILENO, g_term_msg, std::strlen(g_term_msg));
+    (void)r;
+  }
+  // give mpirun's output forwarding time to read the line before the process goes away
+  struct timespec t = {0, 200 * 1000 * 1000};
+  ::nanosleep(&t, nullptr);
+  ::_exit(g_term_code);
+}
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char s[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, s, &len);
+  throw std::runtime_error(fmt::format("{}: {}", what, std::string(s, static_cast<size_t>(len))));
+}
+
+int count_of(size_t n, const char* what) {
+  if (n > static_cast<size_t>(INT_MAX))
+    throw std::runtime_error(fmt::format("{}: {} elements exceed MPI's int count limit", what, n));
+  return static_cast<int>(n);
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::kFloat32: return MPI_FLOAT;
+    case DType::kFloat64: return MPI_DOUBLE;
+    case DType::kInt8: return MPI_INT8_T;
+    case DType::kInt16: return MPI_INT16_T;
+    case DType::kInt32: return MPI_INT32_T;
+    case DType::kInt64: return MPI_INT64_T;
+    case DType::kUInt8: return MPI_UINT8_T;
+    case DType::kUInt16: return MPI_UINT16_T;
+    case DType::kUInt32: return MPI_UINT32_T;
+    case DType::kUInt64: return MPI_UINT64_T;
+    case DType::kBool: return MPI_UNSIGNED_CHAR;
+    default:
+      return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op mpi_op(ReductionKind k, DType t) {
+  if (t == DType::kBool)  // sum/max = or, min/prod = and (as the pod)
+    return k == ReductionKind::kSum || k == ReductionKind::kMax ? MPI_LOR : MPI_LAND;
+  switch (k) {
+    case ReductionKind::kSum: return MPI_SUM;
+    case ReductionKind::kMax: return MPI_MAX;
+    case ReductionKind::kMin: return MPI_MIN;
+    case ReductionKind::kProd: return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+MPI_Datatype reduction_type(const Tensor& x, ReductionKind k) {
+  MPI_Datatype t = mpi_type(x.dtype);
+  if (t == MPI_DATATYPE_NULL)
+    throw UnsupportedError(fmt::format("{} reduction of {} is not supported by the mpi backend", reduction_name(k),
+                                       dtype_name(x.dtype)));
+  return t;
+}
+
+int64_t norm_axis(int64_t axis, size_t rank, const char* what) {
+  int64_t r = static_cast<int64_t>(rank);
+  int64_t a = axis < 0 ? axis + r : axis;
+  if (a < 0 || a >= r) throw std::runtime_error(fmt::format("{} {} out of range for rank {}", what, axis, r));
+  return a;
+}
+
+// A tensor seen as [outer, len, inner bytes] around one axis.
+struct Layout {
+  int64_t outer = 1;
+  int64_t len = 1;
+  size_t inner = 1;  // bytes of one slice along the axis
+};
+Layout layout(const Shape& s, int64_t axis, size_t esize) {
+  Layout l;
+  for (int64_t i = 0; i < axis; ++i) l.outer *= s[i];
+  l.len = s[axis];
+  l.inner = esize;
+  for (size_t i = static_cast<size_t>(axis) + 1; i < s.size(); ++i) l.inner *= static_cast<size_t>(s[i]);
+  return l;
+}
+
+// Splits x along `axis` into n equal chunks and stores them one after another (chunk j at j * chunk bytes).
+std::vector<std::byte> pack_chunks(const Tensor& x, int64_t axis, int64_t n) {
+  Layout l = layout(x.shape, axis, dtype_size(x.dtype));
+  const int64_t len = l.len / n;
+  const size_t row = static_cast<size_t>(len) * l.inner, chunk = row * static_cast<size_t>(l.outer);
+  std::vector<std::byte> out(x.nbytes());
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t o = 0; o < l.outer; ++o)
+      std::memcpy(out.data() + static_cast<size_t>(j) * chunk + static_cast<size_t>(o) * row,
+                  x.bytes.data() + (static_cast<size_t>(o * l.len + j * len)) * l.inner, row);
+  return out;
+}
+
+// Inverse: `buf` holds n chunks one after another, each `y` with y.shape[axis] / n along axis; chunk i goes to
+// [i * len, (i+1) * len) along axis.
+void unpack_chunks(const std::vector<std::byte>& buf, Tensor& y, int64_t axis, int64_t n) {
+  Layout l = layout(y.shape, axis, dtype_size(y.dtype));
+  const int64_t len = l.len / n;
+  const size_t row = static_cast<size_t>(len) * l.inner, chunk = row * static_cast<size_t>(l.outer);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < l.outer; ++o)
+      std::memcpy(y.bytes.data() + (static_cast<size_t>(o * l.len + i * len)) * l.inner,
+                  buf.data() + static_cast<size_t>(i) * chunk + static_cast<size_t>(o) * row, row);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------- Session
+
+Session::Session() {
+  int provided = 0;
+  int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  if (rc != MPI_SUCCESS) throw std::runtime_error("MPI_Init_thread failed");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  std::snprintf(g_term_msg, sizeof g_term_msg,
+                "error: rank %d: terminated by mpirun (another rank failed or was killed; see its message)\n", rank_);
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_terminate;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+Session::~Session() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+namespace {
+void wait_without_spinning(MPI_Request* req, const char* what) {
+  for (int done = 0;;) {
+    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw std::runtime_error(fmt::format("{} failed", what));
+    if (done) return;
+    struct timespec ts = {0, 200 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+}
+}  // namespace
+
+std::string Session::broadcast(const std::string& text) const {
+  uint64_t n = text.size();
+  MPI_Request req;
+  if (MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
+    throw std::runtime_error("MPI_Ibcast failed");
+  wait_without_spinning(&req, "MPI_Ibcast");
+  if (n > static_cast<uint64_t>(INT_MAX)) throw std::runtime_error("Session::broadcast: text over INT_MAX bytes");
+  std::string out = rank_ == 0 ? text : std::string(n, '\0');
+  if (n == 0) return out;
+  if (MPI_Ibcast(out.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
+    throw std::runtime_error("MPI_Ibcast failed");
+  wait_without_spinning(&req, "MPI_Ibcast");
+  return out;
+}
+
+int Session::ranks_on_this_host() const {
+  MPI_Comm local;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local) != MPI_SUCCESS)
+    throw std::runtime_error("MPI_Comm_split_type failed");
+  int n = 1;
+  MPI_Comm_size(local, &n);
+  MPI_Comm_free(&local);
+  return std::max(n, 1);
+}
+
+void Session::agree(const std::optional<Failure>& mine) const {
+  constexpr size_t kMsg = 1024;
+  struct Slot {
+    int32_t code;
+    char msg[kMsg];
+  };
+  Slot me{};
+  if (mine) {
+    me.code = mine->exit_code ? mine->exit_code : 4;
+    std::strncpy(me.msg, mine->message.c_str(), kMsg - 1);
+  }
+  std::vector<Slot> all(static_cast<size_t>(size_));
+  check(MPI_Allgather(&me, sizeof(Slot), MPI_BYTE, all.data(), sizeof(Slot), MPI_BYTE, MPI_COMM_WORLD),
+        "MPI_Allgather (setup status)");
+  if (me.code) throw RankFailure(me.code, fmt::format("rank {}: {}", rank_, me.msg));
+  for (int r = 0; r < size_; ++r)
+    if (all[r].code)
+      throw RankFailure(all[r].code, fmt::format("rank {}: rank {} failed: {}", rank_, r, all[r].msg));
+}
+
+void Session::exiting_with_error(int code) const {
+  g_term_msg[0] = '\0';
+  g_term_code = code;
+}
+
+void Session::abort(int code) const {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+// ---------------------------------------------------------------------------------------------- MpiCollectives
+
+struct MpiCollectives::Comm {
+  std::vector<int> axes;
+  MPI_Comm comm = MPI_COMM_NULL;
+  int size = 1;
+  int tile = 0;
+};
+
+MpiCollectives::MpiCollectives(const DeviceMesh& mesh, int rank, const Graph& program) : mesh_(mesh), rank_(rank) {
+  for (const Node& n : program.nodes) {
+    if (n.domain != kGspmdDomain) continue;
+    if (n.op_type != "AllReduce" && n.op_type != "AllGather" && n.op_type != "ReduceScatter" &&
+        n.op_type != "AllToAll" && n.op_type != "CollectivePermute")
+      continue;
+    std::vector<int> axes;
+    for (int64_t a : n.ints("mesh_axes", {})) {
+      if (a < 0 || a >= mesh.rank())
+        throw std::runtime_error(fmt::format("node '{}': mesh axis {} out of range for mesh {}", n.name, a, mesh.str()));
+      axes.push_back(static_cast<int>(a));
+    }
+    bool known = false;
+    for (const Comm* c : comms_) known |= c->axes == axes;
+    if (known) continue;
+    auto groups = mesh.replica_groups(axes);
+    int color = -1;
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (std::find(groups[g].begin(), groups[g].end(), rank) != groups[g].end()) color = static_cast<int>(g);
+    if (color < 0) throw std::runtime_error(fmt::format("rank {} is not a device of the mesh {}", rank, mesh.str()));
+    auto c = std::make_unique<Comm>();
+    c->axes = axes;
+    c->tile = static_cast<int>(mesh.tile_index(rank, axes));
+    check(MPI_Comm_split(MPI_COMM_WORLD, color, c->tile, &c->comm), "MPI_Comm_split");
+    MPI_Comm_size(c->comm, &c->size);
+    int r = -1;
+    MPI_Comm_rank(c->comm, &r);
+    if (c->size != static_cast<int>(groups[color].size()) || r != c->tile)
+      throw std::runtime_error(fmt::format("MPI_Comm_split over {}: got {} ranks (rank {}), expected {} (tile {})",
+                                           fmt::join(mesh.axis_names(axes), ","), c->size, r,
+                                           groups[color].size(), c->tile));
+    comms_.push_back(c.release());
+  }
+}
+
+MpiCollectives::~MpiCollectives() {
+  for (Comm* c : comms_) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+    delete c;
+  }
+}
+
+const MpiCollectives::Comm& MpiCollectives::comm(const std::vector<int>& mesh_axes) const {
+  for (const Comm* c : comms_)
+    if (c->axes == mesh_axes) return *c;
+  throw std::runtime_error(fmt::format("no communicator over mesh axes {} (not in the program given at setup)",
+                                       fmt::join(mesh_axes, ",")));
+}
+
+std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::vector<int64_t>& members,
+                                        const std::vector<const Tensor*>& ins) {
+  if (!call.group || members.size() != 1 || ins.size() != 1 || !ins[0] ||
+      (*call.group)[static_cast<size_t>(members[0])] != rank_)
+    throw std::runtime_error(fmt::format("mpi collective: rank {} must hold exactly its own member", rank_));
+  const Comm& c = comm(call.mesh_axes);
+  if (c.tile != members[0] || c.size != static_cast<int>(call.group->size()))
+    throw std::runtime_error(fmt::format("mpi collective: rank {} is tile {} of {} but the group says {} of {}", rank_,
+                                         c.tile, c.size, members[0], call.group->size()));
+  const Tensor& x = *ins[0];
+  const int n = c.size;
+  const size_t nb = x.nbytes();
+  const std::string& op = call.op;
+  std::vector<Tensor> out(1);
+  if (op == "AllReduce") {
+    MPI_Datatype t = reduction_type(x, call.reduction);
+    out[0] = x;
+    check(MPI_Allreduce(MPI_IN_PLACE, out[0].bytes.data(), count_of(static_cast<size_t>(x.numel()), "MPI_Allreduce"),
+                        t, mpi_op(call.reduction, x.dtype), c.comm),
+          "MPI_Allreduce");
+  } else if (op == "AllGather") {
+    int64_t a = norm_axis(call.axis, x.shape.size(), "all-gather axis");
+    Shape s = x.shape;
+    s[a] *= n;
+    Tensor y(x.dtype, s);
+    std::vector<std::byte> buf(nb * static_cast<size_t>(n));
+    check(MPI_Allgather(x.bytes.data(), count_of(nb, "MPI_Allgather"), MPI_BYTE, buf.data(), static_cast<int>(nb),
+                        MPI_BYTE, c.comm),
+          "MPI_Allgather");
+    unpack_chunks(buf, y, a, n);
+    out[0] = std::move(y);
+  } else if (op == "ReduceScatter") {
+    int64_t a = norm_axis(call.axis, x.shape.size(), "reduce-scatter axis");
+    if (x.shape[a] % n != 0)
+      throw std::runtime_error(fmt::format("reduce-scatter: dim {} of {} is not divisible by the group size {}", a,
+                                           shape_str(x.shape), n));
+    MPI_Datatype t = reduction_type(x, call.reduction);
+    std::vector<std::byte> packed = pack_chunks(x, a, n);
+    Shape s = x.shape;
+    s[a] /= n;
+    Tensor y(x.dtype, s);
+    std::vector<int> counts(static_cast<size_t>(n), count_of(static_cast<size_t>(y.numel()), "MPI_Reduce_scatter"));
+    check(MPI_Reduce_scatter(packed.data(), y.bytes.data(), counts.data(), t, mpi_op(call.reduction, x.dtype), c.comm),
+          "MPI_Reduce_scatter");
+    out[0] = std::move(y);
+  } else if (op == "AllToAll") {
+    int64_t sa = norm_axis(call.split_axis, x.shape.size(), "all-to-all split_axis");
+    int64_t ca = norm_axis(call.concat_axis, x.shape.size(), "all-to-all concat_axis");
+    if (x.shape[sa] % n != 0)
+      throw std::runtime_error(fmt::format("all-to-all: dim {} of {} is not divisible by the group size {}", sa,
+                                           shape_str(x.shape), n));
+    std::vector<std::byte> packed = pack_chunks(x, sa, n);
+    std::vector<std::byte> recv(nb);
+    const size_t chunk = nb / static_cast<size_t>(n);
+    check(MPI_Alltoall(packed.data(), count_of(chunk, "MPI_Alltoall"), MPI_BYTE, recv.data(), static_cast<int>(chunk),
+                       MPI_BYTE, c.comm),
+          "MPI_Alltoall");
+    Shape s = x.shape;
+    s[sa] /= n;
+    s[ca] *= n;
+    Tensor y(x.dtype, s);
+    unpack_chunks(recv, y, ca, n);
+    out[0] = std::move(y);
+  } else if (op == "CollectivePermute") {
+    if (call.sources.size() != static_cast<size_t>(n))
+      throw std::runtime_error(fmt::format("collective-permute: {} sources for a group of {}", call.sources.size(), n));
+    const int me = c.tile;
+    const int64_t src = call.sources[static_cast<size_t>(me)];
+    std::vector<int> dests;
+    for (int t = 0; t < n; ++t)
+      if (call.sources[static_cast<size_t>(t)] == me) dests.push_back(t);
+    Tensor y(x.dtype, x.shape);  // zeros when there is no source
+    const int cnt = count_of(nb, "MPI_Sendrecv");
+    const int from = src >= 0 && src < n ? static_cast<int>(src) : MPI_PROC_NULL;
+    if (dests.size() <= 1) {
+      const int to = dests.empty() ? MPI_PROC_NULL : dests[0];
+      check(MPI_Sendrecv(x.bytes.data(), cnt, MPI_BYTE, to, 0, y.bytes.data(), cnt, MPI_BYTE, from, 0, c.comm,
+                         MPI_STATUS_IGNORE),
+            "MPI_Sendrecv");
+    } else {  // one source feeding several members: post the sends, then receive
+      std::vector<MPI_Request> reqs(dests.size());
+      for (size_t i = 0; i < dests.size(); ++i)
+        check(MPI_Isend(x.bytes.data(), cnt, MPI_BYTE, dests[i], 0, c.comm, &reqs[i]), "MPI_Isend");
+      check(MPI_Recv(y.bytes.data(), cnt, MPI_BYTE, from, 0, c.comm, MPI_STATUS_IGNORE), "MPI_Recv");
+      check(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    }
+    out[0] = std::move(y);
+  } else {
+    throw std::runtime_error(fmt::format("unknown collective '{}'", op));
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------------------ run_mpi
+
+MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
+               const Graph* device_model, int warmup_runs, int64_t die_at_node) {
+  const int rank = session.rank();
+  const int N = session.size();
+  if (N != p.mesh.num_devices())
+    throw std::runtime_error(fmt::format("{} ranks for {} devices", N, p.mesh.num_devices()));
+  const Graph& prog = p.program;
+  MpiRun r;
+
+  // Communicators first (collective), so that the timed part below is the program only.
+  MpiCollectives coll(p.mesh, rank, device_model ? *device_model : prog);
+
+  // Inputs: rank 0 slices every device's shard and scatters them.
+  auto t_scatter = Clock::now();
+  std::vector<int> input_index(global.values.size(), -1);
+  for (size_t k = 0; k < global.inputs.size(); ++k) input_index[global.inputs[k]] = static_cast<int>(k);
+  std::vector<std::vector<Tensor>> shards(p.inputs.size());
+  for (size_t k = 0; k < p.inputs.size(); ++k) {
+    const ProgramBinding& b = p.inputs[k];
+    const Value& lv = prog.values.at(b.local);
+    const Value& gv = global.values.at(b.global);
+    const int gk = input_index.at(b.global);
+    if (gk < 0) throw std::runtime_error(fmt::format("program input binds '{}', not a graph input", gv.name));
+    Tensor local(lv.dtype, lv.shape);
+    const size_t nb = local.nbytes();
+    const bool replicated = b.sharding.is_replicated() && lv.shape == gv.shape;
+    if (replicated) {
+      if (rank == 0) local = inputs.at(static_cast<size_t>(gk));
+      check(MPI_Bcast(local.bytes.data(), count_of(nb, "MPI_Bcast"), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    } else {
+      std::vector<std::byte> send;
+      if (rank == 0) {
+        send.resize(nb * static_cast<size_t>(N));
+        for (int d = 0; d < N; ++d) {
+          Tensor s = shard_tensor(inputs.at(static_cast<size_t>(gk)), b.sharding, p.mesh, d);
+          if (s.nbytes() != nb)
+            throw std::runtime_error(fmt::format("input '{}': device {}'s shard is {} bytes, the program expects {}",
+                                                 gv.name, d, s.nbytes(), nb));
+          std::memcpy(send.data() + static_cast<size_t>(d) * nb, s.bytes.data(), nb);
+        }
+      }
+      check(MPI_Scatter(send.data(), count_of(nb, "MPI_Scatter"), MPI_BYTE, local.bytes.data(), static_cast<int>(nb),
+                        MPI_BYTE, 0, MPI_COMM_WORLD),
+            "MPI_Scatter");
+    }
+    shards[k].push_back(std::move(local));
+  }
+  r.scatter_s = seconds_since(t_scatter);
+
+  RunProgress progress;
+  if (die_at_node >= 0)
+    progress = [&](size_t done, size_t total) {
+      if (static_cast<int64_t>(done) != die_at_node) return;
+      std::fprintf(stderr, "error: rank %d: GSPMD_MPI_TEST_DIE_RANK: dying at node %zu/%zu (test hook)\n", rank, done,
+                   total);
+      std::fflush(stderr);
+      ::raise(SIGKILL);
+    };
+
+  std::vector<Tensor> local_inputs;  // device-model mode: graph inputs in order
+  if (device_model)
+    for (auto& sh : shards) local_inputs.push_back(sh[0]);
+  auto execute = [&](const RunProgress& prog_cb) {
+    return device_model ? run_device_graph(*device_model, p.mesh, rank, local_inputs, coll, prog_cb)
+                        : run_spmd_local(p, global, shards, {rank}, coll, prog_cb);
+  };
+  // Warm-up executions (untimed): oneDNN creates and JIT-compiles its primitives on first use in each process.
+  for (int w = 0; w < warmup_runs; ++w) {
+    check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    execute(w == 0 ? progress : RunProgress{});
+  }
+  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  auto t_run = Clock::now();
+  LocalRun lr = execute(warmup_runs == 0 ? progress : RunProgress{});
+  RankStats mine;
+  mine.rank = rank;
+  mine.wall_s = seconds_since(t_run);
+  mine.run_s = lr.run_s;
+  mine.compute_s = lr.devices.at(0).compute_wall_s;
+  mine.communication_s = lr.devices.at(0).communication_wall_s;
+  mine.peak_memory_bytes = lr.devices.at(0).peak_memory_bytes;
+  mine.flops = lr.host_flops;
+
+  // Outputs: gather every device's shard on rank 0 and assemble.
+  auto t_gather = Clock::now();
+  if (lr.output_shards.size() != p.outputs.size())
+    throw std::runtime_error(fmt::format("the run gave {} outputs, the program has {}", lr.output_shards.size(),
+                                         p.outputs.size()));
+  for (size_t k = 0; k < p.outputs.size(); ++k) {
+    const ProgramBinding& b = p.outputs[k];
+    const Value& lv = prog.values.at(b.local);
+    const Tensor& shard = lr.output_shards[k].at(0);
+    if (shard.dtype != lv.dtype || shard.shape != lv.shape)
+      throw std::runtime_error(fmt::format("output '{}' is {}{} but the program declares {}{}", lv.name,
+                                           dtype_name(shard.dtype), shape_str(shard.shape), dtype_name(lv.dtype),
+                                           shape_str(lv.shape)));
+    const size_t nb = shard.nbytes();
+    std::vector<std::byte> recv(rank == 0 ? nb * static_cast<size_t>(N) : 0);
+    check(MPI_Gather(shard.bytes.data(), count_of(nb, "MPI_Gather"), MPI_BYTE, recv.data(), static_cast<int>(nb),
+                     MPI_BYTE, 0, MPI_COMM_WORLD),
+          "MPI_Gather");
+    if (rank == 0) {
+      std::vector<Tensor> all(static_cast<size_t>(N), Tensor(lv.dtype, lv.shape));
+      std::vector<const Tensor*> ptrs;
+      for (int d = 0; d < N; ++d) {
+        std::memcpy(all[d].bytes.data(), recv.data() + static_cast<size_t>(d) * nb, nb);
+        ptrs.push_back(&all[d]);
+      }
+      r.outputs.push_back(assemble_tensor(ptrs, b.sharding, p.mesh, global.values.at(b.global).shape));
+    }
+  }
+  double row[6] = {mine.compute_s, mine.communication_s, mine.wall_s, static_cast<double>(mine.peak_memory_bytes),
+                   mine.flops, mine.run_s};
+  std::vector<double> rows(rank == 0 ? 6 * static_cast<size_t>(N) : 0);
+  check(MPI_Gather(row, 6, MPI_DOUBLE, rows.data(), 6, MPI_DOUBLE, 0, MPI_COMM_WORLD), "MPI_Gather (stats)");
+  if (rank == 0) {
+    for (int d = 0; d < N; ++d) {
+      RankStats s;
+      s.rank = d;
+      s.compute_s = rows[6 * d];
+      s.communication_s = rows[6 * d + 1];
+      s.wall_s = rows[6 * d + 2];
+      s.peak_memory_bytes = static_cast<int64_t>(rows[6 * d + 3]);
+      s.flops = rows[6 * d + 4];
+      s.run_s = rows[6 * d + 5];
+      r.ranks.push_back(s);
+    }
+  } else {
+    r.ranks.push_back(mine);
+  }
+  r.gather_s = seconds_since(t_gather);
+  return r;
+}
+
+uint64_t run_fingerprint(const SpmdProgram& p, const Graph& global, bool with_weights) {
+  uint64_t h = program_fingerprint(p);
+  if (!with_weights) return h;
+  for (const ProgramBinding& b : p.params) {
+    const Value& gv = global.values.at(b.global);
+    if (gv.data) h = fnv1a(h, gv.data->bytes.data(), gv.data->bytes.size());
+  }
+  for (const Value& v : p.program.values)  // program constants (folded values, small initializers)
+    if (v.is_initializer && v.data) h = fnv1a(h, v.data->bytes.data(), v.data->bytes.size());
+  return h;
+}
+
+void check_same_program(const Session& session, uint64_t fingerprint) {
+  std::vector<uint64_t> all(static_cast<size_t>(session.size()));
+  check(MPI_Allgather(&fingerprint, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD),
+        "MPI_Allgather (program fingerprints)");
+  for (int r = 1; r < session.size(); ++r)
+    if (all[r] != all[0])
+      throw RankFailure(2, fmt::format("rank {}: ranks were given different models: rank {} has program fingerprint "
+                                       "{:016x}, rank 0 has {:016x} (every rank needs the same MODEL, --shardings, "
+                                       "--mesh, --target and weights)",
+                                       session.rank(), r, all[r], all[0]));
+}
+
+}  // namespace gspmd::mpi

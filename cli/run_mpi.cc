@@ -1,0 +1,230 @@
+// gspmd-onnx run --backend mpi: one MPI rank per device (docs/mpi.md). Compiled with or without MPI support; without
+// it, --backend mpi is a one-line error (exit 2).
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+
+#ifdef GSPMD_WITH_MPI
+#include "backend/kernels/kernels.h"
+#include "backend/mpi/mpi_backend.h"
+#include "backend/profile/host_target.h"
+#include "cli/report.h"
+#include "cli/trace.h"
+#include "onnx_frontend/frontend.h"
+#endif
+
+namespace gspmd::cli {
+
+#ifndef GSPMD_WITH_MPI
+
+int cmd_run_mpi(const RunOptions&) {
+  throw InputError(
+      "--backend mpi: this gspmd-onnx was built without MPI (install openmpi-bin and libopenmpi-dev, then rebuild)");
+}
+
+#else
+
+namespace fs = std::filesystem;
+
+namespace {
+
+mpi::Failure classify(const std::exception& e) {
+  if (dynamic_cast<const InputError*>(&e)) return {2, e.what()};
+  if (dynamic_cast<const UnsupportedError*>(&e)) return {3, fmt::format("unsupported: {}", e.what())};
+  return {4, fmt::format("internal error: {}", e.what())};
+}
+
+std::string meta(const ModelInfo& info, const std::string& key) {
+  auto it = info.metadata.find(key);
+  return it == info.metadata.end() ? "" : it->second;
+}
+
+/// Loads and checks DIR/device_<rank>.onnx against the program built from MODEL. InputError naming the file.
+Graph load_device_model(const Pipeline& p, const std::string& dir, int rank) {
+  const std::string path = (fs::path(dir) / fmt::format("device_{}.onnx", rank)).string();
+  if (!fs::exists(path))
+    throw InputError(fmt::format("{}: no such file (every rank needs its device_<rank>.onnx from `partition -o {}`)",
+                                 path, dir));
+  ModelInfo info = read_model_info(path);
+  const std::string dev = meta(info, "gspmd.device"), fp = meta(info, "gspmd.program_fingerprint");
+  if (dev.empty() || fp.empty())
+    throw InputError(fmt::format("{}: not a device model written by `gspmd-onnx partition` (no gspmd.device or "
+                                 "gspmd.program_fingerprint metadata)", path));
+  if (dev != std::to_string(rank))
+    throw InputError(fmt::format("{}: holds device {}, not device {}", path, dev, rank));
+  const std::string want = fmt::format("{:016x}", program_fingerprint(p.program));
+  if (fp != want)
+    throw InputError(fmt::format("{}: partitioned from another model, sharding, mesh or target than this run "
+                                 "(program fingerprint {}, this run's is {}): run partition again",
+                                 path, fp, want));
+  LoadOptions lo;
+  lo.evaluator = [](const Node& n, const std::vector<const Tensor*>& in, int64_t opset) {
+    return run_kernel(n, in, opset);
+  };
+  Graph g = load_model(path, lo);
+  const Graph& prog = p.program.program;
+  auto same = [&](const char* what, const std::vector<int>& a, const std::vector<int>& b) {
+    if (a.size() != b.size())
+      throw InputError(fmt::format("{}: has {} graph {}s, the program has {}", path, a.size(), what, b.size()));
+    for (size_t k = 0; k < a.size(); ++k) {
+      const Value& x = g.values[a[k]];
+      const Value& y = prog.values[b[k]];
+      if (x.dtype != y.dtype || x.shape != y.shape)
+        throw InputError(fmt::format("{}: {} {} '{}' is {}{} but the program's is {}{}", path, what, k, x.name,
+                                     dtype_name(x.dtype), shape_str(x.shape), dtype_name(y.dtype), shape_str(y.shape)));
+    }
+  };
+  same("input", g.inputs, prog.inputs);
+  same("output", g.outputs, prog.outputs);
+  return g;
+}
+
+/// `--target host` under MPI: rank 0 measures this machine while the other ranks wait without spinning, scales the
+/// per-device rates by the share of the cores each rank gets (ranks on this host x OpenMP threads against the cores
+/// this process may use), and every rank uses that one target: the same program on every rank, and a prediction for
+/// ranks that run at the same time. Collective over MPI_COMM_WORLD.
+void share_host_target(mpi::Session& s) {
+  std::string text;
+  const int local_ranks = s.ranks_on_this_host();  // collective: every rank
+  if (s.rank() == 0) {
+    Target t = measure_host_target();
+    const double share =
+        std::min(1.0, static_cast<double>(host_cores()) / (static_cast<double>(local_ranks) * host_threads()));
+    t.peak_flops *= share;
+    t.hbm_bandwidth *= share;
+    t.op_overhead /= share;
+    t.name = "host";
+    text = t.to_json();
+  }
+  text = s.broadcast(text);
+  Target t = Target::from_json(text, "host target from rank 0");
+  Target::register_preset("host", [t] { return t; });
+}
+
+int run_on_rank(mpi::Session& s, const RunOptions& o) {
+  const int rank = s.rank();
+  Pipeline p;
+  Graph device;
+  std::vector<Tensor> inputs;
+  const bool from_files = !o.program_dir.empty();
+
+  // Setup: every rank on its own; failures are agreed on, so every rank reports them and exits.
+  std::optional<mpi::Failure> failure;
+  try {
+    const int64_t n = DeviceMesh::parse(o.common.mesh).num_devices();
+    if (n != s.size())
+      throw InputError(fmt::format("--mesh {} has {} devices but this MPI job has {} rank{}: start it with "
+                                   "mpirun -np {}", o.common.mesh, n, s.size(), s.size() == 1 ? "" : "s", n));
+    if (o.common.target == "host") share_host_target(s);
+    // with --program the weights come from the device files; rank 0 still needs them for --check
+    p = build_pipeline(o.common, !from_files || (o.check && rank == 0));
+    if (p.program.mesh.num_devices() != s.size())
+      throw InputError(fmt::format("the mesh {} has {} devices but this MPI job has {} ranks", p.program.mesh.str(),
+                                   p.program.mesh.num_devices(), s.size()));
+    if (from_files) device = load_device_model(p, o.program_dir, rank);
+    if (rank == 0) inputs = make_inputs(p.graph, o);
+  } catch (const std::exception& e) {
+    failure = classify(e);
+  }
+  s.agree(failure);
+  mpi::check_same_program(s, mpi::run_fingerprint(p.program, p.graph, !from_files));
+
+  // The run: a failure from here on may leave other ranks blocked in a collective, so it aborts the job.
+  try {
+    int64_t die_at = -1;
+    if (const char* env = std::getenv("GSPMD_MPI_TEST_DIE_RANK"); env && std::atoi(env) == rank) {
+      size_t nodes = from_files ? device.nodes.size() : p.program.program.nodes.size();
+      die_at = static_cast<int64_t>(std::max<size_t>(nodes / 2, 1));
+    }
+    mpi::MpiRun run = mpi::run_mpi(s, p.program, p.graph, inputs, from_files ? &device : nullptr, o.warmup, die_at);
+    if (rank != 0) return 0;
+
+    PodRun pod;
+    pod.outputs = std::move(run.outputs);
+    double max_wall = 0, max_step = 0, sum_compute = 0, sum_comm = 0, max_compute = 0, max_comm = 0;
+    nlohmann::json per_rank = nlohmann::json::array();
+    for (const mpi::RankStats& r : run.ranks) {
+      DeviceStats d;
+      d.device = r.rank;
+      d.peak_memory_bytes = r.peak_memory_bytes;
+      d.compute_wall_s = r.compute_s;
+      d.communication_wall_s = r.communication_s;
+      pod.devices.push_back(d);
+      pod.host_flops += r.flops;
+      max_wall = std::max(max_wall, r.wall_s);
+      max_step = std::max(max_step, r.run_s);
+      sum_compute += r.compute_s;
+      sum_comm += r.communication_s;
+      max_compute = std::max(max_compute, r.compute_s);
+      max_comm = std::max(max_comm, r.communication_s);
+      per_rank.push_back({{"rank", r.rank}, {"device", r.rank}, {"compute_s", r.compute_s},
+                          {"communication_s", r.communication_s}, {"step_s", r.run_s}, {"wall_s", r.wall_s},
+                          {"peak_memory_bytes", r.peak_memory_bytes}});
+    }
+    pod.wall_s = max_step;
+    const double nr = static_cast<double>(std::max<size_t>(run.ranks.size(), 1));
+
+    CheckResult check;
+    if (o.check) {
+      PodRun ref = run_single(p.graph, inputs);
+      check = compare_outputs(p.graph, pod.outputs, ref.outputs, o.rtol, o.atol);
+    }
+    if (!o.outputs_dir.empty()) {
+      fs::create_directories(o.outputs_dir);
+      for (size_t i = 0; i < pod.outputs.size(); ++i)
+        write_tensor_pb((fs::path(o.outputs_dir) / fmt::format("output_{}.pb", i)).string(), pod.outputs[i],
+                        p.graph.values[p.graph.outputs[i]].name);
+    }
+    CostReport cost = p.cost(o.common.overlap);
+    nlohmann::json report = make_report(p, cost, &pod, o.check ? &check : nullptr);
+    report["backend"] = "mpi";
+    report["measured"] = {
+        {"ranks", run.ranks.size()},
+        {"program", from_files ? "device files" : "spmd"},
+        {"warmup_runs", o.warmup},
+        {"step_time_s", max_step},
+        {"wall_s", max_wall},
+        {"compute_time_s", sum_compute / nr},
+        {"communication_time_s", sum_comm / nr},
+        {"max_compute_s", max_compute},
+        {"max_communication_s", max_comm},
+        {"scatter_s", run.scatter_s},
+        {"gather_s", run.gather_s},
+        {"per_rank", per_rank},
+    };
+    if (!o.report.empty()) write_json(o.report, report);
+    if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name);
+    print_summary(report, o.common.model);
+    fmt::print("mpi       {} ranks, step {:.3f} ms measured (compute {:.3f} ms, communication {:.3f} ms, mean over "
+               "ranks; slowest rank's step {:.3f} ms)\n",
+               run.ranks.size(), 1e3 * (sum_compute + sum_comm) / nr, 1e3 * sum_compute / nr, 1e3 * sum_comm / nr,
+               1e3 * max_step);
+    std::fflush(stdout);
+    return o.check && !check.passed ? 1 : 0;
+  } catch (const std::exception& e) {
+    mpi::Failure f = classify(e);
+    fmt::print(stderr, "error: rank {}: {}\n", rank, f.message);
+    s.abort(f.exit_code);
+  }
+}
+
+}  // namespace
+
+int cmd_run_mpi(const RunOptions& o) {
+  mpi::Session s;
+  try {
+    return run_on_rank(s, o);
+  } catch (const mpi::RankFailure& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    std::fflush(stderr);
+    s.exiting_with_error(e.exit_code);
+    return e.exit_code;
+  }
+}
+
+#endif
+
+}  // namespace gspmd::cli
