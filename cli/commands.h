@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
+#include "core/auto/auto.h"
 #include "core/cost/cost.h"
 #include "core/ir/ir.h"
 #include "core/partition/spmd.h"
@@ -19,6 +22,8 @@ struct CommonOptions {
   std::vector<std::string> dims;    // --dim NAME=VALUE
   std::string target = "tpu-v3";    // --target
   bool overlap = false;             // --overlap: collectives overlap independent compute in the simulated step
+  bool auto_search = false;         // --auto: search shardings for what the sharding file leaves open (core/auto)
+  std::string memory_limit;         // --memory-limit BYTES for --auto ("" = the target's HBM)
 };
 
 /// The loaded model and everything derived from it, in pipeline order.
@@ -28,10 +33,16 @@ struct Pipeline {
   std::string sharding_file;  // the file actually read ("" if none)
   ShardingPlan plan;
   SpmdProgram program;
+  std::optional<AutoResult> auto_result;  // --auto: the search's choices, cost and baselines
 };
 
-/// Loads MODEL, reads the sharding file, propagates and partitions. Throws InputError for bad input.
+/// Loads MODEL, reads the sharding file, (with --auto) searches the open shardings, propagates and partitions.
+/// Throws InputError for bad input (including --memory-limit that is not a positive number of bytes, and --auto
+/// when no plan fits in memory).
 Pipeline build_pipeline(const CommonOptions& o, bool load_data = true);
+/// --memory-limit text -> bytes: a positive decimal number ("8589934592", "8e9"); "" -> 0 (the target's HBM).
+/// Throws InputError("--memory-limit: 'x' is not a positive number of bytes").
+int64_t parse_memory_limit(const std::string& text);
 
 struct PartitionOptions {
   CommonOptions common;

@@ -17,6 +17,8 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_option("--dim", o.dims, "bind a symbolic input dimension, NAME=VALUE (repeatable)");
   c->add_option("--target", o.target, "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, or a JSON file");
   c->add_flag("--overlap", o.overlap, "simulated step: overlap collectives with independent compute (default off)");
+  c->add_flag("--auto", o.auto_search, "search shardings for everything the sharding file leaves open");
+  c->add_option("--memory-limit", o.memory_limit, "--auto: per-device peak memory limit in bytes (default: HBM)");
 }
 
 }  // namespace

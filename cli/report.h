@@ -22,7 +22,8 @@ struct CheckResult {
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
                             double rtol, double atol);
 
-/// Builds the report (CLI.md fields). `run` and `check` may be null (partition: no measured fields).
+/// Builds the report (CLI.md fields). `run` and `check` may be null (partition: no measured fields). With --auto,
+/// "auto" holds the search: time, evaluations, the chosen plan's cost, the baselines' and every group's choice.
 nlohmann::json make_report(const Pipeline& p, const Target& t, const CostReport& cost, const PodRun* run,
                            const CheckResult* check);
 
