@@ -125,6 +125,7 @@ void Search::add_candidates(Group& gr, const std::vector<int>& dims) const {
   for (int a = 0; a < mesh_.rank(); ++a)
     if (mesh_.shape[a] > 1) axes.push_back(a);
   gr.candidates.push_back(std::nullopt);  // free
+  if (axes.empty()) return;               // a mesh of one device: nothing to choose
   // Every map axis -> dim in `dims` or none: (|dims| + 1)^axes assignments.
   std::vector<int> choice(axes.size(), -1);
   std::set<std::vector<std::vector<int>>> seen;
@@ -190,6 +191,11 @@ void Search::find_groups() {
     }
     groups_[it->second].members.push_back(v);
   }
+  // Groups whose display keys collide (same layer key, different shapes) show their shape too.
+  std::map<std::string, int> uses;
+  for (const Group& gr : groups_) ++uses[gr.key];
+  for (Group& gr : groups_)
+    if (uses[gr.key] > 1) gr.key += " " + shape_str(g_.values[gr.members[0]].shape);
   for (Group& gr : groups_) add_candidates(gr, allowed_dims(gr.members[0], consumers));
 }
 

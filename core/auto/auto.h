@@ -55,7 +55,8 @@ struct AutoPlanCost {
 
 /// The decision for one group of tied variables.
 struct AutoChoice {
-  std::string group;                // display key: the first member's name with layer numbers as '#'
+  std::string group;                // display key: the first member's name with layer numbers as '#' (plus the
+                                    // shape when another group has the same key)
   std::vector<int> values;          // value ids of the members (graph order)
   bool annotated = false;           // false: left to propagation ("free")
   TensorSharding sharding;          // on the user's mesh, when annotated
