@@ -177,6 +177,21 @@ TEST(AutoPartition, WritesThePlanWhichReadsBackToTheSameProgram) {
   EXPECT_DOUBLE_EQ(pinned["simulated"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
   EXPECT_EQ(pinned["collectives"], rep["collectives"]);
   EXPECT_DOUBLE_EQ(rep["auto"]["chosen"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
+  // The short file (only the annotations that produce the plan) pins it too.
+  ASSERT_TRUE(fs::exists(d / "out" / "auto.sharding.json"));
+  nlohmann::json short_file = read_json(d / "out" / "auto.sharding.json");
+  EXPECT_LT(short_file["tensors"].size(), read_json(d / "out" / "shardings.json")["tensors"].size());
+  CmdResult s2 = cli("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings " +
+                         (d / "out" / "auto.sharding.json").string() + " --report " + (d / "short.json").string(),
+                     "auto_pinned_short");
+  ASSERT_EQ(s2.code, 0) << s2.out << s2.err;
+  nlohmann::json pinned2 = read_json(d / "short.json");
+  EXPECT_DOUBLE_EQ(pinned2["simulated"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
+  EXPECT_EQ(pinned2["collectives"], rep["collectives"]);
+  EXPECT_NE(p.out.find("wrote     " + (d / "out").string() + "/device_{0..3}.onnx, shardings.json, auto.sharding.json, "
+                       "report.json"),
+            std::string::npos)
+      << p.out;
 }
 
 TEST(AutoConstraints, TheSidecarsAnnotationsAreKept) {
