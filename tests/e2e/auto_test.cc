@@ -85,10 +85,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         DecoderCase{"d4_1024_4x4", "--layers 4 --d-model 1024 --heads 16 --vocab 32000 --batch 64 --seq 512", "4x4"},
         DecoderCase{"d4_2048_8x8", "--layers 4 --d-model 2048 --heads 16 --vocab 32000 --batch 64 --seq 512", "8x8"},
+        DecoderCase{"d24_1024_4x4", "--layers 24 --d-model 1024 --heads 16 --vocab 32000 --batch 64 --seq 512", "4x4"},
         DecoderCase{"d24_1024_8x8", "--layers 24 --d-model 1024 --heads 16 --vocab 32000 --batch 64 --seq 512", "8x8"},
         // 24 x 12 x 4096^2 weights are 19 GiB of float32: data parallelism does not fit, Megatron does.
         DecoderCase{"d24_4096_4x4", "--layers 24 --d-model 4096 --heads 32 --vocab 32000 --batch 64 --seq 1024",
-                    "4x4"}),
+                    "4x4"},
+        DecoderCase{"d24_4096_8x8", "--layers 24 --d-model 4096 --heads 32 --vocab 32000 --batch 64 --seq 1024",
+                    "8x8"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
@@ -130,11 +133,24 @@ TEST(AutoCnn, Resnet18IsAtLeastDataParallel) {
   const Export& e = exported("resnet18");
   ASSERT_TRUE(e.error.empty()) << e.error;
   const std::string model = (e.dir / "resnet18.onnx").string();
-  Sim dp = simulate(model, "--mesh 2x2 --shardings " + (e.dir / "resnet18.data.sharding.json").string(), "cnn_dp");
-  Sim a = simulate(model, "--mesh 2x2 --shardings " + empty_sidecar("cnn").string() + " --auto", "cnn_auto");
-  ASSERT_GT(a.step, 0);
-  EXPECT_LE(a.step, dp.step * (1 + 1e-9)) << a.report["auto"].dump(1);
-  EXPECT_LE(a.peak, a.report["auto"]["memory_limit_bytes"].get<int64_t>());
+  // The committed data-parallel sidecar is for 2x2; on a 1-D mesh of 4 the same batch split is written here.
+  fs::path dp4 = scratch("auto_cnn_dp4") / "dp4.sharding.json";
+  std::ofstream(dp4) << "{\"mesh\": {\"shape\": [4], \"axes\": [\"data\"]}, \"tensors\": "
+                        "{\"input\": [\"data\", null, null, null]}}\n";
+  for (const auto& [mesh, dp_file] : {std::pair<std::string, fs::path>{"2x2", e.dir / "resnet18.data.sharding.json"},
+                                      std::pair<std::string, fs::path>{"4", dp4}}) {
+    SCOPED_TRACE(mesh);
+    Sim dp = simulate(model, "--mesh " + mesh + " --shardings " + dp_file.string(), "cnn_dp" + mesh);
+    Sim a = simulate(model, "--mesh " + mesh + " --shardings " + empty_sidecar("cnn").string() + " --auto",
+                     "cnn_auto" + mesh);
+    ASSERT_GT(a.step, 0);
+    ASSERT_GT(dp.step, 0);
+    EXPECT_LE(a.step, dp.step * (1 + 1e-9)) << a.report["auto"].dump(1);
+    EXPECT_LE(a.peak, a.report["auto"]["memory_limit_bytes"].get<int64_t>());
+    // The data-parallel seed is the sidecar's plan.
+    for (const auto& b : a.report["auto"]["baselines"])
+      if (b["name"] == "data-parallel") EXPECT_DOUBLE_EQ(b["step_time_s"].get<double>(), dp.step);
+  }
 }
 
 // The chosen plans run correctly on the emulated pod.
