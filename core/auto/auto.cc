@@ -44,6 +44,8 @@ struct Group {
   std::string key;
   std::vector<int> members;
   bool is_input = false;
+  bool is_activation = false;  // the activation operand of a contraction over a weight group
+  int act_group = -1;          // weight groups: the group of their contraction's activation operand, if any
   std::vector<std::optional<TensorSharding>> candidates;
 };
 
@@ -71,7 +73,10 @@ class Search {
 
  private:
   void find_groups();
-  std::vector<int> allowed_dims(int v, const std::vector<std::vector<int>>& consumers) const;
+  /// Dims of value v that every consuming rule lets be split (and that have at least 2 elements). For activations
+  /// (`pass_through_only`), only dims whose factors are pass-through everywhere: the batch-like dims that decide
+  /// where a contraction runs (contracted and windowed dims follow from the weights and propagation).
+  std::vector<int> allowed_dims(int v, const std::vector<std::vector<int>>& consumers, bool pass_through_only) const;
   void add_candidates(Group& gr, const std::vector<int>& dims) const;
   int candidate_index(const Group& gr, const TensorSharding& s) const;
   Annotations annotations(const std::vector<int>& assign) const;
@@ -81,6 +86,11 @@ class Search {
   /// From the Megatron seed: every weight it splits over the model axis gets the other mesh axes on its other dim
   /// (the GSPMD paper's 2D weight sharding, section 5.1); inputs are left free. The plan with the least weight memory.
   std::vector<int> two_d_seed(const std::vector<int>& megatron) const;
+  /// Data parallel over every axis where the weights fit, Megatron where they do not: starting from the data-parallel
+  /// seed, weight groups take their Megatron split, largest first, until the plan fits; a column-parallel group's
+  /// activation operand is pinned to the batch over the data axes only (it is all-gathered over the model axis
+  /// there). The activations between these Megatron islands stay split over every axis.
+  std::vector<int> hybrid_seed(const std::vector<int>& dp, const std::vector<int>& megatron);
   /// Axes (mesh order, size > 1) assigned greedily to a dim of size `dim` while the shard count still fits in it.
   std::vector<int> fitting_axes(const std::vector<int>& axes, int64_t dim) const;
 
@@ -91,10 +101,13 @@ class Search {
   int64_t limit_ = 0;
   std::vector<Group> groups_;
   std::map<std::vector<int>, AutoPlanCost> memo_;
+  int model_axis_ = -1;                 // the Megatron seed's model axis
+  std::vector<bool> megatron_column_;   // per group: the Megatron seed splits it column-parallel
   int evaluations_ = 0;
 };
 
-std::vector<int> Search::allowed_dims(int v, const std::vector<std::vector<int>>& consumers) const {
+std::vector<int> Search::allowed_dims(int v, const std::vector<std::vector<int>>& consumers,
+                                      bool pass_through_only) const {
   const int rank = static_cast<int>(g_.values[v].shape.size());
   std::vector<bool> ok(rank, true), seen(rank, false);
   for (int n : consumers[v]) {
@@ -106,8 +119,10 @@ std::vector<int> Search::allowed_dims(int v, const std::vector<std::vector<int>>
       const DimFactors& df = rule->operands[i];
       for (int d = 0; d < rank && d < static_cast<int>(df.size()); ++d) {
         if (df[d].empty()) ok[d] = false;
-        for (int f : df[d])
+        for (int f : df[d]) {
           if (rule->factor_kinds[f] == FactorKind::kNeedReplication) ok[d] = false;
+          if (pass_through_only && rule->factor_kinds[f] != FactorKind::kPassThrough) ok[d] = false;
+        }
         seen[d] = true;
       }
     }
@@ -175,28 +190,66 @@ void Search::find_groups() {
     }
     if (contracted) vars.push_back(v);
   }
+  // The activation operands of contractions over those weights (the input of q/k/v, of a Megatron MLP's first
+  // matmul...): activation names carry no layer number, so each is tied through its weight's layer key.
+  std::set<int> weights;
+  for (int v : vars)
+    if (!inputs.count(v)) weights.insert(v);
+  std::map<int, int> act_weight;  // activation value -> the weight of its first contracting consumer
+  for (const Node& node : g_.nodes) {
+    std::optional<OpShardingRule> rule;
+    int w = -1;
+    for (size_t i = 0; i < node.inputs.size() && w < 0; ++i) {
+      if (!weights.count(node.inputs[i])) continue;
+      if (!rule) rule = get_rule(g_, node);
+      if (!rule || i >= rule->operands.size()) break;
+      for (const auto& fs : rule->operands[i])
+        for (int f : fs)
+          if (rule->factor_kinds[f] == FactorKind::kReduction) w = node.inputs[i];
+    }
+    if (w < 0) continue;
+    for (int v : node.inputs) {
+      if (v < 0 || v == w || act_weight.count(v) || cons_.by_value.count(v) || inputs.count(v)) continue;
+      const Value& val = g_.values[v];
+      if (val.is_initializer || val.shape.empty()) continue;
+      act_weight[v] = w;
+      vars.push_back(v);
+    }
+  }
   std::stable_sort(vars.begin(), vars.end(), [&](int a, int b) { return first_use[a] < first_use[b]; });
   std::map<std::string, size_t> index;
   for (int v : vars) {
     const Value& val = g_.values[v];
     const bool is_input = inputs.count(v) > 0;
-    std::string key = fmt::format("{}|{}|{}|{}", is_input, layer_key(val.name), shape_str(val.shape),
+    const bool is_act = act_weight.count(v) > 0;
+    const std::string name = is_act ? "input of " + layer_key(g_.values[act_weight[v]].name) : layer_key(val.name);
+    std::string key = fmt::format("{}|{}|{}|{}|{}", is_input, is_act, name, shape_str(val.shape),
                                   static_cast<int>(val.dtype));
     auto [it, fresh] = index.emplace(key, groups_.size());
     if (fresh) {
       Group gr;
-      gr.key = layer_key(val.name);
+      gr.key = name;
       gr.is_input = is_input;
+      gr.is_activation = is_act;
       groups_.push_back(gr);
     }
     groups_[it->second].members.push_back(v);
+  }
+  // Each weight group points at the activation group of its first member's contraction.
+  std::map<int, size_t> group_of;
+  for (size_t k = 0; k < groups_.size(); ++k)
+    for (int v : groups_[k].members) group_of[v] = k;
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    if (!groups_[k].is_activation) continue;
+    Group& wg = groups_[group_of[act_weight[groups_[k].members[0]]]];
+    if (wg.act_group < 0) wg.act_group = static_cast<int>(k);
   }
   // Groups whose display keys collide (same layer key, different shapes) show their shape too.
   std::map<std::string, int> uses;
   for (const Group& gr : groups_) ++uses[gr.key];
   for (Group& gr : groups_)
     if (uses[gr.key] > 1) gr.key += " " + shape_str(g_.values[gr.members[0]].shape);
-  for (Group& gr : groups_) add_candidates(gr, allowed_dims(gr.members[0], consumers));
+  for (Group& gr : groups_) add_candidates(gr, allowed_dims(gr.members[0], consumers, gr.is_activation));
 }
 
 int Search::candidate_index(const Group& gr, const TensorSharding& s) const {
@@ -275,13 +328,15 @@ std::optional<std::vector<int>> Search::megatron_seed() {
   for (int a = mesh_.rank() - 1; a >= 0 && model < 0; --a)
     if (mesh_.shape[a] > 1) model = a;
   if (model < 0) return std::nullopt;
+  model_axis_ = model;
+  megatron_column_.assign(groups_.size(), false);
   std::vector<int> data_axes;
   for (int a = 0; a < mesh_.rank(); ++a)
     if (a != model) data_axes.push_back(a);
   std::vector<int> assign = data_parallel_seed(data_axes);
   const auto consumers = g_.consumers();
   for (size_t k = 0; k < groups_.size(); ++k) {
-    if (groups_[k].is_input) continue;
+    if (groups_[k].is_input || groups_[k].is_activation) continue;
     const int w = groups_[k].members[0];
     const Shape& shape = g_.values[w].shape;
     // The first consumer that contracts over the weight decides: if its other operands already arrive split over
@@ -325,6 +380,7 @@ std::optional<std::vector<int>> Search::megatron_seed() {
       TensorSharding s = TensorSharding::replicated(static_cast<int>(shape.size()));
       s.dims[dim] = {model};
       assign[k] = candidate_index(groups_[k], s);
+      megatron_column_[k] = !row && assign[k] != 0;
       break;
     }
   }
@@ -335,7 +391,7 @@ std::vector<int> Search::two_d_seed(const std::vector<int>& megatron) const {
   std::vector<int> assign(groups_.size(), 0);
   for (size_t k = 0; k < groups_.size(); ++k) {
     const auto& c = groups_[k].candidates[megatron[k]];
-    if (groups_[k].is_input || !c || c->rank() != 2) continue;
+    if (groups_[k].is_input || groups_[k].is_activation || !c || c->rank() != 2) continue;
     const int model_dim = c->dims[0].empty() ? 1 : 0;
     TensorSharding s = *c;
     std::vector<int> others;
@@ -344,6 +400,36 @@ std::vector<int> Search::two_d_seed(const std::vector<int>& megatron) const {
         others.push_back(a);
     s.dims[1 - model_dim] = fitting_axes(others, g_.values[groups_[k].members[0]].shape[1 - model_dim]);
     assign[k] = candidate_index(groups_[k], s);
+  }
+  return assign;
+}
+
+std::vector<int> Search::hybrid_seed(const std::vector<int>& dp, const std::vector<int>& megatron) {
+  std::vector<int> assign = dp;
+  AutoPlanCost c = evaluate(assign);
+  std::vector<size_t> order;
+  for (size_t k = 0; k < groups_.size(); ++k)
+    if (!groups_[k].is_input && !groups_[k].is_activation && megatron[k] != 0) order.push_back(k);
+  auto bytes = [&](size_t k) {
+    const Value& v = g_.values[groups_[k].members[0]];
+    return num_elements(v.shape) * static_cast<int64_t>(dtype_size(v.dtype)) *
+           static_cast<int64_t>(groups_[k].members.size());
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes(a) > bytes(b); });
+  std::vector<int> data_axes;
+  for (int a = 0; a < mesh_.rank(); ++a)
+    if (a != model_axis_) data_axes.push_back(a);
+  for (size_t k : order) {
+    if (c.valid && c.fits) break;
+    assign[k] = megatron[k];
+    const int act = groups_[k].act_group;
+    if (megatron_column_[k] && act >= 0) {
+      const Shape& shape = g_.values[groups_[act].members[0]].shape;
+      TensorSharding s = TensorSharding::replicated(static_cast<int>(shape.size()));
+      s.dims[0] = fitting_axes(data_axes, shape[0]);
+      assign[act] = candidate_index(groups_[act], s);
+    }
+    c = evaluate(assign);
   }
   return assign;
 }
@@ -369,6 +455,7 @@ AutoResult Search::run() {
   if (auto m = megatron_seed()) {
     seeds.emplace_back(mesh_.rank() >= 2 ? "megatron+data" : "megatron", *m);
     if (mesh_.rank() >= 2) seeds.emplace_back("2d-weights", two_d_seed(*m));
+    seeds.emplace_back("hybrid", hybrid_seed(seeds[1].second, *m));
   }
 
   std::vector<int> cur = seeds[0].second;

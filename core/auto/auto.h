@@ -5,16 +5,19 @@
 //
 // In short (OneFlow's auto-parallel and Alpa's intra-op pass choose per-op strategies; we choose annotations and let
 // Shardy-style propagation and the partitioner derive every op's strategy, so what is costed is exactly what runs):
-//  - variables: graph inputs and the weights a factor rule contracts over (MatMul/Gemm/Conv/Gather...);
+//  - variables: graph inputs, the weights a factor rule contracts over (MatMul/Gemm/Conv/Gather...) and the
+//    activation operands of those contractions;
 //  - per variable, candidates from the factor rules: for each mesh axis, the tensor dim (factor) it splits, or none,
-//    skipping dims whose factor must stay replicated and dims smaller than the axis; plus "free" (no annotation:
-//    propagation decides);
+//    skipping dims whose factor must stay replicated and dims smaller than the axis (activations: pass-through dims
+//    only); plus "free" (no annotation: propagation decides);
 //  - repeated layers: variables whose names differ only in whole numeric name components (h.3.attn.q.weight ->
-//    h.#.attn.q.weight) and have the same shape and type are one group with one decision, so the number of decisions
-//    does not grow with the number of layers;
+//    h.#.attn.q.weight) and have the same shape and type are one group with one decision; an activation operand is
+//    tied through its weight ("input of h.#.mlp.fc_in.weight"); so the number of decisions does not grow with the
+//    number of layers;
 //  - seeds: everything free, data parallel over all mesh axes, data parallel over the first axis, Megatron + data
-//    (the last axis splits the contractions' weights, alternating column / row as the propagated activations
-//    dictate, the others split the batch);
+//    (the model axis splits the contractions' weights, alternating column / row as the propagated activations
+//    dictate, the others split the batch), 2D weights, and a hybrid (data parallel, with Megatron on the largest
+//    weight groups until the plan fits);
 //  - coordinate descent from the best seed: per group, every candidate is evaluated with the rest fixed and the best
 //    is kept; sweeps repeat until one changes nothing (or the time budget is spent).
 // Every evaluation is the real pipeline (refine_for_reshapes, propagate, partition with the reshard planner,

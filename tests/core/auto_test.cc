@@ -2,6 +2,8 @@
 // no-fit error.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/auto/auto.h"
 #include "core/cost/cost.h"
 #include "core/partition/spmd.h"
@@ -46,8 +48,12 @@ TEST(AutoShard, RepeatedLayersAreOneDecisionAndTheCostIsThePipelines) {
   AutoOptions o;
   o.target = Target::load("tpu-v3");
   AutoResult r = auto_shard(g, cons, o);
-  EXPECT_EQ(r.variables, 13);  // x and 12 weights
-  EXPECT_EQ(r.groups, 3);      // x, h.#.w1, h.#.w2
+  // x, 12 weights, and the activation operands of the 12 matmuls but the first (x): 5 residual sums, 6 relus.
+  EXPECT_EQ(r.variables, 24);
+  EXPECT_EQ(r.groups, 5);  // x, h.#.w1, h.#.w2, input of h.#.w1, input of h.#.w2
+  std::set<std::string> keys;
+  for (const AutoChoice& c : r.choices) keys.insert(c.group);
+  EXPECT_EQ(keys, (std::set<std::string>{"x", "h.#.w1", "h.#.w2", "input of h.#.w1", "input of h.#.w2"}));
   ASSERT_TRUE(r.chosen.valid);
   EXPECT_TRUE(r.chosen.fits);
   // Members of a group share the decision.
