@@ -81,6 +81,7 @@ nlohmann::json auto_json(const AutoResult& a, const Graph& g, const DeviceMesh& 
           {"variables", a.variables},
           {"groups", a.groups},
           {"sweeps", a.sweeps},
+          {"starts", a.starts},
           {"budget_exhausted", a.budget_exhausted},
           {"memory_limit_bytes", a.memory_limit_bytes},
           {"chosen", cost_json(a.chosen)},
@@ -216,9 +217,10 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
                human_bytes(s["per_device"][0]["peak_memory_bytes"].get<double>()));
   if (r.contains("auto")) {
     const auto& a = r["auto"];
-    fmt::print("auto      searched {} plans in {} ({} decisions for {} tensors, {} sweeps{}), memory limit {}\n",
+    fmt::print("auto      searched {} plans in {} ({} decisions for {} tensors, {} descents, {} sweeps{}), memory "
+               "limit {}\n",
                a["evaluations"].get<int64_t>(), human_time(a["search_time_s"].get<double>()), a["groups"].get<int64_t>(),
-               a["variables"].get<int64_t>(), a["sweeps"].get<int64_t>(),
+               a["variables"].get<int64_t>(), a["starts"].get<int64_t>(), a["sweeps"].get<int64_t>(),
                a["budget_exhausted"].get<bool>() ? ", time budget spent" : "",
                human_bytes(a["memory_limit_bytes"].get<double>()));
     for (const auto& c : a["choices"]) {

@@ -458,37 +458,54 @@ AutoResult Search::run() {
     seeds.emplace_back("hybrid", hybrid_seed(seeds[1].second, *m));
   }
 
-  std::vector<int> cur = seeds[0].second;
-  AutoPlanCost best = evaluate(cur, /*rethrow=*/true);
+  evaluate(seeds[0].second, /*rethrow=*/true);
+  std::vector<std::pair<AutoPlanCost, std::vector<int>>> starts;  // distinct seeds, best first
   for (size_t i = 0; i < seeds.size(); ++i) {
     AutoPlanCost c = evaluate(seeds[i].second);
     c.name = seeds[i].first;
     if (seeds[i].first == "replicated" || seeds[i].first == "data-parallel" || seeds[i].first.rfind("megatron", 0) == 0)
       res.baselines.push_back(c);
-    if (better(c, best)) best = c, cur = seeds[i].second;
+    bool seen = false;
+    for (const auto& st : starts) seen |= st.second == seeds[i].second;
+    if (!seen) starts.emplace_back(c, seeds[i].second);
   }
+  std::stable_sort(starts.begin(), starts.end(), [](const auto& a, const auto& b) { return better(a.first, b.first); });
 
-  // Coordinate descent over the groups.
-  for (int sweep = 0; sweep < o_.max_sweeps && !res.budget_exhausted; ++sweep) {
-    ++res.sweeps;
-    bool changed = false;
-    for (size_t k = 0; k < groups_.size() && !res.budget_exhausted; ++k) {
-      int best_opt = cur[k];
-      for (int opt = 0; opt < static_cast<int>(groups_[k].candidates.size()); ++opt) {
-        if (opt == cur[k]) continue;
-        if (elapsed() > o_.time_budget_s) {
-          res.budget_exhausted = true;
-          break;
+  // Coordinate descent over the groups from the best seed. A local search is path dependent, and when memory is
+  // tight the least-memory seed is not always the one whose neighbourhood holds a plan that fits: while no fitting
+  // plan is found, the descent is repeated from the next best distinct seed (three starts at most, and only while
+  // half the time budget is left).
+  std::vector<int> best_assign = starts[0].second;
+  AutoPlanCost best = starts[0].first;
+  const size_t max_starts = std::min<size_t>(3, starts.size());
+  for (size_t st = 0; st < max_starts && !res.budget_exhausted; ++st) {
+    if (st > 0 && (best.fits || elapsed() > o_.time_budget_s / 2)) break;
+    std::vector<int> cur = starts[st].second;
+    AutoPlanCost cur_cost = starts[st].first;
+    for (int sweep = 0; sweep < o_.max_sweeps && !res.budget_exhausted; ++sweep) {
+      ++res.sweeps;
+      bool changed = false;
+      for (size_t k = 0; k < groups_.size() && !res.budget_exhausted; ++k) {
+        int best_opt = cur[k];
+        for (int opt = 0; opt < static_cast<int>(groups_[k].candidates.size()); ++opt) {
+          if (opt == cur[k]) continue;
+          if (elapsed() > o_.time_budget_s) {
+            res.budget_exhausted = true;
+            break;
+          }
+          std::vector<int> a = cur;
+          a[k] = opt;
+          AutoPlanCost c = evaluate(a);
+          if (better(c, cur_cost)) cur_cost = c, best_opt = opt;
         }
-        std::vector<int> a = cur;
-        a[k] = opt;
-        AutoPlanCost c = evaluate(a);
-        if (better(c, best)) best = c, best_opt = opt;
+        if (best_opt != cur[k]) cur[k] = best_opt, changed = true;
       }
-      if (best_opt != cur[k]) cur[k] = best_opt, changed = true;
+      if (!changed) break;
     }
-    if (!changed) break;
+    ++res.starts;
+    if (better(cur_cost, best)) best = cur_cost, best_assign = cur;
   }
+  const std::vector<int>& cur = best_assign;
 
   best.name = "auto";
   res.chosen = best;

@@ -19,7 +19,8 @@
 //    dictate, the others split the batch), 2D weights, and a hybrid (data parallel, with Megatron on the largest
 //    weight groups until the plan fits);
 //  - coordinate descent from the best seed: per group, every candidate is evaluated with the rest fixed and the best
-//    is kept; sweeps repeat until one changes nothing (or the time budget is spent).
+//    is kept; sweeps repeat until one changes nothing (or the time budget is spent); while no plan fits, the descent
+//    is repeated from the next best distinct seed (three starts at most).
 // Every evaluation is the real pipeline (refine_for_reshapes, propagate, partition with the reshard planner,
 // simulate_cost, static_peak_memory); O(groups * candidates * sweeps) evaluations, each linear in the graph size.
 #pragma once
@@ -76,7 +77,8 @@ struct AutoResult {
   int evaluations = 0;              // pipeline evaluations run (cache hits excluded)
   int variables = 0;                // tensors decided by the search
   int groups = 0;                   // decisions after tying repeated layers
-  int sweeps = 0;                   // coordinate-descent sweeps run
+  int sweeps = 0;                   // coordinate-descent sweeps run, over all starts
+  int starts = 0;                   // descents run (more than one only while no plan fitted; at most 3)
   bool budget_exhausted = false;    // the time budget stopped the descent
 };
 
