@@ -19,7 +19,8 @@ std::string device_list(const std::vector<int64_t>& ds) {
 
 std::string plan_line(const AutoPlanCost& c) {
   if (!c.valid) return fmt::format("{:<14} cannot be partitioned: {}", c.name, c.error);
-  return fmt::format("{:<14} step {:.6g} s (compute {:.6g} s, communication {:.6g} s), peak memory {} bytes per device{}",
+  return fmt::format("{:<14} step {:.6g} s (compute {:.6g} s, communication {:.6g} s), peak memory {} bytes per "
+                     "device{}",
                      c.name, c.step_time_s, c.compute_time_s, c.communication_time_s, c.peak_memory_bytes,
                      c.fits ? "" : " (does not fit)");
 }

@@ -219,8 +219,9 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
     const auto& a = r["auto"];
     fmt::print("auto      searched {} plans in {} ({} decisions for {} tensors, {} descents, {} sweeps{}), memory "
                "limit {}\n",
-               a["evaluations"].get<int64_t>(), human_time(a["search_time_s"].get<double>()), a["groups"].get<int64_t>(),
-               a["variables"].get<int64_t>(), a["starts"].get<int64_t>(), a["sweeps"].get<int64_t>(),
+               a["evaluations"].get<int64_t>(), human_time(a["search_time_s"].get<double>()),
+               a["groups"].get<int64_t>(), a["variables"].get<int64_t>(), a["starts"].get<int64_t>(),
+               a["sweeps"].get<int64_t>(),
                a["budget_exhausted"].get<bool>() ? ", time budget spent" : "",
                human_bytes(a["memory_limit_bytes"].get<double>()));
     for (const auto& c : a["choices"]) {
