@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
+#include "core/auto/auto.h"
 #include "core/cost/cost.h"
 #include "core/ir/ir.h"
 #include "core/partition/spmd.h"
@@ -20,6 +23,8 @@ struct CommonOptions {
   std::string target = "tpu-v3";    // --target
   std::string device_order;         // --device-order "y,x" ("" = the default mapping; Target::parse_device_order)
   bool overlap = false;             // --overlap: collectives overlap independent compute in the simulated step
+  bool auto_search = false;         // --auto: search shardings for what the sharding file leaves open (core/auto)
+  std::string memory_limit;         // --memory-limit BYTES for --auto ("" = the target's HBM)
 };
 
 /// The loaded model and everything derived from it, in pipeline order.
@@ -31,18 +36,24 @@ struct Pipeline {
   ShardingPlan plan;
   SpmdProgram program;
   /// Wall time of each stage (s), reported as "compile_time_s": loading (with the sharding file), propagation
-  /// (with sub-axis refinement), partitioning, and costing (set by cost()).
+  /// (with sub-axis refinement, and the --auto search), partitioning, and costing (set by cost()).
   struct StageTimes {
     double load = 0, propagate = 0, partition = 0, cost = 0;
   } times;
+  std::optional<AutoResult> auto_result;  // --auto: the search's choices, cost and baselines
 
   /// simulate_cost of the program on `target`, timed into times.cost.
   CostReport cost(bool overlap);
 };
 
-/// Resolves the target, loads MODEL, reads the sharding file, propagates and partitions. Throws InputError for bad
-/// input (the target and --device-order are checked first, the device order again once the mesh is known).
+/// Resolves the target, loads MODEL, reads the sharding file, (with --auto) searches the open shardings, propagates
+/// and partitions. Throws InputError for bad input (the target and --device-order are checked first, the device
+/// order again once the mesh is known; --memory-limit that is not a positive number of bytes; --auto when no plan
+/// fits in memory).
 Pipeline build_pipeline(const CommonOptions& o, bool load_data = true);
+/// --memory-limit text -> bytes: a positive decimal number ("8589934592", "8e9"); "" -> 0 (the target's HBM).
+/// Throws InputError("--memory-limit: 'x' is not a positive number of bytes").
+int64_t parse_memory_limit(const std::string& text);
 
 struct PartitionOptions {
   CommonOptions common;

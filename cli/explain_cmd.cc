@@ -17,6 +17,44 @@ std::string device_list(const std::vector<int64_t>& ds) {
   return s;
 }
 
+std::string plan_line(const AutoPlanCost& c) {
+  if (!c.valid) return fmt::format("{:<14} cannot be partitioned: {}", c.name, c.error);
+  return fmt::format("{:<14} step {:.6g} s (compute {:.6g} s, communication {:.6g} s), peak memory {} bytes per "
+                     "device{}",
+                     c.name, c.step_time_s, c.compute_time_s, c.communication_time_s, c.peak_memory_bytes,
+                     c.fits ? "" : " (does not fit)");
+}
+
+/// Why the --auto plan beat the obvious alternatives: their step times and memory next to the chosen one.
+void explain_auto(const AutoResult& a, const DeviceMesh& user_mesh) {
+  fmt::print("--auto searched {} plans in {:.3f} s ({} decisions for {} tensors; memory limit {} bytes per device)\n",
+             a.evaluations, a.search_time_s, a.groups, a.variables, a.memory_limit_bytes);
+  fmt::print("  {}\n", plan_line(a.chosen));
+  for (const AutoPlanCost& b : a.baselines) {
+    std::string why;
+    if (!b.valid) why = "it cannot be partitioned";
+    else if (!b.fits)
+      why = fmt::format("it needs {} bytes per device, over the limit of {}", b.peak_memory_bytes,
+                        a.memory_limit_bytes);
+    else if (b.step_time_s > a.chosen.step_time_s * (1 + 1e-9))
+      why = fmt::format("its step is {:.1f}% longer{}", 100 * (b.step_time_s / a.chosen.step_time_s - 1),
+                        b.communication_time_s > a.chosen.communication_time_s
+                            ? fmt::format(" ({:.6g} s more communication)",
+                                          b.communication_time_s - a.chosen.communication_time_s)
+                            : "");
+    else if (b.peak_memory_bytes > a.chosen.peak_memory_bytes)
+      why = "the same step time, more memory";
+    else
+      why = "nothing: it costs the same as the chosen plan (the search keeps the first plan it reaches at a cost)";
+    fmt::print("  {}\n    not chosen: {}\n", plan_line(b), why);
+  }
+  fmt::print("  chosen annotations (layer numbers as #; the rest is propagated):\n");
+  for (const AutoChoice& c : a.choices)
+    if (c.annotated)
+      fmt::print("    {:<40} x{:<3} {}\n", c.group, c.values.size(), c.sharding.to_partition_spec(user_mesh));
+  fmt::print("\n");
+}
+
 }  // namespace
 
 /// A picture of how a 1-D or 2-D value is laid out on the mesh, in the manner of
@@ -67,6 +105,7 @@ int cmd_explain(const ExplainOptions& o) {
   }
   fmt::print("mesh {} ({} devices){}\n\n", mesh.str(), mesh.num_devices(),
              p.sharding_file.empty() ? "" : ", annotations from " + p.sharding_file);
+  if (p.auto_result) explain_auto(*p.auto_result, p.annotations.mesh.user());
   for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
     if (only >= 0 && v != only) continue;
     const Value& val = g.values[v];

@@ -22,6 +22,8 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
                 "mesh axes per physical dim of the target's torus, e.g. \"y,x\" or \"data,model*expert\" "
                 "(default: axis i on dim i, extra axes folded onto the last)");
   c->add_flag("--overlap", o.overlap, "simulated step: overlap collectives with independent compute (default off)");
+  c->add_flag("--auto", o.auto_search, "search shardings for everything the sharding file leaves open");
+  c->add_option("--memory-limit", o.memory_limit, "--auto: per-device peak memory limit in bytes (default: HBM)");
 }
 
 }  // namespace

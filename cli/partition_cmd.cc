@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -19,11 +20,49 @@ namespace {
 bool is_our_output(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir)) {
     std::string n = e.path().filename().string();
-    bool ours = n == "shardings.json" || n == "report.json" ||
+    bool ours = n == "shardings.json" || n == "report.json" || n == "auto.sharding.json" ||
                 (n.rfind("device_", 0) == 0 && e.path().extension() == ".onnx");
     if (!ours || !e.is_regular_file()) return false;
   }
   return true;
+}
+
+/// --auto: the annotations that produce the chosen plan (the sharding file's constraints and the search's choices),
+/// as a short sharding file a user can read, edit and pin with --shardings. One tensor per line, in graph order.
+void write_auto_sharding_file(const fs::path& path, const Pipeline& p) {
+  const Annotations& a = p.auto_result->annotations;  // on the user's mesh
+  const DeviceMesh& mesh = a.mesh;
+  auto names = [&](const std::vector<int>& axes) {
+    nlohmann::json list = nlohmann::json::array();
+    for (int x : axes) list.push_back(mesh.axes[x]);
+    return list;
+  };
+  std::string out = "{\n  \"mesh\": " + nlohmann::json{{"shape", mesh.shape}, {"axes", mesh.axes}}.dump() +
+                    ",\n  \"tensors\": {";
+  bool first = true;
+  for (const auto& [v, ann] : a.by_value) {
+    const TensorSharding& s = ann.sharding;
+    nlohmann::json spec = nlohmann::json::array();
+    for (const auto& dim : s.dims) {
+      nlohmann::json list = names(dim);
+      spec.push_back(list.empty() ? nlohmann::json(nullptr) : list.size() == 1 ? list[0] : list);
+    }
+    nlohmann::json entry = spec;
+    if (!s.unreduced.empty() || ann.priority != 0) {
+      entry = {{"spec", spec}};
+      if (!s.unreduced.empty()) entry["unreduced"] = names(s.unreduced);
+      if (!s.unreduced.empty() && s.reduction != ReductionKind::kSum)
+        entry["reduction"] = std::string(reduction_name(s.reduction));
+      if (ann.priority != 0) entry["priority"] = ann.priority;
+    }
+    out += first ? "\n    " : ",\n    ";
+    out += nlohmann::json(p.graph.values[v].name).dump() + ": " + entry.dump();
+    first = false;
+  }
+  out += first ? "}\n}\n" : "\n  }\n}\n";
+  std::ofstream f(path);
+  f << out;
+  if (!f) throw InputError(fmt::format("{}: cannot write", path.string()));
 }
 
 }  // namespace
@@ -44,13 +83,15 @@ int cmd_partition(const PartitionOptions& o) {
     for (int64_t k = 0; k < n; ++k)
       export_device(p.program, p.graph, k, (tmp / fmt::format("device_{}.onnx", k)).string());
     write_sharding_file((tmp / "shardings.json").string(), p.graph, p.program.mesh, p.program.final_shardings);
+    if (p.auto_result) write_auto_sharding_file(tmp / "auto.sharding.json", p);
     CostReport cost = p.cost(o.common.overlap);
     nlohmann::json report = make_report(p, cost, nullptr, nullptr);
     write_json((tmp / "report.json").string(), report);
     if (fs::exists(out)) fs::remove_all(out);
     fs::rename(tmp, out);
     print_summary(report, o.common.model);
-    fmt::print("wrote     {}/device_{{0..{}}}.onnx, shardings.json, report.json\n", o.out_dir, n - 1);
+    fmt::print("wrote     {}/device_{{0..{}}}.onnx, shardings.json, {}report.json\n", o.out_dir, n - 1,
+               p.auto_result ? "auto.sharding.json, " : "");
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

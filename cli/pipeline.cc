@@ -1,5 +1,6 @@
 // load -> read sharding file -> propagate -> partition, shared by every command.
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -25,8 +26,25 @@ CostReport Pipeline::cost(bool overlap) {
   return r;
 }
 
+int64_t parse_memory_limit(const std::string& text) {
+  if (text.empty()) return 0;
+  double v = 0;
+  try {
+    size_t used = 0;
+    v = std::stod(text, &used);
+    if (used != text.size()) throw std::invalid_argument(text);
+  } catch (const std::exception&) {
+    v = -1;
+  }
+  if (!(v >= 1) || !std::isfinite(v) || v > 9.0e18)
+    throw InputError(fmt::format("--memory-limit: '{}' is not a positive number of bytes", text));
+  return static_cast<int64_t>(v);
+}
+
 Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   DeviceMesh cli_mesh = DeviceMesh::parse(o.mesh);
+  const int64_t memory_limit = parse_memory_limit(o.memory_limit);
+  if (memory_limit > 0 && !o.auto_search) throw InputError("--memory-limit: only used with --auto");
   LoadOptions lo;
   lo.load_data = load_data;
   lo.evaluator = [](const Node& n, const std::vector<const Tensor*>& in, int64_t opset) {
@@ -65,6 +83,14 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   }
   p.target.check_device_order(p.annotations.mesh);
   p.times.load = seconds_since(t0);
+  if (o.auto_search) {  // timed by the search itself (the report's "auto")
+    AutoOptions ao;
+    ao.target = p.target;
+    ao.overlap = o.overlap;
+    ao.memory_limit_bytes = memory_limit;
+    p.auto_result = auto_shard(p.graph, p.annotations, ao);
+    p.annotations = p.auto_result->annotations;
+  }
   t0 = std::chrono::steady_clock::now();
   p.annotations = refine_for_reshapes(p.graph, p.annotations);
   p.plan = propagate(p.graph, p.annotations);

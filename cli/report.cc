@@ -49,6 +49,46 @@ std::string human_time(double s) {
   return fmt::format("{:.3f} us", s * 1e6);
 }
 
+nlohmann::json cost_json(const AutoPlanCost& c) {
+  nlohmann::json j = {{"name", c.name}, {"valid", c.valid}};
+  if (!c.valid) {
+    j["error"] = c.error;
+    return j;
+  }
+  j["step_time_s"] = c.step_time_s;
+  j["compute_time_s"] = c.compute_time_s;
+  j["communication_time_s"] = c.communication_time_s;
+  j["peak_memory_bytes"] = c.peak_memory_bytes;
+  j["fits"] = c.fits;
+  return j;
+}
+
+nlohmann::json auto_json(const AutoResult& a, const Graph& g, const DeviceMesh& mesh) {
+  nlohmann::json choices = nlohmann::json::array();
+  for (const AutoChoice& c : a.choices) {
+    std::vector<std::string> names;
+    for (int v : c.values) names.push_back(g.values[v].name);
+    choices.push_back({{"group", c.group},
+                       {"values", names},
+                       {"spec", c.annotated ? nlohmann::json::parse(c.sharding.to_partition_spec(mesh))
+                                            : nlohmann::json(nullptr)},
+                       {"free", !c.annotated}});
+  }
+  nlohmann::json baselines = nlohmann::json::array();
+  for (const AutoPlanCost& b : a.baselines) baselines.push_back(cost_json(b));
+  return {{"search_time_s", a.search_time_s},
+          {"evaluations", a.evaluations},
+          {"variables", a.variables},
+          {"groups", a.groups},
+          {"sweeps", a.sweeps},
+          {"starts", a.starts},
+          {"budget_exhausted", a.budget_exhausted},
+          {"memory_limit_bytes", a.memory_limit_bytes},
+          {"chosen", cost_json(a.chosen)},
+          {"baselines", baselines},
+          {"choices", choices}};
+}
+
 }  // namespace
 
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
@@ -134,6 +174,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   }
   j["collectives"] = colls;
   j["warnings"] = p.program.warnings;
+  if (p.auto_result) j["auto"] = auto_json(*p.auto_result, p.graph, p.annotations.mesh.user());
   if (run) {
     j["host"] = {{"wall_s", run->wall_s}, {"gflops", run->wall_s > 0 ? run->host_flops / run->wall_s / 1e9 : 0.0}};
   }
@@ -183,6 +224,29 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
   if (!r.contains("host") && !s["per_device"].empty() && s["per_device"][0].contains("peak_memory_bytes"))
     fmt::print("memory    {} per device at peak (static estimate: weight slices, constants, live activations)\n",
                human_bytes(s["per_device"][0]["peak_memory_bytes"].get<double>()));
+  if (r.contains("auto")) {
+    const auto& a = r["auto"];
+    fmt::print("auto      searched {} plans in {} ({} decisions for {} tensors, {} descents, {} sweeps{}), memory "
+               "limit {}\n",
+               a["evaluations"].get<int64_t>(), human_time(a["search_time_s"].get<double>()),
+               a["groups"].get<int64_t>(), a["variables"].get<int64_t>(), a["starts"].get<int64_t>(),
+               a["sweeps"].get<int64_t>(),
+               a["budget_exhausted"].get<bool>() ? ", time budget spent" : "",
+               human_bytes(a["memory_limit_bytes"].get<double>()));
+    for (const auto& c : a["choices"]) {
+      if (c["free"].get<bool>()) continue;
+      fmt::print("  {:<40} x{:<3} {}\n", c["group"].get<std::string>(), c["values"].size(), c["spec"].dump());
+    }
+    auto line = [&](const nlohmann::json& c) {
+      if (!c["valid"].get<bool>()) return fmt::format("  {:<18} not partitionable: {}", c["name"].get<std::string>(),
+                                                       c["error"].get<std::string>());
+      return fmt::format("  {:<18} step {:>12}  memory {:>10} per device{}", c["name"].get<std::string>(),
+                         human_time(c["step_time_s"].get<double>()), human_bytes(c["peak_memory_bytes"].get<double>()),
+                         c["fits"].get<bool>() ? "" : "  (does not fit)");
+    };
+    fmt::print("{}\n", line(a["chosen"]));
+    for (const auto& b : a["baselines"]) fmt::print("{}\n", line(b));
+  }
   if (r.contains("host")) {
     int64_t peak = 0;
     for (const auto& d : s["per_device"]) peak = std::max<int64_t>(peak, d.value("peak_memory_bytes", int64_t{0}));

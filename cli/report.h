@@ -23,7 +23,8 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
                             double rtol, double atol);
 
 /// Builds the report (CLI.md fields, plus "target_spec" and "device_order" from p.target). `run` and `check` may
-/// be null (partition, simulate: no measured fields).
+/// be null (partition, simulate: no measured fields). With --auto, "auto" holds the search: time, evaluations, the
+/// chosen plan's cost, the baselines' and every group's choice.
 nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check);
 
 /// Writes `j` to `path` (pretty-printed); throws InputError("PATH: cannot write") on failure.

@@ -169,13 +169,11 @@ TEST(MpiRun, Resnet18UnevenSpatialThreeRanksMatchesEmulator) { cnn_case("uneven_
 
 // ------------------------------------------------------------------------------------------ calibration
 
-/// The `host` target (this machine's measured peaks, core/cost/target.h) predicts the 4-rank MPI runs: the simulated
-/// step is within 25% of the measured one (the slowest rank's step after one warm-up execution; the best of three
-/// runs, since other processes on the machine only ever slow a run down). Prints both per rank. Skipped when the
-/// build has no `host` preset.
-TEST(MpiTiming, HostTargetPredictsFourRankSteps) {
-  CmdResult probe = cli("simulate " + kGpt + " --target host", "mpi_host_probe");
-  if (probe.code != 0) GTEST_SKIP() << "no `host` target preset in this build: " << probe.err;
+/// A benchmark, not part of the suite (timings do not belong in tests): `bash bench/mpi.sh` runs it. The `host`
+/// target (this machine measured on rank 0, scaled by the ranks sharing each core) predicts the 4-rank MPI runs: the
+/// simulated step is within 25% of the measured one (the slowest rank's step after one warm-up execution; the best
+/// of three runs, since other processes on the machine only ever slow a run down). Prints both per rank.
+TEST(MpiTiming, DISABLED_HostTargetPredictsFourRankSteps) {
   const Export& e = exported("resnet18");
   ASSERT_TRUE(e.error.empty()) << e.error;
   const std::vector<std::pair<std::string, std::string>> cases = {

@@ -1,0 +1,96 @@
+// core/auto: automatic sharding search (`--auto`). The user's annotations are hard constraints; the search chooses
+// annotations for the other weights and graph inputs so that the program that propagate -> partition ->
+// simulate_cost produces has the smallest simulated step time on the target while its static per-device peak memory
+// (static_peak_memory) stays within a limit. Design and its reasons: docs/auto.md.
+//
+// In short (OneFlow's auto-parallel and Alpa's intra-op pass choose per-op strategies; we choose annotations and let
+// Shardy-style propagation and the partitioner derive every op's strategy, so what is costed is exactly what runs):
+//  - variables: graph inputs, the weights a factor rule contracts over (MatMul/Gemm/Conv/Gather...) and the
+//    activation operands of those contractions;
+//  - per variable, candidates from the factor rules: for each mesh axis, the tensor dim (factor) it splits, or none,
+//    skipping dims whose factor must stay replicated and dims smaller than the axis (activations: pass-through dims
+//    only); plus "free" (no annotation: propagation decides);
+//  - repeated layers: variables whose names differ only in whole numeric name components (h.3.attn.q.weight ->
+//    h.#.attn.q.weight) and have the same shape and type are one group with one decision; an activation operand is
+//    tied through its weight ("input of h.#.mlp.fc_in.weight"); so the number of decisions does not grow with the
+//    number of layers;
+//  - seeds: everything free, data parallel over all mesh axes, data parallel over the first axis, Megatron + data
+//    (the model axis splits the contractions' weights, alternating column / row as the propagated activations
+//    dictate, the others split the batch), 2D weights, and a hybrid (data parallel, with Megatron on the largest
+//    weight groups until the plan fits);
+//  - coordinate descent from the best seed: per group, every candidate is evaluated with the rest fixed and the best
+//    is kept; sweeps repeat until one changes nothing (or the time budget is spent); while no plan fits, the descent
+//    is repeated from the next best distinct seed (three starts at most).
+// Every evaluation is the real pipeline (refine_for_reshapes, propagate, partition with the reshard planner,
+// simulate_cost, static_peak_memory); O(groups * candidates * sweeps) evaluations, each linear in the graph size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/cost/target.h"
+#include "core/ir/ir.h"
+#include "core/propagation/propagation.h"
+#include "core/sharding/sharding.h"
+
+namespace gspmd {
+
+/// Options of the search. Units: bytes, seconds.
+struct AutoOptions {
+  Target target;                    // the pod whose simulated step time is minimised (--target)
+  int64_t memory_limit_bytes = 0;   // per-device peak limit; 0 = target.hbm_bytes (--memory-limit)
+  bool overlap = false;             // cost with overlapped collectives (--overlap)
+  int max_sweeps = 4;               // coordinate-descent sweeps at most
+  double time_budget_s = 50;        // stop the descent (keeping the best plan so far) once this much time is spent
+};
+
+/// One evaluated plan: the real pipeline's simulated step and static peak memory.
+struct AutoPlanCost {
+  std::string name;                 // "auto", "data-parallel", "megatron+data", "replicated"
+  bool valid = false;               // false: the pipeline rejected the plan (`error` says why)
+  double step_time_s = 0;           // simulate_cost(...).step_time_s (s)
+  double compute_time_s = 0;        // (s)
+  double communication_time_s = 0;  // (s)
+  int64_t peak_memory_bytes = 0;    // static_peak_memory of the program, per device (bytes)
+  bool fits = false;                // peak_memory_bytes <= the limit
+  std::string error;
+};
+
+/// The decision for one group of tied variables.
+struct AutoChoice {
+  std::string group;                // display key: the first member's name with layer numbers as '#' (plus the
+                                    // shape when another group has the same key)
+  std::vector<int> values;          // value ids of the members (graph order)
+  bool annotated = false;           // false: left to propagation ("free")
+  TensorSharding sharding;          // on the user's mesh, when annotated
+};
+
+/// What the search found, plus the obvious alternatives for `explain --auto`.
+struct AutoResult {
+  Annotations annotations;          // the constraints plus the chosen annotations, on the user's (unrefined) mesh
+  std::vector<AutoChoice> choices;  // one per group, in order of first use
+  AutoPlanCost chosen;              // the chosen plan's cost (name "auto")
+  std::vector<AutoPlanCost> baselines;  // the seeds: "replicated", "data-parallel", "megatron+data" (when built)
+  int64_t memory_limit_bytes = 0;   // the limit used (bytes)
+  double search_time_s = 0;         // wall time of the search (s)
+  int evaluations = 0;              // pipeline evaluations run (cache hits excluded)
+  int variables = 0;                // tensors decided by the search
+  int groups = 0;                   // decisions after tying repeated layers
+  int sweeps = 0;                   // coordinate-descent sweeps run, over all starts
+  int starts = 0;                   // descents run (more than one only while no plan fitted; at most 3)
+  bool budget_exhausted = false;    // the time budget stopped the descent
+};
+
+/// The name with every whole numeric component ("h.12.mlp" / "layer/3/x" / "blk_7_w") replaced by '#': the key
+/// that ties a value to its copies in repeated layers (together with shape and dtype).
+std::string layer_key(const std::string& name);
+
+/// Searches a plan for `g` over `constraints.mesh` (the user's mesh, not refined) that keeps every annotation of
+/// `constraints` (hard constraints; there may be none) and minimises the simulated step time within the memory limit.
+/// Throws InputError("--auto: no sharding plan fits in L bytes per device (the best found needs P bytes: ...)") when
+/// no candidate fits, and InputError("--memory-limit: ...") for a negative limit. The returned annotations,
+/// refined, propagated and partitioned with the same target, give exactly `chosen`.
+AutoResult auto_shard(const Graph& g, const Annotations& constraints, const AutoOptions& o);
+
+}  // namespace gspmd

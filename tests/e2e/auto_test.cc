@@ -1,0 +1,257 @@
+// --auto (docs/auto.md): the search's plan against the hand-written ones on shape-only decoders (simulate), on a
+// memory-bound decoder, on resnet18, and run --auto --check on the testdata models; its errors, exactly.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "cnn_export.h"
+#include "e2e_util.h"
+
+namespace {
+
+using namespace e2e;
+
+struct Sim {
+  double step = 0;
+  int64_t peak = 0;
+  nlohmann::json report;
+};
+
+/// simulate MODEL ARGS --report; asserts exit 0.
+Sim simulate(const std::string& model, const std::string& args, const std::string& tag) {
+  fs::path d = scratch("auto_sim_" + tag);
+  CmdResult r = cli("simulate " + model + " " + args + " --report " + (d / "r.json").string(), "auto_" + tag);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  Sim s;
+  if (r.code != 0) return s;
+  s.report = read_json(d / "r.json");
+  s.step = s.report["simulated"]["step_time_s"].get<double>();
+  s.peak = s.report["simulated"]["per_device"][0]["peak_memory_bytes"].get<int64_t>();
+  return s;
+}
+
+/// A shape-only decoder from testdata/tools/make_decoder.py (with its Megatron + data sidecar for `mesh`).
+fs::path decoder(const std::string& name, const std::string& flags, const std::string& mesh) {
+  fs::path d = fs::path(GSPMD_BINARY_DIR) / "e2e-scratch" / "auto-models";
+  fs::create_directories(d);
+  CmdResult r = sh(debian_python() + " testdata/tools/make_decoder.py " + flags + " --weights absent --mesh " + mesh +
+                       " --name " + name + " --out " + d.string(),
+                   "auto_make_" + name);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  return d / (name + ".onnx");
+}
+
+struct DecoderCase {
+  std::string name, flags, mesh;
+};
+void PrintTo(const DecoderCase& c, std::ostream* os) { *os << c.name << " (" << c.flags << ", mesh " << c.mesh << ")"; }
+
+class AutoDecoder : public ::testing::TestWithParam<DecoderCase> {};
+
+// No annotations at all: --auto's plan is no slower than Megatron + data and fits in the target's HBM; the report's
+// search numbers and the baselines are there, and the chosen cost is exactly the final pipeline's.
+TEST_P(AutoDecoder, NoWorseThanMegatronAndFits) {
+  const DecoderCase& c = GetParam();
+  fs::path model = decoder(c.name, c.flags, c.mesh);
+  fs::path meg = model.parent_path() / (c.name + ".megatron.sharding.json");
+  fs::path empty = scratch("auto_empty_" + c.name) / "none.sharding.json";
+  std::ofstream(empty) << "{\"tensors\": {}}\n";
+  Sim megatron = simulate(model.string(), "--mesh " + c.mesh + " --shardings " + meg.string(), c.name + "_meg");
+  Sim a = simulate(model.string(), "--mesh " + c.mesh + " --shardings " + empty.string() + " --auto", c.name + "_auto");
+  ASSERT_GT(megatron.step, 0);
+  ASSERT_GT(a.step, 0);
+  EXPECT_LE(a.step, megatron.step * (1 + 1e-9)) << a.report["auto"].dump(1);
+  const auto& au = a.report["auto"];
+  EXPECT_LE(a.peak, au["memory_limit_bytes"].get<int64_t>());
+  EXPECT_EQ(au["memory_limit_bytes"].get<int64_t>(), int64_t{16} << 30);  // tpu-v3: 16 GiB per core
+  EXPECT_DOUBLE_EQ(au["chosen"]["step_time_s"].get<double>(), a.step);
+  EXPECT_EQ(au["chosen"]["peak_memory_bytes"].get<int64_t>(), a.peak);
+  EXPECT_GT(au["evaluations"].get<int>(), 0);
+  EXPECT_GT(au["search_time_s"].get<double>(), 0);
+  std::set<std::string> names;
+  for (const auto& b : au["baselines"]) names.insert(b["name"].get<std::string>());
+  EXPECT_TRUE(names.count("data-parallel") && names.count("megatron+data")) << au["baselines"].dump();
+  // The generic Megatron seed is the hand-written sidecar's plan.
+  for (const auto& b : au["baselines"])
+    if (b["name"] == "megatron+data") {
+      EXPECT_DOUBLE_EQ(b["step_time_s"].get<double>(), megatron.step);
+      EXPECT_EQ(b["peak_memory_bytes"].get<int64_t>(), megatron.peak);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AutoDecoders, AutoDecoder,
+    ::testing::Values(
+        DecoderCase{"d4_1024_4x4", "--layers 4 --d-model 1024 --heads 16 --vocab 32000 --batch 64 --seq 512", "4x4"},
+        DecoderCase{"d4_2048_8x8", "--layers 4 --d-model 2048 --heads 16 --vocab 32000 --batch 64 --seq 512", "8x8"},
+        DecoderCase{"d24_1024_4x4", "--layers 24 --d-model 1024 --heads 16 --vocab 32000 --batch 64 --seq 512", "4x4"},
+        DecoderCase{"d24_1024_8x8", "--layers 24 --d-model 1024 --heads 16 --vocab 32000 --batch 64 --seq 512", "8x8"},
+        // 24 x 12 x 4096^2 weights are 19 GiB of float32: data parallelism does not fit, Megatron does.
+        DecoderCase{"d24_4096_4x4", "--layers 24 --d-model 4096 --heads 32 --vocab 32000 --batch 64 --seq 1024",
+                    "4x4"},
+        DecoderCase{"d24_4096_8x8", "--layers 24 --d-model 4096 --heads 32 --vocab 32000 --batch 64 --seq 1024",
+                    "8x8"}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+
+namespace {
+
+using namespace e2e;
+
+const std::string kNone = "{\"tensors\": {}}\n";
+
+fs::path empty_sidecar(const std::string& tag) {
+  fs::path f = scratch("auto_none_" + tag) / "none.sharding.json";
+  std::ofstream(f) << kNone;
+  return f;
+}
+
+// Memory-bound: with a limit below the Megatron + data plan's peak, that plan does not fit; --auto finds one that
+// does (and is still no slower than Megatron here).
+TEST(AutoMemory, FindsAPlanThatFitsWhereMegatronDoesNot) {
+  fs::path model = decoder("mb_d4_4096", "--layers 4 --d-model 4096 --heads 32 --vocab 32000 --batch 64 --seq 1024",
+                           "4x4");
+  fs::path meg = model.parent_path() / "mb_d4_4096.megatron.sharding.json";
+  Sim megatron = simulate(model.string(), "--mesh 4x4 --shardings " + meg.string(), "mb_meg");
+  ASSERT_GT(megatron.peak, 0);
+  const int64_t limit = megatron.peak * 4 / 5;
+  Sim a = simulate(model.string(),
+                   "--mesh 4x4 --shardings " + empty_sidecar("mb").string() + " --auto --memory-limit " +
+                       std::to_string(limit),
+                   "mb_auto");
+  ASSERT_GT(a.step, 0);
+  EXPECT_LE(a.peak, limit);
+  EXPECT_EQ(a.report["auto"]["memory_limit_bytes"].get<int64_t>(), limit);
+  for (const auto& b : a.report["auto"]["baselines"])
+    if (b["name"] == "megatron+data") EXPECT_FALSE(b["fits"].get<bool>()) << b.dump();
+}
+
+// resnet18: data parallelism or better.
+TEST(AutoCnn, Resnet18IsAtLeastDataParallel) {
+  const Export& e = exported("resnet18");
+  ASSERT_TRUE(e.error.empty()) << e.error;
+  const std::string model = (e.dir / "resnet18.onnx").string();
+  // The committed data-parallel sidecar is for 2x2; on a 1-D mesh of 4 the same batch split is written here.
+  fs::path dp4 = scratch("auto_cnn_dp4") / "dp4.sharding.json";
+  std::ofstream(dp4) << "{\"mesh\": {\"shape\": [4], \"axes\": [\"data\"]}, \"tensors\": "
+                        "{\"input\": [\"data\", null, null, null]}}\n";
+  for (const auto& [mesh, dp_file] : {std::pair<std::string, fs::path>{"2x2", e.dir / "resnet18.data.sharding.json"},
+                                      std::pair<std::string, fs::path>{"4", dp4}}) {
+    SCOPED_TRACE(mesh);
+    Sim dp = simulate(model, "--mesh " + mesh + " --shardings " + dp_file.string(), "cnn_dp" + mesh);
+    Sim a = simulate(model, "--mesh " + mesh + " --shardings " + empty_sidecar("cnn").string() + " --auto",
+                     "cnn_auto" + mesh);
+    ASSERT_GT(a.step, 0);
+    ASSERT_GT(dp.step, 0);
+    EXPECT_LE(a.step, dp.step * (1 + 1e-9)) << a.report["auto"].dump(1);
+    EXPECT_LE(a.peak, a.report["auto"]["memory_limit_bytes"].get<int64_t>());
+    // The data-parallel seed is the sidecar's plan.
+    for (const auto& b : a.report["auto"]["baselines"])
+      if (b["name"] == "data-parallel") EXPECT_DOUBLE_EQ(b["step_time_s"].get<double>(), dp.step);
+  }
+}
+
+// The chosen plans run correctly on the emulated pod.
+TEST(AutoRun, CheckPassesOnTheTestdataModels) {
+  fs::path d = scratch("auto_run");
+  CmdResult r = cli("run testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto --inputs testdata/gpt/test_data_set_0 "
+                    "--check --report " + (d / "gpt.json").string(),
+                    "auto_run_gpt");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  nlohmann::json rep = read_json(d / "gpt.json");
+  EXPECT_TRUE(rep["check"]["passed"].get<bool>());
+  EXPECT_TRUE(rep.contains("auto"));
+  EXPECT_NE(r.out.find("auto      searched "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+
+  const Export& e = exported("resnet18");
+  ASSERT_TRUE(e.error.empty()) << e.error;
+  CmdResult c = cli("run " + (e.dir / "resnet18.onnx").string() + " --mesh 2x2 --shardings " +
+                        empty_sidecar("run_cnn").string() + " --auto --inputs " +
+                        (e.dir / "test_data_set_0").string() + " --check --report " + (d / "cnn.json").string(),
+                    "auto_run_cnn");
+  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  EXPECT_TRUE(read_json(d / "cnn.json")["check"]["passed"].get<bool>());
+}
+
+// partition --auto writes the chosen plan as shardings.json; pinned with --shardings (no --auto) it gives the same
+// program, and with the Megatron constraint on one weight, that annotation is kept.
+TEST(AutoPartition, WritesThePlanWhichReadsBackToTheSameProgram) {
+  fs::path d = scratch("auto_partition");
+  CmdResult p = cli("partition testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto -o " + (d / "out").string(),
+                    "auto_part");
+  ASSERT_EQ(p.code, 0) << p.out << p.err;
+  ASSERT_TRUE(fs::exists(d / "out" / "shardings.json"));
+  nlohmann::json rep = read_json(d / "out" / "report.json");
+  CmdResult s = cli("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings " +
+                        (d / "out" / "shardings.json").string() + " --report " + (d / "pinned.json").string(),
+                    "auto_pinned");
+  ASSERT_EQ(s.code, 0) << s.out << s.err;
+  nlohmann::json pinned = read_json(d / "pinned.json");
+  EXPECT_DOUBLE_EQ(pinned["simulated"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
+  EXPECT_EQ(pinned["collectives"], rep["collectives"]);
+  EXPECT_DOUBLE_EQ(rep["auto"]["chosen"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
+  // The short file (only the annotations that produce the plan) pins it too.
+  ASSERT_TRUE(fs::exists(d / "out" / "auto.sharding.json"));
+  nlohmann::json short_file = read_json(d / "out" / "auto.sharding.json");
+  EXPECT_LT(short_file["tensors"].size(), read_json(d / "out" / "shardings.json")["tensors"].size());
+  CmdResult s2 = cli("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings " +
+                         (d / "out" / "auto.sharding.json").string() + " --report " + (d / "short.json").string(),
+                     "auto_pinned_short");
+  ASSERT_EQ(s2.code, 0) << s2.out << s2.err;
+  nlohmann::json pinned2 = read_json(d / "short.json");
+  EXPECT_DOUBLE_EQ(pinned2["simulated"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
+  EXPECT_EQ(pinned2["collectives"], rep["collectives"]);
+  EXPECT_NE(p.out.find("wrote     " + (d / "out").string() + "/device_{0..3}.onnx, shardings.json, auto.sharding.json, "
+                       "report.json"),
+            std::string::npos)
+      << p.out;
+}
+
+TEST(AutoConstraints, TheSidecarsAnnotationsAreKept) {
+  fs::path d = scratch("auto_constraints");
+  fs::path f = d / "c.sharding.json";
+  std::ofstream(f) << "{\"mesh\": {\"shape\": [2, 2], \"axes\": [\"data\", \"model\"]}, \"tensors\": "
+                      "{\"input_ids\": [\"model\", null]}}\n";
+  CmdResult p = cli("partition testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto --shardings " + f.string() + " -o " +
+                        (d / "out").string(),
+                    "auto_cons");
+  ASSERT_EQ(p.code, 0) << p.out << p.err;
+  nlohmann::json sh = read_json(d / "out" / "shardings.json");
+  EXPECT_EQ(sh["tensors"]["input_ids"], nlohmann::json::parse("[\"model\", null]")) << sh["tensors"].dump();
+  for (const auto& c : read_json(d / "out" / "report.json")["auto"]["choices"])
+    for (const auto& v : c["values"]) EXPECT_NE(v.get<std::string>(), "input_ids");
+}
+
+TEST(AutoExplain, ShowsTheBaselinesNextToTheChosenPlan) {
+  CmdResult r = cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto", "auto_explain");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("--auto searched "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  auto           step "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  data-parallel  step "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  megatron+data  step "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    not chosen: its step is "), std::string::npos) << r.out;
+}
+
+TEST(AutoErrors, ExactMessages) {
+  const std::string gpt = "simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 ";
+  CmdResult a = cli(gpt + "--auto --memory-limit 0", "auto_err_zero");
+  EXPECT_EQ(a.code, 2);
+  EXPECT_EQ(a.err, "error: --memory-limit: '0' is not a positive number of bytes\n");
+  CmdResult b = cli(gpt + "--auto --memory-limit 12GB", "auto_err_text");
+  EXPECT_EQ(b.code, 2);
+  EXPECT_EQ(b.err, "error: --memory-limit: '12GB' is not a positive number of bytes\n");
+  CmdResult c = cli(gpt + "--memory-limit 1000000", "auto_err_noauto");
+  EXPECT_EQ(c.code, 2);
+  EXPECT_EQ(c.err, "error: --memory-limit: only used with --auto\n");
+  CmdResult d = cli(gpt + "--auto --memory-limit 1000", "auto_err_nofit");
+  EXPECT_EQ(d.code, 2);
+  EXPECT_EQ(d.err.rfind("error: --auto: no sharding plan fits in 1000 bytes per device; the best plan found needs ", 0),
+            0u)
+      << d.err;
+  EXPECT_EQ(d.out, "");
+}
+
+}  // namespace
