@@ -433,7 +433,10 @@ class Executor {
         last = j;
         ++j;
       }
-      if (g.post.empty()) continue;
+      // A plain MatMul becomes a group too when several devices may stack their products (run_group)
+      if (g.post.empty() &&
+          (n_ == 1 || g.b_batch != 1 || !dnn::matmul_fused_supported(g.a_batch, g.b_batch, g.m, g.k, g.n, g.post)))
+        continue;
       g.last = last;
       g.label = label;
       group_at_[static_cast<size_t>(i)] = static_cast<int>(groups_.size());
@@ -444,12 +447,112 @@ class Executor {
   }
 
   /// Runs a fused group on every device; returns each device's result (the value of the group's last node).
+  /// Stacking (docs/executor.md): devices that hold the same B (a replicated weight, or the same weight slice) and
+  /// the same broadcast post-op operands run their products as one matmul over their A's stacked along M, on all
+  /// threads: one large product is far more efficient than many small single-threaded ones. Devices stacked are
+  /// removed from `rest`; their results are stored in `results`.
+  void run_stacked(const FusedGroup& g, std::vector<Tensor>& results, std::vector<int64_t>& rest) {
+    if (n_ < 2 || g.b_batch != 1) return;
+    const int64_t rows = g.a_batch * g.m;  // A rows per device
+    // per post-op: shared (broadcast over all rows: same pointer required) or stacked (one row block per device)
+    std::vector<char> stacked(g.post.size(), 0);
+    for (size_t p = 0; p < g.post.size(); ++p) {
+      if (g.operand[p] < 0) continue;
+      const std::vector<int64_t>& dims = g.post[p].src1_dims;
+      if (dims[0] == 1 && dims[1] == 1) continue;
+      if (dims[0] == std::max(g.a_batch, g.b_batch) && dims[1] == g.m) stacked[p] = 1;
+      else return;
+    }
+    if (std::getenv("GSPMD_STACK") && std::string(std::getenv("GSPMD_STACK")) == "0") return;
+    const Node& mm = prog_.nodes[static_cast<size_t>(g.first)];
+    std::map<std::vector<const void*>, std::vector<int64_t>> sets;
+    for (int64_t d = 0; d < n_; ++d) {
+      std::vector<const void*> key{input(mm, d, 1)->bytes.data()};
+      for (size_t p = 0; p < g.post.size(); ++p)
+        if (g.operand[p] >= 0 && !stacked[p]) key.push_back(ptr_[d][g.operand[p]] ? ptr_[d][g.operand[p]]->bytes.data() : nullptr);
+      sets[key].push_back(d);
+    }
+    // Chunks of devices, each one stacked product on one worker thread (oneDNN's f32 gemm scales poorly over threads
+    // for narrow products, and many chunks keep every worker busy). Sets are split so that there are at least par_
+    // chunks when there are fewer sets than workers.
+    std::vector<std::vector<int64_t>> chunks;
+    size_t multi = 0;
+    for (const auto& kv : sets) multi += kv.second.size() >= 2;
+    if (multi == 0) return;
+    const size_t pieces = std::max<size_t>(1, (static_cast<size_t>(par_) + multi - 1) / multi);
+    for (const auto& kv : sets) {
+      const std::vector<int64_t>& devs = kv.second;
+      if (devs.size() < 2) continue;
+      const size_t np = std::min(pieces, devs.size() / 2 == 0 ? size_t{1} : devs.size() / 2);
+      for (size_t c = 0; c < np; ++c) {
+        const size_t lo = devs.size() * c / np, hi = devs.size() * (c + 1) / np;
+        chunks.emplace_back(devs.begin() + static_cast<long>(lo), devs.begin() + static_cast<long>(hi));
+      }
+    }
+    std::vector<char> done(static_cast<size_t>(n_), 0);
+    for_each_index(static_cast<int64_t>(chunks.size()), [&](int64_t ci) {
+      const std::vector<int64_t>& devs = chunks[static_cast<size_t>(ci)];
+      const int64_t G = static_cast<int64_t>(devs.size());
+      auto t0 = Clock::now();
+      auto stack = [&](int v, int64_t per) {  // copies each device's `per` floats of value v into one buffer
+        Tensor t(DType::kFloat32, {G * per});
+        for (int64_t j = 0; j < G; ++j) {
+          const Tensor* x = ptr_[devs[static_cast<size_t>(j)]][v];
+          if (!x || x->numel() != per) fail(mm, devs[static_cast<size_t>(j)], "stacked operand has the wrong size");
+          std::memcpy(t.data<float>() + j * per, x->data<float>(), static_cast<size_t>(per) * sizeof(float));
+        }
+        return t;
+      };
+      const Tensor A = stack(mm.inputs[0], rows * g.k);
+      std::vector<Tensor> ops(g.post.size());
+      std::vector<const float*> src1(g.post.size(), nullptr);
+      std::vector<dnn::PostOp> post = g.post;
+      for (size_t p = 0; p < g.post.size(); ++p) {
+        if (g.operand[p] < 0) continue;
+        if (stacked[p]) {
+          ops[p] = stack(g.operand[p], rows * post[p].src1_dims[2]);
+          src1[p] = ops[p].data<float>();
+          post[p].src1_dims[0] *= G;
+        } else {
+          src1[p] = ptr_[devs[0]][g.operand[p]]->data<float>();
+        }
+      }
+      Tensor C(DType::kFloat32, {G * rows * g.n});
+      bool ok = false;
+      try {
+        ok = dnn::matmul_fused(A.data<float>(), input(mm, devs[0], 1)->data<float>(), C.data<float>(), G * g.a_batch,
+                               1, g.m, g.k, g.n, post, src1);
+      } catch (const std::exception& e) {
+        fail(mm, devs[0], e.what());
+      }
+      if (!ok) return;  // those devices run one by one
+      const Shape& out_shape = prog_.values[static_cast<size_t>(prog_.nodes[static_cast<size_t>(g.last)].outputs.at(0))].shape;
+      for (int64_t j = 0; j < G; ++j) {
+        const int64_t d = devs[static_cast<size_t>(j)];
+        Tensor c(DType::kFloat32, out_shape);
+        std::memcpy(c.data<float>(), C.data<float>() + j * rows * g.n, static_cast<size_t>(rows * g.n) * sizeof(float));
+        results[static_cast<size_t>(d)] = std::move(c);
+        done[static_cast<size_t>(d)] = 1;
+      }
+      const double dt = seconds_since(t0) / static_cast<double>(G);
+      for (int64_t d : devs) stats_[d].compute_wall_s += dt;
+    });
+    std::vector<int64_t> left;
+    for (int64_t d : rest)
+      if (!done[static_cast<size_t>(d)]) left.push_back(d);
+    rest = std::move(left);
+  }
+
   std::vector<Tensor> run_group(const FusedGroup& g) {
     const Node& mm = prog_.nodes[static_cast<size_t>(g.first)];
     const Node& tail = prog_.nodes[static_cast<size_t>(g.last)];
     const Value& out = prog_.values[static_cast<size_t>(tail.outputs.at(0))];
     std::vector<Tensor> results(static_cast<size_t>(n_));
-    for_devices([&](int64_t d) {
+    std::vector<int64_t> rest(static_cast<size_t>(n_));
+    for (int64_t d = 0; d < n_; ++d) rest[static_cast<size_t>(d)] = d;
+    run_stacked(g, results, rest);
+    for_each_index(static_cast<int64_t>(rest.size()), [&](int64_t i) {
+      const int64_t d = rest[static_cast<size_t>(i)];
       const Tensor* a = input(mm, d, 0);
       const Tensor* b = input(mm, d, 1);
       std::vector<const float*> src1(g.post.size(), nullptr);
