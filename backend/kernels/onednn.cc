@@ -263,6 +263,9 @@ namespace {
 struct FusedMatmul {
   dnnl::primitive prim;  // empty: unimplemented
   memory::desc a, b, c;
+  memory::desc bias;     // zero desc: no bias
+  float scale = 1.f;     // output scale
+  size_t first = 0;      // post-ops before this one are the bias or the scale, not oneDNN post-ops
   std::vector<memory::desc> src1;  // per post-op (empty desc for eltwise)
 };
 
@@ -289,8 +292,24 @@ FusedMatmul fused_matmul_prim(int64_t a_batch, int64_t b_batch, int64_t m, int64
   Key key('F');
   key.add(a_batch).add(b_batch).add(m).add(k).add(n);
   dnnl::post_ops po;
-  for (const PostOp& p : post) {
-    key.add(static_cast<int64_t>(p.kind)).add(static_cast<int64_t>(p.alg)).add(p.src1_dims);
+  // a leading per-column bias runs as the matmul's bias, a leading scalar scale as its output scale
+  f.first = 0;
+  if (!post.empty() && post[0].kind == PostOp::Kind::kBinary && post[0].alg == Binary::kAdd &&
+      post[0].src1_dims == std::vector<int64_t>{1, 1, n}) {
+    f.bias = fold ? plain_md({1, n}) : plain_md({1, 1, n});
+    f.first = 1;
+  } else if (!post.empty() && post[0].kind == PostOp::Kind::kScale) {
+    f.scale = post[0].value;
+    f.first = 1;
+  }
+  for (size_t i = 0; i < post.size(); ++i) {
+    const PostOp& p = post[i];
+    key.add(static_cast<int64_t>(p.kind)).add(static_cast<int64_t>(p.alg)).add(p.src1_dims).add(p.value);
+    if (i < f.first) {
+      f.src1.emplace_back();
+      continue;
+    }
+    if (p.kind == PostOp::Kind::kScale) return f;  // only first: unimplemented
     if (p.kind == PostOp::Kind::kGeluErf) {
       po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
       f.src1.emplace_back();
@@ -306,7 +325,8 @@ FusedMatmul fused_matmul_prim(int64_t a_batch, int64_t b_batch, int64_t m, int64
       [&] {
         dnnl::primitive_attr attr;
         attr.set_post_ops(po);
-        dnnl::matmul::desc d(f.a, f.b, f.c);
+        if (f.scale != 1.f) attr.set_output_scales(0, {f.scale});
+        dnnl::matmul::desc d = !f.bias.is_zero() ? dnnl::matmul::desc(f.a, f.b, f.bias, f.c) : dnnl::matmul::desc(f.a, f.b, f.c);
         dnnl::matmul::primitive_desc pd(d, attr, engine());
         // oneDNN's reference matmul (plain loops) is orders of magnitude slower than the unfused ops: unimplemented
         if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0)
@@ -325,9 +345,11 @@ bool matmul_fused(const float* a, const float* b, float* c, int64_t a_batch, int
   if (!f.prim) return false;
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, mem(f.a, a)}, {DNNL_ARG_WEIGHTS, mem(f.b, b)}, {DNNL_ARG_DST, mem(f.c, c)}};
-  for (size_t i = 0; i < post.size(); ++i)
+  if (!f.bias.is_zero()) args.emplace(DNNL_ARG_BIAS, mem(f.bias, src1.at(0)));
+  for (size_t i = f.first; i < post.size(); ++i)
     if (post[i].kind == PostOp::Kind::kBinary)
-      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, mem(f.src1[i], src1.at(i)));
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i - f.first)) | DNNL_ARG_SRC_1,
+                   mem(f.src1[i], src1.at(i)));
   execute(f.prim, args);
   return true;
 }

@@ -29,11 +29,14 @@ void matmul(const float* a, const float* b, float* c, int64_t a_batch, int64_t b
             int64_t n, bool trans_a = false, bool trans_b = false, float alpha = 1.f, float beta = 0.f);
 
 /// One post-op of matmul_fused, applied to the matmul's result in order (oneDNN post-ops).
+/// A first kBinary kAdd of dims [1, 1, N] runs as the matmul's own bias and a first kScale as its output scale (both
+/// round like the separate op); kScale is only accepted first.
 struct PostOp {
-  enum class Kind { kBinary, kGeluErf };
+  enum class Kind { kBinary, kGeluErf, kScale };
   Kind kind = Kind::kBinary;
   Binary alg = Binary::kAdd;       // kBinary: dst = dst (alg) src1
   std::vector<int64_t> src1_dims;  // kBinary: [batch or 1, M or 1, N or 1]; src1 is broadcast over its 1s
+  float value = 1.f;               // kScale: dst = value * dst
 };
 
 /// C[batch, M, N] = post(A B): as matmul (no transposes, alpha 1, beta 0), then every post-op in order, in one oneDNN

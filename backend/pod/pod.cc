@@ -421,8 +421,14 @@ class Executor {
         if (dims.empty()) break;
         const dnn::Binary alg = op == "Add" ? dnn::Binary::kAdd : op == "Sub" ? dnn::Binary::kSub
                                 : op == "Mul" ? dnn::Binary::kMul : dnn::Binary::kDiv;
-        g.post.push_back({dnn::PostOp::Kind::kBinary, alg, dims});
-        g.operand.push_back(operand);
+        const float sv = op == "Mul" && g.post.empty() ? resident_scalar(operand) : std::nanf("");
+        if (std::isfinite(sv)) {  // a scale right after the product: the matmul's output scale
+          g.post.push_back({dnn::PostOp::Kind::kScale, dnn::Binary::kMul, {}, sv});
+          g.operand.push_back(-1);
+        } else {
+          g.post.push_back({dnn::PostOp::Kind::kBinary, alg, dims});
+          g.operand.push_back(operand);
+        }
         if (!dnn::matmul_fused_supported(g.a_batch, g.b_batch, g.m, g.k, g.n, g.post)) {
           g.post.pop_back();
           g.operand.pop_back();
@@ -617,8 +623,15 @@ class Executor {
     for (const char* v : kViews)
       if (n.op_type == v) return true;
     int64_t bytes = 0;
-    for (int v : n.outputs)
-      if (v >= 0) bytes += declared_bytes(v);
+    for (int v : n.outputs) {
+      if (v < 0) continue;
+      const Value& val = prog_.values[static_cast<size_t>(v)];
+      try {
+        bytes += num_elements(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
+      } catch (const std::exception&) {
+        return false;  // no fixed element size (undefined or string): let the kernel decide
+      }
+    }
     return bytes < (int64_t{64} << 10);
   }
 

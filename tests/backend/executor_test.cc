@@ -156,17 +156,20 @@ TEST(ExecutorFusion, NotFusedWhenAnIntermediateIsReadElsewhere) {
 // Attention scores: a batched 4-D MatMul, then Div by a scalar, Sub of a [1,1,S,S] mask and Mul by a per-row
 // [B,H,S,1] operand (broadcast operands on the batch, row and column dims). Whatever fuses, the result matches
 // the unfused run.
-TEST(ExecutorFusion, BatchedMatmulWithBroadcastOperands) {
+class BatchedScale : public ::testing::TestWithParam<bool> {};
+
+TEST_P(BatchedScale, BatchedMatmulWithBroadcastOperands) {
+  const bool mul = GetParam();  // the scale as Mul(., 0.5) (an output scale) or Div(., 2) (a binary post-op)
   const int64_t B = 2, H = 3, S = 8, Dh = 4;
   GraphBuilder b;
   const int q = b.input("q", {B, H, S, Dh});
   const int k = b.input("k", {B, H, Dh, S});
-  const int scale = b.constant("scale", Tensor::from_floats({}, {2.f}));
+  const int scale = b.constant("scale", Tensor::from_floats({}, {mul ? .5f : 2.f}));
   const int mask = b.constant("mask", rand_f({1, 1, S, S}, 7));
   const int rows = b.constant("rows", rand_f({B, H, S, 1}, 8));
   const Shape s{B, H, S, S};
   const int mm = out(b, b.node("MatMul", {q, k}, s));
-  const int dv = out(b, b.node("Div", {mm, scale}, s));
+  const int dv = out(b, b.node(mul ? "Mul" : "Div", {mm, scale}, s));
   const int sb = out(b, b.node("Sub", {dv, mask}, s));
   const int y = out(b, b.node("Mul", {rows, sb}, s));
   b.g.outputs = {y};
@@ -189,6 +192,8 @@ TEST(ExecutorFusion, BatchedMatmulWithBroadcastOperands) {
   EXPECT_EQ(compare_tensors(fused.outputs.at(0), plain.outputs.at(0)), "");
   EXPECT_EQ(fused.devices.at(0).peak_memory_bytes, plain.devices.at(0).peak_memory_bytes);
 }
+
+INSTANTIATE_TEST_SUITE_P(ExecutorFusion, BatchedScale, ::testing::Bool());
 
 TEST(ExecutorFusion, FusedMatmulKernelMatchesSeparateOps) {
   // dnn::matmul_fused directly: bias [1,1,N], residual [batch,M,N], then GELU, on a folded 2-D product
