@@ -361,7 +361,10 @@ class Executor {
     if (const char* env = std::getenv("GSPMD_FUSION"); env && std::string(env) == "0") return;
     consumers_ = prog_.consumers();
     // primitives are checked with the thread count the devices will run them with
-    const int saved_threads = omp_get_max_threads();
+    struct RestoreThreads {
+      int saved = omp_get_max_threads();
+      ~RestoreThreads() { omp_set_num_threads(saved); }
+    } restore_threads;
     if (par_ > 1) omp_set_num_threads(1);
     const int nn = static_cast<int>(prog_.nodes.size());
     for (int i = 0; i < nn; ++i) {
@@ -449,7 +452,6 @@ class Executor {
       groups_.push_back(std::move(g));
       i = last;
     }
-    if (par_ > 1) omp_set_num_threads(saved_threads);
   }
 
   /// Runs a fused group on every device; returns each device's result (the value of the group's last node).
