@@ -128,6 +128,8 @@ int cmd_run(const RunOptions& o) {
   std::vector<Tensor> inputs = make_inputs(p.graph, o);
   PodRun run = run_spmd(p.program, p.graph, inputs,
                         progress_display(fmt::format("{} devices", p.program.mesh.num_devices())));
+  if (const char* prof = std::getenv("GSPMD_PROFILE"); prof && *prof && std::string(prof) != "0")
+    fmt::print(stderr, "host profile ({} devices):\n{}", p.program.mesh.num_devices(), format_profile(run));
   CheckResult check;
   if (o.check) {
     PodRun ref = run_single(p.graph, inputs, progress_display("reference, 1 device"));

@@ -219,8 +219,9 @@ const KernelTable& table() {
 
 }  // namespace kern
 
-std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset) {
-  const kern::Ctx ctx{node, inputs, opset};
+std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset,
+                               const std::vector<Tensor*>& donated) {
+  const kern::Ctx ctx{node, inputs, opset, &donated};
   const bool training = node.domain == "ai.onnx.preview.training";
   if (!node.domain.empty() && node.domain != "ai.onnx" && !training)
     ctx.unsupported(fmt::format("no kernel for domain '{}'", node.domain));

@@ -15,9 +15,13 @@ namespace gspmd {
 
 /// Runs `node` on `inputs` (one per node input; nullptr for an absent optional input) and returns its outputs
 /// in order. `opset` is the graph's ai.onnx opset (for ops whose attributes became inputs).
+/// `donated` is empty or has one entry per input: a non-null donated[k] (== inputs[k], made mutable) means the caller
+/// no longer needs input k after this call, so the kernel may move its buffer into an output (Reshape, Identity:
+/// no copy) or compute in place in it (elementwise ops, Softmax); afterwards the caller must only destroy it.
 /// Throws UnsupportedError("node 'n' (OpType): ...") for an op or dtype with no kernel, std::runtime_error for
 /// inputs that violate the spec (shape mismatch).
-std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset);
+std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset,
+                               const std::vector<Tensor*>& donated = {});
 
 /// True if run_kernel supports (domain, op_type) for some dtypes ("" or "ai.onnx", and the
 /// ai.onnx.preview.training optimizers).

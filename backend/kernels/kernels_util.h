@@ -25,8 +25,19 @@ struct Ctx {
   const Node& node;
   const std::vector<const Tensor*>& ins;
   int64_t opset;
+  const std::vector<Tensor*>* donated_ins = nullptr;  // run_kernel's `donated` (may be null or empty)
 
   const Tensor* in(size_t i) const { return i < ins.size() ? ins[i] : nullptr; }
+  /// Input i as a mutable tensor when the caller donated it (see run_kernel), else nullptr. A kernel that moves from
+  /// it or overwrites it must have read everything it needs from that input first.
+  Tensor* donated(size_t i) const {
+    return donated_ins && i < donated_ins->size() ? (*donated_ins)[i] : nullptr;
+  }
+  /// Input i (required) by value: its buffer moved out when donated, a copy otherwise.
+  Tensor take(size_t i) const {
+    if (Tensor* t = donated(i)) return std::move(*t);
+    return req(i);
+  }
   /// Input i, which must be present.
   const Tensor& req(size_t i) const;
   /// Number of outputs to produce (at least 1).

@@ -2,6 +2,7 @@
 #include "backend/kernels/onednn.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 #include <unordered_map>
 
 #include <dnnl.hpp>
+#include <omp.h>
 
 namespace gspmd::dnn {
 namespace {
@@ -46,10 +48,14 @@ struct Key {
 };
 
 /// Thread-safe primitive cache. An empty primitive records "oneDNN has no implementation" for that key.
+/// The key also holds the calling thread's OpenMP thread count: a primitive is specialised for the thread count it
+/// was created with (the pod runs devices concurrently on one thread each, a single device on all threads).
 class Cache {
  public:
   template <class Make>
-  dnnl::primitive get(const Key& k, Make&& make, bool allow_unimplemented) {
+  dnnl::primitive get(const Key& key, Make&& make, bool allow_unimplemented) {
+    Key k = key;
+    k.add(static_cast<int64_t>(omp_get_max_threads()));
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = map_.find(k.s);
@@ -58,6 +64,7 @@ class Cache {
     dnnl::primitive p;
     try {
       p = make();
+      ++created_;
     } catch (const dnnl::error& e) {
       if (!allow_unimplemented) throw std::runtime_error(std::string("oneDNN: ") + e.what());
     }
@@ -66,8 +73,10 @@ class Cache {
     map_.emplace(k.s, p);
     return p;
   }
+  int64_t created() const { return created_; }
 
  private:
+  std::atomic<int64_t> created_{0};
   static constexpr size_t kMaxEntries = 4096;
   std::mutex mu_;
   std::unordered_map<std::string, dnnl::primitive> map_;
@@ -246,6 +255,111 @@ void matmul(const float* a, const float* b, float* c, int64_t a_batch, int64_t b
     execute(p, {{DNNL_ARG_SRC, mem(amd, ai)}, {DNNL_ARG_WEIGHTS, mem(bmd, bi)}, {DNNL_ARG_DST, mem(cmd, c + i * m * n)}});
   }
 }
+
+namespace {
+
+/// matmul_fused's primitive and memory descriptors. Folds A's batch into M (one 2-D product) when B has no batch and
+/// every post-op operand folds too; otherwise a 3-D batched product.
+struct FusedMatmul {
+  dnnl::primitive prim;  // empty: unimplemented
+  memory::desc a, b, c;
+  memory::desc bias;     // zero desc: no bias
+  float scale = 1.f;     // output scale
+  size_t first = 0;      // post-ops before this one are the bias or the scale, not oneDNN post-ops
+  std::vector<memory::desc> src1;  // per post-op (empty desc for eltwise)
+};
+
+FusedMatmul fused_matmul_prim(int64_t a_batch, int64_t b_batch, int64_t m, int64_t k, int64_t n,
+                              const std::vector<PostOp>& post) {
+  const int64_t batch = std::max(a_batch, b_batch);
+  bool fold = batch == 1 || b_batch == 1;
+  for (const PostOp& p : post) {
+    if (p.kind != PostOp::Kind::kBinary) continue;
+    if (p.src1_dims.size() != 3) throw std::logic_error("matmul_fused: src1 dims must be [batch, M, N]");
+    const int64_t bt = p.src1_dims[0], mt = p.src1_dims[1];
+    fold = fold && (batch == 1 || (bt == 1 && mt == 1) || (bt == batch && mt == m));
+  }
+  FusedMatmul f;
+  if (fold) {
+    f.a = plain_md({batch * m, k});
+    f.b = plain_md({k, n});
+    f.c = plain_md({batch * m, n});
+  } else {
+    f.a = plain_md({a_batch, m, k});
+    f.b = plain_md({b_batch, k, n});
+    f.c = plain_md({batch, m, n});
+  }
+  Key key('F');
+  key.add(a_batch).add(b_batch).add(m).add(k).add(n);
+  dnnl::post_ops po;
+  // a leading per-column bias runs as the matmul's bias, a leading scalar scale as its output scale
+  f.first = 0;
+  if (!post.empty() && post[0].kind == PostOp::Kind::kBinary && post[0].alg == Binary::kAdd &&
+      post[0].src1_dims == std::vector<int64_t>{1, 1, n}) {
+    f.bias = fold ? plain_md({1, n}) : plain_md({1, 1, n});
+    f.first = 1;
+  } else if (!post.empty() && post[0].kind == PostOp::Kind::kScale) {
+    f.scale = post[0].value;
+    f.first = 1;
+  }
+  for (size_t i = 0; i < post.size(); ++i) {
+    const PostOp& p = post[i];
+    key.add(static_cast<int64_t>(p.kind)).add(static_cast<int64_t>(p.alg)).add(p.src1_dims).add(p.value);
+    if (i < f.first) {
+      f.src1.emplace_back();
+      continue;
+    }
+    if (p.kind == PostOp::Kind::kScale) return f;  // only first: unimplemented
+    if (p.kind == PostOp::Kind::kGeluErf) {
+      po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
+      f.src1.emplace_back();
+      continue;
+    }
+    std::vector<int64_t> d = p.src1_dims;
+    if (fold) d = {d[0] * d[1], d[2]};  // [1 or batch*M, N or 1]
+    f.src1.push_back(plain_md(d));
+    po.append_binary(binary_alg(p.alg), f.src1.back());
+  }
+  f.prim = cache().get(
+      key,
+      [&] {
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(po);
+        if (f.scale != 1.f) attr.set_output_scales(0, {f.scale});
+        dnnl::matmul::desc d = !f.bias.is_zero() ? dnnl::matmul::desc(f.a, f.b, f.bias, f.c) : dnnl::matmul::desc(f.a, f.b, f.c);
+        dnnl::matmul::primitive_desc pd(d, attr, engine());
+        // oneDNN's reference matmul (plain loops) is orders of magnitude slower than the unfused ops: unimplemented
+        if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0)
+          throw dnnl::error(dnnl_unimplemented, "only a reference implementation");
+        return dnnl::primitive(dnnl::matmul(pd));
+      },
+      true);
+  return f;
+}
+
+}  // namespace
+
+bool matmul_fused(const float* a, const float* b, float* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k,
+                  int64_t n, const std::vector<PostOp>& post, const std::vector<const float*>& src1) {
+  FusedMatmul f = fused_matmul_prim(a_batch, b_batch, m, k, n, post);
+  if (!f.prim) return false;
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, mem(f.a, a)}, {DNNL_ARG_WEIGHTS, mem(f.b, b)}, {DNNL_ARG_DST, mem(f.c, c)}};
+  if (!f.bias.is_zero()) args.emplace(DNNL_ARG_BIAS, mem(f.bias, src1.at(0)));
+  for (size_t i = f.first; i < post.size(); ++i)
+    if (post[i].kind == PostOp::Kind::kBinary)
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i - f.first)) | DNNL_ARG_SRC_1,
+                   mem(f.src1[i], src1.at(i)));
+  execute(f.prim, args);
+  return true;
+}
+
+bool matmul_fused_supported(int64_t a_batch, int64_t b_batch, int64_t m, int64_t k, int64_t n,
+                            const std::vector<PostOp>& post) {
+  return static_cast<bool>(fused_matmul_prim(a_batch, b_batch, m, k, n, post).prim);
+}
+
+int64_t primitives_created() { return cache().created(); }
 
 bool transpose(const void* src, void* dst, const std::vector<int64_t>& src_dims, const std::vector<int64_t>& perm,
                int elem_bytes) {

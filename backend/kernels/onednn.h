@@ -1,6 +1,7 @@
 // backend/kernels: thin float32 wrappers over oneDNN 2.6 primitives. Only onednn.cc includes dnnl.hpp.
-// Primitives are cached by (kind, shapes, parameters) in a process-wide thread-safe cache; one global CPU engine,
-// one stream per calling thread (oneDNN streams are not meant to be shared between threads).
+// Primitives are cached by (kind, shapes, parameters, the calling thread's OpenMP thread count) in a process-wide
+// thread-safe cache, so the emulated devices of an SPMD program (identical local shapes) share one primitive per node;
+// one global CPU engine, one stream per calling thread (oneDNN streams are not meant to be shared between threads).
 // Callers guarantee non-empty tensors and ranks <= 12; oneDNN failures surface as std::runtime_error.
 #pragma once
 
@@ -26,6 +27,32 @@ bool binary(Binary op, const float* a, const float* b, float* dst, const std::ve
 /// beta == 0 overwrites C (C need not be initialised).
 void matmul(const float* a, const float* b, float* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k,
             int64_t n, bool trans_a = false, bool trans_b = false, float alpha = 1.f, float beta = 0.f);
+
+/// One post-op of matmul_fused, applied to the matmul's result in order (oneDNN post-ops).
+/// A first kBinary kAdd of dims [1, 1, N] runs as the matmul's own bias and a first kScale as its output scale (both
+/// round like the separate op); kScale is only accepted first.
+struct PostOp {
+  enum class Kind { kBinary, kGeluErf, kScale };
+  Kind kind = Kind::kBinary;
+  Binary alg = Binary::kAdd;       // kBinary: dst = dst (alg) src1
+  std::vector<int64_t> src1_dims;  // kBinary: [batch or 1, M or 1, N or 1]; src1 is broadcast over its 1s
+  float value = 1.f;               // kScale: dst = value * dst
+};
+
+/// C[batch, M, N] = post(A B): as matmul (no transposes, alpha 1, beta 0), then every post-op in order, in one oneDNN
+/// primitive. src1[i] is post[i]'s operand (row-major of its src1_dims; unused for kGeluErf). kGeluErf is
+/// 0.5 x (1 + erf(x / sqrt 2)). Returns false (nothing written) when oneDNN has no implementation for that combination.
+bool matmul_fused(const float* a, const float* b, float* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k,
+                  int64_t n, const std::vector<PostOp>& post, const std::vector<const float*>& src1);
+
+/// Whether matmul_fused has an implementation for these dims and post-ops with the calling thread's OpenMP thread
+/// count (creates and caches the primitive; runs nothing).
+bool matmul_fused_supported(int64_t a_batch, int64_t b_batch, int64_t m, int64_t k, int64_t n,
+                            const std::vector<PostOp>& post);
+
+/// Number of oneDNN primitives created so far by this process (cache misses of the primitive cache; for tests of
+/// primitive reuse).
+int64_t primitives_created();
 
 /// Softmax (or log-softmax) of `in` (shape dims) along `axis`.
 void softmax(const float* in, float* out, const std::vector<int64_t>& dims, int axis, bool log);

@@ -15,6 +15,8 @@ namespace {
 
 /// Below this size oneDNN's per-call overhead (primitive lookup, memory objects) exceeds the work.
 constexpr int64_t kDnnlMinElems = 4096;
+/// Unary loops of at least this many elements run on all OpenMP threads.
+constexpr int64_t kParallelMinElems = 16384;
 
 /// o[i] = op(a[i], b[i]) over the broadcast shape of out.
 template <class T, class R, class Op>
@@ -74,6 +76,16 @@ inline T bin_apply(T x, T y) {
 }
 
 template <Bin op>
+constexpr dnn::Binary dnn_binary() {
+  return op == Bin::kAdd   ? dnn::Binary::kAdd
+         : op == Bin::kSub ? dnn::Binary::kSub
+         : op == Bin::kMul ? dnn::Binary::kMul
+         : op == Bin::kDiv ? dnn::Binary::kDiv
+         : op == Bin::kMax ? dnn::Binary::kMax
+                           : dnn::Binary::kMin;
+}
+
+template <Bin op>
 bool try_dnnl_binary(const Tensor& a, const Tensor& b, Tensor& out) {
   const int64_t n = out.numel();
   if (out.dtype != DType::kFloat32 || n < kDnnlMinElems || out.shape.size() > 12) return false;
@@ -97,13 +109,44 @@ bool try_dnnl_binary(const Tensor& a, const Tensor& b, Tensor& out) {
   return false;
 }
 
+/// a (op) b with numpy broadcasting. `reuse_a` / `reuse_b` (may be null) are a / b themselves, donated by the caller:
+/// when one has the result's shape, the result is computed in place in its buffer (elementwise, so every output element
+/// only reads the operand elements at its own position) and returned without allocating.
 template <Bin op>
-Tensor binary_op(const Ctx& c, const Tensor& a, const Tensor& b) {
+Tensor binary_op(const Ctx& c, const Tensor& a, const Tensor& b, Tensor* reuse_a = nullptr, Tensor* reuse_b = nullptr) {
   same_dtype(c, a, b);
   if (is_half(a.dtype))  // float16 / bfloat16: compute in float32, round once
     return cast_tensor(c, binary_op<op>(c, cast_tensor(c, a, DType::kFloat32), cast_tensor(c, b, DType::kFloat32)),
                        a.dtype);
-  Tensor out(a.dtype, broadcast_shapes(c, a.shape, b.shape));
+  Shape os = broadcast_shapes(c, a.shape, b.shape);
+  constexpr bool commutative = op == Bin::kAdd || op == Bin::kMul || op == Bin::kMax || op == Bin::kMin;
+  if (reuse_a && a.shape == os && &a != &b) {
+    // a's buffer becomes the output; oneDNN's binary allows dst == src0, the loop reads o[i] before writing it
+    if (a.dtype == DType::kFloat32 && a.numel() >= kDnnlMinElems && a.shape.size() <= 12) {
+      Shape pb(os.size() - b.shape.size(), 1);
+      pb.insert(pb.end(), b.shape.begin(), b.shape.end());
+      if (dnn::binary(dnn_binary<op>(), a.data<float>(), b.data<float>(), reuse_a->data<float>(), os, pb))
+        return std::move(*reuse_a);
+    }
+    Tensor out = std::move(*reuse_a);
+    dispatch_arith(c, out.dtype, [&]<class T>() {
+      bcast_binary<T, T>(out, b, out, [](T x, T y) { return bin_apply<op, T>(x, y); });
+    });
+    return out;
+  }
+  if (reuse_b && b.shape == os && &a != &b && (commutative || a.dtype != DType::kFloat32 || a.numel() < kDnnlMinElems)) {
+    Tensor out = std::move(*reuse_b);
+    if (commutative && out.dtype == DType::kFloat32 && out.numel() >= kDnnlMinElems && os.size() <= 12) {
+      Shape pa(os.size() - a.shape.size(), 1);
+      pa.insert(pa.end(), a.shape.begin(), a.shape.end());
+      if (dnn::binary(dnn_binary<op>(), out.data<float>(), a.data<float>(), out.data<float>(), os, pa)) return out;
+    }
+    dispatch_arith(c, out.dtype, [&]<class T>() {
+      bcast_binary<T, T>(a, out, out, [](T x, T y) { return bin_apply<op, T>(x, y); });
+    });
+    return out;
+  }
+  Tensor out(a.dtype, std::move(os));
   if (try_dnnl_binary<op>(a, b, out)) return out;
   dispatch_arith(c, a.dtype, [&]<class T>() {
     bcast_binary<T, T>(a, b, out, [](T x, T y) { return bin_apply<op, T>(x, y); });
@@ -113,7 +156,7 @@ Tensor binary_op(const Ctx& c, const Tensor& a, const Tensor& b) {
 
 template <Bin op>
 std::vector<Tensor> binary_kernel(const Ctx& c) {
-  return one(binary_op<op>(c, c.req(0), c.req(1)));
+  return one(binary_op<op>(c, c.req(0), c.req(1), c.donated(0), c.donated(1)));
 }
 
 /// Max/Min/Sum/Mean over 1..N inputs with broadcasting.
@@ -282,18 +325,27 @@ constexpr int dnnl_eltwise() {
 template <Un op>
 std::vector<Tensor> unary_kernel(const Ctx& c) {
   const Tensor& x = c.req(0);
-  Tensor out(x.dtype, x.shape);
   const int64_t n = x.numel();
+  // in place when the input was donated (oneDNN eltwise and the loop both allow dst == src)
+  Tensor* reuse = c.donated(0);
+  Tensor out = reuse ? std::move(*reuse) : Tensor(x.dtype, x.shape);
+  const Tensor& src = reuse ? out : x;
   if constexpr (dnnl_eltwise<op>() >= 0) {
-    if (x.dtype == DType::kFloat32 && n >= kDnnlMinElems) {
-      dnn::eltwise(static_cast<dnn::Eltwise>(dnnl_eltwise<op>()), x.data<float>(), out.data<float>(), n);
+    if (src.dtype == DType::kFloat32 && n >= kDnnlMinElems) {
+      dnn::eltwise(static_cast<dnn::Eltwise>(dnnl_eltwise<op>()), src.data<float>(), out.data<float>(), n);
       return one(std::move(out));
     }
   }
   auto run = [&]<class T>() {
-    const T* s = x.data<T>();
+    const T* s = src.data<T>();
     T* d = out.data<T>();
-    for (int64_t i = 0; i < n; ++i) d[i] = un_apply<op, T>(s[i]);
+    if (n >= kParallelMinElems) {
+      // transcendental loops (erf, tanh, ...) cost far more than the memory traffic: split them over threads
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) d[i] = un_apply<op, T>(s[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) d[i] = un_apply<op, T>(s[i]);
+    }
   };
   if constexpr (un_int_ok<op>)
     dispatch_numeric(c, x.dtype, run);

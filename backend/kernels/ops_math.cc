@@ -149,8 +149,11 @@ void naive_softmax(const T* in, T* out, int64_t outer, int64_t len, int64_t inne
 
 template <bool log>
 std::vector<Tensor> softmax_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  Tensor out(x.dtype, x.shape);
+  // in place when the input was donated: oneDNN's softmax and the loop below (max and sum first, then writes) both
+  // allow dst == src
+  Tensor* reuse = c.donated(0);
+  Tensor out = reuse ? std::move(*reuse) : Tensor(c.req(0).dtype, c.req(0).shape);
+  const Tensor& x = reuse ? out : c.req(0);
   const int64_t r = static_cast<int64_t>(x.shape.size());
   Shape dims;
   int64_t ax;

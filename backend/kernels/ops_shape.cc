@@ -14,12 +14,10 @@
 namespace gspmd::kern {
 namespace {
 
-/// Same bytes, new shape.
-Tensor reshaped(const Tensor& x, Shape s) {
-  Tensor r;
-  r.dtype = x.dtype;
+/// Same bytes, new shape: input 0's buffer is moved when it was donated (no copy), copied otherwise.
+Tensor reshaped(const Ctx& c, Shape s) {
+  Tensor r = c.take(0);
   r.shape = std::move(s);
-  r.bytes = x.bytes;
   return r;
 }
 
@@ -33,7 +31,7 @@ std::vector<int64_t> ints_from(const Ctx& c, size_t input, const char* attr, boo
   return c.node.ints(attr);
 }
 
-std::vector<Tensor> identity_kernel(const Ctx& c) { return one(c.req(0)); }
+std::vector<Tensor> identity_kernel(const Ctx& c) { return one(c.take(0)); }
 
 std::vector<Tensor> dropout_kernel(const Ctx& c) {
   // Inference semantics only: identity. Training mode with a non-zero ratio would need a random mask.
@@ -111,7 +109,7 @@ std::vector<Tensor> reshape_kernel(const Ctx& c) {
   }
   if (num_elements(s) != x.numel())
     c.fail(fmt::format("cannot reshape {} to {}", shape_str(x.shape), shape_str(s)));
-  return one(reshaped(x, std::move(s)));
+  return one(reshaped(c, std::move(s)));
 }
 
 std::vector<Tensor> flatten_kernel(const Ctx& c) {
@@ -124,7 +122,7 @@ std::vector<Tensor> flatten_kernel(const Ctx& c) {
   for (int64_t i = 0; i < a; ++i) outer *= x.shape[i];
   int64_t inner = 1;
   for (int64_t i = a; i < r; ++i) inner *= x.shape[i];
-  return one(reshaped(x, {outer, inner}));
+  return one(reshaped(c, {outer, inner}));
 }
 
 std::vector<Tensor> squeeze_kernel(const Ctx& c) {
@@ -144,7 +142,7 @@ std::vector<Tensor> squeeze_kernel(const Ctx& c) {
   Shape s;
   for (int64_t i = 0; i < r; ++i)
     if (!drop[i]) s.push_back(x.shape[i]);
-  return one(reshaped(x, std::move(s)));
+  return one(reshaped(c, std::move(s)));
 }
 
 std::vector<Tensor> unsqueeze_kernel(const Ctx& c) {
@@ -159,7 +157,7 @@ std::vector<Tensor> unsqueeze_kernel(const Ctx& c) {
   Shape s;
   size_t j = 0;
   for (int64_t i = 0; i < r; ++i) s.push_back(ins[i] ? 1 : x.shape[j++]);
-  return one(reshaped(x, std::move(s)));
+  return one(reshaped(c, std::move(s)));
 }
 
 std::vector<Tensor> concat_kernel(const Ctx& c) {

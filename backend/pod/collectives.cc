@@ -77,9 +77,10 @@ void reduce_into(Tensor& acc, const Tensor& x, ReductionKind k) {
   }
 }
 
-Tensor reduce_all(const std::vector<const Tensor*>& ins, ReductionKind k) {
+Tensor reduce_all(const std::vector<const Tensor*>& ins, ReductionKind k, Tensor* reuse) {
   check_same(ins);
-  Tensor acc = *ins[0];
+  if (reuse && reuse != ins[0]) throw std::logic_error("reduction accumulator is not operand 0");
+  Tensor acc = reuse ? std::move(*reuse) : *ins[0];
   for (size_t j = 1; j < ins.size(); ++j) reduce_into(acc, *ins[j], k);
   return acc;
 }
@@ -140,8 +141,10 @@ void copy_along_axis(const Tensor& src, int64_t axis, int64_t src_start, Tensor&
                 s + (static_cast<size_t>(o * sa + src_start)) * bs.inner, chunk);
 }
 
-std::vector<Tensor> all_reduce(const std::vector<const Tensor*>& ins, ReductionKind k) {
-  return replicate(reduce_all(ins, k), ins.size());
+std::vector<Tensor> all_reduce(const std::vector<const Tensor*>& ins, ReductionKind k, Tensor* acc) {
+  std::vector<Tensor> out = replicate(reduce_all(ins, k, acc), ins.size());
+  std::rotate(out.begin(), out.end() - 1, out.end());  // the accumulator itself goes to member 0
+  return out;
 }
 
 std::vector<Tensor> all_gather(const std::vector<const Tensor*>& ins, int64_t axis) {
@@ -156,7 +159,8 @@ std::vector<Tensor> all_gather(const std::vector<const Tensor*>& ins, int64_t ax
   return replicate(std::move(out), ins.size());
 }
 
-std::vector<Tensor> reduce_scatter(const std::vector<const Tensor*>& ins, int64_t axis, ReductionKind k) {
+std::vector<Tensor> reduce_scatter(const std::vector<const Tensor*>& ins, int64_t axis, ReductionKind k,
+                                   Tensor* acc) {
   check_same(ins);
   int64_t a = norm_axis(axis, ins[0]->shape.size(), "reduce-scatter axis");
   int64_t n = static_cast<int64_t>(ins.size());
@@ -164,7 +168,7 @@ std::vector<Tensor> reduce_scatter(const std::vector<const Tensor*>& ins, int64_
   if (d % n != 0)
     throw std::runtime_error(fmt::format("reduce-scatter: dim {} of {} is not divisible by the group size {}", a,
                                          shape_str(ins[0]->shape), n));
-  Tensor full = reduce_all(ins, k);
+  Tensor full = reduce_all(ins, k, acc);
   int64_t len = d / n;
   Shape s = full.shape;
   s[a] = len;

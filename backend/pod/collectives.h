@@ -18,11 +18,15 @@ namespace gspmd::pod {
 ReductionKind parse_reduction(const std::string& s);
 
 /// Every member gets the elementwise reduction of all operands (reduced in tile order, so all members agree bitwise).
-std::vector<Tensor> all_reduce(const std::vector<const Tensor*>& ins, ReductionKind k);
+/// `acc` (optional) is *ins[0] itself, given up by the caller: the reduction accumulates in its buffer, which becomes
+/// member 0's result, instead of in a copy.
+std::vector<Tensor> all_reduce(const std::vector<const Tensor*>& ins, ReductionKind k, Tensor* acc = nullptr);
 /// Every member gets the operands concatenated along `axis` in tile order.
 std::vector<Tensor> all_gather(const std::vector<const Tensor*>& ins, int64_t axis);
 /// Member t gets chunk t (along `axis`, shape[axis] / n long) of the reduction. shape[axis] % n must be 0.
-std::vector<Tensor> reduce_scatter(const std::vector<const Tensor*>& ins, int64_t axis, ReductionKind k);
+/// `acc` as for all_reduce.
+std::vector<Tensor> reduce_scatter(const std::vector<const Tensor*>& ins, int64_t axis, ReductionKind k,
+                                   Tensor* acc = nullptr);
 /// Member j gets chunk j (along split_axis) of every operand, concatenated along concat_axis in source tile order.
 std::vector<Tensor> all_to_all(const std::vector<const Tensor*>& ins, int64_t split_axis, int64_t concat_axis);
 /// Member t gets operand sources[t], or zeros where sources[t] is -1 (sources from permute_sources, reshard.h).

@@ -7,12 +7,18 @@
 // Memory accounting (docs/cost-model.md): params (each device's weight shard) and program constants are resident for
 // the whole run (replicated ones are shared on the host but counted on every device); input shards and intermediates
 // live from their production to their last use; program outputs until the end. The peak is sampled after a node's
-// outputs exist and before its dead operands are freed. Devices run one after another on the host (kernels may use
-// several threads); compute_wall_s times run_kernel and the partition-id ops, communication_wall_s the collectives.
+// outputs exist and before its dead operands are freed. The accounting uses each value's declared bytes, so it does not
+// depend on how the host executes a node (in place, as a view, fused with its neighbours: docs/executor.md).
+//
+// Host threading (docs/executor.md): with more than one device and more than one OpenMP thread, up to
+// omp_get_max_threads() devices run a node concurrently, each on one thread (GSPMD_DEVICE_THREADS overrides the
+// number of concurrent devices; 1 = devices one after another, each kernel using every thread). compute_wall_s times
+// run_kernel and the partition-id ops of that device, communication_wall_s the collectives.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "backend/pod/collective_executor.h"
@@ -29,13 +35,27 @@ struct DeviceStats {
   double communication_wall_s = 0; // host wall time of collectives, attributed to each member device
 };
 
+/// Host wall time of one kind of step, summed over the run (the executor's profile, docs/executor.md).
+struct OpProfile {
+  std::string op;       // op type ("MatMul"), "gspmd.<Op>" for gspmd ops, "A+B+..." for a fused group of nodes,
+                        // "(load)" for slicing weights and inputs, "(assemble)" for assembling the outputs
+  int64_t nodes = 0;    // program nodes (or fused groups) of that kind executed (each once for all devices)
+  double wall_s = 0;    // host wall time, all devices together (seconds)
+  double flops = 0;     // FLOPs of those nodes on all devices (node_flops x devices)
+};
+
 /// Result of running a program.
 struct PodRun {
   std::vector<Tensor> outputs;      // full logical values of the global graph outputs, in order
   std::vector<DeviceStats> devices;
   double wall_s = 0;                // host wall time of the whole run
   double host_flops = 0;            // FLOPs executed on the host by all devices (for GFLOP/s)
+  std::vector<OpProfile> profile;   // per kind of step, largest wall_s first; wall_s sums to about wall_s
 };
+
+/// The profile as a fixed-width text table (one row per OpProfile, with its share of the run and GFLOP/s), for
+/// GSPMD_PROFILE=1 on `run` (docs/executor.md).
+std::string format_profile(const PodRun& r);
 
 /// Called after every program node with (nodes done, nodes in all), on the calling thread (for progress displays).
 using RunProgress = std::function<void(size_t done, size_t total)>;
@@ -58,6 +78,7 @@ struct LocalRun {
   double wall_s = 0;                               // host wall time of this process's part of the run (seconds)
   double run_s = 0;                                // of which executing the program (weight and input binding excluded)
   double host_flops = 0;                           // FLOPs executed by the local devices
+  std::vector<OpProfile> profile;                  // host time per op type, as PodRun::profile
 };
 
 /// Runs `p` for the devices `devices` only (global device ids on p.mesh, ascending), with the same interpreter,
