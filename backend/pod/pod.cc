@@ -846,10 +846,12 @@ std::vector<int64_t> all_devices(int64_t n) {
 }
 
 // Binds the program constants (shared, resident) and the params (each device's slice of the global initializer,
-// resident; replicated params shared) for the executor's devices `devices`.
+// resident; replicated params shared; a slice held by several devices cut once into `slices` and shared) for the
+// executor's devices `devices`.
 void bind_weights(Executor& ex, const SpmdProgram& p, const Graph& global, const std::vector<int64_t>& devices,
-                  std::vector<char>& bound) {
+                  std::vector<char>& bound, std::vector<std::unique_ptr<Tensor>>& slices) {
   const Graph& prog = p.program;
+  const DeviceMesh& mesh = p.mesh;
   const int64_t n = static_cast<int64_t>(devices.size());
   for (size_t v = 0; v < prog.values.size(); ++v) {
     const Value& val = prog.values[v];
@@ -859,17 +861,57 @@ void bind_weights(Executor& ex, const SpmdProgram& p, const Graph& global, const
       bound[v] = 1;
     }
   }
+  // Params: resident. Replicated params share the global data. Otherwise every distinct slice is cut once (devices
+  // whose coordinates differ only on mesh axes the param is replicated over hold the same slice) and shared by the
+  // local devices that hold it; the slices are cut concurrently. Every device still accounts its slice.
+  struct SliceJob {
+    const Tensor* full;
+    const TensorSharding* sharding;
+    int64_t device;  // the first (global) device holding this slice
+    Tensor* out;
+  };
+  std::vector<SliceJob> jobs;
+  std::vector<std::pair<int, std::vector<Tensor*>>> param_slices;  // (local value, slice of each local device)
   for (const ProgramBinding& b : p.params) {
     const Value& gv = global.values.at(b.global);
     if (!gv.data) throw InputError(fmt::format("initializer '{}' has no data", gv.name));
     ex.mark_resident(b.local);
-    bool shared = b.sharding.is_replicated() && prog.values.at(b.local).shape == gv.shape;
-    for (int64_t d = 0; d < n; ++d) {
-      if (shared) ex.set_shared(d, b.local, gv.data.get());
-      else ex.set_owned(d, b.local, shard_tensor(*gv.data, b.sharding, p.mesh, devices[d]));
-    }
     bound[b.local] = 1;
+    if (b.sharding.is_replicated() && prog.values.at(b.local).shape == gv.shape) {
+      for (int64_t d = 0; d < n; ++d) ex.set_shared(d, b.local, gv.data.get());
+      continue;
+    }
+    std::map<std::vector<int64_t>, Tensor*> by_key;
+    std::vector<Tensor*> of_device(static_cast<size_t>(n));
+    for (int64_t d = 0; d < n; ++d) {
+      const int64_t dev = devices[static_cast<size_t>(d)];
+      // shard_tensor's result depends only on the offsets and on whether an unreduced tile is not the first
+      std::vector<int64_t> key;
+      for (int i = 0; i < b.sharding.rank(); ++i) key.push_back(b.sharding.offset(i, gv.shape, mesh, dev));
+      key.push_back(b.sharding.unreduced.empty() ? 0 : mesh.tile_index(dev, b.sharding.unreduced) != 0);
+      Tensor*& t = by_key[key];
+      if (!t) {
+        slices.push_back(std::make_unique<Tensor>());
+        t = slices.back().get();
+        jobs.push_back({gv.data.get(), &b.sharding, dev, t});
+      }
+      of_device[static_cast<size_t>(d)] = t;
+    }
+    param_slices.emplace_back(b.local, std::move(of_device));
   }
+  std::vector<std::exception_ptr> slice_err(jobs.size());
+#pragma omp parallel for schedule(dynamic, 1) if (jobs.size() > 1)
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    try {
+      *jobs[j].out = shard_tensor(*jobs[j].full, *jobs[j].sharding, mesh, jobs[j].device);
+    } catch (...) {
+      slice_err[j] = std::current_exception();
+    }
+  }
+  for (auto& e : slice_err)
+    if (e) std::rethrow_exception(e);
+  for (const auto& [local, of_device] : param_slices)
+    for (int64_t d = 0; d < n; ++d) ex.set_shared(d, local, of_device[static_cast<size_t>(d)]);
 }
 
 // Every program input and initializer is bound; outputs are kept to the end.
@@ -938,9 +980,10 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
 
   InProcessCollectives coll;
   const std::vector<int64_t> devices = all_devices(N);
+  std::vector<std::unique_ptr<Tensor>> slices;  // weight slices shared by devices; outlive the executor's use
   Executor ex(prog, mesh, devices, coll);
   std::vector<char> bound(prog.values.size(), 0);
-  bind_weights(ex, p, global, devices, bound);
+  bind_weights(ex, p, global, devices, bound, slices);
   // Inputs: shard the full values.
   for (const ProgramBinding& b : p.inputs) {
     const Value& gv = global.values.at(b.global);
@@ -988,9 +1031,10 @@ LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global,
   for (int64_t d : devices)
     if (d < 0 || d >= p.mesh.num_devices())
       throw std::runtime_error(fmt::format("device {} is not on the mesh {}", d, p.mesh.str()));
+  std::vector<std::unique_ptr<Tensor>> slices;  // weight slices shared by devices; outlive the executor's use
   Executor ex(prog, p.mesh, devices, collectives);
   std::vector<char> bound(prog.values.size(), 0);
-  bind_weights(ex, p, global, devices, bound);
+  bind_weights(ex, p, global, devices, bound, slices);
   for (size_t k = 0; k < p.inputs.size(); ++k) {
     const ProgramBinding& b = p.inputs[k];
     if (input_shards[k].size() != devices.size())

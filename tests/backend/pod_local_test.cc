@@ -127,7 +127,9 @@ TEST(PodLocal, MegatronMlpOneThreadPerDeviceEqualsRunSpmd) {
   std::vector<DeviceStats> stats;
   std::vector<Tensor> got = run_threaded(p, b.g, in, &stats);
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].bytes, ref.outputs[0].bytes);
+  // Not bit-identical: run_spmd stacks the products of devices that share a weight slice into one matmul
+  // (docs/executor.md), whose blocking sums in another order than one device's product.
+  EXPECT_EQ(testing::compare_tensors(got[0], ref.outputs[0]), "");
   ASSERT_EQ(stats.size(), 4u);
   for (int64_t d = 0; d < 4; ++d) {
     EXPECT_EQ(stats[d].device, d);
