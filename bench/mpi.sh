@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "## host target against 4-rank MPI runs (bench/mpi.sh)"
 OMP_NUM_THREADS=1 build/bin/mpi_tests --gtest_also_run_disabled_tests \
-  --gtest_filter='MpiTiming.DISABLED_HostTargetPredictsFourRankSteps' 2>&1 | grep -v '^\[\|^Running main\|^Note:' || true
+  --gtest_filter='MpiTiming.DISABLED_HostTargetPredictsFourRankSteps' 2>&1 | grep -E '^\[ timing|Failure|^simulated|Expected|\[  (PASSED|FAILED)' || true
