@@ -1,11 +1,14 @@
 #include "cli/report.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <tuple>
 
 #include <fmt/format.h>
+
+#include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {
 
@@ -185,6 +188,13 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
     if (!check->passed) j["check"]["worst"] = check->worst;
   }
   return j;
+}
+
+void write_outputs(const std::string& dir, const Graph& g, const std::vector<Tensor>& outputs) {
+  std::filesystem::create_directories(dir);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    write_tensor_pb((std::filesystem::path(dir) / fmt::format("output_{}.pb", i)).string(), outputs[i],
+                    g.values[g.outputs[i]].name);
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {

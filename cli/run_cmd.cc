@@ -135,12 +135,7 @@ int cmd_run(const RunOptions& o) {
     PodRun ref = run_single(p.graph, inputs, progress_display("reference, 1 device"));
     check = compare_outputs(p.graph, run.outputs, ref.outputs, o.rtol, o.atol);
   }
-  if (!o.outputs_dir.empty()) {
-    fs::create_directories(o.outputs_dir);
-    for (size_t i = 0; i < run.outputs.size(); ++i)
-      write_tensor_pb((fs::path(o.outputs_dir) / fmt::format("output_{}.pb", i)).string(), run.outputs[i],
-                      p.graph.values[p.graph.outputs[i]].name);
-  }
+  if (!o.outputs_dir.empty()) write_outputs(o.outputs_dir, p.graph, run.outputs);
   CostReport cost = p.cost(o.common.overlap);
   nlohmann::json report = make_report(p, cost, &run, o.check ? &check : nullptr);
   if (!o.report.empty()) write_json(o.report, report);

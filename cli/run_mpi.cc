@@ -172,12 +172,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
       PodRun ref = run_single(p.graph, inputs);
       check = compare_outputs(p.graph, pod.outputs, ref.outputs, o.rtol, o.atol);
     }
-    if (!o.outputs_dir.empty()) {
-      fs::create_directories(o.outputs_dir);
-      for (size_t i = 0; i < pod.outputs.size(); ++i)
-        write_tensor_pb((fs::path(o.outputs_dir) / fmt::format("output_{}.pb", i)).string(), pod.outputs[i],
-                        p.graph.values[p.graph.outputs[i]].name);
-    }
+    if (!o.outputs_dir.empty()) write_outputs(o.outputs_dir, p.graph, pod.outputs);
     CostReport cost = p.cost(o.common.overlap);
     nlohmann::json report = make_report(p, cost, &pod, o.check ? &check : nullptr);
     report["backend"] = "mpi";

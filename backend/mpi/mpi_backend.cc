@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "backend/pod/collectives.h"
+
 namespace gspmd::mpi {
 namespace {
 
@@ -87,13 +89,6 @@ MPI_Datatype reduction_type(const Tensor& x, ReductionKind k) {
     throw UnsupportedError(fmt::format("{} reduction of {} is not supported by the mpi backend", reduction_name(k),
                                        dtype_name(x.dtype)));
   return t;
-}
-
-int64_t norm_axis(int64_t axis, size_t rank, const char* what) {
-  int64_t r = static_cast<int64_t>(rank);
-  int64_t a = axis < 0 ? axis + r : axis;
-  if (a < 0 || a >= r) throw std::runtime_error(fmt::format("{} {} out of range for rank {}", what, axis, r));
-  return a;
 }
 
 // A tensor seen as [outer, len, inner bytes] around one axis.
@@ -312,7 +307,7 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
                         t, mpi_op(call.reduction, x.dtype), c.comm),
           "MPI_Allreduce");
   } else if (op == "AllGather") {
-    int64_t a = norm_axis(call.axis, x.shape.size(), "all-gather axis");
+    int64_t a = pod::norm_axis(call.axis, x.shape.size(), "all-gather axis");
     Shape s = x.shape;
     s[a] *= n;
     Tensor y(x.dtype, s);
@@ -323,7 +318,7 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
     unpack_chunks(buf, y, a, n);
     out[0] = std::move(y);
   } else if (op == "ReduceScatter") {
-    int64_t a = norm_axis(call.axis, x.shape.size(), "reduce-scatter axis");
+    int64_t a = pod::norm_axis(call.axis, x.shape.size(), "reduce-scatter axis");
     if (x.shape[a] % n != 0)
       throw std::runtime_error(fmt::format("reduce-scatter: dim {} of {} is not divisible by the group size {}", a,
                                            shape_str(x.shape), n));
@@ -337,8 +332,8 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
           "MPI_Reduce_scatter");
     out[0] = std::move(y);
   } else if (op == "AllToAll") {
-    int64_t sa = norm_axis(call.split_axis, x.shape.size(), "all-to-all split_axis");
-    int64_t ca = norm_axis(call.concat_axis, x.shape.size(), "all-to-all concat_axis");
+    int64_t sa = pod::norm_axis(call.split_axis, x.shape.size(), "all-to-all split_axis");
+    int64_t ca = pod::norm_axis(call.concat_axis, x.shape.size(), "all-to-all concat_axis");
     if (x.shape[sa] % n != 0)
       throw std::runtime_error(fmt::format("all-to-all: dim {} of {} is not divisible by the group size {}", sa,
                                            shape_str(x.shape), n));

@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 namespace gspmd::pod {
-namespace {
 
 int64_t norm_axis(int64_t axis, size_t rank, const char* what) {
   int64_t r = static_cast<int64_t>(rank);
@@ -18,6 +17,8 @@ int64_t norm_axis(int64_t axis, size_t rank, const char* what) {
   if (a < 0 || a >= r) throw std::runtime_error(fmt::format("{} {} out of range for rank {}", what, axis, r));
   return a;
 }
+
+namespace {
 
 struct Blocks {
   int64_t outer = 1;      // product of dims before axis

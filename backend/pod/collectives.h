@@ -22,6 +22,10 @@ ReductionKind parse_reduction(const std::string& s);
 /// member 0's result, instead of in a copy.
 std::vector<Tensor> all_reduce(const std::vector<const Tensor*>& ins, ReductionKind k, Tensor* acc = nullptr);
 /// Every member gets the operands concatenated along `axis` in tile order.
+/// `axis` of a rank-`rank` tensor made non-negative (ONNX negative axes count from the end). Throws
+/// std::runtime_error("<what> <axis> out of range for rank <rank>") outside [-rank, rank).
+int64_t norm_axis(int64_t axis, size_t rank, const char* what);
+
 std::vector<Tensor> all_gather(const std::vector<const Tensor*>& ins, int64_t axis);
 /// Member t gets chunk t (along `axis`, shape[axis] / n long) of the reduction. shape[axis] % n must be 0.
 /// `acc` as for all_reduce.

@@ -106,6 +106,19 @@ TEST(CostTarget, BadJsonFiles) {
   expect_input_error(std::string(GSPMD_BINARY_DIR) + "/does_not_exist.json", "cannot open");
 }
 
+/// A graph with one MatMul c = a x a on [64, 64] values of `dt` (2 * 64^3 = 524,288 FLOPs); `mm` is the node.
+struct SquareMatMul {
+  Graph g;
+  Node mm;
+  explicit SquareMatMul(DType dt) {
+    int a = g.add_value(V("a", dt, {64, 64}));
+    int c = g.add_value(V("c", dt, {64, 64}));
+    mm.op_type = "MatMul";
+    mm.inputs = {a, a};
+    mm.outputs = {c};
+  }
+};
+
 TEST(CostTarget, TopologyAndPerDtypePeaks) {
   EXPECT_EQ(Target::load("tpu-v3").topology(), "2d-torus");
   EXPECT_EQ(Target::load("tpu-v4").topology(), "3d-torus");
@@ -136,13 +149,9 @@ TEST(CostTarget, TopologyAndPerDtypePeaks) {
   // node_time uses the peak of the op's input dtype: 2*64*64*64 FLOPs of an f16 MatMul at 1e9 FLOP/s = 524.288 us
   Target slow = Target::load("tpu-v3");
   slow.peak_flops_f16 = 1e9;
-  Graph g;
-  int a = g.add_value(V("a", DType::kFloat16, {64, 64}));
-  int c = g.add_value(V("c", DType::kFloat16, {64, 64}));
-  Node mm;
-  mm.op_type = "MatMul";
-  mm.inputs = {a, a};
-  mm.outputs = {c};
+  SquareMatMul f16(DType::kFloat16);
+  const Graph& g = f16.g;
+  const Node& mm = f16.mm;
   expect_rel(node_time(g, mm, mesh_of({1}), slow), 2.0 * 64 * 64 * 64 / 1e9);
   // a fixed per-op overhead adds to the roofline (loaded from a file like every field)
   slow.op_overhead = Target::load(write_tmp("ovh.json", R"({"base": "tpu-v3", "op_overhead": 2.5e-6})")).op_overhead;
@@ -159,13 +168,9 @@ TEST(CostTarget, ContractionCurve) {
   EXPECT_EQ(t.contraction_rate(1e12, DType::kFloat32, false), 8e10);      // 1e11 by the curve, capped at the peak
   expect_rel(t.contraction_rate(1e7, DType::kFloat32, true), 1.275e10);  // convolutions at half the rate
   // node_time of a 2*64^3 = 524,288-FLOP MatMul: below the first point, 1e9 FLOP/s
-  Graph g;
-  int a = g.add_value(V("a", DType::kFloat32, {64, 64}));
-  int c = g.add_value(V("c", DType::kFloat32, {64, 64}));
-  Node mm;
-  mm.op_type = "MatMul";
-  mm.inputs = {a, a};
-  mm.outputs = {c};
+  SquareMatMul f32(DType::kFloat32);
+  const Graph& g = f32.g;
+  const Node& mm = f32.mm;
   expect_rel(node_time(g, mm, mesh_of({1}), t), 524288.0 / 1e9);
   // written back and loaded again
   Target u = Target::load(write_tmp("curve2.json", t.to_json()));

@@ -16,6 +16,10 @@ namespace e2e {
 
 namespace fs = std::filesystem;
 
+/// The bundled GPT (opset 17) and its Megatron sidecar as a --shardings flag (mesh 2x2).
+inline const std::string kGpt = "testdata/gpt/gpt_opset17.onnx";
+inline const std::string kMegatron = "--shardings testdata/gpt/gpt.megatron.sharding.json";
+
 /// Exit code, stdout and stderr of one command.
 struct CmdResult {
   int code = -1;

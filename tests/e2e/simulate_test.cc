@@ -10,8 +10,6 @@ namespace {
 
 using namespace e2e;
 
-const std::string kGpt = "testdata/gpt/gpt_opset17.onnx";
-const std::string kMegatron = "--shardings testdata/gpt/gpt.megatron.sharding.json";
 
 TEST(Simulate, SameReportAsRunWithoutHostOrCheck) {
   fs::path d = scratch("simulate_same");

@@ -11,8 +11,6 @@ namespace {
 
 using namespace e2e;
 
-const std::string kGpt = "testdata/gpt/gpt_opset17.onnx";
-const std::string kMegatron = "--shardings testdata/gpt/gpt.megatron.sharding.json";
 
 TEST(Targets, HostIsMeasuredAndReusableAsAFile) {
   fs::path d = scratch("targets_host");

@@ -39,7 +39,7 @@ using namespace e2e;
 
 namespace {
 
-const fs::path kGpt = fs::path(GSPMD_SOURCE_DIR) / "testdata" / "gpt";
+const fs::path kGptDir = fs::path(GSPMD_SOURCE_DIR) / "testdata" / "gpt";
 const std::string kTool = "testdata/tools/weight_forms.py";
 
 // The GPT overrides: every bias (q/k/v/proj/fc_in/fc_out, the LayerNorm shifts) and every LayerNorm gain.
@@ -182,10 +182,10 @@ std::map<std::string, Outcome> expect_same_as_reference(const fs::path& form, co
 
 std::vector<Case> gpt_cases() {
   return {
-      {"megatron", "2x2", kGpt / "gpt.megatron.sharding.json"},  // Megatron over model, batch over data
-      {"2d", "4x4", kGpt / "gpt.2d.sharding.json"},              // the same specs on 16 devices
-      {"data", "2x2", kGpt / "gpt.dp.sharding.json"},            // batch over data x model
-      {"uneven", "3x3", kGpt / "gpt.megatron.sharding.json"},    // batch 8, heads 4, d 128, vocab 512 over 3
+      {"megatron", "2x2", kGptDir / "gpt.megatron.sharding.json"},  // Megatron over model, batch over data
+      {"2d", "4x4", kGptDir / "gpt.2d.sharding.json"},              // the same specs on 16 devices
+      {"data", "2x2", kGptDir / "gpt.dp.sharding.json"},            // batch over data x model
+      {"uneven", "3x3", kGptDir / "gpt.megatron.sharding.json"},    // batch 8, heads 4, d 128, vocab 512 over 3
   };
 }
 
@@ -219,7 +219,7 @@ void expect_megatron_plan(const std::map<std::string, Outcome>& outcomes) {
 nlohmann::json megatron_shardings(const fs::path& model, const std::string& tag) {
   fs::path dir = scratch("wf_" + tag + "_partition");
   CmdResult r = cli("partition " + model.string() + " --mesh 2x2 --shardings " +
-                        (kGpt / "gpt.megatron.sharding.json").string() + " -o " + (dir / "out").string(),
+                        (kGptDir / "gpt.megatron.sharding.json").string() + " -o " + (dir / "out").string(),
                     "wf_" + tag + "_partition");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   if (r.code != 0) return nlohmann::json::object();
@@ -257,30 +257,30 @@ const std::vector<std::string>& gpt_uniform_weights() {
 }
 
 TEST(WeightForms, GptConstantOfShapeWeights) {
-  fs::path ref = rewrite(kGpt / "gpt_opset17.onnx", "gpt_uniform", kGptUniform);
-  fs::path form = rewrite(kGpt / "gpt_opset17.onnx", "gpt_cos", kGptUniform + " --constant-of-shape");
+  fs::path ref = rewrite(kGptDir / "gpt_opset17.onnx", "gpt_uniform", kGptUniform);
+  fs::path form = rewrite(kGptDir / "gpt_opset17.onnx", "gpt_cos", kGptUniform + " --constant-of-shape");
   ASSERT_FALSE(ref.empty() || form.empty());
   // The file really has the 22 biases and gains as ConstantOfShape outputs, not as initializers.
   Inspect in = inspect(form);
   EXPECT_EQ(in.constant_of_shape, gpt_uniform_weights());
   for (const std::string& w : gpt_uniform_weights()) EXPECT_FALSE(in.initializers.count(w)) << w;
   EXPECT_TRUE(in.initializers.count("h.0.attn.q.weight"));
-  expect_megatron_plan(expect_same_as_reference(form, ref, gpt_cases(), kGpt / "test_data_set_0", "gpt_cos"));
+  expect_megatron_plan(expect_same_as_reference(form, ref, gpt_cases(), kGptDir / "test_data_set_0", "gpt_cos"));
   expect_same_shardings(form, ref, gpt_uniform_weights(), "gpt_cos");
 }
 
 TEST(WeightForms, GptInitializersAsGraphInputs) {
   // torch's keep_initializers_as_inputs=True form (ir_version stays 8). Outputs equal torch's too.
-  fs::path plain = kGpt / "gpt_opset17.onnx";
+  fs::path plain = kGptDir / "gpt_opset17.onnx";
   fs::path form = rewrite(plain, "gpt_inputs", "--initializers-as-inputs");
   ASSERT_FALSE(form.empty());
   Inspect in = inspect(form);
   EXPECT_EQ(in.ir_version, 8);
   EXPECT_EQ(in.inputs.size(), 1 + in.initializers.size());
   for (const std::string& w : in.initializers) EXPECT_TRUE(in.inputs.count(w)) << w;
-  auto outcomes = expect_same_as_reference(form, plain, gpt_cases(), kGpt / "test_data_set_0", "gpt_inputs");
+  auto outcomes = expect_same_as_reference(form, plain, gpt_cases(), kGptDir / "test_data_set_0", "gpt_inputs");
   expect_megatron_plan(outcomes);
-  gspmd::Tensor torch_out = gspmd::read_tensor_pb((kGpt / "test_data_set_0" / "output_0.pb").string());
+  gspmd::Tensor torch_out = gspmd::read_tensor_pb((kGptDir / "test_data_set_0" / "output_0.pb").string());
   for (const auto& [name, o] : outcomes) {
     SCOPED_TRACE(name);
     expect_close(o.output, torch_out, 1e-4, 1e-4);
@@ -295,7 +295,7 @@ TEST(WeightForms, GptInitializersAsGraphInputs) {
 // [TypeInferenceError] Input 1 expected to have type but instead is null". The same file at ir_version 4..8 loaded.
 // (The loader now hands ONNX an IR-4 proto.) The smallest reproduction is WeightFormsRepro.Ir3ConstantNodeFeedingAnOp.
 TEST(WeightForms, GptIr3GraphInputs) {
-  fs::path plain = kGpt / "gpt_opset17.onnx";
+  fs::path plain = kGptDir / "gpt_opset17.onnx";
   fs::path ref = rewrite(plain, "gpt_ir3_ref", kGptUniform);
   fs::path ir3 = rewrite(plain, "gpt_ir3", "--ir3");
   fs::path both = rewrite(plain, "gpt_ir3_cos", kGptUniform + " --ir3 --constant-of-shape");
@@ -307,8 +307,8 @@ TEST(WeightForms, GptIr3GraphInputs) {
   EXPECT_EQ(in2.ir_version, 3);
   EXPECT_EQ(in2.constant_of_shape, gpt_uniform_weights());
   for (const std::string& w : in2.initializers) EXPECT_TRUE(in2.inputs.count(w)) << w;
-  expect_megatron_plan(expect_same_as_reference(ir3, plain, gpt_cases(), kGpt / "test_data_set_0", "gpt_ir3"));
-  expect_megatron_plan(expect_same_as_reference(both, ref, gpt_cases(), kGpt / "test_data_set_0", "gpt_ir3_cos"));
+  expect_megatron_plan(expect_same_as_reference(ir3, plain, gpt_cases(), kGptDir / "test_data_set_0", "gpt_ir3"));
+  expect_megatron_plan(expect_same_as_reference(both, ref, gpt_cases(), kGptDir / "test_data_set_0", "gpt_ir3_cos"));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
