@@ -25,6 +25,7 @@ struct CommonOptions {
   bool overlap = false;             // --overlap: collectives overlap independent compute in the simulated step
   bool auto_search = false;         // --auto: search shardings for what the sharding file leaves open (core/auto)
   std::string memory_limit;         // --memory-limit BYTES for --auto ("" = the target's HBM)
+  bool measure_host_ops = true;     // --target host: build_pipeline measures the program's ops (measure_program_ops)
 };
 
 /// The loaded model and everything derived from it, in pipeline order.
@@ -36,9 +37,10 @@ struct Pipeline {
   ShardingPlan plan;
   SpmdProgram program;
   /// Wall time of each stage (s), reported as "compile_time_s": loading (with the sharding file), propagation
-  /// (with sub-axis refinement, and the --auto search), partitioning, and costing (set by cost()).
+  /// (with sub-axis refinement, and the --auto search), partitioning, measuring the program's ops on this machine
+  /// (--target host only), and costing (set by cost()).
   struct StageTimes {
-    double load = 0, propagate = 0, partition = 0, cost = 0;
+    double load = 0, propagate = 0, partition = 0, measure_ops = 0, cost = 0;
   } times;
   std::optional<AutoResult> auto_result;  // --auto: the search's choices, cost and baselines
 
@@ -47,7 +49,8 @@ struct Pipeline {
 };
 
 /// Resolves the target, loads MODEL, reads the sharding file, (with --auto) searches the open shardings, propagates
-/// and partitions. Throws InputError for bad input (the target and --device-order are checked first, the device
+/// and partitions; with --target host (and measure_host_ops) then measures the program's ops into
+/// target.measured_ops (measure_program_ops). Throws InputError for bad input (the target and --device-order are checked first, the device
 /// order again once the mesh is known; --memory-limit that is not a positive number of bytes; --auto when no plan
 /// fits in memory).
 Pipeline build_pipeline(const CommonOptions& o, bool load_data = true);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels.h"
+#include "backend/profile/host_target.h"
 #include "cli/commands.h"
 #include "onnx_frontend/frontend.h"
 
@@ -98,6 +99,11 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   t0 = std::chrono::steady_clock::now();
   p.program = partition(p.graph, p.plan, p.annotations.mesh, p.target);
   p.times.partition = seconds_since(t0);
+  if (o.target == "host" && o.measure_host_ops) {
+    t0 = std::chrono::steady_clock::now();
+    measure_program_ops(p.program.program, p.target);
+    p.times.measure_ops = seconds_since(t0);
+  }
   return p;
 }
 

@@ -141,6 +141,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   j["compile_time_s"] = {{"load", p.times.load},
                          {"propagate", p.times.propagate},
                          {"partition", p.times.partition},
+                         {"measure_ops", p.times.measure_ops},
                          {"cost", p.times.cost}};
   json per_device = json::array();
   for (int64_t d = 0; d < mesh.num_devices(); ++d) {

@@ -1,6 +1,8 @@
 // gspmd-onnx run --backend mpi: one MPI rank per device (docs/mpi.md). Compiled with or without MPI support; without
 // it, --backend mpi is a one-line error (exit 2).
+#include <chrono>
 #include <cstdlib>
+#include <map>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -82,19 +84,22 @@ Graph load_device_model(const Pipeline& p, const std::string& dir, int rank) {
   return g;
 }
 
+/// The fraction of a core each rank gets: this process's cores over (ranks on this host x OpenMP threads), <= 1.
+double core_share(int ranks_on_this_host) {
+  return std::min(1.0, static_cast<double>(host_cores()) / (static_cast<double>(ranks_on_this_host) * host_threads()));
+}
+
 /// `--target host` under MPI: rank 0 measures this machine while the other ranks wait without spinning, scales the
-/// per-device rates by the share of the cores each rank gets (ranks on this host x OpenMP threads against the cores
-/// this process may use), and every rank uses that one target: the same program on every rank, and a prediction for
-/// ranks that run at the same time. Collective over MPI_COMM_WORLD.
-void share_host_target(mpi::Session& s) {
+/// per-device rates by `share` (rates times share, times over share), and every rank uses that one target: the same
+/// program on every rank, and a prediction for ranks that run at the same time. Collective over MPI_COMM_WORLD.
+void share_host_target(mpi::Session& s, double share) {
   std::string text;
-  const int local_ranks = s.ranks_on_this_host();  // collective: every rank
   if (s.rank() == 0) {
     Target t = measure_host_target();
-    const double share =
-        std::min(1.0, static_cast<double>(host_cores()) / (static_cast<double>(local_ranks) * host_threads()));
     t.peak_flops *= share;
+    for (auto& pt : t.contraction_curve) pt.second *= share;
     t.hbm_bandwidth *= share;
+    t.link_bandwidth *= share;
     t.op_overhead /= share;
     t.name = "host";
     text = t.to_json();
@@ -102,6 +107,20 @@ void share_host_target(mpi::Session& s) {
   text = s.broadcast(text);
   Target t = Target::from_json(text, "host target from rank 0");
   Target::register_preset("host", [t] { return t; });
+}
+
+/// `--target host` under MPI, once the program is known: rank 0 measures its ops (measure_program_ops, times over
+/// `share`) while the other ranks wait without spinning; every rank gets the table. Collective over MPI_COMM_WORLD.
+void share_measured_ops(mpi::Session& s, Pipeline& p, double share) {
+  std::string text;
+  if (s.rank() == 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    measure_program_ops(p.program.program, p.target, share);
+    p.times.measure_ops = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    text = nlohmann::json(p.target.measured_ops).dump();
+  }
+  text = s.broadcast(text);
+  if (s.rank() != 0) p.target.measured_ops = nlohmann::json::parse(text).get<std::map<std::string, double>>();
 }
 
 int run_on_rank(mpi::Session& s, const RunOptions& o) {
@@ -113,14 +132,17 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
 
   // Setup: every rank on its own; failures are agreed on, so every rank reports them and exits.
   std::optional<mpi::Failure> failure;
+  const double share = core_share(s.ranks_on_this_host());  // collective: every rank
   try {
     const int64_t n = DeviceMesh::parse(o.common.mesh).num_devices();
     if (n != s.size())
       throw InputError(fmt::format("--mesh {} has {} devices but this MPI job has {} rank{}: start it with "
                                    "mpirun -np {}", o.common.mesh, n, s.size(), s.size() == 1 ? "" : "s", n));
-    if (o.common.target == "host") share_host_target(s);
+    if (o.common.target == "host") share_host_target(s, share);
     // with --program the weights come from the device files; rank 0 still needs them for --check
-    p = build_pipeline(o.common, !from_files || (o.check && rank == 0));
+    CommonOptions common = o.common;
+    common.measure_host_ops = false;  // rank 0 measures them below, for every rank
+    p = build_pipeline(common, !from_files || (o.check && rank == 0));
     if (p.program.mesh.num_devices() != s.size())
       throw InputError(fmt::format("the mesh {} has {} devices but this MPI job has {} ranks", p.program.mesh.str(),
                                    p.program.mesh.num_devices(), s.size()));
@@ -131,6 +153,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
   }
   s.agree(failure);
   mpi::check_same_program(s, mpi::run_fingerprint(p.program, p.graph, !from_files));
+  if (o.common.target == "host") share_measured_ops(s, p, share);
 
   // The run: a failure from here on may leave other ranks blocked in a collective, so it aborts the job.
   try {
@@ -161,7 +184,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
       max_compute = std::max(max_compute, r.compute_s);
       max_comm = std::max(max_comm, r.communication_s);
       per_rank.push_back({{"rank", r.rank}, {"device", r.rank}, {"compute_s", r.compute_s},
-                          {"communication_s", r.communication_s}, {"step_s", r.run_s}, {"wall_s", r.wall_s},
+                          {"communication_s", r.communication_s}, {"step_s", r.run_s}, {"cpu_s", r.cpu_s}, {"wall_s", r.wall_s},
                           {"peak_memory_bytes", r.peak_memory_bytes}});
     }
     pod.wall_s = max_step;

@@ -24,6 +24,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+/// CPU time of this process, all threads (seconds).
+double process_cpu_s() {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // The line the signal handler writes; formatted before the handler is installed (write() is async-signal-safe).
 char g_term_msg[256];
 volatile sig_atomic_t g_term_code = 2;
@@ -454,9 +461,11 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
   }
   check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
   auto t_run = Clock::now();
+  const double cpu0 = process_cpu_s();
   LocalRun lr = execute(warmup_runs == 0 ? progress : RunProgress{});
   RankStats mine;
   mine.rank = rank;
+  mine.cpu_s = process_cpu_s() - cpu0;
   mine.wall_s = seconds_since(t_run);
   mine.run_s = lr.run_s;
   mine.compute_s = lr.devices.at(0).compute_wall_s;
@@ -492,20 +501,23 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
       r.outputs.push_back(assemble_tensor(ptrs, b.sharding, p.mesh, global.values.at(b.global).shape));
     }
   }
-  double row[6] = {mine.compute_s, mine.communication_s, mine.wall_s, static_cast<double>(mine.peak_memory_bytes),
-                   mine.flops, mine.run_s};
-  std::vector<double> rows(rank == 0 ? 6 * static_cast<size_t>(N) : 0);
-  check(MPI_Gather(row, 6, MPI_DOUBLE, rows.data(), 6, MPI_DOUBLE, 0, MPI_COMM_WORLD), "MPI_Gather (stats)");
+  constexpr int kStats = 7;
+  const double row[kStats] = {mine.compute_s, mine.communication_s, mine.wall_s,
+                              static_cast<double>(mine.peak_memory_bytes), mine.flops, mine.run_s, mine.cpu_s};
+  std::vector<double> rows(rank == 0 ? kStats * static_cast<size_t>(N) : 0);
+  check(MPI_Gather(row, kStats, MPI_DOUBLE, rows.data(), kStats, MPI_DOUBLE, 0, MPI_COMM_WORLD), "MPI_Gather (stats)");
   if (rank == 0) {
     for (int d = 0; d < N; ++d) {
+      const double* x = rows.data() + static_cast<size_t>(kStats) * static_cast<size_t>(d);
       RankStats s;
       s.rank = d;
-      s.compute_s = rows[6 * d];
-      s.communication_s = rows[6 * d + 1];
-      s.wall_s = rows[6 * d + 2];
-      s.peak_memory_bytes = static_cast<int64_t>(rows[6 * d + 3]);
-      s.flops = rows[6 * d + 4];
-      s.run_s = rows[6 * d + 5];
+      s.compute_s = x[0];
+      s.communication_s = x[1];
+      s.wall_s = x[2];
+      s.peak_memory_bytes = static_cast<int64_t>(x[3]);
+      s.flops = x[4];
+      s.run_s = x[5];
+      s.cpu_s = x[6];
       r.ranks.push_back(s);
     }
   } else {

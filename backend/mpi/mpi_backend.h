@@ -120,6 +120,8 @@ struct RankStats {
   double wall_s = 0;           // wall time from the barrier after the input scatter to the end of this rank's
                                // measured execution (weight slicing and input binding included)
   double run_s = 0;            // of which executing the program node by node (LocalRun::run_s): the step
+  double cpu_s = 0;            // CPU time this process used over the measured execution (all its threads,
+                               // CLOCK_PROCESS_CPUTIME_ID; includes spinning in MPI while waiting for peers)
   int64_t peak_memory_bytes = 0;
   double flops = 0;            // FLOPs this rank executed
 };

@@ -1,7 +1,10 @@
 // backend/profile: the measured "host" target preset (this machine as one device of the pod).
 #pragma once
 
+#include <cstdint>
+
 #include "core/cost/target.h"
+#include "core/ir/ir.h"
 
 namespace gspmd {
 
@@ -21,6 +24,20 @@ namespace gspmd {
 ///   topology       "ring", links_per_axis 1 (all devices share one memory system).
 /// The per-dtype peaks stay 0 (= peak_flops): f16/bf16/int8 kernels compute in f32 here. Never throws.
 Target measure_host_target();
+
+/// Measures every distinct op of `program` (by op_signature, core/cost/cost.h) on this machine and adds its time to
+/// `t.measured_ops`, divided by `share` (the fraction of a core this process gets when it runs: 1 alone, 0.5 for two
+/// ranks per core). Each op runs through run_kernel, the executor's kernels, on inputs of its shapes: the program's
+/// initializer data where it has it, otherwise 0.5 in floating-point inputs and 0 in the others. One warm-up call
+/// (oneDNN creates its primitive), then the best of up to 5 calls (at least 2, fewer past 20 ms of calls), each with
+/// its inputs evicted from the caches first (clflush, on x86): operands come from memory, as the roofline assumes
+/// and as in a program whose working set exceeds the caches. Seconds.
+/// Skipped, and left to the roofline: gspmd ops (collectives and partition-id ops), signatures already in the table,
+/// ops whose inputs need more than `max_input_bytes` of fresh memory, ops whose kernel throws (unsupported, or data
+/// the placeholder values make invalid), and everything once `budget_s` seconds of measuring have passed. Returns
+/// the number of signatures added. Never throws.
+int measure_program_ops(const Graph& program, Target& t, double share = 1, double budget_s = 5,
+                        int64_t max_input_bytes = int64_t{1} << 30);
 
 /// CPUs this process may run on (sched_getaffinity; std::thread::hardware_concurrency as a fallback), >= 1.
 int host_cores();

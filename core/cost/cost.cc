@@ -165,6 +165,10 @@ Target Target::from_json(const std::string& text, const std::string& path) {
       if (!ok)
         throw InputError(fmt::format("{}: 'contraction_curve' must be [[flops, flop_per_s], ...] with positive "
                                      "numbers and increasing flops", path));
+    } else if (k == "measured_ops") {
+      if (!v.is_object()) throw InputError(fmt::format("{}: 'measured_ops' must be {{\"op signature\": seconds, ...}}", path));
+      t.measured_ops.clear();
+      for (const auto& [sig, sec] : v.items()) t.measured_ops[sig] = num("measured_ops." + sig, sec);
     } else if (k == "wraparound") {
       if (!v.is_boolean()) throw InputError(fmt::format("{}: 'wraparound' must be true or false", path));
       t.wraparound = v.get<bool>();
@@ -192,7 +196,7 @@ Target Target::from_json(const std::string& text, const std::string& path) {
       t.wraparound = wrap;
     } else {
       std::string known = "name, base, topology, wraparound, links_per_axis, torus_dims, contraction_curve, "
-                          "conv_efficiency";
+                          "conv_efficiency, measured_ops";
       for (const auto& e : numbers) known += std::string(", ") + e.first;
       throw InputError(fmt::format("{}: unknown field '{}' (known: {})", path, k, known));
     }
@@ -243,6 +247,7 @@ std::string Target::to_json() const {
   j["contraction_curve"] = contraction_curve;
   j["conv_efficiency"] = conv_efficiency;
   j["links_per_axis"] = links_per_axis;
+  if (!measured_ops.empty()) j["measured_ops"] = measured_ops;
   return j.dump();
 }
 
@@ -577,6 +582,50 @@ bool is_collective(const Node& n, std::string* kind) {
   return true;
 }
 
+std::string op_signature(const Graph& g, const Node& n) {
+  std::string s = n.domain.empty() || n.domain == "ai.onnx" ? n.op_type : n.domain + ":" + n.op_type;
+  auto values = [&](const std::vector<int>& ids) {
+    s += '(';
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i) s += ',';
+      if (ids[i] < 0) {
+        s += '-';
+        continue;
+      }
+      const Value& v = g.values[static_cast<size_t>(ids[i])];
+      s += fmt::format("{}[{}]", dtype_name(v.dtype), fmt::join(v.shape, ","));
+    }
+    s += ')';
+  };
+  values(n.inputs);
+  s += "->";
+  values(n.outputs);
+  s += '{';
+  bool first = true;
+  for (const auto& [name, a] : n.attrs) {  // std::map: by name
+    if (!first) s += ',';
+    first = false;
+    s += name + '=';
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, Tensor>)
+            s += fmt::format("{}[{}]", dtype_name(x.dtype), fmt::join(x.shape, ","));
+          else if constexpr (std::is_same_v<T, std::string>)
+            s += x;
+          else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+            s += fmt::format("[{}]", fmt::join(x, ","));
+          else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, float>)
+            s += fmt::format("{}", x);
+          else
+            s += fmt::format("[{}]", fmt::join(x, ","));
+        },
+        a);
+  }
+  s += '}';
+  return s;
+}
+
 double node_time(const Graph& program, const Node& n, const DeviceMesh& mesh, const Target& t) {
   std::string kind;
   if (is_collective(n, &kind)) {
@@ -586,6 +635,10 @@ double node_time(const Graph& program, const Node& n, const DeviceMesh& mesh, co
     std::vector<int> axes;
     for (int64_t a : n.ints("mesh_axes")) axes.push_back(static_cast<int>(a));
     return collective_time(kind, b, axes, mesh, t);
+  }
+  if (!t.measured_ops.empty()) {
+    auto it = t.measured_ops.find(op_signature(program, n));
+    if (it != t.measured_ops.end()) return it->second;
   }
   double f = node_flops(program, n);
   double b = node_bytes(program, n);

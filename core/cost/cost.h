@@ -33,9 +33,16 @@ double node_bytes(const Graph& g, const Node& node);
 double collective_time(const std::string& kind, double bytes, const std::vector<int>& mesh_axes,
                        const DeviceMesh& mesh, const Target& t);
 
+/// The identity of an op for Target::measured_ops: op type (with "domain:" when not ai.onnx), the inputs' dtypes and
+/// shapes ("-" for an absent one), the outputs', and every attribute, e.g.
+/// `Conv(float32[16,64,10,16],float32[64,64,3,3],-)->(float32[16,64,8,16]){group=1,pads=[0,1,0,1]}`. Two nodes
+/// with the same signature run the same kernel on the same shapes. Throws nothing (graph attributes show as "graph").
+std::string op_signature(const Graph& g, const Node& node);
+
 /// Simulated time of one node of an SPMD program on one device: collective_time for gspmd collectives (bytes = the
-/// larger of operand and result), otherwise the roofline max(node_flops / peak_for(dtype of the first input),
-/// node_bytes / hbm_bandwidth) + op_overhead.
+/// larger of operand and result); the target's measured_ops entry for op_signature(node) when there is one;
+/// otherwise the roofline max(node_flops / peak_for(dtype of the first input), node_bytes / hbm_bandwidth) +
+/// op_overhead.
 double node_time(const Graph& program, const Node& node, const DeviceMesh& mesh, const Target& t);
 /// True for the five gspmd collectives; `kind` gets "all-reduce", "all-gather", ... (may be null).
 bool is_collective(const Node& node, std::string* kind = nullptr);

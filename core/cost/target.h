@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,12 @@ struct Target {
   /// the peak (the TPU presets). Measured for "host", where small matmuls run far below the peak.
   std::vector<std::pair<double, double>> contraction_curve;
   double conv_efficiency = 1;       // Conv/ConvTranspose rate as a fraction of the curve's (or the peak's) rate
+  /// Measured time (s) of one execution of an op, by op_signature (core/cost/cost.h): node_time uses it instead of
+  /// the roofline for a node with that signature. Empty on the TPU presets. "host" fills it with the ops of the
+  /// program being costed (backend/profile: measure_program_ops), as XLA's profile-guided latency estimator feeds
+  /// measured instruction costs into its scheduler: oneDNN's speed on this machine varies 2.5x at equal FLOPs with
+  /// the shape (a convolution's output width and channels), which no FLOPs curve predicts.
+  std::map<std::string, double> measured_ops;
   /// --device-order: for each physical dim (major first), the user mesh axes laid along it (major first; several
   /// axes fold onto one dim). Empty: the default, user axis i on physical dim min(i, torus_dims-1).
   std::vector<std::vector<std::string>> device_order;

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include "backend/profile/host_target.h"
+#include "core/cost/cost.h"
+#include "core/partition/spmd.h"
 
 namespace gspmd {
 namespace {
@@ -38,6 +40,79 @@ TEST(HostTarget, MeasuredOnceWithPlausibleNumbers) {
   Target again = measure_host_target();
   EXPECT_EQ(again.peak_flops, t.peak_flops);
   EXPECT_EQ(again.hbm_bandwidth, t.hbm_bandwidth);
+}
+
+/// x[8,32] -> Relu -> Relu (same signature) -> MatMul with weight w[32,16] (an initializer with data) ->
+/// gspmd AllReduce -> Softmax -> Reshape by a shape graph input (placeholder zeros make it invalid).
+Graph ops_graph() {
+  Graph g;
+  g.opset = 17;
+  auto value = [&](const char* name, Shape s) {
+    Value v;
+    v.name = name;
+    v.dtype = DType::kFloat32;
+    v.shape = std::move(s);
+    return g.add_value(v);
+  };
+  auto node = [&](const char* op, std::vector<int> in, int out, const char* domain = "") {
+    Node n;
+    n.name = n.op_type = op;
+    n.domain = domain;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    g.nodes.push_back(n);
+  };
+  int x = value("x", {8, 32}), r1 = value("r1", {8, 32}), r2 = value("r2", {8, 32});
+  int w = value("w", {32, 16});
+  g.values[static_cast<size_t>(w)].is_initializer = true;
+  g.values[static_cast<size_t>(w)].data = std::make_shared<Tensor>(
+      Tensor::from_floats({32, 16}, std::vector<float>(32 * 16, 0.25f)));
+  int m = value("m", {8, 16}), ar = value("ar", {8, 16}), sm = value("sm", {8, 16});
+  Value shp;
+  shp.name = "shape";
+  shp.dtype = DType::kInt64;
+  shp.shape = {2};
+  int shape = g.add_value(shp);
+  int rs = value("rs", {16, 8});
+  g.inputs = {x, shape};
+  node("Relu", {x}, r1);
+  node("Relu", {r1}, r2);
+  node("MatMul", {r2, w}, m);
+  node("AllReduce", {m}, ar, kGspmdDomain);
+  node("Softmax", {ar}, sm);
+  node("Reshape", {sm, shape}, rs);  // shape [0, 0] with allowzero: 128 elements into 0, the kernel refuses
+  g.nodes.back().attrs["allowzero"] = int64_t{1};
+  g.outputs = {rs};
+  return g;
+}
+
+TEST(HostTarget, MeasuresEachDistinctOpOnce) {
+  const Graph g = ops_graph();
+  Target t;
+  t.measured_ops["Softmax(float32[8,16])->(float32[8,16]){}"] = 7;  // already known: kept
+  EXPECT_EQ(measure_program_ops(g, t), 2);  // Relu (twice, one signature) and MatMul
+  const Node& relu = g.nodes[0];
+  const Node& mm = g.nodes[2];
+  ASSERT_EQ(t.measured_ops.size(), 3u);
+  const double r = t.measured_ops.at(op_signature(g, relu)), m = t.measured_ops.at(op_signature(g, mm));
+  // a 256-element Relu and a 8x32x16 MatMul run in more than 10 ns and well under 10 ms on any machine
+  for (double s : {r, m}) {
+    EXPECT_GT(s, 1e-8);
+    EXPECT_LT(s, 1e-2);
+  }
+  EXPECT_EQ(t.measured_ops.at("Softmax(float32[8,16])->(float32[8,16]){}"), 7);
+  EXPECT_EQ(t.measured_ops.count(op_signature(g, g.nodes[3])), 0u);  // the collective: the link model's
+  EXPECT_EQ(t.measured_ops.count(op_signature(g, g.nodes[5])), 0u);  // Reshape threw: left to the roofline
+
+  // a process with half a core: every time doubles (newly measured ones; known ones are kept)
+  Target half;
+  EXPECT_EQ(measure_program_ops(g, half, 0.5), 3);
+  EXPECT_GT(half.measured_ops.at(op_signature(g, relu)), 1e-8 / 0.5);
+  // no budget, or inputs over the memory cap: nothing measured
+  Target none;
+  EXPECT_EQ(measure_program_ops(g, none, 1, 0), 0);
+  EXPECT_EQ(measure_program_ops(g, none, 1, 5, 511), 0);  // every op reads at least 512 fresh bytes (8x16 floats)
+  EXPECT_TRUE(none.measured_ops.empty());
 }
 
 }  // namespace

@@ -185,6 +185,56 @@ TEST(CostTarget, ContractionCurve) {
   }
 }
 
+TEST(CostTarget, MeasuredOps) {
+  // A Conv with a bias left out and attributes of three kinds: the signature names every input, output and attribute.
+  Graph g;
+  int x = g.add_value(V("x", DType::kFloat32, {16, 64, 10, 16}));
+  int w = g.add_value(V("w", DType::kFloat32, {64, 64, 3, 3}));
+  int y = g.add_value(V("y", DType::kFloat32, {16, 64, 8, 16}));
+  Node conv;
+  conv.op_type = "Conv";
+  conv.inputs = {x, w, -1};
+  conv.outputs = {y};
+  conv.attrs["pads"] = std::vector<int64_t>{0, 1, 0, 1};
+  conv.attrs["group"] = int64_t{1};
+  conv.attrs["auto_pad"] = std::string("NOTSET");
+  const std::string sig = op_signature(g, conv);
+  EXPECT_EQ(sig, "Conv(float32[16,64,10,16],float32[64,64,3,3],-)->(float32[16,64,8,16])"
+                 "{auto_pad=NOTSET,group=1,pads=[0,1,0,1]}");
+  Node gspmd_op = conv;
+  gspmd_op.domain = "gspmd";
+  gspmd_op.attrs.clear();
+  EXPECT_EQ(op_signature(g, gspmd_op), "gspmd:Conv(float32[16,64,10,16],float32[64,64,3,3],-)->(float32[16,64,8,16]){}");
+
+  // node_time takes the measured time for that signature, the roofline for any other
+  Target t = Target::load("tpu-v3");
+  const double roofline = node_time(g, conv, mesh_of({1}), t);
+  t.measured_ops[sig] = 0.0125;
+  t.measured_ops["Relu(float32[1])->(float32[1]){}"] = 1;
+  EXPECT_EQ(node_time(g, conv, mesh_of({1}), t), 0.0125);
+  conv.attrs["group"] = int64_t{2};
+  EXPECT_EQ(node_time(g, conv, mesh_of({1}), t), roofline);
+
+  // written back and loaded again; bad tables are errors naming the file
+  Target u = Target::load(write_tmp("ops.json", t.to_json()));
+  EXPECT_EQ(u.measured_ops, t.measured_ops);
+  EXPECT_EQ(Target::load("tpu-v3").to_json().find("measured_ops"), std::string::npos);  // no table, no field
+  const std::string bad = write_tmp("ops_bad.json", R"({"base": "tpu-v3", "measured_ops": [1]})");
+  try {
+    Target::load(bad);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), bad + ": 'measured_ops' must be {\"op signature\": seconds, ...}");
+  }
+  const std::string neg = write_tmp("ops_neg.json", R"({"base": "tpu-v3", "measured_ops": {"Relu()->(){}": -1}})");
+  try {
+    Target::load(neg);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), neg + ": field 'measured_ops.Relu()->(){}' must be a finite number >= 0");
+  }
+}
+
 TEST(CostTarget, RegisteredPresets) {
   int made = 0;
   Target::register_preset("test-pod", [&made] {

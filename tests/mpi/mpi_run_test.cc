@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -73,10 +76,10 @@ void print_comparison(const std::string& what, const nlohmann::json& r) {
     int rk = pr["rank"].get<int>();
     const auto& sd = s["per_device"][rk];
     std::printf("[ timing   ]   rank %d: compute %.3f ms (simulated %.3f), communication %.3f ms (simulated %.3f), "
-                "step %.3f ms\n",
+                "step %.3f ms, CPU %.3f ms\n",
                 rk, 1e3 * pr["compute_s"].get<double>(), 1e3 * sd["compute_s"].get<double>(),
                 1e3 * pr["communication_s"].get<double>(), 1e3 * sd["communication_s"].get<double>(),
-                1e3 * pr["step_s"].get<double>());
+                1e3 * pr["step_s"].get<double>(), 1e3 * pr["cpu_s"].get<double>());
   }
 }
 
@@ -93,6 +96,9 @@ void expect_measured(const nlohmann::json& r, int ranks) {
     EXPECT_GE(pr["communication_s"].get<double>(), 0);
     EXPECT_GE(pr["step_s"].get<double>(), pr["compute_s"].get<double>());
     EXPECT_GE(pr["wall_s"].get<double>(), pr["step_s"].get<double>());
+    // CPU time over the measured execution: some, and at most every core of the host for the whole of it
+    EXPECT_GT(pr["cpu_s"].get<double>(), 0);
+    EXPECT_LE(pr["cpu_s"].get<double>(), std::thread::hardware_concurrency() * pr["wall_s"].get<double>() + 1e-3);
     EXPECT_GT(pr["peak_memory_bytes"].get<int64_t>(), 0);
   }
 }
@@ -170,9 +176,10 @@ TEST(MpiRun, Resnet18UnevenSpatialThreeRanksMatchesEmulator) { cnn_case("uneven_
 // ------------------------------------------------------------------------------------------ calibration
 
 /// A benchmark, not part of the suite (timings do not belong in tests): `bash bench/mpi.sh` runs it. The `host`
-/// target (this machine measured on rank 0, scaled by the ranks sharing each core) predicts the 4-rank MPI runs: the
-/// simulated step is within 25% of the measured one (the slowest rank's step after one warm-up execution; the best
-/// of three runs, since other processes on the machine only ever slow a run down). Prints both per rank.
+/// target (this machine and the program's ops measured on rank 0, scaled by the ranks sharing each core) predicts the
+/// 4-rank MPI runs: the simulated step is within 25% of the measured one (the slowest rank's step after one warm-up
+/// execution). Each run compares its own prediction with its own measurement; of five runs the median ratio counts,
+/// since both sides are measured on a noisy machine. Prints the median run per rank, and every ratio.
 TEST(MpiTiming, DISABLED_HostTargetPredictsFourRankSteps) {
   const Export& e = exported("resnet18");
   ASSERT_TRUE(e.error.empty()) << e.error;
@@ -182,21 +189,34 @@ TEST(MpiTiming, DISABLED_HostTargetPredictsFourRankSteps) {
                                  " --mesh 4 --shardings testdata/cnn/resnet18.spatial.sharding.json --inputs " +
                                  (e.dir / "test_data_set_0").string()}};
   fs::path d = scratch("mpi_timing");
+  constexpr int kRuns = 5;
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(cases[i].first);
-    nlohmann::json best;
-    for (int run = 0; run < 3; ++run) {
+    std::vector<std::pair<double, nlohmann::json>> runs;  // (simulated / measured step, report)
+    for (int run = 0; run < kRuns; ++run) {
       const fs::path rep_path = d / ("report_" + std::to_string(i) + "_" + std::to_string(run) + ".json");
       CmdResult r = mpi_run(4, cases[i].second + " --target host --report " + rep_path.string(),
                             "mpi_timing_" + std::to_string(i) + "_" + std::to_string(run));
       ASSERT_EQ(r.code, 0) << r.err;
       nlohmann::json rep = read_json(rep_path);
-      if (best.is_null() || rep["measured"]["step_time_s"] < best["measured"]["step_time_s"]) best = rep;
+      const double ratio =
+          rep["simulated"]["step_time_s"].get<double>() / rep["measured"]["step_time_s"].get<double>();
+      runs.emplace_back(ratio, std::move(rep));
     }
-    print_comparison(cases[i].first + ", 4 ranks, best of 3", best);
-    const double sim = best["simulated"]["step_time_s"].get<double>();
-    const double meas = best["measured"]["step_time_s"].get<double>();
-    EXPECT_LE(std::abs(sim - meas), 0.25 * meas) << "simulated " << sim << " s, measured " << meas << " s";
+    std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    const auto& [ratio, median] = runs[kRuns / 2];
+    print_comparison(cases[i].first + ", 4 ranks, the median of " + std::to_string(kRuns) + " runs", median);
+    std::string all;
+    for (const auto& r : runs) {
+      char b[16];
+      std::snprintf(b, sizeof b, " %.2f", r.first);
+      all += b;
+    }
+    std::printf("[ timing   ]   simulated / measured step, every run:%s; median %.2f\n", all.c_str(), ratio);
+    EXPECT_GE(ratio, 0.75) << "simulated " << median["simulated"]["step_time_s"] << " s, measured "
+                           << median["measured"]["step_time_s"] << " s";
+    EXPECT_LE(ratio, 1.25) << "simulated " << median["simulated"]["step_time_s"] << " s, measured "
+                           << median["measured"]["step_time_s"] << " s";
   }
 }
 
