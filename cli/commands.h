@@ -76,6 +76,7 @@ struct RunOptions {
   std::string backend = "pod";  // --backend: "pod" (the emulator) or "mpi" (one MPI rank per device, docs/mpi.md)
   std::string program_dir;      // --program DIR (mpi only): every rank runs DIR/device_<rank>.onnx
   int warmup = 1;               // --warmup N (mpi only): untimed executions before the measured one
+  int repeat = 1;               // --repeat N (mpi only): measured executions; the report describes the median one
 };
 int cmd_run(const RunOptions& o);
 

@@ -124,6 +124,8 @@ RunProgress progress_display(std::string what) {
 int cmd_run(const RunOptions& o) {
   if (o.backend == "mpi") return cmd_run_mpi(o);
   if (!o.program_dir.empty()) throw InputError("--program: needs --backend mpi (the emulator runs the SPMD program)");
+  if (o.warmup != 1) throw InputError("--warmup: needs --backend mpi (the emulator executes once)");
+  if (o.repeat != 1) throw InputError("--repeat: needs --backend mpi (the emulator executes once)");
   Pipeline p = build_pipeline(o.common);
   std::vector<Tensor> inputs = make_inputs(p.graph, o);
   PodRun run = run_spmd(p.program, p.graph, inputs,

@@ -162,7 +162,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
       size_t nodes = from_files ? device.nodes.size() : p.program.program.nodes.size();
       die_at = static_cast<int64_t>(std::max<size_t>(nodes / 2, 1));
     }
-    mpi::MpiRun run = mpi::run_mpi(s, p.program, p.graph, inputs, from_files ? &device : nullptr, o.warmup, die_at);
+    mpi::MpiRun run = mpi::run_mpi(s, p.program, p.graph, inputs, from_files ? &device : nullptr, o.warmup, o.repeat, die_at);
     if (rank != 0) return 0;
 
     PodRun pod;
@@ -203,6 +203,9 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
         {"ranks", run.ranks.size()},
         {"program", from_files ? "device files" : "spmd"},
         {"warmup_runs", o.warmup},
+        {"measured_runs", o.repeat},
+        {"median_run", run.median_run},
+        {"steps_s", run.steps_s},
         {"step_time_s", max_step},
         {"wall_s", max_wall},
         {"compute_time_s", sum_compute / nr},

@@ -389,11 +389,12 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
 // ------------------------------------------------------------------------------------------------------ run_mpi
 
 MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
-               const Graph* device_model, int warmup_runs, int64_t die_at_node) {
+               const Graph* device_model, int warmup_runs, int measured_runs, int64_t die_at_node) {
   const int rank = session.rank();
   const int N = session.size();
   if (N != p.mesh.num_devices())
     throw std::runtime_error(fmt::format("{} ranks for {} devices", N, p.mesh.num_devices()));
+  if (measured_runs < 1) throw std::invalid_argument("run_mpi: measured_runs must be >= 1");
   const Graph& prog = p.program;
   MpiRun r;
 
@@ -459,19 +460,21 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     execute(w == 0 ? progress : RunProgress{});
   }
-  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
-  auto t_run = Clock::now();
-  const double cpu0 = process_cpu_s();
-  LocalRun lr = execute(warmup_runs == 0 ? progress : RunProgress{});
-  RankStats mine;
-  mine.rank = rank;
-  mine.cpu_s = process_cpu_s() - cpu0;
-  mine.wall_s = seconds_since(t_run);
-  mine.run_s = lr.run_s;
-  mine.compute_s = lr.devices.at(0).compute_wall_s;
-  mine.communication_s = lr.devices.at(0).communication_wall_s;
-  mine.peak_memory_bytes = lr.devices.at(0).peak_memory_bytes;
-  mine.flops = lr.host_flops;
+  // Measured executions: this rank's stats of each; the outputs are the last one's.
+  constexpr int kStats = 7;
+  std::vector<double> rows_mine;
+  rows_mine.reserve(static_cast<size_t>(kStats) * static_cast<size_t>(measured_runs));
+  LocalRun lr;
+  for (int m = 0; m < measured_runs; ++m) {
+    check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    auto t_run = Clock::now();
+    const double cpu0 = process_cpu_s();
+    lr = execute(warmup_runs == 0 && m == 0 ? progress : RunProgress{});
+    const double cpu = process_cpu_s() - cpu0, wall = seconds_since(t_run);
+    const DeviceStats& d = lr.devices.at(0);
+    rows_mine.insert(rows_mine.end(), {d.compute_wall_s, d.communication_wall_s, wall,
+                                       static_cast<double>(d.peak_memory_bytes), lr.host_flops, lr.run_s, cpu});
+  }
 
   // Outputs: gather every device's shard on rank 0 and assemble.
   auto t_gather = Clock::now();
@@ -501,27 +504,38 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
       r.outputs.push_back(assemble_tensor(ptrs, b.sharding, p.mesh, global.values.at(b.global).shape));
     }
   }
-  constexpr int kStats = 7;
-  const double row[kStats] = {mine.compute_s, mine.communication_s, mine.wall_s,
-                              static_cast<double>(mine.peak_memory_bytes), mine.flops, mine.run_s, mine.cpu_s};
-  std::vector<double> rows(rank == 0 ? kStats * static_cast<size_t>(N) : 0);
-  check(MPI_Gather(row, kStats, MPI_DOUBLE, rows.data(), kStats, MPI_DOUBLE, 0, MPI_COMM_WORLD), "MPI_Gather (stats)");
+  // Stats: every rank's rows on rank 0, which keeps the execution whose step (its slowest rank's) is the median.
+  std::vector<double> rows(rank == 0 ? rows_mine.size() * static_cast<size_t>(N) : 0);
+  const int count = static_cast<int>(rows_mine.size());
+  check(MPI_Gather(rows_mine.data(), count, MPI_DOUBLE, rows.data(), count, MPI_DOUBLE, 0, MPI_COMM_WORLD),
+        "MPI_Gather (stats)");
+  auto row = [&](const std::vector<double>& from, int d, int m) {
+    const double* x = from.data() + static_cast<size_t>(kStats) * (static_cast<size_t>(d) * measured_runs + m);
+    RankStats s;
+    s.rank = d;
+    s.compute_s = x[0];
+    s.communication_s = x[1];
+    s.wall_s = x[2];
+    s.peak_memory_bytes = static_cast<int64_t>(x[3]);
+    s.flops = x[4];
+    s.run_s = x[5];
+    s.cpu_s = x[6];
+    return s;
+  };
   if (rank == 0) {
-    for (int d = 0; d < N; ++d) {
-      const double* x = rows.data() + static_cast<size_t>(kStats) * static_cast<size_t>(d);
-      RankStats s;
-      s.rank = d;
-      s.compute_s = x[0];
-      s.communication_s = x[1];
-      s.wall_s = x[2];
-      s.peak_memory_bytes = static_cast<int64_t>(x[3]);
-      s.flops = x[4];
-      s.run_s = x[5];
-      s.cpu_s = x[6];
-      r.ranks.push_back(s);
+    std::vector<int> order(static_cast<size_t>(measured_runs));
+    for (int m = 0; m < measured_runs; ++m) {
+      double step = 0;
+      for (int d = 0; d < N; ++d) step = std::max(step, row(rows, d, m).run_s);
+      r.steps_s.push_back(step);
+      order[static_cast<size_t>(m)] = m;
     }
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return r.steps_s[a] < r.steps_s[b]; });
+    r.median_run = order[static_cast<size_t>(measured_runs / 2)];
+    for (int d = 0; d < N; ++d) r.ranks.push_back(row(rows, d, r.median_run));
   } else {
-    r.ranks.push_back(mine);
+    r.ranks.push_back(row(rows_mine, 0, measured_runs - 1));
+    r.ranks.back().rank = rank;
   }
   r.gather_s = seconds_since(t_gather);
   return r;

@@ -130,6 +130,8 @@ struct RankStats {
 struct MpiRun {
   std::vector<Tensor> outputs;    // rank 0: the full global outputs (graph-output order); other ranks: empty
   std::vector<RankStats> ranks;   // rank 0: every rank's stats, indexed by rank; other ranks: its own only
+  std::vector<double> steps_s;    // rank 0: each measured execution's step (its slowest rank's run_s), in order
+  int median_run = 0;             // rank 0: the execution `ranks` describes: the one with the median step
   double scatter_s = 0;           // this rank's wall time scattering the inputs
   double gather_s = 0;            // this rank's wall time gathering the outputs and stats
 };
@@ -143,13 +145,15 @@ struct MpiRun {
 ///   shapes (`p` still gives the shardings used to scatter and assemble).
 /// - Output shards are gathered on rank 0 (MPI_Gather) and assembled with assemble_tensor.
 /// - `warmup_runs` untimed executions come first (each rank's first execution pays oneDNN's primitive creation and
-///   JIT compilation); the measured stats and the outputs are those of the execution after them.
+///   JIT compilation), then `measured_runs` (>= 1, else std::invalid_argument) measured ones, each after a barrier.
+///   The stats are those of the measured execution whose step (its slowest rank's run_s) is the median (the upper
+///   one for an even count); the outputs are the last execution's.
 /// `die_at_node`: test hook (applies to the first execution); when >= 0 this rank prints "error: rank R: GSPMD_MPI_TEST_DIE_RANK: dying at node
 /// N/M (test hook)" and kills itself (SIGKILL) after node N.
 /// Throws like run_spmd; errors thrown after the first collective leave the other ranks blocked, so the caller
 /// must abort the job (Session::abort).
 MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
-               const Graph* device_model, int warmup_runs = 1, int64_t die_at_node = -1);
+               const Graph* device_model, int warmup_runs = 1, int measured_runs = 1, int64_t die_at_node = -1);
 
 /// Fingerprint of what a rank is about to run: program_fingerprint(p), combined when `with_weights` (SPMD mode) with
 /// the bytes of every global initializer the program slices (params) and of the program's constants, so that ranks

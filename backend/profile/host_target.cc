@@ -160,17 +160,18 @@ int measure_program_ops(const Graph& program, Target& t, double share, double bu
         ins[k] = &fresh.back();
       }
       run_kernel(n, ins, program.opset);  // warm-up: oneDNN creates (and JIT-compiles) its primitive
-      double best = std::numeric_limits<double>::infinity(), spent = 0;
-      for (int r = 0; r < 5 && (r < 2 || spent < 0.02); ++r) {
+      std::vector<double> times;
+      for (double spent = 0; times.size() < 5 && (times.size() < 3 || spent < 0.02);) {
         for (const Tensor* x : ins)
           if (x) evict(x->bytes.data(), x->nbytes());
         auto t0 = Clock::now();
         run_kernel(n, ins, program.opset);
-        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-        best = std::min(best, s);
-        spent += s;
+        times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        spent += times.back();
       }
-      t.measured_ops.emplace(std::move(sig), best / share);
+      std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
+      const double median = times[times.size() / 2];
+      t.measured_ops.emplace(std::move(sig), median / share);
       ++added;
     } catch (const std::exception&) {
       // left to the roofline

@@ -29,9 +29,9 @@ Target measure_host_target();
 /// `t.measured_ops`, divided by `share` (the fraction of a core this process gets when it runs: 1 alone, 0.5 for two
 /// ranks per core). Each op runs through run_kernel, the executor's kernels, on inputs of its shapes: the program's
 /// initializer data where it has it, otherwise 0.5 in floating-point inputs and 0 in the others. One warm-up call
-/// (oneDNN creates its primitive), then the best of up to 5 calls (at least 2, fewer past 20 ms of calls), each with
-/// its inputs evicted from the caches first (clflush, on x86): operands come from memory, as the roofline assumes
-/// and as in a program whose working set exceeds the caches. Seconds.
+/// (oneDNN creates its primitive), then the median of 5 calls (3 once they took 20 ms), each with its inputs evicted
+/// from the caches first (clflush, on x86): operands come from memory, as the roofline assumes and as in a program
+/// whose working set exceeds the caches. Seconds.
 /// Skipped, and left to the roofline: gspmd ops (collectives and partition-id ops), signatures already in the table,
 /// ops whose inputs need more than `max_input_bytes` of fresh memory, ops whose kernel throws (unsupported, or data
 /// the placeholder values make invalid), and everything once `budget_s` seconds of measuring have passed. Returns
