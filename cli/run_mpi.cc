@@ -183,7 +183,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
       sum_comm += r.communication_s;
       max_compute = std::max(max_compute, r.compute_s);
       max_comm = std::max(max_comm, r.communication_s);
-      per_rank.push_back({{"rank", r.rank}, {"device", r.rank}, {"compute_s", r.compute_s},
+      per_rank.push_back({{"rank", r.rank}, {"device", r.rank}, {"host", r.host}, {"compute_s", r.compute_s},
                           {"communication_s", r.communication_s}, {"step_s", r.run_s}, {"cpu_s", r.cpu_s}, {"wall_s", r.wall_s},
                           {"peak_memory_bytes", r.peak_memory_bytes}});
     }

@@ -107,8 +107,26 @@ memory::desc plain_md(const std::vector<int64_t>& dims) {
 
 memory mem(const memory::desc& md, const float* p) { return memory(md, engine(), const_cast<float*>(p)); }
 
-void execute(dnnl::primitive& p, const std::unordered_map<int, memory>& args) {
+/// Attributes of every primitive here: the caller provides the scratchpad (scratchpad_mode::user). With the library's
+/// scratchpad, Debian's oneDNN (built without DNNL_ENABLE_CONCURRENT_EXEC) shares one buffer between primitives, and
+/// the emulator's devices, which execute primitives concurrently on their own threads, corrupt each other's results.
+dnnl::primitive_attr attrs() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+/// Executes `p` on this thread's stream with `args`, plus a scratchpad from a buffer of this thread (grown as needed)
+/// when the primitive wants one.
+void execute(dnnl::primitive& p, std::unordered_map<int, memory> args) {
   try {
+    const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(p.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
+    const size_t need = md ? dnnl_memory_desc_get_size(md) : 0;
+    if (need > 0) {
+      thread_local std::vector<std::byte> scratch;
+      if (scratch.size() < need) scratch.resize(need);
+      args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc(*md), engine(), scratch.data()));
+    }
     p.execute(stream(), args);
     stream().wait();
   } catch (const dnnl::error& e) {
@@ -171,7 +189,7 @@ void eltwise(Eltwise op, const float* in, float* out, int64_t n) {
       k,
       [&] {
         dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg, md, alpha, beta);
-        return dnnl::primitive(dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(d, engine())));
+        return dnnl::primitive(dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(d, attrs(), engine())));
       },
       false);
   execute(p, {{DNNL_ARG_SRC, mem(md, in)}, {DNNL_ARG_DST, mem(md, out)}});
@@ -186,7 +204,7 @@ bool binary(Binary op, const float* a, const float* b, float* dst, const std::ve
       k,
       [&] {
         dnnl::binary::desc d(binary_alg(op), amd, bmd, amd);
-        return dnnl::primitive(dnnl::binary(dnnl::binary::primitive_desc(d, engine())));
+        return dnnl::primitive(dnnl::binary(dnnl::binary::primitive_desc(d, attrs(), engine())));
       },
       true);
   if (!p) return false;
@@ -215,7 +233,7 @@ dnnl::primitive matmul_prim(bool batched, int64_t a_batch, int64_t b_batch, int6
   return cache().get(
       key,
       [&] {
-        dnnl::primitive_attr attr;
+        dnnl::primitive_attr attr = attrs();
         if (alpha != 1.f) attr.set_output_scales(0, {alpha});
         if (beta != 0.f) {
           dnnl::post_ops po;
@@ -323,7 +341,7 @@ FusedMatmul fused_matmul_prim(int64_t a_batch, int64_t b_batch, int64_t m, int64
   f.prim = cache().get(
       key,
       [&] {
-        dnnl::primitive_attr attr;
+        dnnl::primitive_attr attr = attrs();
         attr.set_post_ops(po);
         if (f.scale != 1.f) attr.set_output_scales(0, {f.scale});
         dnnl::matmul::desc d = !f.bias.is_zero() ? dnnl::matmul::desc(f.a, f.b, f.bias, f.c) : dnnl::matmul::desc(f.a, f.b, f.c);
@@ -376,7 +394,7 @@ bool transpose(const void* src, void* dst, const std::vector<int64_t>& src_dims,
   Key k('t');
   k.add(src_dims).add(perm).add(static_cast<int64_t>(elem_bytes));
   dnnl::primitive p = cache().get(
-      k, [&] { return dnnl::primitive(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to))); },
+      k, [&] { return dnnl::primitive(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to, attrs()))); },
       true);
   if (!p) return false;
   memory a(from, engine(), const_cast<void*>(src)), b(to, engine(), dst);
@@ -394,7 +412,7 @@ void softmax(const float* in, float* out, const std::vector<int64_t>& dims, int 
         dnnl::softmax_v2_forward::desc d(dnnl::prop_kind::forward_inference,
                                          log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md,
                                          md, axis);
-        return dnnl::primitive(dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(d, engine())));
+        return dnnl::primitive(dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(d, attrs(), engine())));
       },
       false);
   execute(p, {{DNNL_ARG_SRC, mem(md, in)}, {DNNL_ARG_DST, mem(md, out)}});
@@ -413,7 +431,7 @@ void layer_norm(const float* in, float* out, int64_t outer, int64_t inner, const
         if (bias) flags = flags | dnnl::normalization_flags::use_shift;
         dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_training, md, smd, eps, flags);
         return dnnl::primitive(
-            dnnl::layer_normalization_forward(dnnl::layer_normalization_forward::primitive_desc(d, engine())));
+            dnnl::layer_normalization_forward(dnnl::layer_normalization_forward::primitive_desc(d, attrs(), engine())));
       },
       false);
   std::vector<float> tmp_mean, tmp_var;
@@ -444,7 +462,7 @@ void reduce(Reduce op, const float* in, float* out, const std::vector<int64_t>& 
       [&] {
         const float p = op == Reduce::kL1 ? 1.f : op == Reduce::kL2 || op == Reduce::kSumSquare ? 2.f : 0.f;
         dnnl::reduction::desc d(reduce_alg(op), imd, omd, p, 0.f);
-        return dnnl::primitive(dnnl::reduction(dnnl::reduction::primitive_desc(d, engine())));
+        return dnnl::primitive(dnnl::reduction(dnnl::reduction::primitive_desc(d, attrs(), engine())));
       },
       false);
   execute(p, {{DNNL_ARG_SRC, mem(imd, in)}, {DNNL_ARG_DST, mem(omd, out)}});
@@ -468,7 +486,7 @@ ConvEntry make_conv_entry(const ConvGeom& g, bool bias) {
   ConvEntry e;
   auto make = [&]<class Prim>(dnnl::algorithm alg) {  // convolution_forward or deconvolution_forward
     typename Prim::desc d(dnnl::prop_kind::forward_inference, alg, src_any, wei_any, bias_md, dst_any, st, dl, pl, pr);
-    typename Prim::primitive_desc pd(d, engine());
+    typename Prim::primitive_desc pd(d, attrs(), engine());
     e.prim = Prim(pd);
     e.src = pd.src_desc();
     e.wei = pd.weights_desc();
@@ -483,12 +501,13 @@ ConvEntry make_conv_entry(const ConvGeom& g, bool bias) {
 
 /// Runs a reorder between two memories (plain <-> blocked).
 void reorder(memory& from, memory& to) {
+  dnnl::primitive r;
   try {
-    dnnl::reorder(from, to).execute(stream(), from, to);
-    stream().wait();
+    r = dnnl::reorder(dnnl::reorder::primitive_desc(from, to, attrs()));
   } catch (const dnnl::error& e) {
     throw std::runtime_error(std::string("oneDNN: ") + e.what());
   }
+  execute(r, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
 }  // namespace
@@ -560,7 +579,7 @@ bool pool(Pool op, const float* src, float* dst, const std::vector<int64_t>& src
                                                               : dnnl::algorithm::pooling_avg_exclude_padding;
         dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, sbl, dbl, to_dims(strides),
                                          to_dims(kernel), to_dims(dilations), to_dims(pad_l), to_dims(pad_r));
-        return dnnl::primitive(dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, engine())));
+        return dnnl::primitive(dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, attrs(), engine())));
       },
       true);
   if (!p) return false;

@@ -522,6 +522,13 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
     s.cpu_s = x[6];
     return s;
   };
+  char name[MPI_MAX_PROCESSOR_NAME + 1] = {};
+  int name_len = 0;
+  check(MPI_Get_processor_name(name, &name_len), "MPI_Get_processor_name");
+  std::vector<char> names(rank == 0 ? static_cast<size_t>(N) * (MPI_MAX_PROCESSOR_NAME + 1) : 0);
+  check(MPI_Gather(name, MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, 0,
+                   MPI_COMM_WORLD),
+        "MPI_Gather (host names)");
   if (rank == 0) {
     std::vector<int> order(static_cast<size_t>(measured_runs));
     for (int m = 0; m < measured_runs; ++m) {
@@ -532,10 +539,14 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
     }
     std::sort(order.begin(), order.end(), [&](int a, int b) { return r.steps_s[a] < r.steps_s[b]; });
     r.median_run = order[static_cast<size_t>(measured_runs / 2)];
-    for (int d = 0; d < N; ++d) r.ranks.push_back(row(rows, d, r.median_run));
+    for (int d = 0; d < N; ++d) {
+      r.ranks.push_back(row(rows, d, r.median_run));
+      r.ranks.back().host = names.data() + static_cast<size_t>(d) * (MPI_MAX_PROCESSOR_NAME + 1);
+    }
   } else {
     r.ranks.push_back(row(rows_mine, 0, measured_runs - 1));
     r.ranks.back().rank = rank;
+    r.ranks.back().host = name;
   }
   r.gather_s = seconds_since(t_gather);
   return r;

@@ -115,6 +115,7 @@ class MpiCollectives final : public CollectiveExecutor {
 /// Per-rank measurements of an MPI run.
 struct RankStats {
   int rank = 0;
+  std::string host;            // MPI_Get_processor_name of the rank's process (rank 0 knows every rank's)
   double compute_s = 0;        // wall time in this rank's kernels (and partition-id ops)
   double communication_s = 0;  // wall time in MPI collectives, waiting for slower ranks included
   double wall_s = 0;           // wall time from the barrier after the input scatter to the end of this rank's

@@ -130,6 +130,31 @@ TEST_P(CnnRun, CheckPassesAndMatchesTorch) {
 INSTANTIATE_TEST_SUITE_P(Cnn, CnnRun, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name(); });
 
+/// The emulator's devices run concurrently, one OpenMP thread each, when there are threads to spare
+/// (GSPMD_DEVICE_THREADS, else OMP_NUM_THREADS, which the suite sets to 1). Their oneDNN convolutions, pools and
+/// reorders then execute at the same time: each must use its own scratchpad (the library's is one shared buffer in
+/// Debian's build), or the devices corrupt each other's results, which --check and the torch outputs catch.
+TEST(CnnDevicesInParallel, ConcurrentDevicesMatchTorch) {
+  for (const char* model : {"resnet18", "mobilenet_v2"})
+    for (const char* kind : {"spatial", "channel"}) {
+      SCOPED_TRACE(std::string(model) + " " + kind);
+      const Export& e = exported(model);
+      ASSERT_TRUE(e.error.empty()) << e.error;
+      const fs::path sidecar = kCnnDir / (std::string(model) + "." + kind + ".sharding.json");
+      const std::string name = std::string("cnn_parallel_") + model + "_" + kind;
+      fs::path dir = scratch(name);
+      CmdResult r = sh("GSPMD_DEVICE_THREADS=4 " + std::string(GSPMD_BINARY_DIR) + "/bin/gspmd-onnx run " +
+                           (e.dir / (std::string(model) + ".onnx")).string() + " --mesh " + mesh_of(sidecar) +
+                           " --shardings " + sidecar.string() + " --inputs " + (e.dir / "test_data_set_0").string() +
+                           " --check --outputs " + (dir / "out").string(),
+                       name);
+      ASSERT_EQ(r.code, 0) << r.out << r.err;
+      EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+      expect_close(gspmd::read_tensor_pb((dir / "out" / "output_0.pb").string()),
+                   gspmd::read_tensor_pb((e.dir / "test_data_set_0" / "output_0.pb").string()), 1e-4, 1e-4);
+    }
+}
+
 /// The committed sidecars are exactly what export_cnn.py writes (so the script regenerates them), and every kind
 /// the script writes is committed.
 TEST(CnnTestdata, CommittedShardingFilesAreTheScriptsOutput) {

@@ -4,10 +4,13 @@
 // Every mpirun is wrapped in `timeout`, and ctest has a TIMEOUT on every test.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -186,6 +189,77 @@ void cnn_case(const std::string& kind, int ranks) {
 
 TEST(MpiRun, Resnet18SpatialFourRanksMatchesEmulator) { cnn_case("spatial", 4); }
 TEST(MpiRun, Resnet18UnevenSpatialThreeRanksMatchesEmulator) { cnn_case("uneven_spatial", 3); }
+
+// ------------------------------------------------------------------------------- two hosts (network namespaces)
+
+/// Two hosts on this machine, as docs/mpi.md's two-host command line sees them: network namespaces with their own
+/// hostnames (UTS namespaces), joined by a bridge on 10.77.N.0/24, each running its own Open MPI daemon, which
+/// mpirun starts through an rsh agent script (`ip netns exec` + `unshare --uts`) in place of ssh. Ranks on different
+/// hosts talk TCP over the bridge, ranks on one host shared memory. Made by the constructor, removed by the
+/// destructor; `error` says why when the machine refuses (no root, no CAP_NET_ADMIN).
+struct TwoHosts {
+  std::string tag, subnet, hostfile, agent, error;
+  std::string names[2];
+  TwoHosts() {
+    const int id = static_cast<int>(::getpid() % 100000);
+    tag = "gs" + std::to_string(id);
+    const std::string net = "10.77." + std::to_string(id % 250 + 1) + ".";
+    subnet = net + "0/24";
+    fs::path d = scratch("mpi_two_hosts");
+    hostfile = (d / "hosts").string();
+    agent = (d / "nsrsh").string();
+    std::string setup = "set -e; ip link add " + tag + "br type bridge; ip addr add " + net + "254/24 dev " + tag +
+                        "br; ip link set " + tag + "br up";
+    std::string hosts, cases;
+    for (int h = 0; h < 2; ++h) {
+      const std::string ns = tag + "h" + std::to_string(h), ip = net + std::to_string(h + 1);
+      names[h] = tag + "-host" + std::to_string(h);
+      setup += "; ip netns add " + ns + "; ip link add " + ns + "v type veth peer name eth0 netns " + ns +
+               "; ip link set " + ns + "v master " + tag + "br; ip link set " + ns + "v up; ip netns exec " + ns +
+               " ip addr add " + ip + "/24 dev eth0; ip netns exec " + ns + " ip link set eth0 up; ip netns exec " +
+               ns + " ip link set lo up";
+      hosts += ip + " slots=2\n";
+      cases += "  " + ip + ") exec ip netns exec " + ns + " unshare --uts sh -c \"hostname " + names[h] +
+               "; $*\" ;;\n";
+    }
+    std::ofstream(hostfile) << hosts;
+    std::ofstream(agent) << "#!/bin/sh\n# rsh agent: runs the command as host $1\nhost=$1; shift\ncase \"$host\" in\n"
+                         << cases << "esac\necho \"no host $host\" >&2; exit 1\n";
+    fs::permissions(agent, fs::perms::owner_all, fs::perm_options::add);
+    CmdResult r = sh(setup, "mpi_two_hosts_setup");
+    if (r.code != 0) error = "cannot make network namespaces here: " + r.err;
+  }
+  ~TwoHosts() {
+    sh("ip netns del " + tag + "h0; ip netns del " + tag + "h1; ip link del " + tag + "br", "mpi_two_hosts_teardown");
+  }
+  /// mpirun over both hosts, ranks dealt round-robin (rank r on host r % 2).
+  std::string mpirun(int np) const {
+    return std::string("timeout -k 5 240 ") + GSPMD_MPIRUN + " --allow-run-as-root --hostfile " + hostfile +
+           " --mca plm_rsh_agent " + agent + " --mca oob_tcp_if_include " + subnet + " --mca btl_tcp_if_include " +
+           subnet + " --map-by node --bind-to none -x OMP_NUM_THREADS=1 -np " + std::to_string(np) + " ";
+  }
+};
+
+/// The GPT on 4 ranks over two hosts: each all-reduce over `model` joins devices 2k and 2k+1, which sit on different
+/// hosts, so every collective crosses the (namespace) network. Outputs equal the emulator's.
+TEST(MpiTwoHosts, GptMegatronAcrossTwoHostsMatchesEmulator) {
+  TwoHosts hosts;
+  if (!hosts.error.empty()) GTEST_SKIP() << hosts.error;
+  fs::path d = scratch("mpi_two_hosts_gpt");
+  CmdResult pod = cli("run " + kGpt + " --inputs testdata/gpt/test_data_set_0 --outputs " + (d / "pod").string(),
+                      "mpi_two_hosts_pod");
+  ASSERT_EQ(pod.code, 0) << pod.err;
+  CmdResult r = sh(hosts.mpirun(4) + kBin + " run " + kGpt + " --inputs testdata/gpt/test_data_set_0 --backend mpi " +
+                       "--check --outputs " + (d / "mpi").string() + " --report " + (d / "report.json").string(),
+                   "mpi_two_hosts_gpt");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+  expect_same_outputs(d / "mpi", d / "pod");
+  nlohmann::json rep = read_json(d / "report.json");
+  expect_measured(rep, 4);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(rep["measured"]["per_rank"][k]["host"], hosts.names[k % 2]) << "rank " << k;
+  EXPECT_EQ(count_collectives(rep, "all-reduce"), 5);
+}
 
 // ------------------------------------------------------------------------------------------ calibration
 
