@@ -86,6 +86,21 @@ std::vector<Case> cases() {
 INSTANTIATE_TEST_SUITE_P(Gpt, GptEquivalence, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name(); });
 
+/// Devices running concurrently (GSPMD_DEVICE_THREADS=4; the suite's OMP_NUM_THREADS=1 runs them one after another):
+/// the 2D plan on 4x4 (stacked products, fused epilogues, collectives of several replica groups) still equals torch.
+TEST(GptDevicesInParallel, TwoDimensionalPlanMatchesExporterOutputs) {
+  const Case c{"gpt_opset17", "4x4", "2d"};
+  fs::path dir = scratch("gpt_parallel");
+  CmdResult r = sh("GSPMD_DEVICE_THREADS=4 " + std::string(GSPMD_BINARY_DIR) + "/bin/gspmd-onnx run " + c.args() +
+                       " --inputs testdata/gpt/test_data_set_0 --check --outputs " + (dir / "out").string(),
+                   "gpt_parallel");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+  expect_close(gspmd::read_tensor_pb((dir / "out" / "output_0.pb").string()),
+               gspmd::read_tensor_pb(std::string(GSPMD_SOURCE_DIR) + "/testdata/gpt/test_data_set_0/output_0.pb"),
+               1e-4, 1e-5);
+}
+
 nlohmann::json partition_report(const Case& c, const fs::path& dir) {
   CmdResult r = cli("partition " + c.args() + " -o " + (dir / "out").string(), "partition_" + c.name());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
