@@ -50,9 +50,9 @@ struct Pipeline {
 
 /// Resolves the target, loads MODEL, reads the sharding file, (with --auto) searches the open shardings, propagates
 /// and partitions; with --target host (and measure_host_ops) then measures the program's ops into
-/// target.measured_ops (measure_program_ops). Throws InputError for bad input (the target and --device-order are checked first, the device
-/// order again once the mesh is known; --memory-limit that is not a positive number of bytes; --auto when no plan
-/// fits in memory).
+/// target.measured_ops (measure_program_ops). Throws InputError for bad input (the target and --device-order are
+/// checked first, the device order again once the mesh is known; --memory-limit that is not a positive number of
+/// bytes; --auto when no plan fits in memory).
 Pipeline build_pipeline(const CommonOptions& o, bool load_data = true);
 /// --memory-limit text -> bytes: a positive decimal number ("8589934592", "8e9"); "" -> 0 (the target's HBM).
 /// Throws InputError("--memory-limit: 'x' is not a positive number of bytes").

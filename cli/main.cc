@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   run->add_option("--warmup", ro.warmup, "with --backend mpi: untimed executions before the measured one (default 1)")
       ->check(CLI::NonNegativeNumber);
   run->add_option("--repeat", ro.repeat,
-                  "with --backend mpi: measured executions; the report describes the one with the median step (default 1)")
+                  "with --backend mpi: measured executions; the report describes the median one (default 1)")
       ->check(CLI::PositiveNumber);
   run->add_option("--program", ro.program_dir, "with --backend mpi: every rank runs DIR/device_<rank>.onnx (partition -o DIR)");
 

@@ -2,8 +2,8 @@
 // it, --backend mpi is a one-line error (exit 2).
 #include <chrono>
 #include <cstdlib>
-#include <map>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -162,7 +162,8 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
       size_t nodes = from_files ? device.nodes.size() : p.program.program.nodes.size();
       die_at = static_cast<int64_t>(std::max<size_t>(nodes / 2, 1));
     }
-    mpi::MpiRun run = mpi::run_mpi(s, p.program, p.graph, inputs, from_files ? &device : nullptr, o.warmup, o.repeat, die_at);
+    mpi::MpiRun run =
+        mpi::run_mpi(s, p.program, p.graph, inputs, from_files ? &device : nullptr, o.warmup, o.repeat, die_at);
     if (rank != 0) return 0;
 
     PodRun pod;
@@ -184,8 +185,8 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
       max_compute = std::max(max_compute, r.compute_s);
       max_comm = std::max(max_comm, r.communication_s);
       per_rank.push_back({{"rank", r.rank}, {"device", r.rank}, {"host", r.host}, {"compute_s", r.compute_s},
-                          {"communication_s", r.communication_s}, {"step_s", r.run_s}, {"cpu_s", r.cpu_s}, {"wall_s", r.wall_s},
-                          {"peak_memory_bytes", r.peak_memory_bytes}});
+                          {"communication_s", r.communication_s}, {"step_s", r.run_s}, {"cpu_s", r.cpu_s},
+                          {"wall_s", r.wall_s}, {"peak_memory_bytes", r.peak_memory_bytes}});
     }
     pod.wall_s = max_step;
     const double nr = static_cast<double>(std::max<size_t>(run.ranks.size(), 1));

@@ -394,7 +394,10 @@ bool transpose(const void* src, void* dst, const std::vector<int64_t>& src_dims,
   Key k('t');
   k.add(src_dims).add(perm).add(static_cast<int64_t>(elem_bytes));
   dnnl::primitive p = cache().get(
-      k, [&] { return dnnl::primitive(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to, attrs()))); },
+      k,
+      [&] {
+        return dnnl::primitive(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to, attrs())));
+      },
       true);
   if (!p) return false;
   memory a(from, engine(), const_cast<void*>(src)), b(to, engine(), dst);
@@ -412,7 +415,8 @@ void softmax(const float* in, float* out, const std::vector<int64_t>& dims, int 
         dnnl::softmax_v2_forward::desc d(dnnl::prop_kind::forward_inference,
                                          log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md,
                                          md, axis);
-        return dnnl::primitive(dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(d, attrs(), engine())));
+        return dnnl::primitive(
+            dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(d, attrs(), engine())));
       },
       false);
   execute(p, {{DNNL_ARG_SRC, mem(md, in)}, {DNNL_ARG_DST, mem(md, out)}});
@@ -579,7 +583,8 @@ bool pool(Pool op, const float* src, float* dst, const std::vector<int64_t>& src
                                                               : dnnl::algorithm::pooling_avg_exclude_padding;
         dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, sbl, dbl, to_dims(strides),
                                          to_dims(kernel), to_dims(dilations), to_dims(pad_l), to_dims(pad_r));
-        return dnnl::primitive(dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, attrs(), engine())));
+        return dnnl::primitive(
+            dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, attrs(), engine())));
       },
       true);
   if (!p) return false;

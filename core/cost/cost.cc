@@ -166,7 +166,8 @@ Target Target::from_json(const std::string& text, const std::string& path) {
         throw InputError(fmt::format("{}: 'contraction_curve' must be [[flops, flop_per_s], ...] with positive "
                                      "numbers and increasing flops", path));
     } else if (k == "measured_ops") {
-      if (!v.is_object()) throw InputError(fmt::format("{}: 'measured_ops' must be {{\"op signature\": seconds, ...}}", path));
+      if (!v.is_object())
+        throw InputError(fmt::format("{}: 'measured_ops' must be {{\"op signature\": seconds, ...}}", path));
       t.measured_ops.clear();
       for (const auto& [sig, sec] : v.items()) t.measured_ops[sig] = num("measured_ops." + sig, sec);
     } else if (k == "wraparound") {

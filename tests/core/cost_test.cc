@@ -204,7 +204,8 @@ TEST(CostTarget, MeasuredOps) {
   Node gspmd_op = conv;
   gspmd_op.domain = "gspmd";
   gspmd_op.attrs.clear();
-  EXPECT_EQ(op_signature(g, gspmd_op), "gspmd:Conv(float32[16,64,10,16],float32[64,64,3,3],-)->(float32[16,64,8,16]){}");
+  EXPECT_EQ(op_signature(g, gspmd_op),
+            "gspmd:Conv(float32[16,64,10,16],float32[64,64,3,3],-)->(float32[16,64,8,16]){}");
 
   // node_time takes the measured time for that signature, the roofline for any other
   Target t = Target::load("tpu-v3");
