@@ -101,7 +101,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   p.times.partition = seconds_since(t0);
   if (o.target == "host" && o.measure_host_ops) {
     t0 = std::chrono::steady_clock::now();
-    measure_program_ops(p.program.program, p.target);
+    measure_program_ops(p.program, p.target);
     p.times.measure_ops = seconds_since(t0);
   }
   return p;

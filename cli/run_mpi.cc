@@ -115,7 +115,7 @@ void share_measured_ops(mpi::Session& s, Pipeline& p, double share) {
   std::string text;
   if (s.rank() == 0) {
     auto t0 = std::chrono::steady_clock::now();
-    measure_program_ops(p.program.program, p.target, share);
+    measure_program_ops(p.program, p.target, share);
     p.times.measure_ops = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     text = nlohmann::json(p.target.measured_ops).dump();
   }

@@ -220,8 +220,9 @@ const KernelTable& table() {
 }  // namespace kern
 
 std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset,
-                               const std::vector<Tensor*>& donated) {
-  const kern::Ctx ctx{node, inputs, opset, &donated};
+                               const std::vector<Tensor*>& donated,
+                               const std::vector<const std::shared_ptr<const Tensor>*>& owners) {
+  const kern::Ctx ctx{node, inputs, opset, &donated, &owners};
   const bool training = node.domain == "ai.onnx.preview.training";
   if (!node.domain.empty() && node.domain != "ai.onnx" && !training)
     ctx.unsupported(fmt::format("no kernel for domain '{}'", node.domain));

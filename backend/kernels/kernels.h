@@ -6,6 +6,7 @@
 // The ai.onnx.preview.training optimizers (Adagrad, Adam, Momentum) are kernels too; other domains are unsupported.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,12 @@ namespace gspmd {
 /// no copy) or compute in place in it (elementwise ops, Softmax); afterwards the caller must only destroy it.
 /// Throws UnsupportedError("node 'n' (OpType): ...") for an op or dtype with no kernel, std::runtime_error for
 /// inputs that violate the spec (shape mismatch).
+/// `owners` is empty or has one entry per input: a non-null owners[k] owns inputs[k] (== owners[k]->get()) and never
+/// changes it while it lives (a model weight): a kernel may cache what it derives from that input (Conv and
+/// ConvTranspose keep the weights in oneDNN's blocked layout) until the owner is gone.
 std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset,
-                               const std::vector<Tensor*>& donated = {});
+                               const std::vector<Tensor*>& donated = {},
+                               const std::vector<const std::shared_ptr<const Tensor>*>& owners = {});
 
 /// True if run_kernel supports (domain, op_type) for some dtypes ("" or "ai.onnx", and the
 /// ai.onnx.preview.training optimizers).

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -26,12 +27,17 @@ struct Ctx {
   const std::vector<const Tensor*>& ins;
   int64_t opset;
   const std::vector<Tensor*>* donated_ins = nullptr;  // run_kernel's `donated` (may be null or empty)
+  const std::vector<const std::shared_ptr<const Tensor>*>* owners = nullptr;  // run_kernel's `owners` (may be empty)
 
   const Tensor* in(size_t i) const { return i < ins.size() ? ins[i] : nullptr; }
   /// Input i as a mutable tensor when the caller donated it (see run_kernel), else nullptr. A kernel that moves from
   /// it or overwrites it must have read everything it needs from that input first.
   Tensor* donated(size_t i) const {
     return donated_ins && i < donated_ins->size() ? (*donated_ins)[i] : nullptr;
+  }
+  /// The owner of input i when the caller gave one (see run_kernel), else nullptr.
+  const std::shared_ptr<const Tensor>* owner(size_t i) const {
+    return owners && i < owners->size() ? (*owners)[i] : nullptr;
   }
   /// Input i (required) by value: its buffer moved out when donated, a copy otherwise.
   Tensor take(size_t i) const {

@@ -516,10 +516,72 @@ void reorder(memory& from, memory& to) {
 
 }  // namespace
 
-bool conv(const ConvGeom& g, const float* src, const float* wei, const float* bias, float* dst) {
+namespace {
+
+std::atomic<int64_t> packed_weight_reorders_{0};
+
+/// Weights reordered to a convolution's blocked layout, kept while their owner lives (conv's `wei_owner`).
+struct PackedWeights {
+  std::weak_ptr<const void> owner;
+  memory packed;
+  size_t bytes = 0;
+};
+
+/// The packed weights for `key` (geometry + weight address) if they were made from the same owner, else null.
+/// Otherwise reorders `from` into a new memory of `md` and keeps it (at most kMaxBytes in all: past that, entries
+/// whose owner is gone are dropped, then all).
+memory packed_weights(const std::string& key, const std::shared_ptr<const void>& owner, memory& from,
+                      const memory::desc& md) {
+  static constexpr size_t kMaxBytes = size_t{1} << 30;
+  static std::mutex mu;
+  static std::unordered_map<std::string, PackedWeights> cache;
+  static size_t total = 0;
+  const auto same_owner = [&](const PackedWeights& p) {
+    return !p.owner.owner_before(owner) && !owner.owner_before(p.owner) && !p.owner.expired();
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end() && same_owner(it->second)) return it->second.packed;
+  }
+  memory packed(md, engine());
+  reorder(from, packed);
+  ++packed_weight_reorders_;
+  const size_t bytes = md.get_size();
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) {
+    total -= it->second.bytes;
+    cache.erase(it);
+  }
+  if (total + bytes > kMaxBytes)
+    for (auto it = cache.begin(); it != cache.end();)
+      if (it->second.owner.expired()) {
+        total -= it->second.bytes;
+        it = cache.erase(it);
+      } else {
+        ++it;
+      }
+  if (total + bytes > kMaxBytes) {
+    cache.clear();
+    total = 0;
+  }
+  if (bytes <= kMaxBytes) {
+    cache.emplace(key, PackedWeights{owner, packed, bytes});
+    total += bytes;
+  }
+  return packed;
+}
+
+}  // namespace
+
+int64_t packed_weight_reorders() { return packed_weight_reorders_; }
+
+bool conv(const ConvGeom& g, const float* src, const float* wei, const float* bias, float* dst,
+          std::shared_ptr<const void> wei_owner) {
   Key k(g.deconv ? 'D' : 'C');
   k.add(g.src).add(g.wei).add(g.wei_strides).add(g.dst).add(g.strides).add(g.dilations).add(g.pad_l).add(g.pad_r);
   k.add(static_cast<int64_t>(bias != nullptr));
+  k.add(static_cast<int64_t>(omp_get_max_threads()));  // a primitive is specialised for its thread count (Cache)
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const ConvEntry>> entries;
   std::shared_ptr<const ConvEntry> e;
@@ -549,8 +611,14 @@ bool conv(const ConvGeom& g, const float* src, const float* wei, const float* bi
     reorder(src_u, src_m);
   }
   if (e->wei != wei_user) {
-    wei_m = memory(e->wei, engine());
-    reorder(wei_u, wei_m);
+    if (wei_owner) {
+      Key pk = k;
+      pk.add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(wei)));
+      wei_m = packed_weights(pk.s, wei_owner, wei_u, e->wei);
+    } else {
+      wei_m = memory(e->wei, engine());
+      reorder(wei_u, wei_m);
+    }
   }
   if (e->dst != dst_plain) dst_m = memory(e->dst, engine());
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}};

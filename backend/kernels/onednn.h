@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace gspmd::dnn {
@@ -53,6 +54,9 @@ bool matmul_fused_supported(int64_t a_batch, int64_t b_batch, int64_t m, int64_t
 /// Number of oneDNN primitives created so far by this process (cache misses of the primitive cache; for tests of
 /// primitive reuse).
 int64_t primitives_created();
+/// Number of times conv reordered weights that it then kept (calls with a `wei_owner` whose packed weights were not
+/// already kept; for tests of the packed-weight cache).
+int64_t packed_weight_reorders();
 
 /// Softmax (or log-softmax) of `in` (shape dims) along `axis`.
 void softmax(const float* in, float* out, const std::vector<int64_t>& dims, int axis, bool log);
@@ -77,8 +81,12 @@ struct ConvGeom {
 };
 
 /// dst = conv(src, wei) + bias (bias of length OC, may be null). Plain row-major src/dst. Returns false (nothing
-/// written) if oneDNN has no implementation for that geometry.
-bool conv(const ConvGeom& g, const float* src, const float* wei, const float* bias, float* dst);
+/// written) if oneDNN has no implementation for that geometry. oneDNN computes with the weights in a blocked layout;
+/// with `wei_owner` (an owner of `wei` that never changes it while it lives), the reordered weights are kept for
+/// later calls with the same weights and geometry, until the owner is gone (at most 1 GiB of them in all; past that
+/// those of dead owners are dropped, then all). Without it, every call reorders.
+bool conv(const ConvGeom& g, const float* src, const float* wei, const float* bias, float* dst,
+          std::shared_ptr<const void> wei_owner = nullptr);
 
 /// dst = src with its dims permuted (ONNX Transpose): dst dim i is src dim perm[i]; src and dst plain row-major.
 /// A oneDNN reorder from a strided view of src, bit-exact (elements are moved as s32, f16 or s8 by elem_bytes 4, 2

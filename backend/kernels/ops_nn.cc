@@ -246,7 +246,8 @@ std::vector<Tensor> conv_kernel(const Ctx& c) {
           g.wei_strides.insert(g.wei_strides.end(), plain.begin() + 2, plain.end());
         }
         fill_geom(g, w, one_d);
-        if (dnn::conv(g, x.data<float>(), wt.data<float>(), b ? b->data<float>() : nullptr, y.data<float>()))
+        if (dnn::conv(g, x.data<float>(), wt.data<float>(), b ? b->data<float>() : nullptr, y.data<float>(),
+                      c.owner(1) ? *c.owner(1) : nullptr))
           return;
       }
     }
@@ -431,7 +432,8 @@ std::vector<Tensor> conv_transpose_kernel(const Ctx& c) {
           g.pad_l.insert(g.pad_l.begin(), 0);
           g.pad_r.insert(g.pad_r.begin(), 0);
         }
-        if (dnn::conv(g, x.data<float>(), wt.data<float>(), b ? b->data<float>() : nullptr, y.data<float>()))
+        if (dnn::conv(g, x.data<float>(), wt.data<float>(), b ? b->data<float>() : nullptr, y.data<float>(),
+                      c.owner(1) ? *c.owner(1) : nullptr))
           return;
       }
     }

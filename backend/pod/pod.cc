@@ -79,6 +79,7 @@ class Executor {
     for (int64_t d = 0; d < n_; ++d) local_of_.at(static_cast<size_t>(dev_[d])) = d;
     own_.assign(n_, std::vector<Tensor>(nv_));
     ptr_.assign(n_, std::vector<const Tensor*>(nv_, nullptr));
+    owner_.assign(nv_, nullptr);
     acct_.assign(n_, std::vector<int64_t>(nv_, 0));
     live_.assign(n_, 0);
     resident_.assign(nv_, 0);
@@ -96,10 +97,13 @@ class Executor {
     acct_[d][v] = static_cast<int64_t>(own_[d][v].nbytes());
     live_[d] += acct_[d][v];
   }
-  /// Device d sees `t` (owned by someone that outlives the run) as value v; accounted as if held.
-  void set_shared(int64_t d, int v, const Tensor* t) {
+  /// Device d sees `t` (owned by someone that outlives the run) as value v; accounted as if held. `owner`, when given,
+  /// owns `t` and never changes it (a model weight or constant): kernels may cache what they derive from it (a
+  /// convolution's weights in oneDNN's blocked layout) for as long as it lives.
+  void set_shared(int64_t d, int v, const Tensor* t, const std::shared_ptr<const Tensor>& owner = {}) {
     release_slot(d, v);
     ptr_[d][v] = t;
+    if (owner && owner.get() == t) owner_[v] = owner;
     acct_[d][v] = static_cast<int64_t>(t->nbytes());
     live_[d] += acct_[d][v];
   }
@@ -665,14 +669,17 @@ class Executor {
     for_devices([&](int64_t d) {
       std::vector<const Tensor*> ins(n.inputs.size());
       std::vector<Tensor*> donated(n.inputs.size(), nullptr);
+      std::vector<const std::shared_ptr<const Tensor>*> owners(n.inputs.size(), nullptr);
       for (size_t k = 0; k < ins.size(); ++k) {
         ins[k] = input(n, d, k);
         if (donatable(n, node, d, n.inputs[k])) donated[k] = &own_[d][n.inputs[k]];
+        const int v = n.inputs[k];
+        if (v >= 0 && owner_[v] && owner_[v].get() == ins[k]) owners[k] = &owner_[v];
       }
       std::vector<Tensor> outs;
       auto t0 = Clock::now();
       try {
-        outs = run_kernel(n, ins, prog_.opset, donated);
+        outs = run_kernel(n, ins, prog_.opset, donated, owners);
       } catch (const UnsupportedError&) {
         throw;
       } catch (const std::exception& e) {
@@ -816,6 +823,7 @@ class Executor {
   CollectiveExecutor& coll_;
   std::vector<std::vector<Tensor>> own_;
   std::vector<std::vector<const Tensor*>> ptr_;
+  std::vector<std::shared_ptr<const Tensor>> owner_;  // per value: the immutable weight it is bound to, if any
   std::vector<std::vector<int64_t>> acct_;  // bytes accounted per device and value (0 when not live)
   std::vector<int64_t> live_;
   std::vector<char> resident_, keep_;
@@ -857,7 +865,7 @@ void bind_weights(Executor& ex, const SpmdProgram& p, const Graph& global, const
     const Value& val = prog.values[v];
     if (val.is_initializer && val.data) {
       ex.mark_resident(static_cast<int>(v));
-      for (int64_t d = 0; d < n; ++d) ex.set_shared(d, static_cast<int>(v), val.data.get());
+      for (int64_t d = 0; d < n; ++d) ex.set_shared(d, static_cast<int>(v), val.data.get(), val.data);
       bound[v] = 1;
     }
   }
@@ -878,7 +886,7 @@ void bind_weights(Executor& ex, const SpmdProgram& p, const Graph& global, const
     ex.mark_resident(b.local);
     bound[b.local] = 1;
     if (b.sharding.is_replicated() && prog.values.at(b.local).shape == gv.shape) {
-      for (int64_t d = 0; d < n; ++d) ex.set_shared(d, b.local, gv.data.get());
+      for (int64_t d = 0; d < n; ++d) ex.set_shared(d, b.local, gv.data.get(), gv.data);
       continue;
     }
     std::map<std::vector<int64_t>, Tensor*> by_key;
@@ -938,7 +946,7 @@ LocalRun run_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const
     if (!val.is_initializer) continue;
     if (!val.data) throw InputError(fmt::format("initializer '{}' has no data", val.name));
     ex.mark_resident(static_cast<int>(v));
-    ex.set_shared(0, static_cast<int>(v), val.data.get());
+    ex.set_shared(0, static_cast<int>(v), val.data.get(), val.data);
   }
   for (size_t k = 0; k < g.inputs.size(); ++k) {
     check_input(g.values[g.inputs[k]], inputs[k]);

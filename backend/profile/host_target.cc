@@ -123,49 +123,54 @@ Target measure() {
 
 }  // namespace
 
-int measure_program_ops(const Graph& program, Target& t, double share, double budget_s, int64_t max_input_bytes) {
+int measure_program_ops(const SpmdProgram& p, Target& t, double share, double budget_s, int64_t max_input_bytes) {
   using Clock = std::chrono::steady_clock;
+  const Graph& program = p.program;
   const auto start = Clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  // Values a device keeps bound, unchanged, from one step to the next, as the executor binds them with an owner
+  // (bind_weights): constants, and params replicated over the mesh (shared from the model, not sliced).
+  std::vector<char> persistent(program.values.size(), 0);
+  for (const ProgramBinding& b : p.params)
+    if (b.sharding.is_replicated()) persistent[static_cast<size_t>(b.local)] = 1;
   int added = 0;
   for (const Node& n : program.nodes) {
     if (elapsed() >= budget_s) break;
     if (n.domain == kGspmdDomain || !has_kernel(n.domain, n.op_type)) continue;
     std::string sig = op_signature(program, n);
     if (t.measured_ops.count(sig)) continue;
-    std::vector<Tensor> fresh;
-    fresh.reserve(n.inputs.size());
-    std::vector<const Tensor*> ins(n.inputs.size(), nullptr);
     int64_t bytes = 0;
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      const int v = n.inputs[k];
-      if (v < 0) continue;
-      const Value& val = program.values[static_cast<size_t>(v)];
-      if (!val.data) bytes += num_elements(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
+    for (int v : n.inputs) {
+      const Value* val = v < 0 ? nullptr : &program.values[static_cast<size_t>(v)];
+      if (val && !val->data) bytes += num_elements(val->shape) * static_cast<int64_t>(dtype_size(val->dtype));
     }
     if (bytes > max_input_bytes) continue;
     try {
+      std::vector<std::shared_ptr<const Tensor>> held(n.inputs.size());  // the inputs' data
+      std::vector<const Tensor*> ins(n.inputs.size(), nullptr);
+      std::vector<const std::shared_ptr<const Tensor>*> owners(n.inputs.size(), nullptr);
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         const int v = n.inputs[k];
         if (v < 0) continue;
         const Value& val = program.values[static_cast<size_t>(v)];
         if (val.data) {
-          ins[k] = val.data.get();
-          continue;
+          held[k] = val.data;
+        } else {
+          auto x = std::make_shared<Tensor>(val.dtype, val.shape);
+          if (val.dtype == DType::kFloat32) std::fill_n(x->data<float>(), x->numel(), 0.5f);
+          if (val.dtype == DType::kFloat64) std::fill_n(x->data<double>(), x->numel(), 0.5);
+          held[k] = std::move(x);
         }
-        Tensor x(val.dtype, val.shape);
-        if (val.dtype == DType::kFloat32) std::fill_n(x.data<float>(), x.numel(), 0.5f);
-        if (val.dtype == DType::kFloat64) std::fill_n(x.data<double>(), x.numel(), 0.5);
-        fresh.push_back(std::move(x));
-        ins[k] = &fresh.back();
+        ins[k] = held[k].get();
+        if (val.data || persistent[static_cast<size_t>(v)]) owners[k] = &held[k];
       }
-      run_kernel(n, ins, program.opset);  // warm-up: oneDNN creates (and JIT-compiles) its primitive
+      run_kernel(n, ins, program.opset, {}, owners);  // warm-up: oneDNN creates (and JIT-compiles) its primitive
       std::vector<double> times;
       for (double spent = 0; times.size() < 5 && (times.size() < 3 || spent < 0.02);) {
         for (const Tensor* x : ins)
           if (x) evict(x->bytes.data(), x->nbytes());
         auto t0 = Clock::now();
-        run_kernel(n, ins, program.opset);
+        run_kernel(n, ins, program.opset, {}, owners);
         times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         spent += times.back();
       }

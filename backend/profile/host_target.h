@@ -5,6 +5,7 @@
 
 #include "core/cost/target.h"
 #include "core/ir/ir.h"
+#include "core/partition/spmd.h"
 
 namespace gspmd {
 
@@ -25,18 +26,20 @@ namespace gspmd {
 /// The per-dtype peaks stay 0 (= peak_flops): f16/bf16/int8 kernels compute in f32 here. Never throws.
 Target measure_host_target();
 
-/// Measures every distinct op of `program` (by op_signature, core/cost/cost.h) on this machine and adds its time to
+/// Measures every distinct op of `p.program` (by op_signature, core/cost/cost.h) on this machine and adds its time to
 /// `t.measured_ops`, divided by `share` (the fraction of a core this process gets when it runs: 1 alone, 0.5 for two
 /// ranks per core). Each op runs through run_kernel, the executor's kernels, on inputs of its shapes: the program's
-/// initializer data where it has it, otherwise 0.5 in floating-point inputs and 0 in the others. One warm-up call
-/// (oneDNN creates its primitive), then the median of 5 calls (3 once they took 20 ms), each with its inputs evicted
-/// from the caches first (clflush, on x86): operands come from memory, as the roofline assumes and as in a program
-/// whose working set exceeds the caches. Seconds.
+/// constant data where it has it, otherwise 0.5 in floating-point inputs and 0 in the others. Constants and params
+/// replicated over the mesh are passed with an owner, as the executor binds them, so a convolution's weights are
+/// reordered once (in the warm-up) and not in the timed calls; sliced params are reordered every call, as in a run.
+/// One warm-up call (oneDNN creates its primitive), then the median of 5 calls (3 once they took 20 ms), each with
+/// its inputs evicted from the caches first (clflush, on x86): operands come from memory, as the roofline assumes and
+/// as in a program whose working set exceeds the caches. Seconds.
 /// Skipped, and left to the roofline: gspmd ops (collectives and partition-id ops), signatures already in the table,
 /// ops whose inputs need more than `max_input_bytes` of fresh memory, ops whose kernel throws (unsupported, or data
 /// the placeholder values make invalid), and everything once `budget_s` seconds of measuring have passed. Returns
 /// the number of signatures added. Never throws.
-int measure_program_ops(const Graph& program, Target& t, double share = 1, double budget_s = 5,
+int measure_program_ops(const SpmdProgram& p, Target& t, double share = 1, double budget_s = 5,
                         int64_t max_input_bytes = int64_t{1} << 30);
 
 /// CPUs this process may run on (sched_getaffinity; std::thread::hardware_concurrency as a fallback), >= 1.

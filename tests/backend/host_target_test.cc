@@ -87,10 +87,12 @@ Graph ops_graph() {
 }
 
 TEST(HostTarget, MeasuresEachDistinctOpOnce) {
-  const Graph g = ops_graph();
+  SpmdProgram p;
+  p.program = ops_graph();
+  const Graph& g = p.program;
   Target t;
   t.measured_ops["Softmax(float32[8,16])->(float32[8,16]){}"] = 7;  // already known: kept
-  EXPECT_EQ(measure_program_ops(g, t), 2);  // Relu (twice, one signature) and MatMul
+  EXPECT_EQ(measure_program_ops(p, t), 2);  // Relu (twice, one signature) and MatMul
   const Node& relu = g.nodes[0];
   const Node& mm = g.nodes[2];
   ASSERT_EQ(t.measured_ops.size(), 3u);
@@ -106,12 +108,12 @@ TEST(HostTarget, MeasuresEachDistinctOpOnce) {
 
   // a process with half a core: every time doubles (newly measured ones; known ones are kept)
   Target half;
-  EXPECT_EQ(measure_program_ops(g, half, 0.5), 3);
+  EXPECT_EQ(measure_program_ops(p, half, 0.5), 3);
   EXPECT_GT(half.measured_ops.at(op_signature(g, relu)), 1e-8 / 0.5);
   // no budget, or inputs over the memory cap: nothing measured
   Target none;
-  EXPECT_EQ(measure_program_ops(g, none, 1, 0), 0);
-  EXPECT_EQ(measure_program_ops(g, none, 1, 5, 511), 0);  // every op reads at least 512 fresh bytes (8x16 floats)
+  EXPECT_EQ(measure_program_ops(p, none, 1, 0), 0);
+  EXPECT_EQ(measure_program_ops(p, none, 1, 5, 511), 0);  // every op reads at least 512 fresh bytes (8x16 floats)
   EXPECT_TRUE(none.measured_ops.empty());
 }
 

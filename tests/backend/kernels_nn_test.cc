@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/kernels/kernels.h"
+#include "backend/kernels/onednn.h"
 #include "tests/test_util/graph_builder.h"
 
 namespace gspmd {
@@ -185,6 +186,34 @@ TEST(KernelsConv, GeometriesMatchReference) {
     if (c.bias) in64.push_back(&b64);
     expect_near(run1(n, in64), want);  // float64: naive loops
   }
+}
+
+/// With an owner (run_kernel's `owners`: a model weight), Conv keeps its weights in oneDNN's blocked layout and
+/// reorders them once; a different owner at the same address (the old weight freed, a new one allocated there)
+/// reorders again, so a result is never computed from stale weights.
+TEST(KernelsConv, OwnedWeightsArePackedOnceAndNeverStale) {
+  const ConvCase c{{2, 16, 9, 9}, {16, 16, 3, 3}, 1, {}, {}, {1, 1, 1, 1}, "", false};
+  const Node n = conv_node(c);
+  const Tensor x = rand_f(c.x, 41);
+  Tensor w = rand_f(c.w, 42);
+  auto owned_by = [&](std::shared_ptr<int> token) { return std::shared_ptr<const Tensor>(std::move(token), &w); };
+  auto run_owned = [&](const std::shared_ptr<const Tensor>& owner) {
+    auto o = run_kernel(n, {&x, &w}, 17, {}, {nullptr, &owner});
+    return std::move(o.at(0));
+  };
+  std::shared_ptr<const Tensor> first = owned_by(std::make_shared<int>(1));
+  const int64_t before = dnn::packed_weight_reorders();
+  expect_near(run_owned(first), ref_conv(c, x, w, nullptr));
+  EXPECT_EQ(dnn::packed_weight_reorders(), before + 1);
+  expect_near(run_owned(first), ref_conv(c, x, w, nullptr));
+  EXPECT_EQ(dnn::packed_weight_reorders(), before + 1);  // kept
+  expect_near(run1(n, {&x, &w}), ref_conv(c, x, w, nullptr));
+  EXPECT_EQ(dnn::packed_weight_reorders(), before + 1);  // no owner: reordered for this call only
+  first.reset();  // the weight is gone; a new one, other values, at the same address
+  w = rand_f(c.w, 43);
+  std::shared_ptr<const Tensor> second = owned_by(std::make_shared<int>(2));
+  expect_near(run_owned(second), ref_conv(c, x, w, nullptr));
+  EXPECT_EQ(dnn::packed_weight_reorders(), before + 2);
 }
 
 TEST(KernelsConv, ErrorsAndUnsupported) {
