@@ -528,8 +528,8 @@ struct PackedWeights {
 };
 
 /// The packed weights for `key` (geometry + weight address) if they were made from the same owner, else null.
-/// Otherwise reorders `from` into a new memory of `md` and keeps it (at most kMaxBytes in all: past that, entries
-/// whose owner is gone are dropped, then all).
+/// Otherwise reorders `from` into a new memory of `md` and keeps it, dropping the entries whose owner is gone (and
+/// all of them past kMaxBytes in all).
 memory packed_weights(const std::string& key, const std::shared_ptr<const void>& owner, memory& from,
                       const memory::desc& md) {
   static constexpr size_t kMaxBytes = size_t{1} << 30;
@@ -553,14 +553,14 @@ memory packed_weights(const std::string& key, const std::shared_ptr<const void>&
     total -= it->second.bytes;
     cache.erase(it);
   }
-  if (total + bytes > kMaxBytes)
-    for (auto it = cache.begin(); it != cache.end();)
-      if (it->second.owner.expired()) {
-        total -= it->second.bytes;
-        it = cache.erase(it);
-      } else {
-        ++it;
-      }
+  for (auto it = cache.begin(); it != cache.end();) {  // drop the weights of dead owners
+    if (it->second.owner.expired()) {
+      total -= it->second.bytes;
+      it = cache.erase(it);
+    } else {
+      ++it;
+    }
+  }
   if (total + bytes > kMaxBytes) {
     cache.clear();
     total = 0;
