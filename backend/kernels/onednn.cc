@@ -116,16 +116,22 @@ dnnl::primitive_attr attrs() {
   return a;
 }
 
+/// The memory descriptor `what` (dnnl_query_src_md, dnnl_query_weights_md, ...) of primitive `p`; a zero
+/// descriptor when it has none.
+memory::desc query_md(const dnnl::primitive& p, dnnl_query_t what) {
+  const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(p.get_primitive_desc(), what, 0);
+  return md ? memory::desc(*md) : memory::desc();
+}
+
 /// Executes `p` on this thread's stream with `args`, plus a scratchpad from a buffer of this thread (grown as needed)
 /// when the primitive wants one.
 void execute(dnnl::primitive& p, std::unordered_map<int, memory> args) {
   try {
-    const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(p.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
-    const size_t need = md ? dnnl_memory_desc_get_size(md) : 0;
-    if (need > 0) {
+    const memory::desc scratch_md = query_md(p, dnnl_query_scratchpad_md);
+    if (const size_t need = scratch_md.get_size(); need > 0) {
       thread_local std::vector<std::byte> scratch;
       if (scratch.size() < need) scratch.resize(need);
-      args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc(*md), engine(), scratch.data()));
+      args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, engine(), scratch.data()));
     }
     p.execute(stream(), args);
     stream().wait();
@@ -474,33 +480,21 @@ void reduce(Reduce op, const float* in, float* out, const std::vector<int64_t>& 
 
 namespace {
 
-/// A convolution primitive with the memory formats it picked (format_tag::any) for src, weights and dst.
-struct ConvEntry {
-  dnnl::primitive prim;  // empty: oneDNN has no implementation
-  memory::desc src, wei, dst;
-};
-
-ConvEntry make_conv_entry(const ConvGeom& g, bool bias) {
+/// A convolution (or deconvolution) primitive of geometry `g` whose src, weights and dst formats oneDNN picks
+/// (format_tag::any; query_md tells which). Throws dnnl::error when oneDNN has no implementation.
+dnnl::primitive make_conv(const ConvGeom& g, bool bias) {
   const memory::desc src_any(to_dims(g.src), dt::f32, memory::format_tag::any);
   const memory::desc wei_any(to_dims(g.wei), dt::f32, memory::format_tag::any);
   const memory::desc dst_any(to_dims(g.dst), dt::f32, memory::format_tag::any);
   const memory::desc bias_md = bias ? plain_md({g.dst[1]}) : memory::desc();
   const memory::dims st = to_dims(g.strides), dl = to_dims(g.dilations), pl = to_dims(g.pad_l),
                      pr = to_dims(g.pad_r);
-  ConvEntry e;
   auto make = [&]<class Prim>(dnnl::algorithm alg) {  // convolution_forward or deconvolution_forward
     typename Prim::desc d(dnnl::prop_kind::forward_inference, alg, src_any, wei_any, bias_md, dst_any, st, dl, pl, pr);
-    typename Prim::primitive_desc pd(d, attrs(), engine());
-    e.prim = Prim(pd);
-    e.src = pd.src_desc();
-    e.wei = pd.weights_desc();
-    e.dst = pd.dst_desc();
+    return dnnl::primitive(Prim(typename Prim::primitive_desc(d, attrs(), engine())));
   };
-  if (g.deconv)
-    make.template operator()<dnnl::deconvolution_forward>(dnnl::algorithm::deconvolution_direct);
-  else
-    make.template operator()<dnnl::convolution_forward>(dnnl::algorithm::convolution_direct);
-  return e;
+  return g.deconv ? make.template operator()<dnnl::deconvolution_forward>(dnnl::algorithm::deconvolution_direct)
+                  : make.template operator()<dnnl::convolution_forward>(dnnl::algorithm::convolution_direct);
 }
 
 /// Runs a reorder between two memories (plain <-> blocked).
@@ -514,10 +508,6 @@ void reorder(memory& from, memory& to) {
   execute(r, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
-}  // namespace
-
-namespace {
-
 std::atomic<int64_t> packed_weight_reorders_{0};
 
 /// Weights reordered to a convolution's blocked layout, kept while their owner lives (conv's `wei_owner`).
@@ -527,7 +517,7 @@ struct PackedWeights {
   size_t bytes = 0;
 };
 
-/// The packed weights for `key` (geometry + weight address) if they were made from the same owner, else null.
+/// The packed weights for `key` (geometry + weight address) if they were made from the same owner in layout `md`.
 /// Otherwise reorders `from` into a new memory of `md` and keeps it, dropping the entries whose owner is gone (and
 /// all of them past kMaxBytes in all).
 memory packed_weights(const std::string& key, const std::shared_ptr<const void>& owner, memory& from,
@@ -542,7 +532,7 @@ memory packed_weights(const std::string& key, const std::shared_ptr<const void>&
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(key);
-    if (it != cache.end() && same_owner(it->second)) return it->second.packed;
+    if (it != cache.end() && same_owner(it->second) && it->second.packed.get_desc() == md) return it->second.packed;
   }
   memory packed(md, engine());
   reorder(from, packed);
@@ -581,51 +571,33 @@ bool conv(const ConvGeom& g, const float* src, const float* wei, const float* bi
   Key k(g.deconv ? 'D' : 'C');
   k.add(g.src).add(g.wei).add(g.wei_strides).add(g.dst).add(g.strides).add(g.dilations).add(g.pad_l).add(g.pad_r);
   k.add(static_cast<int64_t>(bias != nullptr));
-  k.add(static_cast<int64_t>(omp_get_max_threads()));  // a primitive is specialised for its thread count (Cache)
-  static std::mutex mu;
-  static std::unordered_map<std::string, std::shared_ptr<const ConvEntry>> entries;
-  std::shared_ptr<const ConvEntry> e;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = entries.find(k.s);
-    if (it != entries.end()) e = it->second;
-  }
-  if (!e) {
-    auto made = std::make_shared<ConvEntry>();
-    try {
-      *made = make_conv_entry(g, bias != nullptr);
-    } catch (const dnnl::error&) {
-      made->prim = dnnl::primitive();
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    if (entries.size() >= 1024) entries.clear();
-    e = entries.emplace(k.s, std::move(made)).first->second;
-  }
-  if (!e->prim) return false;
+  dnnl::primitive p = cache().get(k, [&] { return make_conv(g, bias != nullptr); }, true);
+  if (!p) return false;
+  const memory::desc src_md = query_md(p, dnnl_query_src_md), wei_md = query_md(p, dnnl_query_weights_md),
+                     dst_md = query_md(p, dnnl_query_dst_md);
   const memory::desc src_plain = plain_md(g.src), dst_plain = plain_md(g.dst);
   const memory::desc wei_user(to_dims(g.wei), dt::f32, to_dims(g.wei_strides));
   memory src_u = mem(src_plain, src), dst_u = mem(dst_plain, dst), wei_u = mem(wei_user, wei);
   memory src_m = src_u, dst_m = dst_u, wei_m = wei_u;
-  if (e->src != src_plain) {
-    src_m = memory(e->src, engine());
+  if (src_md != src_plain) {
+    src_m = memory(src_md, engine());
     reorder(src_u, src_m);
   }
-  if (e->wei != wei_user) {
+  if (wei_md != wei_user) {
     if (wei_owner) {
       Key pk = k;
       pk.add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(wei)));
-      wei_m = packed_weights(pk.s, wei_owner, wei_u, e->wei);
+      wei_m = packed_weights(pk.s, wei_owner, wei_u, wei_md);
     } else {
-      wei_m = memory(e->wei, engine());
+      wei_m = memory(wei_md, engine());
       reorder(wei_u, wei_m);
     }
   }
-  if (e->dst != dst_plain) dst_m = memory(e->dst, engine());
+  if (dst_md != dst_plain) dst_m = memory(dst_md, engine());
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}};
   if (bias) args.emplace(DNNL_ARG_BIAS, mem(plain_md({g.dst[1]}), bias));
-  dnnl::primitive p = e->prim;
   execute(p, args);
-  if (e->dst != dst_plain) reorder(dst_m, dst_u);
+  if (dst_md != dst_plain) reorder(dst_m, dst_u);
   return true;
 }
 

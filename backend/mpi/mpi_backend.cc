@@ -98,46 +98,6 @@ MPI_Datatype reduction_type(const Tensor& x, ReductionKind k) {
   return t;
 }
 
-// A tensor seen as [outer, len, inner bytes] around one axis.
-struct Layout {
-  int64_t outer = 1;
-  int64_t len = 1;
-  size_t inner = 1;  // bytes of one slice along the axis
-};
-Layout layout(const Shape& s, int64_t axis, size_t esize) {
-  Layout l;
-  for (int64_t i = 0; i < axis; ++i) l.outer *= s[i];
-  l.len = s[axis];
-  l.inner = esize;
-  for (size_t i = static_cast<size_t>(axis) + 1; i < s.size(); ++i) l.inner *= static_cast<size_t>(s[i]);
-  return l;
-}
-
-// Splits x along `axis` into n equal chunks and stores them one after another (chunk j at j * chunk bytes).
-std::vector<std::byte> pack_chunks(const Tensor& x, int64_t axis, int64_t n) {
-  Layout l = layout(x.shape, axis, dtype_size(x.dtype));
-  const int64_t len = l.len / n;
-  const size_t row = static_cast<size_t>(len) * l.inner, chunk = row * static_cast<size_t>(l.outer);
-  std::vector<std::byte> out(x.nbytes());
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t o = 0; o < l.outer; ++o)
-      std::memcpy(out.data() + static_cast<size_t>(j) * chunk + static_cast<size_t>(o) * row,
-                  x.bytes.data() + (static_cast<size_t>(o * l.len + j * len)) * l.inner, row);
-  return out;
-}
-
-// Inverse: `buf` holds n chunks one after another, each `y` with y.shape[axis] / n along axis; chunk i goes to
-// [i * len, (i+1) * len) along axis.
-void unpack_chunks(const std::vector<std::byte>& buf, Tensor& y, int64_t axis, int64_t n) {
-  Layout l = layout(y.shape, axis, dtype_size(y.dtype));
-  const int64_t len = l.len / n;
-  const size_t row = static_cast<size_t>(len) * l.inner, chunk = row * static_cast<size_t>(l.outer);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t o = 0; o < l.outer; ++o)
-      std::memcpy(y.bytes.data() + (static_cast<size_t>(o * l.len + i * len)) * l.inner,
-                  buf.data() + static_cast<size_t>(i) * chunk + static_cast<size_t>(o) * row, row);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------- Session
@@ -322,7 +282,7 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
     check(MPI_Allgather(x.bytes.data(), count_of(nb, "MPI_Allgather"), MPI_BYTE, buf.data(), static_cast<int>(nb),
                         MPI_BYTE, c.comm),
           "MPI_Allgather");
-    unpack_chunks(buf, y, a, n);
+    pod::unpack_chunks(buf, y, a, n);
     out[0] = std::move(y);
   } else if (op == "ReduceScatter") {
     int64_t a = pod::norm_axis(call.axis, x.shape.size(), "reduce-scatter axis");
@@ -330,7 +290,7 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
       throw std::runtime_error(fmt::format("reduce-scatter: dim {} of {} is not divisible by the group size {}", a,
                                            shape_str(x.shape), n));
     MPI_Datatype t = reduction_type(x, call.reduction);
-    std::vector<std::byte> packed = pack_chunks(x, a, n);
+    std::vector<std::byte> packed = pod::pack_chunks(x, a, n);
     Shape s = x.shape;
     s[a] /= n;
     Tensor y(x.dtype, s);
@@ -344,7 +304,7 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
     if (x.shape[sa] % n != 0)
       throw std::runtime_error(fmt::format("all-to-all: dim {} of {} is not divisible by the group size {}", sa,
                                            shape_str(x.shape), n));
-    std::vector<std::byte> packed = pack_chunks(x, sa, n);
+    std::vector<std::byte> packed = pod::pack_chunks(x, sa, n);
     std::vector<std::byte> recv(nb);
     const size_t chunk = nb / static_cast<size_t>(n);
     check(MPI_Alltoall(packed.data(), count_of(chunk, "MPI_Alltoall"), MPI_BYTE, recv.data(), static_cast<int>(chunk),
@@ -354,7 +314,7 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
     s[sa] /= n;
     s[ca] *= n;
     Tensor y(x.dtype, s);
-    unpack_chunks(recv, y, ca, n);
+    pod::unpack_chunks(recv, y, ca, n);
     out[0] = std::move(y);
   } else if (op == "CollectivePermute") {
     if (call.sources.size() != static_cast<size_t>(n))

@@ -142,6 +142,28 @@ void copy_along_axis(const Tensor& src, int64_t axis, int64_t src_start, Tensor&
                 s + (static_cast<size_t>(o * sa + src_start)) * bs.inner, chunk);
 }
 
+std::vector<std::byte> pack_chunks(const Tensor& x, int64_t axis, int64_t n) {
+  const Blocks b = blocks(x.shape, axis, dtype_size(x.dtype));
+  const int64_t full = x.shape[axis], len = full / n;
+  const size_t row = static_cast<size_t>(len) * b.inner, chunk = row * static_cast<size_t>(b.outer);
+  std::vector<std::byte> out(x.nbytes());
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t o = 0; o < b.outer; ++o)
+      std::memcpy(out.data() + static_cast<size_t>(j) * chunk + static_cast<size_t>(o) * row,
+                  x.bytes.data() + static_cast<size_t>(o * full + j * len) * b.inner, row);
+  return out;
+}
+
+void unpack_chunks(const std::vector<std::byte>& buf, Tensor& y, int64_t axis, int64_t n) {
+  const Blocks b = blocks(y.shape, axis, dtype_size(y.dtype));
+  const int64_t full = y.shape[axis], len = full / n;
+  const size_t row = static_cast<size_t>(len) * b.inner, chunk = row * static_cast<size_t>(b.outer);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t o = 0; o < b.outer; ++o)
+      std::memcpy(y.bytes.data() + static_cast<size_t>(o * full + j * len) * b.inner,
+                  buf.data() + static_cast<size_t>(j) * chunk + static_cast<size_t>(o) * row, row);
+}
+
 std::vector<Tensor> all_reduce(const std::vector<const Tensor*>& ins, ReductionKind k, Tensor* acc) {
   std::vector<Tensor> out = replicate(reduce_all(ins, k, acc), ins.size());
   std::rotate(out.begin(), out.end() - 1, out.end());  // the accumulator itself goes to member 0

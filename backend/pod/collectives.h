@@ -5,6 +5,7 @@
 // All functions throw std::runtime_error on operands that violate the op's contract (shape mismatch, bad axis).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,6 +42,13 @@ Tensor shard_slice(const Tensor& x, int64_t axis, int64_t start, int64_t size);
 /// Local element i along axis has global index first_global + i; elements whose global index is outside
 /// [0, full_size) are set to `value` (cast to x's dtype; +-inf saturate for integers), in place.
 void mask_pad(Tensor& x, int64_t axis, int64_t first_global, int64_t full_size, float value);
+
+/// Splits x along `axis` into n equal chunks (x.shape[axis] divisible by n) and lays them out one after another,
+/// chunk j at byte j * x.nbytes() / n: the send buffer of an all-to-all or reduce-scatter over n members (MPI).
+std::vector<std::byte> pack_chunks(const Tensor& x, int64_t axis, int64_t n);
+/// The inverse: `buf` holds n chunks one after another; chunk j goes to [j * len, (j+1) * len) along `axis` of `y`
+/// (len = y.shape[axis] / n).
+void unpack_chunks(const std::vector<std::byte>& buf, Tensor& y, int64_t axis, int64_t n);
 
 /// Copies `len` slices along `axis` from src[src_start...] to dst[dst_start...]; src and dst must agree on every dim
 /// but `axis` and on dtype.

@@ -238,10 +238,7 @@ class Executor {
     acct_[d][v] = bytes;
     live_[d] += bytes;
   }
-  int64_t declared_bytes(int v) const {
-    const Value& val = prog_.values[static_cast<size_t>(v)];
-    return num_elements(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
-  }
+  int64_t declared_bytes(int v) const { return prog_.values[static_cast<size_t>(v)].nbytes(); }
 
   // -------------------------------------------------------------------------------------------------------------
   // Fusion (docs/executor.md): a float32 MatMul and the elementwise nodes right after it that only refine its result
@@ -638,9 +635,8 @@ class Executor {
     int64_t bytes = 0;
     for (int v : n.outputs) {
       if (v < 0) continue;
-      const Value& val = prog_.values[static_cast<size_t>(v)];
       try {
-        bytes += num_elements(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
+        bytes += prog_.values[static_cast<size_t>(v)].nbytes();
       } catch (const std::exception&) {
         return false;  // no fixed element size (undefined or string): let the kernel decide
       }

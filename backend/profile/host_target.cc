@@ -142,7 +142,7 @@ int measure_program_ops(const SpmdProgram& p, Target& t, double share, double bu
     int64_t bytes = 0;
     for (int v : n.inputs) {
       const Value* val = v < 0 ? nullptr : &program.values[static_cast<size_t>(v)];
-      if (val && !val->data) bytes += num_elements(val->shape) * static_cast<int64_t>(dtype_size(val->dtype));
+      if (val && !val->data) bytes += val->nbytes();
     }
     if (bytes > max_input_bytes) continue;
     try {

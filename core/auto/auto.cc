@@ -411,9 +411,7 @@ std::vector<int> Search::hybrid_seed(const std::vector<int>& dp, const std::vect
   for (size_t k = 0; k < groups_.size(); ++k)
     if (!groups_[k].is_input && !groups_[k].is_activation && megatron[k] != 0) order.push_back(k);
   auto bytes = [&](size_t k) {
-    const Value& v = g_.values[groups_[k].members[0]];
-    return num_elements(v.shape) * static_cast<int64_t>(dtype_size(v.dtype)) *
-           static_cast<int64_t>(groups_[k].members.size());
+    return g_.values[groups_[k].members[0]].nbytes() * static_cast<int64_t>(groups_[k].members.size());
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes(a) > bytes(b); });
   std::vector<int> data_axes;

@@ -658,10 +658,7 @@ double node_time(const Graph& program, const Node& n, const DeviceMesh& mesh, co
 }
 
 int64_t static_peak_memory(const Graph& program) {
-  const auto bytes = [&](int v) {
-    const Value& val = program.values[static_cast<size_t>(v)];
-    return num_elements(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
-  };
+  const auto bytes = [&](int v) { return program.values[static_cast<size_t>(v)].nbytes(); };
   const int n = static_cast<int>(program.nodes.size());
   std::vector<int> last(program.values.size(), -1);  // index of the last node reading each value; n = kept to the end
   for (int i = 0; i < n; ++i)

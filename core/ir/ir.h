@@ -116,6 +116,10 @@ struct Value {
   int producer = -1;                  // node id, -1 for graph inputs and initializers
   bool is_initializer = false;        // a weight or constant known before the run
   std::shared_ptr<const Tensor> data; // initializer data; may be null for initializers when loaded shapes-only
+
+  /// Bytes of the declared shape and dtype: num_elements(shape) * dtype_size(dtype) (dtype_size's
+  /// std::invalid_argument for a dtype without a fixed size).
+  int64_t nbytes() const { return num_elements(shape) * static_cast<int64_t>(dtype_size(dtype)); }
 };
 
 /// A computation graph with static shapes. Nodes are kept in topological order (verify() checks).

@@ -41,12 +41,24 @@ Graph mlp(int layers, int64_t B, int64_t D, int64_t F) {
   return b.g;
 }
 
-TEST(AutoShard, RepeatedLayersAreOneDecisionAndTheCostIsThePipelines) {
-  Graph g = mlp(6, 64, 256, 1024);
+/// No constraints but the 2x2 mesh.
+Annotations on_2x2() {
   Annotations cons;
   cons.mesh = mesh_of({2, 2});
+  return cons;
+}
+
+/// Search options on tpu-v3.
+AutoOptions on_v3() {
   AutoOptions o;
   o.target = Target::load("tpu-v3");
+  return o;
+}
+
+TEST(AutoShard, RepeatedLayersAreOneDecisionAndTheCostIsThePipelines) {
+  Graph g = mlp(6, 64, 256, 1024);
+  Annotations cons = on_2x2();
+  AutoOptions o = on_v3();
   AutoResult r = auto_shard(g, cons, o);
   // x, 12 weights, and the activation operands of the 12 matmuls but the first (x): 5 residual sums, 6 relus.
   EXPECT_EQ(r.variables, 24);
@@ -76,13 +88,11 @@ TEST(AutoShard, RepeatedLayersAreOneDecisionAndTheCostIsThePipelines) {
 
 TEST(AutoShard, ConstraintsAreKept) {
   Graph g = mlp(2, 64, 256, 1024);
-  Annotations cons;
-  cons.mesh = mesh_of({2, 2});
+  Annotations cons = on_2x2();
   TensorSharding w;
   w.dims = {{1}, {}};  // h.0.w1 rows over y
   cons.by_value[g.at("h.0.w1")] = Annotation{w, 0, "test"};
-  AutoOptions o;
-  o.target = Target::load("tpu-v3");
+  AutoOptions o = on_v3();
   AutoResult r = auto_shard(g, cons, o);
   ASSERT_TRUE(r.annotations.by_value.count(g.at("h.0.w1")));
   EXPECT_EQ(r.annotations.by_value.at(g.at("h.0.w1")).sharding, w);
@@ -93,10 +103,8 @@ TEST(AutoShard, ConstraintsAreKept) {
 
 TEST(AutoShard, NothingFitsIsAnInputErrorWithTheBestPeak) {
   Graph g = mlp(2, 64, 256, 1024);
-  Annotations cons;
-  cons.mesh = mesh_of({2, 2});
-  AutoOptions o;
-  o.target = Target::load("tpu-v3");
+  Annotations cons = on_2x2();
+  AutoOptions o = on_v3();
   o.memory_limit_bytes = 1000;
   try {
     auto_shard(g, cons, o);

@@ -185,25 +185,24 @@ TEST(AutoPartition, WritesThePlanWhichReadsBackToTheSameProgram) {
   ASSERT_EQ(p.code, 0) << p.out << p.err;
   ASSERT_TRUE(fs::exists(d / "out" / "shardings.json"));
   nlohmann::json rep = read_json(d / "out" / "report.json");
-  CmdResult s = cli("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings " +
-                        (d / "out" / "shardings.json").string() + " --report " + (d / "pinned.json").string(),
-                    "auto_pinned");
-  ASSERT_EQ(s.code, 0) << s.out << s.err;
-  nlohmann::json pinned = read_json(d / "pinned.json");
-  EXPECT_DOUBLE_EQ(pinned["simulated"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
-  EXPECT_EQ(pinned["collectives"], rep["collectives"]);
+  // simulate pinned to a sharding file gives the searched plan: the same step and collectives
+  auto expect_pins = [&](const fs::path& file, const std::string& tag) {
+    SCOPED_TRACE(file.string());
+    CmdResult s = cli("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings " + file.string() + " --report " +
+                          (d / (tag + ".json")).string(),
+                      tag);
+    ASSERT_EQ(s.code, 0) << s.out << s.err;
+    nlohmann::json pinned = read_json(d / (tag + ".json"));
+    EXPECT_DOUBLE_EQ(pinned["simulated"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
+    EXPECT_EQ(pinned["collectives"], rep["collectives"]);
+  };
+  expect_pins(d / "out" / "shardings.json", "auto_pinned");
   EXPECT_DOUBLE_EQ(rep["auto"]["chosen"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
   // The short file (only the annotations that produce the plan) pins it too.
   ASSERT_TRUE(fs::exists(d / "out" / "auto.sharding.json"));
   nlohmann::json short_file = read_json(d / "out" / "auto.sharding.json");
   EXPECT_LT(short_file["tensors"].size(), read_json(d / "out" / "shardings.json")["tensors"].size());
-  CmdResult s2 = cli("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings " +
-                         (d / "out" / "auto.sharding.json").string() + " --report " + (d / "short.json").string(),
-                     "auto_pinned_short");
-  ASSERT_EQ(s2.code, 0) << s2.out << s2.err;
-  nlohmann::json pinned2 = read_json(d / "short.json");
-  EXPECT_DOUBLE_EQ(pinned2["simulated"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
-  EXPECT_EQ(pinned2["collectives"], rep["collectives"]);
+  expect_pins(d / "out" / "auto.sharding.json", "auto_pinned_short");
   EXPECT_NE(p.out.find("wrote     " + (d / "out").string() + "/device_{0..3}.onnx, shardings.json, auto.sharding.json, "
                        "report.json"),
             std::string::npos)
