@@ -85,6 +85,13 @@ struct Tensor {
   static Tensor from_floats(const Shape& shape, const std::vector<float>& v);
 };
 
+/// A value's static type: element type and dims (what a shape function computes for each node output).
+struct TensorType {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  bool operator==(const TensorType&) const = default;
+};
+
 /// An ONNX attribute value. Graph-valued attributes (If/Loop bodies) are not supported and rejected at load.
 using AttrValue = std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>,
                                std::vector<std::string>, Tensor>;
@@ -159,6 +166,14 @@ class Graph {
 /// Error for unusable input (bad model, bad sharding file, unknown names): the CLI prints
 /// "error: <what>: <why>" and exits 2.
 struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// An output shape that depends on input *values* that are not known when the model is loaded (NonZero, Unique,
+/// NonMaxSuppression, TopK with a computed K, a Reshape whose shape is computed from data). The message says which
+/// input's values are needed ("output 0 depends on the values of input 1 'k'"); the loader turns it into a one-line
+/// InputError naming the value, its node and what would bind it.
+struct DataDependentError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 

@@ -1,0 +1,119 @@
+// backend/kernels: the shape-function table, infer_types, and ShapeCtx's helpers.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "backend/kernels/kernels.h"
+#include "backend/kernels/kernels_util.h"
+#include "backend/kernels/shape_util.h"
+
+namespace gspmd {
+namespace kern {
+
+const TensorType& ShapeCtx::type(size_t i) const {
+  if (!has(i)) fail(fmt::format("missing required input {}", i));
+  return *types[i];
+}
+
+const Tensor& ShapeCtx::needs_value(size_t i, std::string_view what) const {
+  const Tensor* v = value(i);
+  if (!v) {
+    if (!has(i)) fail(fmt::format("missing required input {}", i));
+    throw DataDependentError(
+        fmt::format("{}output shape depends on the values of input {} ({})", prefix(), i, what));
+  }
+  return *v;
+}
+
+std::string ShapeCtx::prefix() const { return fmt::format("node '{}' ({}): ", node.name, node.op_type); }
+
+void ShapeCtx::fail(std::string_view msg) const { throw std::runtime_error(prefix() + std::string(msg)); }
+
+int64_t ShapeCtx::axis(int64_t a, int64_t rank) const {
+  const int64_t r = a < 0 ? a + rank : a;
+  if (r < 0 || r >= rank) fail(fmt::format("axis {} out of range for rank {}", a, rank));
+  return r;
+}
+
+Shape ShapeCtx::broadcast(const Shape& a, const Shape& b) const {
+  const size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i + a.size() >= r ? a[i + a.size() - r] : 1;
+    const int64_t db = i + b.size() >= r ? b[i + b.size() - r] : 1;
+    if (da == db || db == 1)
+      out[i] = da;
+    else if (da == 1)
+      out[i] = db;
+    else
+      fail(fmt::format("shapes {} and {} cannot broadcast", shape_str(a), shape_str(b)));
+  }
+  return out;
+}
+
+const ShapeTable& shape_table() {
+  static const ShapeTable t = [] {
+    ShapeTable k;
+    register_elementwise_shapes(k);
+    register_shape_op_shapes(k);
+    register_math_shapes(k);
+    register_nn_shapes(k);
+    register_index_shapes(k);
+    register_misc_shapes(k);
+    register_loss_shapes(k);
+    register_signal_shapes(k);
+    register_rnn_shapes(k);
+    register_spatial_shapes(k);
+    register_training_shapes(k);
+    return k;
+  }();
+  return t;
+}
+
+const KernelTable& table();  // kernels.cc
+
+}  // namespace kern
+
+namespace {
+std::string table_key(const std::string& domain, const std::string& op_type) {
+  if (domain == "ai.onnx.preview.training") return domain + ":" + op_type;
+  return op_type;
+}
+bool is_kernel_domain(const std::string& domain) {
+  return domain.empty() || domain == "ai.onnx" || domain == "ai.onnx.preview.training";
+}
+}  // namespace
+
+std::vector<TensorType> infer_types(const Node& node, const std::vector<const TensorType*>& types,
+                                    const std::vector<const Tensor*>& values, int64_t opset) {
+  const kern::ShapeCtx ctx{node, types, values, opset};
+  if (!is_kernel_domain(node.domain))
+    throw UnsupportedError(ctx.prefix() + fmt::format("no shape function for domain '{}'", node.domain));
+  const auto& t = kern::shape_table();
+  auto it = t.find(table_key(node.domain, node.op_type));
+  if (it == t.end()) throw UnsupportedError(ctx.prefix() + "no shape function for this operator");
+  try {
+    return it->second(ctx);
+  } catch (const DataDependentError&) {
+    throw;
+  } catch (const UnsupportedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    if (what.rfind(ctx.prefix(), 0) == 0) throw;
+    throw std::runtime_error(ctx.prefix() + what);
+  }
+}
+
+bool has_shape_function(const std::string& domain, const std::string& op_type) {
+  return is_kernel_domain(domain) && kern::shape_table().count(table_key(domain, op_type)) != 0;
+}
+
+std::vector<std::string> kernel_op_types() {
+  std::vector<std::string> out;
+  for (const auto& [k, fn] : kern::table()) out.push_back(k);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace gspmd

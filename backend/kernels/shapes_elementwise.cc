@@ -1,0 +1,44 @@
+// Shape functions of ops_elementwise.cc's kernels (unary, binary with broadcasting, comparisons, Where, Cast, ...).
+#include "backend/kernels/shape_util.h"
+
+namespace gspmd::kern {
+namespace {
+
+// Same type as input 0.
+std::vector<TensorType> same_as_input0(const ShapeCtx& c) { return {c.type(0)}; }
+
+// Multidirectional broadcast of every present input; dtype of input 0 (or `out` when given).
+template <DType kOut = DType::kUndefined>
+std::vector<TensorType> broadcast_all(const ShapeCtx& c) {
+  Shape s = c.shape(0);
+  for (size_t i = 1; i < c.n_in(); ++i)
+    if (c.has(i)) s = c.broadcast(s, c.shape(i));
+  return one_type(kOut == DType::kUndefined ? c.dtype(0) : kOut, std::move(s));
+}
+
+std::vector<TensorType> where_types(const ShapeCtx& c) {
+  return one_type(c.dtype(1), c.broadcast(c.broadcast(c.shape(0), c.shape(1)), c.shape(2)));
+}
+
+std::vector<TensorType> cast_types(const ShapeCtx& c) {
+  return one_type(static_cast<DType>(c.node.i("to")), c.shape(0));
+}
+
+}  // namespace
+
+void register_elementwise_shapes(ShapeTable& t) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Mod",
+                         "PRelu", "BitShift"})
+    t[op] = broadcast_all<>;
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) t[op] = broadcast_all<DType::kBool>;
+  for (const char* op : {"Not", "Relu", "Tanh", "Exp", "Sqrt", "Erf", "Log", "Neg", "Abs", "Reciprocal", "Sigmoid",
+                         "Floor", "Ceil", "Sign", "Clip", "Elu", "Selu", "Celu", "Softplus", "Softsign",
+                         "ThresholdedRelu", "LeakyRelu", "HardSigmoid", "HardSwish", "Mish", "Round", "Sin", "Cos",
+                         "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Shrink"})
+    t[op] = same_as_input0;
+  t["IsNaN"] = t["IsInf"] = [](const ShapeCtx& c) { return one_type(DType::kBool, c.shape(0)); };
+  t["Where"] = where_types;
+  t["Cast"] = cast_types;
+}
+
+}  // namespace gspmd::kern
