@@ -146,6 +146,73 @@ def typed_tensors():
             f.write(t.SerializeToString())
 
 
+def old_opset_dropout():
+    """IR 3, opset 7, initializers listed as graph inputs: Conv -> BatchNormalization(spatial=1) -> Dropout whose mask
+    output nothing reads (ONNX leaves it untyped) -> Upsample(scales attribute) -> y."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 8, 8])
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "scale"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "bias"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "mean"),
+             numpy_helper.from_array(rng.random(4).astype(np.float32) + 0.5, "var")]
+    inputs = [x] + [helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)) for t in inits]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["bn"], name="bn", spatial=1),
+        helper.make_node("Dropout", ["bn"], ["d", "mask"], name="dropout", ratio=0.5),
+        helper.make_node("Upsample", ["d"], ["y"], name="up", mode="nearest", scales=[1.0, 1.0, 2.0, 2.0]),
+    ]
+    g = helper.make_graph(nodes, "old_opset_dropout", inputs, [y], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)], producer_name="make_models.py")
+    m.ir_version = 3
+    save(m, "old_opset_dropout.onnx")
+
+
+def class_token():
+    """The class-token expansion of torchvision's VisionTransformer as torch exports it: the target shape [b, -1, -1]
+    goes through ConstantOfShape -> Mul -> Equal -> Where before Expand, then Concat with the patches."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 5, 8])
+    cls = numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(1, 1, 8), "class_token")
+    c = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.int64), name)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["x_shape"], name="shape_x"),
+        helper.make_node("Gather", ["x_shape", "zero"], ["b"], name="gather_b", axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"], name="unsq_b"),
+        helper.make_node("Concat", ["b1", "minus_ones"], ["target"], name="concat_target", axis=0),
+        helper.make_node("ConstantOfShape", ["three"], ["ones"], name="cos",
+                         value=numpy_helper.from_array(np.array([1], dtype=np.int64))),
+        helper.make_node("Mul", ["ones", "minus_one"], ["neg_ones"], name="mul"),
+        helper.make_node("Equal", ["target", "neg_ones"], ["is_neg"], name="equal"),
+        helper.make_node("Where", ["is_neg", "ones", "target"], ["expand_shape"], name="where"),
+        helper.make_node("Expand", ["class_token", "expand_shape"], ["cls_b"], name="expand"),
+        helper.make_node("Concat", ["cls_b", "x"], ["y"], name="concat_tokens", axis=1),
+    ]
+    g = helper.make_graph(nodes, "class_token", [x], [y],
+                          [cls, c("zero", 0), c("axes0", [0]), c("minus_ones", [-1, -1]), c("three", [3]),
+                           c("minus_one", -1)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py")
+    save(m, "class_token.onnx")
+
+
+def big_constant():
+    """ConstantOfShape of a constant shape to 128 MiB, reduced to a scalar: over the folding cap, so it stays a node."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    nodes = [
+        helper.make_node("ConstantOfShape", ["big_shape"], ["big"], name="fill",
+                         value=numpy_helper.from_array(np.array([1], dtype=np.float32))),
+        helper.make_node("ReduceSum", ["big"], ["total"], name="sum", keepdims=0),
+        helper.make_node("Add", ["x", "total"], ["y"], name="add"),
+    ]
+    g = helper.make_graph(nodes, "big_constant", [x], [y],
+                          [numpy_helper.from_array(np.array([4096, 4096, 2], dtype=np.int64), "big_shape")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py")
+    save(m, "big_constant.onnx")
+
+
 if __name__ == "__main__":
     external_chain()
     typed_tensors()
@@ -154,3 +221,6 @@ if __name__ == "__main__":
     external_data()
     unknown_shape()
     mlp()
+    old_opset_dropout()
+    class_token()
+    big_constant()

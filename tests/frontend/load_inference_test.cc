@@ -1,0 +1,85 @@
+// load_model's typing-and-folding pass (docs/loading.md): inference rewrites, full folding with its cap, symbolic dims
+// bound by the given inputs, and what the LoadReport says.
+#include <algorithm>
+
+#include "backend/pod/pod.h"
+#include "tests/frontend/frontend_test_util.h"
+
+namespace gspmd {
+namespace {
+
+using test::expect_input_error;
+using test::frontend_data;
+using test::load_opts;
+
+std::vector<std::string> op_types(const Graph& g) {
+  std::vector<std::string> ops;
+  for (const Node& n : g.nodes) ops.push_back(n.op_type);
+  return ops;
+}
+
+// IR 3 / opset 7: the Dropout's mask is untyped by ONNX and read by nothing: it is dropped, and the Dropout (not in
+// training at opset 7) runs as an Identity.
+TEST(LoadInference, OldOpsetDropoutMaskIsDroppedAndDropoutIsIdentity) {
+  LoadReport r;
+  Graph g = load_model(frontend_data("old_opset_dropout.onnx"), load_opts(), &r);
+  EXPECT_EQ(op_types(g), (std::vector<std::string>{"Conv", "BatchNormalization", "Identity", "Upsample"}));
+  EXPECT_EQ(r.rewrites, (std::vector<std::string>{"node 'dropout' (Dropout): unused output 'mask' dropped",
+                                                  "node 'dropout' (Dropout): inference (not training), an Identity"}));
+  EXPECT_EQ(g.values[g.outputs[0]].shape, (Shape{2, 4, 8, 8}));
+  EXPECT_TRUE(r.shape_disagreements.empty());
+  Tensor x(DType::kFloat32, {2, 3, 4, 4});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 7) - 3.f;
+  PodRun run = run_single(g, {x});
+  ASSERT_EQ(run.outputs.size(), 1u);
+  EXPECT_EQ(run.outputs[0].shape, (Shape{2, 4, 8, 8}));
+}
+
+// ViT's class-token chain (ConstantOfShape -> Mul -> Equal -> Where -> Expand) folds away once batch is bound: only
+// the Concat with the patches is left.
+TEST(LoadInference, ClassTokenChainFoldsToOneConcat) {
+  LoadReport r;
+  Graph g = load_model(frontend_data("class_token.onnx"), load_opts({{"batch", 2}}), &r);
+  EXPECT_EQ(op_types(g), (std::vector<std::string>{"Concat"}));
+  EXPECT_EQ(r.folded.size(), 9u);
+  const Node& concat = g.nodes[0];
+  const Value& cls = g.values[concat.inputs[0]];
+  ASSERT_TRUE(cls.data);
+  EXPECT_EQ(cls.shape, (Shape{2, 1, 8}));
+  EXPECT_EQ(cls.data->data<float>()[8 + 3], 3.f);  // row 1 is the class token again
+  EXPECT_EQ(g.values[g.outputs[0]].shape, (Shape{2, 5, 8}));
+  auto expand = std::find_if(r.folded.begin(), r.folded.end(), [](const auto& f) { return f.op_type == "Expand"; });
+  ASSERT_NE(expand, r.folded.end());
+  EXPECT_EQ(expand->node, "expand");
+  EXPECT_EQ(expand->outputs, (std::vector<std::string>{"cls_b"}));
+  EXPECT_EQ(expand->bytes, 2 * 8 * 4);
+}
+
+// A constant node whose outputs would exceed the folding cap (and its inputs) stays a node, and the report says so.
+TEST(LoadInference, FoldingCapKeepsBigConstantANode) {
+  LoadReport r;
+  Graph g = load_model(frontend_data("big_constant.onnx"), load_opts(), &r);
+  EXPECT_EQ(op_types(g), (std::vector<std::string>{"ConstantOfShape", "ReduceSum", "Add"}));
+  EXPECT_EQ(r.not_folded, (std::vector<std::string>{"node 'fill' (ConstantOfShape): 128.0 MiB of outputs from 0.0 MiB "
+                                                    "of constants, over the 64.0 MiB folding cap: it runs as a node"}));
+  EXPECT_EQ(g.values[g.at("big")].shape, (Shape{4096, 4096, 2}));
+}
+
+// The given input tensors bind symbolic dims; --dim must agree with them.
+TEST(LoadInference, InputShapesBindSymbolicDims) {
+  const std::string p = frontend_data("mlp.onnx");
+  LoadOptions lo = load_opts();
+  lo.input_shapes["x"] = {3, 8};
+  Graph g = load_model(p, lo);
+  EXPECT_EQ(g.values[g.at("h")].shape, (Shape{3, 16}));
+  lo.dims["batch"] = 3;  // agrees
+  EXPECT_EQ(load_model(p, lo).values[g.at("y")].shape, (Shape{3, 8}));
+  lo.dims["batch"] = 4;
+  expect_input_error([&] { load_model(p, lo); }, p + ": --dim batch=4 but the given input 'x' has 3 at dim 0");
+  lo.dims.clear();
+  lo.input_shapes["x"] = {3};
+  expect_input_error([&] { load_model(p, lo); }, p + ": input 'x' has rank 2 but the given input tensor has shape [3]");
+}
+
+}  // namespace
+}  // namespace gspmd
