@@ -39,6 +39,15 @@ void compare_typed(const Tensor& a, const Tensor& b, double rtol, double atol, c
   r.max_rel_error = std::max(r.max_rel_error, max_err / std::max(scale, atol));
 }
 
+// A float16 / bfloat16 tensor as float32 (exact).
+Tensor widen_half(const Tensor& t) {
+  Tensor f(DType::kFloat32, t.shape);
+  const uint16_t* src = t.data<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    f.data<float>()[i] = t.dtype == DType::kFloat16 ? half_to_float(src[i]) : bf16_to_float(src[i]);
+  return f;
+}
+
 std::string human_bytes(double b) {
   if (b >= 1 << 30) return fmt::format("{:.2f} GiB", b / (1 << 30));
   if (b >= 1 << 20) return fmt::format("{:.2f} MiB", b / (1 << 20));
@@ -111,6 +120,19 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
     switch (a.dtype) {
       case DType::kFloat32: compare_typed<float>(a, b, rtol, atol, name, r); break;
       case DType::kFloat64: compare_typed<double>(a, b, rtol, atol, name, r); break;
+      case DType::kFloat16:
+      case DType::kBFloat16: {
+        // 16-bit floats compare in float32 within 4 units of the type's rounding (bfloat16: 2^-8, float16: 2^-11),
+        // relative to each element and to the output's largest magnitude: partitioned sums round their partial
+        // results, which the unpartitioned run never does, and cancellation can leave a small sum of large parts.
+        const double tol = 4 * (a.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11);
+        const Tensor wa = widen_half(a), wb = widen_half(b);
+        double scale = 0;
+        for (int64_t i = 0; i < wb.numel(); ++i)
+          if (std::isfinite(wb.data<float>()[i])) scale = std::max(scale, std::fabs(double{wb.data<float>()[i]}));
+        compare_typed<float>(wa, wb, std::max(rtol, tol), std::max(atol, tol * scale), name, r);
+        break;
+      }
       case DType::kInt64: compare_typed<int64_t>(a, b, 0, 0, name, r); break;
       case DType::kInt32: compare_typed<int32_t>(a, b, 0, 0, name, r); break;
       case DType::kBool:

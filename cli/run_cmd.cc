@@ -64,6 +64,13 @@ std::vector<Tensor> make_inputs(const Graph& g, const RunOptions& o) {
         for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = d(rng);
         break;
       }
+      case DType::kFloat16:
+      case DType::kBFloat16: {
+        std::normal_distribution<float> d(0.f, 1.f);
+        const bool f16 = val.dtype == DType::kFloat16;
+        for (int64_t i = 0; i < n; ++i) t.data<uint16_t>()[i] = f16 ? float_to_half(d(rng)) : float_to_bf16(d(rng));
+        break;
+      }
       case DType::kFloat64: {
         std::normal_distribution<double> d(0.0, 1.0);
         for (int64_t i = 0; i < n; ++i) t.data<double>()[i] = d(rng);

@@ -2,6 +2,8 @@
 #include "backend/kernels/kernels.h"
 
 #include <algorithm>
+#include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -219,6 +221,43 @@ const KernelTable& table() {
 
 }  // namespace kern
 
+namespace {
+
+bool has_half_input(const std::vector<const Tensor*>& inputs) {
+  return std::any_of(inputs.begin(), inputs.end(), [](const Tensor* t) { return t && kern::is_half(t->dtype); });
+}
+
+// Kernels without float16 / bfloat16 support run on float32 copies of the 16-bit inputs; each output is rounded once
+// to the type the shape function gives it (so a MatMul in bfloat16 returns bfloat16). ONNX Runtime's CPU provider
+// computes these ops the same way.
+std::vector<Tensor> run_widened(const kern::Ctx& ctx, kern::KernelFn fn) {
+  std::vector<Tensor> wide;
+  std::vector<const Tensor*> ins(ctx.ins.size(), nullptr);
+  std::vector<TensorType> types(ctx.ins.size());
+  std::vector<const TensorType*> type_ptrs(ctx.ins.size(), nullptr);
+  wide.reserve(ctx.ins.size());
+  for (size_t k = 0; k < ctx.ins.size(); ++k) {
+    const Tensor* t = ctx.ins[k];
+    if (!t) continue;
+    types[k] = {t->dtype, t->shape};
+    type_ptrs[k] = &types[k];
+    if (kern::is_half(t->dtype)) {
+      wide.push_back(kern::cast_tensor(ctx, *t, DType::kFloat32));
+      ins[k] = &wide.back();
+    } else {
+      ins[k] = t;
+    }
+  }
+  const kern::Ctx wide_ctx{ctx.node, ins, ctx.opset};
+  std::vector<Tensor> out = fn(wide_ctx);
+  const std::vector<TensorType> want = infer_types(ctx.node, type_ptrs, ctx.ins, ctx.opset);
+  for (size_t k = 0; k < out.size() && k < want.size(); ++k)
+    if (out[k].dtype != want[k].dtype) out[k] = kern::cast_tensor(ctx, out[k], want[k].dtype);
+  return out;
+}
+
+}  // namespace
+
 std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset,
                                const std::vector<Tensor*>& donated,
                                const std::vector<const std::shared_ptr<const Tensor>*>& owners) {
@@ -230,10 +269,26 @@ std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*
   auto it = t.find(training ? node.domain + ":" + node.op_type : node.op_type);
   if (it == t.end() && training) ctx.unsupported(fmt::format("no kernel for domain '{}'", node.domain));
   if (it == t.end()) ctx.unsupported("no kernel for this operator");
+  // (op, dtype) pairs whose kernel has no 16-bit float path, learnt on the first call: they run widened.
+  static std::mutex widen_mu;
+  static std::set<std::pair<std::string, DType>> widen;
+  const bool half = has_half_input(inputs);
+  DType half_type = DType::kUndefined;
+  if (half) {
+    for (const Tensor* t : inputs)
+      if (t && kern::is_half(t->dtype)) half_type = t->dtype;
+    std::lock_guard<std::mutex> lock(widen_mu);
+    if (widen.count({it->first, half_type})) return run_widened(ctx, it->second);
+  }
   try {
-    return it->second(ctx);
+    // With 16-bit inputs nothing is donated: a kernel may move a donated input before it finds the dtype unsupported.
+    return half ? it->second(kern::Ctx{node, inputs, opset}) : it->second(ctx);
   } catch (const UnsupportedError&) {
-    throw;
+    if (!half) throw;
+    std::vector<Tensor> out = run_widened(ctx, it->second);
+    std::lock_guard<std::mutex> lock(widen_mu);
+    widen.insert({it->first, half_type});
+    return out;
   } catch (const kern::KernelError&) {
     throw;
   } catch (const std::exception& e) {

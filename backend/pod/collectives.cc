@@ -57,6 +57,17 @@ void reduce_bool(uint8_t* acc, const uint8_t* x, size_t n, ReductionKind k) {
   for (size_t i = 0; i < n; ++i) acc[i] = any ? (acc[i] || x[i]) : (acc[i] && x[i]);
 }
 
+// 16-bit floats: each step in float32, rounded once (as a bf16 all-reduce on TPU accumulates pairwise).
+void reduce_half(uint16_t* acc, const uint16_t* x, size_t n, ReductionKind k, float (*widen)(uint16_t),
+                 uint16_t (*narrow)(float)) {
+  for (size_t i = 0; i < n; ++i) {
+    float a = widen(acc[i]);
+    const float b = widen(x[i]);
+    reduce_typed(&a, &b, 1, k);
+    acc[i] = narrow(a);
+  }
+}
+
 // acc op= x, elementwise (same dtype and shape).
 void reduce_into(Tensor& acc, const Tensor& x, ReductionKind k) {
   size_t n = static_cast<size_t>(acc.numel());
@@ -72,6 +83,8 @@ void reduce_into(Tensor& acc, const Tensor& x, ReductionKind k) {
     case DType::kUInt16: reduce_typed(acc.data<uint16_t>(), x.data<uint16_t>(), n, k); break;
     case DType::kUInt8: reduce_typed(acc.data<uint8_t>(), x.data<uint8_t>(), n, k); break;
     case DType::kBool: reduce_bool(acc.data<uint8_t>(), x.data<uint8_t>(), n, k); break;
+    case DType::kFloat16: reduce_half(acc.data<uint16_t>(), x.data<uint16_t>(), n, k, half_to_float, float_to_half); break;
+    case DType::kBFloat16: reduce_half(acc.data<uint16_t>(), x.data<uint16_t>(), n, k, bf16_to_float, float_to_bf16); break;
     default:
       throw UnsupportedError(fmt::format("{} reduction of {} is not supported by the pod", reduction_name(k),
                                          dtype_name(acc.dtype)));

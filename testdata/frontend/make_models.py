@@ -213,6 +213,32 @@ def big_constant():
     save(m, "big_constant.onnx")
 
 
+def half_mlp(dtype, name):
+    """x[4, 8] -> MatMul -> Add -> Relu -> LayerNormalization -> MatMul -> Softmax -> y, every tensor in `dtype`
+    (float16 or bfloat16); with half_mlp.sharding.json it is Megatron-sharded over 2 devices."""
+    rng = np.random.default_rng(0)
+
+    def init(n, shape):
+        a = rng.standard_normal(shape).astype(np.float32)
+        if dtype == TensorProto.FLOAT16:
+            return numpy_helper.from_array(a.astype(np.float16), n)
+        bits = (a.view(np.uint32) >> 16).astype(np.uint16)  # bfloat16: the top half of the float32 bits
+        return helper.make_tensor(n, dtype, shape, bits.flatten().tolist())
+
+    x = helper.make_tensor_value_info("x", dtype, [4, 8])
+    y = helper.make_tensor_value_info("y", dtype, [4, 6])
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("Add", ["h", "b1"], ["hb"], name="bias1"),
+             helper.make_node("Relu", ["hb"], ["r"], name="relu"),
+             helper.make_node("LayerNormalization", ["r", "g", "beta"], ["ln"], name="ln", axis=-1),
+             helper.make_node("MatMul", ["ln", "w2"], ["o"], name="fc2"),
+             helper.make_node("Softmax", ["o"], ["y"], name="softmax", axis=-1)]
+    inits = [init("w1", [8, 16]), init("b1", [16]), init("g", [16]), init("beta", [16]), init("w2", [16, 6])]
+    g = helper.make_graph(nodes, name, [x], [y], inits)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py"),
+         name + ".onnx")
+
+
 if __name__ == "__main__":
     external_chain()
     typed_tensors()
@@ -224,3 +250,5 @@ if __name__ == "__main__":
     old_opset_dropout()
     class_token()
     big_constant()
+    half_mlp(TensorProto.FLOAT16, "mlp_float16")
+    half_mlp(TensorProto.BFLOAT16, "mlp_bfloat16")
