@@ -11,6 +11,7 @@
 #include "core/ir/ir.h"
 #include "core/partition/spmd.h"
 #include "core/propagation/propagation.h"
+#include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {
 
@@ -26,6 +27,7 @@ struct CommonOptions {
   bool auto_search = false;         // --auto: search shardings for what the sharding file leaves open (core/auto)
   std::string memory_limit;         // --memory-limit BYTES for --auto ("" = the target's HBM)
   bool measure_host_ops = true;     // --target host: build_pipeline measures the program's ops (measure_program_ops)
+  std::string inputs_dir;           // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
 };
 
 /// The loaded model and everything derived from it, in pipeline order.
@@ -43,6 +45,7 @@ struct Pipeline {
     double load = 0, propagate = 0, partition = 0, measure_ops = 0, cost = 0;
   } times;
   std::optional<AutoResult> auto_result;  // --auto: the search's choices, cost and baselines
+  LoadReport load_report;     // what loading folded and rewrote (explain)
 
   /// simulate_cost of the program on `target`, timed into times.cost.
   CostReport cost(bool overlap);
@@ -66,7 +69,6 @@ int cmd_partition(const PartitionOptions& o);
 
 struct RunOptions {
   CommonOptions common;
-  std::string inputs_dir;   // --inputs DIR
   std::string outputs_dir;  // --outputs DIR
   bool check = false;       // --check
   double rtol = 1e-4, atol = 1e-5;

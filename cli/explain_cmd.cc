@@ -1,4 +1,6 @@
 // gspmd-onnx explain: every value's sharding (three notations) with its origin, and every collective with its reason.
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -55,6 +57,22 @@ void explain_auto(const AutoResult& a, const DeviceMesh& user_mesh) {
   fmt::print("\n");
 }
 
+/// What loading did besides converting: constants folded, nodes rewritten for inference, constant nodes left to run
+/// (over the folding cap), shape-function disagreements with ONNX inference.
+void explain_loading(const LoadReport& r) {
+  int64_t bytes = 0;
+  for (const LoadReport::Folded& f : r.folded) bytes += f.bytes;
+  fmt::print("loading: {} nodes folded into constants ({} bytes), {} rewritten, {} constant nodes kept, {} shape "
+             "disagreements\n",
+             r.folded.size(), bytes, r.rewrites.size(), r.not_folded.size(), r.shape_disagreements.size());
+  for (const LoadReport::Folded& f : r.folded)
+    fmt::print("  folded    node '{}' ({}) -> {} ({} bytes)\n", f.node, f.op_type, fmt::join(f.outputs, ", "), f.bytes);
+  for (const std::string& s : r.rewrites) fmt::print("  rewritten {}\n", s);
+  for (const std::string& s : r.not_folded) fmt::print("  kept      {}\n", s);
+  for (const std::string& s : r.shape_disagreements) fmt::print("  shape     {}\n", s);
+  fmt::print("\n");
+}
+
 }  // namespace
 
 /// A picture of how a 1-D or 2-D value is laid out on the mesh, in the manner of
@@ -105,6 +123,7 @@ int cmd_explain(const ExplainOptions& o) {
   }
   fmt::print("mesh {} ({} devices){}\n\n", mesh.str(), mesh.num_devices(),
              p.sharding_file.empty() ? "" : ", annotations from " + p.sharding_file);
+  if (only < 0) explain_loading(p.load_report);
   if (p.auto_result) explain_auto(*p.auto_result, p.annotations.mesh.user());
   for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
     if (only >= 0 && v != only) continue;
@@ -116,6 +135,9 @@ int cmd_explain(const ExplainOptions& o) {
       fmt::print("  planned   {} (the partitioner kept it {})\n", p.plan.shardings[v].to_partition_spec(mesh),
                  s.unreduced.empty() ? "as computed" : "unreduced until a consumer needs it reduced");
     fmt::print("  origin    {}\n", origin_chain(g, p.plan, v));
+    for (const LoadReport::Folded& f : p.load_report.folded)
+      if (std::find(f.outputs.begin(), f.outputs.end(), val.name) != f.outputs.end())
+        fmt::print("  folded    at load: node '{}' ({}) evaluated once on constants\n", f.node, f.op_type);
     if (only >= 0) {
       std::string pic = sharding_picture(val.shape, s, mesh);
       if (!pic.empty()) fmt::print("{}", pic);

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   cli::RunOptions ro;
   auto* run = app.add_subcommand("run", "run the partitioned model on an emulated pod");
   add_common(run, ro.common);
-  run->add_option("--inputs", ro.inputs_dir, "directory of input_<i>.pb (ONNX test-data layout)");
+  run->add_option("--inputs", ro.common.inputs_dir, "directory of input_<i>.pb (ONNX test-data layout)");
   run->add_option("--outputs", ro.outputs_dir, "write output_<i>.pb here");
   run->add_flag("--check", ro.check, "compare with the unpartitioned run (exit 1 on mismatch)");
   run->add_option("--rtol", ro.rtol, "relative tolerance of --check (default 1e-4)");

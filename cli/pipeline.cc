@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels.h"
+#include "cli/wiring.h"
 #include "backend/profile/host_target.h"
 #include "cli/commands.h"
 #include "onnx_frontend/frontend.h"
@@ -46,11 +47,8 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   DeviceMesh cli_mesh = DeviceMesh::parse(o.mesh);
   const int64_t memory_limit = parse_memory_limit(o.memory_limit);
   if (memory_limit > 0 && !o.auto_search) throw InputError("--memory-limit: only used with --auto");
-  LoadOptions lo;
+  LoadOptions lo = kernel_load_options();
   lo.load_data = load_data;
-  lo.evaluator = [](const Node& n, const std::vector<const Tensor*>& in, int64_t opset) {
-    return run_kernel(n, in, opset);
-  };
   for (const std::string& d : o.dims) {
     auto eq = d.find('=');
     int64_t v = 0;
@@ -69,7 +67,14 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   p.target = Target::load(o.target);
   if (!o.device_order.empty()) p.target.device_order = Target::parse_device_order(o.device_order);
   auto t0 = std::chrono::steady_clock::now();
-  p.graph = load_model(o.model, lo);
+  if (!o.inputs_dir.empty()) {  // the given inputs' shapes bind symbolic dims (--dim must agree)
+    const ModelInfo info = read_model_info(o.model);
+    for (size_t i = 0; i < info.inputs.size(); ++i) {
+      const std::string path = (fs::path(o.inputs_dir) / fmt::format("input_{}.pb", i)).string();
+      if (fs::exists(path)) lo.input_shapes[info.inputs[i]] = read_tensor_pb(path).shape;
+    }
+  }
+  p.graph = load_model(o.model, lo, &p.load_report);
 
   std::string file = o.shardings;
   if (file.empty()) {

@@ -40,9 +40,9 @@ int64_t int_bound(const Graph& g, int v, const std::vector<std::vector<int>>& co
 
 std::vector<Tensor> make_inputs(const Graph& g, const RunOptions& o) {
   std::vector<Tensor> inputs;
-  if (!o.inputs_dir.empty()) {
+  if (!o.common.inputs_dir.empty()) {
     for (size_t i = 0; i < g.inputs.size(); ++i) {
-      std::string path = (fs::path(o.inputs_dir) / fmt::format("input_{}.pb", i)).string();
+      std::string path = (fs::path(o.common.inputs_dir) / fmt::format("input_{}.pb", i)).string();
       Tensor t = read_tensor_pb(path);
       const Value& v = g.values[g.inputs[i]];
       if (t.shape != v.shape || t.dtype != v.dtype)

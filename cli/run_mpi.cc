@@ -11,6 +11,7 @@
 
 #ifdef GSPMD_WITH_MPI
 #include "backend/kernels/kernels.h"
+#include "cli/wiring.h"
 #include "backend/mpi/mpi_backend.h"
 #include "backend/profile/host_target.h"
 #include "cli/report.h"
@@ -62,10 +63,7 @@ Graph load_device_model(const Pipeline& p, const std::string& dir, int rank) {
     throw InputError(fmt::format("{}: partitioned from another model, sharding, mesh or target than this run "
                                  "(program fingerprint {}, this run's is {}): run partition again",
                                  path, fp, want));
-  LoadOptions lo;
-  lo.evaluator = [](const Node& n, const std::vector<const Tensor*>& in, int64_t opset) {
-    return run_kernel(n, in, opset);
-  };
+  LoadOptions lo = kernel_load_options();
   Graph g = load_model(path, lo);
   const Graph& prog = p.program.program;
   auto same = [&](const char* what, const std::vector<int>& a, const std::vector<int>& b) {

@@ -1,8 +1,10 @@
-// Constant folding of shape sub-graphs and weight transforms.
+// The load-time typing and folding pass (fold.h).
 #include "onnx_frontend/fold.h"
 
 #include <algorithm>
 #include <memory>
+
+#include <fmt/format.h>
 
 namespace gspmd::frontend {
 namespace {
@@ -13,21 +15,27 @@ bool is_nondeterministic(const std::string& op) {
   return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* o) { return op == o; });
 }
 
-int64_t value_bytes(const Value& v) {
+bool is_onnx_domain(const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; }
+
+int64_t type_bytes(const TensorType& t) {
   try {
-    return num_elements(v.shape) * static_cast<int64_t>(dtype_size(v.dtype));
+    return num_elements(t.shape) * static_cast<int64_t>(dtype_size(t.dtype));
   } catch (const std::exception&) {
     return 0;
   }
 }
 
+std::string type_str(DType t, const Shape& s) { return fmt::format("{}{}", dtype_name(t), shape_str(s)); }
+
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
 // Shape / Size folded from a static shape. Returns false when the node is not one of them.
-bool fold_shape_op(const Graph& g, const Node& n, int64_t opset, std::vector<Tensor>& out) {
+bool fold_shape_op(const Graph& g, const Node& n, std::vector<Tensor>& out) {
   if (n.op_type == "Shape") {
     const Shape& s = g.values[n.inputs[0]].shape;
     const int64_t r = static_cast<int64_t>(s.size());
-    int64_t start = opset >= 15 ? n.i("start", 0) : 0;
-    int64_t end = opset >= 15 ? n.i("end", r) : r;
+    int64_t start = g.opset >= 15 ? n.i("start", 0) : 0;
+    int64_t end = g.opset >= 15 ? n.i("end", r) : r;
     if (start < 0) start += r;
     if (end < 0) end += r;
     start = std::clamp<int64_t>(start, 0, r);
@@ -44,62 +52,175 @@ bool fold_shape_op(const Graph& g, const Node& n, int64_t opset, std::vector<Ten
   return false;
 }
 
+// True when a Dropout node computes the inference identity: opset < 12 (no training mode), or training_mode absent,
+// or a constant false.
+bool dropout_is_identity(const Graph& g, const Node& n) {
+  if (g.opset < 7) return n.i("is_test", 0) != 0;
+  if (g.opset < 12 || n.inputs.size() < 3 || n.inputs[2] < 0) return true;
+  const Value& tm = g.values[n.inputs[2]];
+  return tm.data && tm.data->numel() == 1 && tm.data->as_int64s()[0] == 0;
+}
+
+// Why an output stays untyped, as the rest of "value 'v' (output of node 'n' (Op)) ...". `needed_input`: the input
+// whose values the shape needs (DataDependentError), -1 when not one input, -2 when the shape is not data-dependent.
+std::string untyped_reason(const Graph& g, const Node& n, const std::string& error, int needed_input) {
+  const std::string prefix = fmt::format("node '{}' ({}): ", n.name, n.op_type);
+  const std::string detail = error.rfind(prefix, 0) == 0 ? error.substr(prefix.size()) : error;
+  if (needed_input >= 0 && static_cast<size_t>(needed_input) < n.inputs.size() && n.inputs[needed_input] >= 0) {
+    const std::string& name = g.values[n.inputs[needed_input]].name;
+    return fmt::format("has a data-dependent shape: {}, '{}', which is known only at run time; make '{}' a "
+                       "constant (an initializer) to bind it",
+                       detail, name, name);
+  }
+  if (needed_input == -1) return fmt::format("has a data-dependent shape: {}", detail);
+  if (!error.empty()) return fmt::format("has no static shape: {}", detail);
+  return fmt::format("has no static shape: ONNX inference left it untyped and no shape function typed {}", n.op_type);
+}
+
 }  // namespace
 
-std::vector<std::string> fold_constants(Graph& g, std::unordered_set<std::string>& unknown,
-                                        const ConstantEvaluator& evaluator) {
+void simplify_for_inference(Graph& g, LoadReport& report) {
+  std::vector<char> read(g.values.size(), 0);
+  for (const Node& n : g.nodes)
+    for (int v : n.inputs)
+      if (v >= 0) read[v] = 1;
+  for (int v : g.outputs) read[v] = 1;
+  for (Node& n : g.nodes) {
+    while (n.outputs.size() > 1 && !read[n.outputs.back()]) {
+      report.rewrites.push_back(fmt::format("node '{}' ({}): unused output '{}' dropped", n.name, n.op_type,
+                                            g.values[n.outputs.back()].name));
+      g.values[n.outputs.back()].producer = -1;
+      n.outputs.pop_back();
+    }
+    if (is_onnx_domain(n) && n.op_type == "Dropout" && n.outputs.size() == 1 && dropout_is_identity(g, n)) {
+      n.op_type = "Identity";
+      n.inputs.resize(1);
+      n.attrs.clear();
+      report.rewrites.push_back(fmt::format("node '{}' (Dropout): inference (not training), an Identity", n.name));
+    }
+  }
+}
+
+std::vector<std::string> infer_and_fold(Graph& g, std::unordered_set<std::string>& unknown,
+                                        std::map<std::string, std::string>& why, const LoadOptions& opts,
+                                        LoadReport& report) {
   std::vector<std::string> folded;
   std::vector<char> dead(g.nodes.size(), 0);
+  std::vector<TensorType> in_types;
+  std::vector<const TensorType*> types;
+  std::vector<const Tensor*> values;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
-    if (!n.domain.empty() && n.domain != "ai.onnx") continue;
-    if (is_nondeterministic(n.op_type) || n.inputs.empty()) continue;
-    std::vector<Tensor> results;
-    const bool shape_op = (n.op_type == "Shape" || n.op_type == "Size") && n.inputs.size() == 1 &&
-                          n.inputs[0] >= 0 && !unknown.count(g.values[n.inputs[0]].name);
-    if (shape_op) {
-      fold_shape_op(g, n, g.opset, results);
-    } else {
-      if (!evaluator) continue;
-      bool all_const = true;
-      int64_t in_bytes = 0;
-      std::vector<const Tensor*> ins;
-      for (int v : n.inputs) {
-        if (v < 0) {
-          ins.push_back(nullptr);
-          continue;
-        }
-        const Value& val = g.values[v];
-        if (!val.data) {
-          all_const = false;
-          break;
-        }
-        in_bytes += static_cast<int64_t>(val.data->nbytes());
-        ins.push_back(val.data.get());
+    // Input types; an untyped input leaves the outputs as ONNX typed them.
+    in_types.assign(n.inputs.size(), {});
+    types.assign(n.inputs.size(), nullptr);
+    values.assign(n.inputs.size(), nullptr);
+    std::string untyped;
+    bool all_const = !n.inputs.empty();
+    int64_t in_bytes = 0;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (n.inputs[k] < 0) continue;
+      const Value& v = g.values[n.inputs[k]];
+      if (unknown.count(v.name)) {
+        if (untyped.empty()) untyped = v.name;
+        continue;
       }
-      if (!all_const) continue;
-      int64_t out_bytes = 0;
-      for (int o : n.outputs)
-        if (!unknown.count(g.values[o].name)) out_bytes += value_bytes(g.values[o]);
-      if (out_bytes > kMaxExpandingFoldBytes && out_bytes > in_bytes) continue;
-      try {
-        results = evaluator(n, ins, g.opset);
-      } catch (const std::exception&) {
-        continue;  // no kernel (or the kernel rejects it): keep the node; the executor reports it if it matters
-      }
-      if (results.size() < n.outputs.size()) continue;
+      in_types[k] = {v.dtype, v.shape};
+      types[k] = &in_types[k];
+      values[k] = v.data.get();
+      if (v.data) in_bytes += static_cast<int64_t>(v.data->nbytes());
+      all_const = all_const && v.data != nullptr;
     }
+    if (!untyped.empty()) {
+      for (int o : n.outputs)
+        if (unknown.count(g.values[o].name))
+          why[g.values[o].name] = fmt::format("has no static shape: its input '{}' has none", untyped);
+      continue;
+    }
+    // The shape function's answer (nullopt-like empty when it has none).
+    std::vector<TensorType> inferred;
+    std::string error;
+    int needed_input = -1;
+    bool data_dependent = false;
+    if (opts.shape_function) {
+      try {
+        inferred = opts.shape_function(n, types, values, g.opset);
+      } catch (const DataDependentError& e) {
+        error = e.what();
+        needed_input = e.input;
+        data_dependent = true;
+      } catch (const UnsupportedError&) {
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    // Folding: deterministic ai.onnx nodes on constants, and Shape / Size of static values.
+    std::vector<Tensor> results;
+    if (is_onnx_domain(n) && !is_nondeterministic(n.op_type)) {
+      if ((n.op_type == "Shape" || n.op_type == "Size") && n.inputs.size() == 1 && n.inputs[0] >= 0) {
+        fold_shape_op(g, n, results);
+      } else if (all_const && opts.evaluator) {
+        int64_t out_bytes = 0;
+        for (size_t k = 0; k < n.outputs.size(); ++k) {
+          const Value& v = g.values[n.outputs[k]];
+          out_bytes += k < inferred.size() ? type_bytes(inferred[k])
+                       : unknown.count(v.name) ? 0
+                                               : type_bytes({v.dtype, v.shape});
+        }
+        if (out_bytes > kMaxExpandingFoldBytes && out_bytes > in_bytes) {
+          report.not_folded.push_back(fmt::format("node '{}' ({}): {} of outputs from {} of constants, over the {} "
+                                                  "folding cap: it runs as a node",
+                                                  n.name, n.op_type, mib(out_bytes), mib(in_bytes),
+                                                  mib(kMaxExpandingFoldBytes)));
+        } else {
+          try {
+            results = opts.evaluator(n, values, g.opset);
+          } catch (const std::exception&) {
+            results.clear();  // no kernel (or the kernel rejects it): keep the node; the executor reports it
+          }
+          if (results.size() < n.outputs.size()) results.clear();
+        }
+      }
+    }
+    if (!results.empty()) {
+      LoadReport::Folded f{n.name, n.op_type, {}, 0};
+      for (size_t k = 0; k < n.outputs.size(); ++k) {
+        Value& v = g.values[n.outputs[k]];
+        v.dtype = results[k].dtype;
+        v.shape = results[k].shape;
+        v.is_initializer = true;
+        v.producer = -1;
+        f.outputs.push_back(v.name);
+        f.bytes += static_cast<int64_t>(results[k].nbytes());
+        v.data = std::make_shared<const Tensor>(std::move(results[k]));
+        unknown.erase(v.name);
+        why.erase(v.name);
+      }
+      report.folded.push_back(std::move(f));
+      dead[ni] = 1;
+      folded.push_back(n.name);
+      continue;
+    }
+    // Typing by the shape function, cross-checked against ONNX inference.
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       Value& v = g.values[n.outputs[k]];
-      v.dtype = results[k].dtype;
-      v.shape = results[k].shape;
-      v.is_initializer = true;
-      v.producer = -1;
-      v.data = std::make_shared<const Tensor>(std::move(results[k]));
+      const bool onnx_typed = !unknown.count(v.name);
+      if (k >= inferred.size()) {
+        if (!onnx_typed) why[v.name] = untyped_reason(g, n, error, data_dependent ? needed_input : -2);
+        continue;
+      }
+      const TensorType& t = inferred[k];
+      if (onnx_typed && (t.dtype != v.dtype || t.shape != v.shape)) {
+        std::string d = fmt::format("value '{}' (node '{}' ({})): shape function {}, ONNX inference {}", v.name,
+                                    n.name, n.op_type, type_str(t.dtype, t.shape), type_str(v.dtype, v.shape));
+        if (opts.strict_shapes) throw InputError(d);
+        report.shape_disagreements.push_back(std::move(d));
+      }
+      v.dtype = t.dtype;
+      v.shape = t.shape;
       unknown.erase(v.name);
+      why.erase(v.name);
     }
-    dead[ni] = 1;
-    folded.push_back(n.name);
   }
   if (folded.empty()) return folded;
   std::vector<Node> kept;

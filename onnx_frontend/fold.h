@@ -1,6 +1,8 @@
-// onnx_frontend internal: constant folding on a core::Graph (no ONNX headers).
+// onnx_frontend internal: the load-time pass that types every value and folds constants, on a core::Graph (no ONNX
+// headers).
 #pragma once
 
+#include <map>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -14,12 +16,23 @@ namespace gspmd::frontend {
 /// inputs (an Expand / ConstantOfShape / Tile of a constant to a big tensor stays a node; weight transposes fold).
 inline constexpr int64_t kMaxExpandingFoldBytes = int64_t{64} << 20;
 
-/// Folds, in topological order, every ai.onnx node whose inputs are all constants (values with data), plus Shape and
-/// Size of any value with a static shape (`unknown` holds the names of values whose shape is not static). Folded
-/// outputs become initializers with data; folded nodes are removed from the graph (values are kept; call prune()).
-/// Nodes the evaluator throws on stay as they are. Returns the names of the folded nodes (empty: nothing changed).
-/// `evaluator` may be empty: then only Shape and Size fold.
-std::vector<std::string> fold_constants(Graph& g, std::unordered_set<std::string>& unknown,
-                                        const ConstantEvaluator& evaluator);
+/// Rewrites for inference, before typing: Dropout that is not in training mode (opset < 12, or training_mode absent
+/// or a constant false) becomes Identity when its mask is unused; trailing outputs that no node reads and that are not
+/// graph outputs are dropped from their node (they need no type). Each rewrite is noted in `report`.
+void simplify_for_inference(Graph& g, LoadReport& report);
+
+/// One pass in topological order. For each node:
+/// - every input a constant (and the node deterministic, and the outputs within kMaxExpandingFoldBytes): evaluated
+///   once by `opts.evaluator`; its outputs become initializers and the node leaves the graph;
+/// - Shape / Size of a value with a static shape: folded likewise;
+/// - otherwise `opts.shape_function` types its outputs (the executor's own shape functions). Where ONNX inference
+///   also typed an output, the two must agree: a disagreement is noted in report.shape_disagreements (and thrown as
+///   InputError when opts.strict_shapes). Ops without a shape function keep ONNX's types.
+/// `unknown` holds the names of values without a static type; typed values leave it, and `why` maps each value left
+/// unknown to the reason (a data-dependent shape, an untyped input, a shape-function error).
+/// Returns the names of the folded nodes.
+std::vector<std::string> infer_and_fold(Graph& g, std::unordered_set<std::string>& unknown,
+                                        std::map<std::string, std::string>& why, const LoadOptions& opts,
+                                        LoadReport& report);
 
 }  // namespace gspmd::frontend

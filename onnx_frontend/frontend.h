@@ -20,14 +20,43 @@ namespace gspmd {
 using ConstantEvaluator =
     std::function<std::vector<Tensor>(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset)>;
 
+/// Types one node's outputs from its input types (nullptr = absent) and the values of its constant inputs (nullptr =
+/// not constant): the backend's infer_types (kernels.h), injected like the evaluator. Throws DataDependentError when
+/// an output shape depends on a non-constant input's values, UnsupportedError for an op it does not know.
+using ShapeFunction = std::function<std::vector<TensorType>(
+    const Node& node, const std::vector<const TensorType*>& types, const std::vector<const Tensor*>& values,
+    int64_t opset)>;
+
 struct LoadOptions {
   std::map<std::string, int64_t> dims;  // --dim NAME=VALUE: symbolic input dims to bind
+  /// Shapes of the input tensors the model will run on (`run --inputs`), by graph input name: their dims bind the
+  /// symbolic dims of those inputs (a --dim that says otherwise is an InputError), so --dim is needed only without
+  /// inputs.
+  std::map<std::string, Shape> input_shapes;
   bool load_data = true;                // false: initializer shapes only (simulate); external data not read
-  ConstantEvaluator evaluator;          // used to fold shape sub-graphs; required
+  ConstantEvaluator evaluator;          // folds every node whose inputs are all constants; required
+  ShapeFunction shape_function;         // the executor's shape functions; empty: ONNX shape inference alone
+  /// A disagreement between the shape function and ONNX shape inference is an InputError (tests); otherwise the shape
+  /// function's answer is used (it is what the executor computes) and the disagreement is noted in the LoadReport.
+  bool strict_shapes = false;
   /// Graph inputs to freeze: each named graph input becomes an initializer holding this tensor (its dtype and shape
   /// replace the declared ones), so that shapes depending on its value (Reshape's shape, Expand's shape, TopK's K)
   /// become static and its consumers may fold. A name that is not a graph input is an InputError.
   std::map<std::string, Tensor> frozen_inputs;
+};
+
+/// What loading did to the graph besides converting it, for `explain` (docs/loading.md).
+struct LoadReport {
+  struct Folded {
+    std::string node, op_type;  // the folded node
+    std::vector<std::string> outputs;  // its outputs, now initializers
+    int64_t bytes = 0;          // their total size in bytes
+  };
+  std::vector<Folded> folded;          // nodes evaluated once at load, in graph order
+  std::vector<std::string> not_folded;  // constant nodes left to run: "node 'e' (Expand): 256.0 MiB of outputs ..."
+  std::vector<std::string> rewrites;    // "node 'd' (Dropout): not training, an Identity", dropped unused outputs
+  std::vector<std::string> shape_disagreements;  // "value 'v' (node 'n' (Op)): shape function float32[2,3], ONNX
+                                                 // inference float32[2,4]"
 };
 
 /// What a model file holds, read without shape inference or folding (for test runners and tooling).
@@ -50,13 +79,17 @@ struct ModelInfo {
 /// Reads `path`'s graph summary. Throws InputError("model.onnx: ...") for a missing, truncated or malformed file.
 ModelInfo read_model_info(const std::string& path);
 
-/// Loads `path` (+ external data next to it): binds symbolic dims, runs ONNX shape inference (with data
-/// propagation), folds every node whose inputs are all constant (Shape of a static value included) into an
-/// initializer, prunes dead nodes, and converts to a Graph where every value has a static shape.
-/// IR-3 models listing initializers among graph inputs are accepted (those inputs become initializers).
+/// Loads `path` (+ external data next to it) into a Graph where every value has a static type (docs/loading.md):
+/// binds symbolic dims, runs ONNX shape inference, simplifies for inference (simplify_for_inference: Dropout as
+/// Identity, unused outputs dropped), then one topological pass folds every node whose inputs are all constant
+/// (Shape of a static value included) and types the rest with opts.shape_function, cross-checked against ONNX's
+/// inference; dead nodes are pruned. IR-3 models listing initializers among graph inputs are accepted.
 /// Throws InputError("model.onnx: <problem>") for a missing, truncated or malformed file, an unbound symbolic
-/// dim ("input 'ids' dim 0 'batch' is symbolic: bind it with --dim batch=N"), or a value whose shape stays unknown.
-Graph load_model(const std::string& path, const LoadOptions& opts);
+/// dim ("input 'ids' dim 0 'batch' is symbolic: bind it with --dim batch=N"), a dim that the input
+/// tensors and --dim give differently, or a value whose shape stays unknown; that error names the value, its node and
+/// why: "value 'idx' (output of node 'nz' (NonZero)) has a data-dependent shape: ...".
+/// `report` (optional) receives what was folded and rewritten.
+Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* report = nullptr);
 
 /// Reads the sharding sidecar (SHARDING_FILE.md, version 1; minimal form + `unreduced`/`priority` objects +
 /// `rules`). `cli_mesh` is the --mesh value (nullptr if absent): it gives the shape when the file has no mesh

@@ -1,5 +1,6 @@
 // load_model: ONNX file -> core::Graph with static shapes (bind dims, shape inference, folding).
 #include <climits>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -228,25 +229,62 @@ struct Loader {
     }
   }
 
+  // Symbolic dims -> sizes: from the given input tensors (opts.input_shapes), else from --dim (opts.dims).
+  std::map<std::string, int64_t> bound_dims() const {
+    std::map<std::string, int64_t> bound = opts.dims;
+    std::map<std::string, std::string> from_input;  // symbol -> the input that bound it
+    for (const auto& in : m.graph().input()) {
+      auto given = opts.input_shapes.find(in.name());
+      if (given == opts.input_shapes.end() || !in.type().has_tensor_type() || !in.type().tensor_type().has_shape())
+        continue;
+      const auto& dims = in.type().tensor_type().shape().dim();
+      if (static_cast<size_t>(dims.size()) != given->second.size())
+        fail(fmt::format("input '{}' has rank {} but the given input tensor has shape {}", in.name(), dims.size(),
+                         shape_str(given->second)));
+      for (int i = 0; i < dims.size(); ++i) {
+        if (!dims[i].has_dim_param() || dims[i].has_dim_value()) continue;
+        const std::string& sym = dims[i].dim_param();
+        const int64_t v = given->second[static_cast<size_t>(i)];
+        auto [it, fresh] = bound.emplace(sym, v);
+        if (fresh || it->second == v) {
+          from_input.emplace(sym, in.name());
+          continue;
+        }
+        if (auto f = from_input.find(sym); f != from_input.end())
+          fail(fmt::format("dim '{}' is {} in the given input '{}' but {} in input '{}'", sym, it->second, f->second,
+                           v, in.name()));
+        fail(fmt::format("--dim {}={} but the given input '{}' has {} at dim {}", sym, it->second, in.name(), v, i));
+      }
+    }
+    return bound;
+  }
+
   void bind_dims() {
+    const std::map<std::string, int64_t> bound = bound_dims();
     auto* g = m.mutable_graph();
     for (auto& in : *g->mutable_input()) {
       if (const_index.count(in.name())) continue;
       if (!in.type().has_tensor_type()) fail(fmt::format("input '{}' is not a tensor", in.name()));
       auto* tt = in.mutable_type()->mutable_tensor_type();
       if (!tt->has_shape()) fail(fmt::format("input '{}' has no shape", in.name()));
+      auto given = opts.input_shapes.find(in.name());
       for (int i = 0; i < tt->shape().dim_size(); ++i) {
         auto* d = tt->mutable_shape()->mutable_dim(i);
         if (d->has_dim_value()) {
           if (d->dim_value() < 0) fail(fmt::format("input '{}' dim {} is negative", in.name(), i));
           continue;
         }
+        if (given != opts.input_shapes.end()) {  // an unnamed dim takes the given tensor's size
+          d->set_dim_value(given->second.at(static_cast<size_t>(i)));
+          continue;
+        }
         const std::string sym = d->has_dim_param() ? d->dim_param() : "";
         if (sym.empty()) fail(fmt::format("input '{}' dim {} is unknown (the model gives neither a size nor a name)",
                                           in.name(), i));
-        auto it = opts.dims.find(sym);
-        if (it == opts.dims.end())
-          fail(fmt::format("input '{}' dim {} '{}' is symbolic: bind it with --dim {}=N", in.name(), i, sym, sym));
+        auto it = bound.find(sym);
+        if (it == bound.end())
+          fail(fmt::format("input '{}' dim {} '{}' is symbolic: bind it with --dim {}=N",
+                           in.name(), i, sym, sym));
         if (it->second < 0) fail(fmt::format("--dim {}={}: a size must be >= 0", sym, it->second));
         d->set_dim_value(it->second);
       }
@@ -256,8 +294,8 @@ struct Loader {
       if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) return;
       for (auto& d : *vi.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim()) {
         if (!d.has_dim_param()) continue;
-        auto it = opts.dims.find(d.dim_param());
-        if (it != opts.dims.end()) d.set_dim_value(it->second);
+        auto it = bound.find(d.dim_param());
+        if (it != bound.end()) d.set_dim_value(it->second);
       }
     };
     for (auto& vi : *g->mutable_output()) bind(vi);
@@ -432,18 +470,29 @@ struct Loader {
 
 }  // namespace
 
-Graph load_model(const std::string& path, const LoadOptions& opts) {
+Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* report) {
   Loader L{path, opts, frontend::dir_of(path), {}, -1, {}, {}, {}};
   L.parse();
   L.prepare();
   L.name_absent_outputs();
   L.bind_dims();
+  LoadReport local;
+  LoadReport& rep = report ? *report : local;
+  rep = {};
+  // One round types and folds everything the shape functions know. Ops without one (none that has a kernel) may need
+  // ONNX's inference again on the folded model: a few more rounds, while they fold something.
   constexpr int kMaxRounds = 8;
   for (int round = 0;; ++round) {
     L.infer();
     std::unordered_set<std::string> unknown;
     Graph g = L.convert(unknown);
-    std::vector<std::string> folded = frontend::fold_constants(g, unknown, opts.evaluator);
+    rep.rewrites.clear();
+    rep.not_folded.clear();
+    rep.shape_disagreements.clear();
+    frontend::simplify_for_inference(g, rep);
+    g.prune();
+    std::map<std::string, std::string> why;
+    std::vector<std::string> folded = frontend::infer_and_fold(g, unknown, why, opts, rep);
     g.prune();
     const Value* first_unknown = nullptr;
     for (const Value& v : g.values)
@@ -469,7 +518,9 @@ Graph load_model(const std::string& path, const LoadOptions& opts) {
       std::string by = v.producer >= 0 ? fmt::format(" (output of node '{}' ({}))", g.nodes[v.producer].name,
                                                      g.nodes[v.producer].op_type)
                                        : "";
-      L.fail(fmt::format("value '{}'{} has no static shape after shape inference and constant folding", v.name, by));
+      auto w = why.find(v.name);
+      L.fail(fmt::format("value '{}'{} {}", v.name, by,
+                         w != why.end() ? w->second : "has no static shape after shape inference and constant folding"));
     }
     L.apply_folding(g, folded);
   }

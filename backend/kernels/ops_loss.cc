@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels_util.h"
+#include "backend/kernels/shape_rules.h"
 
 namespace gspmd::kern {
 namespace {
@@ -63,14 +64,7 @@ Tensor nll(const Ctx& c, const T* logp, const Tensor& target, const Tensor* weig
 
 /// Checks input [N, C, d1..dk] against target [N, d1..dk]; returns {N, C, D}.
 std::array<int64_t, 3> loss_dims(const Ctx& c, const Tensor& x, const Tensor& target) {
-  if (x.shape.size() < 2) c.fail(fmt::format("input must have rank >= 2, got {}", shape_str(x.shape)));
-  if (target.dtype != DType::kInt64 && target.dtype != DType::kInt32)
-    c.fail(fmt::format("target must be int32 or int64, got {}", dtype_name(target.dtype)));
-  Shape want{x.shape[0]};
-  want.insert(want.end(), x.shape.begin() + 2, x.shape.end());
-  if (target.shape != want)
-    c.fail(fmt::format("target shape {} does not match input {} (needs {})", shape_str(target.shape),
-                       shape_str(x.shape), shape_str(want)));
+  check_loss_operands(c, x.shape, target.dtype, target.shape);
   int64_t D = 1;
   for (size_t i = 2; i < x.shape.size(); ++i) D *= x.shape[i];
   return {x.shape[0], x.shape[1], D};

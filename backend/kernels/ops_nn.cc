@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "backend/kernels/shape_rules.h"
 #include "backend/kernels/kernels_util.h"
 #include "backend/kernels/onednn.h"
 
@@ -18,73 +19,7 @@ namespace gspmd::kern {
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------------
-// Sliding-window geometry shared by Conv and the pools.
-
-/// Per spatial dim: input size, kernel, stride, dilation, pads, output size.
-struct Window {
-  std::vector<int64_t> in, k, s, d, pl, pr, out;
-  size_t n() const { return in.size(); }
-  /// Effective kernel extent (k-1)*d+1.
-  int64_t ext(size_t i) const { return (k[i] - 1) * d[i] + 1; }
-};
-
-std::vector<int64_t> ints_or(const Ctx& c, const char* name, size_t n, int64_t def) {
-  std::vector<int64_t> v = c.node.ints(name);
-  if (v.empty()) v.assign(n, def);
-  if (v.size() != n) c.fail(fmt::format("'{}' has {} entries for {} spatial dims", name, v.size(), n));
-  return v;
-}
-
-/// Builds the window of a Conv / pool node (auto_pad, pads, strides, dilations, ceil_mode) for spatial input
-/// dims `in` and kernel `k`.
-Window make_window(const Ctx& c, const std::vector<int64_t>& in, const std::vector<int64_t>& k, bool ceil_mode,
-                   bool use_dilations = true) {
-  const size_t n = in.size();
-  Window w;
-  w.in = in;
-  w.k = k;
-  if (k.size() != n) c.fail(fmt::format("kernel has {} dims for {} spatial dims", k.size(), n));
-  w.s = ints_or(c, "strides", n, 1);
-  w.d = use_dilations ? ints_or(c, "dilations", n, 1) : std::vector<int64_t>(n, 1);
-  for (size_t i = 0; i < n; ++i)
-    if (w.s[i] <= 0 || w.d[i] <= 0 || w.k[i] <= 0) c.fail("kernel, strides and dilations must be positive");
-  const std::string ap = c.node.s("auto_pad", "NOTSET");
-  w.pl.assign(n, 0);
-  w.pr.assign(n, 0);
-  w.out.assign(n, 0);
-  if (ap == "NOTSET") {
-    std::vector<int64_t> pads = c.node.ints("pads");
-    if (pads.empty()) pads.assign(2 * n, 0);
-    if (pads.size() != 2 * n) c.fail(fmt::format("pads has {} entries for {} spatial dims", pads.size(), n));
-    for (size_t i = 0; i < n; ++i) {
-      w.pl[i] = pads[i];
-      w.pr[i] = pads[i + n];
-      const int64_t span = in[i] + w.pl[i] + w.pr[i] - w.ext(i);
-      if (span < 0) c.fail(fmt::format("kernel extent {} exceeds padded input {} on spatial dim {}", w.ext(i),
-                                       in[i] + w.pl[i] + w.pr[i], i));
-      int64_t o = (ceil_mode ? (span + w.s[i] - 1) / w.s[i] : span / w.s[i]) + 1;
-      // A window may not start inside the right padding (PyTorch / onnxruntime rule).
-      if (ceil_mode && (o - 1) * w.s[i] >= in[i] + w.pl[i]) --o;
-      w.out[i] = o;
-    }
-  } else if (ap == "VALID") {
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t span = in[i] - w.ext(i);
-      if (span < 0) c.fail("kernel larger than input with auto_pad VALID");
-      w.out[i] = (ceil_mode ? (span + w.s[i] - 1) / w.s[i] : span / w.s[i]) + 1;
-    }
-  } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
-    for (size_t i = 0; i < n; ++i) {
-      w.out[i] = (in[i] + w.s[i] - 1) / w.s[i];
-      const int64_t total = std::max<int64_t>(0, (w.out[i] - 1) * w.s[i] + w.ext(i) - in[i]);
-      w.pl[i] = ap == "SAME_UPPER" ? total / 2 : total - total / 2;
-      w.pr[i] = total - w.pl[i];
-    }
-  } else {
-    c.fail(fmt::format("unknown auto_pad '{}'", ap));
-  }
-  return w;
-}
+// Sliding-window geometry shared by Conv and the pools (Window, make_window: shape_rules.h).
 
 /// Right padding oneDNN needs so that its output-size formula gives w.out (may exceed pr with ceil_mode, or be
 /// negative when the last input rows are not covered).
@@ -361,45 +296,7 @@ std::vector<Tensor> conv_transpose_kernel(const Ctx& c) {
   const int64_t N = x.shape[0], C = x.shape[1], G = c.node.i("group", 1);
   const int64_t M = G > 0 ? wt.shape[1] * G : 0;
   check_groups(c, G > 0 && C % G == 0 && wt.shape[0] == C, x, wt, b, G, M);
-  Window w;
-  w.in = in;
-  w.k.assign(wt.shape.begin() + 2, wt.shape.end());
-  w.s = ints_or(c, "strides", nsp, 1);
-  w.d = ints_or(c, "dilations", nsp, 1);
-  const std::vector<int64_t> opad = ints_or(c, "output_padding", nsp, 0);
-  std::vector<int64_t> oshape = c.node.ints("output_shape");
-  if (oshape.size() == nsp + 2) oshape.erase(oshape.begin(), oshape.begin() + 2);
-  if (!oshape.empty() && oshape.size() != nsp) c.fail("output_shape does not match the spatial rank");
-  const std::string ap = c.node.s("auto_pad", "NOTSET");
-  std::vector<int64_t> pads = c.node.ints("pads");
-  if (pads.empty()) pads.assign(2 * nsp, 0);
-  if (pads.size() != 2 * nsp) c.fail(fmt::format("pads has {} entries for {} spatial dims", pads.size(), nsp));
-  w.pl.assign(nsp, 0);
-  w.pr.assign(nsp, 0);
-  w.out.assign(nsp, 0);
-  for (size_t i = 0; i < nsp; ++i) {
-    const int64_t full = w.s[i] * (in[i] - 1) + opad[i] + w.ext(i);
-    if (!oshape.empty() || ap == "SAME_UPPER" || ap == "SAME_LOWER") {
-      w.out[i] = !oshape.empty() ? oshape[i] : in[i] * w.s[i];
-      const int64_t total = std::max<int64_t>(0, full - w.out[i]);
-      if (ap == "SAME_UPPER") {
-        w.pl[i] = total / 2;
-        w.pr[i] = total - total / 2;
-      } else {
-        w.pl[i] = total - total / 2;
-        w.pr[i] = total / 2;
-      }
-    } else if (ap == "NOTSET" || ap == "VALID") {
-      if (ap == "NOTSET") {
-        w.pl[i] = pads[i];
-        w.pr[i] = pads[i + nsp];
-      }
-      w.out[i] = full - w.pl[i] - w.pr[i];
-    } else {
-      c.fail(fmt::format("unknown auto_pad '{}'", ap));
-    }
-    if (w.out[i] < 0) c.fail("negative output size");
-  }
+  const Window w = make_deconv_window(c, in, std::vector<int64_t>(wt.shape.begin() + 2, wt.shape.end()));
   Tensor y(x.dtype, out_shape(N, M, w.out));
   if (y.numel() == 0) return one(std::move(y));
   dispatch_float(c, x.dtype, [&]<class T>() {

@@ -65,6 +65,10 @@ void register_rnn_shapes(ShapeTable& t);
 void register_spatial_shapes(ShapeTable& t);
 void register_training_shapes(ShapeTable& t);
 
+/// numpy matmul of shapes a and b: 1-D operands promoted (their unit dim dropped from the result), batch dims
+/// broadcast; fails unless both have rank >= 1 and the contracted dims agree. MatMul, MatMulInteger, QLinearMatMul.
+Shape matmul_shape(const ShapeCtx& c, const Shape& a, const Shape& b);
+
 /// The one-output result {dtype, shape}.
 inline std::vector<TensorType> one_type(DType t, Shape s) { return {TensorType{t, std::move(s)}}; }
 

@@ -174,7 +174,9 @@ struct InputError : std::runtime_error {
 /// input's values are needed ("output 0 depends on the values of input 1 'k'"); the loader turns it into a one-line
 /// InputError naming the value, its node and what would bind it.
 struct DataDependentError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  DataDependentError(const std::string& what, int input_index = -1)
+      : std::runtime_error(what), input(input_index) {}
+  int input;  // the node input whose values are needed (-1: not one input)
 };
 
 /// Error for a valid model using an operator the executor cannot run (CLI exit 3).

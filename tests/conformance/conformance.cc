@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels.h"
+#include "cli/wiring.h"
 #include "backend/pod/pod.h"
 #include "core/partition/spmd.h"
 #include "core/propagation/propagation.h"
@@ -157,11 +158,9 @@ std::map<std::string, int64_t> data_dims(const ModelInfo& info, const DataSet& d
 }
 
 LoadOptions base_options(const ModelInfo& info, const DataSet& ds) {
-  LoadOptions lo;
+  LoadOptions lo = cli::kernel_load_options();
   lo.dims = data_dims(info, ds);
-  lo.evaluator = [](const Node& n, const std::vector<const Tensor*>& in, int64_t opset) {
-    return run_kernel(n, in, opset);
-  };
+  lo.strict_shapes = true;  // a shape function that disagrees with ONNX inference fails the test
   return lo;
 }
 

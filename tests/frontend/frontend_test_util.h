@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/kernels/kernels.h"
+#include "cli/wiring.h"
 #include "onnx_frontend/frontend.h"
 
 namespace gspmd::test {
@@ -37,14 +38,12 @@ struct TempDir {
   }
 };
 
-/// The evaluator the CLI injects: the backend's kernels.
+/// The CLI's wiring (kernels as evaluator and shape functions), with strict shape cross-checks.
 inline LoadOptions load_opts(std::map<std::string, int64_t> dims = {}, bool load_data = true) {
-  LoadOptions o;
+  LoadOptions o = cli::kernel_load_options();
   o.dims = std::move(dims);
   o.load_data = load_data;
-  o.evaluator = [](const Node& n, const std::vector<const Tensor*>& in, int64_t opset) {
-    return run_kernel(n, in, opset);
-  };
+  o.strict_shapes = true;
   return o;
 }
 

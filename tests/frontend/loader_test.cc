@@ -63,14 +63,14 @@ TEST(Loader, FoldsShapeChainIntoReshapeInitializer) {
 }
 
 TEST(Loader, ShapeChainNeedsEvaluator) {
-  // ONNX 1.12's data propagation does not reach this Reshape; without an evaluator only Shape folds, so the
-  // Reshape's output shape stays unknown and loading names it.
+  // ONNX 1.12's data propagation does not reach this Reshape; without an evaluator and shape functions only Shape
+  // folds, so the Reshape's output shape stays unknown and loading names it.
   LoadOptions o;
   o.dims = {{"batch", 2}};
   const std::string p = frontend_data("reshape_chain.onnx");
   expect_input_error([&] { load_model(p, o); },
-                     p + ": value 'x4' (output of node 'reshape' (Reshape)) has no static shape after shape "
-                         "inference and constant folding");
+                     p + ": value 'x4' (output of node 'reshape' (Reshape)) has no static shape: ONNX inference "
+                         "left it untyped and no shape function typed Reshape");
 }
 
 TEST(Loader, UnboundSymbolicDim) {
