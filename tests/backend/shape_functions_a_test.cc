@@ -5,66 +5,24 @@
 
 #include "backend/kernels/kernels.h"
 #include "tests/test_util/graph_builder.h"
+#include "tests/test_util/shape_infer.h"
 
 namespace gspmd {
 namespace {
 
 using Types = std::vector<TensorType>;
 using Ints = std::vector<int64_t>;
+using testing::agree;
 using testing::B;
+using testing::data_dependent;
+using testing::error_of;
 using testing::F;
 using testing::I;
+using testing::infer;
 using testing::make_node;
 using testing::rand_f;
 
 const DType f32 = DType::kFloat32, i64 = DType::kInt64;
-
-/// infer_types on the types of `ins` (nullptr = absent), with their values known when `known`, else only those of the
-/// inputs in `constant`.
-Types infer(const Node& n, const std::vector<const Tensor*>& ins, bool known = true, int64_t opset = 17,
-            const std::vector<size_t>& constant = {}) {
-  std::vector<TensorType> types(ins.size());
-  std::vector<const TensorType*> tp(ins.size(), nullptr);
-  std::vector<const Tensor*> vp(ins.size(), nullptr);
-  for (size_t i = 0; i < ins.size(); ++i)
-    if (ins[i]) {
-      types[i] = {ins[i]->dtype, ins[i]->shape};
-      tp[i] = &types[i];
-      if (known) vp[i] = ins[i];
-    }
-  for (size_t i : constant) vp[i] = ins[i];
-  return infer_types(n, tp, vp, opset);
-}
-
-/// Runs the kernel, expects its output types to equal infer()'s (values known), and returns them.
-Types agree(const Node& n, const std::vector<const Tensor*>& ins, int64_t opset = 17) {
-  Types got;
-  for (const Tensor& t : run_kernel(n, ins, opset)) got.push_back({t.dtype, t.shape});
-  EXPECT_EQ(infer(n, ins, true, opset), got) << n.op_type;
-  return got;
-}
-
-/// The message of the E (std::runtime_error or a subclass) that infer() throws, "no error" if none.
-template <class E = std::runtime_error>
-std::string error_of(const Node& n, const std::vector<const Tensor*>& ins, bool known = true, int64_t opset = 17) {
-  try {
-    infer(n, ins, known, opset);
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-/// The message of the DataDependentError infer() throws with only the inputs in `constant` known.
-std::string data_dependent(const Node& n, const std::vector<const Tensor*>& ins, const std::vector<size_t>& constant,
-                           int64_t opset = 17) {
-  try {
-    infer(n, ins, false, opset, constant);
-  } catch (const DataDependentError& e) {
-    return e.what();
-  }
-  return "no DataDependentError";
-}
 
 TEST(ShapeFunctionsA, ReshapeAndFriends) {
   const Tensor x = rand_f({2, 3, 4}, 1);
