@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels_util.h"
+#include "backend/kernels/shape_rules_data.h"
 
 namespace gspmd::kern {
 namespace {
@@ -120,15 +121,8 @@ std::vector<Tensor> gather_nd_kernel(const Ctx& c) {
   const Tensor& x = c.req(0);
   const Tensor& it = c.req(1);
   const int64_t b = c.node.i("batch_dims", 0);
-  const int64_t r = static_cast<int64_t>(x.shape.size()), q = static_cast<int64_t>(it.shape.size());
-  if (q < 1 || b < 0 || b >= std::min(r, q)) c.fail("bad ranks or batch_dims");
+  Tensor out(x.dtype, gather_nd_shape(c, x.shape, it.shape, b));
   const int64_t last = it.shape.back();
-  if (last < 1 || last > r - b) c.fail(fmt::format("indices last dim {} out of range", last));
-  for (int64_t i = 0; i < b; ++i)
-    if (x.shape[i] != it.shape[i]) c.fail("batch dims of data and indices differ");
-  Shape os(it.shape.begin(), it.shape.end() - 1);
-  os.insert(os.end(), x.shape.begin() + b + last, x.shape.end());
-  Tensor out(x.dtype, os);
   const std::vector<int64_t> ids = index_values(c, it, "indices");
   const std::vector<int64_t> xs = contiguous_strides(x.shape);
   const size_t es = dtype_size(x.dtype);

@@ -8,6 +8,7 @@
 
 #include "backend/kernels/kernels_util.h"
 #include "backend/kernels/onednn.h"
+#include "backend/kernels/shape_rules_data.h"
 
 namespace gspmd::kern {
 namespace {
@@ -162,17 +163,6 @@ Tensor interpolate(const Ctx& c, const Tensor& x, const Shape& os, const std::ve
   return out;
 }
 
-std::vector<double> float_values(const Ctx& c, const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  if (t.dtype == DType::kFloat32)
-    for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<float>()[i];
-  else if (t.dtype == DType::kFloat64)
-    for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<double>()[i];
-  else
-    c.fail(fmt::format("expected a float tensor, got {}", dtype_name(t.dtype)));
-  return v;
-}
-
 std::vector<Tensor> resize_kernel(const Ctx& c) {
   const Tensor& x = c.req(0);
   const size_t r = x.shape.size();
@@ -190,9 +180,7 @@ std::vector<Tensor> resize_kernel(const Ctx& c) {
     }
     if (cfg.mode == "bilinear") cfg.mode = "linear";
   } else {
-    if (c.node.has("axes") || c.node.s("keep_aspect_ratio_policy", "stretch") != "stretch" ||
-        c.node.i("antialias", 0) != 0)
-      c.unsupported("no kernel for opset-18 Resize attributes (axes, keep_aspect_ratio_policy, antialias)");
+    reject_resize18_attrs(c);
     cfg.coord = c.node.s("coordinate_transformation_mode", "half_pixel");
     cfg.nearest = c.node.s("nearest_mode", "round_prefer_floor");
     cfg.cubic_a = c.node.f("cubic_coeff_a", -0.75f);
@@ -205,64 +193,12 @@ std::vector<Tensor> resize_kernel(const Ctx& c) {
     if (!roi.empty() && roi.size() != 2 * r) c.fail(fmt::format("roi has {} entries for rank {}", roi.size(), r));
     if (cfg.coord != "tf_crop_and_resize") roi.clear();
   }
-  Shape os(r);
-  if (!sizes.empty()) {
-    if (sizes.size() != r) c.fail(fmt::format("sizes has {} entries for rank {}", sizes.size(), r));
-    scales.resize(r);
-    for (size_t i = 0; i < r; ++i) {
-      os[i] = sizes[i];
-      scales[i] = x.shape[i] == 0 ? 1.0 : static_cast<double>(sizes[i]) / static_cast<double>(x.shape[i]);
-    }
-  } else {
-    if (scales.size() != r) c.fail(fmt::format("scales has {} entries for rank {}", scales.size(), r));
-    for (size_t i = 0; i < r; ++i) {
-      if (scales[i] <= 0) c.fail("scales must be positive");
-      // Scales arrive as float32: compute the size in float precision like the reference does.
-      os[i] = static_cast<int64_t>(std::floor(static_cast<double>(x.shape[i]) * static_cast<float>(scales[i])));
-    }
-  }
+  const Shape os = resize_shape(c, x.shape, scales, sizes);
   return one(interpolate(c, x, os, scales, roi, cfg));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Einsum.
-
-struct Operand {
-  std::vector<int> labels;  // one per dim; ellipsis dims get 1000 + (position counted from the right)
-};
-
-/// Parses one operand term against its rank. Ellipsis dims are right-aligned across operands.
-Operand parse_term(const Ctx& c, const std::string& term, int64_t rank, int64_t* ell_rank) {
-  Operand o;
-  int64_t letters = 0;
-  for (char ch : term)
-    if (std::isalpha(static_cast<unsigned char>(ch))) ++letters;
-  const size_t ell = term.find("...");
-  const int64_t ne = ell == std::string::npos ? 0 : rank - letters;
-  if (ne < 0 || (ell == std::string::npos && letters != rank))
-    c.fail(fmt::format("term '{}' does not match an input of rank {}", term, rank));
-  if (ell_rank) *ell_rank = std::max(*ell_rank, ne);
-  for (size_t i = 0; i < term.size(); ++i) {
-    const char ch = term[i];
-    if (ch == '.') {
-      if (term.compare(i, 3, "...") != 0) c.fail(fmt::format("bad ellipsis in '{}'", term));
-      for (int64_t k = ne; k > 0; --k) o.labels.push_back(static_cast<int>(1000 + k - 1));
-      i += 2;
-    } else if (std::isalpha(static_cast<unsigned char>(ch))) {
-      o.labels.push_back(static_cast<unsigned char>(ch));
-    } else if (ch != ' ') {
-      c.fail(fmt::format("bad character '{}' in equation", ch));
-    }
-  }
-  return o;
-}
-
-std::string strip(const std::string& s) {
-  std::string r;
-  for (char ch : s)
-    if (ch != ' ') r.push_back(ch);
-  return r;
-}
 
 Tensor permute_to(const Tensor& x, const std::vector<int64_t>& perm) {
   Shape ps(perm.size());
@@ -279,59 +215,17 @@ Tensor permute_to(const Tensor& x, const std::vector<int64_t>& perm) {
 }
 
 std::vector<Tensor> einsum_kernel(const Ctx& c) {
-  const std::string eq = strip(c.node.s("equation"));
-  const size_t arrow = eq.find("->");
-  const std::string lhs = eq.substr(0, arrow);
-  std::vector<std::string> terms;
-  for (size_t start = 0;;) {
-    const size_t comma = lhs.find(',', start);
-    terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  if (terms.size() != c.ins.size()) c.fail(fmt::format("equation has {} terms for {} inputs", terms.size(),
-                                                       c.ins.size()));
   const DType dt = c.req(0).dtype;
-  int64_t ell_rank = 0;
-  std::vector<Operand> ops;
-  std::map<int, int64_t> size;
-  std::map<int, int> count;
-  for (size_t i = 0; i < terms.size(); ++i) {
-    const Tensor& t = c.req(i);
-    if (t.dtype != dt) c.fail("inputs have different dtypes");
-    ops.push_back(parse_term(c, terms[i], static_cast<int64_t>(t.shape.size()), &ell_rank));
-    for (size_t d = 0; d < ops[i].labels.size(); ++d) {
-      const int l = ops[i].labels[d];
-      ++count[l];
-      const int64_t s = t.shape[d];
-      auto it = size.find(l);
-      if (it == size.end() || it->second == 1)
-        size[l] = s;
-      else if (s != 1 && s != it->second)
-        c.fail(fmt::format("label '{}' has sizes {} and {}", l < 1000 ? std::string(1, static_cast<char>(l)) : "...",
-                           it->second, s));
-    }
+  std::vector<const Shape*> shapes;
+  for (size_t i = 0; i < c.ins.size(); ++i) {
+    if (c.req(i).dtype != dt) c.fail("inputs have different dtypes");
+    shapes.push_back(&c.req(i).shape);
   }
-  std::vector<int> out_labels;
-  if (arrow != std::string::npos) {
-    const std::string rhs = eq.substr(arrow + 2);
-    for (size_t i = 0; i < rhs.size(); ++i) {
-      if (rhs[i] == '.') {
-        for (int64_t k = ell_rank; k > 0; --k) out_labels.push_back(static_cast<int>(1000 + k - 1));
-        i += 2;
-      } else {
-        const int l = static_cast<unsigned char>(rhs[i]);
-        if (!size.count(l)) c.fail(fmt::format("output label '{}' not in any input", rhs[i]));
-        out_labels.push_back(l);
-      }
-    }
-  } else {
-    for (int64_t k = ell_rank; k > 0; --k) out_labels.push_back(static_cast<int>(1000 + k - 1));
-    for (const auto& [l, n] : count)
-      if (l < 1000 && n == 1) out_labels.push_back(l);
-  }
-  Shape os;
-  for (int l : out_labels) os.push_back(size[l]);
+  EinsumLabels e = einsum_labels(c, shapes);
+  const std::vector<std::vector<int>>& ops = e.ops;
+  std::map<int, int64_t>& size = e.size;
+  const std::vector<int>& out_labels = e.out;
+  const Shape& os = e.out_shape;
   auto is_out = [&](int l) { return std::find(out_labels.begin(), out_labels.end(), l) != out_labels.end(); };
 
   // Fast path: two operands, distinct labels per operand, no broadcasting, every label in both inputs or in the
@@ -339,15 +233,15 @@ std::vector<Tensor> einsum_kernel(const Ctx& c) {
   if (ops.size() == 2 && (dt == DType::kFloat32 || dt == DType::kFloat64)) {
     const Tensor& a = c.req(0);
     const Tensor& b = c.req(1);
-    auto in = [](const Operand& o, int l) { return std::find(o.labels.begin(), o.labels.end(), l) != o.labels.end(); };
-    auto distinct = [](const Operand& o) {
-      std::vector<int> v = o.labels;
+    auto in = [](const std::vector<int>& o, int l) { return std::find(o.begin(), o.end(), l) != o.end(); };
+    auto distinct = [](const std::vector<int>& o) {
+      std::vector<int> v = o;
       std::sort(v.begin(), v.end());
       return std::adjacent_find(v.begin(), v.end()) == v.end();
     };
     bool ok = distinct(ops[0]) && distinct(ops[1]);
     for (size_t i = 0; ok && i < 2; ++i)
-      for (size_t d = 0; d < ops[i].labels.size(); ++d) ok = ok && c.req(i).shape[d] == size[ops[i].labels[d]];
+      for (size_t d = 0; d < ops[i].size(); ++d) ok = ok && c.req(i).shape[d] == size[ops[i][d]];
     std::vector<int> batch, m, n, k;
     for (const auto& [l, s] : size) {
       const bool ia = in(ops[0], l), ib = in(ops[1], l), io = is_out(l);
@@ -358,8 +252,8 @@ std::vector<Tensor> einsum_kernel(const Ctx& c) {
       else ok = false;
     }
     if (ok) {
-      auto pos = [](const Operand& o, int l) {
-        return static_cast<int64_t>(std::find(o.labels.begin(), o.labels.end(), l) - o.labels.begin());
+      auto pos = [](const std::vector<int>& o, int l) {
+        return static_cast<int64_t>(std::find(o.begin(), o.end(), l) - o.begin());
       };
       auto prod = [&](const std::vector<int>& ls) {
         int64_t p = 1;
@@ -419,9 +313,9 @@ std::vector<Tensor> einsum_kernel(const Ctx& c) {
   for (size_t i = 0; i < no; ++i) {
     const Tensor& t = c.req(i);
     const std::vector<int64_t> ts = contiguous_strides(t.shape);
-    for (size_t d = 0; d < ops[i].labels.size(); ++d) {
-      if (t.shape[d] == 1 && size[ops[i].labels[d]] != 1) continue;
-      const size_t li = static_cast<size_t>(std::find(all.begin(), all.end(), ops[i].labels[d]) - all.begin());
+    for (size_t d = 0; d < ops[i].size(); ++d) {
+      if (t.shape[d] == 1 && size[ops[i][d]] != 1) continue;
+      const size_t li = static_cast<size_t>(std::find(all.begin(), all.end(), ops[i][d]) - all.begin());
       st[i][li] += ts[d];
     }
   }

@@ -10,6 +10,7 @@
 
 #include "backend/kernels/kernels_util.h"
 #include "backend/kernels/onednn.h"
+#include "backend/kernels/shape_rules_data.h"
 
 namespace gspmd::kern {
 namespace {
@@ -82,101 +83,28 @@ std::vector<Tensor> transpose_kernel(const Ctx& c) {
 }
 
 std::vector<Tensor> reshape_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  const std::vector<int64_t> spec = c.req(1).as_int64s();
-  const bool allowzero = c.node.i("allowzero", 0) != 0;
-  Shape s(spec.size());
-  int64_t infer = -1, known = 1;
-  for (size_t i = 0; i < spec.size(); ++i) {
-    int64_t d = spec[i];
-    if (d == 0 && !allowzero) {
-      if (i >= x.shape.size()) c.fail(fmt::format("shape entry {} is 0 but the input has rank {}", i, x.shape.size()));
-      d = x.shape[i];
-    } else if (d == -1) {
-      if (infer >= 0) c.fail("shape has more than one -1");
-      infer = static_cast<int64_t>(i);
-      continue;
-    } else if (d < 0) {
-      c.fail(fmt::format("invalid shape entry {}", d));
-    }
-    s[i] = d;
-    known *= d;
-  }
-  if (infer >= 0) {
-    if (known == 0 || x.numel() % known != 0)
-      c.fail(fmt::format("cannot reshape {} to [{}]", shape_str(x.shape), fmt::join(spec, ",")));
-    s[infer] = x.numel() / known;
-  }
-  if (num_elements(s) != x.numel())
-    c.fail(fmt::format("cannot reshape {} to {}", shape_str(x.shape), shape_str(s)));
-  return one(reshaped(c, std::move(s)));
+  return one(reshaped(c, reshape_target(c, c.req(0).shape, c.req(1).as_int64s(), c.node.i("allowzero", 0) != 0)));
 }
 
-std::vector<Tensor> flatten_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  const int64_t r = static_cast<int64_t>(x.shape.size());
-  int64_t a = c.node.i("axis", 1);
-  if (a < 0) a += r;
-  if (a < 0 || a > r) c.fail(fmt::format("axis {} out of range for rank {}", c.node.i("axis", 1), r));
-  int64_t outer = 1;
-  for (int64_t i = 0; i < a; ++i) outer *= x.shape[i];
-  int64_t inner = 1;
-  for (int64_t i = a; i < r; ++i) inner *= x.shape[i];
-  return one(reshaped(c, {outer, inner}));
-}
+std::vector<Tensor> flatten_kernel(const Ctx& c) { return one(reshaped(c, flatten_shape(c, c.req(0).shape))); }
 
 std::vector<Tensor> squeeze_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  const int64_t r = static_cast<int64_t>(x.shape.size());
-  const std::vector<int64_t> axes = ints_from(c, 1, "axes");
-  std::vector<char> drop(r, 0);
-  if (axes.empty()) {
-    for (int64_t i = 0; i < r; ++i) drop[i] = x.shape[i] == 1;
-  } else {
-    for (int64_t a : axes) {
-      const int64_t k = c.axis(a, r);
-      if (x.shape[k] != 1) c.fail(fmt::format("cannot squeeze axis {} of size {}", a, x.shape[k]));
-      drop[k] = 1;
-    }
-  }
-  Shape s;
-  for (int64_t i = 0; i < r; ++i)
-    if (!drop[i]) s.push_back(x.shape[i]);
-  return one(reshaped(c, std::move(s)));
+  return one(reshaped(c, squeeze_shape(c, c.req(0).shape, ints_from(c, 1, "axes"))));
 }
 
 std::vector<Tensor> unsqueeze_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  const std::vector<int64_t> axes = ints_from(c, 1, "axes");
-  const int64_t r = static_cast<int64_t>(x.shape.size() + axes.size());
-  std::vector<char> ins(r, 0);
-  for (int64_t a : axes) {
-    const int64_t k = c.axis(a, r);
-    if (ins[k]++) c.fail(fmt::format("axis {} repeated", a));
-  }
-  Shape s;
-  size_t j = 0;
-  for (int64_t i = 0; i < r; ++i) s.push_back(ins[i] ? 1 : x.shape[j++]);
-  return one(reshaped(c, std::move(s)));
+  return one(reshaped(c, unsqueeze_shape(c, c.req(0).shape, ints_from(c, 1, "axes"))));
 }
 
 std::vector<Tensor> concat_kernel(const Ctx& c) {
-  if (c.ins.empty()) c.fail("needs at least one input");
-  const Tensor& first = c.req(0);
-  const int64_t r = static_cast<int64_t>(first.shape.size());
-  if (!c.node.has("axis")) c.fail("missing attribute 'axis'");
-  const int64_t ax = c.axis(c.node.i("axis"), r);
-  Shape os = first.shape;
-  os[ax] = 0;
+  std::vector<const Shape*> shapes;
   for (size_t i = 0; i < c.ins.size(); ++i) {
-    const Tensor& t = c.req(i);
-    if (t.dtype != first.dtype) c.fail("inputs have different dtypes");
-    bool ok = static_cast<int64_t>(t.shape.size()) == r;
-    for (int64_t d = 0; ok && d < r; ++d) ok = d == ax || t.shape[d] == first.shape[d];
-    if (!ok) c.fail(fmt::format("input {} has shape {}, incompatible with {} on axis {}", i, shape_str(t.shape),
-                                shape_str(first.shape), ax));
-    os[ax] += t.shape[ax];
+    if (c.req(i).dtype != c.req(0).dtype) c.fail("inputs have different dtypes");
+    shapes.push_back(&c.req(i).shape);
   }
+  const auto [os, ax] = concat_shape(c, shapes);
+  const Tensor& first = c.req(0);
+  const int64_t r = static_cast<int64_t>(os.size());
   Tensor out(first.dtype, os);
   int64_t outer = 1;
   for (int64_t d = 0; d < ax; ++d) outer *= os[d];
@@ -210,38 +138,14 @@ std::vector<Tensor> slice_kernel(const Ctx& c) {
     if (const Tensor* t = c.in(3)) axes = t->as_int64s();
     if (const Tensor* t = c.in(4)) steps = t->as_int64s();
   }
-  const size_t n = starts.size();
-  if (ends.size() != n) c.fail("starts and ends differ in length");
-  if (axes.empty())
-    for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
-  if (steps.empty()) steps.assign(n, 1);
-  if (axes.size() != n || steps.size() != n) c.fail("starts, ends, axes and steps differ in length");
-  Shape os = x.shape;
+  const SliceDims sd = slice_dims(c, x.shape, starts, ends, axes, steps);
+  const Shape& os = sd.out;
   const std::vector<int64_t> xs = contiguous_strides(x.shape);
-  std::vector<int64_t> src_st = xs;
+  std::vector<int64_t> src_st(r);
   int64_t base = 0;
-  std::vector<char> seen(r, 0);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t a = c.axis(axes[i], r);
-    if (seen[a]++) c.fail(fmt::format("axis {} repeated", axes[i]));
-    const int64_t dim = x.shape[a], step = steps[i];
-    if (step == 0) c.fail("step is 0");
-    int64_t s = starts[i], e = ends[i];
-    if (s < 0) s += dim;
-    if (e < 0) e += dim;
-    int64_t len;
-    if (step > 0) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-      len = e > s ? (e - s + step - 1) / step : 0;
-    } else {
-      s = std::clamp<int64_t>(s, 0, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-      len = s > e ? (s - e + (-step) - 1) / (-step) : 0;
-    }
-    os[a] = len;
-    if (len > 0) base += s * xs[a];
-    src_st[a] = xs[a] * step;
+  for (int64_t d = 0; d < r; ++d) {
+    base += sd.start[d] * xs[d];
+    src_st[d] = xs[d] * sd.step[d];
   }
   Tensor out(x.dtype, os);
   if (out.numel() == 0) return one(std::move(out));
@@ -256,23 +160,7 @@ std::vector<Tensor> split_kernel(const Ctx& c) {
   const int64_t r = static_cast<int64_t>(x.shape.size());
   const int64_t ax = c.axis(c.node.i("axis", 0), r);
   const int64_t dim = x.shape[ax];
-  std::vector<int64_t> sizes = ints_from(c, 1, "split");
-  if (sizes.empty()) {
-    const int64_t k = c.node.has("num_outputs") ? c.node.i("num_outputs") : static_cast<int64_t>(c.n_out());
-    if (k <= 0) c.fail("no outputs");
-    const int64_t chunk = (dim + k - 1) / k;
-    for (int64_t i = 0; i < k; ++i) sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
-    if (!c.node.has("num_outputs") && dim % k != 0)
-      c.fail(fmt::format("axis of size {} does not split evenly into {} outputs", dim, k));
-  }
-  int64_t total = 0;
-  for (int64_t s : sizes) {
-    if (s < 0) c.fail("negative split size");
-    total += s;
-  }
-  if (total != dim) c.fail(fmt::format("split sizes [{}] do not sum to {}", fmt::join(sizes, ","), dim));
-  if (!c.node.outputs.empty() && sizes.size() != c.node.outputs.size())
-    c.fail(fmt::format("{} split sizes for {} outputs", sizes.size(), c.node.outputs.size()));
+  const std::vector<int64_t> sizes = split_sizes(c, dim, ints_from(c, 1, "split"));
   int64_t outer = 1;
   for (int64_t d = 0; d < ax; ++d) outer *= x.shape[d];
   const size_t es = dtype_size(x.dtype);
@@ -369,19 +257,9 @@ std::vector<Tensor> pad_kernel(const Ctx& c) {
   } else {
     for (int64_t i = 0; i < r; ++i) axes.push_back(i);
   }
-  const int64_t na = static_cast<int64_t>(axes.size());
-  if (static_cast<int64_t>(pads.size()) != 2 * na) c.fail(fmt::format("pads has {} entries for {} axes", pads.size(), na));
-  std::vector<int64_t> lo(r, 0), hi(r, 0);
-  for (int64_t i = 0; i < na; ++i) {
-    const int64_t a = c.axis(axes[i], r);
-    lo[a] = pads[i];
-    hi[a] = pads[i + na];
-  }
-  Shape os(r);
-  for (int64_t d = 0; d < r; ++d) {
-    os[d] = x.shape[d] + lo[d] + hi[d];
-    if (os[d] < 0) c.fail("negative output dim");
-  }
+  const PadDims pd = pad_dims(c, x.shape, pads, axes);
+  const std::vector<int64_t>& lo = pd.lo;
+  const Shape& os = pd.out;
   Tensor out(x.dtype, os);
   const size_t es = dtype_size(x.dtype);
   if (mode == "constant") {

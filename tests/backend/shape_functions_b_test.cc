@@ -5,49 +5,19 @@
 
 #include "backend/kernels/kernels.h"
 #include "tests/test_util/graph_builder.h"
+#include "tests/test_util/shape_infer.h"
 
 namespace gspmd {
 namespace {
 
+using testing::agree;
+using testing::error_of;
 using testing::F;
 using testing::I;
+using testing::infer;
 using testing::make_node;
 using testing::rand_f;
 using Types = std::vector<TensorType>;
-
-/// infer_types on the types of `ins` (nullptr = absent), with their values known when `known`.
-Types infer(const Node& n, const std::vector<const Tensor*>& ins, bool known = true, int64_t opset = 17) {
-  std::vector<TensorType> types(ins.size());
-  std::vector<const TensorType*> tp(ins.size(), nullptr);
-  std::vector<const Tensor*> vp(ins.size(), nullptr);
-  for (size_t i = 0; i < ins.size(); ++i)
-    if (ins[i]) {
-      types[i] = {ins[i]->dtype, ins[i]->shape};
-      tp[i] = &types[i];
-      if (known) vp[i] = ins[i];
-    }
-  return infer_types(n, tp, vp, opset);
-}
-
-/// Runs the kernel, expects its output types to equal infer()'s (values known), and returns them.
-Types agree(const Node& n, const std::vector<const Tensor*>& ins, int64_t opset = 17) {
-  const std::vector<Tensor> outs = run_kernel(n, ins, opset);
-  Types got;
-  for (const Tensor& t : outs) got.push_back({t.dtype, t.shape});
-  EXPECT_EQ(infer(n, ins, true, opset), got) << n.op_type;
-  return got;
-}
-
-/// The message of the std::runtime_error (or subclass E) infer() throws.
-template <class E = std::runtime_error>
-std::string error_of(const Node& n, const std::vector<const Tensor*>& ins, bool known = true, int64_t opset = 17) {
-  try {
-    infer(n, ins, known, opset);
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 Tensor T(DType t, Shape s) { return Tensor(t, std::move(s)); }
 const DType f32 = DType::kFloat32, i64 = DType::kInt64;
