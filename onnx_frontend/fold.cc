@@ -5,6 +5,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace gspmd::frontend {
 namespace {
@@ -61,16 +62,47 @@ bool dropout_is_identity(const Graph& g, const Node& n) {
   return tm.data && tm.data->numel() == 1 && tm.data->as_int64s()[0] == 0;
 }
 
+// The graph inputs whose values `v` is computed from, in graph-input order.
+std::vector<std::string> graph_inputs_reaching(const Graph& g, int v) {
+  std::vector<char> seen(g.values.size(), 0);
+  std::vector<int> todo{v};
+  seen[v] = 1;
+  while (!todo.empty()) {
+    const int x = todo.back();
+    todo.pop_back();
+    const int p = g.values[x].producer;
+    if (p < 0) continue;
+    for (int i : g.nodes[p].inputs)
+      if (i >= 0 && !seen[i]) {
+        seen[i] = 1;
+        todo.push_back(i);
+      }
+  }
+  std::vector<std::string> out;
+  for (int i : g.inputs)
+    if (seen[i]) out.push_back(g.values[i].name);
+  return out;
+}
+
 // Why an output stays untyped, as the rest of "value 'v' (output of node 'n' (Op)) ...". `needed_input`: the input
 // whose values the shape needs (DataDependentError), -1 when not one input, -2 when the shape is not data-dependent.
 std::string untyped_reason(const Graph& g, const Node& n, const std::string& error, int needed_input) {
   const std::string prefix = fmt::format("node '{}' ({}): ", n.name, n.op_type);
   const std::string detail = error.rfind(prefix, 0) == 0 ? error.substr(prefix.size()) : error;
   if (needed_input >= 0 && static_cast<size_t>(needed_input) < n.inputs.size() && n.inputs[needed_input] >= 0) {
-    const std::string& name = g.values[n.inputs[needed_input]].name;
-    return fmt::format("has a data-dependent shape: {}, '{}', which is known only at run time; make '{}' a "
-                       "constant (an initializer) to bind it",
-                       detail, name, name);
+    const int needed = n.inputs[needed_input];
+    const std::vector<std::string> from = graph_inputs_reaching(g, needed);
+    const std::string& name = g.values[needed].name;
+    if (from.size() == 1 && from[0] == name)
+      return fmt::format("has a data-dependent shape: {}, graph input '{}', which is known only at run time; make "
+                         "'{}' a constant (an initializer) to bind it",
+                         detail, name, name);
+    if (!from.empty())
+      return fmt::format("has a data-dependent shape: {}, '{}', computed at run time from graph input{} '{}'; make "
+                         "{} to bind it",
+                         detail, name, from.size() > 1 ? "s" : "", fmt::join(from, "', '"),
+                         from.size() > 1 ? "them constants (initializers)" : "it a constant (an initializer)");
+    return fmt::format("has a data-dependent shape: {}, '{}', which is known only at run time", detail, name);
   }
   if (needed_input == -1) return fmt::format("has a data-dependent shape: {}", detail);
   if (!error.empty()) return fmt::format("has no static shape: {}", detail);

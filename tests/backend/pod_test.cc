@@ -182,9 +182,20 @@ TEST(PodCollectives, AllReduceDTypes) {
   Tensor g = typed<uint8_t>(DType::kBool, {3}, {1, 0, 0}), h = typed<uint8_t>(DType::kBool, {3}, {1, 1, 0});
   EXPECT_EQ(vals<uint8_t>(pod::all_reduce({&g, &h}, ReductionKind::kSum)[0]), (std::vector<uint8_t>{1, 1, 0}));
   EXPECT_EQ(vals<uint8_t>(pod::all_reduce({&g, &h}, ReductionKind::kMin)[0]), (std::vector<uint8_t>{1, 0, 0}));
-  // float16 reductions are not supported
-  Tensor k(DType::kFloat16, {2});
-  EXPECT_THROW(pod::all_reduce({&k, &k}, ReductionKind::kSum), UnsupportedError);
+  // 16-bit floats: each step in float32, rounded once to the type (1 + 2^-10 is a float16; in bfloat16 it rounds to 1)
+  for (DType t : {DType::kFloat16, DType::kBFloat16}) {
+    const bool f16 = t == DType::kFloat16;
+    Tensor k(t, {2}), l(t, {2});
+    const float kv[2] = {1.f, -2.f}, lv[2] = {0x1p-10f, 3.f};
+    for (int i = 0; i < 2; ++i) {
+      k.data<uint16_t>()[i] = f16 ? float_to_half(kv[i]) : float_to_bf16(kv[i]);
+      l.data<uint16_t>()[i] = f16 ? float_to_half(lv[i]) : float_to_bf16(lv[i]);
+    }
+    const Tensor s = pod::all_reduce({&k, &l}, ReductionKind::kSum)[0];
+    auto at = [&](int i) { return f16 ? half_to_float(s.data<uint16_t>()[i]) : bf16_to_float(s.data<uint16_t>()[i]); };
+    EXPECT_EQ(at(0), f16 ? 1.f + 0x1p-10f : 1.f);
+    EXPECT_EQ(at(1), 1.f);
+  }
   // operands must agree
   Tensor z(DType::kFloat32, {2});
   Tensor w(DType::kFloat32, {3});

@@ -164,6 +164,12 @@ LoadOptions base_options(const ModelInfo& info, const DataSet& ds) {
   return lo;
 }
 
+/// True for the loader's error about a value left untyped (a data-dependent shape, or no static shape).
+bool untyped(const InputError& e) {
+  const std::string w = e.what();
+  return w.find("has a data-dependent shape") != std::string::npos || w.find("has no static shape") != std::string::npos;
+}
+
 /// Loads the model; when a shape depends on input values, retries with small inputs frozen: first integer inputs
 /// of at most 64 elements, then any input of at most 64 elements. Returns the graph and the frozen names.
 Graph load(const std::string& model, const ModelInfo& info, const DataSet& ds, std::vector<std::string>& frozen) {
@@ -188,7 +194,7 @@ Graph load(const std::string& model, const ModelInfo& info, const DataSet& ds, s
   try {
     return load_model(model, first);
   } catch (const InputError& e) {
-    if (std::string(e.what()).find("has no static shape") == std::string::npos) throw;
+    if (!untyped(e)) throw;
   }
   for (int stage = 0; stage < 2; ++stage) {
     LoadOptions lo = base_options(info, ds);
@@ -205,7 +211,7 @@ Graph load(const std::string& model, const ModelInfo& info, const DataSet& ds, s
     try {
       return load_model(model, lo);
     } catch (const InputError& e) {
-      if (stage == 1 || std::string(e.what()).find("has no static shape") == std::string::npos) throw;
+      if (stage == 1 || !untyped(e)) throw;
     }
   }
   return load_model(model, first);  // rethrows the original error
