@@ -51,7 +51,7 @@ struct Loader {
   onnx::ModelProto m;
   int64_t opset = -1;
   std::vector<std::string> input_names;             // real graph inputs, in order
-  std::vector<Value> consts;                        // initializers (+ Constant outputs, folded values), in order
+  std::vector<Value> consts;                        // initializers and Constant outputs, in order
   std::unordered_map<std::string, size_t> const_index;
   std::unordered_map<std::string, std::string> non_tensor;  // values typed sequence / optional / map by inference
 
@@ -438,40 +438,12 @@ struct Loader {
     }
     return g;
   }
-
-  // Folded nodes leave the proto; their outputs become constants (consts + proto), for another inference round.
-  void apply_folding(const Graph& g, const std::vector<std::string>& folded_nodes) {
-    auto* pg = m.mutable_graph();
-    std::unordered_set<std::string> graph_input_names;
-    for (const auto& in : pg->input()) graph_input_names.insert(in.name());
-    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-    nodes.Swap(pg->mutable_node());
-    // Graph node names are derived from proto order (see convert).
-    std::unordered_set<std::string> folded(folded_nodes.begin(), folded_nodes.end());
-    const std::vector<std::string> names = unique_node_names(nodes);
-    for (int ni = 0; ni < nodes.size(); ++ni) {
-      auto& pn = nodes[ni];
-      if (!folded.count(names[ni])) {
-        *pg->add_node() = std::move(pn);
-        continue;
-      }
-      for (const auto& out : pn.output()) {
-        if (out.empty()) continue;
-        int id = g.find(out);
-        if (id < 0) continue;  // pruned: nothing reads it
-        Value v = g.values[id];
-        v.producer = -1;
-        expose_const(v, graph_input_names);
-        add_const(std::move(v));
-      }
-    }
-  }
 };
 
 }  // namespace
 
 Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* report) {
-  Loader L{path, opts, frontend::dir_of(path), {}, -1, {}, {}, {}};
+  Loader L{path, opts, frontend::dir_of(path), {}, -1, {}, {}, {}, {}};
   L.parse();
   L.prepare();
   L.name_absent_outputs();
@@ -479,51 +451,33 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
   LoadReport local;
   LoadReport& rep = report ? *report : local;
   rep = {};
-  // One round types and folds everything the shape functions know. Ops without one (none that has a kernel) may need
-  // ONNX's inference again on the folded model: a few more rounds, while they fold something.
-  constexpr int kMaxRounds = 8;
-  for (int round = 0;; ++round) {
-    L.infer();
-    std::unordered_set<std::string> unknown;
-    Graph g = L.convert(unknown);
-    rep.rewrites.clear();
-    rep.not_folded.clear();
-    rep.shape_disagreements.clear();
-    frontend::simplify_for_inference(g, rep);
-    g.prune();
-    std::map<std::string, std::string> why;
-    std::vector<std::string> folded = frontend::infer_and_fold(g, unknown, why, opts, rep);
-    g.prune();
-    const Value* first_unknown = nullptr;
-    for (const Value& v : g.values)
-      if (unknown.count(v.name)) {
-        first_unknown = &v;
-        break;
-      }
-    if (!first_unknown) {
-      for (const Value& v : g.values)
-        if (v.dtype == DType::kString)
-          L.fail(fmt::format("value '{}' is a string tensor, which is not supported", v.name));
-      try {
-        g.verify();
-      } catch (const std::exception& e) {
-        L.fail(e.what());
-      }
-      return g;
-    }
-    if (folded.empty() || round + 1 >= kMaxRounds) {
-      const Value& v = *first_unknown;
-      if (auto nt = L.non_tensor.find(v.name); nt != L.non_tensor.end())
-        L.fail(fmt::format("value '{}' is a {}, which is not supported (only tensors are)", v.name, nt->second));
-      std::string by = v.producer >= 0 ? fmt::format(" (output of node '{}' ({}))", g.nodes[v.producer].name,
-                                                     g.nodes[v.producer].op_type)
-                                       : "";
-      auto w = why.find(v.name);
-      L.fail(fmt::format("value '{}'{} {}", v.name, by,
-                         w != why.end() ? w->second : "has no static shape after shape inference and constant folding"));
-    }
-    L.apply_folding(g, folded);
+  L.infer();
+  std::unordered_set<std::string> unknown;
+  Graph g = L.convert(unknown);
+  frontend::simplify_for_inference(g, rep);
+  g.prune();
+  std::map<std::string, std::string> why;
+  frontend::infer_and_fold(g, unknown, why, opts, rep);
+  g.prune();
+  for (const Value& v : g.values) {
+    if (!unknown.count(v.name)) continue;
+    if (auto nt = L.non_tensor.find(v.name); nt != L.non_tensor.end())
+      L.fail(fmt::format("value '{}' is a {}, which is not supported (only tensors are)", v.name, nt->second));
+    std::string by = v.producer >= 0 ? fmt::format(" (output of node '{}' ({}))", g.nodes[v.producer].name,
+                                                   g.nodes[v.producer].op_type)
+                                     : "";
+    auto w = why.find(v.name);
+    L.fail(fmt::format("value '{}'{} {}", v.name, by,
+                       w != why.end() ? w->second : "has no static shape after shape inference and constant folding"));
   }
+  for (const Value& v : g.values)
+    if (v.dtype == DType::kString) L.fail(fmt::format("value '{}' is a string tensor, which is not supported", v.name));
+  try {
+    g.verify();
+  } catch (const std::exception& e) {
+    L.fail(e.what());
+  }
+  return g;
 }
 
 }  // namespace gspmd

@@ -233,7 +233,7 @@ TEST(Loader, FrozenInputMakesDataDependentShapeStatic) {
   EXPECT_EQ(info.op_types.front(), "Constant");
   expect_input_error_containing(
       [&] { load_model(model, load_opts()); },
-      "(output of node 'Range_6' (Range)) has a data-dependent shape: output shape depends on the values of input 1 "
+      "(output of node 'Range_8' (Range)) has a data-dependent shape: output shape depends on the values of input 1 "
       "(the limit), 'HannWindow_test_hannwindow_expanded_function_Periodic_Size_FP', computed at run time from graph "
       "input 'x'; make it a constant (an initializer) to bind it");
   LoadOptions lo = load_opts();
