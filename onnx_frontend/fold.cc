@@ -238,7 +238,14 @@ std::vector<std::string> infer_and_fold(Graph& g, std::unordered_set<std::string
       Value& v = g.values[n.outputs[k]];
       const bool onnx_typed = !unknown.count(v.name);
       if (k >= inferred.size()) {
-        if (!onnx_typed) why[v.name] = untyped_reason(g, n, error, data_dependent ? needed_input : -2);
+        if (!onnx_typed) {
+          why[v.name] = untyped_reason(g, n, error, data_dependent ? needed_input : -2);
+        } else if (!error.empty() && !data_dependent && k == 0) {  // ONNX typed what the shape function rejects
+          std::string d = fmt::format("value '{}' (node '{}' ({})): shape function failed ({}), ONNX inference {}",
+                                      v.name, n.name, n.op_type, error, type_str(v.dtype, v.shape));
+          if (opts.strict_shapes) throw InputError(d);
+          report.shape_disagreements.push_back(std::move(d));
+        }
         continue;
       }
       const TensorType& t = inferred[k];

@@ -28,7 +28,7 @@ std::vector<TensorType> cast_types(const ShapeCtx& c) {
 
 void register_elementwise_shapes(ShapeTable& t) {
   for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Mod",
-                         "PRelu", "BitShift"})
+                         "BitShift"})
     t[op] = broadcast_all<>;
   for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) t[op] = broadcast_all<DType::kBool>;
   for (const char* op : {"Not", "Relu", "Tanh", "Exp", "Sqrt", "Erf", "Log", "Neg", "Abs", "Reciprocal", "Sigmoid",
@@ -36,6 +36,8 @@ void register_elementwise_shapes(ShapeTable& t) {
                          "ThresholdedRelu", "LeakyRelu", "HardSigmoid", "HardSwish", "Mish", "Round", "Sin", "Cos",
                          "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Shrink"})
     t[op] = same_as_input0;
+  // PRelu's slope broadcasts to X (unidirectionally; per channel before opset 7, as the kernel reads it): X's type.
+  t["PRelu"] = same_as_input0;
   t["IsNaN"] = t["IsInf"] = [](const ShapeCtx& c) { return one_type(DType::kBool, c.shape(0)); };
   t["Where"] = where_types;
   t["Cast"] = cast_types;

@@ -83,3 +83,35 @@ TEST(LoadInference, InputShapesBindSymbolicDims) {
 
 }  // namespace
 }  // namespace gspmd
+
+namespace gspmd {
+namespace {
+
+// A shape function that disagrees with ONNX inference (here a deliberately wrong one for Relu): an error with
+// strict_shapes; otherwise the shape function's answer is used and the report lists the disagreement.
+TEST(LoadInference, ShapeFunctionDisagreeingWithOnnxIsCaught) {
+  const std::string p = frontend_data("mlp.onnx");
+  LoadOptions lo = load_opts({{"batch", 2}});
+  const ShapeFunction real = lo.shape_function;
+  lo.shape_function = [real](const Node& n, const std::vector<const TensorType*>& t,
+                             const std::vector<const Tensor*>& v, int64_t opset) {
+    std::vector<TensorType> r = real(n, t, v, opset);
+    if (n.op_type == "Relu") r[0].shape.back() += 1;
+    return r;
+  };
+  expect_input_error([&] { load_model(p, lo); },
+                     "value 'h_relu' (node 'relu' (Relu)): shape function float32[2,17], ONNX inference "
+                     "float32[2,16]");
+  lo.strict_shapes = false;
+  LoadReport r;
+  load_model(p, lo, &r);
+  // The next MatMul's shape function then rejects [2,17] x [16,8], while ONNX typed its output: listed too.
+  ASSERT_EQ(r.shape_disagreements.size(), 2u);
+  EXPECT_EQ(r.shape_disagreements[0],
+            "value 'h_relu' (node 'relu' (Relu)): shape function float32[2,17], ONNX inference float32[2,16]");
+  EXPECT_EQ(r.shape_disagreements[1].rfind("value 'y' (node 'fc_out' (MatMul)): shape function failed (", 0), 0u)
+      << r.shape_disagreements[1];
+}
+
+}  // namespace
+}  // namespace gspmd
