@@ -1,4 +1,5 @@
-// The shape engine against the kernels: every node of every ONNX backend node test (Debian's libonnx-testdata) runs
+// The shape engine against the kernels: every node of every ONNX backend test (Debian's libonnx-testdata: node,
+// pytorch-converted, pytorch-operator, simple) runs
 // through run_kernel on the test's data, and infer_types must give exactly the types the kernel produced:
 // - with every input's values known: equal;
 // - with only the model's own constants known: equal, or a DataDependentError (the shape needs an input's values).
@@ -17,7 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* const kNodeTests = "/usr/share/libonnx-testdata/data/node";
+const char* const kTestData = "/usr/share/libonnx-testdata/data";
+const char* const kFolders[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
 
 std::string types_str(const std::vector<TensorType>& ts) {
   std::string s;
@@ -132,11 +134,12 @@ void check_model(const fs::path& dir, Tally& tally) {
   }
 }
 
-TEST(ShapeEngine, AgreesWithKernelsOnOnnxNodeTests) {
-  if (!fs::is_directory(kNodeTests)) GTEST_SKIP() << kNodeTests << " is missing (apt-get install libonnx-testdata)";
+TEST(ShapeEngine, AgreesWithKernelsOnOnnxBackendTests) {
+  if (!fs::is_directory(kTestData)) GTEST_SKIP() << kTestData << " is missing (apt-get install libonnx-testdata)";
   std::vector<fs::path> dirs;
-  for (const auto& e : fs::directory_iterator(kNodeTests))
-    if (fs::exists(e.path() / "model.onnx")) dirs.push_back(e.path());
+  for (const char* folder : kFolders)
+    for (const auto& e : fs::directory_iterator(fs::path(kTestData) / folder))
+      if (fs::exists(e.path() / "model.onnx")) dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());
   Tally tally;
   for (const auto& d : dirs) check_model(d, tally);
@@ -144,7 +147,7 @@ TEST(ShapeEngine, AgreesWithKernelsOnOnnxNodeTests) {
               "%d data-dependent with constants only, %zu disagreements\n",
               tally.models, tally.skipped, tally.nodes, tally.data_dependent, tally.disagreements.size());
   for (const auto& d : tally.disagreements) std::printf("  %s\n", d.c_str());
-  EXPECT_GE(tally.models, 830);  // the rest need folding (shape sub-graphs) or sequence data
+  EXPECT_GE(tally.models, 950);  // the rest need folding (shape sub-graphs) or sequence data
   EXPECT_TRUE(tally.disagreements.empty()) << tally.disagreements.size() << " disagreements (listed above)";
 }
 
