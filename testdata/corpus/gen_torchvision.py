@@ -68,7 +68,14 @@ def main():
     fam = common.cache_dir() / "models" / "torchvision"
     fam.mkdir(parents=True, exist_ok=True)
     skipped_path = fam / "skipped.json"
-    skipped = json.loads(skipped_path.read_text()) if skipped_path.exists() else {}
+    skipped = {}
+
+    def save_skipped():  # merged with the file, which another invocation (other opsets) may have updated
+        cur = json.loads(skipped_path.read_text()) if skipped_path.exists() else {}
+        cur.update({k: v for k, v in skipped.items() if v is not None})
+        for k in [k for k, v in skipped.items() if v is None]:
+            cur.pop(k, None)
+        skipped_path.write_text(json.dumps(cur, indent=1, sort_keys=True) + "\n")
 
     todo = [(n, op) for n in names for op in a.opsets
             if a.force or not common.is_done(common.model_dir("torchvision", f"{n}_op{op}"))]
@@ -87,10 +94,10 @@ def main():
         mb = (sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())) * 4 / 1e6
         if mb > a.max_mb and not a.include_giant:
             skipped[name] = round(mb, 1)
-            skipped_path.write_text(json.dumps(skipped, indent=1, sort_keys=True) + "\n")
+            save_skipped()
             common.log(f"{name}: skipped ({mb:.0f} MB > --max-mb {a.max_mb:.0f}; --include-giant to include)")
             continue
-        skipped.pop(name, None)
+        skipped[name] = None
         for op in a.opsets:
             if (name, op) not in todo:
                 continue
@@ -114,7 +121,7 @@ def main():
             common.log(f"{name} opset {op}: {meta['status']}{' (' + meta.get('error', '') + ')' if meta['status'] != 'ok' else ''}"
                         f" size {meta.get('input_size')} {meta.get('size_mb', 0)} MB, {time.time() - t0:.1f} s")
         del model
-    skipped_path.write_text(json.dumps(skipped, indent=1, sort_keys=True) + "\n")
+    save_skipped()
 
 
 if __name__ == "__main__":

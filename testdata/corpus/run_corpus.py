@@ -121,6 +121,10 @@ def fallbacks_of(report: Path):
     return len(w), ops
 
 
+def fallback_cell(n, ops):
+    return f"{n} ({', '.join(f'{o}×{c}' if c > 1 else o for o, c in ops.most_common(4))})" if n else "0"
+
+
 class Runner:
     def __init__(self, a):
         self.a = a
@@ -248,7 +252,7 @@ class Runner:
             row["plans"][pname] = cell
         if fb_best is not None:
             n, ops = fb_best
-            row["fallbacks"] = f"{n} ({', '.join(f'{o}×{c}' if c > 1 else o for o, c in ops.most_common(4))})" if n else "0"
+            row["fallbacks"] = fallback_cell(n, ops)
         row["ref"] = "; ".join(ref_errs + ([row["refs_agree"]] if row.get("refs_agree") else []))
         errs = [e for e in row["errors"] if e[0] != "ort"] or row["errors"]
         if errs:
@@ -339,12 +343,40 @@ def main():
                     help="results and run logs (models are cached in $GSPMD_CORPUS_CACHE, default build/corpus)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of the previous results.json that this invocation does not re-run")
+    ap.add_argument("--also", nargs="*", default=[], metavar="RESULTS_JSON",
+                    help="with --merge: rows of other results.json files too (this run's rows win)")
+    ap.add_argument("--retable", action="store_true",
+                    help="run nothing: rebuild results.md from results.json (+ --also) and the stored reports")
     ap.add_argument("--gen-args", default="", help="extra arguments for every generator, e.g. '--include-giant'")
     a = ap.parse_args()
     fams = [f for f in a.families.split(",") if f]
     bad = [f for f in fams if f not in FAMILIES]
     if bad:
         sys.exit(f"error: unknown families {bad} (expected {', '.join(FAMILIES)})")
+    if a.retable:
+        out = Path(a.out)
+        rows = json.loads((out / "results.json").read_text())
+        for x in a.also:
+            have = {(r["family"], r["model"]) for r in rows}
+            rows += [r for r in json.loads(Path(x).read_text()) if (r["family"], r["model"]) not in have]
+        rows.sort(key=lambda x: (FAMILIES.index(x["family"]) if x["family"] in FAMILIES else 99, x["model"]))
+        for r in rows:  # recompute the fallbacks column from the stored reports
+            best = None
+            for pname, cell in r["plans"].items():
+                fb = fallbacks_of(out / "runs" / r["family"] / r["model"] / f"{pname}.report.json") \
+                    if cell in ("ok", "ref✗") else None
+                if fb and (best is None or fb[0] > best[0]):
+                    best = fb
+            if best is not None:
+                r["fallbacks"] = fallback_cell(*best)
+        skipped = {}
+        for f in FAMILIES:
+            sk = common.cache_dir() / "models" / f / "skipped.json"
+            if sk.exists():
+                for k, v in json.loads(sk.read_text()).items():
+                    skipped[f"{f}/{k}"] = v if isinstance(v, str) else f"{v} MB of float32 weights > --max-mb"
+        print(write_results(rows, out, skipped, 0))
+        return
     if not Path(a.bin).is_file():
         sys.exit(f"error: {a.bin}: not built (ninja -C build gspmd-onnx)")
     t0 = time.time()
@@ -360,6 +392,8 @@ def main():
     previous = []
     if a.merge and (Path(a.out) / "results.json").exists():
         previous = json.loads((Path(a.out) / "results.json").read_text())
+    for extra in a.also:  # rows of other runs (e.g. one per opset, run side by side with other --out dirs)
+        previous += json.loads(Path(extra).read_text())
 
     def merged(new_rows):
         """with --merge: the previous results.json rows that were not re-run, plus the new ones, in table order."""
