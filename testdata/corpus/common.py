@@ -1,0 +1,248 @@
+"""Shared helpers for the real-model corpus (testdata/corpus, issue 14).
+
+Every generated model lives in its own cache directory, outside git:
+
+    build/corpus/models/<family>/<name>/
+        model.onnx                      the model (external data, if any, next to it)
+        test_data_set_0/input_<i>.pb    inputs (graph inputs minus initializers, in graph order)
+        test_data_set_0/output_<i>.pb   the primary reference (torch eager, numpy, or ONNX Runtime)
+        ref_ort/output_<i>.pb           ONNX Runtime's outputs (written by ort_ref.js, when it runs)
+        <plan>.plan.json                sharding files (never named model.sharding.json, so that --mesh 1 runs
+                                        without a sidecar)
+        meta.json                       what the runner needs: family, opset, dims, plans, references, notes
+
+A directory is complete when meta.json exists (it is written last), so an interrupted generation is redone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_CACHE = REPO / "build" / "corpus"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GSPMD_CORPUS_CACHE", str(DEFAULT_CACHE)))
+
+
+def model_dir(family: str, name: str) -> Path:
+    return cache_dir() / "models" / family / name
+
+
+def is_done(d: Path) -> bool:
+    """meta.json is written last: its presence means the directory is complete (or its failure is recorded)."""
+    return (d / "meta.json").is_file()
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# TensorProto .pb files
+def write_pb(path: Path, arr: np.ndarray, name: str = ""):
+    from onnx import numpy_helper
+    arr = np.asarray(arr)
+    t = numpy_helper.from_array(arr, name=name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(t.SerializeToString())
+
+
+def read_pb(path: Path) -> np.ndarray:
+    import onnx
+    from onnx import numpy_helper
+    t = onnx.TensorProto()
+    t.ParseFromString(Path(path).read_bytes())
+    return numpy_helper.to_array(t)
+
+
+def write_test_data(d: Path, inputs: list, outputs: list | None, input_names=None, output_names=None,
+                    sub: str = "test_data_set_0"):
+    td = d / sub
+    td.mkdir(parents=True, exist_ok=True)
+    for i, a in enumerate(inputs):
+        write_pb(td / f"input_{i}.pb", a, input_names[i] if input_names else "")
+    for i, a in enumerate(outputs or []):
+        write_pb(td / f"output_{i}.pb", a, output_names[i] if output_names else "")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ONNX graph inspection
+def graph_inputs(model):
+    """Graph inputs that are not initializers (the tensors --inputs must give), with shape (ints or dim names)."""
+    inits = {t.name for t in model.graph.initializer}
+    out = []
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        tt = i.type.tensor_type
+        dims = [d.dim_param if d.dim_param else d.dim_value for d in tt.shape.dim]
+        out.append((i.name, tt.elem_type, dims))
+    return out
+
+
+def symbolic_dims(gin, shapes) -> dict:
+    """{dim name: size} for the symbolic dims of the graph inputs, from the actual input shapes (for --dim)."""
+    dims = {}
+    for (name, _, gd), shape in zip(gin, shapes):
+        for k, v in enumerate(gd):
+            if isinstance(v, str) and v:
+                dims[v] = int(shape[k])
+            elif v == 0 and k < len(shape):  # unknown dim without a name
+                dims.setdefault(f"?{name}:{k}", int(shape[k]))
+    return dims
+
+
+def initializer_shapes(model) -> dict:
+    return {t.name: list(t.dims) for t in model.graph.initializer}
+
+
+def producers(model) -> dict:
+    return {o: n for n in model.graph.node for o in n.output}
+
+
+def weight_of(model, node_re: str, op_types=("MatMul", "Gemm", "Conv"), input_index: int = 1):
+    """(initializer name, shape, node) of the weight operand of every node whose name matches node_re.
+
+    Follows one Identity / Transpose hop back to an initializer (torch sometimes feeds MatMul through those)."""
+    inits = initializer_shapes(model)
+    prod = producers(model)
+    res = []
+    for n in model.graph.node:
+        if n.op_type not in op_types or not re.search(node_re, n.name):
+            continue
+        if len(n.input) <= input_index:
+            continue
+        w = n.input[input_index]
+        hops = 0
+        while w not in inits and w in prod and prod[w].op_type in ("Identity",) and hops < 2:
+            w = prod[w].input[0]
+            hops += 1
+        if w in inits:
+            res.append((w, inits[w], n))
+    return res
+
+
+def conv_weights(model):
+    inits = initializer_shapes(model)
+    res = []
+    for n in model.graph.node:
+        if n.op_type == "Conv" and len(n.input) > 1 and n.input[1] in inits:
+            res.append((n.input[1], inits[n.input[1]], n))
+    return res
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Sharding files
+def write_plan(d: Path, plan: str, mesh_shape, axes, tensors: dict, rules=None) -> str:
+    """Writes d/<plan>.plan.json (one tensor per line) and returns the file name."""
+    name = f"{plan}.plan.json"
+    lines = ["{", f'  "mesh": {{"shape": {json.dumps(list(mesh_shape))}, "axes": {json.dumps(list(axes))}}},',
+             '  "tensors": {']
+    items = list(tensors.items())
+    for i, (k, v) in enumerate(items):
+        lines.append(f"    {json.dumps(k)}: {json.dumps(v)}{',' if i + 1 < len(items) else ''}")
+    lines.append("  }" + ("," if rules else ""))
+    if rules:
+        lines.append('  "rules": [')
+        for i, r in enumerate(rules):
+            lines.append(f"    {json.dumps(r)}{',' if i + 1 < len(rules) else ''}")
+        lines.append("  ]")
+    lines.append("}")
+    (d / name).write_text("\n".join(lines) + "\n")
+    return name
+
+
+def mesh_str(shape) -> str:
+    return "x".join(str(s) for s in shape)
+
+
+def plan_entry(file, mesh_shape, desc):
+    return {"shardings": file, "mesh": mesh_str(mesh_shape), "desc": desc}
+
+
+def write_meta(d: Path, meta: dict):
+    meta.setdefault("status", "ok")
+    tmp = d / "meta.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    tmp.replace(d / "meta.json")
+
+
+def write_failed_meta(d: Path, meta: dict, stage: str, err: BaseException | str):
+    d.mkdir(parents=True, exist_ok=True)
+    msg = str(err).strip().splitlines()
+    meta = dict(meta)
+    meta["status"] = f"{stage} failed"
+    meta["error"] = f"{type(err).__name__ + ': ' if isinstance(err, BaseException) else ''}" + (msg[0] if msg else "")
+    write_meta(d, meta)
+    return meta
+
+
+def file_mb(p: Path) -> float:
+    return p.stat().st_size / 1e6 if p.exists() else 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# torch export
+def export_torch_case(d: Path, module, args: tuple, opset: int, input_names, output_names, meta: dict,
+                      dynamic_axes=None, plans_fn=None, export_kwargs=None):
+    """Exports `module(*args)` to d/model.onnx, writes inputs and torch's eager outputs (the first reference), the
+    plans returned by plans_fn(onnx_model, d) (a dict plan -> plan_entry) and meta.json. Failures are recorded in
+    meta.json (status "export failed" / "eager failed") instead of raised."""
+    import time
+    import onnx
+    import torch
+    d.mkdir(parents=True, exist_ok=True)
+    meta = dict(meta)
+    meta.update({"opset": opset, "dynamic": bool(dynamic_axes), "refs": {}})
+    try:
+        with torch.no_grad():
+            eager = module(*args)
+    except Exception as e:  # noqa: BLE001
+        return write_failed_meta(d, meta, "eager", e)
+    if isinstance(eager, torch.Tensor):
+        eager = (eager,)
+    eager = [e.detach().numpy() for e in eager]
+    t0 = time.time()
+    tmp = d / "model.onnx.tmp"
+    try:
+        # not under no_grad: there, nn.MultiheadAttention takes its fused fast path
+        # (aten::_native_multi_head_attention), which has no ONNX export
+        torch.onnx.export(module, args, str(tmp), opset_version=opset, input_names=list(input_names),
+                          output_names=list(output_names), dynamic_axes=dynamic_axes,
+                          do_constant_folding=True, **(export_kwargs or {}))
+        tmp.replace(d / "model.onnx")
+    except Exception as e:  # noqa: BLE001
+        tmp.unlink(missing_ok=True)
+        return write_failed_meta(d, meta, "export", e)
+    meta["export_s"] = round(time.time() - t0, 2)
+    m = onnx.load(str(d / "model.onnx"), load_external_data=False)
+    meta["size_mb"] = round(file_mb(d / "model.onnx"), 1)
+    meta["nodes"] = len(m.graph.node)
+    meta["op_types"] = sorted({n.op_type for n in m.graph.node})
+    meta["ir_version"] = m.ir_version
+    gin = graph_inputs(m)
+    by_name = {n: a for n, a in zip(input_names, args)}
+    missing = [g[0] for g in gin if g[0] not in by_name]
+    if missing:
+        return write_failed_meta(d, meta, "export", f"graph inputs not among the torch inputs: {missing}")
+    meta["inputs"] = [{"name": g[0], "elem_type": g[1], "dims": g[2]} for g in gin]
+    meta["dims"] = symbolic_dims(gin, [by_name[g[0]].shape for g in gin])
+    meta["outputs"] = [o.name for o in m.graph.output]
+    if len(meta["outputs"]) != len(eager):
+        meta.setdefault("notes", []).append(f"torch gave {len(eager)} outputs, the graph has {len(meta['outputs'])}")
+    write_test_data(d, [by_name[g[0]].detach().numpy() for g in gin], eager,
+                    [g[0] for g in gin], meta["outputs"])
+    meta["refs"]["torch"] = "test_data_set_0"
+    try:
+        meta["plans"] = plans_fn(m, d) if plans_fn else {}
+    except Exception as e:  # noqa: BLE001
+        return write_failed_meta(d, meta, "plans", e)
+    write_meta(d, meta)
+    return meta

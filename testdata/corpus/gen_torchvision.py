@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""Family 1: torchvision 0.14 classification models, random init, eval(), batch 2, exported at opsets 11, 13, 17.
+
+    /usr/bin/python3 testdata/corpus/gen_torchvision.py [--models a,b,...] [--opsets 11 13 17] [--max-mb 360]
+                                                         [--include-giant] [--force]
+
+Each (model, opset) goes to build/corpus/models/torchvision/<model>_op<opset>/ (common.py); existing ones are kept.
+Input: N(0,1) float32 [2, 3, S, S] with S the smallest size the architecture takes (64 for most; ViTs are built with
+image_size=64; inception_v3 75; maxvit_t 224; when an export or the eager run fails at one size the next of
+SIZES[model] is tried). Models whose parameters + buffers exceed --max-mb (float32) are skipped and listed in
+build/corpus/models/torchvision/skipped.json.
+
+Plans (sharding files): dp2 (input batch over 2), plan4 = sp4 (input H over 4: spatial), and the extra plan ch4
+(output channels of the first three conv weights whose count divides by 4, over 4).
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+OPSETS = [11, 13, 17]
+SIZES = {"inception_v3": [75, 299], "maxvit_t": [224], "alexnet": [64, 224]}
+CTOR_KW = {"vit_b_16": {"image_size": 64}, "vit_b_32": {"image_size": 64}, "vit_l_16": {"image_size": 64},
+           "vit_l_32": {"image_size": 64}, "vit_h_14": {"image_size": 70},
+           "inception_v3": {"aux_logits": True, "init_weights": True}, "googlenet": {"init_weights": True}}
+DEFAULT_SIZES = [64, 224]
+
+
+def cnn_plans(m, d):
+    plans = {
+        "dp2": common.plan_entry(common.write_plan(d, "dp2", [2], ["x"], {"input": ["x", None, None, None]}), [2],
+                                 "input batch over 2"),
+        "plan4": common.plan_entry(common.write_plan(d, "sp4", [4], ["x"], {"input": [None, None, "x", None]}), [4],
+                                   "spatial: input H over 4"),
+    }
+    convs = [(n, s) for n, s, _ in common.conv_weights(m) if s[0] % 4 == 0][:3]
+    if convs:
+        plans["ch4"] = common.plan_entry(
+            common.write_plan(d, "ch4", [4], ["x"], {n: ["x"] + [None] * (len(s) - 1) for n, s in convs}), [4],
+            f"channel: out-channels of {len(convs)} conv weights over 4")
+        plans["ch4"]["extra"] = True
+    return plans
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="all", help="comma-separated torchvision names, or 'all'")
+    ap.add_argument("--opsets", type=int, nargs="+", default=OPSETS)
+    ap.add_argument("--max-mb", type=float, default=360.0)
+    ap.add_argument("--include-giant", action="store_true", help="ignore --max-mb")
+    ap.add_argument("--force", action="store_true", help="regenerate existing directories")
+    ap.add_argument("--list", action="store_true", help="print the selected (model, opset) names and exit")
+    a = ap.parse_args()
+
+    import torch
+    import torchvision
+    names = torchvision.models.list_models(module=torchvision.models)
+    if a.models != "all":
+        want = a.models.split(",")
+        bad = [w for w in want if w not in names]
+        if bad:
+            sys.exit(f"error: unknown torchvision models {bad}")
+        names = want
+    fam = common.cache_dir() / "models" / "torchvision"
+    fam.mkdir(parents=True, exist_ok=True)
+    skipped_path = fam / "skipped.json"
+    skipped = {}
+
+    def save_skipped():  # merged with the file, which another invocation (other opsets) may have updated
+        cur = json.loads(skipped_path.read_text()) if skipped_path.exists() else {}
+        cur.update({k: v for k, v in skipped.items() if v is not None})
+        for k in [k for k, v in skipped.items() if v is None]:
+            cur.pop(k, None)
+        skipped_path.write_text(json.dumps(cur, indent=1, sort_keys=True) + "\n")
+
+    todo = [(n, op) for n in names for op in a.opsets
+            if a.force or not common.is_done(common.model_dir("torchvision", f"{n}_op{op}"))]
+    todo_models = [n for n in names if any(t[0] == n for t in todo)]
+    if a.list:
+        print("\n".join(f"{n}_op{op}" for n, op in todo))
+        return
+    for name in todo_models:
+        t0 = time.time()
+        torch.manual_seed(0)
+        try:
+            model = torchvision.models.get_model(name, weights=None, **CTOR_KW.get(name, {})).eval()
+        except Exception as e:  # noqa: BLE001
+            common.log(f"{name}: construction failed: {e}")
+            continue
+        mb = (sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())) * 4 / 1e6
+        if mb > a.max_mb and not a.include_giant:
+            skipped[name] = round(mb, 1)
+            save_skipped()
+            common.log(f"{name}: skipped ({mb:.0f} MB > --max-mb {a.max_mb:.0f}; --include-giant to include)")
+            continue
+        skipped[name] = None
+        for op in a.opsets:
+            if (name, op) not in todo:
+                continue
+            d = common.model_dir("torchvision", f"{name}_op{op}")
+            meta = None
+            attempts = []
+            for size in SIZES.get(name, DEFAULT_SIZES):
+                g = torch.Generator().manual_seed(1)
+                x = torch.randn(2, 3, size, size, generator=g)
+                meta = common.export_torch_case(
+                    d, model, (x,), op, ["input"], ["logits"],
+                    {"family": "torchvision", "name": f"{name}_op{op}", "model": name, "input_size": size,
+                     "param_mb": round(mb, 1)}, plans_fn=cnn_plans)
+                if meta["status"] == "ok":
+                    break
+                attempts.append(f"size {size}: {meta['status']}: {meta.get('error', '')}")
+                common.log(f"{name} opset {op}: {attempts[-1]}")
+            if attempts and meta["status"] == "ok":
+                meta.setdefault("notes", []).extend(attempts)
+                common.write_meta(d, meta)
+            common.log(f"{name} opset {op}: {meta['status']}{' (' + meta.get('error', '') + ')' if meta['status'] != 'ok' else ''}"
+                        f" size {meta.get('input_size')} {meta.get('size_mb', 0)} MB, {time.time() - t0:.1f} s")
+        del model
+    save_skipped()
+
+
+if __name__ == "__main__":
+    main()
