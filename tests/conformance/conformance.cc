@@ -164,6 +164,13 @@ LoadOptions base_options(const ModelInfo& info, const DataSet& ds) {
   return lo;
 }
 
+// A load error saying that some value's shape is not static (a retry with frozen inputs may bind it).
+bool shape_unknown(const InputError& e) {
+  const std::string what = e.what();
+  return what.find("has no static shape") != std::string::npos ||
+         what.find("has a data-dependent shape") != std::string::npos;
+}
+
 /// Loads the model; when a shape depends on input values, retries with small inputs frozen: first integer inputs
 /// of at most 64 elements, then any input of at most 64 elements. Returns the graph and the frozen names.
 Graph load(const std::string& model, const ModelInfo& info, const DataSet& ds, std::vector<std::string>& frozen) {
@@ -188,7 +195,7 @@ Graph load(const std::string& model, const ModelInfo& info, const DataSet& ds, s
   try {
     return load_model(model, first);
   } catch (const InputError& e) {
-    if (std::string(e.what()).find("has no static shape") == std::string::npos) throw;
+    if (!shape_unknown(e)) throw;
   }
   for (int stage = 0; stage < 2; ++stage) {
     LoadOptions lo = base_options(info, ds);
@@ -205,7 +212,7 @@ Graph load(const std::string& model, const ModelInfo& info, const DataSet& ds, s
     try {
       return load_model(model, lo);
     } catch (const InputError& e) {
-      if (stage == 1 || std::string(e.what()).find("has no static shape") == std::string::npos) throw;
+      if (stage == 1 || !shape_unknown(e)) throw;
     }
   }
   return load_model(model, first);  // rethrows the original error
