@@ -338,6 +338,28 @@ def if_sharded():
          "if_sharded.onnx")
 
 
+def scan_axes():
+    """Scan (opset 11) over x[2, 3] along axis 1, backwards, summing columns into the state s[2]; the running sums are
+    stacked along output axis 1: final[2], sums[2, 3]."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "col"], ["s_out"], name="add"),
+         helper.make_node("Neg", ["s_out"], ["neg"], name="neg")],
+        "scan_body",
+        [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("col", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("neg", TensorProto.FLOAT, [2])])
+    nodes = [helper.make_node("Scan", ["s0", "x"], ["final", "sums"], name="scan", body=body, num_scan_inputs=1,
+                              scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[-1])]
+    ins = [helper.make_tensor_value_info("s0", TensorProto.FLOAT, [2]),
+           helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
+    outs = [helper.make_tensor_value_info("final", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("sums", TensorProto.FLOAT, [2, 3])]
+    g = helper.make_graph(nodes, "scan_axes", ins, outs)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)], producer_name="make_models.py"),
+         "scan_axes.onnx")
+
+
 if __name__ == "__main__":
     external_chain()
     typed_tensors()
@@ -354,3 +376,4 @@ if __name__ == "__main__":
     loop_scan()
     nested_if_loop()
     if_sharded()
+    scan_axes()

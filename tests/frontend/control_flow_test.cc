@@ -87,6 +87,16 @@ TEST(ControlFlow, NestedIfInsideLoop) {
   EXPECT_EQ(floats(out[1]), (std::vector<float>{-3, -3, -1, -1, -3, -3}));
 }
 
+TEST(ControlFlow, ScanAlongAxisBackwards) {
+  Graph g = load_model(frontend_data("scan_axes.onnx"), load_opts());
+  EXPECT_EQ(g.values[g.outputs[1]].shape, (Shape{2, 3}));
+  // Columns of x scanned from the last; the negated running sums stacked along the last axis.
+  const std::vector<Tensor> out =
+      run(g, {Tensor::from_floats({2}, {0, 100}), Tensor::from_floats({2, 3}, {1, 2, 3, 4, 5, 6})});
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{6, 115}));
+  EXPECT_EQ(floats(out[1]), (std::vector<float>{-3, -5, -6, -106, -111, -115}));
+}
+
 TEST(ControlFlow, ExportWritesBodiesWithOuterReferences) {
   Graph g = load_model(frontend_data("nested_if_loop.onnx"), load_opts());
   Annotations ann;
