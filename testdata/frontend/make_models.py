@@ -253,9 +253,10 @@ def if_computed():
          "if_computed.onnx")
 
 
-def loop_scan():
+def loop_scan(trip_count_input=False):
     """Loop M=4 times (cond true): acc = acc + step + float(i), where 'step' is a graph input the body captures;
-    scan output acc * acc per iteration. Outputs: acc_final[3], squares[4, 3]."""
+    scan output acc * acc per iteration. Outputs: acc_final[3], squares[4, 3].
+    trip_count_input: M is a graph input instead (loop_dynamic.onnx: the scan output's length is data-dependent)."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
     step = helper.make_tensor_value_info("step", TensorProto.FLOAT, [3])
     body = helper.make_graph(
@@ -274,11 +275,17 @@ def loop_scan():
          helper.make_tensor_value_info("sq", TensorProto.FLOAT, [3])])
     nodes = [helper.make_node("Loop", ["M", "go", "x"], ["acc_final", "squares"], name="loop", body=body)]
     outs = [helper.make_tensor_value_info("acc_final", TensorProto.FLOAT, [3]),
-            helper.make_tensor_value_info("squares", TensorProto.FLOAT, [4, 3])]
-    inits = [_scalar("M", 4, np.int64), _scalar("go", True, np.bool_)]
-    g = helper.make_graph(nodes, "loop_scan", [x, step], outs, inits)
+            helper.make_tensor_value_info("squares", TensorProto.FLOAT, ["trips", 3])]
+    inits = [_scalar("go", True, np.bool_)]
+    ins = [x, step]
+    if trip_count_input:
+        ins.append(helper.make_tensor_value_info("M", TensorProto.INT64, []))
+    else:
+        inits.append(_scalar("M", 4, np.int64))
+    name = "loop_dynamic" if trip_count_input else "loop_scan"
+    g = helper.make_graph(nodes, name, ins, outs, inits)
     save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
-         "loop_scan.onnx")
+         name + ".onnx")
 
 
 def nested_if_loop():
@@ -360,6 +367,25 @@ def scan_axes():
          "scan_axes.onnx")
 
 
+def if_shapes_differ():
+    """y = If(sum(x) > 0): x + one ([2, 3]), else sum(x) keeping dims ([1, 1]): the output's shape depends on which
+    branch runs."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", "cols"])
+    else_g = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["y_else"], name="else_sum", keepdims=1)],
+                               "else_body", [], [helper.make_tensor_value_info("y_else", TensorProto.FLOAT, [1, 1])])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["positive"], name="positive"),
+        helper.make_node("If", ["positive"], ["y"], name="branch", then_branch=_branch("then_body", "Add", "one", "y_then"),
+                         else_branch=else_g),
+    ]
+    inits = [_scalar("zero", 0.0, np.float32), _scalar("one", [1.0], np.float32)]
+    g = helper.make_graph(nodes, "if_shapes_differ", [x], [y], inits)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "if_shapes_differ.onnx")
+
+
 if __name__ == "__main__":
     external_chain()
     typed_tensors()
@@ -377,3 +403,5 @@ if __name__ == "__main__":
     nested_if_loop()
     if_sharded()
     scan_axes()
+    loop_scan(trip_count_input=True)
+    if_shapes_differ()

@@ -73,6 +73,28 @@ TEST(ControlFlow, LoopCapturesOuterValueAndStacksScanOutputs) {
   EXPECT_EQ(floats(out[1]), squares);
 }
 
+TEST(ControlFlow, TripCountFromAnInputIsDataDependentUntilFrozen) {
+  const std::string path = frontend_data("loop_dynamic.onnx");
+  test::expect_input_error(
+      [&] { load_model(path, load_opts()); },
+      path + ": value 'squares' (output of node 'loop' (Loop)) has a data-dependent shape: output shape depends on the "
+             "values of input 0 (the trip count), 'M', which is known only at run time; make 'M' a constant (an "
+             "initializer) to bind it");
+  LoadOptions o = load_opts();
+  o.frozen_inputs["M"] = Tensor::from_int64s({2}, /*scalar=*/true);
+  Graph g = load_model(path, o);
+  EXPECT_EQ(g.values[g.outputs[1]].shape, (Shape{2, 3}));
+}
+
+TEST(ControlFlow, IfBranchesOfDifferentShapesNeedTheCondition) {
+  const std::string path = frontend_data("if_shapes_differ.onnx");
+  test::expect_input_error(
+      [&] { load_model(path, load_opts()); },
+      path + ": value 'y' (output of node 'branch' (If)) has a data-dependent shape: output types depend on which "
+             "branch runs: then_branch gives (float32[2,3]), else_branch (float32[1,1]), 'positive', which is known "
+             "only at run time; make 'positive' a constant (an initializer) to bind it");
+}
+
 TEST(ControlFlow, NestedIfInsideLoop) {
   Graph g = load_model(frontend_data("nested_if_loop.onnx"), load_opts());
   const Node* loop = find_op(g, "Loop");
