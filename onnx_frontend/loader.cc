@@ -336,9 +336,14 @@ struct Loader {
     }
   }
 
-  // `captures` collects the outer-scope names a GRAPH attribute's body reads (see convert_attrs).
+  // The bodies of one node's GRAPH attributes, and the outer-scope names they read (see convert_attrs).
+  struct Bodies {
+    std::vector<std::shared_ptr<Graph>> graphs;
+    std::vector<std::string> captures;
+  };
+
   AttrValue convert_attr(const onnx::NodeProto& n, const std::string& node_name, const onnx::AttributeProto& a,
-                         std::vector<std::string>& captures) {
+                         Bodies& bodies) {
     using AP = onnx::AttributeProto;
     auto type = a.type();
     if (type == AP::UNDEFINED) {  // very old models: infer from the field that is set
@@ -361,10 +366,9 @@ struct Loader {
       case AP::TENSOR:
         return tensor_from_proto(a.t(), base_dir,
                                  fmt::format("{}: node '{}' attribute '{}'", path, node_name, a.name()));
-      case AP::GRAPH: {
-        std::shared_ptr<Graph> body = convert_body(a.g(), captures);
-        return std::shared_ptr<const Graph>(std::move(body));
-      }
+      case AP::GRAPH:
+        bodies.graphs.push_back(convert_body(a.g(), bodies.captures));
+        return std::shared_ptr<const Graph>(bodies.graphs.back());
       case AP::GRAPHS:
         fail(fmt::format("node '{}' ({}): attribute '{}' holds a list of graphs, which is not supported", node_name,
                          n.op_type(), a.name()));
@@ -412,21 +416,23 @@ struct Loader {
     return v;
   }
 
+  static Value untyped(const std::string& name) {
+    Value v;
+    v.name = name;
+    return v;
+  }
+
   // Node `n`'s attributes from `pn`. The outer-scope values its bodies read (resolved by `resolve`) are appended to
   // its inputs, and to every body's inputs, in first-use order; `gspmd_captures` counts them (ir.h).
   void convert_attrs(const onnx::NodeProto& pn, Node& n, const std::function<int(const std::string&)>& resolve) {
-    std::vector<std::string> captures;
-    std::vector<Graph*> bodies;
-    for (const auto& a : pn.attribute()) {
-      auto it = n.attrs.emplace(a.name(), convert_attr(pn, n.name, a, captures)).first;
-      if (auto* b = std::get_if<std::shared_ptr<const Graph>>(&it->second))
-        bodies.push_back(const_cast<Graph*>(b->get()));  // made here, not shared yet
-    }
+    Bodies bodies;
+    for (const auto& a : pn.attribute()) n.attrs.emplace(a.name(), convert_attr(pn, n.name, a, bodies));
+    const std::vector<std::string>& captures = bodies.captures;
     if (captures.empty()) return;
-    for (Graph* b : bodies)
+    for (const std::shared_ptr<Graph>& b : bodies.graphs)
       for (const std::string& name : captures) {
         int id = b->find(name);
-        if (id < 0) id = b->add_value(Value{name, DType::kUndefined, {}, -1, false, nullptr});
+        if (id < 0) id = b->add_value(untyped(name));
         b->inputs.push_back(id);
       }
     for (const std::string& name : captures) n.inputs.push_back(resolve(name));
@@ -465,7 +471,7 @@ struct Loader {
       int id = b->find(name);
       if (id >= 0) return id;
       if (std::find(captures.begin(), captures.end(), name) == captures.end()) captures.push_back(name);
-      return b->add_value(Value{name, DType::kUndefined, {}, -1, false, nullptr});
+      return b->add_value(untyped(name));
     };
     const std::vector<std::string> names = unique_node_names(pg.node());
     for (int ni = 0; ni < pg.node_size(); ++ni) {

@@ -1,6 +1,7 @@
 // Kernels of the control-flow ops (If, Loop, Scan; onnx/docs/Operators.md): a small sequential interpreter runs a
 // body with the same kernels (run_kernel), node by node, so nested control flow works. Inputs bind per
 // core/ir/control_flow.h (captured values last).
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -49,10 +50,12 @@ std::vector<Tensor> run_body(const Ctx& c, const Graph& body, const std::vector<
       }
   }
   std::vector<Tensor> out;
-  for (int o : body.outputs) {
-    if (!val[static_cast<size_t>(o)]) c.fail(fmt::format("body '{}' does not compute its output '{}'", body.name,
-                                                         body.values[static_cast<size_t>(o)].name));
-    out.push_back(*val[static_cast<size_t>(o)]);
+  for (auto it = body.outputs.begin(); it != body.outputs.end(); ++it) {
+    const auto o = static_cast<size_t>(*it);
+    if (!val[o]) c.fail(fmt::format("body '{}' does not compute its output '{}'", body.name, body.values[o].name));
+    const bool again = std::find(it + 1, body.outputs.end(), *it) != body.outputs.end();
+    if (val[o] == &owned[o] && !again) out.push_back(std::move(owned[o]));  // an intermediate: moved out
+    else out.push_back(*val[o]);
   }
   return out;
 }
