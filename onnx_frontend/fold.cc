@@ -148,9 +148,30 @@ bool inline_constant_if(Graph& g, size_t ni, std::vector<char>& dead, std::unord
   return true;
 }
 
+// True when typed body `b` of Loop / Scan node `n` gives its loop-carried values (Loop: carried values; Scan: states)
+// back with the types they entered with, so that what was typed and folded for the first iteration holds for all.
+// `unknown`: the body's untyped values.
+bool keeps_carried_types(const Node& n, const Graph& b, const std::unordered_set<std::string>& unknown) {
+  size_t first_in = 0, first_out = 0, count = 0;
+  if (n.op_type == "Loop") {
+    first_in = 2;
+    first_out = 1;
+    count = own_inputs(n) - 2;
+  } else if (n.op_type == "Scan") {
+    count = static_cast<size_t>(scan_layout(n, b.outputs.size(), b.opset).num_state);
+  }
+  for (size_t k = 0; k < count; ++k) {
+    const Value& in = b.values[static_cast<size_t>(b.inputs.at(first_in + k))];
+    const Value& out = b.values[static_cast<size_t>(b.outputs.at(first_out + k))];
+    if (unknown.count(out.name) || out.dtype != in.dtype || out.shape != in.shape) return false;
+  }
+  return true;
+}
+
 // Types the bodies of control-flow node `n` (its inputs typed `types`): each body's inputs get the types the node
-// binds (core/ir/control_flow.h) and infer_and_fold types (and folds) its values. A body that cannot be bound is left
-// as it is (the shape function reports the problem).
+// binds (core/ir/control_flow.h) and infer_and_fold types (and folds) its values. A body that cannot be bound, or
+// whose carried values do not provably keep their types, is left as it is (the shape function reports the problem;
+// the kernel runs the body as it is).
 void type_bodies(Node& n, const std::vector<const TensorType*>& types, const LoadOptions& opts, LoadReport& report) {
   for (auto& [name, a] : n.attrs) {
     auto* body = std::get_if<std::shared_ptr<const Graph>>(&a);
@@ -173,6 +194,12 @@ void type_bodies(Node& n, const std::vector<const TensorType*>& types, const Loa
     std::map<std::string, std::string> why;
     LoadReport inner;
     infer_and_fold(b, unknown, why, opts, inner);
+    bool keeps = false;
+    try {
+      keeps = keeps_carried_types(n, b, unknown);
+    } catch (const std::exception&) {
+    }
+    if (!keeps) continue;
     for (auto& d : inner.shape_disagreements) report.shape_disagreements.push_back(std::move(d));
     a = std::make_shared<const Graph>(std::move(b));
   }
