@@ -387,7 +387,8 @@ struct Loader {
     return types;
   }
 
-  // A value typed as `types` says; names without a static tensor type go to `unknown` (when given) with no shape.
+  // A value typed as `types` says. Without a static tensor type it has no shape and goes to `unknown`; without
+  // `unknown` (in a body) its dtype is kUndefined too.
   Value typed_value(const std::string& name, const TypeMap& types, std::unordered_set<std::string>* unknown) {
     Value v;
     v.name = name;
@@ -411,6 +412,7 @@ struct Loader {
                                                        : "non-tensor value";
     if (!known) {
       if (unknown) unknown->insert(name);
+      else v.dtype = DType::kUndefined;
       v.shape.clear();
     }
     return v;
@@ -457,7 +459,8 @@ struct Loader {
   }
 
   // A body (GRAPH attribute) -> Graph: formal inputs typed from the proto where it says, initializers and Constant
-  // nodes as constants, other values typed from ONNX inference's value_info where static (fold.cc types the rest).
+  // nodes as constants, other values typed from ONNX inference's value_info where static, else kUndefined (fold.cc
+  // types the rest).
   // Names it reads but does not define are appended to `captures` (no repeats) and become values of the body that
   // are not inputs yet (convert_attrs makes them its trailing inputs).
   std::shared_ptr<Graph> convert_body(const onnx::GraphProto& pg, std::vector<std::string>& captures) {
