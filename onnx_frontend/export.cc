@@ -67,7 +67,11 @@ void set_value_info(onnx::ValueInfoProto* vi, const Value& v) {
   for (int64_t d : v.shape) s->add_dim()->set_dim_value(d);
 }
 
-void set_attr(onnx::AttributeProto* a, const std::string& name, const AttrValue& v) {
+void write_body(const Graph& b, onnx::GraphProto* gp, const std::vector<std::string>& captured);
+
+// `captured`: for a graph attribute, the outer names of the node's captured inputs (ir.h).
+void set_attr(onnx::AttributeProto* a, const std::string& name, const AttrValue& v,
+              const std::vector<std::string>& captured = {}) {
   using AP = onnx::AttributeProto;
   a->set_name(name);
   std::visit(
@@ -91,12 +95,60 @@ void set_attr(onnx::AttributeProto* a, const std::string& name, const AttrValue&
         } else if constexpr (std::is_same_v<X, std::vector<std::string>>) {
           a->set_type(AP::STRINGS);
           for (const auto& e : x) a->add_strings(e);
-        } else {
+        } else if constexpr (std::is_same_v<X, Tensor>) {
           a->set_type(AP::TENSOR);
           frontend::tensor_to_proto(x, a->mutable_t());
+        } else {
+          a->set_type(AP::GRAPH);
+          write_body(*x, a->mutable_g(), captured);
         }
       },
       v);
+}
+
+// Writes node `n` whose values are named by `name`: its captured inputs (ir.h) are dropped, as its bodies read them
+// from the enclosing scope again.
+void write_node(const Node& n, onnx::NodeProto* pn, const std::vector<std::string>& name) {
+  pn->set_name(n.name);
+  pn->set_op_type(n.op_type);
+  if (!n.domain.empty()) pn->set_domain(n.domain);
+  const size_t own = n.inputs.size() - static_cast<size_t>(n.captures());
+  std::vector<std::string> captured;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const std::string in = n.inputs[k] >= 0 ? name.at(static_cast<size_t>(n.inputs[k])) : "";
+    if (k < own) pn->add_input(in);
+    else captured.push_back(in);
+  }
+  for (int o : n.outputs) pn->add_output(name.at(static_cast<size_t>(o)));
+  for (const auto& [k, v] : n.attrs)
+    if (k != "gspmd_captures") set_attr(pn->add_attribute(), k, v, captured);
+}
+
+std::vector<std::string> value_names(const Graph& g) {
+  std::vector<std::string> name;
+  for (const Value& v : g.values) name.push_back(v.name);
+  return name;
+}
+
+// A body as a GraphProto: formal inputs, constants as initializers, nodes; its captured inputs named `captured`.
+void write_body(const Graph& b, onnx::GraphProto* gp, const std::vector<std::string>& captured) {
+  const size_t formal = b.inputs.size() - captured.size();
+  std::vector<std::string> name = value_names(b);
+  for (size_t j = 0; j < captured.size(); ++j) name[static_cast<size_t>(b.inputs[formal + j])] = captured[j];
+  auto info = [&](onnx::ValueInfoProto* vi, int v) {
+    if (b.values[v].dtype == DType::kUndefined) vi->set_name(name[static_cast<size_t>(v)]);
+    else set_value_info(vi, b.values[v]);
+  };
+  gp->set_name(b.name);
+  for (size_t k = 0; k < formal; ++k) info(gp->add_input(), b.inputs[k]);
+  for (int v : b.outputs) info(gp->add_output(), v);
+  for (const Value& v : b.values)
+    if (v.producer < 0 && v.is_initializer && v.data) {
+      auto* init = gp->add_initializer();
+      init->set_name(v.name);
+      frontend::tensor_to_proto(*v.data, init);
+    }
+  for (const Node& n : b.nodes) write_node(n, gp->add_node(), name);
 }
 
 bool is_collective(const std::string& op) {
@@ -114,6 +166,7 @@ struct Exporter {
   onnx::GraphProto* pg = nullptr;
   std::unordered_set<std::string> names;  // value and node names in use
   std::set<std::string> domains;
+  std::vector<std::string> value_names_;  // G's value names by id
 
   std::string fresh(const std::string& hint) {
     std::string n = hint;
@@ -260,15 +313,8 @@ struct Exporter {
 
   void copy_node(const Node& n) {
     auto* pn = pg->add_node();
-    pn->set_name(n.name);
-    pn->set_op_type(n.op_type);
-    if (!n.domain.empty()) {
-      pn->set_domain(n.domain);
-      domains.insert(n.domain);
-    }
-    for (int i : n.inputs) pn->add_input(i >= 0 ? G.values.at(i).name : "");
-    for (int o : n.outputs) pn->add_output(G.values.at(o).name);
-    for (const auto& [k, v] : n.attrs) set_attr(pn->add_attribute(), k, v);
+    write_node(n, pn, value_names_);
+    if (!n.domain.empty()) domains.insert(n.domain);
     if (n.domain == kGspmdDomain && is_collective(n.op_type)) {
       const std::vector<int> axes = mesh_axes(n);
       const auto groups = p.mesh.replica_groups(axes);
@@ -326,6 +372,7 @@ struct Exporter {
 
     for (const Value& v : G.values) names.insert(v.name);
     for (const Node& n : G.nodes) names.insert(n.name);
+    value_names_ = value_names(G);
 
     std::unordered_map<int, const ProgramBinding*> params;
     for (const auto& b : p.params) params[b.local] = &b;
@@ -394,7 +441,7 @@ struct Exporter {
 }  // namespace
 
 void export_device(const SpmdProgram& p, const Graph& global, int64_t device, const std::string& path) {
-  Exporter e{p, p.program, global, device, global.opset > 0 ? global.opset : p.program.opset, {}, nullptr, {}, {}};
+  Exporter e{p, p.program, global, device, global.opset > 0 ? global.opset : p.program.opset, {}, nullptr, {}, {}, {}};
   e.run(path);
 }
 

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <memory>
+#include <variant>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "core/ir/control_flow.h"
 
 namespace gspmd::frontend {
 namespace {
@@ -109,6 +112,131 @@ std::string untyped_reason(const Graph& g, const Node& n, const std::string& err
   return fmt::format("has no static shape: ONNX inference left it untyped and no shape function typed {}", n.op_type);
 }
 
+// The value ids of `b` mapped into `g` when node `ni` (an If) is replaced by branch `b`'s nodes.
+std::vector<int> map_branch(Graph& g, const Node& node, const Graph& b, std::unordered_set<std::string>& unknown) {
+  std::vector<int> map(b.values.size(), -1);
+  for (size_t j = 0; j < b.inputs.size(); ++j)  // an If's body inputs are its captured values
+    map[static_cast<size_t>(b.inputs[j])] = node.inputs[node.inputs.size() - b.inputs.size() + j];
+  for (size_t k = 0; k < b.outputs.size() && k < node.outputs.size(); ++k) {
+    const auto o = static_cast<size_t>(b.outputs[k]);
+    if (b.values[o].producer >= 0 && map[o] < 0) map[o] = node.outputs[k];
+  }
+  for (size_t v = 0; v < b.values.size(); ++v) {
+    const Value& bv = b.values[v];
+    if (map[v] >= 0 || (bv.producer < 0 && !bv.data)) continue;
+    const int id = g.add_value_unique(node.name + "/" + bv.name, bv.dtype, bv.shape);
+    Value& nv = g.values[static_cast<size_t>(id)];
+    nv.is_initializer = bv.producer < 0;
+    nv.data = bv.data;
+    if (bv.producer >= 0 && bv.dtype == DType::kUndefined) unknown.insert(nv.name);
+    map[v] = id;
+  }
+  return map;
+}
+
+// Node `ni`, an If whose condition is a constant, is replaced by its taken branch's nodes (renamed "<if>/<node>",
+// values made unique in `g`); outputs that the branch does not compute itself come from Identity nodes. Returns false
+// when node `ni` is not such an If.
+bool inline_constant_if(Graph& g, size_t ni, std::vector<char>& dead, std::unordered_set<std::string>& unknown,
+                        LoadReport& report) {
+  if (ni >= g.nodes.size()) return false;
+  const Node& n = g.nodes[ni];
+  if (!is_onnx_domain(n) || n.op_type != "If" || n.inputs.empty() || n.inputs[0] < 0) return false;
+  const Value& c = g.values[static_cast<size_t>(n.inputs[0])];
+  if (!c.data || c.data->numel() != 1) return false;
+  const Node node = n;  // keeps the branch alive
+  const bool taken = c.data->bytes[0] != std::byte{0};
+  const char* attr = taken ? "then_branch" : "else_branch";
+  const Graph* b = node.g(attr);
+  if (!b) return false;
+  const std::vector<int> map = map_branch(g, node, *b, unknown);
+  std::vector<Node> spliced;
+  for (const Node& bn : b->nodes) {
+    Node m = bn;
+    m.name = node.name + "/" + bn.name;
+    for (int& i : m.inputs)
+      if (i >= 0) i = map[static_cast<size_t>(i)];
+    for (int& o : m.outputs) o = map[static_cast<size_t>(o)];
+    spliced.push_back(std::move(m));
+  }
+  for (size_t k = 0; k < node.outputs.size() && k < b->outputs.size(); ++k) {
+    const int from = map[static_cast<size_t>(b->outputs[k])];
+    if (from == node.outputs[k]) continue;
+    Node id;
+    id.name = fmt::format("{}/output_{}", node.name, k);
+    id.op_type = "Identity";
+    id.inputs = {from};
+    id.outputs = {node.outputs[k]};
+    spliced.push_back(std::move(id));
+  }
+  g.nodes.erase(g.nodes.begin() + static_cast<int64_t>(ni));
+  dead.erase(dead.begin() + static_cast<int64_t>(ni));
+  g.nodes.insert(g.nodes.begin() + static_cast<int64_t>(ni), spliced.begin(), spliced.end());
+  dead.insert(dead.begin() + static_cast<int64_t>(ni), spliced.size(), 0);
+  for (size_t k = ni; k < g.nodes.size(); ++k)
+    for (int o : g.nodes[k].outputs) g.values[static_cast<size_t>(o)].producer = static_cast<int>(k);
+  report.rewrites.push_back(fmt::format("node '{}' (If): condition is constant {}, {} inlined", node.name,
+                                        taken ? "true" : "false", attr));
+  return true;
+}
+
+// True when typed body `b` of Loop / Scan node `n` gives its loop-carried values (Loop: carried values; Scan: states)
+// back with the types they entered with, so that what was typed and folded for the first iteration holds for all.
+// `unknown`: the body's untyped values.
+bool keeps_carried_types(const Node& n, const Graph& b, const std::unordered_set<std::string>& unknown) {
+  size_t first_in = 0, first_out = 0, count = 0;
+  if (n.op_type == "Loop") {
+    first_in = 2;
+    first_out = 1;
+    count = own_inputs(n) - 2;
+  } else if (n.op_type == "Scan") {
+    count = static_cast<size_t>(scan_layout(n, b.outputs.size(), b.opset).num_state);
+  }
+  for (size_t k = 0; k < count; ++k) {
+    const Value& in = b.values[static_cast<size_t>(b.inputs.at(first_in + k))];
+    const Value& out = b.values[static_cast<size_t>(b.outputs.at(first_out + k))];
+    if (unknown.count(out.name) || out.dtype != in.dtype || out.shape != in.shape) return false;
+  }
+  return true;
+}
+
+// Types the bodies of control-flow node `n` (its inputs typed `types`): each body's inputs get the types the node
+// binds (core/ir/control_flow.h) and infer_and_fold types (and folds) its values. A body that cannot be bound, or
+// whose carried values do not provably keep their types, is left as it is (the shape function reports the problem;
+// the kernel runs the body as it is).
+void type_bodies(Node& n, const std::vector<const TensorType*>& types, const LoadOptions& opts, LoadReport& report) {
+  for (auto& [name, a] : n.attrs) {
+    auto* body = std::get_if<std::shared_ptr<const Graph>>(&a);
+    if (!body) continue;
+    Graph b = **body;
+    std::vector<TensorType> in;
+    try {
+      in = body_input_types(n, b, types, b.opset);
+    } catch (const std::exception&) {
+      continue;
+    }
+    for (size_t k = 0; k < in.size(); ++k) {
+      Value& v = b.values[static_cast<size_t>(b.inputs[k])];
+      v.dtype = in[k].dtype;
+      v.shape = in[k].shape;
+    }
+    std::unordered_set<std::string> unknown;
+    for (const Value& v : b.values)
+      if (v.dtype == DType::kUndefined) unknown.insert(v.name);
+    std::map<std::string, std::string> why;
+    LoadReport inner;
+    infer_and_fold(b, unknown, why, opts, inner);
+    bool keeps = false;
+    try {
+      keeps = keeps_carried_types(n, b, unknown);
+    } catch (const std::exception&) {
+    }
+    if (!keeps) continue;
+    for (auto& d : inner.shape_disagreements) report.shape_disagreements.push_back(std::move(d));
+    a = std::make_shared<const Graph>(std::move(b));
+  }
+}
+
 }  // namespace
 
 void simplify_for_inference(Graph& g, LoadReport& report) {
@@ -142,6 +270,9 @@ std::vector<std::string> infer_and_fold(Graph& g, std::unordered_set<std::string
   std::vector<const TensorType*> types;
   std::vector<const Tensor*> values;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    while (inline_constant_if(g, ni, dead, unknown, report)) {
+    }
+    if (ni >= g.nodes.size()) break;
     const Node& n = g.nodes[ni];
     // Input types; an untyped input leaves the outputs as ONNX typed them.
     in_types.assign(n.inputs.size(), {});
@@ -169,6 +300,7 @@ std::vector<std::string> infer_and_fold(Graph& g, std::unordered_set<std::string
           why[g.values[o].name] = fmt::format("has no static shape: its input '{}' has none", untyped);
       continue;
     }
+    if (n.has_body()) type_bodies(g.nodes[ni], types, opts, report);
     // The shape function's answer (nullopt-like empty when it has none).
     std::vector<TensorType> inferred;
     std::string error;

@@ -22,6 +22,10 @@ inline constexpr int64_t kMaxExpandingFoldBytes = int64_t{64} << 20;
 void simplify_for_inference(Graph& g, LoadReport& report);
 
 /// One pass in topological order. For each node:
+/// - an If whose condition is a constant: replaced by its taken branch's nodes (renamed "<if>/<node>"), which the
+///   pass then visits; noted in report.rewrites;
+/// - a control-flow node with typed inputs: each body is typed (and folded) by this pass, its inputs typed as the
+///   node binds them (core/ir/control_flow.h);
 /// - every input a constant (and the node deterministic, and the outputs within kMaxExpandingFoldBytes): evaluated
 ///   once by `opts.evaluator`; its outputs become initializers and the node leaves the graph;
 /// - Shape / Size of a value with a static shape: folded likewise;

@@ -54,7 +54,8 @@ struct LoadReport {
   };
   std::vector<Folded> folded;          // nodes evaluated once at load, in graph order
   std::vector<std::string> not_folded;  // constant nodes left to run: "node 'e' (Expand): 256.0 MiB of outputs ..."
-  std::vector<std::string> rewrites;    // "node 'd' (Dropout): not training, an Identity", dropped unused outputs
+  std::vector<std::string> rewrites;    // "node 'd' (Dropout): not training, an Identity", dropped unused outputs,
+                                        // "node 'c' (If): condition is constant true, then_branch inlined"
   std::vector<std::string> shape_disagreements;  // "value 'v' (node 'n' (Op)): shape function float32[2,3], ONNX
                                                  // inference float32[2,4]"
 };
@@ -84,6 +85,9 @@ ModelInfo read_model_info(const std::string& path);
 /// Identity, unused outputs dropped), then one topological pass folds every node whose inputs are all constant
 /// (Shape of a static value included) and types the rest with opts.shape_function, cross-checked against ONNX's
 /// inference; dead nodes are pruned. IR-3 models listing initializers among graph inputs are accepted.
+/// Control flow (If, Loop, Scan; docs/control-flow.md): bodies become graph attributes whose outer-scope reads are
+/// captured as explicit node inputs (ir.h); bodies are typed by the same pass; an If on a constant condition is
+/// replaced by its taken branch.
 /// Throws InputError("model.onnx: <problem>") for a missing, truncated or malformed file, an unbound symbolic
 /// dim ("input 'ids' dim 0 'batch' is symbolic: bind it with --dim batch=N"), a dim that the input
 /// tensors and --dim give differently, or a value whose shape stays unknown; that error names the value, its node and

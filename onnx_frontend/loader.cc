@@ -1,5 +1,7 @@
 // load_model: ONNX file -> core::Graph with static shapes (bind dims, shape inference, folding).
+#include <algorithm>
 #include <climits>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -118,6 +120,51 @@ struct Loader {
     }
   }
 
+  Value initializer_value(const onnx::TensorProto& t) {
+    std::string what = fmt::format("{}: initializer '{}'", path, t.name());
+    Value v;
+    v.name = t.name();
+    v.dtype = frontend::proto_dtype(t.data_type(), what);
+    v.shape = frontend::proto_shape(t);
+    v.is_initializer = true;
+    v.data = read_const(t, what);
+    return v;
+  }
+
+  // A Constant node's output as a constant value (data read as read_const does).
+  Value constant_value(const onnx::NodeProto& n) {
+    std::string what = fmt::format("{}: Constant node '{}'", path, n.name().empty() ? n.output(0) : n.name());
+    if (n.attribute_size() != 1) fail(fmt::format("Constant node '{}' needs exactly one value attribute", n.output(0)));
+    const auto& a = n.attribute(0);
+    Value v;
+    v.name = n.output(0);
+    v.is_initializer = true;
+    std::shared_ptr<const Tensor> data;
+    if (a.name() == "value") {
+      v.dtype = frontend::proto_dtype(a.t().data_type(), what);
+      v.shape = frontend::proto_shape(a.t());
+      data = read_const(a.t(), what);
+    } else if (a.name() == "value_float") {
+      data = std::make_shared<const Tensor>(Tensor::from_floats({}, {a.f()}));
+    } else if (a.name() == "value_floats") {
+      data = std::make_shared<const Tensor>(
+          Tensor::from_floats({a.floats_size()}, std::vector<float>(a.floats().begin(), a.floats().end())));
+    } else if (a.name() == "value_int") {
+      data = std::make_shared<const Tensor>(Tensor::from_int64s({a.i()}, /*scalar=*/true));
+    } else if (a.name() == "value_ints") {
+      data = std::make_shared<const Tensor>(
+          Tensor::from_int64s(std::vector<int64_t>(a.ints().begin(), a.ints().end())));
+    } else {
+      fail(fmt::format("Constant node '{}': attribute '{}' is not supported", v.name, a.name()));
+    }
+    if (data) {
+      v.dtype = data->dtype;
+      v.shape = data->shape;
+    }
+    v.data = std::move(data);
+    return v;
+  }
+
   void prepare() {
     auto* g = m.mutable_graph();
     std::unordered_set<std::string> init_names;
@@ -131,13 +178,7 @@ struct Loader {
     google::protobuf::RepeatedPtrField<onnx::TensorProto> inits;
     inits.Swap(g->mutable_initializer());
     for (auto& t : inits) {
-      std::string what = fmt::format("{}: initializer '{}'", path, t.name());
-      Value v;
-      v.name = t.name();
-      v.dtype = frontend::proto_dtype(t.data_type(), what);
-      v.shape = frontend::proto_shape(t);
-      v.is_initializer = true;
-      v.data = read_const(t, what);
+      Value v = initializer_value(t);
       std::string().swap(*t.mutable_raw_data());  // free the proto's copy early
       expose_const(v, graph_input_names);
       add_const(std::move(v));
@@ -173,35 +214,7 @@ struct Loader {
         *g->add_node() = std::move(n);
         continue;
       }
-      std::string what = fmt::format("{}: Constant node '{}'", path, n.name().empty() ? n.output(0) : n.name());
-      if (n.attribute_size() != 1) fail(fmt::format("Constant node '{}' needs exactly one value attribute", n.output(0)));
-      const auto& a = n.attribute(0);
-      Value v;
-      v.name = n.output(0);
-      v.is_initializer = true;
-      std::shared_ptr<const Tensor> data;
-      if (a.name() == "value") {
-        v.dtype = frontend::proto_dtype(a.t().data_type(), what);
-        v.shape = frontend::proto_shape(a.t());
-        data = read_const(a.t(), what);
-      } else if (a.name() == "value_float") {
-        data = std::make_shared<const Tensor>(Tensor::from_floats({}, {a.f()}));
-      } else if (a.name() == "value_floats") {
-        data = std::make_shared<const Tensor>(
-            Tensor::from_floats({a.floats_size()}, std::vector<float>(a.floats().begin(), a.floats().end())));
-      } else if (a.name() == "value_int") {
-        data = std::make_shared<const Tensor>(Tensor::from_int64s({a.i()}, /*scalar=*/true));
-      } else if (a.name() == "value_ints") {
-        data = std::make_shared<const Tensor>(
-            Tensor::from_int64s(std::vector<int64_t>(a.ints().begin(), a.ints().end())));
-      } else {
-        fail(fmt::format("Constant node '{}': attribute '{}' is not supported", v.name, a.name()));
-      }
-      if (data) {
-        v.dtype = data->dtype;
-        v.shape = data->shape;
-      }
-      v.data = std::move(data);
+      Value v = constant_value(n);
       expose_const(v, graph_input_names);
       add_const(std::move(v));
     }
@@ -323,7 +336,14 @@ struct Loader {
     }
   }
 
-  AttrValue convert_attr(const onnx::NodeProto& n, const std::string& node_name, const onnx::AttributeProto& a) {
+  // The bodies of one node's GRAPH attributes, and the outer-scope names they read (see convert_attrs).
+  struct Bodies {
+    std::vector<std::shared_ptr<Graph>> graphs;
+    std::vector<std::string> captures;
+  };
+
+  AttrValue convert_attr(const onnx::NodeProto& n, const std::string& node_name, const onnx::AttributeProto& a,
+                         Bodies& bodies) {
     using AP = onnx::AttributeProto;
     auto type = a.type();
     if (type == AP::UNDEFINED) {  // very old models: infer from the field that is set
@@ -347,12 +367,136 @@ struct Loader {
         return tensor_from_proto(a.t(), base_dir,
                                  fmt::format("{}: node '{}' attribute '{}'", path, node_name, a.name()));
       case AP::GRAPH:
+        bodies.graphs.push_back(convert_body(a.g(), bodies.captures));
+        return std::shared_ptr<const Graph>(bodies.graphs.back());
       case AP::GRAPHS:
-        fail(fmt::format("node '{}' ({}): attribute '{}' holds a graph; control flow (If/Loop/Scan) is not supported",
-                         node_name, n.op_type(), a.name()));
+        fail(fmt::format("node '{}' ({}): attribute '{}' holds a list of graphs, which is not supported", node_name,
+                         n.op_type(), a.name()));
       default:
         fail(fmt::format("node '{}' ({}): attribute '{}' has an unsupported type", node_name, n.op_type(), a.name()));
     }
+  }
+
+  using TypeMap = std::unordered_map<std::string, const onnx::TypeProto*>;
+
+  static TypeMap type_map(const onnx::GraphProto& pg) {
+    TypeMap types;
+    for (const auto& vi : pg.value_info()) types[vi.name()] = &vi.type();
+    for (const auto& vi : pg.output()) types[vi.name()] = &vi.type();
+    for (const auto& vi : pg.input()) types[vi.name()] = &vi.type();
+    return types;
+  }
+
+  // A value typed as `types` says. Without a static tensor type it has no shape and goes to `unknown`; without
+  // `unknown` (in a body) its dtype is kUndefined too.
+  Value typed_value(const std::string& name, const TypeMap& types, std::unordered_set<std::string>* unknown) {
+    Value v;
+    v.name = name;
+    auto it = types.find(name);
+    bool known = false;
+    if (it != types.end() && it->second->has_tensor_type()) {
+      const auto& tt = it->second->tensor_type();
+      if (tt.elem_type() != 0) v.dtype = frontend::proto_dtype(tt.elem_type(), fmt::format("{}: value '{}'", path, name));
+      if (tt.has_shape() && v.dtype != DType::kUndefined) {
+        known = true;
+        for (const auto& d : tt.shape().dim()) {
+          if (!d.has_dim_value() || d.dim_value() < 0) known = false;
+          else v.shape.push_back(d.dim_value());
+        }
+      }
+    }
+    if (it != types.end() && !it->second->has_tensor_type() && it->second->value_case() != onnx::TypeProto::VALUE_NOT_SET)
+      non_tensor[name] = it->second->has_sequence_type() ? "sequence"
+                         : it->second->has_optional_type() ? "optional"
+                         : it->second->has_map_type() ? "map"
+                                                       : "non-tensor value";
+    if (!known) {
+      if (unknown) unknown->insert(name);
+      else v.dtype = DType::kUndefined;
+      v.shape.clear();
+    }
+    return v;
+  }
+
+  static Value untyped(const std::string& name) {
+    Value v;
+    v.name = name;
+    return v;
+  }
+
+  // Node `n`'s attributes from `pn`. The outer-scope values its bodies read (resolved by `resolve`) are appended to
+  // its inputs, and to every body's inputs, in first-use order; `gspmd_captures` counts them (ir.h).
+  void convert_attrs(const onnx::NodeProto& pn, Node& n, const std::function<int(const std::string&)>& resolve) {
+    Bodies bodies;
+    for (const auto& a : pn.attribute()) n.attrs.emplace(a.name(), convert_attr(pn, n.name, a, bodies));
+    const std::vector<std::string>& captures = bodies.captures;
+    if (captures.empty()) return;
+    for (const std::shared_ptr<Graph>& b : bodies.graphs)
+      for (const std::string& name : captures) {
+        int id = b->find(name);
+        if (id < 0) id = b->add_value(untyped(name));
+        b->inputs.push_back(id);
+      }
+    for (const std::string& name : captures) n.inputs.push_back(resolve(name));
+    n.attrs["gspmd_captures"] = static_cast<int64_t>(captures.size());
+  }
+
+  // Absent optional outputs in the middle get a name; trailing ones are dropped.
+  static std::vector<std::string> output_names(const onnx::NodeProto& pn, const std::string& node_name,
+                                               const Graph& g) {
+    std::vector<std::string> out;
+    int last = pn.output_size() - 1;
+    while (last >= 0 && pn.output(last).empty()) --last;
+    for (int k = 0; k <= last; ++k) {
+      std::string name = pn.output(k);
+      if (name.empty()) {
+        name = fmt::format("{}:unused_output_{}", node_name, k);
+        while (g.find(name) >= 0) name += "_";
+      }
+      out.push_back(std::move(name));
+    }
+    return out;
+  }
+
+  // A body (GRAPH attribute) -> Graph: formal inputs typed from the proto where it says, initializers and Constant
+  // nodes as constants, other values typed from ONNX inference's value_info where static, else kUndefined (fold.cc
+  // types the rest).
+  // Names it reads but does not define are appended to `captures` (no repeats) and become values of the body that
+  // are not inputs yet (convert_attrs makes them its trailing inputs).
+  std::shared_ptr<Graph> convert_body(const onnx::GraphProto& pg, std::vector<std::string>& captures) {
+    auto b = std::make_shared<Graph>();
+    b->name = pg.name();
+    b->opset = opset;
+    const TypeMap types = type_map(pg);
+    for (const auto& in : pg.input()) b->inputs.push_back(b->add_value(typed_value(in.name(), types, nullptr)));
+    for (const auto& t : pg.initializer()) b->add_value(initializer_value(t));
+    auto resolve = [&](const std::string& name) {
+      int id = b->find(name);
+      if (id >= 0) return id;
+      if (std::find(captures.begin(), captures.end(), name) == captures.end()) captures.push_back(name);
+      return b->add_value(untyped(name));
+    };
+    const std::vector<std::string> names = unique_node_names(pg.node());
+    for (int ni = 0; ni < pg.node_size(); ++ni) {
+      const auto& pn = pg.node(ni);
+      if (pn.op_type() == "Constant" && (pn.domain().empty() || pn.domain() == "ai.onnx") && pn.output_size() == 1) {
+        b->add_value(constant_value(pn));
+        continue;
+      }
+      Node n;
+      n.name = names[ni];
+      n.op_type = pn.op_type();
+      n.domain = pn.domain() == "ai.onnx" ? "" : pn.domain();
+      for (const auto& in : pn.input()) n.inputs.push_back(in.empty() ? -1 : resolve(in));
+      convert_attrs(pn, n, resolve);
+      for (const std::string& name : output_names(pn, n.name, *b)) {
+        if (b->find(name) >= 0) fail(fmt::format("body '{}': value '{}' is defined twice", b->name, name));
+        n.outputs.push_back(b->add_value(typed_value(name, types, nullptr)));
+      }
+      b->add_node(std::move(n));
+    }
+    for (const auto& out : pg.output()) b->outputs.push_back(resolve(out.name()));
+    return b;
   }
 
   // Proto (after inference) -> Graph. Values whose type is not a static tensor type are listed in `unknown`.
@@ -361,37 +505,8 @@ struct Loader {
     Graph g;
     g.name = pg.name();
     g.opset = opset;
-    std::unordered_map<std::string, const onnx::TypeProto*> types;
-    for (const auto& vi : pg.value_info()) types[vi.name()] = &vi.type();
-    for (const auto& vi : pg.output()) types[vi.name()] = &vi.type();
-    for (const auto& vi : pg.input()) types[vi.name()] = &vi.type();
-    auto make_value = [&](const std::string& name) {
-      Value v;
-      v.name = name;
-      auto it = types.find(name);
-      bool known = false;
-      if (it != types.end() && it->second->has_tensor_type()) {
-        const auto& tt = it->second->tensor_type();
-        if (tt.elem_type() != 0) v.dtype = frontend::proto_dtype(tt.elem_type(), fmt::format("{}: value '{}'", path, name));
-        if (tt.has_shape() && v.dtype != DType::kUndefined) {
-          known = true;
-          for (const auto& d : tt.shape().dim()) {
-            if (!d.has_dim_value() || d.dim_value() < 0) known = false;
-            else v.shape.push_back(d.dim_value());
-          }
-        }
-      }
-      if (it != types.end() && !it->second->has_tensor_type() && it->second->value_case() != onnx::TypeProto::VALUE_NOT_SET)
-        non_tensor[name] = it->second->has_sequence_type() ? "sequence"
-                           : it->second->has_optional_type() ? "optional"
-                           : it->second->has_map_type() ? "map"
-                                                         : "non-tensor value";
-      if (!known) {
-        unknown.insert(name);
-        v.shape.clear();
-      }
-      return v;
-    };
+    const TypeMap types = type_map(pg);
+    auto make_value = [&](const std::string& name) { return typed_value(name, types, &unknown); };
     for (const Value& c : consts) g.add_value(c);
     for (const auto& name : input_names) {
       if (g.find(name) >= 0) fail(fmt::format("graph input '{}' is defined twice", name));
@@ -416,19 +531,16 @@ struct Loader {
                            n.name, n.op_type, in));
         n.inputs.push_back(id);
       }
-      int last = pn.output_size() - 1;
-      while (last >= 0 && pn.output(last).empty()) --last;  // trailing absent optional outputs
-      for (int k = 0; k <= last; ++k) {
-        std::string name = pn.output(k);
-        if (name.empty()) {
-          name = fmt::format("{}:unused_output_{}", n.name, k);
-          while (g.find(name) >= 0) name += "_";
-        } else if (g.find(name) >= 0) {
-          fail(fmt::format("value '{}' is defined twice (node '{}')", name, n.name));
-        }
+      for (const std::string& name : output_names(pn, n.name, g)) {
+        if (g.find(name) >= 0) fail(fmt::format("value '{}' is defined twice (node '{}')", name, n.name));
         n.outputs.push_back(g.add_value(make_value(name)));
       }
-      for (const auto& a : pn.attribute()) n.attrs.emplace(a.name(), convert_attr(pn, n.name, a));
+      convert_attrs(pn, n, [&](const std::string& name) {
+        int id = g.find(name);
+        if (id < 0) fail(fmt::format("node '{}' ({}): its body reads '{}', which is not defined before it", n.name,
+                                     n.op_type, name));
+        return id;
+      });
       g.add_node(std::move(n));
     }
     for (const auto& out : pg.output()) {

@@ -214,6 +214,7 @@ const KernelTable& table() {
     register_grid_sample(k);
     register_spatial(k);
     register_training(k);
+    register_control(k);
     return k;
   }();
   return t;

@@ -73,6 +73,7 @@ void register_grid_sample(KernelTable& t);  // ops_signal.cc: GridSample
 void register_spatial(KernelTable& t);      // ops_spatial.cc: MaxUnpool, RoiAlign, DFT, STFT, MelWeightMatrix,
                                             // TfIdfVectorizer
 void register_training(KernelTable& t);     // ops_training.cc: "ai.onnx.preview.training:<Op>" optimizers
+void register_control(KernelTable& t);      // ops_control.cc: If, Loop, Scan (their bodies run with these kernels)
 
 // ---------------------------------------------------------------------------------------------------------------
 // dtype dispatch. `f` is a lambda templated on the element type: [&]<class T>() { ... }. Bool is stored as uint8_t

@@ -5,6 +5,7 @@
 // Not part of the public interface (kernels.h); included only by backend/kernels/*.cc.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -64,6 +65,21 @@ void register_signal_shapes(ShapeTable& t);  // + GridSample
 void register_rnn_shapes(ShapeTable& t);
 void register_spatial_shapes(ShapeTable& t);
 void register_training_shapes(ShapeTable& t);
+void register_control_shapes(ShapeTable& t);  // shapes_control.cc: If, Loop, Scan
+
+/// What the shape functions know of a body's outputs (a body of If / Loop / Scan, core/ir/control_flow.h).
+struct BodyTypes {
+  std::vector<std::optional<TensorType>> outputs;  // per body output; nullopt when not static
+  std::string why;  // why the first unknown output is not static (a data-dependent shape, an op without a shape
+                    // function)
+  bool data_dependent = false;  // that reason is a data-dependent shape (else an op without a shape function)
+};
+/// Types `body`'s values node by node with infer_types (no folding), its inputs typed `inputs` (one per body input)
+/// with the constant values `values` (one per body input, nullptr = not constant; may be shorter). A node whose
+/// shape is data-dependent, or that has no shape function, leaves its outputs (and what depends on them) unknown;
+/// other errors (spec violations) are thrown.
+BodyTypes type_body(const Graph& body, const std::vector<TensorType>& inputs, const std::vector<const Tensor*>& values,
+                    int64_t opset);
 
 /// numpy matmul of shapes a and b: 1-D operands promoted (their unit dim dropped from the result), batch dims
 /// broadcast; fails unless both have rank >= 1 and the contracted dims agree. MatMul, MatMulInteger, QLinearMatMul.

@@ -65,6 +65,7 @@ const ShapeTable& shape_table() {
     register_rnn_shapes(k);
     register_spatial_shapes(k);
     register_training_shapes(k);
+    register_control_shapes(k);
     return k;
   }();
   return t;

@@ -446,6 +446,7 @@ double bytes_of(const Graph& g, int id) {
 
 double node_flops(const Graph& g, const Node& n) {
   if (n.domain == kGspmdDomain) return 0;
+  if (n.has_body()) return 0;  // control flow (If, Loop, Scan): not modelled (its trip count is data)
   const std::string& op = n.op_type;
   auto out_numel = [&]() { return n.outputs.empty() ? 0.0 : numel_of(g, n.outputs[0]); };
   auto in_numel = [&](size_t i) { return i < n.inputs.size() ? numel_of(g, n.inputs[i]) : 0.0; };
@@ -618,6 +619,8 @@ std::string op_signature(const Graph& g, const Node& n) {
             s += fmt::format("[{}]", fmt::join(x, ","));
           else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, float>)
             s += fmt::format("{}", x);
+          else if constexpr (std::is_same_v<T, std::shared_ptr<const Graph>>)
+            s += fmt::format("graph({} nodes)", x->nodes.size());
           else
             s += fmt::format("[{}]", fmt::join(x, ","));
         },

@@ -110,6 +110,13 @@ std::vector<float> Node::floats(const std::string& a, const std::vector<float>& 
   return has(a) ? get_attr<std::vector<float>>(*this, a) : def;
 }
 const Tensor* Node::t(const std::string& a) const { return has(a) ? &get_attr<Tensor>(*this, a) : nullptr; }
+const Graph* Node::g(const std::string& a) const {
+  return has(a) ? get_attr<std::shared_ptr<const Graph>>(*this, a).get() : nullptr;
+}
+bool Node::has_body() const {
+  return std::any_of(attrs.begin(), attrs.end(),
+                     [](const auto& kv) { return std::holds_alternative<std::shared_ptr<const Graph>>(kv.second); });
+}
 
 int Graph::add_value(Value v) {
   if (index_.count(v.name)) throw std::invalid_argument(fmt::format("duplicate value name '{}'", v.name));

@@ -92,9 +92,22 @@ struct TensorType {
   bool operator==(const TensorType&) const = default;
 };
 
-/// An ONNX attribute value. Graph-valued attributes (If/Loop bodies) are not supported and rejected at load.
+class Graph;
+
+/// An ONNX attribute value. A graph-valued attribute (the body of If / Loop / Scan) is an immutable Graph, shared by
+/// the copies of its node.
+///
+/// Control flow (ONNX If, Loop, Scan; docs/control-flow.md). A body Graph's `inputs` are its formal inputs in ONNX
+/// order (Loop: iteration number, condition, carried values; Scan: state values, then one slice per scan input; If:
+/// none), its `outputs` its outputs in ONNX order. A body reads nothing from an enclosing scope: every value that a
+/// body (or a body nested in it) reads from outside is *captured* at load: it becomes an extra input of the
+/// control-flow node, appended after the node's ONNX inputs, and an extra input of every body of that node (same
+/// name, same order, after the formal inputs); the node's int attribute `gspmd_captures` is their number. A
+/// control-flow node is therefore a pure function of its inputs: propagation, partitioning, cost and the executor
+/// treat it like any node (it has no factor rule: it is computed replicated). Export turns captures back into
+/// outer-scope references.
 using AttrValue = std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>,
-                               std::vector<std::string>, Tensor>;
+                               std::vector<std::string>, Tensor, std::shared_ptr<const Graph>>;
 
 /// An operator instance. Inputs/outputs are value ids in the owning Graph; -1 = absent optional input.
 struct Node {
@@ -113,6 +126,11 @@ struct Node {
   std::vector<int64_t> ints(const std::string& a, const std::vector<int64_t>& def = {}) const;
   std::vector<float> floats(const std::string& a, const std::vector<float>& def = {}) const;
   const Tensor* t(const std::string& a) const;  // nullptr when absent
+  const Graph* g(const std::string& a) const;   // a body; nullptr when absent
+  /// True for a node with graph-valued attributes (If, Loop, Scan).
+  bool has_body() const;
+  /// Number of trailing inputs that are captured outer-scope values (attribute `gspmd_captures`, 0 when absent).
+  int captures() const { return static_cast<int>(i("gspmd_captures", 0)); }
 };
 
 /// A tensor-valued edge of the graph.

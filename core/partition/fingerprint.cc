@@ -1,5 +1,6 @@
 // program_fingerprint (spmd.h): a content hash of an SPMD program's structure, stable across processes and hosts.
 #include <cstring>
+#include <memory>
 #include <type_traits>
 
 #include "core/partition/spmd.h"
@@ -47,13 +48,8 @@ struct Hasher {
   }
 };
 
-}  // namespace
-
-uint64_t program_fingerprint(const SpmdProgram& p) {
-  Hasher h;
-  h.vec(p.mesh.shape);
-  h.vec(p.mesh.axes);
-  const Graph& g = p.program;
+// Hashes a graph's structure (bodies of control-flow nodes recursively).
+void hash_graph(Hasher& h, const Graph& g) {
   h.i(g.opset);
   h.i(static_cast<int64_t>(g.values.size()));
   for (const Value& v : g.values) {
@@ -83,6 +79,8 @@ uint64_t program_fingerprint(const SpmdProgram& p) {
               h.i(static_cast<int64_t>(x.dtype));
               h.vec(x.shape);
               h.bytes(x.bytes.data(), x.bytes.size());
+            } else if constexpr (std::is_same_v<T, std::shared_ptr<const Graph>>) {
+              hash_graph(h, *x);
             } else h.vec(x);
           },
           a);
@@ -90,6 +88,15 @@ uint64_t program_fingerprint(const SpmdProgram& p) {
   }
   h.vec(g.inputs);
   h.vec(g.outputs);
+}
+
+}  // namespace
+
+uint64_t program_fingerprint(const SpmdProgram& p) {
+  Hasher h;
+  h.vec(p.mesh.shape);
+  h.vec(p.mesh.axes);
+  hash_graph(h, p.program);
   for (const auto* list : {&p.inputs, &p.params, &p.outputs}) {
     h.i(static_cast<int64_t>(list->size()));
     for (const ProgramBinding& b : *list) h.binding(b);

@@ -267,6 +267,11 @@ class Partitioner {
 
   void lower(int n) {
     const Node& node = g_.nodes[n];
+    if (node.has_body()) {  // If / Loop / Scan: no factor rule; the body runs whole on every device
+      lower_replicated(n, fmt::format("node '{}' ({}): control flow ({}): its body is computed replicated", node.name,
+                                      node.op_type, node.op_type));
+      return;
+    }
     std::optional<OpShardingRule> rule = get_rule(g_, node);
     if (!rule) {
       lower_replicated(n, fmt::format("node '{}' ({}) has no sharding rule", node.name, node.op_type));

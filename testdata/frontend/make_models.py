@@ -239,6 +239,179 @@ def half_mlp(dtype, name):
          name + ".onnx")
 
 
+def _scalar(name, value, dtype):
+    return numpy_helper.from_array(np.array(value, dtype=dtype), name)
+
+
+def _branch(name, op, operand, out, const=None):
+    """A one-node If branch: out = op(x, operand); `const` (a TensorProto) becomes a Constant node in the body."""
+    nodes = [helper.make_node("Constant", [], [const.name], value=const)] if const is not None else []
+    nodes.append(helper.make_node(op, ["x", operand], [out], name=f"{name}_{op.lower()}"))
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2, 3])])
+
+
+def if_const():
+    """If on a constant condition (initializer 'flag' = true): then x + 1 (a Constant inside the branch), else x * 2.
+    The loader inlines the then branch."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    then_g = _branch("then_body", "Add", "one", "y_then", _scalar("one", [1.0], np.float32))
+    else_g = _branch("else_body", "Mul", "two", "y_else", _scalar("two", [2.0], np.float32))
+    nodes = [helper.make_node("If", ["flag"], ["y"], name="choose", then_branch=then_g, else_branch=else_g)]
+    g = helper.make_graph(nodes, "if_const", [x], [y], [_scalar("flag", True, np.bool_)])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "if_const.onnx")
+
+
+def if_computed():
+    """y = If(sum(x) > 0): then x + one, else x * two; 'one' and 'two' are outer initializers the branches capture."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["positive"], name="positive"),
+        helper.make_node("If", ["positive"], ["y"], name="branch", then_branch=_branch("then_body", "Add", "one", "y_then"),
+                         else_branch=_branch("else_body", "Mul", "two", "y_else")),
+    ]
+    inits = [_scalar("zero", 0.0, np.float32), _scalar("one", [1.0], np.float32), _scalar("two", [2.0], np.float32)]
+    g = helper.make_graph(nodes, "if_computed", [x], [y], inits)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "if_computed.onnx")
+
+
+def loop_scan(trip_count_input=False):
+    """Loop M=4 times (cond true): acc = acc + step + float(i), where 'step' is a graph input the body captures;
+    scan output acc * acc per iteration. Outputs: acc_final[3], squares[4, 3].
+    trip_count_input: M is a graph input instead (loop_dynamic.onnx: the scan output's length is data-dependent)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    step = helper.make_tensor_value_info("step", TensorProto.FLOAT, [3])
+    body = helper.make_graph(
+        [
+            helper.make_node("Cast", ["i"], ["fi"], name="cast_i", to=TensorProto.FLOAT),
+            helper.make_node("Add", ["acc", "step"], ["a1"], name="add_step"),
+            helper.make_node("Add", ["a1", "fi"], ["acc_out"], name="add_i"),
+            helper.make_node("Mul", ["acc_out", "acc_out"], ["sq"], name="square"),
+        ],
+        "loop_body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("sq", TensorProto.FLOAT, [3])])
+    nodes = [helper.make_node("Loop", ["M", "go", "x"], ["acc_final", "squares"], name="loop", body=body)]
+    outs = [helper.make_tensor_value_info("acc_final", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("squares", TensorProto.FLOAT, ["trips", 3])]
+    inits = [_scalar("go", True, np.bool_)]
+    ins = [x, step]
+    if trip_count_input:
+        ins.append(helper.make_tensor_value_info("M", TensorProto.INT64, []))
+    else:
+        inits.append(_scalar("M", 4, np.int64))
+    name = "loop_dynamic" if trip_count_input else "loop_scan"
+    g = helper.make_graph(nodes, name, ins, outs, inits)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         name + ".onnx")
+
+
+def nested_if_loop():
+    """Loop M=3 times: acc = If(sum(acc) > limit): acc - step, else acc + step; scan output -acc. The If's branches
+    read 'step' (a graph input) two scopes up and the body reads 'limit' (an initializer)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    step = helper.make_tensor_value_info("step", TensorProto.FLOAT, [2])
+
+    def branch(name, op, out):
+        return helper.make_graph([helper.make_node(op, ["acc", "step"], [out], name=name + "_" + op.lower())], name, [],
+                                 [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2])])
+
+    body = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["acc"], ["s"], name="sum", keepdims=0),
+            helper.make_node("Greater", ["s", "limit"], ["big"], name="big"),
+            helper.make_node("If", ["big"], ["acc_out"], name="clip", then_branch=branch("down", "Sub", "acc_down"),
+                             else_branch=branch("up", "Add", "acc_up")),
+            helper.make_node("Neg", ["acc_out"], ["neg"], name="neg"),
+        ],
+        "loop_body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("neg", TensorProto.FLOAT, [2])])
+    nodes = [helper.make_node("Loop", ["M", "go", "x"], ["acc_final", "negs"], name="loop", body=body)]
+    outs = [helper.make_tensor_value_info("acc_final", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("negs", TensorProto.FLOAT, [3, 2])]
+    inits = [_scalar("M", 3, np.int64), _scalar("go", True, np.bool_), _scalar("limit", 4.0, np.float32)]
+    g = helper.make_graph(nodes, "nested_if_loop", [x, step], outs, inits)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "nested_if_loop.onnx")
+
+
+def if_sharded():
+    """h = x @ w; y = If(sum(h) > 0): Relu(h), else Neg(h) (h captured): an If fed by a value that a sharded 'x'
+    splits (if_sharded.sharding.json)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])
+    w = numpy_helper.from_array((np.arange(36, dtype=np.float32).reshape(6, 6) % 7 - 3) / 4, "w")
+
+    def branch(name, op, out):
+        return helper.make_graph([helper.make_node(op, ["h"], [out], name=name + "_" + op.lower())], name, [],
+                                 [helper.make_tensor_value_info(out, TensorProto.FLOAT, [4, 6])])
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+        helper.make_node("ReduceSum", ["h"], ["s"], name="sum", keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["positive"], name="positive"),
+        helper.make_node("If", ["positive"], ["y"], name="branch", then_branch=branch("then_body", "Relu", "y_then"),
+                         else_branch=branch("else_body", "Neg", "y_else")),
+    ]
+    g = helper.make_graph(nodes, "if_sharded", [x], [y], [w, _scalar("zero", 0.0, np.float32)])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "if_sharded.onnx")
+
+
+def scan_axes():
+    """Scan (opset 11) over x[2, 3] along axis 1, backwards, summing columns into the state s[2]; the running sums are
+    stacked along output axis 1: final[2], sums[2, 3]."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "col"], ["s_out"], name="add"),
+         helper.make_node("Neg", ["s_out"], ["neg"], name="neg")],
+        "scan_body",
+        [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("col", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("neg", TensorProto.FLOAT, [2])])
+    nodes = [helper.make_node("Scan", ["s0", "x"], ["final", "sums"], name="scan", body=body, num_scan_inputs=1,
+                              scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[-1])]
+    ins = [helper.make_tensor_value_info("s0", TensorProto.FLOAT, [2]),
+           helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
+    outs = [helper.make_tensor_value_info("final", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("sums", TensorProto.FLOAT, [2, 3])]
+    g = helper.make_graph(nodes, "scan_axes", ins, outs)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)], producer_name="make_models.py"),
+         "scan_axes.onnx")
+
+
+def if_shapes_differ():
+    """y = If(sum(x) > 0): x + one ([2, 3]), else sum(x) keeping dims ([1, 1]): the output's shape depends on which
+    branch runs."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", "cols"])
+    else_g = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["y_else"], name="else_sum", keepdims=1)],
+                               "else_body", [], [helper.make_tensor_value_info("y_else", TensorProto.FLOAT, [1, 1])])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["positive"], name="positive"),
+        helper.make_node("If", ["positive"], ["y"], name="branch", then_branch=_branch("then_body", "Add", "one", "y_then"),
+                         else_branch=else_g),
+    ]
+    inits = [_scalar("zero", 0.0, np.float32), _scalar("one", [1.0], np.float32)]
+    g = helper.make_graph(nodes, "if_shapes_differ", [x], [y], inits)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "if_shapes_differ.onnx")
+
+
 if __name__ == "__main__":
     external_chain()
     typed_tensors()
@@ -252,3 +425,11 @@ if __name__ == "__main__":
     big_constant()
     half_mlp(TensorProto.FLOAT16, "mlp_float16")
     half_mlp(TensorProto.BFLOAT16, "mlp_bfloat16")
+    if_const()
+    if_computed()
+    loop_scan()
+    nested_if_loop()
+    if_sharded()
+    scan_axes()
+    loop_scan(trip_count_input=True)
+    if_shapes_differ()

@@ -1,19 +1,10 @@
 // export_device: a hand-built SPMD program on a 2-device mesh, exported and parsed back with ONNX.
-// The frontend links onnx privately; its headers need these definitions (the onnx target sets them for its users).
-#ifndef ONNX_NAMESPACE
-#define ONNX_NAMESPACE onnx
-#endif
-#ifndef ONNX_ML
-#define ONNX_ML 1
-#endif
-#include <onnx/checker.h>
-#include <onnx/onnx_pb.h>
-
 #include <cmath>
 #include <fstream>
 #include <sstream>
 
 #include "tests/frontend/frontend_test_util.h"
+#include "tests/frontend/onnx_headers.h"
 #include "tests/test_util/graph_builder.h"
 
 namespace gspmd {

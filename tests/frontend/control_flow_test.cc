@@ -1,0 +1,147 @@
+// Control flow (If, Loop, Scan; ir.h, docs/control-flow.md): loading with captured outer values, a constant-condition
+// If inlined, bodies run by the interpreter kernels (nested too), and device export writing the bodies back.
+#include <fstream>
+#include <sstream>
+
+#include "backend/pod/pod.h"
+#include "core/partition/spmd.h"
+#include "core/propagation/propagation.h"
+#include "tests/frontend/frontend_test_util.h"
+#include "tests/frontend/onnx_headers.h"
+
+namespace gspmd {
+namespace {
+
+using test::frontend_data;
+using test::load_opts;
+
+const Node* find_op(const Graph& g, const std::string& op) {
+  for (const Node& n : g.nodes)
+    if (n.op_type == op) return &n;
+  return nullptr;
+}
+
+std::vector<float> floats(const Tensor& t) { return {t.data<float>(), t.data<float>() + t.numel()}; }
+
+std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs) { return run_single(g, inputs).outputs; }
+
+TEST(ControlFlow, ConstantIfIsInlined) {
+  LoadReport rep;
+  Graph g = load_model(frontend_data("if_const.onnx"), load_opts(), &rep);
+  EXPECT_EQ(find_op(g, "If"), nullptr);
+  ASSERT_EQ(rep.rewrites.size(), 1u);
+  EXPECT_EQ(rep.rewrites[0], "node 'choose' (If): condition is constant true, then_branch inlined");
+  const Node* add = find_op(g, "Add");
+  ASSERT_NE(add, nullptr);
+  EXPECT_EQ(add->name, "choose/then_body_add");
+  const std::vector<Tensor> out = run(g, {Tensor::from_floats({2, 3}, {0, 1, 2, 3, 4, 5})});
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST(ControlFlow, ComputedIfRunsEitherBranch) {
+  Graph g = load_model(frontend_data("if_computed.onnx"), load_opts());
+  const Node* n = find_op(g, "If");
+  ASSERT_NE(n, nullptr);
+  // x, one and two are read by the branches: captured, after the condition.
+  EXPECT_EQ(n->captures(), 3);
+  ASSERT_EQ(n->inputs.size(), 4u);
+  EXPECT_EQ(n->g("then_branch")->inputs.size(), 3u);
+  EXPECT_EQ(n->g("else_branch")->inputs.size(), 3u);
+  EXPECT_EQ(floats(run(g, {Tensor::from_floats({2, 3}, {1, 2, 3, 4, 5, 6})})[0]),
+            (std::vector<float>{2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(floats(run(g, {Tensor::from_floats({2, 3}, {-1, -2, -3, -4, -5, -6})})[0]),
+            (std::vector<float>{-2, -4, -6, -8, -10, -12}));
+}
+
+TEST(ControlFlow, LoopCapturesOuterValueAndStacksScanOutputs) {
+  Graph g = load_model(frontend_data("loop_scan.onnx"), load_opts());
+  const Node* n = find_op(g, "Loop");
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->captures(), 1);  // step
+  EXPECT_EQ(g.values[n->inputs.back()].name, "step");
+  EXPECT_EQ(g.values[g.outputs[1]].shape, (Shape{4, 3}));
+  const std::vector<Tensor> out = run(g, {Tensor::from_floats({3}, {1, 2, 3}), Tensor::from_floats({3}, {10, 20, 30})});
+  std::vector<float> acc{1, 2, 3}, squares;
+  const std::vector<float> step{10, 20, 30};
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 3; ++k) {
+      acc[k] += step[k] + static_cast<float>(i);
+      squares.push_back(acc[k] * acc[k]);
+    }
+  EXPECT_EQ(floats(out[0]), acc);
+  EXPECT_EQ(out[1].shape, (Shape{4, 3}));
+  EXPECT_EQ(floats(out[1]), squares);
+}
+
+TEST(ControlFlow, TripCountFromAnInputIsDataDependentUntilFrozen) {
+  const std::string path = frontend_data("loop_dynamic.onnx");
+  test::expect_input_error(
+      [&] { load_model(path, load_opts()); },
+      path + ": value 'squares' (output of node 'loop' (Loop)) has a data-dependent shape: output shape depends on the "
+             "values of input 0 (the trip count), graph input 'M', which is known only at run time; make 'M' a constant (an "
+             "initializer) to bind it");
+  LoadOptions o = load_opts();
+  o.frozen_inputs["M"] = Tensor::from_int64s({2}, /*scalar=*/true);
+  Graph g = load_model(path, o);
+  EXPECT_EQ(g.values[g.outputs[1]].shape, (Shape{2, 3}));
+}
+
+TEST(ControlFlow, IfBranchesOfDifferentShapesNeedTheCondition) {
+  const std::string path = frontend_data("if_shapes_differ.onnx");
+  test::expect_input_error(
+      [&] { load_model(path, load_opts()); },
+      path + ": value 'y' (output of node 'branch' (If)) has a data-dependent shape: output types depend on which "
+             "branch runs: then_branch gives (float32[2,3]), else_branch (float32[1,1]), 'positive', computed at run "
+             "time from graph input 'x'; make it a constant (an initializer) to bind it");
+}
+
+TEST(ControlFlow, NestedIfInsideLoop) {
+  Graph g = load_model(frontend_data("nested_if_loop.onnx"), load_opts());
+  const Node* loop = find_op(g, "Loop");
+  ASSERT_NE(loop, nullptr);
+  EXPECT_EQ(loop->captures(), 2);  // limit (an initializer) and step (read by the If two scopes down)
+  const Node* inner = find_op(*loop->g("body"), "If");
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(inner->captures(), 2);  // acc (the Loop body's input) and step (the Loop body's captured input)
+  // sum 2 <= 4: +step; sum 6 > 4: -step; sum 2: +step.
+  const std::vector<Tensor> out = run(g, {Tensor::from_floats({2}, {1, 1}), Tensor::from_floats({2}, {2, 2})});
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{3, 3}));
+  EXPECT_EQ(floats(out[1]), (std::vector<float>{-3, -3, -1, -1, -3, -3}));
+}
+
+TEST(ControlFlow, ScanAlongAxisBackwards) {
+  Graph g = load_model(frontend_data("scan_axes.onnx"), load_opts());
+  EXPECT_EQ(g.values[g.outputs[1]].shape, (Shape{2, 3}));
+  // Columns of x scanned from the last; the negated running sums stacked along the last axis.
+  const std::vector<Tensor> out =
+      run(g, {Tensor::from_floats({2}, {0, 100}), Tensor::from_floats({2, 3}, {1, 2, 3, 4, 5, 6})});
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{6, 115}));
+  EXPECT_EQ(floats(out[1]), (std::vector<float>{-3, -5, -6, -106, -111, -115}));
+}
+
+TEST(ControlFlow, ExportWritesBodiesWithOuterReferences) {
+  Graph g = load_model(frontend_data("nested_if_loop.onnx"), load_opts());
+  Annotations ann;
+  ann.mesh = DeviceMesh{{2}, {"x"}};
+  const SpmdProgram p = partition(g, propagate(g, ann), ann.mesh);
+  test::TempDir d;
+  const std::string path = d.file("device_1.onnx");
+  export_device(p, g, 1, path);
+  onnx::ModelProto m;
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(m.ParseFromIstream(&in));
+  EXPECT_NO_THROW(onnx::checker::check_model(m));
+  const onnx::NodeProto* loop = nullptr;
+  for (const auto& n : m.graph().node())
+    if (n.op_type() == "Loop") loop = &n;
+  ASSERT_NE(loop, nullptr);
+  EXPECT_EQ(loop->input_size(), 3);  // M, cond, x: the captured values are outer references again
+  for (const auto& a : loop->attribute()) EXPECT_NE(a.name(), "gspmd_captures");
+  // The device model loads and runs like the original.
+  Graph back = load_model(path, load_opts());
+  const std::vector<Tensor> inputs{Tensor::from_floats({2}, {1, 1}), Tensor::from_floats({2}, {2, 2})};
+  EXPECT_EQ(floats(run(back, inputs)[1]), floats(run(g, inputs)[1]));
+}
+
+}  // namespace
+}  // namespace gspmd
