@@ -265,6 +265,104 @@ class Partitioner {
     for (const auto& df : rule.results) check(df);
   }
 
+  /// Grouped convolutions: the factor of the groups (major in X's channel dim), or -1.
+  static int conv_group_factor(const Node& node, const OpShardingRule& rule) {
+    const int64_t groups = node.domain.empty() ? node.i("group", 1) : 1;
+    if (groups > 1 && rule.operands[0].size() > 1 && !rule.operands[0][1].empty() &&
+        rule.factor_sizes[rule.operands[0][1][0]] == groups)
+      return rule.operands[0][1][0];
+    return -1;
+  }
+
+  /// The mesh axes of every factor of `node`'s local computation. First a reduction factor that every operand splits
+  /// the same way (row-parallel MatMul: reduce the result afterwards rather than move the operands); then the
+  /// results' planned shardings and the operands' current ones, results first or operands first; each factor takes
+  /// the axes of the first tensor that splits it, while they are free.
+  /// `used` receives the mesh axes the offers took (sanitize may clear a factor, never its axes).
+  FactorSharding choose_factors(const Node& node, const OpShardingRule& rule, bool results_first,
+                                std::vector<char>& used) {
+    const int nf = rule.num_factors();
+    FactorSharding F(nf);
+    used.assign(mesh_.rank(), 0);
+    auto offer = [&](const TensorSharding& s, const DimFactors& df) {
+      if (df.empty() || static_cast<int>(df.size()) != s.rank()) return;
+      FactorSharding tmp(nf);
+      project_to_factors(s, df, rule, mesh_, tmp);
+      for (int f = 0; f < nf; ++f) {
+        if (!F[f].empty() || tmp[f].empty()) continue;
+        bool free = std::none_of(tmp[f].begin(), tmp[f].end(), [&](int a) { return used[a]; });
+        if (!free) continue;
+        F[f] = tmp[f];
+        for (int a : F[f]) used[a] = 1;
+      }
+    };
+    for (int f = 0; f < nf; ++f) {
+      if (rule.factor_kinds[f] != FactorKind::kReduction) continue;
+      std::optional<std::vector<int>> agreed;
+      bool all = true;
+      for (size_t i = 0; i < node.inputs.size() && all; ++i) {
+        const DimFactors& df = rule.operands[i];
+        if (node.inputs[i] < 0 || df.empty()) continue;
+        if (std::none_of(df.begin(), df.end(), [&](const auto& d) { return std::find(d.begin(), d.end(), f) != d.end(); }))
+          continue;
+        FactorSharding tmp(nf);
+        project_to_factors(current(node.inputs[i]), df, rule, mesh_, tmp);
+        if (!agreed) agreed = tmp[f];
+        all = *agreed == tmp[f] && !tmp[f].empty();
+      }
+      if (all && agreed && std::none_of(agreed->begin(), agreed->end(), [&](int a) { return used[a]; })) {
+        F[f] = *agreed;
+        for (int a : F[f]) used[a] = 1;
+      }
+    }
+    auto offer_results = [&] {
+      for (size_t r = 0; r < node.outputs.size(); ++r) offer(plan_.shardings[node.outputs[r]], rule.results[r]);
+    };
+    if (results_first) offer_results();
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (node.inputs[i] >= 0) offer(current(node.inputs[i]), rule.operands[i]);
+    if (!results_first) offer_results();
+    sanitize(rule, F);
+    // Ops whose operands carry no factor (Range, ConstantOfShape) generate their whole result: keep it whole.
+    if (std::all_of(rule.operands.begin(), rule.operands.end(), [](const DimFactors& df) {
+          return std::all_of(df.begin(), df.end(), [](const std::vector<int>& d) { return d.empty(); });
+        }))
+      for (auto& axes : F) axes.clear();
+    if (const int gf = conv_group_factor(node, rule); gf >= 0 && node.i("group", 1) % mesh_.axes_size(F[gf]) != 0)
+      F[gf].clear();
+    return F;
+  }
+
+  /// Estimated seconds of the reshards that computing `node` with factor shardings F needs: every operand from its
+  /// current sharding to F's, every result from F's to its plan (an impossible reshard counts as infinite).
+  double reshard_seconds(const Node& node, const OpShardingRule& rule, const FactorSharding& F) {
+    double t = 0;
+    auto add = [&](const Value& v, const TensorSharding& from, const TensorSharding& to) {
+      try {
+        t += planner_.plan(v.shape, static_cast<int64_t>(dtype_size(v.dtype)), from, to).seconds;
+      } catch (const std::exception&) {
+        t = std::numeric_limits<double>::infinity();
+      }
+    };
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const int gv = node.inputs[i];
+      const DimFactors& df = rule.operands[i];
+      if (gv < 0 || df.empty() || df.size() != g_.values[gv].shape.size()) continue;
+      add(g_.values[gv], current(gv), sharding_from_factors(F, df));
+    }
+    std::vector<int> red_axes;
+    for (int f = 0; f < rule.num_factors(); ++f)
+      if (rule.factor_kinds[f] == FactorKind::kReduction) red_axes.insert(red_axes.end(), F[f].begin(), F[f].end());
+    for (size_t r = 0; r < node.outputs.size(); ++r) {
+      const Value& v = g_.values[node.outputs[r]];
+      if (rule.results[r].size() != v.shape.size()) continue;
+      TensorSharding s = sharding_from_factors(F, rule.results[r]);
+      s.unreduced = red_axes;
+      add(v, s, plan_.shardings[node.outputs[r]]);
+    }
+    return t;
+  }
+
   void lower(int n) {
     const Node& node = g_.nodes[n];
     if (node.has_body()) {  // If / Loop / Scan: no factor rule; the body runs whole on every device
@@ -279,58 +377,26 @@ class Partitioner {
     }
     if (lower_split_softmax(n) || lower_split_layer_norm(n)) return;
     const int nf = rule->num_factors();
-    FactorSharding F(nf);
-    std::vector<char> used(mesh_.rank(), 0);
-    auto offer = [&](const TensorSharding& s, const DimFactors& df) {
-      if (df.empty() || static_cast<int>(df.size()) != s.rank()) return;
-      FactorSharding tmp(nf);
-      project_to_factors(s, df, *rule, mesh_, tmp);
-      for (int f = 0; f < nf; ++f) {
-        if (!F[f].empty() || tmp[f].empty()) continue;
-        bool free = std::none_of(tmp[f].begin(), tmp[f].end(), [&](int a) { return used[a]; });
-        if (!free) continue;
-        F[f] = tmp[f];
-        for (int a : F[f]) used[a] = 1;
-      }
-    };
-    // A reduction factor that every operand already splits the same way stays split (row-parallel MatMul:
-    // reduce the result afterwards rather than move the operands); then the results' shardings; then the operands'.
-    for (int f = 0; f < nf; ++f) {
-      if (rule->factor_kinds[f] != FactorKind::kReduction) continue;
-      std::optional<std::vector<int>> agreed;
-      bool all = true;
-      for (size_t i = 0; i < node.inputs.size() && all; ++i) {
-        const DimFactors& df = rule->operands[i];
-        if (node.inputs[i] < 0 || df.empty()) continue;
-        if (std::none_of(df.begin(), df.end(), [&](const auto& d) { return std::find(d.begin(), d.end(), f) != d.end(); }))
-          continue;
-        FactorSharding tmp(nf);
-        project_to_factors(current(node.inputs[i]), df, *rule, mesh_, tmp);
-        if (!agreed) agreed = tmp[f];
-        all = *agreed == tmp[f] && !tmp[f].empty();
-      }
-      if (all && agreed && std::none_of(agreed->begin(), agreed->end(), [&](int a) { return used[a]; })) {
-        F[f] = *agreed;
-        for (int a : F[f]) used[a] = 1;
+    std::vector<char> used, used_g;
+    FactorSharding F = choose_factors(node, *rule, /*results_first=*/true, used);
+    // GSPMD's einsum strategies (§3.3): computing in the results' sharding moves the operands; computing in the
+    // operands' sharding moves the results instead. Take the second when its reshards are cheaper (e.g. GShard's
+    // dispatch: tokens split by group in, experts split out: one all-to-all of the result, not a gather of the
+    // tokens). Windowed ops keep the first (their halos are planned from it).
+    // Partial operands keep the first too (whether they stay unreduced is decided below, from F).
+    const bool partial = std::any_of(node.inputs.begin(), node.inputs.end(),
+                                     [&](int v) { return v >= 0 && !current(v).unreduced.empty(); });
+    if (!partial && std::none_of(rule->factor_kinds.begin(), rule->factor_kinds.end(),
+                                 [](FactorKind k) { return k == FactorKind::kWindowed; })) {
+      FactorSharding G = choose_factors(node, *rule, /*results_first=*/false, used_g);
+      if (G != F && reshard_seconds(node, *rule, G) < 0.999 * reshard_seconds(node, *rule, F)) {
+        F = std::move(G);
+        used = std::move(used_g);
       }
     }
-    for (size_t r = 0; r < node.outputs.size(); ++r) offer(plan_.shardings[node.outputs[r]], rule->results[r]);
-    for (size_t i = 0; i < node.inputs.size(); ++i)
-      if (node.inputs[i] >= 0) offer(current(node.inputs[i]), rule->operands[i]);
-    sanitize(*rule, F);
-    // Ops whose operands carry no factor (Range, ConstantOfShape) generate their whole result: keep it whole.
-    if (std::all_of(rule->operands.begin(), rule->operands.end(), [](const DimFactors& df) {
-          return std::all_of(df.begin(), df.end(), [](const std::vector<int>& d) { return d.empty(); });
-        }))
-      for (auto& axes : F) axes.clear();
-    // Grouped convolutions: the group factor (major in X's channel dim) may only split whole groups.
-    const int64_t groups = node.domain.empty() ? node.i("group", 1) : 1;
-    int group_factor = -1;
-    if (groups > 1 && rule->operands[0].size() > 1 && !rule->operands[0][1].empty() &&
-        rule->factor_sizes[rule->operands[0][1][0]] == groups) {
-      group_factor = rule->operands[0][1][0];
-      if (groups % mesh_.axes_size(F[group_factor]) != 0) F[group_factor].clear();
-    }
+
+    const int group_factor = conv_group_factor(node, *rule);
+    const int64_t groups = group_factor >= 0 ? node.i("group", 1) : 1;
     std::vector<Window> windows = plan_windows(node, *rule, F);
     std::vector<int> bias_ops = plan_bias_operands(node, *rule, F);
 

@@ -29,7 +29,9 @@ reshape + @) and one_hot as `index == arange(n)`: no Einsum, no OneHot.
 Plans (docs/sharding-file.md):
 - dp2:        input_ids G over 2 (mesh 2, axis data).
 - plan4 = (a) expert4: groups and experts over the same axis (mesh 4, axis expert): input_ids G over expert, wi and
-              wo E over expert (GShard's layout: the dispatch einsum becomes an all-to-all).
+              wo E over expert; on the einsum form also GShard's annotations (dispatch / combine masks G over
+              expert, expert inputs / outputs E over expert): exactly one all-to-all per dispatch and per combine
+              einsum, checked by the runner.
 - (b) expert_data: mesh 2x2 (data, expert): input_ids G over (data, expert), wi/wo E over expert.
 - (c) expert_model: mesh 2x2 (expert, model): input_ids G over expert, wi [E, M, H] as [expert, -, model], wo
       [E, H, M] as [expert, model, -] (Megatron inside each expert).
@@ -161,11 +163,19 @@ def plans(m, d):
         raise RuntimeError(f"expert weights {wi}, {wo} are not initializers of the exported model")
     p = common.plan_entry
     w = common.write_plan
+    expert4 = {"input_ids": ["expert", None], wi: ["expert", None, None], wo: ["expert", None, None]}
+    # GShard's annotations on the einsum form (arXiv:2006.16668, Algorithm 2): the dispatch and combine masks [G,S,E,C]
+    # split by group, the dispatched expert inputs and the expert outputs [E,G,C,M] by expert. The partitioner then
+    # makes exactly one all-to-all per dispatch and one per combine einsum (GSPMD's einsum strategies).
+    einsums = {n.attribute[0].s.decode(): n for n in m.graph.node if n.op_type == "Einsum"}
+    dispatch, combine = einsums.get("gsec,gsm->egcm"), einsums.get("gsec,egcm->gsm")
+    if dispatch is not None and combine is not None:
+        split_g, split_e = ["expert", None, None, None], ["expert", None, None, None]
+        expert4.update({dispatch.input[0]: split_g, dispatch.output[0]: split_e,
+                        combine.input[0]: split_g, combine.input[1]: split_e})
     res = {
         "dp2": p(w(d, "dp2", [2], ["data"], {"input_ids": ["data", None]}), [2], "input G over 2"),
-        "plan4": p(w(d, "expert4", [4], ["expert"], {"input_ids": ["expert", None], wi: ["expert", None, None],
-                                                     wo: ["expert", None, None]}), [4],
-                   "(a) G and E over one axis 'expert' (4)"),
+        "plan4": p(w(d, "expert4", [4], ["expert"], expert4), [4], "(a) G and E over one axis 'expert' (4)"),
         "expert_data": p(w(d, "expert_data", [2, 2], ["data", "expert"],
                            {"input_ids": [["data", "expert"], None], wi: ["expert", None, None],
                             wo: ["expert", None, None]}), [2, 2], "(b) expert x data 2x2"),
@@ -173,6 +183,8 @@ def plans(m, d):
                             {"input_ids": ["expert", None], wi: ["expert", None, "model"],
                              wo: ["expert", "model", None]}), [2, 2], "(c) expert x model 2x2 (Megatron in experts)"),
     }
+    if dispatch is not None and combine is not None:
+        res["plan4"]["collectives"] = {"all-to-all": 2}
     res["expert_data"]["extra"] = True
     res["expert_model"]["extra"] = True
     return res

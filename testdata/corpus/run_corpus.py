@@ -19,8 +19,9 @@
 3. Writes build/corpus/results.md (the table, the errors grouped by message, the skipped models) and
    build/corpus/results.json; per-run logs and reports under build/corpus/runs/<family>/<model>/.
 
-Cells: `ok` (exit 0, --check passed, outputs match the references), `ref✗` (exit 0 and --check passed but the outputs
-differ from a reference), `check✗` (exit 1: partitioned != unpartitioned), `E2` / `E3` / `E4` (exit codes of
+Cells: `ok` (exit 0, --check passed, outputs match the references, and the collectives are the plan's exact ones
+where it names them), `ref✗` (exit 0 and --check passed but the outputs differ from a reference), `coll✗` (other
+collectives than the plan's exact ones), `check✗` (exit 1: partitioned != unpartitioned), `E2` / `E3` / `E4` (exit codes of
 docs/cli.md: bad input / unsupported operator / internal error), `crash` (killed by a signal), `T/O` (timeout),
 `-` (not run because loading failed), `heavy` (loaded only; --heavy runs it). `fallbacks`: the largest number of report
 warnings over the plans, by kind and op type: R = computed replicated (no sharding rule), G = a split dim gathered
@@ -104,6 +105,14 @@ def compare(out_dir: Path, ref_dir: Path, n_out: int):
         err = float(np.max(np.abs(o[fin] - r[fin]))) / max(float(np.max(np.abs(r[fin]))), 1e-30)
         worst = max(worst, err)
     return worst, ""
+
+
+def collective_counts(report):
+    """{kind: count} of a run report's collectives."""
+    counts = {}
+    for c in json.loads(Path(report).read_text()).get("collectives", []):
+        counts[c["kind"]] = counts.get(c["kind"], 0) + c["count"]
+    return counts
 
 
 def fallbacks_of(report: Path):
@@ -249,6 +258,12 @@ class Runner:
                 if bad:
                     cell = "ref✗"
                     row["errors"].append((pname, f"outputs differ from the reference: {', '.join(bad)}"))
+                want = p.get("collectives")  # the plan's exact collectives by kind, where known (GShard's MoE)
+                if want is not None:
+                    got = collective_counts(rep)
+                    if got != want:
+                        cell = "coll✗"
+                        row["errors"].append((pname, f"collectives {got}, expected exactly {want}"))
             row["plans"][pname] = cell
         if fb_best is not None:
             n, ops = fb_best
@@ -339,6 +354,8 @@ def main():
                          "by default they are only loaded")
     ap.add_argument("--ref-rtol", type=float, default=1e-3)
     ap.add_argument("--bin", default=str(common.REPO / "build" / "bin" / "gspmd-onnx"))
+    ap.add_argument("--strict", action="store_true",
+                    help="exit 1 unless every model run loads and every plan is ok (heavy ones: loads); for CI")
     ap.add_argument("--out", default=str(common.cache_dir()),
                     help="results and run logs (models are cached in $GSPMD_CORPUS_CACHE, default build/corpus)")
     ap.add_argument("--merge", action="store_true",
@@ -428,6 +445,14 @@ def main():
             write_results(merged(rows), Path(a.out), skipped, time.time() - t0)
     text = write_results(merged(rows), Path(a.out), skipped, time.time() - t0)
     print(text)
+    if a.strict:
+        bad = [f"{x['family']}/{x['model']}: {x['error'] or 'not ok'}" for x in rows
+               if x["load"] != "ok" or any(v not in ("ok", "heavy") for v in x["plans"].values())]
+        for b in bad:
+            print(f"corpus: FAILED {b}")
+        print(f"{len(rows) - len(bad)} passed, {len(bad)} failed")
+        if bad or not rows:
+            sys.exit(1)
 
 
 if __name__ == "__main__":
