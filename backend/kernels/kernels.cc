@@ -42,22 +42,6 @@ std::vector<int64_t> contiguous_strides(const Shape& s) {
   return st;
 }
 
-Shape broadcast_shapes(const Ctx& c, const Shape& a, const Shape& b) {
-  const size_t r = std::max(a.size(), b.size());
-  Shape out(r);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t da = i + a.size() >= r ? a[i + a.size() - r] : 1;
-    const int64_t db = i + b.size() >= r ? b[i + b.size() - r] : 1;
-    if (da == db || db == 1)
-      out[i] = da;
-    else if (da == 1)
-      out[i] = db;
-    else
-      c.fail(fmt::format("shapes {} and {} cannot broadcast", shape_str(a), shape_str(b)));
-  }
-  return out;
-}
-
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
   std::vector<int64_t> st(out.size(), 0);
   const std::vector<int64_t> cs = contiguous_strides(in);

@@ -134,7 +134,23 @@ inline bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloa
 /// Row-major element strides of a shape.
 std::vector<int64_t> contiguous_strides(const Shape& s);
 /// numpy broadcast of two shapes; fails naming both shapes.
-Shape broadcast_shapes(const Ctx& c, const Shape& a, const Shape& b);
+/// `c` is a kernel's Ctx or a shape function's ShapeCtx (its fail() throws).
+template <class C>
+Shape broadcast_shapes(const C& c, const Shape& a, const Shape& b) {
+  const size_t r = a.size() > b.size() ? a.size() : b.size();
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i + a.size() >= r ? a[i + a.size() - r] : 1;
+    const int64_t db = i + b.size() >= r ? b[i + b.size() - r] : 1;
+    if (da == db || db == 1)
+      out[i] = da;
+    else if (da == 1)
+      out[i] = db;
+    else
+      c.fail("shapes " + shape_str(a) + " and " + shape_str(b) + " cannot broadcast");
+  }
+  return out;
+}
 /// Element strides of a tensor of shape `in` viewed in the broadcast shape `out` (0 on broadcast dims).
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
 

@@ -85,6 +85,9 @@ BodyTypes type_body(const Graph& body, const std::vector<TensorType>& inputs, co
 /// broadcast; fails unless both have rank >= 1 and the contracted dims agree. MatMul, MatMulInteger, QLinearMatMul.
 Shape matmul_shape(const ShapeCtx& c, const Shape& a, const Shape& b);
 
+/// The type of input 0 (elementwise unary ops, CumSum, PRelu, ...).
+inline std::vector<TensorType> same_as_input0(const ShapeCtx& c) { return {c.type(0)}; }
+
 /// The one-output result {dtype, shape}.
 inline std::vector<TensorType> one_type(DType t, Shape s) { return {TensorType{t, std::move(s)}}; }
 

@@ -35,21 +35,7 @@ int64_t ShapeCtx::axis(int64_t a, int64_t rank) const {
   return r;
 }
 
-Shape ShapeCtx::broadcast(const Shape& a, const Shape& b) const {
-  const size_t r = std::max(a.size(), b.size());
-  Shape out(r);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t da = i + a.size() >= r ? a[i + a.size() - r] : 1;
-    const int64_t db = i + b.size() >= r ? b[i + b.size() - r] : 1;
-    if (da == db || db == 1)
-      out[i] = da;
-    else if (da == 1)
-      out[i] = db;
-    else
-      fail(fmt::format("shapes {} and {} cannot broadcast", shape_str(a), shape_str(b)));
-  }
-  return out;
-}
+Shape ShapeCtx::broadcast(const Shape& a, const Shape& b) const { return broadcast_shapes(*this, a, b); }
 
 const ShapeTable& shape_table() {
   static const ShapeTable t = [] {

@@ -4,8 +4,6 @@
 namespace gspmd::kern {
 namespace {
 
-// Same type as input 0.
-std::vector<TensorType> same_as_input0(const ShapeCtx& c) { return {c.type(0)}; }
 
 // Multidirectional broadcast of every present input; dtype of input 0 (or `out` when given).
 template <DType kOut = DType::kUndefined>

@@ -12,8 +12,6 @@
 namespace gspmd::kern {
 namespace {
 
-std::vector<TensorType> same_as_input0(const ShapeCtx& c) { return {c.type(0)}; }
-
 // Fails unless input i (indices) is int32 or int64.
 void check_indices(const ShapeCtx& c, size_t i) {
   if (c.dtype(i) != DType::kInt64 && c.dtype(i) != DType::kInt32)
