@@ -3,6 +3,7 @@
 #include <climits>
 #include <functional>
 #include <map>
+#include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -222,6 +223,63 @@ struct Loader {
 
   // Absent optional outputs followed by present ones (LSTM's Y = "" with Y_h) get a name, so that shape inference
   // types them like any other value.
+  // The values node `n` reads: its inputs and, recursively, its bodies' (outer-scope reads included).
+  static void names_read(const onnx::NodeProto& n, std::vector<std::string>& out) {
+    for (const auto& in : n.input())
+      if (!in.empty()) out.push_back(in);
+    for (const auto& a : n.attribute()) {
+      if (a.has_g())
+        for (const auto& b : a.g().node()) names_read(b, out);
+      for (const auto& gr : a.graphs())
+        for (const auto& b : gr.node()) names_read(b, out);
+    }
+  }
+
+  // ONNX asks for topologically sorted nodes, but some exporters write them unsorted (IS-Net's fp16 model casts its
+  // input at node 643 of 734) and ONNX Runtime accepts that: sort them, stably, when they are not. A cycle or a value
+  // nobody produces is left to convert() to report.
+  void sort_nodes() {
+    auto* g = m.mutable_graph();
+    const int n = g->node_size();
+    std::unordered_map<std::string, int> producer;
+    for (int i = 0; i < n; ++i)
+      for (const auto& o : g->node(i).output())
+        if (!o.empty()) producer.emplace(o, i);
+    std::vector<std::vector<int>> users(n);
+    std::vector<int> pending(n, 0);
+    bool sorted = true;
+    std::vector<std::string> reads;
+    for (int i = 0; i < n; ++i) {
+      reads.clear();
+      names_read(g->node(i), reads);
+      std::sort(reads.begin(), reads.end());
+      reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
+      for (const std::string& r : reads) {
+        auto p = producer.find(r);
+        if (p == producer.end() || p->second == i) continue;
+        sorted = sorted && p->second < i;
+        users[p->second].push_back(i);
+        ++pending[i];
+      }
+    }
+    if (sorted) return;
+    std::priority_queue<int, std::vector<int>, std::greater<int>> ready;  // lowest index first: stable
+    for (int i = 0; i < n; ++i)
+      if (pending[i] == 0) ready.push(i);
+    std::vector<int> order;
+    while (!ready.empty()) {
+      const int i = ready.top();
+      ready.pop();
+      order.push_back(i);
+      for (int u : users[i])
+        if (--pending[u] == 0) ready.push(u);
+    }
+    if (static_cast<int>(order.size()) != n) return;
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    nodes.Swap(g->mutable_node());
+    for (int i : order) *g->add_node() = std::move(nodes[i]);
+  }
+
   void name_absent_outputs() {
     auto* g = m.mutable_graph();
     std::unordered_set<std::string> taken;
@@ -558,6 +616,7 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
   Loader L{path, opts, frontend::dir_of(path), {}, -1, {}, {}, {}, {}};
   L.parse();
   L.prepare();
+  L.sort_nodes();
   L.name_absent_outputs();
   L.bind_dims();
   LoadReport local;

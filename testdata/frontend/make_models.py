@@ -412,6 +412,15 @@ def if_shapes_differ():
          "if_shapes_differ.onnx")
 
 
+def unsorted_mlp():
+    """mlp.onnx with its nodes written in reverse (not topologically sorted; ONNX Runtime accepts such files)."""
+    m = onnx.load(os.path.join(HERE, "mlp.onnx"))
+    nodes = list(m.graph.node)[::-1]
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    onnx.save(m, os.path.join(HERE, "unsorted_mlp.onnx"))  # the checker rejects unsorted graphs: not checked
+
+
 if __name__ == "__main__":
     external_chain()
     typed_tensors()
@@ -420,6 +429,7 @@ if __name__ == "__main__":
     external_data()
     unknown_shape()
     mlp()
+    unsorted_mlp()
     old_opset_dropout()
     class_token()
     big_constant()

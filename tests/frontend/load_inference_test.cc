@@ -115,3 +115,21 @@ TEST(LoadInference, ShapeFunctionDisagreeingWithOnnxIsCaught) {
 
 }  // namespace
 }  // namespace gspmd
+
+namespace gspmd {
+namespace {
+
+// Nodes written out of topological order (some exporters do; ONNX Runtime accepts it) are sorted at load.
+TEST(LoadInference, UnsortedNodesAreSorted) {
+  Graph g = load_model(frontend_data("unsorted_mlp.onnx"), load_opts({{"batch", 2}}));
+  EXPECT_EQ(op_types(g), (std::vector<std::string>{"MatMul", "Relu", "MatMul"}));
+  EXPECT_EQ(g.nodes[0].name, "fc_in");
+  EXPECT_EQ(g.values[g.outputs[0]].shape, (Shape{2, 8}));
+  Tensor x(DType::kFloat32, {2, 8});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 3) - 1.f;
+  const Graph sorted = load_model(frontend_data("mlp.onnx"), load_opts({{"batch", 2}}));
+  EXPECT_EQ(run_single(g, {x}).outputs[0].bytes, run_single(sorted, {x}).outputs[0].bytes);
+}
+
+}  // namespace
+}  // namespace gspmd
