@@ -67,13 +67,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   p.target = Target::load(o.target);
   if (!o.device_order.empty()) p.target.device_order = Target::parse_device_order(o.device_order);
   auto t0 = std::chrono::steady_clock::now();
-  if (!o.inputs_dir.empty()) {  // the given inputs' shapes bind symbolic dims (--dim must agree)
-    const ModelInfo info = read_model_info(o.model);
-    for (size_t i = 0; i < info.inputs.size(); ++i) {
-      const std::string path = (fs::path(o.inputs_dir) / fmt::format("input_{}.pb", i)).string();
-      if (fs::exists(path)) lo.input_shapes[info.inputs[i]] = read_tensor_pb(path).shape;
-    }
-  }
+  lo.inputs_dir = o.inputs_dir;  // the given inputs' shapes bind symbolic dims (--dim must agree)
   p.graph = load_model(o.model, lo, &p.load_report);
 
   std::string file = o.shardings;

@@ -29,8 +29,6 @@ int64_t type_bytes(const TensorType& t) {
   }
 }
 
-std::string type_str(DType t, const Shape& s) { return fmt::format("{}{}", dtype_name(t), shape_str(s)); }
-
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
 // Shape / Size folded from a static shape. Returns false when the node is not one of them.
@@ -261,10 +259,9 @@ void simplify_for_inference(Graph& g, LoadReport& report) {
   }
 }
 
-std::vector<std::string> infer_and_fold(Graph& g, std::unordered_set<std::string>& unknown,
+void infer_and_fold(Graph& g, std::unordered_set<std::string>& unknown,
                                         std::map<std::string, std::string>& why, const LoadOptions& opts,
                                         LoadReport& report) {
-  std::vector<std::string> folded;
   std::vector<char> dead(g.nodes.size(), 0);
   std::vector<TensorType> in_types;
   std::vector<const TensorType*> types;
@@ -362,7 +359,6 @@ std::vector<std::string> infer_and_fold(Graph& g, std::unordered_set<std::string
       }
       report.folded.push_back(std::move(f));
       dead[ni] = 1;
-      folded.push_back(n.name);
       continue;
     }
     // Typing by the shape function, cross-checked against ONNX inference.
@@ -393,7 +389,7 @@ std::vector<std::string> infer_and_fold(Graph& g, std::unordered_set<std::string
       why.erase(v.name);
     }
   }
-  if (folded.empty()) return folded;
+  if (std::find(dead.begin(), dead.end(), 1) == dead.end()) return;
   std::vector<Node> kept;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     if (dead[ni]) continue;
@@ -401,7 +397,6 @@ std::vector<std::string> infer_and_fold(Graph& g, std::unordered_set<std::string
     kept.push_back(std::move(g.nodes[ni]));
   }
   g.nodes = std::move(kept);
-  return folded;
 }
 
 }  // namespace gspmd::frontend

@@ -34,9 +34,7 @@ void simplify_for_inference(Graph& g, LoadReport& report);
 ///   InputError when opts.strict_shapes). Ops without a shape function keep ONNX's types.
 /// `unknown` holds the names of values without a static type; typed values leave it, and `why` maps each value left
 /// unknown to the reason (a data-dependent shape, an untyped input, a shape-function error).
-/// Returns the names of the folded nodes.
-std::vector<std::string> infer_and_fold(Graph& g, std::unordered_set<std::string>& unknown,
-                                        std::map<std::string, std::string>& why, const LoadOptions& opts,
-                                        LoadReport& report);
+void infer_and_fold(Graph& g, std::unordered_set<std::string>& unknown, std::map<std::string, std::string>& why,
+                    const LoadOptions& opts, LoadReport& report);
 
 }  // namespace gspmd::frontend

@@ -33,6 +33,9 @@ struct LoadOptions {
   /// symbolic dims of those inputs (a --dim that says otherwise is an InputError), so --dim is needed only without
   /// inputs.
   std::map<std::string, Shape> input_shapes;
+  /// `run --inputs DIR`: DIR/input_<i>.pb in graph-input order (initializers excluded), read like input_shapes for the
+  /// inputs with a dim that has no size (the other files are not read here).
+  std::string inputs_dir;
   bool load_data = true;                // false: initializer shapes only (simulate); external data not read
   ConstantEvaluator evaluator;          // folds every node whose inputs are all constants; required
   ShapeFunction shape_function;         // the executor's shape functions; empty: ONNX shape inference alone

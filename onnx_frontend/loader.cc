@@ -1,6 +1,7 @@
 // load_model: ONNX file -> core::Graph with static shapes (bind dims, shape inference, folding).
 #include <algorithm>
 #include <climits>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <queue>
@@ -300,13 +301,30 @@ struct Loader {
     }
   }
 
-  // Symbolic dims -> sizes: from the given input tensors (opts.input_shapes), else from --dim (opts.dims).
-  std::map<std::string, int64_t> bound_dims() const {
+  // The shapes of the given input tensors: opts.input_shapes, and DIR/input_<i>.pb of opts.inputs_dir for the graph
+  // inputs that have a dim without a size (only those files are read: the rest are not needed to bind anything).
+  std::map<std::string, Shape> given_shapes() const {
+    std::map<std::string, Shape> given = opts.input_shapes;
+    if (opts.inputs_dir.empty()) return given;
+    for (const auto& in : m.graph().input()) {
+      auto k = std::find(input_names.begin(), input_names.end(), in.name());
+      if (k == input_names.end() || given.count(in.name()) || !in.type().has_tensor_type()) continue;
+      const auto& dims = in.type().tensor_type().shape().dim();
+      if (std::all_of(dims.begin(), dims.end(), [](const auto& d) { return d.has_dim_value(); })) continue;
+      const std::filesystem::path file =
+          std::filesystem::path(opts.inputs_dir) / fmt::format("input_{}.pb", k - input_names.begin());
+      if (std::filesystem::exists(file)) given[in.name()] = read_tensor_pb(file.string()).shape;
+    }
+    return given;
+  }
+
+  // Symbolic dims -> sizes: from the given input tensors (given_shapes()), else from --dim (opts.dims).
+  std::map<std::string, int64_t> bound_dims(const std::map<std::string, Shape>& given_shapes) const {
     std::map<std::string, int64_t> bound = opts.dims;
     std::map<std::string, std::string> from_input;  // symbol -> the input that bound it
     for (const auto& in : m.graph().input()) {
-      auto given = opts.input_shapes.find(in.name());
-      if (given == opts.input_shapes.end() || !in.type().has_tensor_type() || !in.type().tensor_type().has_shape())
+      auto given = given_shapes.find(in.name());
+      if (given == given_shapes.end() || !in.type().has_tensor_type() || !in.type().tensor_type().has_shape())
         continue;
       const auto& dims = in.type().tensor_type().shape().dim();
       if (static_cast<size_t>(dims.size()) != given->second.size())
@@ -331,21 +349,22 @@ struct Loader {
   }
 
   void bind_dims() {
-    const std::map<std::string, int64_t> bound = bound_dims();
+    const std::map<std::string, Shape> given_shapes = this->given_shapes();
+    const std::map<std::string, int64_t> bound = bound_dims(given_shapes);
     auto* g = m.mutable_graph();
     for (auto& in : *g->mutable_input()) {
       if (const_index.count(in.name())) continue;
       if (!in.type().has_tensor_type()) fail(fmt::format("input '{}' is not a tensor", in.name()));
       auto* tt = in.mutable_type()->mutable_tensor_type();
       if (!tt->has_shape()) fail(fmt::format("input '{}' has no shape", in.name()));
-      auto given = opts.input_shapes.find(in.name());
+      auto given = given_shapes.find(in.name());
       for (int i = 0; i < tt->shape().dim_size(); ++i) {
         auto* d = tt->mutable_shape()->mutable_dim(i);
         if (d->has_dim_value()) {
           if (d->dim_value() < 0) fail(fmt::format("input '{}' dim {} is negative", in.name(), i));
           continue;
         }
-        if (given != opts.input_shapes.end()) {  // an unnamed dim takes the given tensor's size
+        if (given != given_shapes.end()) {  // an unnamed dim takes the given tensor's size
           d->set_dim_value(given->second.at(static_cast<size_t>(i)));
           continue;
         }
@@ -499,6 +518,18 @@ struct Loader {
     n.attrs["gspmd_captures"] = static_cast<int64_t>(captures.size());
   }
 
+  // The Node of proto node `pn`, named `name`, without outputs and attributes: op type, domain ("" for ai.onnx), inputs
+  // by `resolve` (-1 for an absent optional input).
+  static Node node_of(const onnx::NodeProto& pn, const std::string& name,
+                      const std::function<int(const std::string&)>& resolve) {
+    Node n;
+    n.name = name;
+    n.op_type = pn.op_type();
+    n.domain = pn.domain() == "ai.onnx" ? "" : pn.domain();
+    for (const auto& in : pn.input()) n.inputs.push_back(in.empty() ? -1 : resolve(in));
+    return n;
+  }
+
   // Absent optional outputs in the middle get a name; trailing ones are dropped.
   static std::vector<std::string> output_names(const onnx::NodeProto& pn, const std::string& node_name,
                                                const Graph& g) {
@@ -541,11 +572,7 @@ struct Loader {
         b->add_value(constant_value(pn));
         continue;
       }
-      Node n;
-      n.name = names[ni];
-      n.op_type = pn.op_type();
-      n.domain = pn.domain() == "ai.onnx" ? "" : pn.domain();
-      for (const auto& in : pn.input()) n.inputs.push_back(in.empty() ? -1 : resolve(in));
+      Node n = node_of(pn, names[ni], resolve);
       convert_attrs(pn, n, resolve);
       for (const std::string& name : output_names(pn, n.name, *b)) {
         if (b->find(name) >= 0) fail(fmt::format("body '{}': value '{}' is defined twice", b->name, name));
@@ -573,22 +600,14 @@ struct Loader {
     const std::vector<std::string> names = unique_node_names(pg.node());
     for (int ni = 0; ni < pg.node_size(); ++ni) {
       const auto& pn = pg.node(ni);
-      Node n;
-      n.name = names[ni];
-      n.op_type = pn.op_type();
-      n.domain = pn.domain() == "ai.onnx" ? "" : pn.domain();
-      for (const auto& in : pn.input()) {
-        if (in.empty()) {
-          n.inputs.push_back(-1);
-          continue;
-        }
+      Node n = node_of(pn, names[ni], [&](const std::string& in) {
         int id = g.find(in);
         if (id < 0)
           fail(fmt::format("node '{}' ({}) reads '{}' before it is defined (missing value or graph not "
                            "topologically sorted)",
-                           n.name, n.op_type, in));
-        n.inputs.push_back(id);
-      }
+                           names[ni], pn.op_type(), in));
+        return id;
+      });
       for (const std::string& name : output_names(pn, n.name, g)) {
         if (g.find(name) >= 0) fail(fmt::format("value '{}' is defined twice (node '{}')", name, n.name));
         n.outputs.push_back(g.add_value(make_value(name)));

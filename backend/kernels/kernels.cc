@@ -26,11 +26,7 @@ void Ctx::unsupported(std::string_view msg) const { throw UnsupportedError(prefi
 
 void Ctx::bad_dtype(DType t) const { unsupported(fmt::format("no kernel for dtype {}", dtype_name(t))); }
 
-int64_t Ctx::axis(int64_t a, int64_t rank) const {
-  const int64_t r = a < 0 ? a + rank : a;
-  if (r < 0 || r >= rank) fail(fmt::format("axis {} out of range for rank {}", a, rank));
-  return r;
-}
+int64_t Ctx::axis(int64_t a, int64_t rank) const { return normalize_axis(*this, a, rank); }
 
 std::vector<int64_t> contiguous_strides(const Shape& s) {
   std::vector<int64_t> st(s.size());
@@ -208,10 +204,6 @@ const KernelTable& table() {
 
 namespace {
 
-bool has_half_input(const std::vector<const Tensor*>& inputs) {
-  return std::any_of(inputs.begin(), inputs.end(), [](const Tensor* t) { return t && kern::is_half(t->dtype); });
-}
-
 // Kernels without float16 / bfloat16 support run on float32 copies of the 16-bit inputs; each output is rounded once
 // to the type the shape function gives it (so a MatMul in bfloat16 returns bfloat16). ONNX Runtime's CPU provider
 // computes these ops the same way.
@@ -247,21 +239,20 @@ std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*
                                const std::vector<Tensor*>& donated,
                                const std::vector<const std::shared_ptr<const Tensor>*>& owners) {
   const kern::Ctx ctx{node, inputs, opset, &donated, &owners};
-  const bool training = node.domain == "ai.onnx.preview.training";
-  if (!node.domain.empty() && node.domain != "ai.onnx" && !training)
-    ctx.unsupported(fmt::format("no kernel for domain '{}'", node.domain));
+  const std::string key = kern::table_key(node.domain, node.op_type);
   const auto& t = kern::table();
-  auto it = t.find(training ? node.domain + ":" + node.op_type : node.op_type);
-  if (it == t.end() && training) ctx.unsupported(fmt::format("no kernel for domain '{}'", node.domain));
+  auto it = key.empty() ? t.end() : t.find(key);
+  if (it == t.end() && (!node.domain.empty() && node.domain != "ai.onnx"))
+    ctx.unsupported(fmt::format("no kernel for domain '{}'", node.domain));
   if (it == t.end()) ctx.unsupported("no kernel for this operator");
   // (op, dtype) pairs whose kernel has no 16-bit float path, learnt on the first call: they run widened.
   static std::mutex widen_mu;
   static std::set<std::pair<std::string, DType>> widen;
-  const bool half = has_half_input(inputs);
   DType half_type = DType::kUndefined;
+  for (const Tensor* in : inputs)
+    if (in && kern::is_half(in->dtype)) half_type = in->dtype;
+  const bool half = half_type != DType::kUndefined;
   if (half) {
-    for (const Tensor* t : inputs)
-      if (t && kern::is_half(t->dtype)) half_type = t->dtype;
     std::lock_guard<std::mutex> lock(widen_mu);
     if (widen.count({it->first, half_type})) return run_widened(ctx, it->second);
   }
@@ -282,9 +273,8 @@ std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*
 }
 
 bool has_kernel(const std::string& domain, const std::string& op_type) {
-  if (domain == "ai.onnx.preview.training") return kern::table().count(domain + ":" + op_type) != 0;
-  if (!domain.empty() && domain != "ai.onnx") return false;
-  return kern::table().count(op_type) != 0;
+  const std::string key = kern::table_key(domain, op_type);
+  return !key.empty() && kern::table().count(key) != 0;
 }
 
 }  // namespace gspmd

@@ -57,6 +57,14 @@ struct Ctx {
   int64_t axis(int64_t a, int64_t rank) const;
 };
 
+/// The key of (domain, op_type) in the kernel and shape-function tables: op_type for ai.onnx ("" or "ai.onnx"),
+/// "<domain>:<op_type>" for ai.onnx.preview.training (the optimizers), "" for any other domain (no kernel).
+inline std::string table_key(const std::string& domain, const std::string& op_type) {
+  if (domain.empty() || domain == "ai.onnx") return op_type;
+  if (domain == "ai.onnx.preview.training") return domain + ":" + op_type;
+  return "";
+}
+
 using KernelFn = std::vector<Tensor> (*)(const Ctx&);
 using KernelTable = std::unordered_map<std::string, KernelFn>;
 
@@ -134,6 +142,15 @@ inline bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloa
 /// Row-major element strides of a shape.
 std::vector<int64_t> contiguous_strides(const Shape& s);
 /// numpy broadcast of two shapes; fails naming both shapes.
+/// Axis `a` normalised into [0, rank) (negative counts from the end); `c` (a Ctx or a ShapeCtx) fails when it is out
+/// of range.
+template <class C>
+int64_t normalize_axis(const C& c, int64_t a, int64_t rank) {
+  const int64_t r = a < 0 ? a + rank : a;
+  if (r < 0 || r >= rank) c.fail("axis " + std::to_string(a) + " out of range for rank " + std::to_string(rank));
+  return r;
+}
+
 /// `c` is a kernel's Ctx or a shape function's ShapeCtx (its fail() throws).
 template <class C>
 Shape broadcast_shapes(const C& c, const Shape& a, const Shape& b) {

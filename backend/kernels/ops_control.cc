@@ -107,8 +107,8 @@ Tensor stack(const Ctx& c, const std::vector<Tensor>& parts, int64_t axis, bool 
   for (int64_t i = 0; i < len; ++i) {
     const Tensor& p = parts[static_cast<size_t>(i)];
     if (p.dtype != type.dtype || p.shape != type.shape)
-      c.fail(fmt::format("iteration {} gives {}{}, an earlier one {}{}", i, dtype_name(p.dtype), shape_str(p.shape),
-                         dtype_name(type.dtype), shape_str(type.shape)));
+      c.fail(fmt::format("iteration {} gives {}, an earlier one {}", i, type_str(p.dtype, p.shape),
+                         type_str(type.dtype, type.shape)));
     const int64_t at = reverse ? len - 1 - i : i;
     for (int64_t o = 0; o < outer; ++o)
       std::memcpy(r.bytes.data() + static_cast<size_t>(o * len + at) * inner,

@@ -6,24 +6,17 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels_util.h"
+#include "backend/kernels/shape_rules.h"
 
 namespace gspmd::kern {
 namespace {
 
 /// Inputs R (scalar learning rate), T (scalar int64 step), then `groups` lists of n tensors each. Returns n.
 size_t optimizer_arity(const Ctx& c, size_t groups) {
-  if (c.ins.size() < 2 || (c.ins.size() - 2) % groups != 0)
-    c.fail(fmt::format("expects R, T and {} lists of the same length, got {} inputs", groups, c.ins.size()));
-  const size_t n = (c.ins.size() - 2) / groups;
-  for (size_t k = 0; k < n; ++k)
-    for (size_t g = 1; g < groups; ++g) {
-      const Tensor& a = c.req(2 + k);
-      const Tensor& b = c.req(2 + g * n + k);
-      if (a.shape != b.shape || a.dtype != b.dtype)
-        c.fail(fmt::format("input {} ({} {}) does not match input {} ({} {})", 2 + g * n + k, dtype_name(b.dtype),
-                           shape_str(b.shape), 2 + k, dtype_name(a.dtype), shape_str(a.shape)));
-    }
-  return n;
+  return optimizer_arity(c, c.ins.size(), groups, [&](size_t i) {
+    const Tensor& t = c.req(i);
+    return TensorType{t.dtype, t.shape};
+  });
 }
 
 double scalar_of(const Ctx& c, size_t i) {

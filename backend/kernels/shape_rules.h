@@ -1,7 +1,7 @@
 // backend/kernels internal: shape rules that a kernel and its shape function (shapes_<family>.cc) both apply, so
 // that both compute the same output sizes and report the same spec violations: the sliding-window geometry of Conv,
 // ConvTranspose and the pools (auto_pad, pads, strides, dilations, ceil_mode, output_padding, output_shape), and the
-// loss operands' check. Templated on the context: the kernels' Ctx or the shape functions' ShapeCtx (both have
+// loss operands' check, the optimizers' input lists. Templated on the context: the kernels' Ctx or the shape functions' ShapeCtx (both have
 // `node` and `fail`).
 // Not part of the public interface (kernels.h); included only by backend/kernels/*.cc.
 #pragma once
@@ -145,6 +145,24 @@ void check_loss_operands(const C& c, const Shape& x, DType target_dtype, const S
   if (target != want)
     c.fail(fmt::format("target shape {} does not match input {} (needs {})", shape_str(target), shape_str(x),
                        shape_str(want)));
+}
+
+/// The ai.onnx.preview.training optimizers' inputs: R, T, then `groups` lists (X, G, states) of n tensors each. Returns
+/// n; fails unless the `n_in` inputs make such lists and every list's k-th tensor has X_k's type (`type_of(i)`: input
+/// i's TensorType).
+template <class C, class TypeOf>
+size_t optimizer_arity(const C& c, size_t n_in, size_t groups, TypeOf&& type_of) {
+  if (n_in < 2 || (n_in - 2) % groups != 0)
+    c.fail(fmt::format("expects R, T and {} lists of the same length, got {} inputs", groups, n_in));
+  const size_t n = (n_in - 2) / groups;
+  for (size_t k = 0; k < n; ++k)
+    for (size_t g = 1; g < groups; ++g) {
+      const TensorType a = type_of(2 + k), b = type_of(2 + g * n + k);
+      if (a != b)
+        c.fail(fmt::format("input {} ({} {}) does not match input {} ({} {})", 2 + g * n + k, dtype_name(b.dtype),
+                           shape_str(b.shape), 2 + k, dtype_name(a.dtype), shape_str(a.shape)));
+    }
+  return n;
 }
 
 }  // namespace gspmd::kern

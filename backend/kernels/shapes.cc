@@ -29,11 +29,7 @@ std::string ShapeCtx::prefix() const { return fmt::format("node '{}' ({}): ", no
 
 void ShapeCtx::fail(std::string_view msg) const { throw std::runtime_error(prefix() + std::string(msg)); }
 
-int64_t ShapeCtx::axis(int64_t a, int64_t rank) const {
-  const int64_t r = a < 0 ? a + rank : a;
-  if (r < 0 || r >= rank) fail(fmt::format("axis {} out of range for rank {}", a, rank));
-  return r;
-}
+int64_t ShapeCtx::axis(int64_t a, int64_t rank) const { return normalize_axis(*this, a, rank); }
 
 Shape ShapeCtx::broadcast(const Shape& a, const Shape& b) const { return broadcast_shapes(*this, a, b); }
 
@@ -61,23 +57,13 @@ const KernelTable& table();  // kernels.cc
 
 }  // namespace kern
 
-namespace {
-std::string table_key(const std::string& domain, const std::string& op_type) {
-  if (domain == "ai.onnx.preview.training") return domain + ":" + op_type;
-  return op_type;
-}
-bool is_kernel_domain(const std::string& domain) {
-  return domain.empty() || domain == "ai.onnx" || domain == "ai.onnx.preview.training";
-}
-}  // namespace
-
 std::vector<TensorType> infer_types(const Node& node, const std::vector<const TensorType*>& types,
                                     const std::vector<const Tensor*>& values, int64_t opset) {
   const kern::ShapeCtx ctx{node, types, values, opset};
-  if (!is_kernel_domain(node.domain))
-    throw UnsupportedError(ctx.prefix() + fmt::format("no shape function for domain '{}'", node.domain));
+  const std::string key = kern::table_key(node.domain, node.op_type);
+  if (key.empty()) throw UnsupportedError(ctx.prefix() + fmt::format("no shape function for domain '{}'", node.domain));
   const auto& t = kern::shape_table();
-  auto it = t.find(table_key(node.domain, node.op_type));
+  auto it = t.find(key);
   if (it == t.end()) throw UnsupportedError(ctx.prefix() + "no shape function for this operator");
   try {
     return it->second(ctx);
@@ -93,7 +79,8 @@ std::vector<TensorType> infer_types(const Node& node, const std::vector<const Te
 }
 
 bool has_shape_function(const std::string& domain, const std::string& op_type) {
-  return is_kernel_domain(domain) && kern::shape_table().count(table_key(domain, op_type)) != 0;
+  const std::string key = kern::table_key(domain, op_type);
+  return !key.empty() && kern::shape_table().count(key) != 0;
 }
 
 std::vector<std::string> kernel_op_types() {

@@ -78,7 +78,7 @@ namespace {
 
 std::string types_str(const std::vector<TensorType>& ts) {
   std::vector<std::string> s;
-  for (const TensorType& t : ts) s.push_back(fmt::format("{}{}", dtype_name(t.dtype), shape_str(t.shape)));
+  for (const TensorType& t : ts) s.push_back(type_str(t.dtype, t.shape));
   return fmt::format("({})", fmt::join(s, ", "));
 }
 

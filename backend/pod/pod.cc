@@ -37,16 +37,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::string type_str(DType t, const Shape& s) {
-  std::string_view n;
-  try {
-    n = dtype_name(t);
-  } catch (const std::exception&) {
-    n = "?";
-  }
-  return fmt::format("{}{}", n, shape_str(s));
-}
-
 /// Number of devices that run a node concurrently: GSPMD_DEVICE_THREADS when set (>= 1), else
 /// min(devices, omp_get_max_threads()).
 int device_parallelism(int64_t devices) {

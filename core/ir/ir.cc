@@ -54,6 +54,8 @@ int64_t num_elements(const Shape& s) {
 
 std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
 
+std::string type_str(DType t, const Shape& s) { return fmt::format("{}{}", dtype_name(t), shape_str(s)); }
+
 Tensor::Tensor(DType t, Shape s) : dtype(t), shape(std::move(s)) {
   bytes.assign(static_cast<size_t>(num_elements(shape)) * dtype_size(dtype), std::byte{0});
 }

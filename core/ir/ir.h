@@ -50,6 +50,8 @@ using Shape = std::vector<int64_t>;
 int64_t num_elements(const Shape& s);
 /// "[8,64,128]".
 std::string shape_str(const Shape& s);
+/// "float32[2,3]": dtype_name and shape_str together.
+std::string type_str(DType t, const Shape& s);
 
 /// IEEE binary16 bits -> float (exact). The one conversion every module uses (kernels, sharding, export).
 float half_to_float(uint16_t h);

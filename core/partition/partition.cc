@@ -333,6 +333,14 @@ class Partitioner {
     return F;
   }
 
+  /// The mesh axes of F's reduction factors: the axes a result computed with F is unreduced over.
+  static std::vector<int> reduction_axes(const OpShardingRule& rule, const FactorSharding& F) {
+    std::vector<int> axes;
+    for (int f = 0; f < rule.num_factors(); ++f)
+      if (rule.factor_kinds[f] == FactorKind::kReduction) axes.insert(axes.end(), F[f].begin(), F[f].end());
+    return axes;
+  }
+
   /// Estimated seconds of the reshards that computing `node` with factor shardings F needs: every operand from its
   /// current sharding to F's, every result from F's to its plan (an impossible reshard counts as infinite).
   double reshard_seconds(const Node& node, const OpShardingRule& rule, const FactorSharding& F) {
@@ -350,9 +358,7 @@ class Partitioner {
       if (gv < 0 || df.empty() || df.size() != g_.values[gv].shape.size()) continue;
       add(g_.values[gv], current(gv), sharding_from_factors(F, df));
     }
-    std::vector<int> red_axes;
-    for (int f = 0; f < rule.num_factors(); ++f)
-      if (rule.factor_kinds[f] == FactorKind::kReduction) red_axes.insert(red_axes.end(), F[f].begin(), F[f].end());
+    const std::vector<int> red_axes = reduction_axes(rule, F);
     for (size_t r = 0; r < node.outputs.size(); ++r) {
       const Value& v = g_.values[node.outputs[r]];
       if (rule.results[r].size() != v.shape.size()) continue;
@@ -471,9 +477,7 @@ class Partitioner {
     if (!windows.empty()) inputs[0] = exchange_halos(node, inputs[0], windows);
 
     // Results.
-    std::vector<int> red_axes;
-    for (int f = 0; f < nf; ++f)
-      if (rule->factor_kinds[f] == FactorKind::kReduction) red_axes.insert(red_axes.end(), F[f].begin(), F[f].end());
+    const std::vector<int> red_axes = reduction_axes(*rule, F);
     Node local = node;
     local.inputs = inputs;
     local.outputs.clear();

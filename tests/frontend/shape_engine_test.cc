@@ -23,7 +23,7 @@ const char* const kFolders[] = {"node", "pytorch-converted", "pytorch-operator",
 
 std::string types_str(const std::vector<TensorType>& ts) {
   std::string s;
-  for (const auto& t : ts) s += fmt::format("{}{}{}", s.empty() ? "" : " ", dtype_name(t.dtype), shape_str(t.shape));
+  for (const auto& t : ts) s += (s.empty() ? "" : " ") + type_str(t.dtype, t.shape);
   return s;
 }
 
