@@ -89,9 +89,10 @@ int cmd_run(const RunOptions& o);
 /// ("--backend mpi: this gspmd-onnx was built without MPI ...").
 int cmd_run_mpi(const RunOptions& o);
 
-/// The run inputs: DIR/input_<i>.pb with --inputs (checked against the graph inputs' dtype and shape; InputError
-/// naming the file otherwise), else pseudo-random from --seed (docs/cli.md).
-std::vector<Tensor> make_inputs(const Graph& g, const RunOptions& o);
+/// The run inputs, one per g.inputs: with --inputs, DIR/input_<i>.pb per ONNX input of `signature` (a tensor,
+/// sequence or optional; docs/sequences.md), flattened and checked against the graph inputs' dtype and shape
+/// (InputError naming the file otherwise); else pseudo-random from --seed (docs/cli.md).
+std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, const RunOptions& o);
 
 struct SimulateOptions {
   CommonOptions common;

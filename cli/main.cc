@@ -16,6 +16,9 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_option("--mesh", o.mesh, "device mesh shape, e.g. 4x4, 16, 2x2x4")->required();
   c->add_option("--shardings", o.shardings, "sharding file (default: MODEL's sibling <stem>.sharding.json)");
   c->add_option("--dim", o.dims, "bind a symbolic input dimension, NAME=VALUE (repeatable)");
+  c->add_option("--inputs", o.inputs_dir,
+                "directory of input_<i>.pb (ONNX test-data layout): run's inputs; their shapes bind symbolic dims "
+                "and the structure of sequence and optional inputs");
   c->add_option("--target", o.target, "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, host (this machine, "
                 "measured), or a JSON file");
   c->add_option("--device-order", o.device_order,
@@ -42,7 +45,6 @@ int main(int argc, char** argv) {
   cli::RunOptions ro;
   auto* run = app.add_subcommand("run", "run the partitioned model on an emulated pod");
   add_common(run, ro.common);
-  run->add_option("--inputs", ro.common.inputs_dir, "directory of input_<i>.pb (ONNX test-data layout)");
   run->add_option("--outputs", ro.outputs_dir, "write output_<i>.pb here");
   run->add_flag("--check", ro.check, "compare with the unpartitioned run (exit 1 on mismatch)");
   run->add_option("--rtol", ro.rtol, "relative tolerance of --check (default 1e-4)");

@@ -213,11 +213,13 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   return j;
 }
 
-void write_outputs(const std::string& dir, const Graph& g, const std::vector<Tensor>& outputs) {
+void write_outputs(const std::string& dir, const Graph& g, const LoadReport& signature,
+                   const std::vector<Tensor>& outputs) {
   std::filesystem::create_directories(dir);
-  for (size_t i = 0; i < outputs.size(); ++i)
-    write_tensor_pb((std::filesystem::path(dir) / fmt::format("output_{}.pb", i)).string(), outputs[i],
-                    g.values[g.outputs[i]].name);
+  const std::vector<OnnxValue> values = unflatten_outputs(g, signature, outputs);
+  for (size_t i = 0; i < values.size(); ++i)
+    write_value_pb((std::filesystem::path(dir) / fmt::format("output_{}.pb", i)).string(), values[i],
+                   signature.outputs[i].name);
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {

@@ -27,9 +27,11 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
 /// chosen plan's cost, the baselines' and every group's choice.
 nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check);
 
-/// Writes each global output of `g` as DIR/output_<i>.pb (ONNX test-data layout, named as the graph output),
-/// creating DIR. Throws InputError naming the file when it cannot be written.
-void write_outputs(const std::string& dir, const Graph& g, const std::vector<Tensor>& outputs);
+/// Writes each ONNX output of `signature` as DIR/output_<i>.pb (ONNX test-data layout, named as the output; a
+/// sequence or optional as its proto, from the graph's flattened `outputs`), creating DIR. Throws InputError naming
+/// the file when it cannot be written.
+void write_outputs(const std::string& dir, const Graph& g, const LoadReport& signature,
+                   const std::vector<Tensor>& outputs);
 
 /// Writes `j` to `path` (pretty-printed); throws InputError("PATH: cannot write") on failure.
 void write_json(const std::string& path, const nlohmann::json& j);

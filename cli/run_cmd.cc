@@ -38,20 +38,27 @@ int64_t int_bound(const Graph& g, int v, const std::vector<std::vector<int>>& co
 
 }  // namespace
 
-std::vector<Tensor> make_inputs(const Graph& g, const RunOptions& o) {
-  std::vector<Tensor> inputs;
+std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, const RunOptions& o) {
   if (!o.common.inputs_dir.empty()) {
-    for (size_t i = 0; i < g.inputs.size(); ++i) {
-      std::string path = (fs::path(o.common.inputs_dir) / fmt::format("input_{}.pb", i)).string();
-      Tensor t = read_tensor_pb(path);
-      const Value& v = g.values[g.inputs[i]];
-      if (t.shape != v.shape || t.dtype != v.dtype)
-        throw InputError(fmt::format("{}: {} {} but input '{}' is {} {}", path, dtype_name(t.dtype),
-                                     shape_str(t.shape), v.name, dtype_name(v.dtype), shape_str(v.shape)));
-      inputs.push_back(std::move(t));
+    // One file per ONNX input (a tensor, sequence or optional), flattened as the model was loaded.
+    std::vector<OnnxValue> values;
+    std::vector<std::string> paths;
+    for (size_t i = 0; i < signature.inputs.size(); ++i) {
+      paths.push_back((fs::path(o.common.inputs_dir) / fmt::format("input_{}.pb", i)).string());
+      values.push_back(read_value_pb(paths.back(), signature.inputs[i].structure.kind));
     }
+    std::vector<Tensor> inputs = flatten_inputs(g, signature, std::move(values));
+    for (size_t i = 0, f = 0; i < signature.inputs.size(); ++i)
+      for (size_t e = 0; e < signature.inputs[i].values.size(); ++e, ++f) {
+        const Tensor& t = inputs[f];
+        const Value& v = g.values[g.inputs[f]];
+        if (t.shape != v.shape || t.dtype != v.dtype)
+          throw InputError(fmt::format("{}: {} {} but input '{}' is {} {}", paths[i], dtype_name(t.dtype),
+                                       shape_str(t.shape), v.name, dtype_name(v.dtype), shape_str(v.shape)));
+      }
     return inputs;
   }
+  std::vector<Tensor> inputs;
   std::mt19937_64 rng(o.seed);
   auto consumers = g.consumers();
   for (int v : g.inputs) {
@@ -134,7 +141,7 @@ int cmd_run(const RunOptions& o) {
   if (o.warmup != 1) throw InputError("--warmup: needs --backend mpi (the emulator executes once)");
   if (o.repeat != 1) throw InputError("--repeat: needs --backend mpi (the emulator executes once)");
   Pipeline p = build_pipeline(o.common);
-  std::vector<Tensor> inputs = make_inputs(p.graph, o);
+  std::vector<Tensor> inputs = make_inputs(p.graph, p.load_report, o);
   PodRun run = run_spmd(p.program, p.graph, inputs,
                         progress_display(fmt::format("{} devices", p.program.mesh.num_devices())));
   if (const char* prof = std::getenv("GSPMD_PROFILE"); prof && *prof && std::string(prof) != "0")
@@ -144,7 +151,7 @@ int cmd_run(const RunOptions& o) {
     PodRun ref = run_single(p.graph, inputs, progress_display("reference, 1 device"));
     check = compare_outputs(p.graph, run.outputs, ref.outputs, o.rtol, o.atol);
   }
-  if (!o.outputs_dir.empty()) write_outputs(o.outputs_dir, p.graph, run.outputs);
+  if (!o.outputs_dir.empty()) write_outputs(o.outputs_dir, p.graph, p.load_report, run.outputs);
   CostReport cost = p.cost(o.common.overlap);
   nlohmann::json report = make_report(p, cost, &run, o.check ? &check : nullptr);
   if (!o.report.empty()) write_json(o.report, report);

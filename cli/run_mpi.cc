@@ -145,7 +145,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
       throw InputError(fmt::format("the mesh {} has {} devices but this MPI job has {} ranks", p.program.mesh.str(),
                                    p.program.mesh.num_devices(), s.size()));
     if (from_files) device = load_device_model(p, o.program_dir, rank);
-    if (rank == 0) inputs = make_inputs(p.graph, o);
+    if (rank == 0) inputs = make_inputs(p.graph, p.load_report, o);
   } catch (const std::exception& e) {
     failure = classify(e);
   }
@@ -194,7 +194,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
       PodRun ref = run_single(p.graph, inputs);
       check = compare_outputs(p.graph, pod.outputs, ref.outputs, o.rtol, o.atol);
     }
-    if (!o.outputs_dir.empty()) write_outputs(o.outputs_dir, p.graph, pod.outputs);
+    if (!o.outputs_dir.empty()) write_outputs(o.outputs_dir, p.graph, p.load_report, pod.outputs);
     CostReport cost = p.cost(o.common.overlap);
     nlohmann::json report = make_report(p, cost, &pod, o.check ? &check : nullptr);
     report["backend"] = "mpi";

@@ -85,58 +85,11 @@ std::vector<std::string> graph_inputs_reaching(const Graph& g, int v) {
   return out;
 }
 
-// Why an output stays untyped, as the rest of "value 'v' (output of node 'n' (Op)) ...". `needed_input`: the input
-// whose values the shape needs (DataDependentError), -1 when not one input, -2 when the shape is not data-dependent.
-std::string untyped_reason(const Graph& g, const Node& n, const std::string& error, int needed_input) {
-  const std::string prefix = fmt::format("node '{}' ({}): ", n.name, n.op_type);
-  const std::string detail = error.rfind(prefix, 0) == 0 ? error.substr(prefix.size()) : error;
-  if (needed_input >= 0 && static_cast<size_t>(needed_input) < n.inputs.size() && n.inputs[needed_input] >= 0) {
-    const int needed = n.inputs[needed_input];
-    const std::vector<std::string> from = graph_inputs_reaching(g, needed);
-    const std::string& name = g.values[needed].name;
-    if (from.size() == 1 && from[0] == name)
-      return fmt::format("has a data-dependent shape: {}, graph input '{}', which is known only at run time; make "
-                         "'{}' a constant (an initializer) to bind it",
-                         detail, name, name);
-    if (!from.empty())
-      return fmt::format("has a data-dependent shape: {}, '{}', computed at run time from graph input{} '{}'; make "
-                         "{} to bind it",
-                         detail, name, from.size() > 1 ? "s" : "", fmt::join(from, "', '"),
-                         from.size() > 1 ? "them constants (initializers)" : "it a constant (an initializer)");
-    return fmt::format("has a data-dependent shape: {}, '{}', which is known only at run time", detail, name);
-  }
-  if (needed_input == -1) return fmt::format("has a data-dependent shape: {}", detail);
-  if (!error.empty()) return fmt::format("has no static shape: {}", detail);
-  return fmt::format("has no static shape: ONNX inference left it untyped and no shape function typed {}", n.op_type);
-}
-
-// The value ids of `b` mapped into `g` when node `ni` (an If) is replaced by branch `b`'s nodes.
-std::vector<int> map_branch(Graph& g, const Node& node, const Graph& b, std::unordered_set<std::string>& unknown) {
-  std::vector<int> map(b.values.size(), -1);
-  for (size_t j = 0; j < b.inputs.size(); ++j)  // an If's body inputs are its captured values
-    map[static_cast<size_t>(b.inputs[j])] = node.inputs[node.inputs.size() - b.inputs.size() + j];
-  for (size_t k = 0; k < b.outputs.size() && k < node.outputs.size(); ++k) {
-    const auto o = static_cast<size_t>(b.outputs[k]);
-    if (b.values[o].producer >= 0 && map[o] < 0) map[o] = node.outputs[k];
-  }
-  for (size_t v = 0; v < b.values.size(); ++v) {
-    const Value& bv = b.values[v];
-    if (map[v] >= 0 || (bv.producer < 0 && !bv.data)) continue;
-    const int id = g.add_value_unique(node.name + "/" + bv.name, bv.dtype, bv.shape);
-    Value& nv = g.values[static_cast<size_t>(id)];
-    nv.is_initializer = bv.producer < 0;
-    nv.data = bv.data;
-    if (bv.producer >= 0 && bv.dtype == DType::kUndefined) unknown.insert(nv.name);
-    map[v] = id;
-  }
-  return map;
-}
-
 // Node `ni`, an If whose condition is a constant, is replaced by its taken branch's nodes (renamed "<if>/<node>",
 // values made unique in `g`); outputs that the branch does not compute itself come from Identity nodes. Returns false
 // when node `ni` is not such an If.
-bool inline_constant_if(Graph& g, size_t ni, std::vector<char>& dead, std::unordered_set<std::string>& unknown,
-                        LoadReport& report) {
+bool inline_constant_if(Pass& p, size_t ni) {
+  Graph& g = p.g;
   if (ni >= g.nodes.size()) return false;
   const Node& n = g.nodes[ni];
   if (!is_onnx_domain(n) || n.op_type != "If" || n.inputs.empty() || n.inputs[0] < 0) return false;
@@ -147,34 +100,22 @@ bool inline_constant_if(Graph& g, size_t ni, std::vector<char>& dead, std::unord
   const char* attr = taken ? "then_branch" : "else_branch";
   const Graph* b = node.g(attr);
   if (!b) return false;
-  const std::vector<int> map = map_branch(g, node, *b, unknown);
-  std::vector<Node> spliced;
-  for (const Node& bn : b->nodes) {
-    Node m = bn;
-    m.name = node.name + "/" + bn.name;
-    for (int& i : m.inputs)
-      if (i >= 0) i = map[static_cast<size_t>(i)];
-    for (int& o : m.outputs) o = map[static_cast<size_t>(o)];
-    spliced.push_back(std::move(m));
-  }
-  for (size_t k = 0; k < node.outputs.size() && k < b->outputs.size(); ++k) {
-    const int from = map[static_cast<size_t>(b->outputs[k])];
-    if (from == node.outputs[k]) continue;
+  // An If's body inputs are its captured values.
+  const std::vector<int> bound(node.inputs.end() - static_cast<int64_t>(b->inputs.size()), node.inputs.end());
+  std::vector<int> out_ids;
+  std::vector<Node> spliced = p.clone_body(*b, node.name, bound, node.outputs, /*keep_types=*/true, out_ids);
+  for (size_t k = 0; k < node.outputs.size() && k < out_ids.size(); ++k) {
+    if (out_ids[k] == node.outputs[k]) continue;
     Node id;
     id.name = fmt::format("{}/output_{}", node.name, k);
     id.op_type = "Identity";
-    id.inputs = {from};
+    id.inputs = {out_ids[k]};
     id.outputs = {node.outputs[k]};
     spliced.push_back(std::move(id));
   }
-  g.nodes.erase(g.nodes.begin() + static_cast<int64_t>(ni));
-  dead.erase(dead.begin() + static_cast<int64_t>(ni));
-  g.nodes.insert(g.nodes.begin() + static_cast<int64_t>(ni), spliced.begin(), spliced.end());
-  dead.insert(dead.begin() + static_cast<int64_t>(ni), spliced.size(), 0);
-  for (size_t k = ni; k < g.nodes.size(); ++k)
-    for (int o : g.nodes[k].outputs) g.values[static_cast<size_t>(o)].producer = static_cast<int>(k);
-  report.rewrites.push_back(fmt::format("node '{}' (If): condition is constant {}, {} inlined", node.name,
-                                        taken ? "true" : "false", attr));
+  p.splice(ni, std::move(spliced));
+  p.report.rewrites.push_back(fmt::format("node '{}' (If): condition is constant {}, {} inlined", node.name,
+                                          taken ? "true" : "false", attr));
   return true;
 }
 
@@ -198,6 +139,8 @@ bool keeps_carried_types(const Node& n, const Graph& b, const std::unordered_set
   return true;
 }
 
+void run_pass(Pass& p);
+
 // Types the bodies of control-flow node `n` (its inputs typed `types`): each body's inputs get the types the node
 // binds (core/ir/control_flow.h) and infer_and_fold types (and folds) its values. A body that cannot be bound, or
 // whose carried values do not provably keep their types, is left as it is (the shape function reports the problem;
@@ -220,10 +163,11 @@ void type_bodies(Node& n, const std::vector<const TensorType*>& types, const Loa
     }
     std::unordered_set<std::string> unknown;
     for (const Value& v : b.values)
-      if (v.dtype == DType::kUndefined) unknown.insert(v.name);
+      if (v.dtype == DType::kUndefined || v.kind != ValueKind::kTensor) unknown.insert(v.name);
     std::map<std::string, std::string> why;
     LoadReport inner;
-    infer_and_fold(b, unknown, why, opts, inner);
+    Pass bp{b, unknown, why, opts, inner, {}, {}, {}};
+    run_pass(bp);
     bool keeps = false;
     try {
       keeps = keeps_carried_types(n, b, unknown);
@@ -259,17 +203,34 @@ void simplify_for_inference(Graph& g, LoadReport& report) {
   }
 }
 
-void infer_and_fold(Graph& g, std::unordered_set<std::string>& unknown,
-                                        std::map<std::string, std::string>& why, const LoadOptions& opts,
-                                        LoadReport& report) {
-  std::vector<char> dead(g.nodes.size(), 0);
+namespace {
+
+// The pass over one graph (infer_and_fold's loop; bodies run it too).
+void run_pass(Pass& p) {
+  Graph& g = p.g;
+  std::unordered_set<std::string>& unknown = p.unknown;
+  std::map<std::string, std::string>& why = p.why;
+  const LoadOptions& opts = p.opts;
+  LoadReport& report = p.report;
+  std::vector<char>& dead = p.dead;
+  dead.assign(g.nodes.size(), 0);
   std::vector<TensorType> in_types;
   std::vector<const TensorType*> types;
   std::vector<const Tensor*> values;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
-    while (inline_constant_if(g, ni, dead, unknown, report)) {
+    while (inline_constant_if(p, ni)) {
     }
     if (ni >= g.nodes.size()) break;
+    const Lowered lowered = lower_structured(p, ni);
+    if (lowered == Lowered::kSpliced) {
+      --ni;  // visit the replacement nodes
+      continue;
+    }
+    if (lowered == Lowered::kDone) {
+      dead[ni] = 1;
+      continue;
+    }
+    if (lowered == Lowered::kFailed) continue;
     const Node& n = g.nodes[ni];
     // Input types; an untyped input leaves the outputs as ONNX typed them.
     in_types.assign(n.inputs.size(), {});
@@ -397,6 +358,206 @@ void infer_and_fold(Graph& g, std::unordered_set<std::string>& unknown,
     kept.push_back(std::move(g.nodes[ni]));
   }
   g.nodes = std::move(kept);
+}
+
+// A flattened element's name: "x[i]" for a sequence's, "x.value" for an optional's tensor, "x.value[i]" for an
+// optional's sequence.
+std::string element_name(const std::string& name, const ValueStructure& s, size_t i) {
+  if (s.kind == ValueKind::kSequence) return fmt::format("{}[{}]", name, i);
+  return s.of_sequence ? fmt::format("{}.value[{}]", name, i) : name + ".value";
+}
+
+std::string plural(size_t n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); }
+
+// The model's sequence and optional inputs become one graph input per element, typed from opts.structured_inputs;
+// report.inputs receives the signature.
+void bind_structured_inputs(Pass& p) {
+  Graph& g = p.g;
+  std::vector<int> inputs;
+  for (int v : g.inputs) {
+    const Value val = g.values[static_cast<size_t>(v)];
+    FlatValue fv{val.name, {val.kind, true, false, val.dtype}, {}};
+    if (val.kind == ValueKind::kTensor) {
+      fv.values = {v};
+      inputs.push_back(v);
+      p.report.inputs.push_back(std::move(fv));
+      continue;
+    }
+    const char* kind = val.kind == ValueKind::kSequence ? "sequence" : "optional";
+    auto it = p.opts.structured_inputs.find(val.name);
+    if (it == p.opts.structured_inputs.end())
+      throw InputError(fmt::format("input '{}' is a {}: its structure (length, element shapes) must be known at load; "
+                                   "give its value (--inputs DIR)",
+                                   val.name, kind));
+    const OnnxValue& given = it->second;
+    if (given.structure.kind != val.kind)
+      throw InputError(fmt::format("input '{}' is a {} but the given value is {} {}", val.name, kind,
+                                   given.structure.kind == ValueKind::kOptional ? "an" : "a",
+                                   structure_str(given.structure)));
+    fv.structure = given.structure;
+    for (const Tensor& t : given.tensors) {
+      if (val.dtype != DType::kUndefined && t.dtype != val.dtype)
+        throw InputError(fmt::format("input '{}': the given value has {} elements, the model declares {}", val.name,
+                                     dtype_name(t.dtype), dtype_name(val.dtype)));
+      fv.structure.elem_dtype = t.dtype;
+    }
+    if (fv.structure.elem_dtype == DType::kUndefined) fv.structure.elem_dtype = val.dtype;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < given.tensors.size(); ++i) {
+      const int id = g.add_value_unique(element_name(val.name, fv.structure, i), given.tensors[i].dtype,
+                                        given.tensors[i].shape);
+      fv.values.push_back(id);
+      inputs.push_back(id);
+      names.push_back(g.values[static_cast<size_t>(id)].name);
+    }
+    p.structures[v] = fv;
+    p.typed(v);
+    p.report.rewrites.push_back(fmt::format("input '{}' ({} of {}): graph inputs '{}'", val.name,
+                                            structure_str(fv.structure), plural(names.size(), "tensor"),
+                                            fmt::join(names, "', '")));
+    p.report.inputs.push_back(std::move(fv));
+  }
+  g.inputs = std::move(inputs);
+}
+
+// The model's sequence and optional outputs become one graph output per element (an Identity named like the element);
+// report.outputs receives the signature. An output still untyped stays (the loader reports it).
+void flatten_outputs(Pass& p) {
+  Graph& g = p.g;
+  std::vector<int> outputs;
+  for (int v : g.outputs) {
+    const std::string name = g.values[static_cast<size_t>(v)].name;
+    auto it = p.structures.find(v);
+    if (it == p.structures.end()) {
+      const Value& val = g.values[static_cast<size_t>(v)];
+      p.report.outputs.push_back({name, {val.kind, true, false, val.dtype}, {v}});
+      outputs.push_back(v);
+      continue;
+    }
+    FlatValue fv = it->second;
+    fv.name = name;
+    fv.values.clear();
+    for (size_t i = 0; i < it->second.values.size(); ++i) {
+      const int e = it->second.values[i];
+      const Value from = g.values[static_cast<size_t>(e)];
+      const int id = g.add_value_unique(element_name(name, fv.structure, i), from.dtype, from.shape);
+      if (p.unknown.count(from.name)) {
+        p.unknown.insert(g.values[static_cast<size_t>(id)].name);
+        p.why[g.values[static_cast<size_t>(id)].name] = fmt::format("has no static shape: '{}' has none", from.name);
+      }
+      Node n;
+      n.name = g.values[static_cast<size_t>(id)].name;
+      n.op_type = "Identity";
+      n.inputs = {e};
+      n.outputs = {id};
+      g.add_node(std::move(n));
+      fv.values.push_back(id);
+      outputs.push_back(id);
+    }
+    p.report.outputs.push_back(std::move(fv));
+  }
+  g.outputs = std::move(outputs);
+}
+
+}  // namespace
+
+std::string untyped_reason(const Graph& g, const Node& n, const std::string& error, int needed_input) {
+  const std::string prefix = fmt::format("node '{}' ({}): ", n.name, n.op_type);
+  const std::string detail = error.rfind(prefix, 0) == 0 ? error.substr(prefix.size()) : error;
+  if (needed_input >= 0 && static_cast<size_t>(needed_input) < n.inputs.size() && n.inputs[needed_input] >= 0) {
+    const int needed = n.inputs[needed_input];
+    const std::vector<std::string> from = graph_inputs_reaching(g, needed);
+    const std::string& name = g.values[needed].name;
+    if (from.size() == 1 && from[0] == name)
+      return fmt::format("has a data-dependent shape: {}, graph input '{}', which is known only at run time; make "
+                         "'{}' a constant (an initializer) to bind it",
+                         detail, name, name);
+    if (!from.empty())
+      return fmt::format("has a data-dependent shape: {}, '{}', computed at run time from graph input{} '{}'; make "
+                         "{} to bind it",
+                         detail, name, from.size() > 1 ? "s" : "", fmt::join(from, "', '"),
+                         from.size() > 1 ? "them constants (initializers)" : "it a constant (an initializer)");
+    return fmt::format("has a data-dependent shape: {}, '{}', which is known only at run time", detail, name);
+  }
+  if (needed_input == -1) return fmt::format("has a data-dependent shape: {}", detail);
+  if (!error.empty()) return fmt::format("has no static shape: {}", detail);
+  return fmt::format("has no static shape: ONNX inference left it untyped and no shape function typed {}", n.op_type);
+}
+
+
+void Pass::splice(size_t ni, std::vector<Node> nodes) {
+  for (int o : g.nodes[ni].outputs) g.values[static_cast<size_t>(o)].producer = -1;
+  const auto at = static_cast<int64_t>(ni);
+  g.nodes.erase(g.nodes.begin() + at);
+  dead.erase(dead.begin() + at);
+  const size_t count = nodes.size();
+  g.nodes.insert(g.nodes.begin() + at, std::make_move_iterator(nodes.begin()), std::make_move_iterator(nodes.end()));
+  dead.insert(dead.begin() + at, count, 0);
+  for (size_t k = ni; k < g.nodes.size(); ++k)
+    for (int o : g.nodes[k].outputs) g.values[static_cast<size_t>(o)].producer = static_cast<int>(k);
+}
+
+std::vector<Node> Pass::clone_body(const Graph& b, const std::string& prefix, const std::vector<int>& bound,
+                                   const std::vector<int>& outputs, bool keep_types, std::vector<int>& out_ids) {
+  std::vector<int> map(b.values.size(), -1);
+  for (size_t j = 0; j < b.inputs.size() && j < bound.size(); ++j) map[static_cast<size_t>(b.inputs[j])] = bound[j];
+  for (size_t k = 0; k < b.outputs.size() && k < outputs.size(); ++k) {
+    const auto o = static_cast<size_t>(b.outputs[k]);
+    if (outputs[k] >= 0 && b.values[o].producer >= 0 && map[o] < 0) map[o] = outputs[k];
+  }
+  for (size_t v = 0; v < b.values.size(); ++v) {
+    const Value& bv = b.values[v];
+    if (map[v] >= 0 || (bv.producer < 0 && !bv.is_initializer)) continue;  // bound, or an input left unbound
+    const int id = g.add_value_unique(prefix + "/" + bv.name, DType::kUndefined, {});
+    Value& nv = g.values[static_cast<size_t>(id)];
+    nv.kind = bv.kind;
+    if (bv.producer < 0 || keep_types) {
+      nv.dtype = bv.dtype;
+      nv.shape = bv.shape;
+    }
+    if (bv.producer < 0) {  // a constant of the body
+      nv.is_initializer = true;
+      nv.data = bv.data;
+    } else if (!keep_types || bv.dtype == DType::kUndefined || bv.kind != ValueKind::kTensor) {
+      unknown.insert(nv.name);  // typed when the pass visits its node
+    }
+    map[v] = id;
+  }
+  std::vector<Node> nodes;
+  nodes.reserve(b.nodes.size());
+  for (const Node& bn : b.nodes) {
+    Node m = bn;
+    m.name = prefix + "/" + bn.name;
+    for (int& i : m.inputs)
+      if (i >= 0) i = map[static_cast<size_t>(i)];
+    for (int& o : m.outputs) o = map[static_cast<size_t>(o)];
+    nodes.push_back(std::move(m));
+  }
+  out_ids.clear();
+  for (int o : b.outputs) out_ids.push_back(map[static_cast<size_t>(o)]);
+  return nodes;
+}
+
+int Pass::add_constant(const std::string& hint, Tensor t) {
+  const int id = g.add_value_unique(hint, t.dtype, t.shape);
+  Value& v = g.values[static_cast<size_t>(id)];
+  v.is_initializer = true;
+  v.data = std::make_shared<const Tensor>(std::move(t));
+  return id;
+}
+
+void Pass::typed(int v) {
+  const std::string& name = g.values[static_cast<size_t>(v)].name;
+  unknown.erase(name);
+  why.erase(name);
+}
+
+void infer_and_fold(Graph& g, std::unordered_set<std::string>& unknown, std::map<std::string, std::string>& why,
+                    const LoadOptions& opts, LoadReport& report) {
+  Pass p{g, unknown, why, opts, report, {}, {}, {}};
+  bind_structured_inputs(p);
+  run_pass(p);
+  flatten_outputs(p);
 }
 
 }  // namespace gspmd::frontend

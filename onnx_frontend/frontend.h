@@ -27,6 +27,37 @@ using ShapeFunction = std::function<std::vector<TensorType>(
     const Node& node, const std::vector<const TensorType*>& types, const std::vector<const Tensor*>& values,
     int64_t opset)>;
 
+/// The structure of an ONNX value (onnx/IR.md, "Types"): a tensor, a sequence of tensors, or an optional.
+struct ValueStructure {
+  ValueKind kind = ValueKind::kTensor;
+  bool present = true;                   // kOptional: holds an element (false: the empty optional)
+  bool of_sequence = false;              // kOptional: the element is a sequence (else a tensor)
+  DType elem_dtype = DType::kUndefined;  // the element type (a tensor's own dtype); kUndefined when not declared
+  bool operator==(const ValueStructure&) const = default;
+};
+
+/// "tensor", "sequence", "optional(tensor)", "optional(sequence)", "empty optional".
+std::string structure_str(const ValueStructure& s);
+
+/// A graph input's or output's value as ONNX types it: a tensor, a sequence of tensors, or an optional. What the
+/// test data (.pb) and `run --inputs` hold.
+struct OnnxValue {
+  ValueStructure structure;
+  std::vector<Tensor> tensors;  // a tensor or an optional's tensor: one; a sequence (or an optional's): its elements
+
+  /// A plain tensor value.
+  static OnnxValue of(Tensor t);
+};
+
+/// How one ONNX graph input or output maps onto the loaded Graph (docs/sequences.md): a tensor is one graph input /
+/// output; a sequence or optional is flattened into one per element ("x[0]", "x[1]", ...; an optional's tensor
+/// "x.value"), none for an empty sequence or optional.
+struct FlatValue {
+  std::string name;          // the ONNX graph input / output
+  ValueStructure structure;  // its structure, as bound at load
+  std::vector<int> values;   // the Graph's value ids holding its tensors, in element order
+};
+
 struct LoadOptions {
   std::map<std::string, int64_t> dims;  // --dim NAME=VALUE: symbolic input dims to bind
   /// Shapes of the input tensors the model will run on (`run --inputs`), by graph input name: their dims bind the
@@ -46,6 +77,10 @@ struct LoadOptions {
   /// replace the declared ones), so that shapes depending on its value (Reshape's shape, Expand's shape, TopK's K)
   /// become static and its consumers may fold. A name that is not a graph input is an InputError.
   std::map<std::string, Tensor> frozen_inputs;
+  /// The values that the sequence and optional graph inputs will run with, by name: their structure (length, element
+  /// dtypes and shapes, presence) is static in the loaded graph (docs/sequences.md); only that is read here, not the
+  /// data. `inputs_dir` supplies the ones not given here.
+  std::map<std::string, OnnxValue> structured_inputs;
 };
 
 /// What loading did to the graph besides converting it, for `explain` (docs/loading.md).
@@ -61,7 +96,19 @@ struct LoadReport {
                                         // "node 'c' (If): condition is constant true, then_branch inlined"
   std::vector<std::string> shape_disagreements;  // "value 'v' (node 'n' (Op)): shape function float32[2,3], ONNX
                                                  // inference float32[2,4]"
+  /// The model's signature over the loaded graph: one entry per ONNX graph input (initializers and frozen inputs
+  /// excluded) and per output, in order. Sequences and optionals are flattened (FlatValue).
+  std::vector<FlatValue> inputs, outputs;
 };
+
+/// The tensors to run the loaded graph `g` with (one per g.inputs, in order) from `values`, one per
+/// `report.inputs` entry. Throws InputError("input 'x': ...") when a value's structure, element count or dtype is not
+/// what the graph was loaded for.
+std::vector<Tensor> flatten_inputs(const Graph& g, const LoadReport& report, std::vector<OnnxValue> values);
+
+/// The model's outputs as ONNX types them (one per `report.outputs` entry) from the loaded graph's `outputs` (one per
+/// g.outputs, moved from).
+std::vector<OnnxValue> unflatten_outputs(const Graph& g, const LoadReport& report, std::vector<Tensor> outputs);
 
 /// What a model file holds, read without shape inference or folding (for test runners and tooling).
 struct ModelInfo {
@@ -73,9 +120,11 @@ struct ModelInfo {
                                                            // dim has a value or no name; empty for non-tensors)
   std::vector<std::vector<int64_t>> input_shapes;  // per input, per dim: its size (-1 when symbolic or unknown;
                                                    // empty for non-tensors and inputs without a shape)
-  std::vector<DType> input_dtypes;      // per input: its element type (kUndefined for non-tensors, unknown types)
+  std::vector<DType> input_dtypes;      // per input: its (element) type (kUndefined when not declared)
+  std::vector<ValueKind> input_kinds;   // per input: tensor, sequence or optional
   std::vector<std::string> outputs;     // graph output names, in order
   std::vector<DType> output_dtypes;     // per output: its element type (as input_dtypes)
+  std::vector<ValueKind> output_kinds;  // per output: tensor, sequence or optional
   std::map<std::string, std::string> metadata;  // the model's metadata_props (key -> value); a device model from
                                                 // export_device has gspmd.device, gspmd.mesh_shape, ... (collectives.md)
 };
@@ -121,5 +170,11 @@ void export_device(const SpmdProgram& p, const Graph& global, int64_t device, co
 Tensor read_tensor_pb(const std::string& path);
 /// Writes one serialized onnx.TensorProto named `name`.
 void write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name = "");
+/// Reads one serialized value of `kind` (.pb, ONNX backend test-data layout): an onnx.TensorProto, SequenceProto
+/// (tensor elements) or OptionalProto (a tensor or a sequence of tensors). The bytes do not say which message they
+/// hold: the model's declared type does (ModelInfo::input_kinds). Throws InputError naming the file.
+OnnxValue read_value_pb(const std::string& path, ValueKind kind);
+/// Writes `v` as one serialized TensorProto, SequenceProto or OptionalProto named `name`.
+void write_value_pb(const std::string& path, const OnnxValue& v, const std::string& name = "");
 
 }  // namespace gspmd

@@ -57,7 +57,8 @@ struct Loader {
   std::vector<std::string> input_names;             // real graph inputs, in order
   std::vector<Value> consts;                        // initializers and Constant outputs, in order
   std::unordered_map<std::string, size_t> const_index;
-  std::unordered_map<std::string, std::string> non_tensor;  // values typed sequence / optional / map by inference
+  std::unordered_map<std::string, std::string> non_tensor;  // values typed map (or another non-tensor type but a
+                                                            // sequence or optional) by inference
 
   [[noreturn]] void fail(const std::string& why) const { throw InputError(fmt::format("{}: {}", path, why)); }
 
@@ -301,6 +302,24 @@ struct Loader {
     }
   }
 
+  // opts, with the sequence and optional inputs that opts.structured_inputs lacks read from opts.inputs_dir
+  // (DIR/input_<i>.pb, when present).
+  LoadOptions with_structured_inputs() const {
+    LoadOptions o = opts;
+    if (opts.inputs_dir.empty()) return o;  // (a copy: small next to loading the model)
+    for (const auto& in : m.graph().input()) {
+      const bool seq = in.type().has_sequence_type(), opt = in.type().has_optional_type();
+      auto k = std::find(input_names.begin(), input_names.end(), in.name());
+      if ((!seq && !opt) || k == input_names.end() || o.structured_inputs.count(in.name())) continue;
+      const std::filesystem::path file =
+          std::filesystem::path(opts.inputs_dir) / fmt::format("input_{}.pb", k - input_names.begin());
+      if (std::filesystem::exists(file))
+        o.structured_inputs[in.name()] =
+            read_value_pb(file.string(), seq ? ValueKind::kSequence : ValueKind::kOptional);
+    }
+    return o;
+  }
+
   // The shapes of the given input tensors: opts.input_shapes, and DIR/input_<i>.pb of opts.inputs_dir for the graph
   // inputs that have a dim without a size (only those files are read: the rest are not needed to bind anything).
   std::map<std::string, Shape> given_shapes() const {
@@ -354,6 +373,7 @@ struct Loader {
     auto* g = m.mutable_graph();
     for (auto& in : *g->mutable_input()) {
       if (const_index.count(in.name())) continue;
+      if (in.type().has_sequence_type() || in.type().has_optional_type()) continue;  // bound by fold.cc
       if (!in.type().has_tensor_type()) fail(fmt::format("input '{}' is not a tensor", in.name()));
       auto* tt = in.mutable_type()->mutable_tensor_type();
       if (!tt->has_shape()) fail(fmt::format("input '{}' has no shape", in.name()));
@@ -446,6 +466,12 @@ struct Loader {
       case AP::GRAPH:
         bodies.graphs.push_back(convert_body(a.g(), bodies.captures));
         return std::shared_ptr<const Graph>(bodies.graphs.back());
+      case AP::TYPE_PROTO: {  // Optional's `type`: [1 for a sequence else 0, element type] (sequences.cc)
+        const onnx::TypeProto* t = &a.tp();
+        const bool sequence = t->has_sequence_type();
+        if (sequence) t = &t->sequence_type().elem_type();
+        return std::vector<int64_t>{sequence ? 1 : 0, t->has_tensor_type() ? t->tensor_type().elem_type() : 0};
+      }
       case AP::GRAPHS:
         fail(fmt::format("node '{}' ({}): attribute '{}' holds a list of graphs, which is not supported", node_name,
                          n.op_type(), a.name()));
@@ -482,11 +508,27 @@ struct Loader {
         }
       }
     }
-    if (it != types.end() && !it->second->has_tensor_type() && it->second->value_case() != onnx::TypeProto::VALUE_NOT_SET)
-      non_tensor[name] = it->second->has_sequence_type() ? "sequence"
-                         : it->second->has_optional_type() ? "optional"
-                         : it->second->has_map_type() ? "map"
-                                                       : "non-tensor value";
+    if (it != types.end() && !it->second->has_tensor_type() &&
+        it->second->value_case() != onnx::TypeProto::VALUE_NOT_SET) {
+      const onnx::TypeProto* element = nullptr;
+      if (it->second->has_sequence_type()) {
+        v.kind = ValueKind::kSequence;
+        element = &it->second->sequence_type().elem_type();
+      } else if (it->second->has_optional_type()) {
+        v.kind = ValueKind::kOptional;
+        element = &it->second->optional_type().elem_type();
+        if (element->has_sequence_type()) element = &element->sequence_type().elem_type();
+      } else {
+        non_tensor[name] = it->second->has_map_type() ? "map" : "non-tensor value";
+      }
+      if (element && element->has_tensor_type() && element->tensor_type().elem_type() != 0)
+        v.dtype =
+            frontend::proto_dtype(element->tensor_type().elem_type(), fmt::format("{}: value '{}'", path, name));
+      if (v.kind != ValueKind::kTensor) {  // a sequence or optional: fold.cc lowers it (docs/sequences.md)
+        if (unknown) unknown->insert(name);
+        return v;
+      }
+    }
     if (!known) {
       if (unknown) unknown->insert(name);
       else v.dtype = DType::kUndefined;
@@ -647,12 +689,31 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
   frontend::simplify_for_inference(g, rep);
   g.prune();
   std::map<std::string, std::string> why;
-  frontend::infer_and_fold(g, unknown, why, opts, rep);
-  g.prune();
+  try {
+    frontend::infer_and_fold(g, unknown, why, L.with_structured_inputs(), rep);
+  } catch (const InputError& e) {
+    L.fail(e.what());
+  }
+  {  // prune renumbers the values: the signature follows them by name
+    std::vector<std::vector<std::string>> names;
+    for (const auto* sig : {&rep.inputs, &rep.outputs})
+      for (const FlatValue& f : *sig) {
+        names.emplace_back();
+        for (int v : f.values) names.back().push_back(g.values[static_cast<size_t>(v)].name);
+      }
+    g.prune();
+    size_t k = 0;
+    for (auto* sig : {&rep.inputs, &rep.outputs})
+      for (FlatValue& f : *sig) {
+        for (size_t e = 0; e < f.values.size(); ++e) f.values[e] = g.find(names[k][e]);
+        ++k;
+      }
+  }
   for (const Value& v : g.values) {
-    if (!unknown.count(v.name)) continue;
     if (auto nt = L.non_tensor.find(v.name); nt != L.non_tensor.end())
-      L.fail(fmt::format("value '{}' is a {}, which is not supported (only tensors are)", v.name, nt->second));
+      L.fail(fmt::format("value '{}' is a {}, which is not supported (only tensors, sequences and optionals are)",
+                         v.name, nt->second));
+    if (!unknown.count(v.name)) continue;
     std::string by = v.producer >= 0 ? fmt::format(" (output of node '{}' ({}))", g.nodes[v.producer].name,
                                                    g.nodes[v.producer].op_type)
                                      : "";
@@ -660,6 +721,10 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
     L.fail(fmt::format("value '{}'{} {}", v.name, by,
                        w != why.end() ? w->second : "has no static shape after shape inference and constant folding"));
   }
+  for (const Value& v : g.values)
+    if (v.kind != ValueKind::kTensor)  // every node reading it was lowered (sequences.cc): a bug if not
+      L.fail(fmt::format("value '{}' is a {} that is still read after lowering", v.name,
+                         v.kind == ValueKind::kSequence ? "sequence" : "optional"));
   for (const Value& v : g.values)
     if (v.dtype == DType::kString) L.fail(fmt::format("value '{}' is a string tensor, which is not supported", v.name));
   try {

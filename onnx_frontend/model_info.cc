@@ -11,13 +11,35 @@
 namespace gspmd {
 namespace {
 
-DType elem_type(const onnx::ValueInfoProto& vi) {
-  if (!vi.type().has_tensor_type()) return DType::kUndefined;
+// A tensor type's element type (kUndefined when absent or not one the IR knows).
+DType tensor_elem(const onnx::TypeProto& t) {
+  if (!t.has_tensor_type()) return DType::kUndefined;
   try {
-    return frontend::proto_dtype(vi.type().tensor_type().elem_type(), vi.name());
+    return frontend::proto_dtype(t.tensor_type().elem_type(), "");
   } catch (const InputError&) {
     return DType::kUndefined;
   }
+}
+
+// A value's element type: a tensor's dtype, a sequence's element tensors' dtype, an optional's tensor's or sequence
+// elements' dtype; kUndefined for anything else (maps, sparse tensors, nested sequences) or when not declared.
+DType elem_type(const onnx::ValueInfoProto& vi) {
+  const onnx::TypeProto& t = vi.type();
+  if (t.has_tensor_type()) return tensor_elem(t);
+  if (t.has_sequence_type()) return tensor_elem(t.sequence_type().elem_type());
+  if (t.has_optional_type()) {
+    const onnx::TypeProto& e = t.optional_type().elem_type();
+    return e.has_sequence_type() ? tensor_elem(e.sequence_type().elem_type()) : tensor_elem(e);
+  }
+  return DType::kUndefined;
+}
+
+// tensor, sequence or optional; kTensor for the types the IR has no kind for (maps, sparse tensors; their
+// elem_type is kUndefined).
+ValueKind value_kind(const onnx::ValueInfoProto& vi) {
+  if (vi.type().has_sequence_type()) return ValueKind::kSequence;
+  if (vi.type().has_optional_type()) return ValueKind::kOptional;
+  return ValueKind::kTensor;
 }
 
 }  // namespace
@@ -54,11 +76,13 @@ ModelInfo read_model_info(const std::string& path) {
       info.input_dim_params.push_back(std::move(dims));
       info.input_shapes.push_back(std::move(shape));
       info.input_dtypes.push_back(elem_type(i));
+      info.input_kinds.push_back(value_kind(i));
     }
   for (const auto& e : m.metadata_props()) info.metadata[e.key()] = e.value();
   for (const auto& o : g.output()) {
     info.outputs.push_back(o.name());
     info.output_dtypes.push_back(elem_type(o));
+    info.output_kinds.push_back(value_kind(o));
   }
   return info;
 }

@@ -135,9 +135,15 @@ struct Node {
   int captures() const { return static_cast<int>(i("gspmd_captures", 0)); }
 };
 
-/// A tensor-valued edge of the graph.
+/// What an ONNX value holds (onnx/IR.md, "Types"): a tensor, a sequence of tensors, or an optional (empty, or holding
+/// a tensor or a sequence).
+enum class ValueKind : uint8_t { kTensor, kSequence, kOptional };
+
+/// An edge of the graph: a tensor. Sequence and optional values exist only while the loader lowers them: it flattens
+/// each into its element tensors (docs/sequences.md), so every Graph that load_model returns holds tensors only.
 struct Value {
   std::string name;
+  ValueKind kind = ValueKind::kTensor;  // kSequence / kOptional: dtype is the element type, shape is empty
   DType dtype = DType::kUndefined;
   Shape shape;
   int producer = -1;                  // node id, -1 for graph inputs and initializers

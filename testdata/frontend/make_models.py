@@ -421,6 +421,88 @@ def unsorted_mlp():
     onnx.save(m, os.path.join(HERE, "unsorted_mlp.onnx"))  # the checker rejects unsorted graphs: not checked
 
 
+def seq_split_concat():
+    """Sequences inside one graph: pieces = SplitToSequence(x[4,6], split=2, axis=1) (three [4,2]); seq =
+    SequenceInsert(pieces, y[4,2], position 0); stacked = ConcatFromSequence(seq, axis=1, new_axis=1) [4,4,2];
+    picked = SequenceAt(seq, k) with k a graph input (a position known only at run time); n = SequenceLength(seq)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])
+    k = helper.make_tensor_value_info("k", TensorProto.INT64, [])
+    outs = [helper.make_tensor_value_info("stacked", TensorProto.FLOAT, [4, 4, 2]),
+            helper.make_tensor_value_info("picked", TensorProto.FLOAT, [4, 2]),
+            helper.make_tensor_value_info("n", TensorProto.INT64, [])]
+    nodes = [
+        helper.make_node("SplitToSequence", ["x", "two"], ["pieces"], name="split", axis=1),
+        helper.make_node("SequenceInsert", ["pieces", "y", "zero"], ["seq"], name="insert"),
+        helper.make_node("ConcatFromSequence", ["seq"], ["stacked"], name="stack", axis=1, new_axis=1),
+        helper.make_node("SequenceAt", ["seq", "k"], ["picked"], name="at"),
+        helper.make_node("SequenceLength", ["seq"], ["n"], name="length"),
+    ]
+    inits = [_scalar("two", 2, np.int64), _scalar("zero", 0, np.int64)]
+    g = helper.make_graph(nodes, "seq_split_concat", [x, y, k], outs, inits)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "seq_split_concat.onnx")
+
+
+def seq_loop():
+    """A Loop (M = 3) carrying a sequence: iteration i appends x * i (a [2,3] tensor); then ConcatFromSequence along
+    axis 0 gives out[6,3]. The loader unrolls the loop."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, [6, 3])
+    seq_t = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+    body = helper.make_graph(
+        [
+            helper.make_node("Cast", ["i"], ["fi"], name="cast_i", to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["x", "fi"], ["xi"], name="scale"),
+            helper.make_node("SequenceInsert", ["s_in", "xi"], ["s_out"], name="append"),
+            helper.make_node("Identity", ["c"], ["c_out"], name="keep_going"),
+        ],
+        "loop_body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_value_info("s_in", seq_t)],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_value_info("s_out", seq_t)])
+    nodes = [
+        helper.make_node("SequenceEmpty", [], ["empty"], name="empty", dtype=TensorProto.FLOAT),
+        helper.make_node("Loop", ["M", "go", "empty"], ["seq"], name="loop", body=body),
+        helper.make_node("ConcatFromSequence", ["seq"], ["out"], name="concat", axis=0),
+    ]
+    inits = [_scalar("M", 3, np.int64), _scalar("go", True, np.bool_)]
+    g = helper.make_graph(nodes, "seq_loop", [x], [out], inits)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "seq_loop.onnx")
+
+
+def seq_io():
+    """A sequence graph input and output: ys = SequenceMap(xs, b) with body y = x + b ('xs' a sequence of float [N],
+    'b' a float [N] tensor)."""
+    seq_t = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, ["N"]))
+    xs = helper.make_value_info("xs", seq_t)
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, ["N"])
+    ys = helper.make_value_info("ys", seq_t)
+    body = helper.make_graph([helper.make_node("Add", ["x", "bb"], ["y"], name="add")], "map_body",
+                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"]),
+                              helper.make_tensor_value_info("bb", TensorProto.FLOAT, ["N"])],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])])
+    nodes = [helper.make_node("SequenceMap", ["xs", "b"], ["ys"], name="map", body=body)]
+    g = helper.make_graph(nodes, "seq_io", [xs, b], [ys])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py"),
+         "seq_io.onnx")
+
+
+def seq_at_ragged():
+    """SequenceAt(SequenceConstruct(a[2], b[3]), k) with k a graph input: the output's shape depends on k."""
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])
+    k = helper.make_tensor_value_info("k", TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m"])
+    nodes = [helper.make_node("SequenceConstruct", ["a", "b"], ["s"], name="construct"),
+             helper.make_node("SequenceAt", ["s", "k"], ["y"], name="at")]
+    g = helper.make_graph(nodes, "seq_at_ragged", [a, b, k], [y])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "seq_at_ragged.onnx")
+
+
 if __name__ == "__main__":
     external_chain()
     typed_tensors()
@@ -443,3 +525,7 @@ if __name__ == "__main__":
     scan_axes()
     loop_scan(trip_count_input=True)
     if_shapes_differ()
+    seq_split_concat()
+    seq_loop()
+    seq_io()
+    seq_at_ragged()

@@ -122,7 +122,7 @@ std::string compare(const Tensor& got, const Tensor& want, double rtol, double a
 namespace {
 
 /// An error that makes a mode "skip" rather than "fail": the executor or the frontend does not support something
-/// the test uses (an op, a dtype, strings, sequences, control flow).
+/// the test uses (an op, a dtype, strings).
 struct Skip : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -134,32 +134,40 @@ bool is_unsupported_input(const std::string& msg) {
 }
 
 struct DataSet {
-  std::vector<Tensor> inputs;   // input_<i>.pb, in file order (== graph input order)
-  std::vector<Tensor> outputs;  // output_<i>.pb
+  std::vector<OnnxValue> inputs;   // input_<i>.pb, in file order (== graph input order)
+  std::vector<OnnxValue> outputs;  // output_<i>.pb
 };
 
-std::vector<Tensor> read_numbered(const fs::path& dir, const char* stem) {
-  std::vector<Tensor> v;
-  for (int i = 0;; ++i) {
+/// DIR/<stem>_<i>.pb, each read as the model declares value i (a tensor, a sequence or an optional).
+std::vector<OnnxValue> read_numbered(const fs::path& dir, const char* stem, const std::vector<ValueKind>& kinds) {
+  std::vector<OnnxValue> v;
+  for (size_t i = 0;; ++i) {
     fs::path p = dir / fmt::format("{}_{}.pb", stem, i);
     if (!fs::exists(p)) break;
-    v.push_back(read_tensor_pb(p.string()));
+    v.push_back(read_value_pb(p.string(), i < kinds.size() ? kinds[i] : ValueKind::kTensor));
   }
   return v;
 }
 
+bool is_tensor(const OnnxValue& v) { return v.structure.kind == ValueKind::kTensor; }
+
 /// Symbolic input dims bound to the data set's sizes.
 std::map<std::string, int64_t> data_dims(const ModelInfo& info, const DataSet& ds) {
   std::map<std::string, int64_t> dims;
-  for (size_t i = 0; i < info.inputs.size() && i < ds.inputs.size(); ++i)
-    for (size_t k = 0; k < info.input_dim_params[i].size() && k < ds.inputs[i].shape.size(); ++k)
-      if (!info.input_dim_params[i][k].empty()) dims.emplace(info.input_dim_params[i][k], ds.inputs[i].shape[k]);
+  for (size_t i = 0; i < info.inputs.size() && i < ds.inputs.size(); ++i) {
+    if (!is_tensor(ds.inputs[i])) continue;
+    const Tensor& t = ds.inputs[i].tensors.at(0);
+    for (size_t k = 0; k < info.input_dim_params[i].size() && k < t.shape.size(); ++k)
+      if (!info.input_dim_params[i][k].empty()) dims.emplace(info.input_dim_params[i][k], t.shape[k]);
+  }
   return dims;
 }
 
 LoadOptions base_options(const ModelInfo& info, const DataSet& ds) {
   LoadOptions lo = cli::kernel_load_options();
   lo.dims = data_dims(info, ds);
+  for (size_t i = 0; i < info.inputs.size() && i < ds.inputs.size(); ++i)
+    if (!is_tensor(ds.inputs[i])) lo.structured_inputs[info.inputs[i]] = ds.inputs[i];
   lo.strict_shapes = true;  // a shape function that disagrees with ONNX inference fails the test
   return lo;
 }
@@ -172,11 +180,19 @@ bool untyped(const InputError& e) {
 
 /// Loads the model; when a shape depends on input values, retries with small inputs frozen: first integer inputs
 /// of at most 64 elements, then any input of at most 64 elements. Returns the graph and the frozen names.
-Graph load(const std::string& model, const ModelInfo& info, const DataSet& ds, std::vector<std::string>& frozen) {
+/// A loaded model: the graph and its signature (how sequence and optional inputs / outputs are flattened).
+struct Loaded {
+  Graph g;
+  LoadReport report;
+};
+
+Loaded load(const std::string& model, const ModelInfo& info, const DataSet& ds, std::vector<std::string>& frozen) {
+  Loaded out;
   // Inputs whose data contradicts the declared static shape (a few suite models declare 'like' as [3,4] and feed
   // [1]) are always frozen: the test's data is what the op must see.
   auto mismatching = [&](size_t i) {
-    const Tensor& t = ds.inputs[i];
+    if (!is_tensor(ds.inputs[i])) return false;
+    const Tensor& t = ds.inputs[i].tensors.at(0);
     const std::vector<int64_t>& decl = info.input_shapes[i];
     if (decl.empty()) return false;
     if (decl.size() != t.shape.size()) return true;
@@ -188,11 +204,12 @@ Graph load(const std::string& model, const ModelInfo& info, const DataSet& ds, s
   LoadOptions first = base_options(info, ds);
   for (size_t i = 0; i < info.inputs.size() && i < ds.inputs.size(); ++i)
     if (mismatching(i)) {
-      first.frozen_inputs[info.inputs[i]] = ds.inputs[i];
+      first.frozen_inputs[info.inputs[i]] = ds.inputs[i].tensors.at(0);
       frozen.push_back(info.inputs[i]);
     }
   try {
-    return load_model(model, first);
+    out.g = load_model(model, first, &out.report);
+    return out;
   } catch (const InputError& e) {
     if (!untyped(e)) throw;
   }
@@ -200,7 +217,8 @@ Graph load(const std::string& model, const ModelInfo& info, const DataSet& ds, s
     LoadOptions lo = base_options(info, ds);
     frozen.clear();
     for (size_t i = 0; i < info.inputs.size() && i < ds.inputs.size(); ++i) {
-      const Tensor& t = ds.inputs[i];
+      if (!is_tensor(ds.inputs[i])) continue;
+      const Tensor& t = ds.inputs[i].tensors.at(0);
       const bool is_int = t.dtype == DType::kInt64 || t.dtype == DType::kInt32;
       if (mismatching(i) || (t.numel() <= 64 && (is_int || stage == 1))) {
         lo.frozen_inputs[info.inputs[i]] = t;
@@ -209,34 +227,49 @@ Graph load(const std::string& model, const ModelInfo& info, const DataSet& ds, s
     }
     if (frozen.empty()) continue;
     try {
-      return load_model(model, lo);
+      out.g = load_model(model, lo, &out.report);
+      return out;
     } catch (const InputError& e) {
       if (stage == 1 || !untyped(e)) throw;
     }
   }
-  return load_model(model, first);  // rethrows the original error
+  out.g = load_model(model, first, &out.report);  // rethrows the original error
+  return out;
 }
 
-/// The graph's inputs, taken from the data set by name (frozen ones are not graph inputs any more).
-std::vector<Tensor> graph_inputs(const Graph& g, const ModelInfo& info, const DataSet& ds) {
-  std::vector<Tensor> in;
-  for (int v : g.inputs) {
-    const std::string& name = g.values[v].name;
-    auto it = std::find(info.inputs.begin(), info.inputs.end(), name);
+/// The graph's inputs, taken from the data set by name (frozen ones are not graph inputs any more) and flattened
+/// as the model was loaded (sequences and optionals: one graph input per element).
+std::vector<Tensor> graph_inputs(const Loaded& l, const ModelInfo& info, const DataSet& ds) {
+  std::vector<OnnxValue> in;
+  for (const FlatValue& f : l.report.inputs) {
+    auto it = std::find(info.inputs.begin(), info.inputs.end(), f.name);
     const size_t k = static_cast<size_t>(it - info.inputs.begin());
     if (it == info.inputs.end() || k >= ds.inputs.size())
-      throw std::runtime_error(fmt::format("no test data for graph input '{}'", name));
+      throw std::runtime_error(fmt::format("no test data for graph input '{}'", f.name));
     in.push_back(ds.inputs[k]);
   }
-  return in;
+  return flatten_inputs(l.g, l.report, std::move(in));
 }
 
-std::string compare_outputs(const Graph& g, const std::vector<Tensor>& got, const DataSet& ds) {
-  if (got.size() < ds.outputs.size())
-    return fmt::format("{} outputs, the test expects {}", got.size(), ds.outputs.size());
+std::string compare_outputs(const Loaded& l, std::vector<Tensor> got, const DataSet& ds) {
+  const std::vector<OnnxValue> outs = unflatten_outputs(l.g, l.report, std::move(got));
+  if (outs.size() < ds.outputs.size())
+    return fmt::format("{} outputs, the test expects {}", outs.size(), ds.outputs.size());
   for (size_t i = 0; i < ds.outputs.size(); ++i) {
-    std::string d = compare(got[i], ds.outputs[i]);
-    if (!d.empty()) return fmt::format("output {} '{}': {}", i, g.values[g.outputs[i]].name, d);
+    const OnnxValue& o = outs[i];
+    const OnnxValue& want = ds.outputs[i];
+    const std::string& name = l.report.outputs[i].name;
+    const ValueStructure a = o.structure, b = want.structure;
+    if (a.kind != b.kind || a.present != b.present || (a.present && a.of_sequence != b.of_sequence))
+      return fmt::format("output {} '{}': {} vs {}", i, name, structure_str(a), structure_str(b));
+    if (o.tensors.size() != want.tensors.size())
+      return fmt::format("output {} '{}': {} elements vs {}", i, name, o.tensors.size(), want.tensors.size());
+    for (size_t e = 0; e < o.tensors.size(); ++e) {
+      std::string d = compare(o.tensors[e], want.tensors[e]);
+      if (d.empty()) continue;
+      if (is_tensor(o)) return fmt::format("output {} '{}': {}", i, name, d);
+      return fmt::format("output {} '{}' element {}: {}", i, name, e, d);
+    }
   }
   return "";
 }
@@ -319,13 +352,16 @@ TestResult run_test(const std::string& dir, uint64_t seed, const std::function<v
   // Load the test data (a data set that cannot be read, e.g. a sequence .pb, makes the test unsupported).
   auto load_sets = [&] {
     try {
-      for (const fs::path& sd : set_dirs) sets.push_back({read_numbered(sd, "input"), read_numbered(sd, "output")});
+      for (const fs::path& sd : set_dirs)
+        sets.push_back(
+            {read_numbered(sd, "input", info.input_kinds), read_numbered(sd, "output", info.output_kinds)});
     } catch (const InputError& e) {
       throw Skip(fmt::format("test data: {}", e.what()));
     }
     // Older test data stores bfloat16 tensors as uint16 (same bits): take the dtype the model declares.
-    auto retag = [](Tensor& t, DType want) {
-      if (t.dtype == DType::kUInt16 && want == DType::kBFloat16) t.dtype = want;
+    auto retag = [](OnnxValue& v, DType want) {
+      for (Tensor& t : v.tensors)
+        if (t.dtype == DType::kUInt16 && want == DType::kBFloat16) t.dtype = want;
     };
     for (DataSet& ds : sets) {
       for (size_t i = 0; i < ds.inputs.size() && i < info.input_dtypes.size(); ++i) retag(ds.inputs[i], info.input_dtypes[i]);
@@ -335,7 +371,7 @@ TestResult run_test(const std::string& dir, uint64_t seed, const std::function<v
   };
 
   // Per data set: the loaded graph (models whose shapes need frozen inputs are loaded once per data set).
-  std::vector<Graph> graphs;
+  std::vector<Loaded> graphs;
   ModeResult load_result = guarded("load: ", [&]() -> std::string {
     load_sets();
     try {
@@ -351,15 +387,15 @@ TestResult run_test(const std::string& dir, uint64_t seed, const std::function<v
     }
     return "";
   });
-  auto graph_for = [&](size_t k) -> const Graph& { return graphs[graphs.size() == 1 ? 0 : k]; };
+  auto graph_for = [&](size_t k) -> const Loaded& { return graphs[graphs.size() == 1 ? 0 : k]; };
   if (load_result.status != Status::kPass) {
     r.single = r.sharded = load_result;
   } else {
     r.single = guarded("run_single: ", [&]() -> std::string {
       for (size_t k = 0; k < sets.size(); ++k) {
-        const Graph& g = graph_for(k);
-        PodRun run = run_single(g, graph_inputs(g, info, sets[k]));
-        std::string why = compare_outputs(g, run.outputs, sets[k]);
+        const Loaded& l = graph_for(k);
+        PodRun run = run_single(l.g, graph_inputs(l, info, sets[k]));
+        std::string why = compare_outputs(l, std::move(run.outputs), sets[k]);
         if (!why.empty()) return sets.size() > 1 ? fmt::format("data set {}: {}", k, why) : why;
       }
       return "";
@@ -378,7 +414,8 @@ TestResult run_test(const std::string& dir, uint64_t seed, const std::function<v
       std::string where;
       ModeResult m = guarded("", [&]() -> std::string {
         for (size_t k = 0; k < sets.size(); ++k) {
-          const Graph& g = graph_for(k);
+          const Loaded& l = graph_for(k);
+          const Graph& g = l.g;
           Annotations ann = random_annotations(g, mesh, rng);
           where = fmt::format("mesh {} [{}]{}", mesh_text, describe(g, ann),
                               sets.size() > 1 ? fmt::format(" data set {}", k) : "");
@@ -394,8 +431,8 @@ TestResult run_test(const std::string& dir, uint64_t seed, const std::function<v
             SpmdProgram p = partition(g, plan, ann.mesh);
             for (const std::string& w : p.warnings) fallbacks.insert(w);
             stage = "run_spmd";
-            PodRun run = run_spmd(p, g, graph_inputs(g, info, sets[k]));
-            std::string why = compare_outputs(g, run.outputs, sets[k]);
+            PodRun run = run_spmd(p, g, graph_inputs(l, info, sets[k]));
+            std::string why = compare_outputs(l, std::move(run.outputs), sets[k]);
             if (!why.empty()) return fmt::format("{}: {}", where, why);
           } catch (const UnsupportedError&) {
             throw;

@@ -252,7 +252,7 @@ void write_table(const std::string& path, const std::vector<TestResult>& rs, con
         "    OMP_NUM_THREADS=1 build/bin/gspmd-conformance --jobs 2 --table docs/conformance.md \\\n"
         "        --expected tests/conformance/expected_pass.txt --update-expected\n\n"
         "Every test of Debian's `libonnx-testdata` (folders `node`, `pytorch-converted`, `pytorch-operator`, "
-        "`simple`)\nruns through the real pipeline: `load_model` + `read_tensor_pb`, then\n"
+        "`simple`)\nruns through the real pipeline: `load_model` + `read_value_pb` (tensors, sequences, optionals), then\n"
         "- **single**: `run_single` on one device;\n"
         "- **sharded**: `propagate` + `partition` + `run_spmd` on a mesh of 2 and on a 2x2 mesh, each graph input "
         "getting a\n  random sharding (per mesh axis: one of its dims, or none; seed "

@@ -100,8 +100,8 @@ TEST(LoadInference, ShapeFunctionDisagreeingWithOnnxIsCaught) {
     return r;
   };
   expect_input_error([&] { load_model(p, lo); },
-                     "value 'h_relu' (node 'relu' (Relu)): shape function float32[2,17], ONNX inference "
-                     "float32[2,16]");
+                     p + ": value 'h_relu' (node 'relu' (Relu)): shape function float32[2,17], ONNX inference "
+                         "float32[2,16]");
   lo.strict_shapes = false;
   LoadReport r;
   load_model(p, lo, &r);
