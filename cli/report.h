@@ -1,4 +1,4 @@
-// The JSON report of partition / run (schema: docs/report.md) and the terminal summary.
+// The JSON report of partition / run (schema: docs/cli.md) and the terminal summary.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -22,7 +22,7 @@ struct CheckResult {
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
                             double rtol, double atol);
 
-/// Builds the report (CLI.md fields, plus "target_spec" and "device_order" from p.target). `run` and `check` may
+/// Builds the report (docs/cli.md fields, plus "target_spec" and "device_order" from p.target). `run` and `check` may
 /// be null (partition, simulate: no measured fields). With --auto, "auto" holds the search: time, evaluations, the
 /// chosen plan's cost, the baselines' and every group's choice.
 nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check);

@@ -1,4 +1,4 @@
-// cli: wires the backend's kernels into the frontend's loader (the layering keeps them apart: ARCHITECTURE.md 6).
+// cli: wires the backend's kernels into the frontend's loader (the layering keeps them apart: docs/architecture.md, invariant 6).
 #pragma once
 
 #include "backend/kernels/kernels.h"

@@ -1,4 +1,4 @@
-// onnx_frontend: the only module that includes ONNX / protobuf headers (ARCHITECTURE.md invariant 6).
+// onnx_frontend: the only module that includes ONNX / protobuf headers (docs/architecture.md, invariant 6).
 // Loads ONNX models into core::Graph (static shapes), reads the sharding sidecar, writes per-device ONNX and
 // test-data .pb files.
 #pragma once
@@ -147,7 +147,7 @@ ModelInfo read_model_info(const std::string& path);
 /// `report` (optional) receives what was folded and rewritten.
 Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* report = nullptr);
 
-/// Reads the sharding sidecar (SHARDING_FILE.md, version 1; minimal form + `unreduced`/`priority` objects +
+/// Reads the sharding sidecar (docs/sharding-file.md, version 1; minimal form + `unreduced`/`priority` objects +
 /// `rules`). `cli_mesh` is the --mesh value (nullptr if absent): it gives the shape when the file has no mesh
 /// and overrides sizes otherwise (same axis count required).
 /// Throws InputError with one line naming the file, the key and the problem, e.g.

@@ -3,7 +3,7 @@
 // A Graph is a list of Values (tensors with a static shape) and a list of Nodes in topological order. Node and
 // Value attributes follow the ONNX IR (onnx/IR.md): op_type + domain ("" = ai.onnx, "gspmd" = our collectives),
 // named attributes, positional inputs where -1 marks an absent optional input.
-// Depends only on the standard library (ARCHITECTURE.md invariant 6).
+// Depends only on the standard library (docs/architecture.md, invariant 6).
 #pragma once
 
 #include <cstddef>

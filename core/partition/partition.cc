@@ -526,7 +526,7 @@ class Partitioner {
   // ---- Softmax over a split axis: two passes ------------------------------------------------------------------
 
   /// Softmax / LogSoftmax (opset >= 13) whose operand is split on the softmax axis: local max -> all-reduce max ->
-  /// exp -> local sum -> all-reduce sum -> divide (ARCHITECTURE.md "Factor rules"), with the padding of uneven
+  /// exp -> local sum -> all-reduce sum -> divide (docs/architecture.md, "Factor rules"), with the padding of uneven
   /// shards masked to -inf before the max and to 0 before the sum. The result keeps the operand's sharding.
   /// Returns false when the op is not such a case.
   bool lower_split_softmax(int n) {

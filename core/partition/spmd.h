@@ -2,7 +2,7 @@
 //
 // The program is ONE graph on local (per-shard, padded) shapes that every device runs; what differs between devices
 // is only the partition id, read by the `gspmd` ops below. Its size does not depend on the device count
-// (ARCHITECTURE.md invariant 2): replica groups and per-device offsets are computed at run/export time from the mesh.
+// (docs/architecture.md, invariant 2): replica groups and per-device offsets are computed at run/export time from the mesh.
 //
 // `gspmd` domain ops (version 1). mesh_axes = ints, mesh axis ids, major to minor; the group of a device is the set of
 // devices that differ from it only along mesh_axes, ordered by DeviceMesh::tile_index.
@@ -48,7 +48,7 @@ struct ProgramBinding {
   TensorSharding sharding;
 };
 
-/// One collective of the program, for the report and explain (invariant 5).
+/// One collective of the program, for the report and explain (docs/architecture.md, invariant 5).
 struct CollectiveRecord {
   int node = -1;              // node id in SpmdProgram::program
   std::string kind;           // "all-reduce" | "all-gather" | "reduce-scatter" | "all-to-all" | "collective-permute"

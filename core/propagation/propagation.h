@@ -24,7 +24,7 @@ struct Annotations {
   std::map<int, Annotation> by_value;
 };
 
-/// Where a value's sharding came from, for explain (ARCHITECTURE.md invariant 5).
+/// Where a value's sharding came from, for explain (docs/architecture.md, invariant 5).
 struct Origin {
   enum Kind { kDefault, kAnnotation, kPropagated } kind = kDefault;  // default = replicated, nothing reached it
   int node = -1;       // kPropagated: the node whose rule carried the sharding

@@ -1,6 +1,6 @@
 // Convolution, pooling and the CNN normalisations.
 //
-// Conv X[N,C,D1..Dk] * W[O,C/G,K1..Kk] (+ B[O]) -> Y[N,O,D1'..Dk'] (ARCHITECTURE.md "Factor rules"):
+// Conv X[N,C,D1..Dk] * W[O,C/G,K1..Kk] (+ B[O]) -> Y[N,O,D1'..Dk'] (docs/architecture.md, "Factor rules"):
 //   n pass-through; with group G == 1: o pass-through, c reduction (sum); with G > 1 the channel dims are compound,
 //   major to minor: X dim 1 = (g, cg), W dim 0 = (g, og), W dim 1 = (cg), Y dim 1 = B dim 0 = (g, og), where g
 //   (size G) and og (size O/G) are pass-through and cg (size C/G) is the reduction; a size-1 cg/og is left out

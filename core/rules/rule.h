@@ -1,5 +1,5 @@
 // core/rules: factor-based sharding rules (Shardy's OpShardingRule, openxla/shardy
-// shardy/dialect/sdy/transforms/propagation/op_sharding_rule_registry.cc; ARCHITECTURE.md "Factor rules").
+// shardy/dialect/sdy/transforms/propagation/op_sharding_rule_registry.cc; docs/architecture.md, "Factor rules").
 //
 // A rule names an op's factors (independent index spaces), their sizes and kinds, and for every operand/result dim
 // the factors it indexes, major to minor (a reshape's merged dim indexes several factors). Propagation, reshard

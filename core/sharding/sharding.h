@@ -12,7 +12,7 @@
 namespace gspmd {
 
 /// A logical N-D mesh of devices with named axes. Devices are numbered 0..N-1 row-major over `shape`
-/// (device k sits at coordinate unravel(k, shape)), as in SHARDING_FILE.md and jax.sharding.Mesh.
+/// (device k sits at coordinate unravel(k, shape)), as in docs/sharding-file.md and jax.sharding.Mesh.
 struct DeviceMesh {
   std::vector<int64_t> shape;      // size of each mesh axis, each >= 1
   std::vector<std::string> axes;   // unique axis names, same length as shape

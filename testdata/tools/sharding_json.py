@@ -1,4 +1,4 @@
-"""Write a sharding sidecar (docs/SHARDING_FILE.md, minimal form) with one tensor per line."""
+"""Write a sharding sidecar (docs/sharding-file.md, minimal form) with one tensor per line."""
 import json
 
 
