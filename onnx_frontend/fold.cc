@@ -205,18 +205,145 @@ void simplify_for_inference(Graph& g, LoadReport& report) {
 
 namespace {
 
-// The pass over one graph (infer_and_fold's loop; bodies run it too).
+// One node's inputs as the shape function and the evaluator see them.
+struct NodeInputs {
+  std::vector<TensorType> storage;
+  std::vector<const TensorType*> types;  // nullptr: absent
+  std::vector<const Tensor*> values;     // nullptr: not a constant
+  std::string untyped;                   // the first input without a static type ("" when all are typed)
+  bool all_const = false;
+  int64_t const_bytes = 0;
+
+  void read(const Pass& p, const Node& n) {
+    storage.assign(n.inputs.size(), {});
+    types.assign(n.inputs.size(), nullptr);
+    values.assign(n.inputs.size(), nullptr);
+    untyped.clear();
+    all_const = !n.inputs.empty();
+    const_bytes = 0;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (n.inputs[k] < 0) continue;
+      const Value& v = p.g.values[static_cast<size_t>(n.inputs[k])];
+      if (p.unknown.count(v.name)) {
+        if (untyped.empty()) untyped = v.name;
+        continue;
+      }
+      storage[k] = {v.dtype, v.shape};
+      types[k] = &storage[k];
+      values[k] = v.data.get();
+      if (v.data) const_bytes += static_cast<int64_t>(v.data->nbytes());
+      all_const = all_const && v.data != nullptr;
+    }
+  }
+};
+
+// The shape function's answer for one node: its output types, or why it has none.
+struct Inferred {
+  std::vector<TensorType> types;  // empty when the shape function has none or failed
+  std::string error;
+  int needed_input = -1;          // DataDependentError's input
+  bool data_dependent = false;
+};
+
+Inferred infer(const Pass& p, const Node& n, const NodeInputs& in) {
+  Inferred r;
+  if (!p.opts.shape_function) return r;
+  try {
+    r.types = p.opts.shape_function(n, in.types, in.values, p.g.opset);
+  } catch (const DataDependentError& e) {
+    r.error = e.what();
+    r.needed_input = e.input;
+    r.data_dependent = true;
+  } catch (const UnsupportedError&) {
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+// Node `ni` evaluated once when it folds (fold.h): deterministic ai.onnx ops on constants within the size cap, and
+// Shape / Size of static values. Its outputs become constants; returns false when it does not fold.
+bool fold(Pass& p, size_t ni, const NodeInputs& in, const Inferred& inferred) {
+  Graph& g = p.g;
+  const Node& n = g.nodes[ni];
+  if (!is_onnx_domain(n) || is_nondeterministic(n.op_type)) return false;
+  std::vector<Tensor> results;
+  if ((n.op_type == "Shape" || n.op_type == "Size") && n.inputs.size() == 1 && n.inputs[0] >= 0) {
+    fold_shape_op(g, n, results);
+  } else if (in.all_const && p.opts.evaluator) {
+    int64_t out_bytes = 0;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const Value& v = g.values[static_cast<size_t>(n.outputs[k])];
+      out_bytes += k < inferred.types.size() ? type_bytes(inferred.types[k])
+                   : p.unknown.count(v.name) ? 0
+                                             : type_bytes({v.dtype, v.shape});
+    }
+    if (out_bytes > kMaxExpandingFoldBytes && out_bytes > in.const_bytes) {
+      p.report.not_folded.push_back(fmt::format("node '{}' ({}): {} of outputs from {} of constants, over the {} "
+                                                "folding cap: it runs as a node",
+                                                n.name, n.op_type, mib(out_bytes), mib(in.const_bytes),
+                                                mib(kMaxExpandingFoldBytes)));
+      return false;
+    }
+    try {
+      results = p.opts.evaluator(n, in.values, g.opset);
+    } catch (const std::exception&) {
+      return false;  // no kernel (or the kernel rejects it): keep the node; the executor reports it
+    }
+  }
+  if (results.empty() || results.size() < n.outputs.size()) return false;
+  LoadReport::Folded f{n.name, n.op_type, {}, 0};
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    Value& v = g.values[static_cast<size_t>(n.outputs[k])];
+    v.dtype = results[k].dtype;
+    v.shape = results[k].shape;
+    v.is_initializer = true;
+    v.producer = -1;
+    f.outputs.push_back(v.name);
+    f.bytes += static_cast<int64_t>(results[k].nbytes());
+    v.data = std::make_shared<const Tensor>(std::move(results[k]));
+    p.typed(n.outputs[k]);
+  }
+  p.report.folded.push_back(std::move(f));
+  return true;
+}
+
+// Types node `n`'s outputs with the shape function's answer, cross-checked against ONNX inference where it typed
+// them (fold.h); an output left untyped gets its reason in p.why.
+void type_outputs(Pass& p, const Node& n, const Inferred& inferred) {
+  Graph& g = p.g;
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    Value& v = g.values[static_cast<size_t>(n.outputs[k])];
+    const bool onnx_typed = !p.unknown.count(v.name);
+    std::string disagreement;
+    if (k >= inferred.types.size()) {
+      if (!onnx_typed) {
+        p.why[v.name] = untyped_reason(g, n, inferred.error, inferred.data_dependent ? inferred.needed_input : -2);
+      } else if (!inferred.error.empty() && !inferred.data_dependent && k == 0) {  // ONNX typed what it rejects
+        disagreement = fmt::format("value '{}' (node '{}' ({})): shape function failed ({}), ONNX inference {}",
+                                   v.name, n.name, n.op_type, inferred.error, type_str(v.dtype, v.shape));
+      }
+    } else {
+      const TensorType& t = inferred.types[k];
+      if (onnx_typed && (t.dtype != v.dtype || t.shape != v.shape))
+        disagreement = fmt::format("value '{}' (node '{}' ({})): shape function {}, ONNX inference {}", v.name,
+                                   n.name, n.op_type, type_str(t.dtype, t.shape), type_str(v.dtype, v.shape));
+      v.dtype = t.dtype;
+      v.shape = t.shape;
+      p.typed(n.outputs[k]);
+    }
+    if (disagreement.empty()) continue;
+    if (p.opts.strict_shapes) throw InputError(disagreement);
+    p.report.shape_disagreements.push_back(std::move(disagreement));
+  }
+}
+
+// The pass over one graph (infer_and_fold's loop; bodies run it too): per node, in order, inline a constant If,
+// lower sequences and optionals, then fold or type it.
 void run_pass(Pass& p) {
   Graph& g = p.g;
-  std::unordered_set<std::string>& unknown = p.unknown;
-  std::map<std::string, std::string>& why = p.why;
-  const LoadOptions& opts = p.opts;
-  LoadReport& report = p.report;
-  std::vector<char>& dead = p.dead;
-  dead.assign(g.nodes.size(), 0);
-  std::vector<TensorType> in_types;
-  std::vector<const TensorType*> types;
-  std::vector<const Tensor*> values;
+  p.dead.assign(g.nodes.size(), 0);
+  NodeInputs in;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     while (inline_constant_if(p, ni)) {
     }
@@ -226,135 +353,30 @@ void run_pass(Pass& p) {
       --ni;  // visit the replacement nodes
       continue;
     }
-    if (lowered == Lowered::kDone) {
-      dead[ni] = 1;
-      continue;
-    }
-    if (lowered == Lowered::kFailed) continue;
+    if (lowered == Lowered::kDone) p.dead[ni] = 1;
+    if (lowered != Lowered::kNo) continue;
     const Node& n = g.nodes[ni];
-    // Input types; an untyped input leaves the outputs as ONNX typed them.
-    in_types.assign(n.inputs.size(), {});
-    types.assign(n.inputs.size(), nullptr);
-    values.assign(n.inputs.size(), nullptr);
-    std::string untyped;
-    bool all_const = !n.inputs.empty();
-    int64_t in_bytes = 0;
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      if (n.inputs[k] < 0) continue;
-      const Value& v = g.values[n.inputs[k]];
-      if (unknown.count(v.name)) {
-        if (untyped.empty()) untyped = v.name;
-        continue;
-      }
-      in_types[k] = {v.dtype, v.shape};
-      types[k] = &in_types[k];
-      values[k] = v.data.get();
-      if (v.data) in_bytes += static_cast<int64_t>(v.data->nbytes());
-      all_const = all_const && v.data != nullptr;
-    }
-    if (!untyped.empty()) {
+    in.read(p, n);
+    if (!in.untyped.empty()) {  // the outputs stay as ONNX typed them
       for (int o : n.outputs)
-        if (unknown.count(g.values[o].name))
-          why[g.values[o].name] = fmt::format("has no static shape: its input '{}' has none", untyped);
+        if (p.unknown.count(g.values[static_cast<size_t>(o)].name))
+          p.why[g.values[static_cast<size_t>(o)].name] =
+              fmt::format("has no static shape: its input '{}' has none", in.untyped);
       continue;
     }
-    if (n.has_body()) type_bodies(g.nodes[ni], types, opts, report);
-    // The shape function's answer (nullopt-like empty when it has none).
-    std::vector<TensorType> inferred;
-    std::string error;
-    int needed_input = -1;
-    bool data_dependent = false;
-    if (opts.shape_function) {
-      try {
-        inferred = opts.shape_function(n, types, values, g.opset);
-      } catch (const DataDependentError& e) {
-        error = e.what();
-        needed_input = e.input;
-        data_dependent = true;
-      } catch (const UnsupportedError&) {
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-    }
-    // Folding: deterministic ai.onnx nodes on constants, and Shape / Size of static values.
-    std::vector<Tensor> results;
-    if (is_onnx_domain(n) && !is_nondeterministic(n.op_type)) {
-      if ((n.op_type == "Shape" || n.op_type == "Size") && n.inputs.size() == 1 && n.inputs[0] >= 0) {
-        fold_shape_op(g, n, results);
-      } else if (all_const && opts.evaluator) {
-        int64_t out_bytes = 0;
-        for (size_t k = 0; k < n.outputs.size(); ++k) {
-          const Value& v = g.values[n.outputs[k]];
-          out_bytes += k < inferred.size() ? type_bytes(inferred[k])
-                       : unknown.count(v.name) ? 0
-                                               : type_bytes({v.dtype, v.shape});
-        }
-        if (out_bytes > kMaxExpandingFoldBytes && out_bytes > in_bytes) {
-          report.not_folded.push_back(fmt::format("node '{}' ({}): {} of outputs from {} of constants, over the {} "
-                                                  "folding cap: it runs as a node",
-                                                  n.name, n.op_type, mib(out_bytes), mib(in_bytes),
-                                                  mib(kMaxExpandingFoldBytes)));
-        } else {
-          try {
-            results = opts.evaluator(n, values, g.opset);
-          } catch (const std::exception&) {
-            results.clear();  // no kernel (or the kernel rejects it): keep the node; the executor reports it
-          }
-          if (results.size() < n.outputs.size()) results.clear();
-        }
-      }
-    }
-    if (!results.empty()) {
-      LoadReport::Folded f{n.name, n.op_type, {}, 0};
-      for (size_t k = 0; k < n.outputs.size(); ++k) {
-        Value& v = g.values[n.outputs[k]];
-        v.dtype = results[k].dtype;
-        v.shape = results[k].shape;
-        v.is_initializer = true;
-        v.producer = -1;
-        f.outputs.push_back(v.name);
-        f.bytes += static_cast<int64_t>(results[k].nbytes());
-        v.data = std::make_shared<const Tensor>(std::move(results[k]));
-        unknown.erase(v.name);
-        why.erase(v.name);
-      }
-      report.folded.push_back(std::move(f));
-      dead[ni] = 1;
+    if (n.has_body()) type_bodies(g.nodes[ni], in.types, p.opts, p.report);
+    const Inferred inferred = infer(p, n, in);
+    if (fold(p, ni, in, inferred)) {
+      p.dead[ni] = 1;
       continue;
     }
-    // Typing by the shape function, cross-checked against ONNX inference.
-    for (size_t k = 0; k < n.outputs.size(); ++k) {
-      Value& v = g.values[n.outputs[k]];
-      const bool onnx_typed = !unknown.count(v.name);
-      if (k >= inferred.size()) {
-        if (!onnx_typed) {
-          why[v.name] = untyped_reason(g, n, error, data_dependent ? needed_input : -2);
-        } else if (!error.empty() && !data_dependent && k == 0) {  // ONNX typed what the shape function rejects
-          std::string d = fmt::format("value '{}' (node '{}' ({})): shape function failed ({}), ONNX inference {}",
-                                      v.name, n.name, n.op_type, error, type_str(v.dtype, v.shape));
-          if (opts.strict_shapes) throw InputError(d);
-          report.shape_disagreements.push_back(std::move(d));
-        }
-        continue;
-      }
-      const TensorType& t = inferred[k];
-      if (onnx_typed && (t.dtype != v.dtype || t.shape != v.shape)) {
-        std::string d = fmt::format("value '{}' (node '{}' ({})): shape function {}, ONNX inference {}", v.name,
-                                    n.name, n.op_type, type_str(t.dtype, t.shape), type_str(v.dtype, v.shape));
-        if (opts.strict_shapes) throw InputError(d);
-        report.shape_disagreements.push_back(std::move(d));
-      }
-      v.dtype = t.dtype;
-      v.shape = t.shape;
-      unknown.erase(v.name);
-      why.erase(v.name);
-    }
+    type_outputs(p, n, inferred);
   }
-  if (std::find(dead.begin(), dead.end(), 1) == dead.end()) return;
+  if (std::find(p.dead.begin(), p.dead.end(), 1) == p.dead.end()) return;
   std::vector<Node> kept;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
-    if (dead[ni]) continue;
-    for (int o : g.nodes[ni].outputs) g.values[o].producer = static_cast<int>(kept.size());
+    if (p.dead[ni]) continue;
+    for (int o : g.nodes[ni].outputs) g.values[static_cast<size_t>(o)].producer = static_cast<int>(kept.size());
     kept.push_back(std::move(g.nodes[ni]));
   }
   g.nodes = std::move(kept);
