@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -214,94 +215,88 @@ Tensor permute_to(const Tensor& x, const std::vector<int64_t>& perm) {
   return out;
 }
 
-std::vector<Tensor> einsum_kernel(const Ctx& c) {
+// Einsum as one batched matmul [batch, M, K] x [batch, K, N] when it is one (two float operands, distinct labels per
+// operand, no broadcasting, every label in both inputs or in the output); nullopt otherwise.
+std::optional<Tensor> einsum_as_matmul(const Ctx& c, EinsumLabels& e) {
   const DType dt = c.req(0).dtype;
-  std::vector<const Shape*> shapes;
-  for (size_t i = 0; i < c.ins.size(); ++i) {
-    if (c.req(i).dtype != dt) c.fail("inputs have different dtypes");
-    shapes.push_back(&c.req(i).shape);
+  const std::vector<std::vector<int>>& ops = e.ops;
+  std::map<int, int64_t>& size = e.size;
+  if (ops.size() != 2 || (dt != DType::kFloat32 && dt != DType::kFloat64)) return std::nullopt;
+  const Tensor& a = c.req(0);
+  const Tensor& b = c.req(1);
+  auto in = [](const std::vector<int>& o, int l) { return std::find(o.begin(), o.end(), l) != o.end(); };
+  auto distinct = [](const std::vector<int>& o) {
+    std::vector<int> v = o;
+    std::sort(v.begin(), v.end());
+    return std::adjacent_find(v.begin(), v.end()) == v.end();
+  };
+  bool ok = distinct(ops[0]) && distinct(ops[1]);
+  for (size_t i = 0; ok && i < 2; ++i)
+    for (size_t d = 0; d < ops[i].size(); ++d) ok = ok && c.req(i).shape[d] == size[ops[i][d]];
+  std::vector<int> batch, m, n, k;
+  for (const auto& [l, s] : size) {
+    const bool ia = in(ops[0], l), ib = in(ops[1], l), io = in(e.out, l);
+    if (ia && ib && io) batch.push_back(l);
+    else if (ia && !ib && io) m.push_back(l);
+    else if (!ia && ib && io) n.push_back(l);
+    else if (ia && ib && !io) k.push_back(l);
+    else ok = false;
   }
-  EinsumLabels e = einsum_labels(c, shapes);
+  if (!ok) return std::nullopt;
+  auto pos = [](const std::vector<int>& o, int l) {
+    return static_cast<int64_t>(std::find(o.begin(), o.end(), l) - o.begin());
+  };
+  auto prod = [&](const std::vector<int>& ls) {
+    int64_t p = 1;
+    for (int l : ls) p *= size[l];
+    return p;
+  };
+  std::vector<int64_t> pa, pb;
+  for (int l : batch) pa.push_back(pos(ops[0], l));
+  for (int l : m) pa.push_back(pos(ops[0], l));
+  for (int l : k) pa.push_back(pos(ops[0], l));
+  for (int l : batch) pb.push_back(pos(ops[1], l));
+  for (int l : k) pb.push_back(pos(ops[1], l));
+  for (int l : n) pb.push_back(pos(ops[1], l));
+  const Tensor at = permute_to(a, pa), bt = permute_to(b, pb);
+  const int64_t B = prod(batch), M = prod(m), N = prod(n), K = prod(k);
+  std::vector<int> cl = batch;
+  cl.insert(cl.end(), m.begin(), m.end());
+  cl.insert(cl.end(), n.begin(), n.end());
+  Shape cs;
+  for (int l : cl) cs.push_back(size[l]);
+  Tensor cm(dt, cs);
+  if (cm.numel() > 0) {
+    if (dt == DType::kFloat32 && K > 0) {
+      dnn::matmul(at.data<float>(), bt.data<float>(), cm.data<float>(), B, B, M, K, N);
+    } else {
+      dispatch_float(c, dt, [&]<class T>() {
+        const T* A = at.data<T>();
+        const T* Bm = bt.data<T>();
+        T* C = cm.data<T>();
+        for (int64_t bi = 0; bi < B; ++bi)
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              T acc = 0;
+              for (int64_t p = 0; p < K; ++p) acc += A[(bi * M + i) * K + p] * Bm[(bi * K + p) * N + j];
+              C[(bi * M + i) * N + j] = acc;
+            }
+      });
+    }
+  }
+  std::vector<int64_t> po;
+  for (int l : e.out) po.push_back(pos(cl, l));
+  return permute_to(cm, po);
+}
+
+// Einsum in general: one loop over every label; operands read with per-label strides (0 on broadcast, summed for
+// repeated labels = diagonals).
+Tensor einsum_loop(const Ctx& c, EinsumLabels& e) {
+  const DType dt = c.req(0).dtype;
   const std::vector<std::vector<int>>& ops = e.ops;
   std::map<int, int64_t>& size = e.size;
   const std::vector<int>& out_labels = e.out;
-  const Shape& os = e.out_shape;
   auto is_out = [&](int l) { return std::find(out_labels.begin(), out_labels.end(), l) != out_labels.end(); };
-
-  // Fast path: two operands, distinct labels per operand, no broadcasting, every label in both inputs or in the
-  // output -> batched matmul [batch, M, K] x [batch, K, N].
-  if (ops.size() == 2 && (dt == DType::kFloat32 || dt == DType::kFloat64)) {
-    const Tensor& a = c.req(0);
-    const Tensor& b = c.req(1);
-    auto in = [](const std::vector<int>& o, int l) { return std::find(o.begin(), o.end(), l) != o.end(); };
-    auto distinct = [](const std::vector<int>& o) {
-      std::vector<int> v = o;
-      std::sort(v.begin(), v.end());
-      return std::adjacent_find(v.begin(), v.end()) == v.end();
-    };
-    bool ok = distinct(ops[0]) && distinct(ops[1]);
-    for (size_t i = 0; ok && i < 2; ++i)
-      for (size_t d = 0; d < ops[i].size(); ++d) ok = ok && c.req(i).shape[d] == size[ops[i][d]];
-    std::vector<int> batch, m, n, k;
-    for (const auto& [l, s] : size) {
-      const bool ia = in(ops[0], l), ib = in(ops[1], l), io = is_out(l);
-      if (ia && ib && io) batch.push_back(l);
-      else if (ia && !ib && io) m.push_back(l);
-      else if (!ia && ib && io) n.push_back(l);
-      else if (ia && ib && !io) k.push_back(l);
-      else ok = false;
-    }
-    if (ok) {
-      auto pos = [](const std::vector<int>& o, int l) {
-        return static_cast<int64_t>(std::find(o.begin(), o.end(), l) - o.begin());
-      };
-      auto prod = [&](const std::vector<int>& ls) {
-        int64_t p = 1;
-        for (int l : ls) p *= size[l];
-        return p;
-      };
-      std::vector<int64_t> pa, pb;
-      for (int l : batch) pa.push_back(pos(ops[0], l));
-      for (int l : m) pa.push_back(pos(ops[0], l));
-      for (int l : k) pa.push_back(pos(ops[0], l));
-      for (int l : batch) pb.push_back(pos(ops[1], l));
-      for (int l : k) pb.push_back(pos(ops[1], l));
-      for (int l : n) pb.push_back(pos(ops[1], l));
-      const Tensor at = permute_to(a, pa), bt = permute_to(b, pb);
-      const int64_t B = prod(batch), M = prod(m), N = prod(n), K = prod(k);
-      std::vector<int> cl = batch;
-      cl.insert(cl.end(), m.begin(), m.end());
-      cl.insert(cl.end(), n.begin(), n.end());
-      Shape cs;
-      for (int l : cl) cs.push_back(size[l]);
-      Tensor cm(dt, cs);
-      if (cm.numel() > 0) {
-        if (dt == DType::kFloat32 && K > 0) {
-          dnn::matmul(at.data<float>(), bt.data<float>(), cm.data<float>(), B, B, M, K, N);
-        } else {
-          dispatch_float(c, dt, [&]<class T>() {
-            const T* A = at.data<T>();
-            const T* Bm = bt.data<T>();
-            T* C = cm.data<T>();
-            for (int64_t bi = 0; bi < B; ++bi)
-              for (int64_t i = 0; i < M; ++i)
-                for (int64_t j = 0; j < N; ++j) {
-                  T acc = 0;
-                  for (int64_t p = 0; p < K; ++p) acc += A[(bi * M + i) * K + p] * Bm[(bi * K + p) * N + j];
-                  C[(bi * M + i) * N + j] = acc;
-                }
-          });
-        }
-      }
-      std::vector<int64_t> po;
-      for (int l : out_labels)
-        po.push_back(static_cast<int64_t>(std::find(cl.begin(), cl.end(), l) - cl.begin()));
-      return one(permute_to(cm, po));
-    }
-  }
-
-  // General path: one loop over every label; operands read with per-label strides (0 on broadcast, summed for
-  // repeated labels = diagonals).
   std::vector<int> all;
   for (int l : out_labels) all.push_back(l);
   for (const auto& [l, s] : size)
@@ -319,9 +314,9 @@ std::vector<Tensor> einsum_kernel(const Ctx& c) {
       st[i][li] += ts[d];
     }
   }
-  const std::vector<int64_t> ost = contiguous_strides(os);
-  Tensor out(dt, os);
-  if (num_elements(dims) == 0) return one(std::move(out));
+  const std::vector<int64_t> ost = contiguous_strides(e.out_shape);
+  Tensor out(dt, e.out_shape);
+  if (num_elements(dims) == 0) return out;
   dispatch_numeric(c, dt, [&]<class T>() {
     T* o = out.data<T>();
     std::vector<const T*> src(no);
@@ -343,7 +338,19 @@ std::vector<Tensor> einsum_kernel(const Ctx& c) {
       }
     }
   });
-  return one(std::move(out));
+  return out;
+}
+
+std::vector<Tensor> einsum_kernel(const Ctx& c) {
+  const DType dt = c.req(0).dtype;
+  std::vector<const Shape*> shapes;
+  for (size_t i = 0; i < c.ins.size(); ++i) {
+    if (c.req(i).dtype != dt) c.fail("inputs have different dtypes");
+    shapes.push_back(&c.req(i).shape);
+  }
+  EinsumLabels e = einsum_labels(c, shapes);
+  if (std::optional<Tensor> r = einsum_as_matmul(c, e)) return one(std::move(*r));
+  return one(einsum_loop(c, e));
 }
 
 }  // namespace

@@ -25,6 +25,62 @@ Act activation(const Ctx& c, const std::string& name) {
   c.unsupported(fmt::format("no kernel for activation '{}'", name));
 }
 
+// RNN / GRU / LSTM attributes and sizes (onnx/docs/Operators.md#RNN, #GRU, #LSTM), checked against X, W and R.
+struct RnnConfig {
+  int64_t layout = 0;
+  std::string direction;
+  int64_t D = 1;                   // directions
+  int64_t S = 0, Bn = 0, I = 0, H = 0;  // sequence, batch, input size, hidden size
+  bool lbr = false;                // GRU linear_before_reset
+  double clip = 0.0;               // 0: no clipping
+  int per_dir = 1;                 // activations per direction
+  std::vector<std::string> names;  // activations, per_dir per direction
+  std::vector<int64_t> lens;       // per batch entry: its sequence length
+};
+
+template <Cell cell>
+RnnConfig rnn_config(const Ctx& c, int64_t G) {
+  const Tensor& X = c.req(0);
+  const Tensor& W = c.req(1);
+  const Tensor& R = c.req(2);
+  RnnConfig k;
+  k.layout = c.node.i("layout", 0);
+  k.direction = c.node.s("direction", "forward");
+  k.D = k.direction == "bidirectional" ? 2 : 1;
+  if (k.direction != "forward" && k.direction != "reverse" && k.direction != "bidirectional")
+    c.fail(fmt::format("unknown direction '{}'", k.direction));
+  if (X.shape.size() != 3) c.fail(fmt::format("X must be 3-D, got {}", shape_str(X.shape)));
+  k.S = k.layout ? X.shape[1] : X.shape[0];
+  k.Bn = k.layout ? X.shape[0] : X.shape[1];
+  k.I = X.shape[2];
+  k.H = c.node.has("hidden_size") ? c.node.i("hidden_size") : W.shape.at(1) / G;
+  const int64_t D = k.D, H = k.H;
+  if (W.shape != Shape{D, G * H, k.I} || R.shape != Shape{D, G * H, H})
+    c.fail(fmt::format("W {} / R {} do not match [{}, {}, {}] / [{}, {}, {}]", shape_str(W.shape), shape_str(R.shape),
+                       D, G * H, k.I, D, G * H, H));
+  if (c.node.i("input_forget", 0) != 0) c.unsupported("no kernel for input_forget=1");
+  k.lbr = c.node.i("linear_before_reset", 0) != 0;
+  k.clip = c.node.has("clip") ? c.node.f("clip") : 0.0;
+  if (c.node.has("activations")) {
+    const auto* v = std::get_if<std::vector<std::string>>(&c.node.attrs.at("activations"));
+    if (!v) c.fail("attribute 'activations' must be a list of strings");
+    k.names = *v;
+  }
+  k.per_dir = cell == Cell::kRnn ? 1 : cell == Cell::kGru ? 2 : 3;
+  if (k.names.empty()) {
+    if constexpr (cell == Cell::kRnn) k.names = {"Tanh"};
+    if constexpr (cell == Cell::kGru) k.names = {"Sigmoid", "Tanh"};
+    if constexpr (cell == Cell::kLstm) k.names = {"Sigmoid", "Tanh", "Tanh"};
+    const std::vector<std::string> one_direction = k.names;
+    for (int64_t d = 1; d < D; ++d) k.names.insert(k.names.end(), one_direction.begin(), one_direction.end());
+  }
+  if (static_cast<int64_t>(k.names.size()) != k.per_dir * D)
+    c.fail(fmt::format("expected {} activations, got {}", k.per_dir * D, k.names.size()));
+  k.lens.assign(static_cast<size_t>(k.Bn), k.S);
+  if (const Tensor* lens_t = c.in(4)) k.lens = lens_t->as_int64s();
+  return k;
+}
+
 template <Cell cell>
 std::vector<Tensor> rnn_kernel(const Ctx& c) {
   constexpr int G = cell == Cell::kRnn ? 1 : cell == Cell::kGru ? 3 : 4;  // gates
@@ -32,41 +88,17 @@ std::vector<Tensor> rnn_kernel(const Ctx& c) {
   const Tensor& W = c.req(1);
   const Tensor& R = c.req(2);
   const Tensor* B = c.in(3);
-  const Tensor* lens_t = c.in(4);
   const Tensor* h0 = c.in(5);
   const Tensor* c0 = cell == Cell::kLstm ? c.in(6) : nullptr;
   const Tensor* P = cell == Cell::kLstm ? c.in(7) : nullptr;
-  const int64_t layout = c.node.i("layout", 0);
-  const std::string direction = c.node.s("direction", "forward");
-  const int64_t D = direction == "bidirectional" ? 2 : 1;
-  if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
-    c.fail(fmt::format("unknown direction '{}'", direction));
-  if (X.shape.size() != 3) c.fail(fmt::format("X must be 3-D, got {}", shape_str(X.shape)));
-  const int64_t S = layout ? X.shape[1] : X.shape[0], Bn = layout ? X.shape[0] : X.shape[1], I = X.shape[2];
-  const int64_t H = c.node.has("hidden_size") ? c.node.i("hidden_size") : W.shape.at(1) / G;
-  if (W.shape != Shape{D, G * H, I} || R.shape != Shape{D, G * H, H})
-    c.fail(fmt::format("W {} / R {} do not match [{}, {}, {}] / [{}, {}, {}]", shape_str(W.shape), shape_str(R.shape),
-                       D, G * H, I, D, G * H, H));
-  if (c.node.i("input_forget", 0) != 0) c.unsupported("no kernel for input_forget=1");
-  const bool lbr = c.node.i("linear_before_reset", 0) != 0;
-  const double clip = c.node.has("clip") ? c.node.f("clip") : 0.0;
-  std::vector<std::string> names;
-  if (c.node.has("activations")) {
-    const auto* v = std::get_if<std::vector<std::string>>(&c.node.attrs.at("activations"));
-    if (!v) c.fail("attribute 'activations' must be a list of strings");
-    names = *v;
-  }
-  const int per_dir = cell == Cell::kRnn ? 1 : cell == Cell::kGru ? 2 : 3;
-  if (names.empty()) {
-    if constexpr (cell == Cell::kRnn) names = {"Tanh"};
-    if constexpr (cell == Cell::kGru) names = {"Sigmoid", "Tanh"};
-    if constexpr (cell == Cell::kLstm) names = {"Sigmoid", "Tanh", "Tanh"};
-    if (D == 2) names.insert(names.end(), names.begin(), names.end());
-  }
-  if (static_cast<int64_t>(names.size()) != per_dir * D)
-    c.fail(fmt::format("expected {} activations, got {}", per_dir * D, names.size()));
-  std::vector<int64_t> lens(static_cast<size_t>(Bn), S);
-  if (lens_t) lens = lens_t->as_int64s();
+  const RnnConfig k = rnn_config<cell>(c, G);
+  const int64_t layout = k.layout, D = k.D, S = k.S, Bn = k.Bn, I = k.I, H = k.H;
+  const bool lbr = k.lbr;
+  const double clip = k.clip;
+  const int per_dir = k.per_dir;
+  const std::string& direction = k.direction;
+  const std::vector<std::string>& names = k.names;
+  const std::vector<int64_t>& lens = k.lens;
 
   std::vector<Tensor> outs;
   Shape ys = layout ? Shape{Bn, S, D, H} : Shape{S, D, Bn, H};

@@ -570,5 +570,20 @@ TEST(KernelsNorm, MeanVarianceNormalization) {
   EXPECT_NEAR(ya.data<float>()[3], 11.5 / sd, 1e-5);
 }
 
+// A bidirectional GRU without `activations` uses the defaults (Sigmoid, Tanh) in both directions: the same outputs as
+// spelling them out.
+TEST(KernelsRnn, BidirectionalDefaultActivations) {
+  const int64_t S = 3, B = 2, I = 4, H = 5;
+  const Tensor x = rand_f({S, B, I}, 21), w = rand_f({2, 3 * H, I}, 22), r = rand_f({2, 3 * H, H}, 23);
+  Node n = make_node("GRU", {{"direction", std::string("bidirectional")}, {"hidden_size", H}}, 2);
+  n.inputs = {0, 1, 2};
+  const std::vector<Tensor> by_default = run_kernel(n, {&x, &w, &r}, 17);
+  n.attrs["activations"] = std::vector<std::string>{"Sigmoid", "Tanh", "Sigmoid", "Tanh"};
+  const std::vector<Tensor> spelled = run_kernel(n, {&x, &w, &r}, 17);
+  ASSERT_EQ(by_default.size(), 2u);
+  ASSERT_EQ(by_default[0].shape, (Shape{S, 2, B, H}));
+  for (size_t k = 0; k < 2; ++k) EXPECT_EQ(by_default[k].bytes, spelled[k].bytes) << k;
+}
+
 }  // namespace
 }  // namespace gspmd
