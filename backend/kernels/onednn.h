@@ -1,4 +1,5 @@
-// backend/kernels: thin float32 wrappers over oneDNN 2.6 primitives. Only onednn.cc includes dnnl.hpp.
+// backend/kernels: thin float32 wrappers over oneDNN 2.6 primitives (onednn.cc; matmuls in onednn_matmul.cc,
+// convolution and pooling in onednn_conv.cc). Only those files include dnnl.hpp (through onednn_impl.h).
 // Primitives are cached by (kind, shapes, parameters, the calling thread's OpenMP thread count) in a process-wide
 // thread-safe cache, so the emulated devices of an SPMD program (identical local shapes) share one primitive per node;
 // one global CPU engine, one stream per calling thread (oneDNN streams are not meant to be shared between threads).
