@@ -183,16 +183,21 @@ const KernelTable& table() {
   static const KernelTable t = [] {
     KernelTable k;
     register_elementwise(k);
+    register_elementwise_unary(k);
+    register_matmul(k);
+    register_reduce_norm(k);
+    register_gather(k);
+    register_conv_pool(k);
+    register_conv_pool_norm(k);
+    register_einsum(k);
     register_shape_ops(k);
-    register_math(k);
-    register_nn(k);
     register_index(k);
-    register_misc(k);
+    register_index_resize(k);
+    register_rnn(k);
     register_loss(k);
     register_signal(k);
-    register_rnn(k);
-    register_grid_sample(k);
     register_spatial(k);
+    register_misc(k);
     register_training(k);
     register_control(k);
     return k;

@@ -68,20 +68,59 @@ inline std::string table_key(const std::string& domain, const std::string& op_ty
 using KernelFn = std::vector<Tensor> (*)(const Ctx&);
 using KernelTable = std::unordered_map<std::string, KernelFn>;
 
+// One registration function per kernel file ops_<family>[_<part>].cc. The families are those of the sharding rules
+// (core/rules/<family>.cc) wherever an op has a rule, so an op's rule, kernel and shape function (shapes_<family>.cc)
+// are found by one name; ops without a rule family of their own are in rnn, loss, signal, spatial, training, control
+// and misc (docs/architecture.md, "One op's story").
+
+/// ops_elementwise.cc: Add, Sub, Mul, Div, Pow, Mod, BitShift, PRelu, Max, Min, Sum, Mean, Equal, Less, Greater,
+/// LessOrEqual, GreaterOrEqual, And, Or, Xor, Where.
 void register_elementwise(KernelTable& t);
+/// ops_elementwise_unary.cc: Relu, Tanh, Exp, Sqrt, Erf, Log, Neg, Abs, Reciprocal, Sigmoid, Floor, Ceil, Sign, Elu,
+/// Selu, Celu, Softplus, Softsign, ThresholdedRelu, LeakyRelu, HardSigmoid, HardSwish, Mish, Shrink, Round, Sin, Cos,
+/// Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, IsNaN, IsInf, Not, Cast, CastLike, Clip, Identity, Dropout.
+void register_elementwise_unary(KernelTable& t);
+/// ops_matmul.cc: MatMul, Gemm, MatMulInteger, QLinearMatMul.
+void register_matmul(KernelTable& t);
+/// ops_reduce_norm.cc: Softmax, LogSoftmax, Hardmax, LayerNormalization, ReduceSum, ReduceMean, ReduceMax, ReduceMin,
+/// ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp, ArgMax, ArgMin.
+void register_reduce_norm(KernelTable& t);
+/// ops_gather.cc: Gather.
+void register_gather(KernelTable& t);
+/// ops_conv_pool.cc: Conv, ConvTranspose, ConvInteger, QLinearConv, MaxPool, AveragePool, LpPool, GlobalMaxPool,
+/// GlobalAveragePool, GlobalLpPool, DepthToSpace, SpaceToDepth.
+void register_conv_pool(KernelTable& t);
+/// ops_conv_pool_norm.cc: BatchNormalization, InstanceNormalization, LRN, MeanVarianceNormalization.
+void register_conv_pool_norm(KernelTable& t);
+/// ops_einsum.cc: Einsum.
+void register_einsum(KernelTable& t);
+/// ops_shape_ops.cc: Transpose, Reshape, Flatten, Squeeze, Unsqueeze, Concat, Slice, Split, Expand, Constant,
+/// ConstantOfShape, Shape, Size.
 void register_shape_ops(KernelTable& t);
-void register_math(KernelTable& t);
-void register_nn(KernelTable& t);
+/// ops_index.cc: GatherElements, GatherND, ScatterElements, Scatter, ScatterND, OneHot, NonZero, Compress, TopK,
+/// CumSum, Tile, Pad, Range.
 void register_index(KernelTable& t);
+/// ops_index_resize.cc: Resize, Upsample.
+void register_index_resize(KernelTable& t);
+/// ops_rnn.cc: RNN, GRU, LSTM.
+void register_rnn(KernelTable& t);
+/// ops_loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss.
+void register_loss(KernelTable& t);
+/// ops_signal.cc: HannWindow, HammingWindow, BlackmanWindow, DFT, STFT, MelWeightMatrix.
+void register_signal(KernelTable& t);
+/// ops_spatial.cc: MaxUnpool, RoiAlign, GridSample.
+void register_spatial(KernelTable& t);
+/// ops_misc.cc: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, Det, Trilu, EyeLike, Unique,
+/// ReverseSequence, NonMaxSuppression, TfIdfVectorizer.
 void register_misc(KernelTable& t);
-void register_loss(KernelTable& t);    // ops_loss.cc
-void register_signal(KernelTable& t);  // ops_signal.cc: windows, quantization, integer matmul, Det
-void register_rnn(KernelTable& t);     // ops_rnn.cc: RNN, GRU, LSTM
-void register_grid_sample(KernelTable& t);  // ops_signal.cc: GridSample
-void register_spatial(KernelTable& t);      // ops_spatial.cc: MaxUnpool, RoiAlign, DFT, STFT, MelWeightMatrix,
-                                            // TfIdfVectorizer
-void register_training(KernelTable& t);     // ops_training.cc: "ai.onnx.preview.training:<Op>" optimizers
-void register_control(KernelTable& t);      // ops_control.cc: If, Loop, Scan (their bodies run with these kernels)
+/// ops_training.cc: the "ai.onnx.preview.training:<Op>" optimizers Adagrad, Adam, Momentum.
+void register_training(KernelTable& t);
+/// ops_control.cc: If, Loop, Scan (their bodies run with these kernels).
+void register_control(KernelTable& t);
+
+/// Elementwise kernels (ops_elementwise.cc, ops_elementwise_unary.cc) call oneDNN from this many elements on: below it,
+/// oneDNN's per-call overhead (primitive lookup, memory objects) exceeds the work.
+constexpr int64_t kDnnlMinElems = 4096;
 
 // ---------------------------------------------------------------------------------------------------------------
 // dtype dispatch. `f` is a lambda templated on the element type: [&]<class T>() { ... }. Bool is stored as uint8_t

@@ -1,9 +1,8 @@
-// Indexing and ordering kernels (plain C++): GatherElements, GatherND, ScatterElements (and legacy Scatter),
-// ScatterND, OneHot, NonZero, Compress, TopK, CumSum, DepthToSpace, SpaceToDepth, Hardmax, Trilu, EyeLike, CastLike,
-// Unique, ReverseSequence, NonMaxSuppression.
+// The index family (core/rules/index_ops.cc), plain C++: GatherElements, GatherND, ScatterElements (and legacy
+// Scatter), ScatterND, OneHot, NonZero, Compress, TopK, CumSum, Tile, Pad, Range. Resize and Upsample, of the same
+// family, are in ops_index_resize.cc. Reference: the ONNX operator specs (onnx/docs/Operators.md) at the node's opset.
 // Data movement is dtype-agnostic (elements moved by size); reductions dispatch on the element type.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -352,281 +351,130 @@ std::vector<Tensor> cum_sum_kernel(const Ctx& c) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// DepthToSpace / SpaceToDepth (as a 6-D transpose), Hardmax.
+// Tile, Pad, Range.
 
-Tensor permute(const Tensor& x, const Shape& view, const std::vector<int64_t>& perm, const Shape& os) {
-  const std::vector<int64_t> vs = contiguous_strides(view);
-  Shape pshape(perm.size());
-  std::vector<int64_t> st(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) {
-    pshape[i] = view[perm[i]];
-    st[i] = vs[perm[i]];
+std::vector<Tensor> tile_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  const std::vector<int64_t> reps = c.req(1).as_int64s();
+  const size_t r = x.shape.size();
+  if (reps.size() != r) c.fail(fmt::format("repeats has {} entries for rank {}", reps.size(), r));
+  // View the output as [reps0, d0, reps1, d1, ...] and copy x with stride 0 over the repeat dims.
+  Shape view, os;
+  std::vector<int64_t> src_st;
+  const std::vector<int64_t> xs = contiguous_strides(x.shape);
+  for (size_t i = 0; i < r; ++i) {
+    if (reps[i] < 0) c.fail("negative repeat");
+    view.push_back(reps[i]);
+    view.push_back(x.shape[i]);
+    src_st.push_back(0);
+    src_st.push_back(xs[i]);
+    os.push_back(reps[i] * x.shape[i]);
   }
   Tensor out(x.dtype, os);
-  const std::vector<int64_t> ds = contiguous_strides(pshape);
-  strided_copy(out.bytes.data(), ds.data(), x.bytes.data(), st.data(), pshape, dtype_size(x.dtype));
-  return out;
+  const std::vector<int64_t> ds = contiguous_strides(view);
+  strided_copy(out.bytes.data(), ds.data(), x.bytes.data(), src_st.data(), view, dtype_size(x.dtype));
+  return one(std::move(out));
 }
 
-std::vector<Tensor> depth_to_space_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  if (x.shape.size() != 4) c.fail("input must be 4-D");
-  const int64_t b = c.node.i("blocksize", 0);
-  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
-  if (b <= 0 || C % (b * b) != 0) c.fail(fmt::format("channels {} not divisible by blocksize^2 ({})", C, b));
-  const Shape os{N, C / (b * b), H * b, W * b};
-  if (c.node.s("mode", "DCR") == "DCR")
-    return one(permute(x, {N, b, b, C / (b * b), H, W}, {0, 3, 4, 1, 5, 2}, os));
-  return one(permute(x, {N, C / (b * b), b, b, H, W}, {0, 1, 4, 2, 5, 3}, os));
-}
-
-std::vector<Tensor> space_to_depth_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  if (x.shape.size() != 4) c.fail("input must be 4-D");
-  const int64_t b = c.node.i("blocksize", 0);
-  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
-  if (b <= 0 || H % b != 0 || W % b != 0) c.fail(fmt::format("spatial dims not divisible by blocksize {}", b));
-  return one(permute(x, {N, C, H / b, b, W / b, b}, {0, 3, 5, 1, 2, 4}, {N, C * b * b, H / b, W / b}));
-}
-
-std::vector<Tensor> hardmax_kernel(const Ctx& c) {
+std::vector<Tensor> pad_kernel(const Ctx& c) {
   const Tensor& x = c.req(0);
   const int64_t r = static_cast<int64_t>(x.shape.size());
-  int64_t outer = 1, len = 1, inner = 1;
-  if (c.opset < 13) {
-    int64_t a = c.node.i("axis", 1);
-    if (a < 0) a += r;
-    if (a < 0 || a > r) c.fail(fmt::format("axis {} out of range for rank {}", c.node.i("axis", 1), r));
-    for (int64_t i = 0; i < a; ++i) outer *= x.shape[i];
-    for (int64_t i = a; i < r; ++i) len *= x.shape[i];
+  const std::string mode = c.node.s("mode", "constant");
+  std::vector<int64_t> pads = c.opset < 11 ? c.node.ints("pads") : c.req(1).as_int64s();
+  std::vector<int64_t> axes;
+  if (const Tensor* t = c.in(3)) {
+    axes = t->as_int64s();
   } else {
-    if (r == 0) c.fail("input must have rank >= 1");
-    const int64_t a = c.axis(c.node.i("axis", -1), r);
-    for (int64_t i = 0; i < a; ++i) outer *= x.shape[i];
-    len = x.shape[a];
-    for (int64_t i = a + 1; i < r; ++i) inner *= x.shape[i];
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
   }
-  Tensor out(x.dtype, x.shape);
-  if (len == 0) return one(std::move(out));
-  dispatch_float(c, x.dtype, [&]<class T>() {
-    const T* s = x.data<T>();
-    T* d = out.data<T>();
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t j = 0; j < inner; ++j) {
-        int64_t best = 0;
-        for (int64_t i = 1; i < len; ++i)
-          if (s[(o * len + i) * inner + j] > s[(o * len + best) * inner + j]) best = i;
-        d[(o * len + best) * inner + j] = T(1);
-      }
-  });
-  return one(std::move(out));
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Trilu, EyeLike, CastLike.
-
-std::vector<Tensor> trilu_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  if (x.shape.size() < 2) c.fail("input must have rank >= 2");
-  int64_t k = 0;
-  if (const Tensor* t = c.in(1)) {
-    const std::vector<int64_t> kv = t->as_int64s();
-    if (kv.size() != 1) c.fail("k must have one element");
-    k = kv[0];
-  }
-  const bool upper = c.node.i("upper", 1) != 0;
-  const int64_t n = x.shape[x.shape.size() - 2], m = x.shape.back();
-  const int64_t mats = n * m == 0 ? 0 : x.numel() / (n * m);
-  Tensor out(x.dtype, x.shape);
+  const PadDims pd = pad_dims(c, x.shape, pads, axes);
+  const std::vector<int64_t>& lo = pd.lo;
+  const Shape& os = pd.out;
+  Tensor out(x.dtype, os);
   const size_t es = dtype_size(x.dtype);
-  for (int64_t b = 0; b < mats; ++b)
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < m; ++j) {
-        const bool keep = upper ? j - i >= k : j - i <= k;
-        const size_t off = static_cast<size_t>((b * n + i) * m + j) * es;
-        if (keep) std::memcpy(out.bytes.data() + off, x.bytes.data() + off, es);
-      }
-  return one(std::move(out));
-}
-
-std::vector<Tensor> eye_like_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  if (x.shape.size() != 2) c.fail("input must be 2-D");
-  const DType dt = c.node.has("dtype") ? static_cast<DType>(c.node.i("dtype")) : x.dtype;
-  const int64_t k = c.node.i("k", 0);
-  Tensor out(dt, x.shape);
-  dispatch_all(c, dt, [&]<class T>() {
-    for (int64_t i = 0; i < x.shape[0]; ++i)
-      if (i + k >= 0 && i + k < x.shape[1]) out.data<T>()[i * x.shape[1] + i + k] = T(1);
-  });
-  return one(std::move(out));
-}
-
-std::vector<Tensor> cast_like_kernel(const Ctx& c) { return one(cast_tensor(c, c.req(0), c.req(1).dtype)); }
-
-/// Unique (opset 11): unique elements (no axis: of the flattened input) or unique slices along `axis`, sorted
-/// ascending (lexicographically for slices) when sorted=1, else in order of first occurrence. Outputs Y, indices
-/// (first occurrence), inverse_indices, counts (int64, 1-D).
-std::vector<Tensor> unique_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  const bool has_axis = c.node.has("axis");
-  const bool sorted = c.node.i("sorted", 1) != 0;
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  const int64_t axis = has_axis ? c.axis(c.node.i("axis"), rank) : 0;
-  int64_t outer = 1, A = x.numel(), inner = 1;
-  if (has_axis) {
-    A = x.shape[axis];
-    for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
-    for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape[d];
+  if (mode == "constant") {
+    // Fill with the value, then copy the (possibly cropped) input into the interior.
+    if (const Tensor* v = c.in(2); v && v->numel() > 0) {
+      if (v->dtype != x.dtype) c.fail("constant_value has a different dtype");
+      for (size_t i = 0; i < out.bytes.size(); i += es) std::memcpy(out.bytes.data() + i, v->bytes.data(), es);
+    } else if (c.opset < 11 && c.node.has("value")) {
+      const float f = c.node.f("value");
+      dispatch_all(c, x.dtype, [&]<class T>() { std::fill_n(out.data<T>(), out.numel(), static_cast<T>(f)); });
+    }
+    Shape region(r);
+    int64_t src_off = 0, dst_off = 0;
+    const std::vector<int64_t> xs = contiguous_strides(x.shape), ds = contiguous_strides(os);
+    for (int64_t d = 0; d < r; ++d) {
+      const int64_t s0 = std::max<int64_t>(0, -lo[d]);
+      const int64_t d0 = std::max<int64_t>(0, lo[d]);
+      region[d] = std::max<int64_t>(0, std::min(x.shape[d] - s0, os[d] - d0));
+      src_off += s0 * xs[d];
+      dst_off += d0 * ds[d];
+    }
+    if (num_elements(region) > 0)
+      strided_copy(out.bytes.data() + dst_off * static_cast<int64_t>(es), ds.data(),
+                   x.bytes.data() + src_off * static_cast<int64_t>(es), xs.data(), region, es);
+    return one(std::move(out));
   }
-  std::vector<int64_t> order(static_cast<size_t>(A));  // slice ids, sorted or by first occurrence
-  std::iota(order.begin(), order.end(), 0);
-  std::vector<int64_t> rep;                              // per unique: its first slice
-  std::vector<int64_t> inverse(static_cast<size_t>(A)), counts;
-  dispatch_all(c, x.dtype, [&]<class T>() {
-    const T* p = x.data<T>();
-    // Slice j is p[o * A * inner + j * inner + i] for o < outer, i < inner, compared in (o, i) order.
-    auto cmp = [&](int64_t a, int64_t b) -> int {
-      for (int64_t o = 0; o < outer; ++o) {
-        const T* pa = p + o * A * inner + a * inner;
-        const T* pb = p + o * A * inner + b * inner;
-        for (int64_t i = 0; i < inner; ++i) {
-          if (pa[i] < pb[i]) return -1;
-          if (pb[i] < pa[i]) return 1;
-        }
+  if (mode != "reflect" && mode != "edge") c.unsupported(fmt::format("no kernel for mode '{}'", mode));
+  // reflect / edge: per-dim source index tables, then a gather over all dims.
+  std::vector<std::vector<int64_t>> src(r);
+  for (int64_t d = 0; d < r; ++d) {
+    const int64_t n = x.shape[d];
+    if (n == 0 && os[d] > 0) c.fail("cannot pad an empty axis in reflect/edge mode");
+    if (mode == "reflect" && n == 1) {
+      src[d].assign(os[d], 0);
+      continue;
+    }
+    for (int64_t o = 0; o < os[d]; ++o) {
+      int64_t i = o - lo[d];
+      if (mode == "edge") {
+        i = std::clamp<int64_t>(i, 0, n - 1);
+      } else {
+        const int64_t period = 2 * (n - 1);
+        i = ((i % period) + period) % period;
+        if (i >= n) i = period - i;
       }
-      return 0;
-    };
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cmp(a, b) < 0; });
-    // Groups of equal slices in sorted order; the first of each group (stable sort) is its first occurrence.
-    std::vector<int64_t> group_of(static_cast<size_t>(A));
-    std::vector<int64_t> firsts;
-    for (size_t k = 0; k < order.size(); ++k) {
-      if (k == 0 || cmp(order[k - 1], order[k]) != 0) firsts.push_back(order[k]);
-      group_of[order[k]] = static_cast<int64_t>(firsts.size()) - 1;
+      src[d].push_back(i);
     }
-    std::vector<int64_t> pos(firsts.size());  // group -> output position
-    std::iota(pos.begin(), pos.end(), 0);
-    if (!sorted) {
-      std::vector<int64_t> by_first(firsts.size());
-      std::iota(by_first.begin(), by_first.end(), 0);
-      std::sort(by_first.begin(), by_first.end(), [&](int64_t a, int64_t b) { return firsts[a] < firsts[b]; });
-      for (size_t k = 0; k < by_first.size(); ++k) pos[by_first[k]] = static_cast<int64_t>(k);
+  }
+  if (out.numel() == 0) return one(std::move(out));
+  const std::vector<int64_t> xs = contiguous_strides(x.shape);
+  std::vector<int64_t> idx(r, 0);
+  std::byte* dst = out.bytes.data();
+  for (int64_t k = 0; k < out.numel(); ++k, dst += es) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < r; ++d) off += src[d][idx[d]] * xs[d];
+    std::memcpy(dst, x.bytes.data() + off * static_cast<int64_t>(es), es);
+    for (int64_t d = r - 1; d >= 0; --d) {
+      if (++idx[d] < os[d]) break;
+      idx[d] = 0;
     }
-    rep.assign(firsts.size(), 0);
-    counts.assign(firsts.size(), 0);
-    for (size_t gi = 0; gi < firsts.size(); ++gi) rep[pos[gi]] = firsts[gi];
-    for (int64_t j = 0; j < A; ++j) {
-      inverse[j] = pos[group_of[j]];
-      ++counts[inverse[j]];
-    }
-  });
-  const int64_t U = static_cast<int64_t>(rep.size());
-  Shape ys = has_axis ? x.shape : Shape{U};
-  if (has_axis) ys[axis] = U;
-  Tensor y(x.dtype, ys);
-  const size_t es = dtype_size(x.dtype), row = static_cast<size_t>(inner) * es;
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t u = 0; u < U; ++u)
-      std::memcpy(y.bytes.data() + (o * U + u) * row, x.bytes.data() + (o * A + rep[u]) * row, row);
-  std::vector<Tensor> outs;
-  outs.push_back(std::move(y));
-  outs.push_back(Tensor::from_int64s(rep));
-  outs.push_back(Tensor::from_int64s(inverse));
-  outs.push_back(Tensor::from_int64s(counts));
-  outs.resize(std::max<size_t>(1, std::min<size_t>(4, c.n_out())));
-  return outs;
-}
-
-/// ReverseSequence (opset 10): for each batch entry b, reverses the first sequence_lens[b] steps along time_axis.
-std::vector<Tensor> reverse_sequence_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  const std::vector<int64_t> lens = c.req(1).as_int64s();
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  if (rank < 2) c.fail(fmt::format("input must have rank >= 2, got {}", shape_str(x.shape)));
-  const int64_t ta = c.axis(c.node.i("time_axis", 0), rank), ba = c.axis(c.node.i("batch_axis", 1), rank);
-  if (ta == ba || std::min(ta, ba) != 0 || std::max(ta, ba) != 1) c.fail("time_axis and batch_axis must be 0 and 1");
-  const int64_t T = x.shape[ta], B = x.shape[ba];
-  if (static_cast<int64_t>(lens.size()) != B) c.fail(fmt::format("sequence_lens has {} entries, batch is {}", lens.size(), B));
-  const size_t row = static_cast<size_t>(x.numel() / std::max<int64_t>(1, T * B)) * dtype_size(x.dtype);
-  Tensor out = x;
-  auto at = [&](int64_t t, int64_t b) { return (ta == 0 ? t * B + b : b * T + t) * static_cast<int64_t>(row); };
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t len = lens[b];
-    if (len < 0 || len > T) c.fail(fmt::format("sequence_lens[{}] = {} is out of range [0, {}]", b, len, T));
-    for (int64_t t = 0; t < len; ++t) std::memcpy(out.bytes.data() + at(t, b), x.bytes.data() + at(len - 1 - t, b), row);
   }
   return one(std::move(out));
 }
 
-/// NonMaxSuppression (opset 11): per batch and class, boxes sorted by descending score (ties: lower index first) with
-/// score > score_threshold are kept greedily unless their IoU with a kept box exceeds iou_threshold, at most
-/// max_output_boxes_per_class each. Output [k, 3] int64 (batch, class, box). center_point_box=1: [x, y, w, h];
-/// else corners [y1, x1, y2, x2] in any order.
-std::vector<Tensor> nms_kernel(const Ctx& c) {
-  const Tensor boxes = cast_tensor(c, c.req(0), DType::kFloat32);
-  const Tensor scores = cast_tensor(c, c.req(1), DType::kFloat32);
-  if (boxes.shape.size() != 3 || boxes.shape[2] != 4 || scores.shape.size() != 3 || scores.shape[0] != boxes.shape[0] ||
-      scores.shape[2] != boxes.shape[1])
-    c.fail(fmt::format("boxes {} and scores {} must be [B, n, 4] and [B, C, n]", shape_str(boxes.shape),
-                       shape_str(scores.shape)));
-  const int64_t B = boxes.shape[0], n = boxes.shape[1], C = scores.shape[1];
-  int64_t max_out = 0;
-  if (const Tensor* t = c.in(2); t && t->numel() > 0) max_out = t->as_int64s()[0];
-  float iou_th = 0, score_th = -INFINITY;
-  if (const Tensor* t = c.in(3); t && t->numel() > 0) iou_th = cast_tensor(c, *t, DType::kFloat32).data<float>()[0];
-  const bool has_score_th = c.in(4) && c.in(4)->numel() > 0;
-  if (has_score_th) score_th = cast_tensor(c, *c.in(4), DType::kFloat32).data<float>()[0];
-  const bool center = c.node.i("center_point_box", 0) != 0;
-  std::vector<std::array<float, 4>> corner(static_cast<size_t>(B * n));  // y1, x1, y2, x2 with y1 <= y2, x1 <= x2
-  for (int64_t i = 0; i < B * n; ++i) {
-    const float* b = boxes.data<float>() + i * 4;
-    if (center)
-      corner[i] = {b[1] - b[3] / 2, b[0] - b[2] / 2, b[1] + b[3] / 2, b[0] + b[2] / 2};
-    else
-      corner[i] = {std::min(b[0], b[2]), std::min(b[1], b[3]), std::max(b[0], b[2]), std::max(b[1], b[3])};
-  }
-  auto iou = [](const std::array<float, 4>& a, const std::array<float, 4>& b) {
-    const float ih = std::min(a[2], b[2]) - std::max(a[0], b[0]), iw = std::min(a[3], b[3]) - std::max(a[1], b[1]);
-    const float area_a = (a[2] - a[0]) * (a[3] - a[1]), area_b = (b[2] - b[0]) * (b[3] - b[1]);
-    if (ih <= 0 || iw <= 0 || area_a <= 0 || area_b <= 0) return 0.f;
-    const float inter = ih * iw;
-    return inter / (area_a + area_b - inter);
-  };
-  std::vector<int64_t> sel;
-  std::vector<int64_t> order(static_cast<size_t>(n)), kept;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t k = 0; k < C && max_out > 0; ++k) {
-      const float* sc = scores.data<float>() + (b * C + k) * n;
-      order.clear();
-      for (int64_t i = 0; i < n; ++i)
-        if (!has_score_th || sc[i] > score_th) order.push_back(i);
-      std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return sc[x] > sc[y]; });
-      kept.clear();
-      for (int64_t i : order) {
-        if (static_cast<int64_t>(kept.size()) >= max_out) break;
-        bool keep = true;
-        for (int64_t j : kept)
-          if (iou(corner[b * n + i], corner[b * n + j]) > iou_th) {
-            keep = false;
-            break;
-          }
-        if (!keep) continue;
-        kept.push_back(i);
-        sel.insert(sel.end(), {b, k, i});
-      }
-    }
-  Tensor out(DType::kInt64, {static_cast<int64_t>(sel.size() / 3), 3});
-  std::copy(sel.begin(), sel.end(), out.data<int64_t>());
-  return one(std::move(out));
+std::vector<Tensor> range_kernel(const Ctx& c) {
+  const Tensor& st = c.req(0);
+  const Tensor& li = c.req(1);
+  const Tensor& de = c.req(2);
+  if (st.dtype != li.dtype || st.dtype != de.dtype) c.fail("start, limit and delta differ in dtype");
+  if (st.numel() != 1 || li.numel() != 1 || de.numel() != 1) c.fail("start, limit and delta must be scalars");
+  return one(dispatch_numeric(c, st.dtype, [&]<class T>() {
+    const T s = st.data<T>()[0], l = li.data<T>()[0], d = de.data<T>()[0];
+    if (d == T(0)) c.fail("delta is 0");
+    const double cnt = std::ceil((static_cast<double>(l) - static_cast<double>(s)) / static_cast<double>(d));
+    const int64_t n = cnt > 0 ? static_cast<int64_t>(cnt) : 0;
+    Tensor out(st.dtype, {n});
+    T* p = out.data<T>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(s + static_cast<T>(i) * d);
+    return out;
+  }));
 }
 
 }  // namespace
 
 void register_index(KernelTable& t) {
-  t["NonMaxSuppression"] = nms_kernel;
-  t["Unique"] = unique_kernel;
-  t["ReverseSequence"] = reverse_sequence_kernel;
   t["GatherElements"] = gather_elements_kernel;
   t["ScatterElements"] = scatter_elements_kernel;
   t["Scatter"] = scatter_elements_kernel;
@@ -637,12 +485,9 @@ void register_index(KernelTable& t) {
   t["Compress"] = compress_kernel;
   t["TopK"] = top_k_kernel;
   t["CumSum"] = cum_sum_kernel;
-  t["DepthToSpace"] = depth_to_space_kernel;
-  t["SpaceToDepth"] = space_to_depth_kernel;
-  t["Hardmax"] = hardmax_kernel;
-  t["Trilu"] = trilu_kernel;
-  t["EyeLike"] = eye_like_kernel;
-  t["CastLike"] = cast_like_kernel;
+  t["Tile"] = tile_kernel;
+  t["Pad"] = pad_kernel;
+  t["Range"] = range_kernel;
 }
 
 }  // namespace gspmd::kern

@@ -1,10 +1,8 @@
-// MaxUnpool (opset 11), RoiAlign (opset 16, avg / max, half_pixel / output_half_pixel), DFT (opset 17, naive
-// O(n^2) per transformed row, real or complex input, inverse, onesided), STFT, MelWeightMatrix and TfIdfVectorizer
-// (integer pools), plain C++.
+// Spatial sampling and unpooling, plain C++: MaxUnpool (opset 11), RoiAlign (opset 16, avg / max, half_pixel /
+// output_half_pixel), GridSample (opset 16, 4-D). Reference: the ONNX operator specs (onnx/docs/Operators.md); where
+// the spec leaves details open, the implementations the ONNX test data comes from (onnxruntime, PyTorch).
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <numbers>
 
 #include <fmt/format.h>
 
@@ -131,204 +129,111 @@ std::vector<Tensor> roi_align_kernel(const Ctx& c) {
   return one(std::move(out));
 }
 
-/// DFT (opset 17): input [..., n, 1] (real) or [..., n, 2] (complex), transformed along `axis` (default 1, a signal
-/// dim); dft_length pads with zeros or truncates; inverse divides by the length; onesided keeps n/2 + 1 outputs.
-std::vector<Tensor> dft_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  if (rank < 2 || (x.shape.back() != 1 && x.shape.back() != 2))
-    c.fail(fmt::format("input must be [..., n, 1|2], got {}", shape_str(x.shape)));
-  const int64_t axis = c.axis(c.node.i("axis", 1), rank - 1);
-  const bool inverse = c.node.i("inverse", 0) != 0, onesided = c.node.i("onesided", 0) != 0;
-  const int64_t n_in = x.shape[axis];
-  int64_t n = n_in;
-  if (const Tensor* l = c.in(1); l && l->numel() > 0) n = l->as_int64s()[0];
-  if (n < 1) c.fail("dft_length must be positive");
-  const int64_t n_out = onesided ? n / 2 + 1 : n;
-  const bool cplx = x.shape.back() == 2;
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
-  for (int64_t d = axis + 1; d < rank - 1; ++d) inner *= x.shape[d];
-  Shape os = x.shape;
-  os[axis] = n_out;
-  os.back() = 2;
-  Tensor out(x.dtype, os);
-  dispatch_float(c, x.dtype, [&]<class T>() {
-    const T* in = x.data<T>();
-    T* o = out.data<T>();
-    const int64_t ci = cplx ? 2 : 1;
-    const double sign = inverse ? 1.0 : -1.0;
-    constexpr double two_pi = 2 * std::numbers::pi;
-    for (int64_t a = 0; a < outer; ++a)
-      for (int64_t b = 0; b < inner; ++b)
-        for (int64_t k = 0; k < n_out; ++k) {
-          double re = 0, im = 0;
-          for (int64_t t = 0; t < std::min(n, n_in); ++t) {
-            const T* p = in + ((a * n_in + t) * inner + b) * ci;
-            const double xr = static_cast<double>(p[0]), xi = cplx ? static_cast<double>(p[1]) : 0.0;
-            const double ang = sign * two_pi * static_cast<double>((k * t) % n) / static_cast<double>(n);
-            const double cr = std::cos(ang), sr = std::sin(ang);
-            re += xr * cr - xi * sr;
-            im += xr * sr + xi * cr;
+// ---------------------------------------------------------------------------------------------------------------
+// GridSample (opset 16, 4-D): PyTorch's grid_sampler semantics, which the ONNX test data comes from.
+
+double gs_unnormalize(double coord, int64_t size, bool align) {
+  return align ? (coord + 1) / 2 * static_cast<double>(size - 1) : ((coord + 1) * static_cast<double>(size) - 1) / 2;
+}
+
+double gs_reflect(double in, double twice_low, double twice_high) {
+  if (twice_low == twice_high) return 0;
+  const double lo = twice_low / 2, span = (twice_high - twice_low) / 2;
+  in = std::abs(in - lo);
+  const double extra = std::fmod(in, span);
+  const int64_t flips = static_cast<int64_t>(std::floor(in / span));
+  return flips % 2 == 0 ? extra + lo : span - extra + lo;
+}
+
+enum class Pad { kZeros, kBorder, kReflection };
+
+/// Source coordinate after the padding mode (border: clamped; reflection: reflected then clamped).
+double gs_compute(double coord, int64_t size, Pad pad, bool align) {
+  if (pad == Pad::kBorder) return std::clamp(coord, 0.0, static_cast<double>(size - 1));
+  if (pad == Pad::kReflection) {
+    coord = align ? gs_reflect(coord, 0, 2.0 * static_cast<double>(size - 1))
+                  : gs_reflect(coord, -1, 2.0 * static_cast<double>(size) - 1);
+    return std::clamp(coord, 0.0, static_cast<double>(size - 1));
+  }
+  return coord;
+}
+
+std::vector<Tensor> grid_sample_kernel(const Ctx& c) {
+  const Tensor& X = c.req(0);
+  const Tensor& grid = c.req(1);
+  if (X.shape.size() != 4 || grid.shape.size() != 4 || grid.shape[3] != 2 || grid.shape[0] != X.shape[0])
+    c.unsupported(fmt::format("no kernel for X {} and grid {} (only 4-D)", shape_str(X.shape), shape_str(grid.shape)));
+  const std::string mode = c.node.s("mode", "bilinear"), pm = c.node.s("padding_mode", "zeros");
+  const bool align = c.node.i("align_corners", 0) != 0;
+  const Pad pad = pm == "border" ? Pad::kBorder : pm == "reflection" ? Pad::kReflection : Pad::kZeros;
+  if (pm != "zeros" && pm != "border" && pm != "reflection") c.fail(fmt::format("unknown padding_mode '{}'", pm));
+  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic") c.fail(fmt::format("unknown mode '{}'", mode));
+  const int64_t N = X.shape[0], C = X.shape[1], H = X.shape[2], W = X.shape[3], Ho = grid.shape[1], Wo = grid.shape[2];
+  Tensor out(X.dtype, {N, C, Ho, Wo});
+  const bool bicubic = mode == "bicubic", nearest = mode == "nearest";
+  dispatch_float(c, X.dtype, [&]<class T>() {
+    const T* g = grid.dtype == X.dtype ? grid.data<T>() : nullptr;
+    if (!g) c.fail("grid must have X's dtype");
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t oy = 0; oy < Ho; ++oy)
+        for (int64_t ox = 0; ox < Wo; ++ox) {
+          const T* gp = g + ((n * Ho + oy) * Wo + ox) * 2;
+          const double ux = gs_unnormalize(static_cast<double>(gp[0]), W, align);
+          const double uy = gs_unnormalize(static_cast<double>(gp[1]), H, align);
+          for (int64_t ch = 0; ch < C; ++ch) {
+            const T* img = X.data<T>() + (n * C + ch) * H * W;
+            auto at = [&](int64_t y, int64_t x) -> double {  // zero outside
+              return y >= 0 && y < H && x >= 0 && x < W ? static_cast<double>(img[y * W + x]) : 0.0;
+            };
+            double v = 0;
+            if (bicubic) {
+              // Taps are padded one by one (PyTorch's get_value_bounded); coefficients with A = -0.75.
+              const double fx = std::floor(ux), fy = std::floor(uy), tx = ux - fx, ty = uy - fy;
+              auto coeffs = [](double t, double w[4]) {
+                constexpr double A = -0.75;
+                auto c1 = [](double x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };
+                auto c2 = [](double x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };
+                w[0] = c2(t + 1);
+                w[1] = c1(t);
+                w[2] = c1(1 - t);
+                w[3] = c2(2 - t);
+              };
+              double wx[4], wy[4];
+              coeffs(tx, wx);
+              coeffs(ty, wy);
+              auto bounded = [&](double y, double x) {
+                const double cx = gs_compute(x, W, pad, align), cy = gs_compute(y, H, pad, align);
+                return at(static_cast<int64_t>(cy), static_cast<int64_t>(cx));
+              };
+              for (int i = 0; i < 4; ++i) {
+                double row = 0;
+                for (int j = 0; j < 4; ++j) row += wx[j] * bounded(fy - 1 + i, fx - 1 + j);
+                v += wy[i] * row;
+              }
+            } else {
+              const double x = gs_compute(ux, W, pad, align), y = gs_compute(uy, H, pad, align);
+              if (nearest) {
+                v = at(static_cast<int64_t>(std::nearbyint(y)), static_cast<int64_t>(std::nearbyint(x)));
+              } else {
+                const double x0 = std::floor(x), y0 = std::floor(y), tx = x - x0, ty = y - y0;
+                const int64_t ix = static_cast<int64_t>(x0), iy = static_cast<int64_t>(y0);
+                v = at(iy, ix) * (1 - tx) * (1 - ty) + at(iy, ix + 1) * tx * (1 - ty) + at(iy + 1, ix) * (1 - tx) * ty +
+                    at(iy + 1, ix + 1) * tx * ty;
+              }
+            }
+            out.data<T>()[((n * C + ch) * Ho + oy) * Wo + ox] = static_cast<T>(v);
           }
-          if (inverse) {
-            re /= static_cast<double>(n);
-            im /= static_cast<double>(n);
-          }
-          T* q = o + ((a * n_out + k) * inner + b) * 2;
-          q[0] = static_cast<T>(re);
-          q[1] = static_cast<T>(im);
         }
   });
   return one(std::move(out));
-}
-
-/// TfIdfVectorizer (opset 9), integer pools (pool_int64s): per row, counts the n-grams of the pool (n in
-/// [min_gram_length, max_gram_length]; n >= 2 grams also with skips: items start + k*d for d in
-/// [1, max_skip_count + 1]) into output slot ngram_indexes[id]; mode TF (counts), IDF (weight where the count is
-/// non-zero), TFIDF (count * weight), weights 1 when absent. As onnxruntime counts (the reference of the test data).
-std::vector<Tensor> tfidf_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  if (c.node.has("pool_strings")) c.unsupported("no kernel for string pools");
-  if (x.dtype != DType::kInt32 && x.dtype != DType::kInt64) c.bad_dtype(x.dtype);
-  if (x.shape.empty() || x.shape.size() > 2) c.fail(fmt::format("input must be 1-D or 2-D, got {}", shape_str(x.shape)));
-  const std::vector<int64_t> in = x.as_int64s();
-  const int64_t rows = x.shape.size() == 2 ? x.shape[0] : 1, len = x.shape.back();
-  const int64_t min_n = c.node.i("min_gram_length"), max_n = c.node.i("max_gram_length"),
-                max_skip = c.node.i("max_skip_count");
-  const std::string mode = c.node.s("mode");
-  const std::vector<int64_t> counts = c.node.ints("ngram_counts"), indexes = c.node.ints("ngram_indexes"),
-                             pool = c.node.ints("pool_int64s");
-  const std::vector<float> weights = c.node.floats("weights");
-  if (mode != "TF" && mode != "IDF" && mode != "TFIDF") c.fail(fmt::format("unknown mode '{}'", mode));
-  const bool tf = mode == "TF", idf = mode == "IDF";
-  if (min_n < 1 || max_n < min_n || static_cast<int64_t>(counts.size()) < max_n) c.fail("bad gram lengths / ngram_counts");
-  // pool n-grams of length n -> ngram id.
-  std::map<std::vector<int64_t>, int64_t> ids;
-  int64_t id = 0;
-  for (size_t g = 0; g < counts.size(); ++g) {
-    const int64_t n = static_cast<int64_t>(g) + 1, begin = counts[g];
-    const int64_t end = g + 1 < counts.size() ? counts[g + 1] : static_cast<int64_t>(pool.size());
-    for (int64_t p = begin; p + n <= end; p += n, ++id)
-      ids.emplace(std::vector<int64_t>(pool.begin() + p, pool.begin() + p + n), id);
-  }
-  if (static_cast<int64_t>(indexes.size()) < id) c.fail("ngram_indexes has fewer entries than the pool has n-grams");
-  const int64_t width = indexes.empty() ? 0 : *std::max_element(indexes.begin(), indexes.end()) + 1;
-  Tensor out(DType::kFloat32, x.shape.size() == 2 ? Shape{rows, width} : Shape{width});
-  std::vector<int64_t> gram;
-  std::vector<double> cnt(static_cast<size_t>(width));
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t* row = in.data() + r * len;
-    std::fill(cnt.begin(), cnt.end(), 0.0);
-    auto hit = [&](const std::vector<int64_t>& g) {
-      auto it = ids.find(g);
-      if (it != ids.end()) cnt[indexes[it->second]] += 1;
-    };
-    if (min_n == 1)
-      for (int64_t i = 0; i < len; ++i) {
-        gram.assign(1, row[i]);
-        hit(gram);
-      }
-    for (int64_t start = 0; start < len; ++start)
-      for (int64_t d = 1; d <= max_skip + 1; ++d) {
-        gram.assign(1, row[start]);
-        for (int64_t n = 2; n <= max_n; ++n) {
-          const int64_t at = start + (n - 1) * d;
-          if (at >= len) break;
-          gram.push_back(row[at]);
-          if (n >= min_n) hit(gram);
-        }
-      }
-    float* o = out.data<float>() + r * width;
-    for (int64_t k = 0; k < width; ++k) {
-      const double w = weights.empty() ? 1.0 : weights[static_cast<size_t>(k)];
-      o[k] = static_cast<float>(tf ? cnt[k] : idf ? (cnt[k] > 0 ? w : 0.0) : cnt[k] * w);
-    }
-  }
-  return one(std::move(out));
-}
-
-/// STFT (opset 17): signal [batch, length, 1|2], frame_step, optional window [frame_length] and frame_length; each
-/// frame x[f*step : f*step + frame_length] (times the window) gets a forward DFT; onesided (default 1) keeps
-/// frame_length/2 + 1 bins. Output [batch, frames, bins, 2].
-std::vector<Tensor> stft_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  if (x.shape.size() != 3 || (x.shape[2] != 1 && x.shape[2] != 2))
-    c.fail(fmt::format("signal must be [batch, length, 1|2], got {}", shape_str(x.shape)));
-  const int64_t step = c.req(1).as_int64s().at(0);
-  const Tensor* win = c.in(2);
-  int64_t fl = win ? win->numel() : 0;
-  if (const Tensor* l = c.in(3); l && l->numel() > 0) fl = l->as_int64s()[0];
-  if (fl <= 0 || step <= 0 || fl > x.shape[1]) c.fail("frame_length and frame_step must be positive and fit the signal");
-  if (win && win->numel() != fl) c.fail("window length differs from frame_length");
-  const bool onesided = c.node.i("onesided", 1) != 0;
-  const int64_t B = x.shape[0], L = x.shape[1], ci = x.shape[2], frames = 1 + (L - fl) / step,
-                bins = onesided ? fl / 2 + 1 : fl;
-  Tensor out(x.dtype, {B, frames, bins, 2});
-  dispatch_float(c, x.dtype, [&]<class T>() {
-    const Tensor wd = win ? cast_tensor(c, *win, DType::kFloat64) : Tensor();
-    constexpr double two_pi = 2 * std::numbers::pi;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t f = 0; f < frames; ++f)
-        for (int64_t k = 0; k < bins; ++k) {
-          double re = 0, im = 0;
-          for (int64_t t = 0; t < fl; ++t) {
-            const T* p = x.data<T>() + (b * L + f * step + t) * ci;
-            const double w = win ? wd.data<double>()[t] : 1.0;
-            const double xr = static_cast<double>(p[0]) * w, xi = ci == 2 ? static_cast<double>(p[1]) * w : 0.0;
-            const double ang = -two_pi * static_cast<double>((k * t) % fl) / static_cast<double>(fl);
-            re += xr * std::cos(ang) - xi * std::sin(ang);
-            im += xr * std::sin(ang) + xi * std::cos(ang);
-          }
-          T* q = out.data<T>() + ((b * frames + f) * bins + k) * 2;
-          q[0] = static_cast<T>(re);
-          q[1] = static_cast<T>(im);
-        }
-  });
-  return one(std::move(out));
-}
-
-/// MelWeightMatrix (opset 17): [dft_length/2 + 1, num_mel_bins] triangular filters between mel-spaced edges, as the
-/// ONNX reference computes them (edges rounded down to DFT bins).
-std::vector<Tensor> mel_weight_matrix_kernel(const Ctx& c) {
-  auto scalar = [&](size_t i) { return cast_tensor(c, c.req(i), DType::kFloat64).data<double>()[0]; };
-  const int64_t mel = static_cast<int64_t>(scalar(0)), dft = static_cast<int64_t>(scalar(1));
-  const double rate = scalar(2), lo = scalar(3), hi = scalar(4);
-  if (mel <= 0 || dft <= 0 || rate <= 0) c.fail("num_mel_bins, dft_length and sample_rate must be positive");
-  const int64_t spec = dft / 2 + 1;
-  const double lo_mel = 2595 * std::log10(1 + lo / 700), hi_mel = 2595 * std::log10(1 + hi / 700);
-  const double step = (hi_mel - lo_mel) / static_cast<double>(mel + 2);
-  std::vector<int64_t> edge(static_cast<size_t>(mel + 2));
-  for (int64_t i = 0; i < mel + 2; ++i) {
-    const double hz = 700 * (std::pow(10.0, (static_cast<double>(i) * step + lo_mel) / 2595) - 1);
-    edge[i] = static_cast<int64_t>(std::floor(static_cast<double>(dft + 1) * hz / rate));
-  }
-  Tensor out(DType::kFloat64, {spec, mel});
-  double* o = out.data<double>();
-  auto set = [&](int64_t j, int64_t i, double v) {
-    if (j < 0 || j >= spec) c.fail(fmt::format("mel edge {} is outside the {} spectrogram bins", j, spec));
-    o[j * mel + i] = v;
-  };
-  for (int64_t i = 0; i < mel; ++i) {
-    const int64_t l = edge[i], m = edge[i + 1], r = edge[i + 2];
-    if (m == l) set(m, i, 1);
-    else
-      for (int64_t j = l; j <= m; ++j) set(j, i, static_cast<double>(j - l) / static_cast<double>(m - l));
-    if (r > m)
-      for (int64_t j = m; j < r; ++j) set(j, i, static_cast<double>(r - j) / static_cast<double>(r - m));
-  }
-  return one(cast_tensor(c, out, static_cast<DType>(c.node.i("output_datatype", 1))));
 }
 
 }  // namespace
 
 void register_spatial(KernelTable& t) {
-  t["STFT"] = stft_kernel;
-  t["MelWeightMatrix"] = mel_weight_matrix_kernel;
-  t["TfIdfVectorizer"] = tfidf_kernel;
   t["MaxUnpool"] = max_unpool_kernel;
   t["RoiAlign"] = roi_align_kernel;
-  t["DFT"] = dft_kernel;
+  t["GridSample"] = grid_sample_kernel;
 }
 
 }  // namespace gspmd::kern

@@ -1,6 +1,8 @@
-// Math kernels: MatMul, Gemm, Softmax, LogSoftmax, LayerNormalization, ReduceSum/Mean/Max/Min/Prod/L1/L2/SumSquare/
-// LogSum/LogSumExp, ArgMax, ArgMin (plain C++; float32 reductions other than LogSum/LogSumExp use oneDNN).
-// float32 runs on oneDNN (onednn.h); float64 / integer types (and zero-sized edge cases) run on plain C++ loops.
+// The reduce/normalize family (core/rules/reduce_norm.cc): Softmax, LogSoftmax, Hardmax, LayerNormalization (opset 17),
+// ReduceSum/Mean/Max/Min/Prod/L1/L2/SumSquare/LogSum/LogSumExp, ArgMax, ArgMin. Reference: the ONNX operator specs
+// (onnx/docs/Operators.md) at the node's opset.
+// float32 Softmax / LogSoftmax, LayerNormalization and the reductions other than LogSum/LogSumExp run on oneDNN
+// (onednn.h); float64 / integer types, Hardmax and ArgMax / ArgMin run on plain C++ loops.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,120 +16,6 @@ namespace gspmd::kern {
 namespace {
 
 constexpr size_t kDnnlMaxRank = 12;
-
-// ---------------------------------------------------------------------------------------------------------------
-// MatMul / Gemm.
-
-/// C[batch,M,N] = A x B with A [a_batch,M,K] (row-major), B [b_batch,K,N]; a_batch, b_batch in {1, batch}.
-template <class T>
-void naive_matmul(const T* a, const T* b, T* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k, int64_t n,
-                  bool ta = false, bool tb = false, T alpha = T(1), T beta = T(0)) {
-  const int64_t batch = std::max(a_batch, b_batch);
-  std::vector<T> row(static_cast<size_t>(n));
-  for (int64_t bi = 0; bi < batch; ++bi) {
-    const T* A = a + (a_batch == 1 ? 0 : bi * m * k);
-    const T* B = b + (b_batch == 1 ? 0 : bi * k * n);
-    T* C = c + bi * m * n;
-    for (int64_t i = 0; i < m; ++i) {
-      std::fill(row.begin(), row.end(), T(0));
-      for (int64_t p = 0; p < k; ++p) {
-        const T av = ta ? A[p * m + i] : A[i * k + p];
-        if (tb) {
-          for (int64_t j = 0; j < n; ++j) row[j] += av * B[j * k + p];
-        } else {
-          const T* Br = B + p * n;
-          for (int64_t j = 0; j < n; ++j) row[j] += av * Br[j];
-        }
-      }
-      T* Cr = C + i * n;
-      for (int64_t j = 0; j < n; ++j) Cr[j] = beta == T(0) ? alpha * row[j] : alpha * row[j] + beta * Cr[j];
-    }
-  }
-}
-
-template <class T>
-void mm(const T* a, const T* b, T* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k, int64_t n) {
-  if constexpr (std::is_same_v<T, float>)
-    dnn::matmul(a, b, c, a_batch, b_batch, m, k, n);
-  else
-    naive_matmul(a, b, c, a_batch, b_batch, m, k, n);
-}
-
-std::vector<Tensor> matmul_kernel(const Ctx& c) {
-  const Tensor& a = c.req(0);
-  const Tensor& b = c.req(1);
-  if (a.dtype != b.dtype) c.fail(fmt::format("input dtypes differ ({} vs {})", dtype_name(a.dtype), dtype_name(b.dtype)));
-  if (a.shape.empty() || b.shape.empty()) c.fail("inputs must have rank >= 1");
-  Shape as = a.shape, bs = b.shape;
-  if (as.size() == 1) as.insert(as.begin(), 1);
-  if (bs.size() == 1) bs.push_back(1);
-  const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
-  if (bs[bs.size() - 2] != k)
-    c.fail(fmt::format("shapes {} and {} are not aligned for matmul", shape_str(a.shape), shape_str(b.shape)));
-  const Shape ba(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
-  const Shape bo = broadcast_shapes(c, ba, bb);
-  Shape os = bo;
-  if (a.shape.size() > 1) os.push_back(m);
-  if (b.shape.size() > 1) os.push_back(n);
-  Tensor out(a.dtype, os);
-  if (out.numel() == 0 || k == 0) return one(std::move(out));
-  const int64_t batch = num_elements(bo), na = num_elements(ba), nb = num_elements(bb);
-  dispatch_numeric(c, a.dtype, [&]<class T>() {
-    const T* A = a.data<T>();
-    const T* B = b.data<T>();
-    T* C = out.data<T>();
-    if ((na == batch || na == 1) && (nb == batch || nb == 1)) {
-      mm<T>(A, B, C, na, nb, m, k, n);
-      return;
-    }
-    // General batch broadcasting: one matrix product per output batch entry.
-    std::vector<int64_t> so = contiguous_strides(bo), sa = broadcast_strides(ba, bo), sb = broadcast_strides(bb, bo);
-    const Plan<3> p = make_plan<3>(bo, {so.data(), sa.data(), sb.data()});
-    for_each_row(p, [&](const std::array<int64_t, 3>& off, int64_t cnt, const std::array<int64_t, 3>& st) {
-      for (int64_t i = 0; i < cnt; ++i)
-        mm<T>(A + (off[1] + i * st[1]) * m * k, B + (off[2] + i * st[2]) * k * n, C + (off[0] + i * st[0]) * m * n, 1,
-              1, m, k, n);
-    });
-  });
-  return one(std::move(out));
-}
-
-std::vector<Tensor> gemm_kernel(const Ctx& c) {
-  const Tensor& a = c.req(0);
-  const Tensor& b = c.req(1);
-  const Tensor* cin = c.in(2);
-  if (a.dtype != b.dtype || (cin && cin->dtype != a.dtype)) c.fail("input dtypes differ");
-  if (a.shape.size() != 2 || b.shape.size() != 2) c.fail("A and B must be 2-D");
-  const bool ta = c.node.i("transA", 0) != 0, tb = c.node.i("transB", 0) != 0;
-  const float alpha = c.node.f("alpha", 1.f);
-  float beta = c.node.f("beta", 1.f);
-  const int64_t m = ta ? a.shape[1] : a.shape[0], k = ta ? a.shape[0] : a.shape[1];
-  const int64_t kb = tb ? b.shape[1] : b.shape[0], n = tb ? b.shape[0] : b.shape[1];
-  if (k != kb) c.fail(fmt::format("shapes {} and {} are not aligned (transA={}, transB={})", shape_str(a.shape),
-                                  shape_str(b.shape), ta, tb));
-  const Shape os{m, n};
-  Tensor out;
-  if (cin && beta != 0.f) {
-    if (broadcast_shapes(c, cin->shape, os) != os)
-      c.fail(fmt::format("C of shape {} does not broadcast to {}", shape_str(cin->shape), shape_str(os)));
-    out = broadcast_to(*cin, os);
-  } else {
-    out = Tensor(a.dtype, os);
-    beta = 0.f;
-  }
-  if (out.numel() == 0) return one(std::move(out));
-  dispatch_numeric(c, a.dtype, [&]<class T>() {
-    if constexpr (std::is_same_v<T, float>) {
-      if (k > 0) {
-        dnn::matmul(a.data<float>(), b.data<float>(), out.data<float>(), 1, 1, m, k, n, ta, tb, alpha, beta);
-        return;
-      }
-    }
-    naive_matmul<T>(a.data<T>(), b.data<T>(), out.data<T>(), 1, 1, m, k, n, ta, tb, static_cast<T>(alpha),
-                    static_cast<T>(beta));
-  });
-  return one(std::move(out));
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Softmax / LogSoftmax.
@@ -186,6 +74,42 @@ std::vector<Tensor> softmax_kernel(const Ctx& c) {
     for (int64_t i = 0; i < ax; ++i) outer *= dims[i];
     for (size_t i = ax + 1; i < dims.size(); ++i) inner *= dims[i];
     naive_softmax<T>(x.data<T>(), out.data<T>(), outer, dims[ax], inner, log);
+  });
+  return one(std::move(out));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hardmax.
+
+std::vector<Tensor> hardmax_kernel(const Ctx& c) {
+  const Tensor& x = c.req(0);
+  const int64_t r = static_cast<int64_t>(x.shape.size());
+  int64_t outer = 1, len = 1, inner = 1;
+  if (c.opset < 13) {
+    int64_t a = c.node.i("axis", 1);
+    if (a < 0) a += r;
+    if (a < 0 || a > r) c.fail(fmt::format("axis {} out of range for rank {}", c.node.i("axis", 1), r));
+    for (int64_t i = 0; i < a; ++i) outer *= x.shape[i];
+    for (int64_t i = a; i < r; ++i) len *= x.shape[i];
+  } else {
+    if (r == 0) c.fail("input must have rank >= 1");
+    const int64_t a = c.axis(c.node.i("axis", -1), r);
+    for (int64_t i = 0; i < a; ++i) outer *= x.shape[i];
+    len = x.shape[a];
+    for (int64_t i = a + 1; i < r; ++i) inner *= x.shape[i];
+  }
+  Tensor out(x.dtype, x.shape);
+  if (len == 0) return one(std::move(out));
+  dispatch_float(c, x.dtype, [&]<class T>() {
+    const T* s = x.data<T>();
+    T* d = out.data<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < inner; ++j) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < len; ++i)
+          if (s[(o * len + i) * inner + j] > s[(o * len + best) * inner + j]) best = i;
+        d[(o * len + best) * inner + j] = T(1);
+      }
   });
   return one(std::move(out));
 }
@@ -415,11 +339,10 @@ std::vector<Tensor> arg_kernel(const Ctx& c) {
 
 }  // namespace
 
-void register_math(KernelTable& t) {
-  t["MatMul"] = matmul_kernel;
-  t["Gemm"] = gemm_kernel;
+void register_reduce_norm(KernelTable& t) {
   t["Softmax"] = softmax_kernel<false>;
   t["LogSoftmax"] = softmax_kernel<true>;
+  t["Hardmax"] = hardmax_kernel;
   t["LayerNormalization"] = layer_norm_kernel;
   t["ReduceSum"] = reduce_kernel<Red::kSum>;
   t["ReduceMean"] = reduce_kernel<Red::kMean>;

@@ -1,9 +1,8 @@
-// Data-movement and shape kernels (dtype-agnostic: they move elements by size): Transpose, Reshape, Flatten,
-// Squeeze, Unsqueeze, Concat, Slice, Split, Gather, Expand, Tile, Pad, Identity, Dropout, Constant, Shape, Size,
-// ConstantOfShape, Range.
+// The shape-ops family (core/rules/shape_ops.cc): data-movement and shape kernels, dtype-agnostic (they move elements
+// by size): Transpose, Reshape, Flatten, Squeeze, Unsqueeze, Concat, Slice, Split, Expand, Constant, ConstantOfShape,
+// Shape, Size. Reference: the ONNX operator specs (onnx/docs/Operators.md) at the node's opset. Plain C++, except
+// Transpose of 1-, 2- and 4-byte elements (a oneDNN reorder).
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -30,28 +29,6 @@ std::vector<int64_t> ints_from(const Ctx& c, size_t input, const char* attr, boo
   }
   if (present) *present = c.node.has(attr);
   return c.node.ints(attr);
-}
-
-std::vector<Tensor> identity_kernel(const Ctx& c) { return one(c.take(0)); }
-
-std::vector<Tensor> dropout_kernel(const Ctx& c) {
-  // Inference semantics only: identity. Training mode with a non-zero ratio would need a random mask.
-  if (const Tensor* tm = c.in(2); tm && tm->numel() > 0 && tm->as_int64s()[0] != 0) {
-    double ratio = 0.5;
-    if (const Tensor* r = c.in(1); r && r->numel() > 0) {
-      if (r->dtype == DType::kFloat32) ratio = r->data<float>()[0];
-      if (r->dtype == DType::kFloat64) ratio = r->data<double>()[0];
-    }
-    if (ratio != 0.0) c.unsupported("no kernel for training_mode=true (random dropout)");
-  }
-  std::vector<Tensor> out;
-  out.push_back(c.req(0));
-  if (c.n_out() > 1) {
-    Tensor mask(DType::kBool, c.req(0).shape);
-    std::fill(mask.bytes.begin(), mask.bytes.end(), std::byte{1});
-    out.push_back(std::move(mask));
-  }
-  return out;
 }
 
 std::vector<Tensor> transpose_kernel(const Ctx& c) {
@@ -182,146 +159,10 @@ std::vector<Tensor> split_kernel(const Ctx& c) {
   return outs;
 }
 
-std::vector<Tensor> gather_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  const Tensor& idx = c.req(1);
-  if (idx.dtype != DType::kInt64 && idx.dtype != DType::kInt32)
-    c.fail(fmt::format("indices must be int32 or int64, got {}", dtype_name(idx.dtype)));
-  const int64_t r = static_cast<int64_t>(x.shape.size());
-  if (r == 0) c.fail("data must have rank >= 1");
-  const int64_t ax = c.axis(c.node.i("axis", 0), r);
-  const int64_t dim = x.shape[ax];
-  Shape os(x.shape.begin(), x.shape.begin() + ax);
-  os.insert(os.end(), idx.shape.begin(), idx.shape.end());
-  os.insert(os.end(), x.shape.begin() + ax + 1, x.shape.end());
-  Tensor out(x.dtype, os);
-  int64_t outer = 1;
-  for (int64_t d = 0; d < ax; ++d) outer *= x.shape[d];
-  const size_t es = dtype_size(x.dtype);
-  size_t inner_bytes = es;
-  for (int64_t d = ax + 1; d < r; ++d) inner_bytes *= static_cast<size_t>(x.shape[d]);
-  const std::vector<int64_t> ids = idx.as_int64s();
-  const int64_t ni = static_cast<int64_t>(ids.size());
-  std::vector<int64_t> norm(ids.size());
-  for (int64_t i = 0; i < ni; ++i) {
-    const int64_t k = ids[i] < 0 ? ids[i] + dim : ids[i];
-    if (k < 0 || k >= dim) c.fail(fmt::format("index {} out of range for axis {} of size {}", ids[i], ax, dim));
-    norm[i] = k;
-  }
-  if (inner_bytes == 0) return one(std::move(out));
-  std::byte* dst = out.bytes.data();
-  for (int64_t o = 0; o < outer; ++o) {
-    const std::byte* src = x.bytes.data() + static_cast<size_t>(o * dim) * inner_bytes;
-    for (int64_t i = 0; i < ni; ++i, dst += inner_bytes) std::memcpy(dst, src + norm[i] * inner_bytes, inner_bytes);
-  }
-  return one(std::move(out));
-}
-
 std::vector<Tensor> expand_kernel(const Ctx& c) {
   const Tensor& x = c.req(0);
   const std::vector<int64_t> s = c.req(1).as_int64s();
   return one(broadcast_to(x, broadcast_shapes(c, x.shape, Shape(s.begin(), s.end()))));
-}
-
-std::vector<Tensor> tile_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  const std::vector<int64_t> reps = c.req(1).as_int64s();
-  const size_t r = x.shape.size();
-  if (reps.size() != r) c.fail(fmt::format("repeats has {} entries for rank {}", reps.size(), r));
-  // View the output as [reps0, d0, reps1, d1, ...] and copy x with stride 0 over the repeat dims.
-  Shape view, os;
-  std::vector<int64_t> src_st;
-  const std::vector<int64_t> xs = contiguous_strides(x.shape);
-  for (size_t i = 0; i < r; ++i) {
-    if (reps[i] < 0) c.fail("negative repeat");
-    view.push_back(reps[i]);
-    view.push_back(x.shape[i]);
-    src_st.push_back(0);
-    src_st.push_back(xs[i]);
-    os.push_back(reps[i] * x.shape[i]);
-  }
-  Tensor out(x.dtype, os);
-  const std::vector<int64_t> ds = contiguous_strides(view);
-  strided_copy(out.bytes.data(), ds.data(), x.bytes.data(), src_st.data(), view, dtype_size(x.dtype));
-  return one(std::move(out));
-}
-
-std::vector<Tensor> pad_kernel(const Ctx& c) {
-  const Tensor& x = c.req(0);
-  const int64_t r = static_cast<int64_t>(x.shape.size());
-  const std::string mode = c.node.s("mode", "constant");
-  std::vector<int64_t> pads = c.opset < 11 ? c.node.ints("pads") : c.req(1).as_int64s();
-  std::vector<int64_t> axes;
-  if (const Tensor* t = c.in(3)) {
-    axes = t->as_int64s();
-  } else {
-    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
-  }
-  const PadDims pd = pad_dims(c, x.shape, pads, axes);
-  const std::vector<int64_t>& lo = pd.lo;
-  const Shape& os = pd.out;
-  Tensor out(x.dtype, os);
-  const size_t es = dtype_size(x.dtype);
-  if (mode == "constant") {
-    // Fill with the value, then copy the (possibly cropped) input into the interior.
-    if (const Tensor* v = c.in(2); v && v->numel() > 0) {
-      if (v->dtype != x.dtype) c.fail("constant_value has a different dtype");
-      for (size_t i = 0; i < out.bytes.size(); i += es) std::memcpy(out.bytes.data() + i, v->bytes.data(), es);
-    } else if (c.opset < 11 && c.node.has("value")) {
-      const float f = c.node.f("value");
-      dispatch_all(c, x.dtype, [&]<class T>() { std::fill_n(out.data<T>(), out.numel(), static_cast<T>(f)); });
-    }
-    Shape region(r);
-    int64_t src_off = 0, dst_off = 0;
-    const std::vector<int64_t> xs = contiguous_strides(x.shape), ds = contiguous_strides(os);
-    for (int64_t d = 0; d < r; ++d) {
-      const int64_t s0 = std::max<int64_t>(0, -lo[d]);
-      const int64_t d0 = std::max<int64_t>(0, lo[d]);
-      region[d] = std::max<int64_t>(0, std::min(x.shape[d] - s0, os[d] - d0));
-      src_off += s0 * xs[d];
-      dst_off += d0 * ds[d];
-    }
-    if (num_elements(region) > 0)
-      strided_copy(out.bytes.data() + dst_off * static_cast<int64_t>(es), ds.data(),
-                   x.bytes.data() + src_off * static_cast<int64_t>(es), xs.data(), region, es);
-    return one(std::move(out));
-  }
-  if (mode != "reflect" && mode != "edge") c.unsupported(fmt::format("no kernel for mode '{}'", mode));
-  // reflect / edge: per-dim source index tables, then a gather over all dims.
-  std::vector<std::vector<int64_t>> src(r);
-  for (int64_t d = 0; d < r; ++d) {
-    const int64_t n = x.shape[d];
-    if (n == 0 && os[d] > 0) c.fail("cannot pad an empty axis in reflect/edge mode");
-    if (mode == "reflect" && n == 1) {
-      src[d].assign(os[d], 0);
-      continue;
-    }
-    for (int64_t o = 0; o < os[d]; ++o) {
-      int64_t i = o - lo[d];
-      if (mode == "edge") {
-        i = std::clamp<int64_t>(i, 0, n - 1);
-      } else {
-        const int64_t period = 2 * (n - 1);
-        i = ((i % period) + period) % period;
-        if (i >= n) i = period - i;
-      }
-      src[d].push_back(i);
-    }
-  }
-  if (out.numel() == 0) return one(std::move(out));
-  const std::vector<int64_t> xs = contiguous_strides(x.shape);
-  std::vector<int64_t> idx(r, 0);
-  std::byte* dst = out.bytes.data();
-  for (int64_t k = 0; k < out.numel(); ++k, dst += es) {
-    int64_t off = 0;
-    for (int64_t d = 0; d < r; ++d) off += src[d][idx[d]] * xs[d];
-    std::memcpy(dst, x.bytes.data() + off * static_cast<int64_t>(es), es);
-    for (int64_t d = r - 1; d >= 0; --d) {
-      if (++idx[d] < os[d]) break;
-      idx[d] = 0;
-    }
-  }
-  return one(std::move(out));
 }
 
 std::vector<Tensor> constant_kernel(const Ctx& c) {
@@ -374,29 +215,9 @@ std::vector<Tensor> constant_of_shape_kernel(const Ctx& c) {
   return one(std::move(out));
 }
 
-std::vector<Tensor> range_kernel(const Ctx& c) {
-  const Tensor& st = c.req(0);
-  const Tensor& li = c.req(1);
-  const Tensor& de = c.req(2);
-  if (st.dtype != li.dtype || st.dtype != de.dtype) c.fail("start, limit and delta differ in dtype");
-  if (st.numel() != 1 || li.numel() != 1 || de.numel() != 1) c.fail("start, limit and delta must be scalars");
-  return one(dispatch_numeric(c, st.dtype, [&]<class T>() {
-    const T s = st.data<T>()[0], l = li.data<T>()[0], d = de.data<T>()[0];
-    if (d == T(0)) c.fail("delta is 0");
-    const double cnt = std::ceil((static_cast<double>(l) - static_cast<double>(s)) / static_cast<double>(d));
-    const int64_t n = cnt > 0 ? static_cast<int64_t>(cnt) : 0;
-    Tensor out(st.dtype, {n});
-    T* p = out.data<T>();
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(s + static_cast<T>(i) * d);
-    return out;
-  }));
-}
-
 }  // namespace
 
 void register_shape_ops(KernelTable& t) {
-  t["Identity"] = identity_kernel;
-  t["Dropout"] = dropout_kernel;
   t["Transpose"] = transpose_kernel;
   t["Reshape"] = reshape_kernel;
   t["Flatten"] = flatten_kernel;
@@ -405,15 +226,11 @@ void register_shape_ops(KernelTable& t) {
   t["Concat"] = concat_kernel;
   t["Slice"] = slice_kernel;
   t["Split"] = split_kernel;
-  t["Gather"] = gather_kernel;
   t["Expand"] = expand_kernel;
-  t["Tile"] = tile_kernel;
-  t["Pad"] = pad_kernel;
   t["Constant"] = constant_kernel;
   t["Shape"] = shape_kernel;
   t["Size"] = size_kernel;
   t["ConstantOfShape"] = constant_of_shape_kernel;
-  t["Range"] = range_kernel;
 }
 
 }  // namespace gspmd::kern
