@@ -1,10 +1,9 @@
-// backend/kernels internal: shape rules that the data-movement, indexing and misc kernels (ops_shape.cc,
-// ops_index.cc, ops_misc.cc) and their shape functions (shapes_shape.cc, shapes_index.cc, shapes_misc.cc) both
-// apply, so that both compute the same output sizes and report the same spec violations: Reshape, Flatten, Squeeze,
-// Unsqueeze, Concat, Slice, Split and Pad shapes, GatherND, Resize's output size and Einsum's labels, and scalar
-// operands' values. Templated on
-// the context: the kernels' Ctx or the shape functions' ShapeCtx (both have `node`, `opset`, `n_out`, `fail`, `axis`
-// and `prefix`).
+// backend/kernels internal: shape rules that the data-movement, indexing and einsum kernels (ops_shape_ops.cc,
+// ops_index.cc, ops_index_resize.cc, ops_einsum.cc) and their shape functions (shapes_shape_ops.cc, shapes_index.cc,
+// shapes_einsum.cc) both apply, so that both compute the same output sizes and report the same spec violations:
+// Reshape, Flatten, Squeeze, Unsqueeze, Concat, Slice, Split and Pad shapes, GatherND, Resize's output size and
+// Einsum's labels, and scalar operands' values. Templated on the context: the kernels' Ctx or the shape functions'
+// ShapeCtx (both have `node`, `opset`, `n_out`, `fail`, `axis` and `prefix`).
 // Not part of the public interface (kernels.h); included only by backend/kernels/*.cc.
 #pragma once
 

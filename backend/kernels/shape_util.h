@@ -53,19 +53,45 @@ using ShapeFn = std::vector<TensorType> (*)(const ShapeCtx&);
 /// op_type (or "ai.onnx.preview.training:<Op>") -> shape function; keys equal the kernel table's.
 using ShapeTable = std::unordered_map<std::string, ShapeFn>;
 
-/// One registration function per kernel file (ops_<family>.cc has shapes_<family>.cc).
+// One registration function per op family: shapes_<family>.cc holds the shape functions of the kernels in
+// ops_<family>.cc (and ops_<family>_<part>.cc where the family's kernels span two files); the families are those of
+// kernels_util.h's register_* functions, core/rules' where an op has a sharding rule.
+
+/// shapes_elementwise.cc (ops_elementwise.cc, ops_elementwise_unary.cc): the elementwise ops, Where, Cast, CastLike,
+/// Clip, Identity, Dropout.
 void register_elementwise_shapes(ShapeTable& t);
-void register_shape_op_shapes(ShapeTable& t);
-void register_math_shapes(ShapeTable& t);
-void register_nn_shapes(ShapeTable& t);
+/// shapes_matmul.cc: MatMul, Gemm, MatMulInteger, QLinearMatMul.
+void register_matmul_shapes(ShapeTable& t);
+/// shapes_reduce_norm.cc: Softmax, LogSoftmax, Hardmax, LayerNormalization, Reduce*, ArgMax, ArgMin.
+void register_reduce_norm_shapes(ShapeTable& t);
+/// shapes_gather.cc: Gather.
+void register_gather_shapes(ShapeTable& t);
+/// shapes_conv_pool.cc (ops_conv_pool.cc, ops_conv_pool_norm.cc): Conv, ConvTranspose, ConvInteger, QLinearConv, the
+/// pools, BatchNormalization, InstanceNormalization, LRN, MeanVarianceNormalization, DepthToSpace, SpaceToDepth.
+void register_conv_pool_shapes(ShapeTable& t);
+/// shapes_einsum.cc: Einsum.
+void register_einsum_shapes(ShapeTable& t);
+/// shapes_shape_ops.cc: Transpose, Reshape, Flatten, Squeeze, Unsqueeze, Concat, Slice, Split, Expand, Constant,
+/// ConstantOfShape, Shape, Size.
+void register_shape_ops_shapes(ShapeTable& t);
+/// shapes_index.cc (ops_index.cc, ops_index_resize.cc): GatherElements, GatherND, ScatterElements, Scatter,
+/// ScatterND, OneHot, NonZero, Compress, TopK, CumSum, Tile, Pad, Range, Resize, Upsample.
 void register_index_shapes(ShapeTable& t);
-void register_misc_shapes(ShapeTable& t);
-void register_loss_shapes(ShapeTable& t);
-void register_signal_shapes(ShapeTable& t);  // + GridSample
+/// shapes_rnn.cc: RNN, GRU, LSTM.
 void register_rnn_shapes(ShapeTable& t);
+/// shapes_loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss.
+void register_loss_shapes(ShapeTable& t);
+/// shapes_signal.cc: HannWindow, HammingWindow, BlackmanWindow, DFT, STFT, MelWeightMatrix.
+void register_signal_shapes(ShapeTable& t);
+/// shapes_spatial.cc: MaxUnpool, RoiAlign, GridSample.
 void register_spatial_shapes(ShapeTable& t);
+/// shapes_misc.cc: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, Det, Trilu, EyeLike, Unique,
+/// ReverseSequence, NonMaxSuppression, TfIdfVectorizer.
+void register_misc_shapes(ShapeTable& t);
+/// shapes_training.cc: the "ai.onnx.preview.training:<Op>" optimizers Adagrad, Adam, Momentum.
 void register_training_shapes(ShapeTable& t);
-void register_control_shapes(ShapeTable& t);  // shapes_control.cc: If, Loop, Scan
+/// shapes_control.cc: If, Loop, Scan.
+void register_control_shapes(ShapeTable& t);
 
 /// What the shape functions know of a body's outputs (a body of If / Loop / Scan, core/ir/control_flow.h).
 struct BodyTypes {
@@ -81,9 +107,11 @@ struct BodyTypes {
 BodyTypes type_body(const Graph& body, const std::vector<TensorType>& inputs, const std::vector<const Tensor*>& values,
                     int64_t opset);
 
-/// numpy matmul of shapes a and b: 1-D operands promoted (their unit dim dropped from the result), batch dims
-/// broadcast; fails unless both have rank >= 1 and the contracted dims agree. MatMul, MatMulInteger, QLinearMatMul.
-Shape matmul_shape(const ShapeCtx& c, const Shape& a, const Shape& b);
+/// The kernel's output types on the constant inputs: for ops whose output sizes are the result itself (NonZero,
+/// Unique, NonMaxSuppression). `needed` names each input whose values decide them (the first `required` ones
+/// required); every one present must be constant.
+std::vector<TensorType> evaluated_types(const ShapeCtx& c, const std::vector<std::string_view>& needed,
+                                        size_t required = 1);
 
 /// The type of input 0 (elementwise unary ops, CumSum, PRelu, ...).
 inline std::vector<TensorType> same_as_input0(const ShapeCtx& c) { return {c.type(0)}; }

@@ -1,4 +1,4 @@
-// backend/kernels: the shape-function table, infer_types, and ShapeCtx's helpers.
+// backend/kernels: the shape-function table, infer_types, and the helpers of shape_util.h (ShapeCtx, evaluated_types).
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -33,19 +33,31 @@ int64_t ShapeCtx::axis(int64_t a, int64_t rank) const { return normalize_axis(*t
 
 Shape ShapeCtx::broadcast(const Shape& a, const Shape& b) const { return broadcast_shapes(*this, a, b); }
 
+std::vector<TensorType> evaluated_types(const ShapeCtx& c, const std::vector<std::string_view>& needed,
+                                        size_t required) {
+  for (size_t i = 0; i < needed.size(); ++i)
+    if (i < required || c.has(i)) c.needs_value(i, needed[i]);
+  std::vector<TensorType> out;
+  for (const Tensor& t : run_kernel(c.node, c.values, c.opset)) out.push_back({t.dtype, t.shape});
+  return out;
+}
+
 const ShapeTable& shape_table() {
   static const ShapeTable t = [] {
     ShapeTable k;
     register_elementwise_shapes(k);
-    register_shape_op_shapes(k);
-    register_math_shapes(k);
-    register_nn_shapes(k);
+    register_matmul_shapes(k);
+    register_reduce_norm_shapes(k);
+    register_gather_shapes(k);
+    register_conv_pool_shapes(k);
+    register_einsum_shapes(k);
+    register_shape_ops_shapes(k);
     register_index_shapes(k);
-    register_misc_shapes(k);
+    register_rnn_shapes(k);
     register_loss_shapes(k);
     register_signal_shapes(k);
-    register_rnn_shapes(k);
     register_spatial_shapes(k);
+    register_misc_shapes(k);
     register_training_shapes(k);
     register_control_shapes(k);
     return k;

@@ -1,9 +1,10 @@
-// Shape functions of ops_elementwise.cc's kernels (unary, binary with broadcasting, comparisons, Where, Cast, ...).
+// Shape functions of the elementwise family's kernels (ops_elementwise.cc, ops_elementwise_unary.cc; rules in
+// core/rules/elementwise.cc): unary, binary with broadcasting, comparisons, Where, Cast, CastLike, Identity, Dropout,
+// ... Reference: the ONNX operator specs (onnx/docs/Operators.md) at the node's opset.
 #include "backend/kernels/shape_util.h"
 
 namespace gspmd::kern {
 namespace {
-
 
 // Multidirectional broadcast of every present input; dtype of input 0 (or `out` when given).
 template <DType kOut = DType::kUndefined>
@@ -20,6 +21,17 @@ std::vector<TensorType> where_types(const ShapeCtx& c) {
 
 std::vector<TensorType> cast_types(const ShapeCtx& c) {
   return one_type(static_cast<DType>(c.node.i("to")), c.shape(0));
+}
+
+std::vector<TensorType> cast_like_types(const ShapeCtx& c) { return one_type(c.dtype(1), c.shape(0)); }
+
+std::vector<TensorType> identity_types(const ShapeCtx& c) { return {c.type(0)}; }
+
+// Dropout: the data, and the mask (bool, like the kernel) when declared.
+std::vector<TensorType> dropout_types(const ShapeCtx& c) {
+  std::vector<TensorType> out{c.type(0)};
+  if (c.n_out() > 1) out.push_back({DType::kBool, c.shape(0)});
+  return out;
 }
 
 }  // namespace
@@ -39,6 +51,9 @@ void register_elementwise_shapes(ShapeTable& t) {
   t["IsNaN"] = t["IsInf"] = [](const ShapeCtx& c) { return one_type(DType::kBool, c.shape(0)); };
   t["Where"] = where_types;
   t["Cast"] = cast_types;
+  t["CastLike"] = cast_like_types;
+  t["Identity"] = identity_types;
+  t["Dropout"] = dropout_types;
 }
 
 }  // namespace gspmd::kern

@@ -1,11 +1,12 @@
-// Shape functions of ops_index.cc's kernels: GatherElements, GatherND, ScatterElements (and legacy Scatter),
-// ScatterND, OneHot, NonZero, Compress, TopK, CumSum, DepthToSpace, SpaceToDepth, Hardmax, Trilu, EyeLike, CastLike,
-// Unique, ReverseSequence, NonMaxSuppression.
+// Shape functions of the index family's kernels (ops_index.cc, ops_index_resize.cc; rules in core/rules/index_ops.cc):
+// GatherElements, GatherND, ScatterElements (and legacy Scatter), ScatterND, OneHot, NonZero, Compress, TopK, CumSum,
+// Tile, Pad, Range, Resize (opset 10-17), Upsample (opset 7-9). Reference: the ONNX operator specs
+// (onnx/docs/Operators.md) at the node's opset.
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
-#include "backend/kernels/kernels.h"
 #include "backend/kernels/shape_rules_data.h"
 #include "backend/kernels/shape_util.h"
 
@@ -16,18 +17,6 @@ namespace {
 void check_indices(const ShapeCtx& c, size_t i) {
   if (c.dtype(i) != DType::kInt64 && c.dtype(i) != DType::kInt32)
     c.fail(fmt::format("indices must be int32 or int64, got {}", dtype_name(c.dtype(i))));
-}
-
-// The kernel's output types on the constant inputs: for ops whose output sizes are the result itself (NonZero,
-// Unique, NonMaxSuppression). `needed` names each input whose values decide them (the first `required` ones
-// required); every one present must be constant.
-std::vector<TensorType> evaluated_types(const ShapeCtx& c, const std::vector<std::string_view>& needed,
-                                        size_t required = 1) {
-  for (size_t i = 0; i < needed.size(); ++i)
-    if (i < required || c.has(i)) c.needs_value(i, needed[i]);
-  std::vector<TensorType> out;
-  for (const Tensor& t : run_kernel(c.node, c.values, c.opset)) out.push_back({t.dtype, t.shape});
-  return out;
 }
 
 std::vector<TensorType> gather_elements_types(const ShapeCtx& c) {
@@ -120,74 +109,71 @@ std::vector<TensorType> top_k_types(const ShapeCtx& c) {
   return {{c.dtype(0), os}, {DType::kInt64, os}};
 }
 
-// DepthToSpace [N, C, H, W] -> [N, C / b^2, H * b, W * b]; SpaceToDepth the reverse.
-std::vector<TensorType> depth_space_types(const ShapeCtx& c) {
-  if (c.rank(0) != 4) c.fail("input must be 4-D");
-  const int64_t b = c.node.i("blocksize", 0);
-  const Shape& x = c.shape(0);
-  if (c.node.op_type == "DepthToSpace") {
-    if (b <= 0 || x[1] % (b * b) != 0) c.fail(fmt::format("channels {} not divisible by blocksize^2 ({})", x[1], b));
-    return one_type(c.dtype(0), {x[0], x[1] / (b * b), x[2] * b, x[3] * b});
+std::vector<TensorType> tile_types(const ShapeCtx& c) {
+  const std::vector<int64_t> reps = c.needs_value(1, "the repeats").as_int64s();
+  Shape os = c.shape(0);
+  if (reps.size() != os.size()) c.fail(fmt::format("repeats has {} entries for rank {}", reps.size(), os.size()));
+  for (size_t i = 0; i < os.size(); ++i) {
+    if (reps[i] < 0) c.fail("negative repeat");
+    os[i] *= reps[i];
   }
-  if (b <= 0 || x[2] % b != 0 || x[3] % b != 0) c.fail(fmt::format("spatial dims not divisible by blocksize {}", b));
-  return one_type(c.dtype(0), {x[0], x[1] * b * b, x[2] / b, x[3] / b});
+  return one_type(c.dtype(0), std::move(os));
 }
 
-// Hardmax: same type; axis in [-r, r] before opset 13 (coerced to 2-D), a real axis from 13.
-std::vector<TensorType> hardmax_types(const ShapeCtx& c) {
+std::vector<TensorType> pad_types(const ShapeCtx& c) {
+  const std::vector<int64_t> pads = c.opset < 11 ? c.node.ints("pads") : c.needs_value(1, "the pads").as_int64s();
+  std::vector<int64_t> axes;
+  if (c.has(3))
+    axes = c.needs_value(3, "the axes").as_int64s();
+  else
+    for (int64_t i = 0; i < c.rank(0); ++i) axes.push_back(i);
+  const PadDims pd = pad_dims(c, c.shape(0), pads, axes);
+  if (c.node.s("mode", "constant") == "constant" && c.has(2) && num_elements(c.shape(2)) > 0 &&
+      c.dtype(2) != c.dtype(0))
+    c.fail("constant_value has a different dtype");
+  return one_type(c.dtype(0), pd.out);
+}
+
+// Range: max(ceil((limit - start) / delta), 0) elements.
+std::vector<TensorType> range_types(const ShapeCtx& c) {
+  if (c.dtype(0) != c.dtype(1) || c.dtype(0) != c.dtype(2)) c.fail("start, limit and delta differ in dtype");
+  for (size_t i = 0; i < 3; ++i)
+    if (num_elements(c.shape(i)) != 1) c.fail("start, limit and delta must be scalars");
+  const double s = first_element(c, c.needs_value(0, "the start"), "start"),
+               l = first_element(c, c.needs_value(1, "the limit"), "limit"),
+               d = first_element(c, c.needs_value(2, "the delta"), "delta");
+  if (d == 0) c.fail("delta is 0");
+  const double n = std::ceil((l - s) / d);
+  return one_type(c.dtype(0), {n > 0 ? static_cast<int64_t>(n) : 0});
+}
+
+// Elements of optional input i per its type (0 when absent): an empty roi / scales / sizes counts as absent.
+int64_t numel_of(const ShapeCtx& c, size_t i) { return c.has(i) ? num_elements(c.shape(i)) : 0; }
+
+// Resize / Upsample: the input's dtype; sizes, or floor(dim * scale).
+std::vector<TensorType> resize_types(const ShapeCtx& c) {
   const int64_t r = c.rank(0);
-  if (c.opset < 13) {
-    const int64_t a = c.node.i("axis", 1);
-    if (a < -r || a > r) c.fail(fmt::format("axis {} out of range for rank {}", a, r));
+  std::vector<double> scales;
+  std::vector<int64_t> sizes;
+  if (c.node.op_type == "Upsample" || c.opset < 11) {
+    if (c.node.op_type == "Upsample" && c.opset < 9)
+      for (float f : c.node.floats("scales")) scales.push_back(f);
+    else
+      scales = float_values(c, c.needs_value(1, "the scales"));
   } else {
-    if (r == 0) c.fail("input must have rank >= 1");
-    c.axis(c.node.i("axis", -1), r);
+    reject_resize18_attrs(c);
+    if (numel_of(c, 2) > 0) scales = float_values(c, c.needs_value(2, "the scales"));
+    if (numel_of(c, 3) > 0) sizes = c.needs_value(3, "the sizes").as_int64s();
+    if (scales.empty() == sizes.empty()) c.fail("exactly one of scales and sizes must be given");
+    if (numel_of(c, 1) > 0 && numel_of(c, 1) != 2 * r)
+      c.fail(fmt::format("roi has {} entries for rank {}", numel_of(c, 1), r));
   }
-  return {c.type(0)};
-}
-
-std::vector<TensorType> trilu_types(const ShapeCtx& c) {
-  if (c.rank(0) < 2) c.fail("input must have rank >= 2");
-  return {c.type(0)};
-}
-
-std::vector<TensorType> eye_like_types(const ShapeCtx& c) {
-  if (c.rank(0) != 2) c.fail("input must be 2-D");
-  return one_type(c.node.has("dtype") ? static_cast<DType>(c.node.i("dtype")) : c.dtype(0), c.shape(0));
-}
-
-std::vector<TensorType> cast_like_types(const ShapeCtx& c) { return one_type(c.dtype(1), c.shape(0)); }
-
-// Unique: Y, indices, inverse_indices, counts; the unique count comes from the values.
-std::vector<TensorType> unique_types(const ShapeCtx& c) {
-  std::vector<TensorType> out = evaluated_types(c, {"the unique elements"});
-  out.resize(std::min<size_t>(out.size(), c.n_out()));
-  return out;
-}
-
-std::vector<TensorType> reverse_sequence_types(const ShapeCtx& c) {
-  const int64_t r = c.rank(0);
-  if (r < 2) c.fail(fmt::format("input must have rank >= 2, got {}", shape_str(c.shape(0))));
-  const int64_t ta = c.axis(c.node.i("time_axis", 0), r), ba = c.axis(c.node.i("batch_axis", 1), r);
-  if (ta == ba || std::min(ta, ba) != 0 || std::max(ta, ba) != 1) c.fail("time_axis and batch_axis must be 0 and 1");
-  if (num_elements(c.shape(1)) != c.shape(0)[ba])
-    c.fail(fmt::format("sequence_lens has {} entries, batch is {}", num_elements(c.shape(1)), c.shape(0)[ba]));
-  return {c.type(0)};
-}
-
-// NonMaxSuppression: int64 [selected boxes, 3].
-std::vector<TensorType> nms_types(const ShapeCtx& c) {
-  return evaluated_types(c, {"the boxes", "the scores", "max_output_boxes_per_class", "iou_threshold",
-                             "score_threshold"},
-                         2);
+  return one_type(c.dtype(0), resize_shape(c, c.shape(0), scales, sizes));
 }
 
 }  // namespace
 
 void register_index_shapes(ShapeTable& t) {
-  t["NonMaxSuppression"] = nms_types;
-  t["Unique"] = unique_types;
-  t["ReverseSequence"] = reverse_sequence_types;
   t["GatherElements"] = gather_elements_types;
   t["ScatterElements"] = t["Scatter"] = scatter_elements_types;
   t["GatherND"] = gather_nd_types;
@@ -197,11 +183,10 @@ void register_index_shapes(ShapeTable& t) {
   t["Compress"] = compress_types;
   t["TopK"] = top_k_types;
   t["CumSum"] = same_as_input0;
-  t["DepthToSpace"] = t["SpaceToDepth"] = depth_space_types;
-  t["Hardmax"] = hardmax_types;
-  t["Trilu"] = trilu_types;
-  t["EyeLike"] = eye_like_types;
-  t["CastLike"] = cast_like_types;
+  t["Tile"] = tile_types;
+  t["Pad"] = pad_types;
+  t["Range"] = range_types;
+  t["Resize"] = t["Upsample"] = resize_types;
 }
 
 }  // namespace gspmd::kern

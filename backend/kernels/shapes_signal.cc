@@ -1,5 +1,5 @@
-// Shape functions of ops_signal.cc's kernels: window functions, QuantizeLinear, DequantizeLinear,
-// DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, Det, GridSample.
+// Shape functions of ops_signal.cc's kernels: HannWindow, HammingWindow, BlackmanWindow, DFT, STFT, MelWeightMatrix.
+// Reference: the ONNX operator specs (onnx/docs/Operators.md) at the node's opset.
 #include <fmt/format.h>
 
 #include "backend/kernels/shape_util.h"
@@ -14,77 +14,59 @@ std::vector<TensorType> window_types(const ShapeCtx& c) {
   return one_type(static_cast<DType>(c.node.i("output_datatype", 1)), {sz[0]});
 }
 
-// Fails unless scale (input 1) is per tensor (one element, rank <= 1) or 1-D along `axis` of x (input 0), and the
-// zero point (input 2) has as many elements.
-void check_quant_params(const ShapeCtx& c) {
-  const Shape &x = c.shape(0), &scale = c.shape(1);
-  if (num_elements(scale) != 1 || scale.size() > 1) {
-    if (scale.size() != 1) c.fail(fmt::format("scale must be a scalar or 1-D, got {}", shape_str(scale)));
-    const int64_t axis = c.axis(c.node.i("axis", 1), static_cast<int64_t>(x.size()));
-    if (scale[0] != x[static_cast<size_t>(axis)])
-      c.fail(fmt::format("scale has {} elements but axis {} of {} has {}", scale[0], axis, shape_str(x),
-                         x[static_cast<size_t>(axis)]));
-  }
+// Input i's only (first) value when it is present with elements, else `def` (an empty dft_length / frame_length
+// means the default); needs the value otherwise.
+int64_t optional_scalar(const ShapeCtx& c, size_t i, int64_t def, std::string_view what) {
+  if (!c.has(i) || num_elements(c.shape(i)) == 0) return def;
+  return c.needs_value(i, what).as_int64s()[0];
 }
 
-// QuantizeLinear: x's shape in the zero point's dtype (uint8 without one).
-std::vector<TensorType> quantize_types(const ShapeCtx& c) {
-  check_quant_params(c);
-  if (c.has(2) && num_elements(c.shape(2)) != num_elements(c.shape(1)))
-    c.fail("zero point and scale differ in size");
-  return one_type(c.has(2) ? c.dtype(2) : DType::kUInt8, c.shape(0));
+// DFT (opset 17): [..., n, 1|2] -> [..., n_out, 2] along `axis` (of the rank - 1 signal dims), n_out the
+// dft_length (default n), halved + 1 when onesided.
+std::vector<TensorType> dft_types(const ShapeCtx& c) {
+  Shape s = c.shape(0);
+  const int64_t rank = c.rank(0);
+  if (rank < 2 || (s.back() != 1 && s.back() != 2))
+    c.fail(fmt::format("input must be [..., n, 1|2], got {}", shape_str(s)));
+  const size_t axis = static_cast<size_t>(c.axis(c.node.i("axis", 1), rank - 1));
+  const int64_t n = optional_scalar(c, 1, s[axis], "dft_length");
+  if (n < 1) c.fail("dft_length must be positive");
+  s[axis] = c.node.i("onesided", 0) != 0 ? n / 2 + 1 : n;
+  s.back() = 2;
+  return one_type(c.dtype(0), s);
 }
 
-std::vector<TensorType> dequantize_types(const ShapeCtx& c) {
-  check_quant_params(c);
-  if (c.has(2) && (c.dtype(2) != c.dtype(0) || num_elements(c.shape(2)) != num_elements(c.shape(1))))
-    c.fail("zero point must have the input's type and the scale's size");
-  return one_type(DType::kFloat32, c.shape(0));
-}
-
-// DynamicQuantizeLinear: y (uint8, x's shape), y_scale (float32 scalar), y_zero_point (uint8 scalar).
-std::vector<TensorType> dynamic_quantize_types(const ShapeCtx& c) {
-  return {{DType::kUInt8, c.shape(0)}, {DType::kFloat32, {}}, {DType::kUInt8, {}}};
-}
-
-std::vector<TensorType> matmul_integer_types(const ShapeCtx& c) {
-  return one_type(DType::kInt32, matmul_shape(c, c.shape(0), c.shape(1)));
-}
-
-// QLinearMatMul: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point; y in y_zero_point's type.
-std::vector<TensorType> qlinear_matmul_types(const ShapeCtx& c) {
-  return one_type(c.dtype(7), matmul_shape(c, c.shape(0), c.shape(3)));
-}
-
-std::vector<TensorType> det_types(const ShapeCtx& c) {
+// STFT (opset 17): signal [batch, length, 1|2], frame_step (value), window [frame_length], frame_length (value)
+// -> [batch, frames, bins, 2].
+std::vector<TensorType> stft_types(const ShapeCtx& c) {
   const Shape& x = c.shape(0);
-  const size_t r = x.size();
-  if (r < 2 || x[r - 1] != x[r - 2]) c.fail(fmt::format("input must be [*, M, M], got {}", shape_str(x)));
-  return one_type(c.dtype(0), Shape(x.begin(), x.end() - 2));
+  if (x.size() != 3 || (x[2] != 1 && x[2] != 2))
+    c.fail(fmt::format("signal must be [batch, length, 1|2], got {}", shape_str(x)));
+  const int64_t win = c.has(2) ? num_elements(c.shape(2)) : 0;
+  const int64_t fl = optional_scalar(c, 3, win, "frame_length");
+  const int64_t step = c.needs_value(1, "frame_step").as_int64s().at(0);
+  if (fl <= 0 || step <= 0 || fl > x[1]) c.fail("frame_length and frame_step must be positive and fit the signal");
+  if (c.has(2) && win != fl) c.fail("window length differs from frame_length");
+  const int64_t bins = c.node.i("onesided", 1) != 0 ? fl / 2 + 1 : fl;
+  return one_type(c.dtype(0), {x[0], 1 + (x[1] - fl) / step, bins, 2});
 }
 
-// GridSample: X [N, C, D1..Dr], grid [N, D1_out..Dr_out, r] -> [N, C, D1_out..Dr_out].
-std::vector<TensorType> grid_sample_types(const ShapeCtx& c) {
-  const Shape &x = c.shape(0), &grid = c.shape(1);
-  if (x.size() < 3 || grid.size() != x.size() || grid.back() != static_cast<int64_t>(x.size()) - 2 ||
-      grid[0] != x[0])
-    c.fail(fmt::format("X {} and grid {} do not match", shape_str(x), shape_str(grid)));
-  Shape out{x[0], x[1]};
-  out.insert(out.end(), grid.begin() + 1, grid.end() - 1);
-  return one_type(c.dtype(0), out);
+// MelWeightMatrix: [dft_length / 2 + 1, num_mel_bins] of output_datatype, from the values of inputs 0 and 1.
+std::vector<TensorType> mel_weight_matrix_types(const ShapeCtx& c) {
+  const int64_t mel = c.needs_value(0, "num_mel_bins").as_int64s().at(0);
+  const int64_t dft = c.needs_value(1, "dft_length").as_int64s().at(0);
+  if (mel <= 0 || dft <= 0)
+    c.fail("num_mel_bins, dft_length and sample_rate must be positive");
+  return one_type(static_cast<DType>(c.node.i("output_datatype", 1)), {dft / 2 + 1, mel});
 }
 
 }  // namespace
 
 void register_signal_shapes(ShapeTable& t) {
   t["HannWindow"] = t["HammingWindow"] = t["BlackmanWindow"] = window_types;
-  t["QuantizeLinear"] = quantize_types;
-  t["DequantizeLinear"] = dequantize_types;
-  t["DynamicQuantizeLinear"] = dynamic_quantize_types;
-  t["MatMulInteger"] = matmul_integer_types;
-  t["QLinearMatMul"] = qlinear_matmul_types;
-  t["Det"] = det_types;
-  t["GridSample"] = grid_sample_types;
+  t["DFT"] = dft_types;
+  t["STFT"] = stft_types;
+  t["MelWeightMatrix"] = mel_weight_matrix_types;
 }
 
 }  // namespace gspmd::kern

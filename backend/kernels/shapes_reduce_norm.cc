@@ -1,5 +1,6 @@
-// Shape functions of ops_math.cc's kernels: MatMul, Gemm, Softmax, LogSoftmax, LayerNormalization, Reduce*, ArgMax,
-// ArgMin.
+// Shape functions of the reduce/normalize family's kernels (ops_reduce_norm.cc; rules in core/rules/reduce_norm.cc):
+// Softmax, LogSoftmax, Hardmax, LayerNormalization, Reduce*, ArgMax, ArgMin. Reference: the ONNX operator specs
+// (onnx/docs/Operators.md) at the node's opset.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -7,46 +8,7 @@
 #include "backend/kernels/shape_util.h"
 
 namespace gspmd::kern {
-
-Shape matmul_shape(const ShapeCtx& c, const Shape& a, const Shape& b) {
-  if (a.empty() || b.empty()) c.fail("inputs must have rank >= 1");
-  Shape as = a, bs = b;
-  if (as.size() == 1) as.insert(as.begin(), 1);
-  if (bs.size() == 1) bs.push_back(1);
-  if (bs[bs.size() - 2] != as.back())
-    c.fail(fmt::format("shapes {} and {} are not aligned for matmul", shape_str(a), shape_str(b)));
-  Shape out = c.broadcast(Shape(as.begin(), as.end() - 2), Shape(bs.begin(), bs.end() - 2));
-  if (a.size() > 1) out.push_back(as[as.size() - 2]);
-  if (b.size() > 1) out.push_back(bs.back());
-  return out;
-}
-
 namespace {
-
-// Fails unless inputs i and j have the same dtype.
-void same_dtype(const ShapeCtx& c, size_t i, size_t j) {
-  if (c.dtype(i) != c.dtype(j))
-    c.fail(fmt::format("input dtypes differ ({} vs {})", dtype_name(c.dtype(i)), dtype_name(c.dtype(j))));
-}
-
-std::vector<TensorType> matmul_types(const ShapeCtx& c) {
-  same_dtype(c, 0, 1);
-  return one_type(c.dtype(0), matmul_shape(c, c.shape(0), c.shape(1)));
-}
-
-std::vector<TensorType> gemm_types(const ShapeCtx& c) {
-  same_dtype(c, 0, 1);
-  if (c.has(2)) same_dtype(c, 0, 2);
-  const Shape &a = c.shape(0), &b = c.shape(1);
-  if (a.size() != 2 || b.size() != 2) c.fail("A and B must be 2-D");
-  const bool ta = c.node.i("transA", 0) != 0, tb = c.node.i("transB", 0) != 0;
-  if ((ta ? a[0] : a[1]) != (tb ? b[1] : b[0]))
-    c.fail(fmt::format("shapes {} and {} are not aligned (transA={}, transB={})", shape_str(a), shape_str(b), ta, tb));
-  const Shape os{ta ? a[1] : a[0], tb ? b[0] : b[1]};
-  if (c.has(2) && c.node.f("beta", 1.f) != 0.f && c.broadcast(c.shape(2), os) != os)
-    c.fail(fmt::format("C of shape {} does not broadcast to {}", shape_str(c.shape(2)), shape_str(os)));
-  return one_type(c.dtype(0), os);
-}
 
 std::vector<TensorType> softmax_types(const ShapeCtx& c) {
   const int64_t r = c.rank(0);
@@ -54,6 +16,19 @@ std::vector<TensorType> softmax_types(const ShapeCtx& c) {
     const int64_t a = c.node.i("axis", 1);
     if (a < -r || a > r) c.fail(fmt::format("axis {} out of range for rank {}", a, r));
   } else if (r > 0) {
+    c.axis(c.node.i("axis", -1), r);
+  }
+  return {c.type(0)};
+}
+
+// Hardmax: same type; axis in [-r, r] before opset 13 (coerced to 2-D), a real axis from 13.
+std::vector<TensorType> hardmax_types(const ShapeCtx& c) {
+  const int64_t r = c.rank(0);
+  if (c.opset < 13) {
+    const int64_t a = c.node.i("axis", 1);
+    if (a < -r || a > r) c.fail(fmt::format("axis {} out of range for rank {}", a, r));
+  } else {
+    if (r == 0) c.fail("input must have rank >= 1");
     c.axis(c.node.i("axis", -1), r);
   }
   return {c.type(0)};
@@ -115,10 +90,9 @@ std::vector<TensorType> arg_types(const ShapeCtx& c) {
 
 }  // namespace
 
-void register_math_shapes(ShapeTable& t) {
-  t["MatMul"] = matmul_types;
-  t["Gemm"] = gemm_types;
+void register_reduce_norm_shapes(ShapeTable& t) {
   t["Softmax"] = t["LogSoftmax"] = softmax_types;
+  t["Hardmax"] = hardmax_types;
   t["LayerNormalization"] = layer_norm_types;
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                          "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})

@@ -1,7 +1,7 @@
-// Shape functions of ops_shape.cc's kernels: Transpose, Reshape, Flatten, Squeeze, Unsqueeze, Concat, Slice, Split,
-// Gather, Expand, Tile, Pad, Identity, Dropout, Constant, Shape, Size, ConstantOfShape, Range.
+// Shape functions of the shape-ops family's kernels (ops_shape_ops.cc; rules in core/rules/shape_ops.cc): Transpose,
+// Reshape, Flatten, Squeeze, Unsqueeze, Concat, Slice, Split, Expand, Constant, ConstantOfShape, Shape, Size.
+// Reference: the ONNX operator specs (onnx/docs/Operators.md) at the node's opset.
 #include <algorithm>
-#include <cmath>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -16,15 +16,6 @@ namespace {
 std::vector<int64_t> ints_input_or_attr(const ShapeCtx& c, size_t i, const char* attr, std::string_view what) {
   if (c.has(i)) return c.needs_value(i, what).as_int64s();
   return c.node.ints(attr);
-}
-
-std::vector<TensorType> identity_types(const ShapeCtx& c) { return {c.type(0)}; }
-
-// Dropout: the data, and the mask (bool, like the kernel) when declared.
-std::vector<TensorType> dropout_types(const ShapeCtx& c) {
-  std::vector<TensorType> out{c.type(0)};
-  if (c.n_out() > 1) out.push_back({DType::kBool, c.shape(0)});
-  return out;
 }
 
 std::vector<TensorType> transpose_types(const ShapeCtx& c) {
@@ -94,47 +85,9 @@ std::vector<TensorType> split_types(const ShapeCtx& c) {
   return out;
 }
 
-std::vector<TensorType> gather_types(const ShapeCtx& c) {
-  const Shape& x = c.shape(0);
-  const Shape& idx = c.shape(1);
-  if (c.dtype(1) != DType::kInt64 && c.dtype(1) != DType::kInt32)
-    c.fail(fmt::format("indices must be int32 or int64, got {}", dtype_name(c.dtype(1))));
-  if (x.empty()) c.fail("data must have rank >= 1");
-  const int64_t ax = c.axis(c.node.i("axis", 0), c.rank(0));
-  Shape os(x.begin(), x.begin() + ax);
-  os.insert(os.end(), idx.begin(), idx.end());
-  os.insert(os.end(), x.begin() + ax + 1, x.end());
-  return one_type(c.dtype(0), std::move(os));
-}
-
 std::vector<TensorType> expand_types(const ShapeCtx& c) {
   const std::vector<int64_t> s = c.needs_value(1, "the target shape").as_int64s();
   return one_type(c.dtype(0), c.broadcast(c.shape(0), Shape(s.begin(), s.end())));
-}
-
-std::vector<TensorType> tile_types(const ShapeCtx& c) {
-  const std::vector<int64_t> reps = c.needs_value(1, "the repeats").as_int64s();
-  Shape os = c.shape(0);
-  if (reps.size() != os.size()) c.fail(fmt::format("repeats has {} entries for rank {}", reps.size(), os.size()));
-  for (size_t i = 0; i < os.size(); ++i) {
-    if (reps[i] < 0) c.fail("negative repeat");
-    os[i] *= reps[i];
-  }
-  return one_type(c.dtype(0), std::move(os));
-}
-
-std::vector<TensorType> pad_types(const ShapeCtx& c) {
-  const std::vector<int64_t> pads = c.opset < 11 ? c.node.ints("pads") : c.needs_value(1, "the pads").as_int64s();
-  std::vector<int64_t> axes;
-  if (c.has(3))
-    axes = c.needs_value(3, "the axes").as_int64s();
-  else
-    for (int64_t i = 0; i < c.rank(0); ++i) axes.push_back(i);
-  const PadDims pd = pad_dims(c, c.shape(0), pads, axes);
-  if (c.node.s("mode", "constant") == "constant" && c.has(2) && num_elements(c.shape(2)) > 0 &&
-      c.dtype(2) != c.dtype(0))
-    c.fail("constant_value has a different dtype");
-  return one_type(c.dtype(0), pd.out);
 }
 
 std::vector<TensorType> constant_types(const ShapeCtx& c) {
@@ -170,24 +123,9 @@ std::vector<TensorType> constant_of_shape_types(const ShapeCtx& c) {
   return one_type(v ? v->dtype : DType::kFloat32, Shape(s.begin(), s.end()));
 }
 
-// Range: max(ceil((limit - start) / delta), 0) elements.
-std::vector<TensorType> range_types(const ShapeCtx& c) {
-  if (c.dtype(0) != c.dtype(1) || c.dtype(0) != c.dtype(2)) c.fail("start, limit and delta differ in dtype");
-  for (size_t i = 0; i < 3; ++i)
-    if (num_elements(c.shape(i)) != 1) c.fail("start, limit and delta must be scalars");
-  const double s = first_element(c, c.needs_value(0, "the start"), "start"),
-               l = first_element(c, c.needs_value(1, "the limit"), "limit"),
-               d = first_element(c, c.needs_value(2, "the delta"), "delta");
-  if (d == 0) c.fail("delta is 0");
-  const double n = std::ceil((l - s) / d);
-  return one_type(c.dtype(0), {n > 0 ? static_cast<int64_t>(n) : 0});
-}
-
 }  // namespace
 
-void register_shape_op_shapes(ShapeTable& t) {
-  t["Identity"] = identity_types;
-  t["Dropout"] = dropout_types;
+void register_shape_ops_shapes(ShapeTable& t) {
   t["Transpose"] = transpose_types;
   t["Reshape"] = reshape_types;
   t["Flatten"] = flatten_types;
@@ -196,15 +134,11 @@ void register_shape_op_shapes(ShapeTable& t) {
   t["Concat"] = concat_types;
   t["Slice"] = slice_types;
   t["Split"] = split_types;
-  t["Gather"] = gather_types;
   t["Expand"] = expand_types;
-  t["Tile"] = tile_types;
-  t["Pad"] = pad_types;
   t["Constant"] = constant_types;
   t["Shape"] = shape_types;
   t["Size"] = size_types;
   t["ConstantOfShape"] = constant_of_shape_types;
-  t["Range"] = range_types;
 }
 
 }  // namespace gspmd::kern

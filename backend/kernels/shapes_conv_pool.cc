@@ -1,5 +1,8 @@
-// Shape functions of ops_nn.cc's kernels: Conv, ConvInteger, QLinearConv, ConvTranspose, the pools, the
-// normalizations. Window sizes come from shape_rules.h, which the kernels use too.
+// Shape functions of the conv/pool family's kernels (ops_conv_pool.cc, ops_conv_pool_norm.cc; rules in
+// core/rules/conv_pool.cc): Conv, ConvInteger, QLinearConv, ConvTranspose, the pools, BatchNormalization,
+// InstanceNormalization, LRN, MeanVarianceNormalization, DepthToSpace, SpaceToDepth. Window sizes come from
+// shape_rules.h, which the kernels use too. Reference: the ONNX operator specs (onnx/docs/Operators.md) at the node's
+// opset.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -155,9 +158,22 @@ std::vector<TensorType> mvn_types(const ShapeCtx& c) {
   return {c.type(0)};
 }
 
+// DepthToSpace [N, C, H, W] -> [N, C / b^2, H * b, W * b]; SpaceToDepth the reverse.
+std::vector<TensorType> depth_space_types(const ShapeCtx& c) {
+  if (c.rank(0) != 4) c.fail("input must be 4-D");
+  const int64_t b = c.node.i("blocksize", 0);
+  const Shape& x = c.shape(0);
+  if (c.node.op_type == "DepthToSpace") {
+    if (b <= 0 || x[1] % (b * b) != 0) c.fail(fmt::format("channels {} not divisible by blocksize^2 ({})", x[1], b));
+    return one_type(c.dtype(0), {x[0], x[1] / (b * b), x[2] * b, x[3] * b});
+  }
+  if (b <= 0 || x[2] % b != 0 || x[3] % b != 0) c.fail(fmt::format("spatial dims not divisible by blocksize {}", b));
+  return one_type(c.dtype(0), {x[0], x[1] * b * b, x[2] / b, x[3] / b});
+}
+
 }  // namespace
 
-void register_nn_shapes(ShapeTable& t) {
+void register_conv_pool_shapes(ShapeTable& t) {
   t["Conv"] = conv_types<false>;
   t["ConvTranspose"] = conv_types<true>;
   t["ConvInteger"] = conv_integer_types;
@@ -170,6 +186,7 @@ void register_nn_shapes(ShapeTable& t) {
   t["InstanceNormalization"] = instance_norm_types;
   t["LRN"] = lrn_types;
   t["MeanVarianceNormalization"] = mvn_types;
+  t["DepthToSpace"] = t["SpaceToDepth"] = depth_space_types;
 }
 
 }  // namespace gspmd::kern
