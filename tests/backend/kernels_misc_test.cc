@@ -1,6 +1,7 @@
-// Tests for the reduction / indexing / Resize / Einsum / activation kernels of backend/kernels (ops_math.cc
-// reductions and Arg*, ops_index.cc, ops_misc.cc, ops_elementwise.cc extras). Hand-computed cases plus naive
-// reference loops written here.
+// Tests for the reduction / indexing / Resize / Einsum / activation kernels of backend/kernels (ops_reduce_norm.cc
+// reductions, Hardmax and Arg*, ops_index.cc, ops_index_resize.cc, ops_einsum.cc, DepthToSpace / SpaceToDepth of
+// ops_conv_pool.cc, ops_misc.cc, ops_elementwise*.cc extras). Hand-computed cases plus naive reference loops written
+// here.
 #include <cmath>
 #include <cstring>
 #include <random>

@@ -1,5 +1,6 @@
-// Tests for the NN kernels of backend/kernels (ops_nn.cc): Conv, ConvTranspose, pools, normalizations.
-// Real numbers: hand-computed small cases plus naive reference loops written here (independent of ops_nn.cc).
+// Tests for the conv/pool kernels of backend/kernels (ops_conv_pool.cc, ops_conv_pool_norm.cc): Conv, ConvTranspose,
+// pools, normalizations. Real numbers: hand-computed small cases plus naive reference loops written here (independent
+// of those files).
 #include <cmath>
 #include <cstring>
 #include <random>
