@@ -164,7 +164,7 @@ TEST(PodLocal, UnevenHaloProgramOneThreadPerDeviceEqualsRunSpmd) {
 TEST(PodLocal, InProcessCollectivesNeedsEveryMember) {
   std::vector<int64_t> group = {0, 1};
   CollectiveCall call;
-  call.op = "AllReduce";
+  call.op = Collective::kAllReduce;
   call.group = &group;
   Tensor t = Tensor::from_floats({1}, {1});
   EXPECT_THROW(InProcessCollectives().run(call, {0}, {&t}), std::runtime_error);
