@@ -147,8 +147,8 @@ int cmd_explain(const ExplainOptions& o) {
   for (const CollectiveRecord& c : p.program.collectives) {
     if (only >= 0 && c.value != g.values[only].name) continue;
     const std::vector<std::string> axes = mesh.axis_names(c.mesh_axes);
-    fmt::print("  {} over {{{}}} of '{}' ({} bytes per device) for {}: {}\n", c.kind, fmt::join(axes, ","), c.value,
-               c.bytes, c.for_node.empty() ? "graph output" : c.for_node, c.reason);
+    fmt::print("  {} over {{{}}} of '{}' ({} bytes per device) for {}: {}\n", collective_name(c.kind),
+               fmt::join(axes, ","), c.value, c.bytes, c.for_node.empty() ? "graph output" : c.for_node, c.reason);
   }
   for (const std::string& w : p.program.warnings) fmt::print("warning: {}\n", w);
   return 0;

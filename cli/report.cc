@@ -178,7 +178,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
                     {"flops_utilization", cost.flops_utilization},
                     {"per_device", per_device}};
   // One entry per (kind, node, value, axes, bytes, reason), with its count.
-  std::map<std::tuple<std::string, std::string, std::string, std::vector<int>, int64_t, std::string>, int> groups;
+  std::map<std::tuple<Collective, std::string, std::string, std::vector<int>, int64_t, std::string>, int> groups;
   std::vector<decltype(groups)::key_type> order;
   for (const CollectiveRecord& c : p.program.collectives) {
     auto key = std::make_tuple(c.kind, c.for_node, c.value, c.mesh_axes, c.bytes, c.reason);
@@ -188,7 +188,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   for (const auto& key : order) {
     std::vector<std::string> axes;
     axes = mesh.axis_names(std::get<3>(key));
-    colls.push_back({{"kind", std::get<0>(key)},
+    colls.push_back({{"kind", std::string(collective_name(std::get<0>(key)))},
                      {"node", std::get<1>(key)},
                      {"value", std::get<2>(key)},
                      {"axes", axes},

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,13 +22,11 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
   for (size_t i = 0; i < prog.nodes.size(); ++i) {
     const Node& n = prog.nodes[i];
     nlohmann::json args = {{"op", n.op_type}};
-    std::string kind;
-    const bool coll = is_collective(n, &kind);
+    const std::optional<Collective> kind = collective_of(n);
+    const bool coll = kind.has_value();
     if (coll) {
-      args["kind"] = kind;
-      std::vector<int> axes;
-      for (int64_t a : n.ints("mesh_axes", {})) axes.push_back(static_cast<int>(a));
-      args["mesh_axes"] = p.mesh.axis_names(axes);
+      args["kind"] = std::string(collective_name(*kind));
+      args["mesh_axes"] = p.mesh.axis_names(mesh_axes_attr(n));
       int64_t bytes = 0;  // as CollectiveRecord: the larger of the local operand and result
       for (const std::vector<int>* list : {&n.inputs, &n.outputs})
         for (int v : *list)

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
+#include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -151,11 +153,6 @@ void write_body(const Graph& b, onnx::GraphProto* gp, const std::vector<std::str
   for (const Node& n : b.nodes) write_node(n, gp->add_node(), name);
 }
 
-bool is_collective(const std::string& op) {
-  return op == "AllReduce" || op == "AllGather" || op == "ReduceScatter" || op == "AllToAll" ||
-         op == "CollectivePermute";
-}
-
 struct Exporter {
   const SpmdProgram& p;
   const Graph& G;  // the program
@@ -246,13 +243,11 @@ struct Exporter {
     }
   }
 
-  std::vector<int> mesh_axes(const Node& n) {
-    std::vector<int> axes;
-    for (int64_t a : n.ints("mesh_axes")) {
-      if (a < 0 || a >= p.mesh.rank())
+  /// `axes` (an attribute of `n`) checked against the mesh.
+  const std::vector<int>& checked(const Node& n, const std::vector<int>& axes) {
+    for (int a : axes)
+      if (a >= p.mesh.rank())
         throw std::runtime_error(fmt::format("export: node '{}' ({}): mesh axis {} out of range", n.name, n.op_type, a));
-      axes.push_back(static_cast<int>(a));
-    }
     return axes;
   }
 
@@ -264,68 +259,83 @@ struct Exporter {
     return axis;
   }
 
-  void specialise(const Node& n) {
-    const std::string& op = n.op_type;
-    const std::vector<int> axes = mesh_axes(n);
-    const int64_t tile = p.mesh.tile_index(device, axes);
+  /// Writes the standard ONNX that computes the per-device op `n` (ShardSlice, MaskPad, PartitionOffset) on this
+  /// device.
+  void specialise(const Node& n, GspmdOp op) {
     const Value& y = G.values.at(n.outputs.at(0));
-    if (op == "PartitionOffset") {
-      auto* c = add_node(n.name, "Constant", {}, {y.name});
-      Tensor t = Tensor::from_int64s({tile * n.i("shard_size")}, /*scalar=*/true);
-      t.shape = y.shape;  // scalar or [1], as the program says
-      set_attr(c->add_attribute(), "value", t);
-      return;
-    }
-    const Value& x = G.values.at(n.inputs.at(0));
-    const int64_t axis = norm_axis(n, n.i("axis"), x.shape.size());
-    const int64_t dim = x.shape[static_cast<size_t>(axis)];
-    // Both ops keep y[i] = x[lo + i] for lo + i inside [keep_lo, keep_hi) and fill the rest with `value`:
-    // Identity, a Slice, a Slice + Pad, or a fill, whichever is the device's case.
-    auto window = [&](int64_t lo, int64_t len, int64_t keep_lo, int64_t keep_hi, double value) {
-      keep_lo = std::max(keep_lo, lo);
-      keep_hi = std::min(keep_hi, lo + len);
-      if (keep_hi <= keep_lo) return emit_fill(n.name, y, value);
-      if (lo == 0 && len == dim && keep_lo == 0 && keep_hi == dim) {
-        add_node(n.name, "Identity", {x.name}, {y.name});
+    switch (op) {
+      case GspmdOp::kPartitionOffset: {
+        const PartitionOffsetAttrs a = partition_offset_attrs(n);
+        const int64_t tile = p.mesh.tile_index(device, checked(n, a.mesh_axes));
+        auto* c = add_node(n.name, "Constant", {}, {y.name});
+        Tensor t = Tensor::from_int64s({a.offset(tile)}, /*scalar=*/true);
+        t.shape = y.shape;  // scalar or [1], as the program says
+        set_attr(c->add_attribute(), "value", t);
         return;
       }
-      const int64_t before = keep_lo - lo, after = lo + len - keep_hi;
-      if (before == 0 && after == 0) return emit_slice(n.name, x.name, y.name, axis, keep_lo, keep_hi);
-      Shape s = x.shape;
-      s[static_cast<size_t>(axis)] = keep_hi - keep_lo;
-      auto tmp = add_temp(n.name + "/valid", x.dtype, s);
-      emit_slice(n.name, x.name, tmp, axis, keep_lo, keep_hi);
-      emit_pad(n.name, tmp, y.name, x.dtype, x.shape.size(), axis, before, after, value);
-    };
-    if (op == "ShardSlice") {
-      const int64_t step = n.i("shard_size");
-      window(n.i("base", 0) + tile * step, n.i("size", step), 0, dim, 0.0);
+      case GspmdOp::kShardSlice: {
+        const ShardSliceAttrs a = shard_slice_attrs(n);
+        const int64_t tile = p.mesh.tile_index(device, checked(n, a.mesh_axes));
+        const Value& x = G.values.at(n.inputs.at(0));
+        const int64_t axis = norm_axis(n, a.axis, x.shape.size());
+        window(n, x, y, axis, a.start(tile), a.length(), 0, x.shape[static_cast<size_t>(axis)], 0.0);
+        return;
+      }
+      case GspmdOp::kMaskPad: {
+        const MaskPadAttrs a = mask_pad_attrs(n);
+        const int64_t tile = p.mesh.tile_index(device, checked(n, a.mesh_axes));
+        const Value& x = G.values.at(n.inputs.at(0));
+        const int64_t axis = norm_axis(n, a.axis, x.shape.size());
+        const int64_t dim = x.shape[static_cast<size_t>(axis)];
+        // local i has global index first + i; keep those inside [0, full_size)
+        const int64_t first = a.first(tile, dim);
+        window(n, x, y, axis, 0, dim, -first, a.full_size - first, a.value);
+        return;
+      }
+      case GspmdOp::kAllReduce:
+      case GspmdOp::kAllGather:
+      case GspmdOp::kReduceScatter:
+      case GspmdOp::kAllToAll:
+      case GspmdOp::kCollectivePermute: break;
+    }
+    throw std::logic_error(fmt::format("export: node '{}': {} is a collective, not a per-device op", n.name, n.op_type));
+  }
+
+  /// y[i] = x[lo + i] along `axis` for lo + i inside [keep_lo, keep_hi), `value` elsewhere (len elements): Identity,
+  /// a Slice, a Slice + Pad, or a fill, whichever is the device's case. Both ShardSlice and MaskPad become this.
+  void window(const Node& n, const Value& x, const Value& y, int64_t axis, int64_t lo, int64_t len, int64_t keep_lo,
+              int64_t keep_hi, double value) {
+    const int64_t dim = x.shape[static_cast<size_t>(axis)];
+    keep_lo = std::max(keep_lo, lo);
+    keep_hi = std::min(keep_hi, lo + len);
+    if (keep_hi <= keep_lo) return emit_fill(n.name, y, value);
+    if (lo == 0 && len == dim && keep_lo == 0 && keep_hi == dim) {
+      add_node(n.name, "Identity", {x.name}, {y.name});
       return;
     }
-    if (op == "MaskPad") {
-      // local i has global index first + i; keep those inside [0, full_size)
-      const int64_t first = n.i("base", 0) + tile * n.i("step", dim);
-      window(0, dim, -first, n.i("full_size") - first, n.f("value"));
-      return;
-    }
-    throw std::runtime_error(fmt::format("export: node '{}': unknown gspmd op '{}'", n.name, op));
+    const int64_t before = keep_lo - lo, after = lo + len - keep_hi;
+    if (before == 0 && after == 0) return emit_slice(n.name, x.name, y.name, axis, keep_lo, keep_hi);
+    Shape s = x.shape;
+    s[static_cast<size_t>(axis)] = keep_hi - keep_lo;
+    auto tmp = add_temp(n.name + "/valid", x.dtype, s);
+    emit_slice(n.name, x.name, tmp, axis, keep_lo, keep_hi);
+    emit_pad(n.name, tmp, y.name, x.dtype, x.shape.size(), axis, before, after, value);
   }
 
   void copy_node(const Node& n) {
     auto* pn = pg->add_node();
     write_node(n, pn, value_names_);
     if (!n.domain.empty()) domains.insert(n.domain);
-    if (n.domain == kGspmdDomain && is_collective(n.op_type)) {
-      const std::vector<int> axes = mesh_axes(n);
+    if (is_collective(n)) {
+      const CollectiveAttrs a = collective_attrs(n);
+      const std::vector<int>& axes = checked(n, a.mesh_axes);
       const auto groups = p.mesh.replica_groups(axes);
       std::vector<int64_t> flat;
       for (const auto& grp : groups) flat.insert(flat.end(), grp.begin(), grp.end());
       set_attr(pn->add_attribute(), "replica_groups", flat);
       set_attr(pn->add_attribute(), "group_size", p.mesh.axes_size(axes));
-      if (n.op_type == "CollectivePermute") {
-        std::vector<int> target_axes;
-        for (int64_t a : n.ints("target_axes", {})) target_axes.push_back(static_cast<int>(a));
-        const std::vector<int64_t> src = permute_sources(p.mesh, axes, n.i("shift", 0), target_axes);
+      if (a.kind == Collective::kCollectivePermute) {
+        const std::vector<int64_t> src = permute_sources(p.mesh, axes, a.shift, a.target_axes);
         std::vector<int64_t> pairs;
         for (const auto& grp : groups) {
           for (size_t t = 0; t < grp.size(); ++t) {
@@ -411,7 +421,10 @@ struct Exporter {
       }
     }
     for (const Node& n : G.nodes) {
-      if (n.domain == kGspmdDomain && !is_collective(n.op_type)) specialise(n);
+      const std::optional<GspmdOp> op = gspmd_op(n);
+      if (!op && n.domain == kGspmdDomain)
+        throw std::runtime_error(fmt::format("export: node '{}': unknown gspmd op '{}'", n.name, n.op_type));
+      if (op && !is_collective(*op)) specialise(n, *op);
       else copy_node(n);
       for (int o : n.outputs)
         if (!io.count(o)) set_value_info(pg->add_value_info(), G.values.at(o));

@@ -204,16 +204,11 @@ struct MpiCollectives::Comm {
 
 MpiCollectives::MpiCollectives(const DeviceMesh& mesh, int rank, const Graph& program) : mesh_(mesh), rank_(rank) {
   for (const Node& n : program.nodes) {
-    if (n.domain != kGspmdDomain) continue;
-    if (n.op_type != "AllReduce" && n.op_type != "AllGather" && n.op_type != "ReduceScatter" &&
-        n.op_type != "AllToAll" && n.op_type != "CollectivePermute")
-      continue;
-    std::vector<int> axes;
-    for (int64_t a : n.ints("mesh_axes", {})) {
-      if (a < 0 || a >= mesh.rank())
+    if (!is_collective(n)) continue;
+    const std::vector<int> axes = mesh_axes_attr(n);
+    for (int a : axes)
+      if (a >= mesh.rank())
         throw std::runtime_error(fmt::format("node '{}': mesh axis {} out of range for mesh {}", n.name, a, mesh.str()));
-      axes.push_back(static_cast<int>(a));
-    }
     bool known = false;
     for (const Comm* c : comms_) known |= c->axes == axes;
     if (known) continue;
@@ -265,83 +260,93 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
   const Tensor& x = *ins[0];
   const int n = c.size;
   const size_t nb = x.nbytes();
-  const std::string& op = call.op;
   std::vector<Tensor> out(1);
-  if (op == "AllReduce") {
-    MPI_Datatype t = reduction_type(x, call.reduction);
-    out[0] = x;
-    check(MPI_Allreduce(MPI_IN_PLACE, out[0].bytes.data(), count_of(static_cast<size_t>(x.numel()), "MPI_Allreduce"),
-                        t, mpi_op(call.reduction, x.dtype), c.comm),
-          "MPI_Allreduce");
-  } else if (op == "AllGather") {
-    int64_t a = pod::norm_axis(call.axis, x.shape.size(), "all-gather axis");
-    Shape s = x.shape;
-    s[a] *= n;
-    Tensor y(x.dtype, s);
-    std::vector<std::byte> buf(nb * static_cast<size_t>(n));
-    check(MPI_Allgather(x.bytes.data(), count_of(nb, "MPI_Allgather"), MPI_BYTE, buf.data(), static_cast<int>(nb),
-                        MPI_BYTE, c.comm),
-          "MPI_Allgather");
-    pod::unpack_chunks(buf, y, a, n);
-    out[0] = std::move(y);
-  } else if (op == "ReduceScatter") {
-    int64_t a = pod::norm_axis(call.axis, x.shape.size(), "reduce-scatter axis");
-    if (x.shape[a] % n != 0)
-      throw std::runtime_error(fmt::format("reduce-scatter: dim {} of {} is not divisible by the group size {}", a,
-                                           shape_str(x.shape), n));
-    MPI_Datatype t = reduction_type(x, call.reduction);
-    std::vector<std::byte> packed = pod::pack_chunks(x, a, n);
-    Shape s = x.shape;
-    s[a] /= n;
-    Tensor y(x.dtype, s);
-    std::vector<int> counts(static_cast<size_t>(n), count_of(static_cast<size_t>(y.numel()), "MPI_Reduce_scatter"));
-    check(MPI_Reduce_scatter(packed.data(), y.bytes.data(), counts.data(), t, mpi_op(call.reduction, x.dtype), c.comm),
-          "MPI_Reduce_scatter");
-    out[0] = std::move(y);
-  } else if (op == "AllToAll") {
-    int64_t sa = pod::norm_axis(call.split_axis, x.shape.size(), "all-to-all split_axis");
-    int64_t ca = pod::norm_axis(call.concat_axis, x.shape.size(), "all-to-all concat_axis");
-    if (x.shape[sa] % n != 0)
-      throw std::runtime_error(fmt::format("all-to-all: dim {} of {} is not divisible by the group size {}", sa,
-                                           shape_str(x.shape), n));
-    std::vector<std::byte> packed = pod::pack_chunks(x, sa, n);
-    std::vector<std::byte> recv(nb);
-    const size_t chunk = nb / static_cast<size_t>(n);
-    check(MPI_Alltoall(packed.data(), count_of(chunk, "MPI_Alltoall"), MPI_BYTE, recv.data(), static_cast<int>(chunk),
-                       MPI_BYTE, c.comm),
-          "MPI_Alltoall");
-    Shape s = x.shape;
-    s[sa] /= n;
-    s[ca] *= n;
-    Tensor y(x.dtype, s);
-    pod::unpack_chunks(recv, y, ca, n);
-    out[0] = std::move(y);
-  } else if (op == "CollectivePermute") {
-    if (call.sources.size() != static_cast<size_t>(n))
-      throw std::runtime_error(fmt::format("collective-permute: {} sources for a group of {}", call.sources.size(), n));
-    const int me = c.tile;
-    const int64_t src = call.sources[static_cast<size_t>(me)];
-    std::vector<int> dests;
-    for (int t = 0; t < n; ++t)
-      if (call.sources[static_cast<size_t>(t)] == me) dests.push_back(t);
-    Tensor y(x.dtype, x.shape);  // zeros when there is no source
-    const int cnt = count_of(nb, "MPI_Sendrecv");
-    const int from = src >= 0 && src < n ? static_cast<int>(src) : MPI_PROC_NULL;
-    if (dests.size() <= 1) {
-      const int to = dests.empty() ? MPI_PROC_NULL : dests[0];
-      check(MPI_Sendrecv(x.bytes.data(), cnt, MPI_BYTE, to, 0, y.bytes.data(), cnt, MPI_BYTE, from, 0, c.comm,
-                         MPI_STATUS_IGNORE),
-            "MPI_Sendrecv");
-    } else {  // one source feeding several members: post the sends, then receive
-      std::vector<MPI_Request> reqs(dests.size());
-      for (size_t i = 0; i < dests.size(); ++i)
-        check(MPI_Isend(x.bytes.data(), cnt, MPI_BYTE, dests[i], 0, c.comm, &reqs[i]), "MPI_Isend");
-      check(MPI_Recv(y.bytes.data(), cnt, MPI_BYTE, from, 0, c.comm, MPI_STATUS_IGNORE), "MPI_Recv");
-      check(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  switch (call.op) {
+    case Collective::kAllReduce: {
+      MPI_Datatype t = reduction_type(x, call.reduction);
+      out[0] = x;
+      check(MPI_Allreduce(MPI_IN_PLACE, out[0].bytes.data(), count_of(static_cast<size_t>(x.numel()), "MPI_Allreduce"),
+                          t, mpi_op(call.reduction, x.dtype), c.comm),
+            "MPI_Allreduce");
+      break;
     }
-    out[0] = std::move(y);
-  } else {
-    throw std::runtime_error(fmt::format("unknown collective '{}'", op));
+    case Collective::kAllGather: {
+      int64_t a = pod::norm_axis(call.axis, x.shape.size(), "all-gather axis");
+      Shape s = x.shape;
+      s[a] *= n;
+      Tensor y(x.dtype, s);
+      std::vector<std::byte> buf(nb * static_cast<size_t>(n));
+      check(MPI_Allgather(x.bytes.data(), count_of(nb, "MPI_Allgather"), MPI_BYTE, buf.data(), static_cast<int>(nb),
+                          MPI_BYTE, c.comm),
+            "MPI_Allgather");
+      pod::unpack_chunks(buf, y, a, n);
+      out[0] = std::move(y);
+      break;
+    }
+    case Collective::kReduceScatter: {
+      int64_t a = pod::norm_axis(call.axis, x.shape.size(), "reduce-scatter axis");
+      if (x.shape[a] % n != 0)
+        throw std::runtime_error(fmt::format("reduce-scatter: dim {} of {} is not divisible by the group size {}", a,
+                                             shape_str(x.shape), n));
+      MPI_Datatype t = reduction_type(x, call.reduction);
+      std::vector<std::byte> packed = pod::pack_chunks(x, a, n);
+      Shape s = x.shape;
+      s[a] /= n;
+      Tensor y(x.dtype, s);
+      std::vector<int> counts(static_cast<size_t>(n), count_of(static_cast<size_t>(y.numel()), "MPI_Reduce_scatter"));
+      check(MPI_Reduce_scatter(packed.data(), y.bytes.data(), counts.data(), t, mpi_op(call.reduction, x.dtype),
+                               c.comm),
+            "MPI_Reduce_scatter");
+      out[0] = std::move(y);
+      break;
+    }
+    case Collective::kAllToAll: {
+      int64_t sa = pod::norm_axis(call.split_axis, x.shape.size(), "all-to-all split_axis");
+      int64_t ca = pod::norm_axis(call.concat_axis, x.shape.size(), "all-to-all concat_axis");
+      if (x.shape[sa] % n != 0)
+        throw std::runtime_error(fmt::format("all-to-all: dim {} of {} is not divisible by the group size {}", sa,
+                                             shape_str(x.shape), n));
+      std::vector<std::byte> packed = pod::pack_chunks(x, sa, n);
+      std::vector<std::byte> recv(nb);
+      const size_t chunk = nb / static_cast<size_t>(n);
+      check(MPI_Alltoall(packed.data(), count_of(chunk, "MPI_Alltoall"), MPI_BYTE, recv.data(), static_cast<int>(chunk),
+                         MPI_BYTE, c.comm),
+            "MPI_Alltoall");
+      Shape s = x.shape;
+      s[sa] /= n;
+      s[ca] *= n;
+      Tensor y(x.dtype, s);
+      pod::unpack_chunks(recv, y, ca, n);
+      out[0] = std::move(y);
+      break;
+    }
+    case Collective::kCollectivePermute: {
+      if (call.sources.size() != static_cast<size_t>(n))
+        throw std::runtime_error(
+            fmt::format("collective-permute: {} sources for a group of {}", call.sources.size(), n));
+      const int me = c.tile;
+      const int64_t src = call.sources[static_cast<size_t>(me)];
+      std::vector<int> dests;
+      for (int t = 0; t < n; ++t)
+        if (call.sources[static_cast<size_t>(t)] == me) dests.push_back(t);
+      Tensor y(x.dtype, x.shape);  // zeros when there is no source
+      const int cnt = count_of(nb, "MPI_Sendrecv");
+      const int from = src >= 0 && src < n ? static_cast<int>(src) : MPI_PROC_NULL;
+      if (dests.size() <= 1) {
+        const int to = dests.empty() ? MPI_PROC_NULL : dests[0];
+        check(MPI_Sendrecv(x.bytes.data(), cnt, MPI_BYTE, to, 0, y.bytes.data(), cnt, MPI_BYTE, from, 0, c.comm,
+                           MPI_STATUS_IGNORE),
+              "MPI_Sendrecv");
+      } else {  // one source feeding several members: post the sends, then receive
+        std::vector<MPI_Request> reqs(dests.size());
+        for (size_t i = 0; i < dests.size(); ++i)
+          check(MPI_Isend(x.bytes.data(), cnt, MPI_BYTE, dests[i], 0, c.comm, &reqs[i]), "MPI_Isend");
+        check(MPI_Recv(y.bytes.data(), cnt, MPI_BYTE, from, 0, c.comm, MPI_STATUS_IGNORE), "MPI_Recv");
+        check(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+      }
+      out[0] = std::move(y);
+      break;
+    }
   }
   return out;
 }

@@ -126,14 +126,6 @@ void fill_value(std::vector<std::byte>& pat, float v) {
 
 }  // namespace
 
-ReductionKind parse_reduction(const std::string& s) {
-  if (s == "sum" || s.empty()) return ReductionKind::kSum;
-  if (s == "max") return ReductionKind::kMax;
-  if (s == "min") return ReductionKind::kMin;
-  if (s == "prod") return ReductionKind::kProd;
-  throw std::runtime_error(fmt::format("unknown reduction '{}' (sum, max, min, prod)", s));
-}
-
 void copy_along_axis(const Tensor& src, int64_t axis, int64_t src_start, Tensor& dst, int64_t dst_start,
                      int64_t len) {
   if (len <= 0) return;

@@ -1,4 +1,5 @@
-// backend/pod: in-process implementations of the `gspmd` ops (semantics in core/partition/spmd.h), on plain tensors.
+// backend/pod: in-process implementations of the `gspmd` ops (semantics in core/partition/program_ops.h), on plain
+// tensors.
 // Collectives take the operands of one replica group in tile order and return one result per member, in the same
 // order. Data movement is dtype-agnostic (byte blocks); reductions support float32, float64, int8..int64, uint8..uint64
 // and bool (sum/max = or, min/prod = and); other dtypes throw UnsupportedError.
@@ -14,9 +15,6 @@
 #include "core/sharding/sharding.h"
 
 namespace gspmd::pod {
-
-/// "sum" | "max" | "min" | "prod" -> ReductionKind; anything else throws std::runtime_error.
-ReductionKind parse_reduction(const std::string& s);
 
 /// Every member gets the elementwise reduction of all operands (reduced in tile order, so all members agree bitwise).
 /// `acc` (optional) is *ins[0] itself, given up by the caller: the reduction accumulates in its buffer, which becomes

@@ -681,90 +681,32 @@ class Executor {
     });
   }
 
-  std::vector<int> mesh_axes(const Node& n, const char* attr = "mesh_axes") const {
-    std::vector<int> axes;
-    for (int64_t a : n.ints(attr, {})) {
-      if (a < 0 || a >= mesh_.rank())
-        fail(n, 0, fmt::format("mesh axis {} out of range for mesh {}", a, mesh_.str()));
-      axes.push_back(static_cast<int>(a));
-    }
+  /// `axes` (an attribute of `n`) checked against the mesh.
+  const std::vector<int>& checked(const Node& n, const std::vector<int>& axes) const {
+    for (int a : axes)
+      if (a >= mesh_.rank()) fail(n, 0, fmt::format("mesh axis {} out of range for mesh {}", a, mesh_.str()));
     return axes;
   }
 
+  /// Runs a `gspmd` node (core/partition/program_ops.h) on every device.
   void run_gspmd(const Node& n) {
-    const std::string& op = n.op_type;
-    bool collective = op == "AllReduce" || op == "AllGather" || op == "ReduceScatter" || op == "AllToAll" ||
-                      op == "CollectivePermute";
-    bool per_device = op == "ShardSlice" || op == "MaskPad" || op == "PartitionOffset";
-    if (!collective && !per_device)
-      throw UnsupportedError(fmt::format("node '{}' ({}.{}): unknown gspmd op", n.name, n.domain, op));
-    std::vector<int> axes = mesh_axes(n);
-    if (collective) {
-      if (n.inputs.size() != 1 || n.outputs.size() != 1) fail(n, 0, "a collective takes one input and one output");
-      std::vector<std::vector<int64_t>> groups = mesh_.replica_groups(axes);
-      CollectiveCall call;
-      call.node = &n;
-      call.op = op;
-      call.mesh_axes = axes;
-      try {
-        if (op == "AllReduce" || op == "ReduceScatter") call.reduction = pod::parse_reduction(n.s("reduction", "sum"));
-        call.axis = n.i("axis", 0);
-        call.split_axis = n.i("split_axis", 0);
-        call.concat_axis = n.i("concat_axis", 0);
-        if (op == "CollectivePermute")
-          call.sources = permute_sources(mesh_, axes, n.i("shift", 0), mesh_axes(n, "target_axes"));
-      } catch (const std::exception& e) {
-        fail(n, 0, e.what());
+    const std::optional<GspmdOp> op = gspmd_op(n);
+    if (!op) throw UnsupportedError(fmt::format("node '{}' ({}.{}): unknown gspmd op", n.name, n.domain, n.op_type));
+    switch (*op) {
+      case GspmdOp::kAllReduce:
+      case GspmdOp::kAllGather:
+      case GspmdOp::kReduceScatter:
+      case GspmdOp::kAllToAll:
+      case GspmdOp::kCollectivePermute: return run_collective(n);
+      case GspmdOp::kShardSlice: {
+        const ShardSliceAttrs a = shard_slice_attrs(n);
+        return run_per_device(n, checked(n, a.mesh_axes), [&](int64_t d, int64_t tile) {
+          store(n, d, 0, pod::shard_slice(*input(n, d, 0), a.axis, a.start(tile), a.length()));
+        });
       }
-      std::vector<const Tensor*> ins;
-      std::vector<int64_t> members, locals;
-      for (const auto& group : groups) {
-        ins.clear();
-        members.clear();
-        locals.clear();
-        for (size_t t = 0; t < group.size(); ++t) {
-          int64_t d = local_of_.at(static_cast<size_t>(group[t]));
-          if (d < 0) continue;
-          members.push_back(static_cast<int64_t>(t));
-          locals.push_back(d);
-          ins.push_back(input(n, d, 0));
-        }
-        if (members.empty()) continue;
-        call.group = &group;
-        auto t0 = Clock::now();
-        std::vector<Tensor> outs;
-        try {
-          outs = coll_.run(call, members, ins);
-        } catch (const UnsupportedError& e) {
-          throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, op, dev_[locals[0]], e.what()));
-        } catch (const std::exception& e) {
-          fail(n, locals[0], e.what());
-        }
-        if (outs.size() != locals.size())
-          fail(n, locals[0], fmt::format("the collective returned {} results for {} members", outs.size(), locals.size()));
-        double dt = seconds_since(t0);
-        for (size_t j = 0; j < locals.size(); ++j) {
-          stats_[locals[j]].communication_wall_s += dt;
-          store(n, locals[j], 0, std::move(outs[j]));
-        }
-      }
-      return;
-    }
-    for_devices([&](int64_t d) {
-      auto t0 = Clock::now();
-      try {
-        int64_t tile = mesh_.tile_index(dev_[d], axes);
-        if (op == "PartitionOffset") {
-          const Value& out = prog_.values.at(n.outputs.at(0));
-          Shape s = num_elements(out.shape) == 1 ? out.shape : Shape{};
-          Tensor t(DType::kInt64, s);
-          t.data<int64_t>()[0] = tile * n.i("shard_size", 0);
-          store(n, d, 0, std::move(t));
-        } else if (op == "ShardSlice") {
-          const Tensor* x = input(n, d, 0);
-          const int64_t step = n.i("shard_size", 0);
-          store(n, d, 0, pod::shard_slice(*x, n.i("axis", 0), n.i("base", 0) + tile * step, n.i("size", step)));
-        } else {  // MaskPad
+      case GspmdOp::kMaskPad: {
+        const MaskPadAttrs a = mask_pad_attrs(n);
+        return run_per_device(n, checked(n, a.mesh_axes), [&](int64_t d, int64_t tile) {
           int xv = n.inputs.at(0);
           const Tensor* x = input(n, d, 0);
           Tensor y;
@@ -775,13 +717,93 @@ class Executor {
           } else {
             y = *x;
           }
-          const int64_t axis = n.i("axis", 0);
-          const int64_t len = y.shape.at(static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(y.shape.size()) : axis));
-          pod::mask_pad(y, axis, n.i("base", 0) + tile * n.i("step", len), n.i("full_size", 0), n.f("value", 0.f));
+          const int64_t rank = static_cast<int64_t>(y.shape.size());
+          const int64_t len = y.shape.at(static_cast<size_t>(a.axis < 0 ? a.axis + rank : a.axis));
+          pod::mask_pad(y, a.axis, a.first(tile, len), a.full_size, a.value);
           store(n, d, 0, std::move(y));
-        }
+        });
+      }
+      case GspmdOp::kPartitionOffset: {
+        const PartitionOffsetAttrs a = partition_offset_attrs(n);
+        return run_per_device(n, checked(n, a.mesh_axes), [&](int64_t d, int64_t tile) {
+          const Value& out = prog_.values.at(n.outputs.at(0));
+          Shape s = num_elements(out.shape) == 1 ? out.shape : Shape{};
+          Tensor t(DType::kInt64, s);
+          t.data<int64_t>()[0] = a.offset(tile);
+          store(n, d, 0, std::move(t));
+        });
+      }
+    }
+  }
+
+  /// Runs a collective node: one CollectiveExecutor call per replica group with members on this process.
+  void run_collective(const Node& n) {
+    const CollectiveAttrs a = collective_attrs(n);
+    const std::vector<int>& axes = checked(n, a.mesh_axes);
+    const std::string& op = n.op_type;
+    if (n.inputs.size() != 1 || n.outputs.size() != 1) fail(n, 0, "a collective takes one input and one output");
+    std::vector<std::vector<int64_t>> groups = mesh_.replica_groups(axes);
+    CollectiveCall call;
+    call.node = &n;
+    call.op = a.kind;
+    call.mesh_axes = axes;
+    call.reduction = a.reduction;
+    call.axis = a.axis;
+    call.split_axis = a.split_axis;
+    call.concat_axis = a.concat_axis;
+    if (a.kind == Collective::kCollectivePermute) {
+      const std::vector<int>& target_axes = checked(n, a.target_axes);
+      try {
+        call.sources = permute_sources(mesh_, axes, a.shift, target_axes);
+      } catch (const std::exception& e) {
+        fail(n, 0, e.what());
+      }
+    }
+    std::vector<const Tensor*> ins;
+    std::vector<int64_t> members, locals;
+    for (const auto& group : groups) {
+      ins.clear();
+      members.clear();
+      locals.clear();
+      for (size_t t = 0; t < group.size(); ++t) {
+        int64_t d = local_of_.at(static_cast<size_t>(group[t]));
+        if (d < 0) continue;
+        members.push_back(static_cast<int64_t>(t));
+        locals.push_back(d);
+        ins.push_back(input(n, d, 0));
+      }
+      if (members.empty()) continue;
+      call.group = &group;
+      auto t0 = Clock::now();
+      std::vector<Tensor> outs;
+      try {
+        outs = coll_.run(call, members, ins);
       } catch (const UnsupportedError& e) {
-        throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, op, dev_[d], e.what()));
+        throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, op, dev_[locals[0]], e.what()));
+      } catch (const std::exception& e) {
+        fail(n, locals[0], e.what());
+      }
+      if (outs.size() != locals.size())
+        fail(n, locals[0],
+             fmt::format("the collective returned {} results for {} members", outs.size(), locals.size()));
+      double dt = seconds_since(t0);
+      for (size_t j = 0; j < locals.size(); ++j) {
+        stats_[locals[j]].communication_wall_s += dt;
+        store(n, locals[j], 0, std::move(outs[j]));
+      }
+    }
+  }
+
+  /// Runs `body(d, tile)` for every device d of this process, with d's tile index over `axes` (the node's
+  /// mesh_axes); errors name the node and the device.
+  template <class Body>
+  void run_per_device(const Node& n, const std::vector<int>& axes, const Body& body) {
+    for_devices([&](int64_t d) {
+      auto t0 = Clock::now();
+      try {
+        body(d, mesh_.tile_index(dev_[d], axes));
+      } catch (const UnsupportedError& e) {
+        throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, n.op_type, dev_[d], e.what()));
       } catch (const std::runtime_error& e) {
         std::string w = e.what();
         if (w.rfind("node '", 0) == 0) throw;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <unordered_set>
 
@@ -539,11 +540,8 @@ double gather_stages(double S, const std::vector<AxisLink>& order, double lat) {
 
 }  // namespace
 
-double collective_time(const std::string& kind, double bytes, const std::vector<int>& mesh_axes,
-                       const DeviceMesh& mesh, const Target& t) {
-  if (kind != "all-reduce" && kind != "all-gather" && kind != "reduce-scatter" && kind != "all-to-all" &&
-      kind != "collective-permute")
-    throw std::invalid_argument(fmt::format("collective_time: unknown collective kind '{}'", kind));
+double collective_time(Collective kind, double bytes, const std::vector<int>& mesh_axes, const DeviceMesh& mesh,
+                       const Target& t) {
   std::vector<AxisLink> links;
   for (int a : mesh_axes) {
     if (a < 0 || a >= mesh.rank())
@@ -553,35 +551,30 @@ double collective_time(const std::string& kind, double bytes, const std::vector<
   }
   if (links.empty() || bytes <= 0) return 0;
   const double lat = t.link_latency;
-  if (kind == "collective-permute") return bytes / t.link_bandwidth + lat;
-  if (kind == "all-to-all") {
-    double time = 0;
-    for (const auto& l : links) time += std::floor(l.n * l.n / 4) / l.n * bytes / l.bw + (l.n - 1) * lat;
-    return time;
-  }
   // all-gather / reduce-scatter (mirror image, same time): try every axis order (mesh rank is small).
-  std::vector<int> perm(links.size());
-  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int>(i);
-  double best = std::numeric_limits<double>::infinity();
-  do {
-    std::vector<AxisLink> order;
-    for (int i : perm) order.push_back(links[i]);
-    best = std::min(best, gather_stages(bytes, order, lat));
-  } while (perm.size() <= 6 && std::next_permutation(perm.begin(), perm.end()));
-  return kind == "all-reduce" ? 2 * best : best;
-}
-
-bool is_collective(const Node& n, std::string* kind) {
-  if (n.domain != kGspmdDomain) return false;
-  const char* k = nullptr;
-  if (n.op_type == "AllReduce") k = "all-reduce";
-  else if (n.op_type == "AllGather") k = "all-gather";
-  else if (n.op_type == "ReduceScatter") k = "reduce-scatter";
-  else if (n.op_type == "AllToAll") k = "all-to-all";
-  else if (n.op_type == "CollectivePermute") k = "collective-permute";
-  if (!k) return false;
-  if (kind) *kind = k;
-  return true;
+  auto gather = [&] {
+    std::vector<int> perm(links.size());
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int>(i);
+    double best = std::numeric_limits<double>::infinity();
+    do {
+      std::vector<AxisLink> order;
+      for (int i : perm) order.push_back(links[i]);
+      best = std::min(best, gather_stages(bytes, order, lat));
+    } while (perm.size() <= 6 && std::next_permutation(perm.begin(), perm.end()));
+    return best;
+  };
+  switch (kind) {
+    case Collective::kCollectivePermute: return bytes / t.link_bandwidth + lat;
+    case Collective::kAllToAll: {
+      double time = 0;
+      for (const auto& l : links) time += std::floor(l.n * l.n / 4) / l.n * bytes / l.bw + (l.n - 1) * lat;
+      return time;
+    }
+    case Collective::kAllGather:
+    case Collective::kReduceScatter: return gather();
+    case Collective::kAllReduce: return 2 * gather();
+  }
+  throw std::logic_error("collective_time: invalid Collective");
 }
 
 std::string op_signature(const Graph& g, const Node& n) {
@@ -631,14 +624,11 @@ std::string op_signature(const Graph& g, const Node& n) {
 }
 
 double node_time(const Graph& program, const Node& n, const DeviceMesh& mesh, const Target& t) {
-  std::string kind;
-  if (is_collective(n, &kind)) {
+  if (const std::optional<Collective> kind = collective_of(n)) {
     double b = 0;
     for (int v : n.inputs) b = std::max(b, bytes_of(program, v));
     for (int v : n.outputs) b = std::max(b, bytes_of(program, v));
-    std::vector<int> axes;
-    for (int64_t a : n.ints("mesh_axes")) axes.push_back(static_cast<int>(a));
-    return collective_time(kind, b, axes, mesh, t);
+    return collective_time(*kind, b, mesh_axes_attr(n), mesh, t);
   }
   if (!t.measured_ops.empty()) {
     auto it = t.measured_ops.find(op_signature(program, n));

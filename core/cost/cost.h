@@ -29,9 +29,9 @@ double node_bytes(const Graph& g, const Node& node);
 ///   collective-permute: S / link_bandwidth + latency                    (one neighbour hop, one direction)
 /// Several axes: hierarchical, one axis after the other (all-gather: the stage over the axis done last moves the
 /// full S, the one before S/n_last, ...; the cheapest axis order is used); all-to-all: sum over axes with the full S.
-/// Axes of size 1 and an empty axis list cost 0. Unknown kind: std::invalid_argument.
-double collective_time(const std::string& kind, double bytes, const std::vector<int>& mesh_axes,
-                       const DeviceMesh& mesh, const Target& t);
+/// Axes of size 1 and an empty axis list cost 0. A mesh axis outside the mesh: std::invalid_argument.
+double collective_time(Collective kind, double bytes, const std::vector<int>& mesh_axes, const DeviceMesh& mesh,
+                       const Target& t);
 
 /// The identity of an op for Target::measured_ops: op type (with "domain:" when not ai.onnx), the inputs' dtypes and
 /// shapes ("-" for an absent one), the outputs', and every attribute, e.g.
@@ -39,13 +39,11 @@ double collective_time(const std::string& kind, double bytes, const std::vector<
 /// with the same signature run the same kernel on the same shapes. Throws nothing (graph attributes show as "graph").
 std::string op_signature(const Graph& g, const Node& node);
 
-/// Simulated time of one node of an SPMD program on one device: collective_time for gspmd collectives (bytes = the
-/// larger of operand and result); the target's measured_ops entry for op_signature(node) when there is one;
-/// otherwise the roofline max(node_flops / peak_for(dtype of the first input), node_bytes / hbm_bandwidth) +
-/// op_overhead.
+/// Simulated time of one node of an SPMD program on one device: collective_time for gspmd collectives
+/// (is_collective, core/partition/program_ops.h; bytes = the larger of operand and result); the target's measured_ops
+/// entry for op_signature(node) when there is one; otherwise the roofline max(node_flops / peak_for(dtype of the
+/// first input), node_bytes / hbm_bandwidth) + op_overhead.
 double node_time(const Graph& program, const Node& node, const DeviceMesh& mesh, const Target& t);
-/// True for the five gspmd collectives; `kind` gets "all-reduce", "all-gather", ... (may be null).
-bool is_collective(const Node& node, std::string* kind = nullptr);
 
 /// Simulated cost of one step of the program on the target (every device runs the same program, so per-device
 /// numbers are equal except for memory).

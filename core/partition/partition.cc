@@ -1,6 +1,7 @@
 // The SPMD partitioner (GSPMD paper §3.4): lowers every node of the global graph to local computation on shards,
 // inserting reshards (lowered to collectives) where an operand's sharding differs from what the node's factor
-// assignment needs. See spmd.h for the program format and docs/partitioning.md for the design.
+// assignment needs. See spmd.h for the program format, program_ops.h for its `gspmd` ops and docs/partitioning.md
+// for the design.
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -29,14 +30,6 @@ bool is_additive(const Node& n) {
 
 std::string axes_str(const DeviceMesh& mesh, const std::vector<int>& axes) {
   return fmt::format("{{{}}}", fmt::join(mesh.axis_names(axes), ", "));
-}
-
-std::string_view kind_of(const std::string& op) {
-  if (op == "AllReduce") return "all-reduce";
-  if (op == "AllGather") return "all-gather";
-  if (op == "ReduceScatter") return "reduce-scatter";
-  if (op == "AllToAll") return "all-to-all";
-  return "collective-permute";
 }
 
 float reduction_identity(ReductionKind k) {
@@ -118,31 +111,36 @@ class Partitioner {
     return s;
   }
 
-  int emit(const std::string& op, std::vector<int> inputs, const std::string& out_hint, DType t, Shape s,
-           std::map<std::string, AttrValue> attrs = {}, const std::string& domain = "") {
-    Node n;
-    n.op_type = op;
-    n.domain = domain;
-    n.name = fmt::format("{}/{}_{}", out_hint, op, counter_++);
+  /// Appends `n` (op type, domain and attributes set) reading `inputs`, with one new output value of type t[s].
+  int emit(Node n, std::vector<int> inputs, const std::string& out_hint, DType t, Shape s) {
+    n.name = fmt::format("{}/{}_{}", out_hint, n.op_type, counter_++);
     n.inputs = std::move(inputs);
     int o = new_value(out_hint, t, s);
     n.outputs = {o};
-    n.attrs = std::move(attrs);
     P().add_node(std::move(n));
     return o;
   }
 
-  int collective(const std::string& op, int x, Shape out_shape, std::vector<int> axes,
-                 std::map<std::string, AttrValue> attrs, const std::string& for_node, int gv,
+  /// Appends a standard ONNX node (domain "") `op` with `attrs`.
+  int emit(const std::string& op, std::vector<int> inputs, const std::string& out_hint, DType t, Shape s,
+           std::map<std::string, AttrValue> attrs = {}) {
+    Node n;
+    n.op_type = op;
+    n.attrs = std::move(attrs);
+    return emit(std::move(n), std::move(inputs), out_hint, t, std::move(s));
+  }
+
+  /// Appends the collective `a` on local value `x` (its result has `out_shape`) and records it, for global value
+  /// `gv` needed by `for_node`, in SpmdProgram::collectives.
+  int collective(const CollectiveAttrs& a, int x, Shape out_shape, const std::string& for_node, int gv,
                  const std::string& reason) {
-    attrs["mesh_axes"] = std::vector<int64_t>(axes.begin(), axes.end());
     const DType dt = P().values[x].dtype;
     const int64_t in_elems = num_elements(P().values[x].shape);
-    int o = emit(op, {x}, g_.values[gv].name, dt, out_shape, std::move(attrs), kGspmdDomain);
+    int o = emit(gspmd_node(a), {x}, g_.values[gv].name, dt, out_shape);
     CollectiveRecord r;
     r.node = static_cast<int>(P().nodes.size()) - 1;
-    r.kind = kind_of(op);
-    r.mesh_axes = std::move(axes);
+    r.kind = a.kind;
+    r.mesh_axes = a.mesh_axes;
     r.bytes = std::max(in_elems, num_elements(out_shape)) * static_cast<int64_t>(dtype_size(dt));
     r.for_node = for_node;
     r.value = g_.values[gv].name;
@@ -192,28 +190,31 @@ class Partitioner {
     TensorSharding at = cur;
     for (const ReshardStep& st : plan.steps) {
       const Shape out = st.after.local_shape(v.shape, mesh_);
-      const std::string red(reduction_name(at.reduction));
       const auto d = int64_t{st.dim};
       switch (st.kind) {
         case ReshardStep::Kind::kAllReduce:
         case ReshardStep::Kind::kReduceScatter: {
           std::string reason = fmt::format("'{}' is unreduced over {}; {}", v.name, axes_str(mesh_, st.axes), why);
           if (st.kind == ReshardStep::Kind::kAllReduce)
-            x = collective("AllReduce", x, out, st.axes, {{"reduction", red}}, for_node, gv, reason);
+            x = collective({.kind = Collective::kAllReduce, .mesh_axes = st.axes, .reduction = at.reduction}, x, out,
+                           for_node, gv, reason);
           else
-            x = collective("ReduceScatter", x, out, st.axes, {{"axis", d}, {"reduction", red}}, for_node, gv, reason);
+            x = collective({.kind = Collective::kReduceScatter, .mesh_axes = st.axes, .reduction = at.reduction,
+                            .axis = d},
+                           x, out, for_node, gv, reason);
           break;
         }
         case ReshardStep::Kind::kAllToAll:
-          x = collective("AllToAll", x, out, st.axes, {{"split_axis", int64_t{st.dim2}}, {"concat_axis", d}},
-                         for_node, gv,
+          x = collective({.kind = Collective::kAllToAll, .mesh_axes = st.axes, .split_axis = st.dim2,
+                          .concat_axis = d},
+                         x, out, for_node, gv,
                          fmt::format("'{}' moves its {} split from dim {} to dim {}; {}", v.name,
                                      axes_str(mesh_, st.axes), st.dim, st.dim2, why));
           break;
         case ReshardStep::Kind::kAllGather: {
           Shape s = P().values[x].shape;
           s[st.dim] *= mesh_.axes_size(st.axes);
-          x = collective("AllGather", x, s, st.axes, {{"axis", d}}, for_node, gv,
+          x = collective({.kind = Collective::kAllGather, .mesh_axes = st.axes, .axis = d}, x, s, for_node, gv,
                          fmt::format("'{}' dim {} is split over {} but {}", v.name, st.dim, axes_str(mesh_, st.axes),
                                      why));
           if (st.trim)  // drop the padding of the last shard
@@ -223,15 +224,12 @@ class Partitioner {
           break;
         }
         case ReshardStep::Kind::kSlice:
-          x = emit("ShardSlice", {x}, v.name, v.dtype, out,
-                   {{"axis", d}, {"mesh_axes", std::vector<int64_t>(st.axes.begin(), st.axes.end())},
-                    {"shard_size", out[st.dim]}},
-                   kGspmdDomain);
+          x = emit(gspmd_node(ShardSliceAttrs{.axis = d, .mesh_axes = st.axes, .shard_size = out[st.dim]}), {x},
+                   v.name, v.dtype, out);
           break;
         case ReshardStep::Kind::kPermute:
-          x = collective("CollectivePermute", x, out, st.axes,
-                         {{"target_axes", std::vector<int64_t>(st.target_axes.begin(), st.target_axes.end())}},
-                         for_node, gv,
+          x = collective({.kind = Collective::kCollectivePermute, .mesh_axes = st.axes, .target_axes = st.target_axes},
+                         x, out, for_node, gv,
                          fmt::format("'{}' goes from {} to {} (same shard shape, other devices); {}", v.name,
                                      at.to_partition_spec(mesh_), st.after.to_partition_spec(mesh_), why));
           break;
@@ -464,12 +462,11 @@ class Partitioner {
         for (int f : df[d])
           if (rule->factor_kinds[f] == FactorKind::kReduction && !F[f].empty() &&
               g_.values[gv].shape[d] % mesh_.axes_size(F[f]) != 0)
-            lv = emit("MaskPad", {lv}, g_.values[gv].name, P().values[lv].dtype, P().values[lv].shape,
-                      {{"axis", int64_t(d)},
-                       {"mesh_axes", std::vector<int64_t>(F[f].begin(), F[f].end())},
-                       {"full_size", g_.values[gv].shape[d]},
-                       {"value", reduction_identity(rule->reduction)}},
-                      kGspmdDomain);
+            lv = emit(gspmd_node(MaskPadAttrs{.axis = int64_t(d),
+                                              .mesh_axes = F[f],
+                                              .full_size = g_.values[gv].shape[d],
+                                              .value = reduction_identity(rule->reduction)}),
+                      {lv}, g_.values[gv].name, P().values[lv].dtype, P().values[lv].shape);
       if (std::find(bias_ops.begin(), bias_ops.end(), static_cast<int>(i)) != bias_ops.end())
         lv = keep_on_first_tile(lv, *rule, F, g_.values[gv].name);
       inputs.push_back(lv);
@@ -551,25 +548,25 @@ class Partitioner {
     const bool uneven = xv.shape[axis] % mesh_.axes_size(A) != 0;
     auto mask = [&](int v, float value) {
       if (!uneven) return v;
-      return emit("MaskPad", {v}, on + "/masked", DType::kFloat32, ls,
-                  {{"axis", axis}, {"mesh_axes", std::vector<int64_t>(A.begin(), A.end())},
-                   {"full_size", xv.shape[axis]}, {"value", value}},
-                  kGspmdDomain);
+      return emit(gspmd_node(MaskPadAttrs{.axis = axis, .mesh_axes = A, .full_size = xv.shape[axis], .value = value}),
+                  {v}, on + "/masked", DType::kFloat32, ls);
     };
-    auto reduce = [&](const std::string& op, int v, const std::string& kind) {
+    auto reduce = [&](const std::string& op, int v, ReductionKind reduction) {
+      const std::string kind(reduction_name(reduction));
       std::vector<int> ins{v};
       std::map<std::string, AttrValue> attrs{{"keepdims", int64_t{1}}};
       if (op == "ReduceSum") ins.push_back(int64_const("axes", {axis}));  // opset 13+: axes is an input
       else attrs["axes"] = std::vector<int64_t>{axis};
       int local = emit(op, ins, on + "/" + kind, DType::kFloat32, red, attrs);
-      return collective("AllReduce", local, red, A, {{"reduction", kind}}, node.name, gx,
+      return collective({.kind = Collective::kAllReduce, .mesh_axes = A, .reduction = reduction}, local, red, node.name,
+                        gx,
                         fmt::format("{} ({}) over dim {} split over {}: global {}", node.name, node.op_type, axis,
                                     axes_str(mesh_, A), kind));
     };
-    int m = reduce("ReduceMax", mask(x, -std::numeric_limits<float>::infinity()), "max");
+    int m = reduce("ReduceMax", mask(x, -std::numeric_limits<float>::infinity()), ReductionKind::kMax);
     int shifted = emit("Sub", {x, m}, on + "/shifted", DType::kFloat32, ls);
     int e = emit("Exp", {shifted}, on + "/exp", DType::kFloat32, ls);
-    int sum = reduce("ReduceSum", mask(e, 0.f), "sum");
+    int sum = reduce("ReduceSum", mask(e, 0.f), ReductionKind::kSum);
     int y = log ? emit("Sub", {shifted, emit("Log", {sum}, on + "/log_sum", DType::kFloat32, red)}, on, DType::kFloat32, ls)
                 : emit("Div", {e, sum}, on, DType::kFloat32, ls);
     bind(node.outputs[0], s, y);
@@ -619,15 +616,13 @@ class Partitioner {
       for (int64_t d : norm_dims) {
         const std::vector<int>& ax = s.dims[d];
         if (ax.empty() || xv.shape[d] % mesh_.axes_size(ax) == 0) continue;
-        v = emit("MaskPad", {v}, on + "/masked", DType::kFloat32, ls,
-                 {{"axis", d}, {"mesh_axes", std::vector<int64_t>(ax.begin(), ax.end())},
-                  {"full_size", xv.shape[d]}, {"value", 0.f}},
-                 kGspmdDomain);
+        v = emit(gspmd_node(MaskPadAttrs{.axis = d, .mesh_axes = ax, .full_size = xv.shape[d], .value = 0.f}), {v},
+                 on + "/masked", DType::kFloat32, ls);
       }
       int local = emit("ReduceSum", {v, int64_const("axes", norm_dims)}, on + "/" + what, DType::kFloat32, red,
                        {{"keepdims", int64_t{1}}});
-      int sum = collective("AllReduce", local, red, A, {{"reduction", std::string("sum")}}, node.name, gx,
-                           why + ": global " + what);
+      int sum = collective({.kind = Collective::kAllReduce, .mesh_axes = A, .reduction = ReductionKind::kSum}, local,
+                           red, node.name, gx, why + ": global " + what);
       return emit("Div", {sum, scalar("count", static_cast<float>(count))}, on + "/" + what, DType::kFloat32, red);
     };
     int mean = global_mean(x, "mean");
@@ -683,16 +678,15 @@ class Partitioner {
 
   /// Zeroes `x` on every device but the first tile of the split reduction axes (so the partial sums add it once).
   int keep_on_first_tile(int x, const OpShardingRule& rule, const FactorSharding& F, const std::string& name) {
-    std::vector<int64_t> axes;
+    std::vector<int> axes;
     for (int f = 0; f < rule.num_factors(); ++f)
       if (rule.factor_kinds[f] == FactorKind::kReduction) axes.insert(axes.end(), F[f].begin(), F[f].end());
     if (axes.empty()) return x;
     std::sort(axes.begin(), axes.end());
     const int64_t rows = P().values[x].shape[0];
-    return emit("MaskPad", {x}, name + "/first_tile", P().values[x].dtype, P().values[x].shape,
-                {{"axis", int64_t{0}}, {"mesh_axes", axes}, {"full_size", rows}, {"value", 0.f}, {"base", int64_t{0}},
-                 {"step", rows}},
-                kGspmdDomain);
+    return emit(gspmd_node(MaskPadAttrs{.axis = 0, .mesh_axes = axes, .full_size = rows, .value = 0.f, .base = 0,
+                                        .step = rows}),
+                {x}, name + "/first_tile", P().values[x].dtype, P().values[x].shape);
   }
 
   // ---- windowed ops: halo exchange (GSPMD §3.4) -------------------------------------------------------------
@@ -795,7 +789,6 @@ class Partitioner {
     const std::string& name = g_.values[gx].name;
     for (const Window& w : windows) {
       const DType dt = P().values[x].dtype;
-      const std::vector<int64_t> axes(w.axes.begin(), w.axes.end());
       auto rows = [&](int64_t from, int64_t to) {
         Shape s = P().values[x].shape;
         s[w.dim] = to - from;
@@ -803,7 +796,8 @@ class Partitioner {
                     name + "/halo", dt, s);
       };
       auto permute = [&](int v, int64_t shift, const std::string& side) {
-        return collective("CollectivePermute", v, P().values[v].shape, w.axes, {{"shift", shift}}, node.name, gx,
+        return collective({.kind = Collective::kCollectivePermute, .mesh_axes = w.axes, .shift = shift}, v,
+                          P().values[v].shape, node.name, gx,
                           fmt::format("{} ({}) reads {} rows of '{}' dim {} from its {} neighbour over {} (halo)",
                                       node.name, node.op_type, P().values[v].shape[w.dim], name, w.dim, side,
                                       axes_str(mesh_, w.axes)));
@@ -820,17 +814,19 @@ class Partitioner {
       if (w.base != 0 || w.step != 0 || w.window != w.left + w.h_loc + w.right) {
         Shape s = P().values[x].shape;
         s[w.dim] = w.window;
-        x = emit("ShardSlice", {x}, name + "/window", dt, s,
-                 {{"axis", int64_t{w.dim}}, {"mesh_axes", axes}, {"shard_size", w.step}, {"base", w.base},
-                  {"size", w.window}},
-                 kGspmdDomain);
+        x = emit(gspmd_node(ShardSliceAttrs{
+                     .axis = w.dim, .mesh_axes = w.axes, .shard_size = w.step, .base = w.base, .size = w.window}),
+                 {x}, name + "/window", dt, s);
       }
       const int64_t lowest = -w.pad_begin, highest = (w.n - 1) * w.o_loc * w.stride - w.pad_begin + w.window - 1;
       if (lowest < 0 || highest >= w.full)
-        x = emit("MaskPad", {x}, name + "/window", dt, P().values[x].shape,
-                 {{"axis", int64_t{w.dim}}, {"mesh_axes", axes}, {"full_size", w.full}, {"value", w.pad_value},
-                  {"base", -w.pad_begin}, {"step", w.o_loc * w.stride}},
-                 kGspmdDomain);
+        x = emit(gspmd_node(MaskPadAttrs{.axis = w.dim,
+                                         .mesh_axes = w.axes,
+                                         .full_size = w.full,
+                                         .value = w.pad_value,
+                                         .base = -w.pad_begin,
+                                         .step = w.o_loc * w.stride}),
+                 {x}, name + "/window", dt, P().values[x].shape);
     }
     return x;
   }
@@ -899,8 +895,8 @@ class Partitioner {
     if (P().values[ids].dtype != DType::kInt64)
       ids = emit("Cast", {ids}, on + "/ids", DType::kInt64, ids_shape, {{"to", int64_t(DType::kInt64)}});
     const int64_t shard = P().values[table].shape[axis];
-    int off = emit("PartitionOffset", {}, on + "/offset", DType::kInt64, {},
-                   {{"mesh_axes", std::vector<int64_t>(A.begin(), A.end())}, {"shard_size", shard}}, kGspmdDomain);
+    int off = emit(gspmd_node(PartitionOffsetAttrs{.mesh_axes = A, .shard_size = shard}), {}, on + "/offset",
+                   DType::kInt64, {});
     // Negative ids count from the end of the table (ONNX Gather): make them positive first.
     const int64_t vocab = tv.shape[axis];
     int neg = emit("Less", {ids, int64_const("zero", {0}, true)}, on + "/negative", DType::kBool, ids_shape);

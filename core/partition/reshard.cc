@@ -155,18 +155,18 @@ class Edges {
   /// A step's bytes and seconds from the local shapes before and after it.
   ReshardStep price(const Shape& L, int64_t in, ReshardStep st) const {
     int64_t outb = num_elements(st.after.local_shape(g_, mesh_)) * eb_;
-    if (st.kind == ReshardStep::Kind::kSlice) {
+    const std::optional<Collective> coll = step_collective(st.kind);
+    if (!coll) {  // a local slice
       st.seconds = static_cast<double>(in) / target_.hbm_bandwidth;
       return st;
     }
-    if (st.kind == ReshardStep::Kind::kAllGather) {  // before the trim: the padded concatenation
+    if (*coll == Collective::kAllGather) {  // before the trim: the padded concatenation
       Shape gathered = L;
       gathered[static_cast<size_t>(st.dim)] *= mesh_.axes_size(st.axes);
       outb = num_elements(gathered) * eb_;
     }
     st.bytes = std::max(in, outb);
-    st.seconds = collective_time(std::string(step_name(st.kind)), static_cast<double>(st.bytes),
-                                 st.axes, mesh_, target_);
+    st.seconds = collective_time(*coll, static_cast<double>(st.bytes), st.axes, mesh_, target_);
     return st;
   }
 
@@ -224,16 +224,21 @@ class Edges {
 
 }  // namespace
 
-std::string_view step_name(ReshardStep::Kind k) {
+std::optional<Collective> step_collective(ReshardStep::Kind k) {
   switch (k) {
-    case ReshardStep::Kind::kAllReduce: return "all-reduce";
-    case ReshardStep::Kind::kReduceScatter: return "reduce-scatter";
-    case ReshardStep::Kind::kAllToAll: return "all-to-all";
-    case ReshardStep::Kind::kAllGather: return "all-gather";
-    case ReshardStep::Kind::kSlice: return "slice";
-    case ReshardStep::Kind::kPermute: return "collective-permute";
+    case ReshardStep::Kind::kAllReduce: return Collective::kAllReduce;
+    case ReshardStep::Kind::kReduceScatter: return Collective::kReduceScatter;
+    case ReshardStep::Kind::kAllToAll: return Collective::kAllToAll;
+    case ReshardStep::Kind::kAllGather: return Collective::kAllGather;
+    case ReshardStep::Kind::kSlice: return std::nullopt;
+    case ReshardStep::Kind::kPermute: return Collective::kCollectivePermute;
   }
-  return "?";
+  throw std::logic_error("step_collective: invalid ReshardStep::Kind");
+}
+
+std::string_view step_name(ReshardStep::Kind k) {
+  const std::optional<Collective> c = step_collective(k);
+  return c ? collective_name(*c) : "slice";
 }
 
 const ReshardPlan& ReshardPlanner::plan(const Shape& global, int64_t elem_bytes, const TensorSharding& from,

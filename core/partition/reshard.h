@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/cost/target.h"
 #include "core/ir/ir.h"
+#include "core/partition/program_ops.h"
 #include "core/sharding/sharding.h"
 
 namespace gspmd {
@@ -22,7 +24,7 @@ struct ReshardStep {
     kAllToAll,       // move the trailing `axes` of dim `dim` to the end of dim `dim2` (both evenly divisible)
     kAllGather,      // drop the trailing `axes` of dim `dim`; `trim` drops the padding when the dim becomes whole
     kSlice,          // local: split dim `dim` further over the unused `axes` (appended, minor); no communication
-    kPermute,        // collective-permute: same local shape, chunks move between devices (see spmd.h)
+    kPermute,        // collective-permute: same local shape, chunks move between devices (program_ops.h)
   };
   Kind kind = Kind::kAllReduce;
   std::vector<int> axes;         // mesh axes, major to minor (kPermute: the tiled axes of the source, in dim order)
@@ -43,7 +45,9 @@ struct ReshardPlan {
   int states = 0;         // shardings the search visited (for tests and explain)
 };
 
-/// "all-to-all", "all-gather", ..., "slice", "collective-permute".
+/// The collective a step runs (kPermute: kCollectivePermute), or nullopt for the local kSlice.
+std::optional<Collective> step_collective(ReshardStep::Kind k);
+/// The step's name in messages and tests: collective_name of its collective, or "slice".
 std::string_view step_name(ReshardStep::Kind k);
 
 /// Plans and caches reshards for one mesh and target. The cache key is (global shape, element size, from, to), so a

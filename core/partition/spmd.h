@@ -1,32 +1,12 @@
 // core/partition: the SPMD program (GSPMD paper §3.3-3.4) and the partitioner that produces it.
 //
 // The program is ONE graph on local (per-shard, padded) shapes that every device runs; what differs between devices
-// is only the partition id, read by the `gspmd` ops below. Its size does not depend on the device count
-// (docs/architecture.md, invariant 2): replica groups and per-device offsets are computed at run/export time from the mesh.
+// is only the partition id, read by the `gspmd` ops. Its size does not depend on the device count
+// (docs/architecture.md, invariant 2): replica groups and per-device offsets are computed at run/export time from the
+// mesh.
 //
-// `gspmd` domain ops (version 1). mesh_axes = ints, mesh axis ids, major to minor; the group of a device is the set of
-// devices that differ from it only along mesh_axes, ordered by DeviceMesh::tile_index.
-//   AllReduce(x) -> y           attrs mesh_axes, reduction ("sum"|"max"|"min"|"prod"). y has x's shape.
-//   AllGather(x) -> y           attrs mesh_axes, axis. y = concat over the group, in tile order, along axis.
-//   ReduceScatter(x) -> y       attrs mesh_axes, axis, reduction. x.shape[axis] % n == 0; y = chunk tile of the reduction.
-//   AllToAll(x) -> y            attrs mesh_axes, split_axis, concat_axis. x.shape[split_axis] % n == 0; chunk j goes to
-//                               group member j; received chunks are concatenated along concat_axis in source tile order.
-//   CollectivePermute(x) -> y   attrs mesh_axes and either shift or target_axes (permute_sources in reshard.h).
-//                               shift: the device at tile t receives x from tile t - shift of its group; devices with
-//                               no source (t - shift outside [0, n)) get zeros (halo exchange).
-//                               target_axes (a permutation of mesh_axes): the device receives from the group member
-//                               whose tile index over mesh_axes equals its own tile index over target_axes (a reshard
-//                               that moves equal-sized shards between devices, e.g. [x,y] -> [y,x]).
-//   ShardSlice(x) -> y          attrs axis, mesh_axes, shard_size, optional base (0) and size (shard_size).
-//                               y = x[start : start + size] along axis with start = base + tile*shard_size; positions
-//                               outside [0, x.shape[axis]) are zero (padding, or a halo window past the edge).
-//   MaskPad(x) -> y             attrs axis, mesh_axes, full_size, value (float), optional base (0) and step
-//                               (x.shape[axis]). Local element i has global index base + tile*step + i; elements whose
-//                               global index is outside [0, full_size) are set to value (the padding of uneven shards,
-//                               or the edges of a halo window, with the reduction's or the op's padding identity).
-//   PartitionOffset() -> int64 scalar  attrs mesh_axes, shard_size: tile * shard_size.
-// The per-device exporter specialises ShardSlice/MaskPad/PartitionOffset into standard ONNX for device k and adds
-// replica_groups / group_size / source_target_pairs to collectives (docs/collectives.md).
+// The program's own ops (the `gspmd` domain: the collectives and the per-device ops that read the partition id) are
+// defined, with their names, attributes and meaning, in core/partition/program_ops.h.
 #pragma once
 
 #include <string>
@@ -34,12 +14,11 @@
 
 #include "core/cost/target.h"
 #include "core/ir/ir.h"
+#include "core/partition/program_ops.h"
 #include "core/propagation/propagation.h"
 #include "core/sharding/sharding.h"
 
 namespace gspmd {
-
-inline constexpr const char* kGspmdDomain = "gspmd";
 
 /// Links a value of the SPMD program to the global value it holds a shard of.
 struct ProgramBinding {
@@ -51,7 +30,7 @@ struct ProgramBinding {
 /// One collective of the program, for the report and explain (docs/architecture.md, invariant 5).
 struct CollectiveRecord {
   int node = -1;              // node id in SpmdProgram::program
-  std::string kind;           // "all-reduce" | "all-gather" | "reduce-scatter" | "all-to-all" | "collective-permute"
+  Collective kind = Collective::kAllReduce;  // display it with collective_name (program_ops.h)
   std::vector<int> mesh_axes;
   int64_t bytes = 0;          // per-device payload of one execution: the larger of the local operand and result
   std::string for_node;       // name of the global node that needed it ("" for graph outputs)

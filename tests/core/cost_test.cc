@@ -277,7 +277,7 @@ TEST(CostTarget, DeviceOrder) {
   EXPECT_FALSE(y.wraparound);
   expect_rel(y.ring_bandwidth, lb);
   // the collective follows: an all-gather over z now uses both directions of its own dim
-  expect_rel(collective_time("all-gather", kMiB, {2}, m, t), 0.5 * kMiB / (2 * lb) + 1e-6);
+  expect_rel(collective_time(Collective::kAllGather, kMiB, {2}, m, t), 0.5 * kMiB / (2 * lb) + 1e-6);
 
   auto expect_error = [&](const std::string& order, const std::string& msg) {
     Target u = Target::load("tpu-v3");
@@ -304,10 +304,10 @@ TEST(CostCollectives, AllReduce1MiBOver4DeviceRingOnV3) {
   // ring bandwidth per device = 2 links * 41.50390625e9 B/s = 83.0078125e9 B/s
   // reduce-scatter = all-gather = 3/4 * 1048576 / 83.0078125e9 + 3 * 1e-6 = 9.4741926e-6 + 3e-6 = 12.4741926e-6
   double ag = 0.75 * 1048576.0 / 83.0078125e9 + 3e-6;
-  expect_rel(collective_time("all-gather", kMiB, {0}, m, t), ag);
-  expect_rel(collective_time("reduce-scatter", kMiB, {0}, m, t), ag);
-  expect_rel(collective_time("all-reduce", kMiB, {0}, m, t), 2 * ag);
-  EXPECT_NEAR(collective_time("all-reduce", kMiB, {0}, m, t), 24.9483851e-6, 1e-12);  // 24.95 us
+  expect_rel(collective_time(Collective::kAllGather, kMiB, {0}, m, t), ag);
+  expect_rel(collective_time(Collective::kReduceScatter, kMiB, {0}, m, t), ag);
+  expect_rel(collective_time(Collective::kAllReduce, kMiB, {0}, m, t), 2 * ag);
+  EXPECT_NEAR(collective_time(Collective::kAllReduce, kMiB, {0}, m, t), 24.9483851e-6, 1e-12);  // 24.95 us
 }
 
 TEST(CostCollectives, AllToAllAndPermute) {
@@ -315,15 +315,15 @@ TEST(CostCollectives, AllToAllAndPermute) {
   const double lb = 340e12 / 1024 / 4 / 2, bw = 2 * lb;
   DeviceMesh m4 = mesh_of({4});
   // floor(16/4)/4 = 1 -> S / bw + 3 lat
-  expect_rel(collective_time("all-to-all", kMiB, {0}, m4, t), kMiB / bw + 3e-6);
+  expect_rel(collective_time(Collective::kAllToAll, kMiB, {0}, m4, t), kMiB / bw + 3e-6);
   DeviceMesh m2 = mesh_of({2});
   // floor(4/4)/2 = 1/2 -> S / (2 bw) + lat
-  expect_rel(collective_time("all-to-all", kMiB, {0}, m2, t), kMiB / (2 * bw) + 1e-6);
+  expect_rel(collective_time(Collective::kAllToAll, kMiB, {0}, m2, t), kMiB / (2 * bw) + 1e-6);
   // permute: one link, one direction
-  expect_rel(collective_time("collective-permute", kMiB, {0}, m4, t), kMiB / lb + 1e-6);
+  expect_rel(collective_time(Collective::kCollectivePermute, kMiB, {0}, m4, t), kMiB / lb + 1e-6);
   // 2x4 all-to-all over both axes: sum of the per-axis times with the full payload
   DeviceMesh m24 = mesh_of({2, 4});
-  expect_rel(collective_time("all-to-all", kMiB, {0, 1}, m24, t), kMiB / (2 * bw) + 1e-6 + kMiB / bw + 3e-6);
+  expect_rel(collective_time(Collective::kAllToAll, kMiB, {0, 1}, m24, t), kMiB / (2 * bw) + 1e-6 + kMiB / bw + 3e-6);
 }
 
 TEST(CostCollectives, MultiAxisHierarchical) {
@@ -332,11 +332,11 @@ TEST(CostCollectives, MultiAxisHierarchical) {
   DeviceMesh m = mesh_of({2, 4});
   // equal bandwidth on both axes: stages move S/8*... = 7/8 S in total, latency (1 + 3)
   double ag = 7.0 / 8.0 * kMiB / bw + 4e-6;
-  expect_rel(collective_time("all-gather", kMiB, {0, 1}, m, t), ag);
-  expect_rel(collective_time("all-gather", kMiB, {1, 0}, m, t), ag);
-  expect_rel(collective_time("all-reduce", kMiB, {0, 1}, m, t), 2 * ag);
+  expect_rel(collective_time(Collective::kAllGather, kMiB, {0, 1}, m, t), ag);
+  expect_rel(collective_time(Collective::kAllGather, kMiB, {1, 0}, m, t), ag);
+  expect_rel(collective_time(Collective::kAllReduce, kMiB, {0, 1}, m, t), 2 * ag);
   // a single axis of the 2x4 mesh
-  expect_rel(collective_time("all-gather", kMiB, {0}, m, t), 0.5 * kMiB / bw + 1e-6);
+  expect_rel(collective_time(Collective::kAllGather, kMiB, {0}, m, t), 0.5 * kMiB / bw + 1e-6);
 }
 
 TEST(CostCollectives, FoldedAxesAndMeshWithoutWraparound) {
@@ -344,28 +344,28 @@ TEST(CostCollectives, FoldedAxesAndMeshWithoutWraparound) {
   const double lb = 340e12 / 1024 / 4 / 2;
   DeviceMesh m = mesh_of({2, 2, 2});
   // y and z fold onto physical dim 1 (a ring of 4). z: stride 1, spans 2 of 4 -> no wraparound: bw = lb.
-  expect_rel(collective_time("all-gather", kMiB, {2}, m, t), 0.5 * kMiB / lb + 1e-6);
+  expect_rel(collective_time(Collective::kAllGather, kMiB, {2}, m, t), 0.5 * kMiB / lb + 1e-6);
   // y: stride 2, spans the whole ring (wraparound), two rings share the links: bw = 2 lb / 2 = lb.
-  expect_rel(collective_time("all-gather", kMiB, {1}, m, t), 0.5 * kMiB / lb + 1e-6);
+  expect_rel(collective_time(Collective::kAllGather, kMiB, {1}, m, t), 0.5 * kMiB / lb + 1e-6);
   // x: its own physical dim, bw = 2 lb
-  expect_rel(collective_time("all-gather", kMiB, {0}, m, t), 0.5 * kMiB / (2 * lb) + 1e-6);
+  expect_rel(collective_time(Collective::kAllGather, kMiB, {0}, m, t), 0.5 * kMiB / (2 * lb) + 1e-6);
 
   Target mesh_t = t;
   mesh_t.wraparound = false;
   DeviceMesh m4 = mesh_of({4});
-  expect_rel(collective_time("all-gather", kMiB, {0}, m4, mesh_t), 0.75 * kMiB / lb + 3e-6);
+  expect_rel(collective_time(Collective::kAllGather, kMiB, {0}, m4, mesh_t), 0.75 * kMiB / lb + 3e-6);
   // all-to-all on a line: bisection of one link per direction
-  expect_rel(collective_time("all-to-all", kMiB, {0}, m4, mesh_t), kMiB / lb + 3e-6);
+  expect_rel(collective_time(Collective::kAllToAll, kMiB, {0}, m4, mesh_t), kMiB / lb + 3e-6);
 }
 
 TEST(CostCollectives, DegenerateCases) {
   Target t = Target::load("tpu-v3");
   DeviceMesh m = mesh_of({1, 4});
-  EXPECT_EQ(collective_time("all-reduce", kMiB, {0}, m, t), 0.0);
-  EXPECT_EQ(collective_time("all-reduce", kMiB, {}, m, t), 0.0);
-  EXPECT_EQ(collective_time("all-reduce", 0, {1}, m, t), 0.0);
-  EXPECT_THROW(collective_time("broadcast", kMiB, {1}, m, t), std::invalid_argument);
-  EXPECT_THROW(collective_time("all-reduce", kMiB, {2}, m, t), std::invalid_argument);
+  EXPECT_EQ(collective_time(Collective::kAllReduce, kMiB, {0}, m, t), 0.0);
+  EXPECT_EQ(collective_time(Collective::kAllReduce, kMiB, {}, m, t), 0.0);
+  EXPECT_EQ(collective_time(Collective::kAllReduce, 0, {1}, m, t), 0.0);
+  EXPECT_FALSE(collective_from_name("broadcast"));  // not a collective: no kind to cost
+  EXPECT_THROW(collective_time(Collective::kAllReduce, kMiB, {2}, m, t), std::invalid_argument);
 }
 
 // ---------------------------------------------------------------------------------------------------- FLOPs / bytes
@@ -452,9 +452,8 @@ TEST(CostSimulate, MatMulPlusAllReduce) {
   global.add_node(make_node("MatMul", {gx, gw}, {gy}));
   SpmdProgram p = matmul_all_reduce_program();
   const Graph& g = p.program;
-  std::string kind;
-  EXPECT_TRUE(is_collective(g.nodes[1], &kind));
-  EXPECT_EQ(kind, "all-reduce");
+  EXPECT_TRUE(is_collective(g.nodes[1]));
+  EXPECT_EQ(collective_name(*collective_of(g.nodes[1])), "all-reduce");
   EXPECT_FALSE(is_collective(g.nodes[0]));
 
   Target t = Target::load("tpu-v3");

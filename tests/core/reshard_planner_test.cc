@@ -98,7 +98,7 @@ TEST(ReshardPlanner, CostIsNoWorseThanGatherThenSlice) {
         if (from.dims[d].empty()) continue;
         Shape after = local;
         after[d] = sh[d];
-        naive += collective_time("all-gather", static_cast<double>(num_elements(after) * 4), from.dims[d], m,
+        naive += collective_time(Collective::kAllGather, static_cast<double>(num_elements(after) * 4), from.dims[d], m,
                                  f.target);
         local = after;
       }

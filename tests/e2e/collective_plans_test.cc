@@ -81,7 +81,7 @@ std::vector<std::string> kinds(const SpmdProgram& p) {
   for (const auto& c : p.collectives) {
     std::vector<std::string> axes;
     for (int a : c.mesh_axes) axes.push_back(p.mesh.axes[a]);
-    k.push_back(fmt::format("{}{{{}}}", c.kind, fmt::join(axes, ",")));
+    k.push_back(fmt::format("{}{{{}}}", collective_name(c.kind), fmt::join(axes, ",")));
   }
   return k;
 }
@@ -239,7 +239,7 @@ TEST(CollectivePlans, ReshapeKeepsASplitThroughSubAxes) {
   // on the mesh as given, the reshape needs the rows whole
   SpmdProgram coarse = partition(b.g, propagate(b.g, user), mesh);
   ASSERT_FALSE(coarse.collectives.empty());
-  EXPECT_EQ(coarse.collectives[0].kind, "all-gather");
+  EXPECT_EQ(collective_name(coarse.collectives[0].kind), "all-gather");
   EXPECT_NE(coarse.collectives[0].for_node, "");
 }
 
@@ -333,7 +333,7 @@ std::vector<std::string> plan_of(const SpmdProgram& p) {
   for (const auto& c : p.collectives) {
     std::string axes;
     for (int a : c.mesh_axes) axes += (axes.empty() ? "" : ",") + p.mesh.axes[a];
-    v.push_back(c.kind + " {" + axes + "} " + std::to_string(c.bytes) + " B at " + c.for_node + " (" + c.value + ")");
+    v.push_back(fmt::format("{} {{{}}} {} B at {} ({})", collective_name(c.kind), axes, c.bytes, c.for_node, c.value));
   }
   return v;
 }

@@ -87,7 +87,7 @@ std::string axes_names(const DeviceMesh& mesh, const std::vector<int>& axes) {
 std::string collectives_str(const SpmdProgram& p) {
   std::vector<std::string> s;
   for (const CollectiveRecord& c : p.collectives)
-    s.push_back(fmt::format("{}{} {}B", c.kind, axes_names(p.mesh, c.mesh_axes), c.bytes));
+    s.push_back(fmt::format("{}{} {}B", collective_name(c.kind), axes_names(p.mesh, c.mesh_axes), c.bytes));
   return fmt::format("{}", fmt::join(s, "; "));
 }
 
@@ -318,7 +318,7 @@ void exhaustive(const DeviceMesh& mesh, const Shape& shape, Stats& st, double sa
       st.collectives_hist[o.program.collectives.size()]++;
       for (const CollectiveRecord& c : o.program.collectives)
         if (c.mesh_axes.empty() || c.bytes <= 0)
-          st.failures.push_back(name + ": collective " + c.kind + " with no axes or no bytes");
+          st.failures.push_back(fmt::format("{}: collective {} with no axes or no bytes", name, collective_name(c.kind)));
       bool free = communication_free(mesh, shape, from, to);
       if (free) ++st.free_pairs;
       // Refinement by appending axes to even dims must be a local slice.

@@ -95,19 +95,19 @@ int main() {
     const int64_t n = mesh.num_devices() / (axes.size() == 2 ? 1 : 2);
     CollectiveCall c;
     c.mesh_axes = axes;
-    c.op = "AllReduce";
+    c.op = Collective::kAllReduce;
     for (ReductionKind k : {ReductionKind::kSum, ReductionKind::kMax, ReductionKind::kMin, ReductionKind::kProd}) {
       c.reduction = k;
       for (DType t : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32, DType::kBool})
         run_case("AllReduce " + std::string(reduction_name(k)), c, t, {3, 5}, 1);
     }
-    c.op = "AllGather";
+    c.op = Collective::kAllGather;
     for (int64_t axis : {0, 1, 2, -1}) {
       c.axis = axis;
       run_case("AllGather axis " + std::to_string(axis), c, DType::kFloat32, {2, 3, 5}, 2);
       run_case("AllGather axis " + std::to_string(axis), c, DType::kInt64, {2, 3, 5}, 2);
     }
-    c.op = "ReduceScatter";
+    c.op = Collective::kReduceScatter;
     c.reduction = ReductionKind::kSum;
     for (int64_t axis : {0, 1, 2}) {
       c.axis = axis;
@@ -118,7 +118,7 @@ int main() {
       run_case("ReduceScatter max axis " + std::to_string(axis), c, DType::kInt32, s, 3);
       c.reduction = ReductionKind::kSum;
     }
-    c.op = "AllToAll";
+    c.op = Collective::kAllToAll;
     for (int64_t sa : {0, 1, 2})
       for (int64_t ca : {0, 1, 2}) {
         c.split_axis = sa;
@@ -127,7 +127,7 @@ int main() {
         s[static_cast<size_t>(sa)] = n * (sa + 1);
         run_case("AllToAll split " + std::to_string(sa) + " concat " + std::to_string(ca), c, DType::kFloat32, s, 4);
       }
-    c.op = "CollectivePermute";
+    c.op = Collective::kCollectivePermute;
     for (int64_t shift : {1, -1, 2}) {
       c.sources = permute_sources(mesh, axes, shift, {});
       run_case("CollectivePermute shift " + std::to_string(shift), c, DType::kFloat32, {4, 3}, 5);
