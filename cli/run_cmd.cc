@@ -11,6 +11,7 @@
 
 #include "backend/pod/pod.h"
 #include "cli/commands.h"
+#include "cli/executor_env.h"
 #include "cli/report.h"
 #include "cli/trace.h"
 #include "onnx_frontend/frontend.h"
@@ -109,8 +110,8 @@ std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, con
 namespace {
 
 /// Progress on stderr, only when it is a terminal and the run has taken more than a second (GSPMD_PROGRESS_DELAY_MS
-/// overrides): "run: 16 devices, node 120/480 (25%)", rewritten in place at most 10 times a second and erased when
-/// the run ends.
+/// overrides; display only, docs/cli.md): "run: 16 devices, node 120/480 (25%)", rewritten in place at most 10 times
+/// a second and erased when the run ends.
 RunProgress progress_display(std::string what) {
   if (!::isatty(STDERR_FILENO)) return {};
   const char* env = std::getenv("GSPMD_PROGRESS_DELAY_MS");
@@ -142,13 +143,14 @@ int cmd_run(const RunOptions& o) {
   if (o.repeat != 1) throw InputError("--repeat: needs --backend mpi (the emulator executes once)");
   Pipeline p = build_pipeline(o.common);
   std::vector<Tensor> inputs = make_inputs(p.graph, p.load_report, o);
+  const ExecutorOptions exec = executor_options_from_env();
   PodRun run = run_spmd(p.program, p.graph, inputs,
-                        progress_display(fmt::format("{} devices", p.program.mesh.num_devices())));
+                        progress_display(fmt::format("{} devices", p.program.mesh.num_devices())), exec);
   if (const char* prof = std::getenv("GSPMD_PROFILE"); prof && *prof && std::string(prof) != "0")
     fmt::print(stderr, "host profile ({} devices):\n{}", p.program.mesh.num_devices(), format_profile(run));
   CheckResult check;
   if (o.check) {
-    PodRun ref = run_single(p.graph, inputs, progress_display("reference, 1 device"));
+    PodRun ref = run_single(p.graph, inputs, progress_display("reference, 1 device"), exec);
     check = compare_outputs(p.graph, run.outputs, ref.outputs, o.rtol, o.atol);
   }
   if (!o.outputs_dir.empty()) write_outputs(o.outputs_dir, p.graph, p.load_report, run.outputs);

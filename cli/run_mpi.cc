@@ -1,6 +1,9 @@
 // gspmd-onnx run --backend mpi: one MPI rank per device (docs/mpi.md). Compiled with or without MPI support; without
 // it, --backend mpi is a one-line error (exit 2).
+#include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -11,6 +14,7 @@
 
 #ifdef GSPMD_WITH_MPI
 #include "backend/kernels/kernels.h"
+#include "cli/executor_env.h"
 #include "cli/wiring.h"
 #include "backend/mpi/mpi_backend.h"
 #include "backend/profile/host_target.h"
@@ -33,6 +37,20 @@ int cmd_run_mpi(const RunOptions&) {
 namespace fs = std::filesystem;
 
 namespace {
+
+/// The test hook of GSPMD_MPI_TEST_DIE_RANK (docs/mpi.md, tests/mpi/mpi_run_test.cc): a progress callback that, once
+/// max(nodes / 2, 1) of the program's `nodes` are done, prints "error: rank R: GSPMD_MPI_TEST_DIE_RANK: dying at node
+/// N/M (test hook)" and kills this process (SIGKILL), as a crashing rank would.
+RunProgress die_halfway(int rank, size_t nodes) {
+  const size_t die_at = std::max<size_t>(nodes / 2, 1);
+  return [rank, die_at](size_t done, size_t total) {
+    if (done < die_at) return;  // fused groups report several nodes at once
+    std::fprintf(stderr, "error: rank %d: GSPMD_MPI_TEST_DIE_RANK: dying at node %zu/%zu (test hook)\n", rank, done,
+                 total);
+    std::fflush(stderr);
+    ::raise(SIGKILL);
+  };
+}
 
 mpi::Failure classify(const std::exception& e) {
   if (dynamic_cast<const InputError*>(&e)) return {2, e.what()};
@@ -155,13 +173,11 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
 
   // The run: a failure from here on may leave other ranks blocked in a collective, so it aborts the job.
   try {
-    int64_t die_at = -1;
-    if (const char* env = std::getenv("GSPMD_MPI_TEST_DIE_RANK"); env && std::atoi(env) == rank) {
-      size_t nodes = from_files ? device.nodes.size() : p.program.program.nodes.size();
-      die_at = static_cast<int64_t>(std::max<size_t>(nodes / 2, 1));
-    }
-    mpi::MpiRun run =
-        mpi::run_mpi(s, p.program, p.graph, inputs, from_files ? &device : nullptr, o.warmup, o.repeat, die_at);
+    RunProgress test_hook;
+    if (const char* env = std::getenv("GSPMD_MPI_TEST_DIE_RANK"); env && std::atoi(env) == rank)
+      test_hook = die_halfway(rank, from_files ? device.nodes.size() : p.program.program.nodes.size());
+    mpi::MpiRun run = mpi::run_mpi(s, p.program, p.graph, inputs, from_files ? &device : nullptr, o.warmup, o.repeat,
+                                   executor_options_from_env(), test_hook);
     if (rank != 0) return 0;
 
     PodRun pod;
@@ -191,7 +207,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
 
     CheckResult check;
     if (o.check) {
-      PodRun ref = run_single(p.graph, inputs);
+      PodRun ref = run_single(p.graph, inputs, {}, executor_options_from_env());
       check = compare_outputs(p.graph, pod.outputs, ref.outputs, o.rtol, o.atol);
     }
     if (!o.outputs_dir.empty()) write_outputs(o.outputs_dir, p.graph, p.load_report, pod.outputs);

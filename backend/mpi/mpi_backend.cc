@@ -354,7 +354,8 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
 // ------------------------------------------------------------------------------------------------------ run_mpi
 
 MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
-               const Graph* device_model, int warmup_runs, int measured_runs, int64_t die_at_node) {
+               const Graph* device_model, int warmup_runs, int measured_runs, const ExecutorOptions& options,
+               const RunProgress& progress) {
   const int rank = session.rank();
   const int N = session.size();
   if (N != p.mesh.num_devices())
@@ -403,22 +404,12 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
   }
   r.scatter_s = seconds_since(t_scatter);
 
-  RunProgress progress;
-  if (die_at_node >= 0)
-    progress = [&](size_t done, size_t total) {
-      if (static_cast<int64_t>(done) < die_at_node) return;  // fused groups report several nodes at once
-      std::fprintf(stderr, "error: rank %d: GSPMD_MPI_TEST_DIE_RANK: dying at node %zu/%zu (test hook)\n", rank, done,
-                   total);
-      std::fflush(stderr);
-      ::raise(SIGKILL);
-    };
-
   std::vector<Tensor> local_inputs;  // device-model mode: graph inputs in order
   if (device_model)
     for (auto& sh : shards) local_inputs.push_back(sh[0]);
   auto execute = [&](const RunProgress& prog_cb) {
-    return device_model ? run_device_graph(*device_model, p.mesh, rank, local_inputs, coll, prog_cb)
-                        : run_spmd_local(p, global, shards, {rank}, coll, prog_cb);
+    return device_model ? run_device_graph(*device_model, p.mesh, rank, local_inputs, coll, prog_cb, options)
+                        : run_spmd_local(p, global, shards, {rank}, coll, prog_cb, options);
   };
   // Warm-up executions (untimed): oneDNN creates and JIT-compiles its primitives on first use in each process.
   for (int w = 0; w < warmup_runs; ++w) {

@@ -149,12 +149,14 @@ struct MpiRun {
 ///   JIT compilation), then `measured_runs` (>= 1, else std::invalid_argument) measured ones, each after a barrier.
 ///   The stats are those of the measured execution whose step (its slowest rank's run_s) is the median (the upper
 ///   one for an even count); the outputs are the last execution's.
-/// `die_at_node`: test hook (applies to the first execution); when >= 0 this rank prints "error: rank R: GSPMD_MPI_TEST_DIE_RANK: dying at node
-/// N/M (test hook)" and kills itself (SIGKILL) after node N.
+/// - `options`: how this rank's interpreter executes (speed only: ExecutorOptions in backend/pod/pod.h).
+/// - `progress`: called after every node of the first execution (warm-up or measured) on this rank, as
+///   RunProgress; a fused group reports its nodes at once.
 /// Throws like run_spmd; errors thrown after the first collective leave the other ranks blocked, so the caller
 /// must abort the job (Session::abort).
 MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
-               const Graph* device_model, int warmup_runs = 1, int measured_runs = 1, int64_t die_at_node = -1);
+               const Graph* device_model, int warmup_runs = 1, int measured_runs = 1,
+               const ExecutorOptions& options = {}, const RunProgress& progress = {});
 
 /// Fingerprint of what a rank is about to run: program_fingerprint(p), combined when `with_weights` (SPMD mode) with
 /// the bytes of every global initializer the program slices (params) and of the program's constants, so that ranks

@@ -37,11 +37,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-/// Number of devices that run a node concurrently: GSPMD_DEVICE_THREADS when set (>= 1), else
+/// Number of devices that run a node concurrently: `device_threads` (ExecutorOptions) when not 0 (at least 1), else
 /// min(devices, omp_get_max_threads()).
-int device_parallelism(int64_t devices) {
-  int t = omp_get_max_threads();
-  if (const char* env = std::getenv("GSPMD_DEVICE_THREADS"); env && *env) t = std::max(1, std::atoi(env));
+int device_parallelism(int64_t devices, int device_threads) {
+  const int t = device_threads == 0 ? omp_get_max_threads() : std::max(1, device_threads);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(devices, t)));
 }
 
@@ -61,9 +60,10 @@ class Executor {
  public:
   /// Runs `prog` for the devices `devices` (global ids on `mesh`; local index d holds device devices[d]); their
   /// collectives go to `coll`.
-  Executor(const Graph& prog, const DeviceMesh& mesh, std::vector<int64_t> devices, CollectiveExecutor& coll)
+  Executor(const Graph& prog, const DeviceMesh& mesh, std::vector<int64_t> devices, CollectiveExecutor& coll,
+           const ExecutorOptions& options)
       : prog_(prog), mesh_(mesh), n_(static_cast<int64_t>(devices.size())), nv_(prog.values.size()),
-        dev_(std::move(devices)), coll_(coll), par_(device_parallelism(n_)) {
+        dev_(std::move(devices)), coll_(coll), options_(options), par_(device_parallelism(n_, options.device_threads)) {
     keep_freed_buffers();
     local_of_.assign(static_cast<size_t>(std::max<int64_t>(mesh.num_devices(), 1)), -1);
     for (int64_t d = 0; d < n_; ++d) local_of_.at(static_cast<size_t>(dev_[d])) = d;
@@ -355,7 +355,7 @@ class Executor {
   void plan_fusion() {
     groups_.clear();
     group_at_.assign(prog_.nodes.size(), -1);
-    if (const char* env = std::getenv("GSPMD_FUSION"); env && std::string(env) == "0") return;
+    if (!options_.fuse) return;
     consumers_ = prog_.consumers();
     // primitives are checked with the thread count the devices will run them with
     struct RestoreThreads {
@@ -468,7 +468,7 @@ class Executor {
       if (dims[0] == std::max(g.a_batch, g.b_batch) && dims[1] == g.m) stacked[p] = 1;
       else return;
     }
-    if (std::getenv("GSPMD_STACK") && std::string(std::getenv("GSPMD_STACK")) == "0") return;
+    if (!options_.stack) return;
     const Node& mm = prog_.nodes[static_cast<size_t>(g.first)];
     std::map<std::vector<const void*>, std::vector<int64_t>> sets;
     for (int64_t d = 0; d < n_; ++d) {
@@ -829,6 +829,7 @@ class Executor {
   std::vector<int64_t> dev_;       // local index -> global device id
   std::vector<int64_t> local_of_;  // global device id -> local index, -1 when not held here
   CollectiveExecutor& coll_;
+  const ExecutorOptions options_;
   std::vector<std::vector<Tensor>> own_;
   std::vector<std::vector<const Tensor*>> ptr_;
   std::vector<std::shared_ptr<const Tensor>> owner_;  // per value: the immutable weight it is bound to, if any
@@ -944,11 +945,11 @@ void finish_binding(Executor& ex, const SpmdProgram& p, const std::vector<char>&
 
 // Runs a plain graph as `device` of `mesh`: initializers are shared resident constants, inputs shared.
 LocalRun run_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const std::vector<Tensor>& inputs,
-                   CollectiveExecutor& coll, const RunProgress& progress) {
+                   CollectiveExecutor& coll, const RunProgress& progress, const ExecutorOptions& options) {
   auto t_start = Clock::now();
   if (inputs.size() != g.inputs.size())
     throw InputError(fmt::format("run: the model has {} inputs, {} were given", g.inputs.size(), inputs.size()));
-  Executor ex(g, mesh, {device}, coll);
+  Executor ex(g, mesh, {device}, coll, options);
   for (size_t v = 0; v < g.values.size(); ++v) {
     const Value& val = g.values[v];
     if (!val.is_initializer) continue;
@@ -984,7 +985,7 @@ LocalRun run_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const
 }  // namespace
 
 PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
-                const RunProgress& progress) {
+                const RunProgress& progress, const ExecutorOptions& options) {
   auto t_start = Clock::now();
   const Graph& prog = p.program;
   const DeviceMesh& mesh = p.mesh;
@@ -997,7 +998,7 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
   InProcessCollectives coll;
   const std::vector<int64_t> devices = all_devices(N);
   std::vector<std::unique_ptr<Tensor>> slices;  // weight slices shared by devices; outlive the executor's use
-  Executor ex(prog, mesh, devices, coll);
+  Executor ex(prog, mesh, devices, coll, options);
   std::vector<char> bound(prog.values.size(), 0);
   bind_weights(ex, p, global, devices, bound, slices);
   // Inputs: shard the full values.
@@ -1039,7 +1040,8 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
 
 LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global,
                         const std::vector<std::vector<Tensor>>& input_shards, const std::vector<int64_t>& devices,
-                        CollectiveExecutor& collectives, const RunProgress& progress) {
+                        CollectiveExecutor& collectives, const RunProgress& progress,
+                        const ExecutorOptions& options) {
   auto t_start = Clock::now();
   const Graph& prog = p.program;
   if (input_shards.size() != p.inputs.size())
@@ -1048,7 +1050,7 @@ LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global,
     if (d < 0 || d >= p.mesh.num_devices())
       throw std::runtime_error(fmt::format("device {} is not on the mesh {}", d, p.mesh.str()));
   std::vector<std::unique_ptr<Tensor>> slices;  // weight slices shared by devices; outlive the executor's use
-  Executor ex(prog, p.mesh, devices, collectives);
+  Executor ex(prog, p.mesh, devices, collectives, options);
   std::vector<char> bound(prog.values.size(), 0);
   bind_weights(ex, p, global, devices, bound, slices);
   for (size_t k = 0; k < p.inputs.size(); ++k) {
@@ -1086,18 +1088,20 @@ LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global,
 }
 
 LocalRun run_device_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const std::vector<Tensor>& inputs,
-                          CollectiveExecutor& collectives, const RunProgress& progress) {
+                          CollectiveExecutor& collectives, const RunProgress& progress,
+                          const ExecutorOptions& options) {
   if (device < 0 || device >= mesh.num_devices())
     throw std::runtime_error(fmt::format("device {} is not on the mesh {}", device, mesh.str()));
-  return run_graph(g, mesh, device, inputs, collectives, progress);
+  return run_graph(g, mesh, device, inputs, collectives, progress, options);
 }
 
-PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs, const RunProgress& progress) {
+PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs, const RunProgress& progress,
+                  const ExecutorOptions& options) {
   DeviceMesh mesh;
   mesh.shape = {1};
   mesh.axes = {"x"};
   InProcessCollectives coll;
-  LocalRun l = run_graph(g, mesh, 0, inputs, coll, progress);
+  LocalRun l = run_graph(g, mesh, 0, inputs, coll, progress, options);
   PodRun r;
   for (auto& o : l.output_shards) r.outputs.push_back(std::move(o.at(0)));
   r.devices = std::move(l.devices);

@@ -11,7 +11,7 @@
 // depend on how the host executes a node (in place, as a view, fused with its neighbours: docs/executor.md).
 //
 // Host threading (docs/executor.md): with more than one device and more than one OpenMP thread, up to
-// omp_get_max_threads() devices run a node concurrently, each on one thread (GSPMD_DEVICE_THREADS overrides the
+// omp_get_max_threads() devices run a node concurrently, each on one thread (ExecutorOptions::device_threads caps the
 // number of concurrent devices; 1 = devices one after another, each kernel using every thread). compute_wall_s times
 // run_kernel and the partition-id ops of that device, communication_wall_s the collectives.
 #pragma once
@@ -57,6 +57,23 @@ struct PodRun {
 /// GSPMD_PROFILE=1 on `run` (docs/executor.md).
 std::string format_profile(const PodRun& r);
 
+/// How the host executes a program (docs/executor.md). These are speed knobs: the program, its outputs' values
+/// (up to float rounding, which --check tolerates: a stacked or fused product may block its sums differently),
+/// dtypes and shapes, the per-device memory accounting and the FLOPs never depend on them. The CLI builds them
+/// (cli/executor_env.h); the library reads no environment variable.
+struct ExecutorOptions {
+  /// Devices that run a node concurrently, each on one OpenMP thread. 0 (default) = min(devices,
+  /// omp_get_max_threads()); 1 = devices one after another, each kernel on every thread; values above the device
+  /// count are capped to it; negative values act as 1.
+  int device_threads = 0;
+  /// Fuse a float32 MatMul and the elementwise nodes that refine its result into one oneDNN matmul with post-ops
+  /// (default true).
+  bool fuse = true;
+  /// Run the products of devices that hold the same weights as one stacked matmul (default true; needs more than one
+  /// device).
+  bool stack = true;
+};
+
 /// Called after every program node with (nodes done, nodes in all), on the calling thread (for progress displays).
 using RunProgress = std::function<void(size_t done, size_t total)>;
 
@@ -68,7 +85,7 @@ using RunProgress = std::function<void(size_t done, size_t total)>;
 /// the program's declared value, InputError when `inputs` do not match the global graph's inputs (count, dtype,
 /// shape) or a param's global initializer has no data.
 PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
-                const RunProgress& progress = {});
+                const RunProgress& progress = {}, const ExecutorOptions& options = {});
 
 /// One process's share of a run: the devices it holds (an MPI rank holds one; see backend/mpi).
 struct LocalRun {
@@ -88,17 +105,20 @@ struct LocalRun {
 /// Throws as run_spmd; InputError when a shard's dtype/shape differs from the program's input.
 LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global,
                         const std::vector<std::vector<Tensor>>& input_shards, const std::vector<int64_t>& devices,
-                        CollectiveExecutor& collectives, const RunProgress& progress = {});
+                        CollectiveExecutor& collectives, const RunProgress& progress = {},
+                        const ExecutorOptions& options = {});
 
 /// Runs one device's exported model (`device_<k>.onnx` from export_device, loaded with load_model) as device
 /// `device` of `mesh` (its gspmd.mesh_shape): its initializers are resident constants, `inputs` its local inputs in
 /// graph-input order, its `gspmd` collectives (mesh_axes, reduction, axis, shift/target_axes attributes) are carried
 /// out by `collectives`. output_shards[k][0] is graph output k (the device's shard). Throws as run_single.
 LocalRun run_device_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const std::vector<Tensor>& inputs,
-                          CollectiveExecutor& collectives, const RunProgress& progress = {});
+                          CollectiveExecutor& collectives, const RunProgress& progress = {},
+                          const ExecutorOptions& options = {});
 
 /// Runs the unpartitioned graph on one device (the reference for --check): the same interpreter, with the
 /// initializers' data as resident constants. InputError on mismatching inputs or an initializer without data.
-PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs, const RunProgress& progress = {});
+PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs, const RunProgress& progress = {},
+                  const ExecutorOptions& options = {});
 
 }  // namespace gspmd

@@ -21,22 +21,18 @@ using testing::GraphBuilder;
 using testing::rand_f;
 using testing::V;
 
-/// Sets an environment variable for the scope, restoring the previous state.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+/// ExecutorOptions with fusion off / stacking off / `k` concurrent devices (the other settings at their defaults).
+ExecutorOptions no_fusion() {
+  ExecutorOptions o;
+  o.fuse = false;
+  return o;
+}
+ExecutorOptions threads(int k, bool stack = true) {
+  ExecutorOptions o;
+  o.device_threads = k;
+  o.stack = stack;
+  return o;
+}
 
 int out(const GraphBuilder& b, int node) { return b.g.nodes[static_cast<size_t>(node)].outputs[0]; }
 
@@ -124,8 +120,7 @@ TEST(ExecutorFusion, MlpBlockFusesBiasGeluAndResidual) {
     EXPECT_EQ(find_profile(fused, "Erf"), nullptr);
     EXPECT_EQ(find_profile(fused, "Add"), nullptr);
 
-    ScopedEnv off("GSPMD_FUSION", "0");
-    PodRun plain = run_single(m.b.g, {m.x});
+    PodRun plain = run_single(m.b.g, {m.x}, {}, no_fusion());
     EXPECT_EQ(compare_tensors(fused.outputs.at(0), plain.outputs.at(0)), "");
     ASSERT_NE(find_profile(plain, "Erf"), nullptr);
     // the accounting and the FLOPs follow the program, not how the host ran it
@@ -147,8 +142,7 @@ TEST(ExecutorFusion, NotFusedWhenAnIntermediateIsReadElsewhere) {
   EXPECT_EQ(find_profile(r, "MatMul+Add+Gelu"), nullptr);
   ASSERT_NE(find_profile(r, "MatMul+Add"), nullptr);  // the bias still fuses: its result is stored
   ASSERT_NE(find_profile(r, "Erf"), nullptr);
-  ScopedEnv off("GSPMD_FUSION", "0");
-  PodRun plain = run_single(g, {x});
+  PodRun plain = run_single(g, {x}, {}, no_fusion());
   EXPECT_EQ(compare_tensors(r.outputs[1], plain.outputs[1]), "");
   EXPECT_EQ(r.devices.at(0).peak_memory_bytes, plain.devices.at(0).peak_memory_bytes);
 }
@@ -187,8 +181,7 @@ TEST_P(BatchedScale, BatchedMatmulWithBroadcastOperands) {
         ref.data<float>()[(bh * S + i) * S + j] = row * (acc / 2.f - mk);
       }
   EXPECT_EQ(compare_tensors(fused.outputs.at(0), ref), "");
-  ScopedEnv off("GSPMD_FUSION", "0");
-  PodRun plain = run_single(b.g, {qt, kt});
+  PodRun plain = run_single(b.g, {qt, kt}, {}, no_fusion());
   EXPECT_EQ(compare_tensors(fused.outputs.at(0), plain.outputs.at(0)), "");
   EXPECT_EQ(fused.devices.at(0).peak_memory_bytes, plain.devices.at(0).peak_memory_bytes);
 }
@@ -229,15 +222,14 @@ SpmdProgram replicated_program(const Graph& g, const DeviceMesh& mesh) {
 TEST(ExecutorPrimitives, OnePrimitivePerShapeWhateverTheDeviceCount) {
   // The MLP block on one device, then on 16: the second run finds every primitive in the cache. Devices run one
   // after another here, so both runs use the same thread count (part of a primitive's key), and do not stack.
-  ScopedEnv seq("GSPMD_DEVICE_THREADS", "1");
-  ScopedEnv nostack("GSPMD_STACK", "0");
+  const ExecutorOptions seq = threads(1, /*stack=*/false);
   MlpBlock a;
   const int64_t before1 = dnn::primitives_created();
-  PodRun r1 = run_spmd(replicated_program(a.b.g, testing::mesh_of({1})), a.b.g, {a.x});
+  PodRun r1 = run_spmd(replicated_program(a.b.g, testing::mesh_of({1})), a.b.g, {a.x}, {}, seq);
   const int64_t created1 = dnn::primitives_created() - before1;
   // the same shapes again on 16 devices: everything is cached already
   const int64_t before16 = dnn::primitives_created();
-  PodRun r16 = run_spmd(replicated_program(a.b.g, testing::mesh_of({4, 4})), a.b.g, {a.x});
+  PodRun r16 = run_spmd(replicated_program(a.b.g, testing::mesh_of({4, 4})), a.b.g, {a.x}, {}, seq);
   EXPECT_EQ(dnn::primitives_created() - before16, 0);
   EXPECT_EQ(compare_tensors(r16.outputs.at(0), r1.outputs.at(0)), "");
   EXPECT_GE(created1, 0);  // 0 when an earlier test created them
@@ -249,7 +241,7 @@ TEST(ExecutorPrimitives, OnePrimitivePerShapeWhateverTheDeviceCount) {
   const int mm = out(b, b.node("MatMul", {x, w}, {3, 24}));
   b.g.outputs = {out(b, b.node("Add", {mm, bias}, {3, 24}))};
   const int64_t before = dnn::primitives_created();
-  PodRun rf = run_spmd(replicated_program(b.g, testing::mesh_of({4, 4})), b.g, {rand_f({3, 40}, 23)});
+  PodRun rf = run_spmd(replicated_program(b.g, testing::mesh_of({4, 4})), b.g, {rand_f({3, 40}, 23)}, {}, seq);
   EXPECT_EQ(dnn::primitives_created() - before, 1);  // the fused MatMul+Add, once for 16 devices
   ASSERT_NE(find_profile(rf, "MatMul+Add"), nullptr);
 }
@@ -258,30 +250,25 @@ TEST(ExecutorStacking, DevicesSharingWeightsRunOneProduct) {
   // 8 devices, all holding the same weights (replicated): each MatMul group runs once over the 8 stacked inputs
   MlpBlock m;
   const DeviceMesh mesh = testing::mesh_of({2, 4});
-  ScopedEnv seq("GSPMD_DEVICE_THREADS", "1");
   const int64_t before = dnn::primitives_created();
-  PodRun st = run_spmd(replicated_program(m.b.g, mesh), m.b.g, {m.x});
+  PodRun st = run_spmd(replicated_program(m.b.g, mesh), m.b.g, {m.x}, {}, threads(1));
   const int64_t created = dnn::primitives_created() - before;
   EXPECT_EQ(compare_tensors(st.outputs.at(0), m.reference()), "");
   // at most: planning checks each post-op prefix once (Add, Add+Gelu; Add, Add+Add: 4) plus one stacked product per
   // group (2); nothing per device (8 devices x 2 groups would be 16)
   EXPECT_LE(created, 6);
-  PodRun one;
-  {
-    ScopedEnv nostack("GSPMD_STACK", "0");
-    one = run_spmd(replicated_program(m.b.g, mesh), m.b.g, {m.x});
-  }
+  PodRun one = run_spmd(replicated_program(m.b.g, mesh), m.b.g, {m.x}, {}, threads(1, /*stack=*/false));
   EXPECT_EQ(compare_tensors(st.outputs.at(0), one.outputs.at(0)), "");
   for (size_t d = 0; d < 8; ++d) EXPECT_EQ(st.devices[d].peak_memory_bytes, one.devices[d].peak_memory_bytes);
 }
 
 TEST(ExecutorThreads, ConcurrentDevicesGiveTheSameResults) {
-  ScopedEnv nostack("GSPMD_STACK", "0");  // every device runs its own products
   MlpBlock m;
   const DeviceMesh mesh = testing::mesh_of({2, 4});
-  PodRun seq = run_spmd(replicated_program(m.b.g, mesh), m.b.g, {m.x});
-  ScopedEnv par("GSPMD_DEVICE_THREADS", "3");
-  PodRun con = run_spmd(replicated_program(m.b.g, mesh), m.b.g, {m.x});
+  ExecutorOptions nostack;  // every device runs its own products
+  nostack.stack = false;
+  PodRun seq = run_spmd(replicated_program(m.b.g, mesh), m.b.g, {m.x}, {}, nostack);
+  PodRun con = run_spmd(replicated_program(m.b.g, mesh), m.b.g, {m.x}, {}, threads(3, /*stack=*/false));
   EXPECT_EQ(con.outputs.at(0).bytes, seq.outputs.at(0).bytes);  // bitwise: the same primitives on every device
   ASSERT_EQ(con.devices.size(), 8u);
   for (size_t d = 0; d < 8; ++d) EXPECT_EQ(con.devices[d].peak_memory_bytes, seq.devices[d].peak_memory_bytes);
@@ -293,9 +280,8 @@ TEST(ExecutorThreads, ErrorOfTheLowestDeviceWins) {
   const int x = b.input("x", {4, 6});
   const int shape = b.ints("shape", {5, 5});
   b.g.outputs = {out(b, b.node("Reshape", {x, shape}, {5, 5}))};
-  ScopedEnv par("GSPMD_DEVICE_THREADS", "4");
   try {
-    run_spmd(replicated_program(b.g, testing::mesh_of({8})), b.g, {rand_f({4, 6}, 1)});
+    run_spmd(replicated_program(b.g, testing::mesh_of({8})), b.g, {rand_f({4, 6}, 1)}, {}, threads(4));
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("on device 0"), std::string::npos) << e.what();
