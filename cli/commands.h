@@ -11,6 +11,7 @@
 #include "core/ir/ir.h"
 #include "core/partition/spmd.h"
 #include "core/propagation/propagation.h"
+#include "core/rules/rule.h"
 #include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {
@@ -34,6 +35,7 @@ struct CommonOptions {
 struct Pipeline {
   Target target;              // --target with --device-order applied (resolved once: "host" is measured)
   Graph graph;
+  RuleTable rules;            // every node's sharding rule, built once after loading (auto, propagate, partition)
   Annotations annotations;
   std::string sharding_file;  // the file actually read ("" if none)
   ShardingPlan plan;

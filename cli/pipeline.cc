@@ -69,6 +69,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   auto t0 = std::chrono::steady_clock::now();
   lo.inputs_dir = o.inputs_dir;  // the given inputs' shapes bind symbolic dims (--dim must agree)
   p.graph = load_model(o.model, lo, &p.load_report);
+  p.rules = RuleTable(p.graph);
 
   std::string file = o.shardings;
   if (file.empty()) {
@@ -88,15 +89,15 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     ao.target = p.target;
     ao.overlap = o.overlap;
     ao.memory_limit_bytes = memory_limit;
-    p.auto_result = auto_shard(p.graph, p.annotations, ao);
+    p.auto_result = auto_shard(p.graph, p.annotations, ao, &p.rules);
     p.annotations = p.auto_result->annotations;
   }
   t0 = std::chrono::steady_clock::now();
-  p.annotations = refine_for_reshapes(p.graph, p.annotations);
-  p.plan = propagate(p.graph, p.annotations);
+  p.annotations = refine_for_reshapes(p.graph, p.annotations, &p.rules);
+  p.plan = propagate(p.graph, p.annotations, &p.rules);
   p.times.propagate = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  p.program = partition(p.graph, p.plan, p.annotations.mesh, p.target);
+  p.program = partition(p.graph, p.plan, p.annotations.mesh, p.target, &p.rules);
   p.times.partition = seconds_since(t0);
   if (o.target == "host" && o.measure_host_ops) {
     t0 = std::chrono::steady_clock::now();

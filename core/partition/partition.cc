@@ -51,8 +51,9 @@ float reduction_identity(ReductionKind k) {
 
 class Partitioner {
  public:
-  Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target)
-      : g_(g), plan_(plan), mesh_(mesh), planner_(mesh, target), avail_(g.values.size()) {
+  Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
+              const RuleTable& rules)
+      : g_(g), plan_(plan), mesh_(mesh), rules_(rules), planner_(mesh, target), avail_(g.values.size()) {
     out_.mesh = mesh;
     P().name = g.name;
     P().opset = g.opset;
@@ -376,9 +377,9 @@ class Partitioner {
                                       node.op_type, node.op_type));
       return;
     }
-    std::optional<OpShardingRule> rule = get_rule(g_, node);
+    const RuleResult& rule = rules_[n];
     if (!rule) {
-      lower_replicated(n, fmt::format("node '{}' ({}) has no sharding rule", node.name, node.op_type));
+      lower_replicated(n, fmt::format("node '{}' ({}) {}", node.name, node.op_type, rule.describe()));
       return;
     }
     if (lower_split_softmax(n) || lower_split_layer_norm(n)) return;
@@ -960,6 +961,7 @@ class Partitioner {
   const Graph& g_;
   const ShardingPlan& plan_;
   const DeviceMesh& mesh_;
+  const RuleTable& rules_;
   SpmdProgram out_;
   ReshardPlanner planner_;
   std::vector<std::vector<Local>> avail_;  // per global value: its local representations, first = primary
@@ -968,10 +970,12 @@ class Partitioner {
 
 }  // namespace
 
-SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target) {
+SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
+                      const RuleTable* rules) {
   if (plan.shardings.size() != g.values.size())
     throw std::invalid_argument("partition: the plan has no sharding for some values");
-  return Partitioner(g, plan, mesh, target).run();
+  std::optional<RuleTable> own;
+  return Partitioner(g, plan, mesh, target, rules_for(g, rules, own)).run();
 }
 
 }  // namespace gspmd

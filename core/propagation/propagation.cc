@@ -13,7 +13,8 @@ namespace {
 
 class Propagator {
  public:
-  Propagator(const Graph& g, const Annotations& ann) : g_(g), ann_(ann), mesh_(ann.mesh) {}
+  Propagator(const Graph& g, const Annotations& ann, const RuleTable& rules)
+      : g_(g), ann_(ann), mesh_(ann.mesh), rules_(rules) {}
 
   ShardingPlan run() {
     const size_t nv = g_.values.size();
@@ -35,12 +36,10 @@ class Propagator {
       }
     }
 
-    rules_.resize(g_.nodes.size());
     pass_through_op_.assign(g_.nodes.size(), 0);
     broadcast_.assign(g_.nodes.size(), {});
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      rules_[n] = get_rule(g_, g_.nodes[n]);
-      if (!rules_[n]) {
+      if (!rules_.rule(static_cast<int>(n))) {
         plan_.nodes_without_rule.push_back(static_cast<int>(n));
         continue;
       }
@@ -81,7 +80,7 @@ class Propagator {
   // propagating forward from it would split a large tensor after a small one (Shardy: broadcasts forward last).
   void classify(int n) {
     const Node& node = g_.nodes[n];
-    const OpShardingRule& rule = *rules_[n];
+    const OpShardingRule& rule = *rules_.rule(n);
     bool simple = true;
     for (FactorKind k : rule.factor_kinds)
       if (k != FactorKind::kPassThrough && k != FactorKind::kPermutation) simple = false;
@@ -107,9 +106,9 @@ class Propagator {
     bool changed = false;
     const int nn = static_cast<int>(g_.nodes.size());
     for (int n = 0; n < nn; ++n)
-      if (rules_[n] && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
+      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
     for (int n = nn - 1; n >= 0; --n)
-      if (rules_[n] && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
+      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
     return changed;
   }
 
@@ -123,7 +122,7 @@ class Propagator {
 
   bool process(int n, int stage) {
     const Node& node = g_.nodes[n];
-    const OpShardingRule& rule = *rules_[n];
+    const OpShardingRule& rule = *rules_.rule(n);
     const int nf = rule.num_factors();
     std::vector<Ref> refs;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -220,7 +219,7 @@ class Propagator {
   const DeviceMesh& mesh_;
   ShardingPlan plan_;
   std::vector<State> state_;
-  std::vector<std::optional<OpShardingRule>> rules_;
+  const RuleTable& rules_;
   std::vector<char> pass_through_op_;           // per node: stage-0 op
   std::vector<std::vector<char>> broadcast_;    // per node, per operand: a broadcast operand
 };
@@ -232,7 +231,10 @@ std::string node_label(const Graph& g, int n) {
 
 }  // namespace
 
-ShardingPlan propagate(const Graph& g, const Annotations& ann) { return Propagator(g, ann).run(); }
+ShardingPlan propagate(const Graph& g, const Annotations& ann, const RuleTable* rules) {
+  std::optional<RuleTable> own;
+  return Propagator(g, ann, rules_for(g, rules, own)).run();
+}
 
 std::string origin_chain(const Graph& g, const ShardingPlan& plan, int v) {
   struct Hop {
@@ -263,12 +265,15 @@ std::string origin_chain(const Graph& g, const ShardingPlan& plan, int v) {
   return s;
 }
 
-std::vector<std::vector<int64_t>> reshape_cuts(const Graph& g, const DeviceMesh& mesh) {
+std::vector<std::vector<int64_t>> reshape_cuts(const Graph& g, const DeviceMesh& mesh, const RuleTable* rules) {
   const DeviceMesh user = mesh.user();
   std::vector<std::vector<int64_t>> cuts(user.shape.size());
-  for (const Node& node : g.nodes) {
+  if (rules) rules->check_graph(g);
+  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
+    const Node& node = g.nodes[static_cast<size_t>(n)];
     if (!node.domain.empty() || (node.op_type != "Reshape" && node.op_type != "Flatten")) continue;
-    std::optional<OpShardingRule> rule = get_rule(g, node);
+    const RuleResult own = rules ? RuleResult() : get_rule(g, node);  // only these nodes' rules, without a table
+    const OpShardingRule* rule = rules ? rules->rule(n) : own ? &*own : nullptr;
     if (!rule) continue;
     auto scan = [&](const DimFactors& df) {
       for (const std::vector<int>& dim : df) {
@@ -300,8 +305,8 @@ std::vector<std::vector<int64_t>> reshape_cuts(const Graph& g, const DeviceMesh&
   return cuts;
 }
 
-Annotations refine_for_reshapes(const Graph& g, const Annotations& ann) {
-  const std::vector<std::vector<int64_t>> cuts = reshape_cuts(g, ann.mesh);
+Annotations refine_for_reshapes(const Graph& g, const Annotations& ann, const RuleTable* rules) {
+  const std::vector<std::vector<int64_t>> cuts = reshape_cuts(g, ann.mesh, rules);
   if (std::all_of(cuts.begin(), cuts.end(), [](const auto& c) { return c.empty(); })) return ann;
   std::vector<std::vector<int64_t>> all = ann.mesh.cuts();
   for (size_t u = 0; u < cuts.size(); ++u) {  // merge with existing cuts, keeping a chain
