@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/rules/factor_projection.h"
 #include "core/rules/rule.h"
 
 namespace gspmd {
@@ -137,43 +138,27 @@ class Propagator {
         refs.push_back({v, true, &rule.results[i], num_elements(g_.values[v].shape), false});
     }
 
-    // 1. Merge: project each tiled tensor onto the factors, larger tensors first (ties: earlier operand).
-    std::vector<Ref> order = refs;
-    std::stable_sort(order.begin(), order.end(), [](const Ref& a, const Ref& b) { return a.numel > b.numel; });
-    FactorSharding fs(nf);
-    std::vector<int> src(nf, -1);
-    std::vector<int> owner(mesh_.rank(), -1);
-    bool any = false;
-    for (const Ref& r : order) {
-      const TensorSharding& s = plan_.shardings[r.v];
-      if (!s.is_tiled() || r.target_only) continue;
-      FactorSharding tmp(nf);
-      project_to_factors(s, *r.df, rule, mesh_, tmp);  // dims that cannot be expressed are skipped
-      for (const auto& dim : *r.df) {
-        for (int f : dim) {
-          const auto& axes = tmp[f];
-          if (axes.empty()) continue;
-          FactorKind k = rule.factor_kinds[f];
-          if (k == FactorKind::kNeedReplication || k == FactorKind::kPermutation) continue;
-          if (k == FactorKind::kWindowed && stage < 1) continue;  // (pass-through ops have none anyway)
-          if (k == FactorKind::kReduction && (r.result || stage < 2)) continue;
-          // Existing assignment wins unless this one extends it.
-          size_t have = fs[f].size();
-          if (have > 0 && (axes.size() <= have || !std::equal(fs[f].begin(), fs[f].end(), axes.begin()))) continue;
-          for (size_t j = have; j < axes.size(); ++j) {
-            int a = axes[j];
-            if (owner[a] != -1 && owner[a] != f) break;
-            // No cap at the factor size: a source split into more shards than elements (uneven, some shards all
-            // padding) is still a valid split, and copying it lets the op run locally without collectives.
-            fs[f].push_back(a);
-            owner[a] = f;
-            if (src[f] < 0) src[f] = r.v;
-            any = true;
-          }
-        }
-      }
+    // 1. Merge: project each tensor onto the factors, larger tensors first (ties: earlier operand); dims that cannot
+    //    be expressed are skipped. No cap at the factor size: a source split into more shards than elements (uneven,
+    //    some shards all padding) is still a valid split, and copying it lets the op run locally without collectives.
+    FactorProjection proj(rule, mesh_);
+    std::vector<const Ref*> projected;  // per tensor of proj: its Ref (tiled givers only)
+    for (const Ref& r : refs) {
+      if (!plan_.shardings[r.v].is_tiled() || r.target_only) continue;
+      proj.add(plan_.shardings[r.v], *r.df, r.numel);
+      projected.push_back(&r);
     }
-    if (!any) return false;
+    const FactorProjection::Merged merged = proj.merge_largest_first([&](int t, int f) {
+      const FactorKind k = rule.factor_kinds[f];
+      if (k == FactorKind::kNeedReplication || k == FactorKind::kPermutation) return false;
+      if (k == FactorKind::kWindowed && stage < 1) return false;  // (pass-through ops have none anyway)
+      return k != FactorKind::kReduction || (!projected[static_cast<size_t>(t)]->result && stage >= 2);
+    });
+    if (!merged.any) return false;
+    const FactorSharding& fs = merged.factors;
+    std::vector<int> src(nf, -1);  // per factor: the value it came from
+    for (int f = 0; f < nf; ++f)
+      if (merged.source[f] >= 0) src[f] = projected[static_cast<size_t>(merged.source[f])]->v;
 
     // 2. Project back onto open tensors, filling only dims that are not split yet.
     FactorSharding fs_res = fs;  // results never see reduction factors

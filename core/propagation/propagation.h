@@ -44,7 +44,8 @@ struct ShardingPlan {
 /// Propagates annotations to every value, to a fixpoint.
 /// - Annotated values keep exactly their sharding (user wins).
 /// - For each node with a rule, operand and result shardings are projected to factors, merged (an axis is
-///   assigned to at most one factor; conflicts go to the factor of the larger tensor, ties to the earlier one),
+///   assigned to at most one factor; conflicts go to the factor of the larger tensor, ties to the earlier one:
+///   FactorProjection::merge_largest_first, core/rules/factor_projection.h),
 ///   and projected back onto tensors that do not yet use those axes. Reduction factors never make a result tiled;
 ///   values are never made unreduced by propagation (the partitioner decides that).
 /// - Order: annotation priorities ascending (Shardy user priorities); within a priority, op priorities (Shardy's
