@@ -41,8 +41,8 @@ struct Pipeline {
   ShardingPlan plan;
   SpmdProgram program;
   /// Wall time of each stage (s), reported as "compile_time_s": loading (with the sharding file), propagation
-  /// (with sub-axis refinement, and the --auto search), partitioning, measuring the program's ops on this machine
-  /// (--target host only), and costing (set by cost()).
+  /// (with building the rule table, sub-axis refinement, and the --auto search), partitioning, measuring the
+  /// program's ops on this machine (--target host only), and costing (set by cost()).
   struct StageTimes {
     double load = 0, propagate = 0, partition = 0, measure_ops = 0, cost = 0;
   } times;

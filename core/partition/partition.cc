@@ -283,7 +283,7 @@ class Partitioner {
     std::vector<int> operands, results;
   };
   NodeProjection project(const Node& node, const OpShardingRule& rule) const {
-    NodeProjection p{FactorProjection(rule, mesh_), {}, {}};
+    NodeProjection p{FactorProjection(rule, mesh_, node.inputs.size() + node.outputs.size()), {}, {}};
     for (size_t i = 0; i < node.inputs.size(); ++i)
       if (node.inputs[i] >= 0) p.operands.push_back(p.proj.add(current(node.inputs[i]), rule.operands[i]));
     for (size_t r = 0; r < node.outputs.size(); ++r)

@@ -141,13 +141,13 @@ class Propagator {
     // 1. Merge: project each tensor onto the factors, larger tensors first (ties: earlier operand); dims that cannot
     //    be expressed are skipped. No cap at the factor size: a source split into more shards than elements (uneven,
     //    some shards all padding) is still a valid split, and copying it lets the op run locally without collectives.
-    FactorProjection proj(rule, mesh_);
-    std::vector<const Ref*> projected;  // per tensor of proj: its Ref (tiled givers only)
-    for (const Ref& r : refs) {
-      if (!plan_.shardings[r.v].is_tiled() || r.target_only) continue;
-      proj.add(plan_.shardings[r.v], *r.df, r.numel);
-      projected.push_back(&r);
-    }
+    std::vector<const Ref*>& projected = projected_;  // per tensor of proj: its Ref (tiled givers only)
+    projected.clear();
+    for (const Ref& r : refs)
+      if (plan_.shardings[r.v].is_tiled() && !r.target_only) projected.push_back(&r);
+    if (projected.empty()) return false;  // nothing to give
+    FactorProjection proj(rule, mesh_, projected.size());
+    for (const Ref* r : projected) proj.add(plan_.shardings[r->v], *r->df, r->numel);
     const FactorProjection::Merged merged = proj.merge_largest_first([&](int t, int f) {
       const FactorKind k = rule.factor_kinds[f];
       if (k == FactorKind::kNeedReplication || k == FactorKind::kPermutation) return false;
@@ -156,7 +156,8 @@ class Propagator {
     });
     if (!merged.any) return false;
     const FactorSharding& fs = merged.factors;
-    std::vector<int> src(nf, -1);  // per factor: the value it came from
+    std::vector<int>& src = src_;  // per factor: the value it came from
+    src.assign(nf, -1);
     for (int f = 0; f < nf; ++f)
       if (merged.source[f] >= 0) src[f] = projected[static_cast<size_t>(merged.source[f])]->v;
 
@@ -205,6 +206,8 @@ class Propagator {
   ShardingPlan plan_;
   std::vector<State> state_;
   const RuleTable& rules_;
+  std::vector<const Ref*> projected_;           // process()'s scratch (no allocation per call)
+  std::vector<int> src_;                        // process()'s scratch
   std::vector<char> pass_through_op_;           // per node: stage-0 op
   std::vector<std::vector<char>> broadcast_;    // per node, per operand: a broadcast operand
 };

@@ -47,38 +47,28 @@ void FactorProjection::merge_first_come(const std::vector<int>& order, FactorSha
   }
 }
 
-FactorProjection::Merged FactorProjection::merge_largest_first(
-    const std::function<bool(int t, int f)>& accept) const {
-  const int nf = rule_.num_factors();
-  Merged m{FactorSharding(static_cast<size_t>(nf)), std::vector<int>(static_cast<size_t>(nf), -1), false};
+std::vector<int> FactorProjection::largest_first() const {
   std::vector<int> order(tensors_.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return tensors_[static_cast<size_t>(a)].weight > tensors_[static_cast<size_t>(b)].weight;
   });
-  std::vector<int> owner(static_cast<size_t>(mesh_.rank()), -1);
-  for (int t : order) {
-    const FactorSharding& offer = factors(t);
-    for (const std::vector<int>& dim : dims(t)) {
-      for (int f : dim) {
-        const std::vector<int>& axes = offer[static_cast<size_t>(f)];
-        if (axes.empty() || !accept(t, f)) continue;
-        std::vector<int>& have = m.factors[static_cast<size_t>(f)];
-        const size_t n = have.size();
-        if (n > 0 && (axes.size() <= n || !std::equal(have.begin(), have.end(), axes.begin()))) continue;
-        for (size_t j = n; j < axes.size(); ++j) {
-          const int a = axes[j];
-          int& own = owner[static_cast<size_t>(a)];
-          if (own != -1 && own != f) break;
-          have.push_back(a);
-          own = f;
-          if (m.source[static_cast<size_t>(f)] < 0) m.source[static_cast<size_t>(f)] = t;
-          m.any = true;
-        }
-      }
-    }
+  return order;
+}
+
+void FactorProjection::extend(int t, int f, std::vector<int>& owner, Merged& m) const {
+  const std::vector<int>& axes = factors(t)[static_cast<size_t>(f)];
+  std::vector<int>& have = m.factors[static_cast<size_t>(f)];
+  const size_t n = have.size();
+  if (n > 0 && (axes.size() <= n || !std::equal(have.begin(), have.end(), axes.begin()))) return;
+  for (size_t j = n; j < axes.size(); ++j) {
+    int& own = owner[static_cast<size_t>(axes[j])];
+    if (own != -1 && own != f) break;
+    have.push_back(axes[j]);
+    own = f;
+    if (m.source[static_cast<size_t>(f)] < 0) m.source[static_cast<size_t>(f)] = t;
+    m.any = true;
   }
-  return m;
 }
 
 TensorSharding FactorProjection::tensor_sharding(const FactorSharding& fs, const DimFactors& df,

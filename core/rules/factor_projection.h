@@ -5,8 +5,8 @@
 // policy; neither walks factor shardings itself.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <vector>
 
@@ -26,11 +26,14 @@ namespace gspmd {
 /// A dim with one factor projects any split, uneven ones too.
 class FactorProjection {
  public:
-  /// `rule` and `mesh` must outlive the projection.
-  FactorProjection(const OpShardingRule& rule, const DeviceMesh& mesh) : rule_(rule), mesh_(mesh) {}
+  /// `rule` and `mesh` must outlive the projection; `expected`: how many tensors will be added (capacity).
+  FactorProjection(const OpShardingRule& rule, const DeviceMesh& mesh, size_t expected = 0)
+      : rule_(rule), mesh_(mesh) {
+    tensors_.reserve(expected);
+  }
 
-  /// Projects `s`, the sharding of a tensor whose dims index the factors `df` (one of rule.operands / rule.results),
-  /// and keeps it. A tensor with no dims of factors (df empty: absent or scalar) or whose rank differs from df's
+  /// Projects `s`, the sharding of a tensor whose dims index the factors `df` (one of rule.operands / rule.results,
+  /// which must outlive the projection), and keeps it. A tensor with no dims of factors (df empty: absent or scalar) or whose rank differs from df's
   /// projects to nothing. `weight` ranks it for merge_largest_first (its element count there). Returns the tensor's
   /// index: 0, 1, ... in order of addition. O(rank * mesh rank).
   int add(const TensorSharding& s, const DimFactors& df, int64_t weight = 0);
@@ -70,7 +73,9 @@ class FactorProjection {
   /// earlier, larger one gives nothing to that factor); an axis that another factor owns stops the factor there.
   /// Every mesh axis goes to at most one factor. Axes are not capped at the factor's size (an uneven split stays a
   /// split). O(tensors * rank * mesh rank).
-  Merged merge_largest_first(const std::function<bool(int t, int f)>& accept) const;
+  /// `accept`: bool(int t, int f).
+  template <class Accept>
+  Merged merge_largest_first(const Accept& accept) const;
 
   /// The tensor sharding that factor shardings `fs` give dims `df`: each dim gets the axes of its factors, major
   /// factor first (sharding_from_factors). With `expressible_only`, a merged dim keeps only what it can really
@@ -84,9 +89,26 @@ class FactorProjection {
     bool exact = true;
     int64_t weight = 0;
   };
+  /// Tensor indices by decreasing weight, ties in order of addition.
+  std::vector<int> largest_first() const;
+  /// merge_largest_first's step for factor f of tensor t: extend m's assignment by the tensor's axes.
+  void extend(int t, int f, std::vector<int>& owner, Merged& m) const;
+
   const OpShardingRule& rule_;
   const DeviceMesh& mesh_;
   std::vector<Projected> tensors_;
 };
+
+template <class Accept>
+FactorProjection::Merged FactorProjection::merge_largest_first(const Accept& accept) const {
+  const auto nf = static_cast<size_t>(rule_.num_factors());
+  Merged m{FactorSharding(nf), std::vector<int>(nf, -1), false};
+  std::vector<int> owner(static_cast<size_t>(mesh_.rank()), -1);
+  for (int t : largest_first())
+    for (const std::vector<int>& dim : dims(t))
+      for (int f : dim)
+        if (!factors(t)[static_cast<size_t>(f)].empty() && accept(t, f)) extend(t, f, owner, m);
+  return m;
+}
 
 }  // namespace gspmd

@@ -132,23 +132,23 @@ namespace rules_internal {
 void check_tensor_dims(const Graph& g, const Node& node, const OpShardingRule& rule, bool result, size_t i) {
   const auto& vals = result ? node.outputs : node.inputs;
   const DimFactors& df = (result ? rule.results : rule.operands).at(i);
-  const std::string label = tensor_label(g, node, result, i);
+  const auto label = [&] { return tensor_label(g, node, result, i); };  // only on errors
   if (vals[i] < 0) {
-    if (!df.empty()) throw RuleError(fmt::format("{} is absent but has {} dims of factors", label, df.size()));
+    if (!df.empty()) throw RuleError(fmt::format("{} is absent but has {} dims of factors", label(), df.size()));
     return;
   }
   const Shape& shape = g.values.at(vals[i]).shape;
   if (df.size() != shape.size())
-    throw RuleError(fmt::format("{} has rank {} but {} dims of factors", label, shape.size(), df.size()));
+    throw RuleError(fmt::format("{} has rank {} but {} dims of factors", label(), shape.size(), df.size()));
   std::vector<char> seen(static_cast<size_t>(rule.num_factors()), 0);
   for (size_t d = 0; d < df.size(); ++d) {
     int64_t product = 1;
     for (int f : df[d]) {
       if (f < 0 || f >= rule.num_factors())
-        throw RuleError(fmt::format("{} dim {}: factor id {} out of range (the rule has {} factors)", label, d, f,
+        throw RuleError(fmt::format("{} dim {}: factor id {} out of range (the rule has {} factors)", label(), d, f,
                                     rule.num_factors()));
       if (seen[static_cast<size_t>(f)]++)
-        throw RuleError(fmt::format("{} indexes factor {} twice", label, factor_name(f)));
+        throw RuleError(fmt::format("{} indexes factor {} twice", label(), factor_name(f)));
       product *= rule.factor_sizes[static_cast<size_t>(f)];
     }
     if (df[d].empty() || product == shape[d]) continue;
@@ -156,7 +156,7 @@ void check_tensor_dims(const Graph& g, const Node& node, const OpShardingRule& r
     const bool sized_elsewhere = df[d].size() == 1 && (k == FactorKind::kWindowed || k == FactorKind::kPermutation ||
                                                        k == FactorKind::kNeedReplication);
     if (!sized_elsewhere)
-      throw RuleError(fmt::format("{} dim {} has size {} but its factors {} multiply to {}", label, d, shape[d],
+      throw RuleError(fmt::format("{} dim {} has size {} but its factors {} multiply to {}", label(), d, shape[d],
                                   dims_str({df[d]}), product));
   }
 }

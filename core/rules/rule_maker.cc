@@ -100,7 +100,7 @@ OpShardingRule RuleMaker::build() {
     if (has_output(i) && !result_set_[i]) throw RuleError(fmt::format("result {} has no dims of factors", i));
   rule_.linear_operands.resize(node_.inputs.size(), false);
   check(g_, node_, rule_);
-  return rule_;
+  return std::move(rule_);
 }
 
 }  // namespace gspmd
