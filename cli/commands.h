@@ -11,6 +11,7 @@
 #include "core/ir/ir.h"
 #include "core/partition/spmd.h"
 #include "core/propagation/propagation.h"
+#include "core/rules/rule.h"
 #include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {
@@ -34,13 +35,14 @@ struct CommonOptions {
 struct Pipeline {
   Target target;              // --target with --device-order applied (resolved once: "host" is measured)
   Graph graph;
+  RuleTable rules;            // every node's sharding rule, built once after loading (auto, propagate, partition)
   Annotations annotations;
   std::string sharding_file;  // the file actually read ("" if none)
   ShardingPlan plan;
   SpmdProgram program;
   /// Wall time of each stage (s), reported as "compile_time_s": loading (with the sharding file), propagation
-  /// (with sub-axis refinement, and the --auto search), partitioning, measuring the program's ops on this machine
-  /// (--target host only), and costing (set by cost()).
+  /// (with building the rule table, sub-axis refinement, and the --auto search), partitioning, measuring the
+  /// program's ops on this machine (--target host only), and costing (set by cost()).
   struct StageTimes {
     double load = 0, propagate = 0, partition = 0, measure_ops = 0, cost = 0;
   } times;

@@ -64,8 +64,8 @@ bool better(const AutoPlanCost& a, const AutoPlanCost& b) {
 
 class Search {
  public:
-  Search(const Graph& g, const Annotations& constraints, const AutoOptions& o)
-      : g_(g), cons_(constraints), o_(o), mesh_(constraints.mesh) {
+  Search(const Graph& g, const Annotations& constraints, const AutoOptions& o, const RuleTable& rules)
+      : g_(g), cons_(constraints), o_(o), mesh_(constraints.mesh), rules_(rules) {
     limit_ = o.memory_limit_bytes > 0 ? o.memory_limit_bytes : static_cast<int64_t>(o.target.hbm_bytes);
   }
 
@@ -98,6 +98,7 @@ class Search {
   const Annotations& cons_;
   const AutoOptions& o_;
   const DeviceMesh& mesh_;
+  const RuleTable& rules_;  // one per graph, shared by every evaluation
   int64_t limit_ = 0;
   std::vector<Group> groups_;
   std::map<std::vector<int>, AutoPlanCost> memo_;
@@ -112,7 +113,7 @@ std::vector<int> Search::allowed_dims(int v, const std::vector<std::vector<int>>
   std::vector<bool> ok(rank, true), seen(rank, false);
   for (int n : consumers[v]) {
     const Node& node = g_.nodes[n];
-    std::optional<OpShardingRule> rule = get_rule(g_, node);
+    const OpShardingRule* rule = rules_.rule(n);
     if (!rule) continue;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (node.inputs[i] != v || i >= rule->operands.size()) continue;
@@ -181,7 +182,7 @@ void Search::find_groups() {
     bool contracted = false;
     for (int n : consumers[v]) {
       const Node& node = g_.nodes[n];
-      std::optional<OpShardingRule> rule = get_rule(g_, node);
+      const OpShardingRule* rule = rules_.rule(n);
       if (!rule) continue;
       for (size_t i = 0; i < node.inputs.size() && i < rule->operands.size(); ++i)
         if (node.inputs[i] == v)
@@ -196,12 +197,12 @@ void Search::find_groups() {
   for (int v : vars)
     if (!inputs.count(v)) weights.insert(v);
   std::map<int, int> act_weight;  // activation value -> the weight of its first contracting consumer
-  for (const Node& node : g_.nodes) {
-    std::optional<OpShardingRule> rule;
+  for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
+    const Node& node = g_.nodes[n];
+    const OpShardingRule* rule = rules_.rule(n);
     int w = -1;
     for (size_t i = 0; i < node.inputs.size() && w < 0; ++i) {
       if (!weights.count(node.inputs[i])) continue;
-      if (!rule) rule = get_rule(g_, node);
       if (!rule || i >= rule->operands.size()) break;
       for (const auto& fs : rule->operands[i])
         for (int f : fs)
@@ -279,9 +280,9 @@ AutoPlanCost Search::evaluate(const std::vector<int>& assign, bool rethrow) {
   AutoPlanCost c;
   ++evaluations_;
   try {
-    Annotations refined = refine_for_reshapes(g_, annotations(assign));
-    ShardingPlan plan = propagate(g_, refined);
-    SpmdProgram p = partition(g_, plan, refined.mesh, o_.target);
+    Annotations refined = refine_for_reshapes(g_, annotations(assign), &rules_);
+    ShardingPlan plan = propagate(g_, refined, &rules_);
+    SpmdProgram p = partition(g_, plan, refined.mesh, o_.target, &rules_);
     CostReport r = simulate_cost(g_, p, o_.target, o_.overlap);
     c.valid = true;
     c.step_time_s = r.step_time_s;
@@ -344,7 +345,7 @@ std::optional<std::vector<int>> Search::megatron_seed() {
     // own output factor (column-parallel). Embedding tables (Gather) are left to propagation.
     for (int n : consumers[w]) {
       const Node& node = g_.nodes[n];
-      std::optional<OpShardingRule> rule = get_rule(g_, node);
+      const OpShardingRule* rule = rules_.rule(n);
       if (!rule || node.op_type == "Gather") continue;
       int wi = -1;
       for (size_t i = 0; i < node.inputs.size() && i < rule->operands.size(); ++i)
@@ -364,8 +365,8 @@ std::optional<std::vector<int>> Search::megatron_seed() {
       }
       if (red_dim < 0) break;
       bool row = false;
-      Annotations refined = refine_for_reshapes(g_, annotations(assign));
-      ShardingPlan plan = propagate(g_, refined);
+      Annotations refined = refine_for_reshapes(g_, annotations(assign), &rules_);
+      ShardingPlan plan = propagate(g_, refined, &rules_);
       for (size_t i = 0; i < node.inputs.size() && i < rule->operands.size(); ++i) {
         if (static_cast<int>(i) == wi || node.inputs[i] < 0) continue;
         const TensorSharding& s = plan.shardings[node.inputs[i]];
@@ -527,8 +528,9 @@ AutoResult Search::run() {
 
 }  // namespace
 
-AutoResult auto_shard(const Graph& g, const Annotations& constraints, const AutoOptions& o) {
-  Search s(g, constraints, o);
+AutoResult auto_shard(const Graph& g, const Annotations& constraints, const AutoOptions& o, const RuleTable* rules) {
+  std::optional<RuleTable> own;
+  Search s(g, constraints, o, rules_for(g, rules, own));
   return s.run();
 }
 

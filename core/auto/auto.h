@@ -36,6 +36,8 @@
 
 namespace gspmd {
 
+class RuleTable;  // core/rules/rule.h
+
 /// Options of the search. Units: bytes, seconds.
 struct AutoOptions {
   Target target;                    // the pod whose simulated step time is minimised (--target)
@@ -90,7 +92,9 @@ std::string layer_key(const std::string& name);
 /// `constraints` (hard constraints; there may be none) and minimises the simulated step time within the memory limit.
 /// Throws InputError("--auto: no sharding plan fits in L bytes per device (the best found needs P bytes: ...)") when
 /// no candidate fits, and InputError("--memory-limit: ...") for a negative limit. The returned annotations,
-/// refined, propagated and partitioned with the same target, give exactly `chosen`.
-AutoResult auto_shard(const Graph& g, const Annotations& constraints, const AutoOptions& o);
+/// refined, propagated and partitioned with the same target, give exactly `chosen`. `rules`: the graph's rule table
+/// (RuleTable(g), shared by every evaluation); built here when null.
+AutoResult auto_shard(const Graph& g, const Annotations& constraints, const AutoOptions& o,
+                      const RuleTable* rules = nullptr);
 
 }  // namespace gspmd

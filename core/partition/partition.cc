@@ -14,6 +14,7 @@
 
 #include "core/partition/reshard.h"
 #include "core/partition/spmd.h"
+#include "core/rules/factor_projection.h"
 #include "core/rules/rule.h"
 
 namespace gspmd {
@@ -44,8 +45,9 @@ float reduction_identity(ReductionKind k) {
 
 class Partitioner {
  public:
-  Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target)
-      : g_(g), plan_(plan), mesh_(mesh), planner_(mesh, target), avail_(g.values.size()) {
+  Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
+              const RuleTable& rules)
+      : g_(g), plan_(plan), mesh_(mesh), rules_(rules), planner_(mesh, target), avail_(g.values.size()) {
     out_.mesh = mesh;
     P().name = g.name;
     P().opset = g.opset;
@@ -272,54 +274,44 @@ class Partitioner {
     return -1;
   }
 
+  /// The node's present operands (their current shardings) and results (their planned shardings) projected onto
+  /// the factors of `rule`; `operands` and `results` hold their tensor indices in the projection.
+  struct NodeProjection {
+    FactorProjection proj;
+    std::vector<int> operands, results;
+  };
+  NodeProjection project(const Node& node, const OpShardingRule& rule) const {
+    NodeProjection p{FactorProjection(rule, mesh_, node.inputs.size() + node.outputs.size()), {}, {}};
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (node.inputs[i] >= 0) p.operands.push_back(p.proj.add(current(node.inputs[i]), rule.operands[i]));
+    for (size_t r = 0; r < node.outputs.size(); ++r)
+      if (node.outputs[r] >= 0) p.results.push_back(p.proj.add(plan_.shardings[node.outputs[r]], rule.results[r]));
+    return p;
+  }
+
   /// The mesh axes of every factor of `node`'s local computation. First a reduction factor that every operand splits
   /// the same way (row-parallel MatMul: reduce the result afterwards rather than move the operands); then the
-  /// results' planned shardings and the operands' current ones, results first or operands first; each factor takes
-  /// the axes of the first tensor that splits it, while they are free.
+  /// results' planned shardings and the operands' current ones, results first or operands first, merged "first come,
+  /// whole factor" (FactorProjection::merge_first_come): each factor takes the axes of the first tensor that splits
+  /// it, while they are free.
   /// `used` receives the mesh axes the offers took (sanitize may clear a factor, never its axes).
-  FactorSharding choose_factors(const Node& node, const OpShardingRule& rule, bool results_first,
-                                std::vector<char>& used) {
+  FactorSharding choose_factors(const Node& node, const OpShardingRule& rule, const NodeProjection& p,
+                                bool results_first, std::vector<char>& used) {
     const int nf = rule.num_factors();
     FactorSharding F(nf);
     used.assign(mesh_.rank(), 0);
-    auto offer = [&](const TensorSharding& s, const DimFactors& df) {
-      if (df.empty() || static_cast<int>(df.size()) != s.rank()) return;
-      FactorSharding tmp(nf);
-      project_to_factors(s, df, rule, mesh_, tmp);
-      for (int f = 0; f < nf; ++f) {
-        if (!F[f].empty() || tmp[f].empty()) continue;
-        bool free = std::none_of(tmp[f].begin(), tmp[f].end(), [&](int a) { return used[a]; });
-        if (!free) continue;
-        F[f] = tmp[f];
-        for (int a : F[f]) used[a] = 1;
-      }
-    };
     for (int f = 0; f < nf; ++f) {
       if (rule.factor_kinds[f] != FactorKind::kReduction) continue;
-      std::optional<std::vector<int>> agreed;
-      bool all = true;
-      for (size_t i = 0; i < node.inputs.size() && all; ++i) {
-        const DimFactors& df = rule.operands[i];
-        if (node.inputs[i] < 0 || df.empty()) continue;
-        if (std::none_of(df.begin(), df.end(), [&](const auto& d) { return std::find(d.begin(), d.end(), f) != d.end(); }))
-          continue;
-        FactorSharding tmp(nf);
-        project_to_factors(current(node.inputs[i]), df, rule, mesh_, tmp);
-        if (!agreed) agreed = tmp[f];
-        all = *agreed == tmp[f] && !tmp[f].empty();
-      }
-      if (all && agreed && std::none_of(agreed->begin(), agreed->end(), [&](int a) { return used[a]; })) {
+      std::optional<std::vector<int>> agreed = p.proj.agreed(f, p.operands);
+      if (agreed && std::none_of(agreed->begin(), agreed->end(), [&](int a) { return used[a]; })) {
         F[f] = *agreed;
         for (int a : F[f]) used[a] = 1;
       }
     }
-    auto offer_results = [&] {
-      for (size_t r = 0; r < node.outputs.size(); ++r) offer(plan_.shardings[node.outputs[r]], rule.results[r]);
-    };
-    if (results_first) offer_results();
-    for (size_t i = 0; i < node.inputs.size(); ++i)
-      if (node.inputs[i] >= 0) offer(current(node.inputs[i]), rule.operands[i]);
-    if (!results_first) offer_results();
+    std::vector<int> order = results_first ? p.results : p.operands;
+    const std::vector<int>& then = results_first ? p.operands : p.results;
+    order.insert(order.end(), then.begin(), then.end());
+    p.proj.merge_first_come(order, F, used);
     sanitize(rule, F);
     // Ops whose operands carry no factor (Range, ConstantOfShape) generate their whole result: keep it whole.
     if (std::all_of(rule.operands.begin(), rule.operands.end(), [](const DimFactors& df) {
@@ -374,15 +366,16 @@ class Partitioner {
                                       node.op_type, node.op_type));
       return;
     }
-    std::optional<OpShardingRule> rule = get_rule(g_, node);
+    const RuleResult& rule = rules_[n];
     if (!rule) {
-      lower_replicated(n, fmt::format("node '{}' ({}) has no sharding rule", node.name, node.op_type));
+      lower_replicated(n, fmt::format("node '{}' ({}) {}", node.name, node.op_type, rule.describe()));
       return;
     }
     if (lower_split_softmax(n) || lower_split_layer_norm(n)) return;
     const int nf = rule->num_factors();
     std::vector<char> used, used_g;
-    FactorSharding F = choose_factors(node, *rule, /*results_first=*/true, used);
+    const NodeProjection projection = project(node, *rule);
+    FactorSharding F = choose_factors(node, *rule, projection, /*results_first=*/true, used);
     // GSPMD's einsum strategies (§3.3): computing in the results' sharding moves the operands; computing in the
     // operands' sharding moves the results instead. Take the second when its reshards are cheaper (e.g. GShard's
     // dispatch: tokens split by group in, experts split out: one all-to-all of the result, not a gather of the
@@ -392,7 +385,7 @@ class Partitioner {
                                      [&](int v) { return v >= 0 && !current(v).unreduced.empty(); });
     if (!partial && std::none_of(rule->factor_kinds.begin(), rule->factor_kinds.end(),
                                  [](FactorKind k) { return k == FactorKind::kWindowed; })) {
-      FactorSharding G = choose_factors(node, *rule, /*results_first=*/false, used_g);
+      FactorSharding G = choose_factors(node, *rule, projection, /*results_first=*/false, used_g);
       if (G != F && reshard_seconds(node, *rule, G) < 0.999 * reshard_seconds(node, *rule, F)) {
         F = std::move(G);
         used = std::move(used_g);
@@ -956,6 +949,7 @@ class Partitioner {
   const Graph& g_;
   const ShardingPlan& plan_;
   const DeviceMesh& mesh_;
+  const RuleTable& rules_;
   SpmdProgram out_;
   ReshardPlanner planner_;
   std::vector<std::vector<Local>> avail_;  // per global value: its local representations, first = primary
@@ -964,10 +958,12 @@ class Partitioner {
 
 }  // namespace
 
-SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target) {
+SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
+                      const RuleTable* rules) {
   if (plan.shardings.size() != g.values.size())
     throw std::invalid_argument("partition: the plan has no sharding for some values");
-  return Partitioner(g, plan, mesh, target).run();
+  std::optional<RuleTable> own;
+  return Partitioner(g, plan, mesh, target, rules_for(g, rules, own)).run();
 }
 
 }  // namespace gspmd

@@ -56,9 +56,12 @@ struct SpmdProgram {
 /// make the result unreduced; unreduced values stay so through linear consumers and are reduced (all-reduce) where
 /// a consumer needs the full value. Ops without a rule fall back to all-gather + full computation, with a warning.
 /// Reshards are the cheapest step sequences on `target` (ReshardPlanner, core/partition/reshard.h).
-/// Throws UnsupportedError when an op can be neither partitioned nor replicated.
+/// `rules`: the graph's rule table (core/rules/rule.h RuleTable, shared with propagation); built here when null.
+/// Throws UnsupportedError when an op can be neither partitioned nor replicated, std::invalid_argument when `rules`
+/// was built for another graph.
+class RuleTable;
 SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
-                      const Target& target = Target::load("tpu-v3"));
+                      const Target& target = Target::load("tpu-v3"), const RuleTable* rules = nullptr);
 
 }  // namespace gspmd
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/rules/factor_projection.h"
 #include "core/rules/rule.h"
 
 namespace gspmd {
@@ -13,7 +14,8 @@ namespace {
 
 class Propagator {
  public:
-  Propagator(const Graph& g, const Annotations& ann) : g_(g), ann_(ann), mesh_(ann.mesh) {}
+  Propagator(const Graph& g, const Annotations& ann, const RuleTable& rules)
+      : g_(g), ann_(ann), mesh_(ann.mesh), rules_(rules) {}
 
   ShardingPlan run() {
     const size_t nv = g_.values.size();
@@ -35,12 +37,10 @@ class Propagator {
       }
     }
 
-    rules_.resize(g_.nodes.size());
     pass_through_op_.assign(g_.nodes.size(), 0);
     broadcast_.assign(g_.nodes.size(), {});
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      rules_[n] = get_rule(g_, g_.nodes[n]);
-      if (!rules_[n]) {
+      if (!rules_.rule(static_cast<int>(n))) {
         plan_.nodes_without_rule.push_back(static_cast<int>(n));
         continue;
       }
@@ -81,7 +81,7 @@ class Propagator {
   // propagating forward from it would split a large tensor after a small one (Shardy: broadcasts forward last).
   void classify(int n) {
     const Node& node = g_.nodes[n];
-    const OpShardingRule& rule = *rules_[n];
+    const OpShardingRule& rule = *rules_.rule(n);
     bool simple = true;
     for (FactorKind k : rule.factor_kinds)
       if (k != FactorKind::kPassThrough && k != FactorKind::kPermutation) simple = false;
@@ -107,9 +107,9 @@ class Propagator {
     bool changed = false;
     const int nn = static_cast<int>(g_.nodes.size());
     for (int n = 0; n < nn; ++n)
-      if (rules_[n] && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
+      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
     for (int n = nn - 1; n >= 0; --n)
-      if (rules_[n] && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
+      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
     return changed;
   }
 
@@ -123,7 +123,7 @@ class Propagator {
 
   bool process(int n, int stage) {
     const Node& node = g_.nodes[n];
-    const OpShardingRule& rule = *rules_[n];
+    const OpShardingRule& rule = *rules_.rule(n);
     const int nf = rule.num_factors();
     std::vector<Ref> refs;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -138,43 +138,28 @@ class Propagator {
         refs.push_back({v, true, &rule.results[i], num_elements(g_.values[v].shape), false});
     }
 
-    // 1. Merge: project each tiled tensor onto the factors, larger tensors first (ties: earlier operand).
-    std::vector<Ref> order = refs;
-    std::stable_sort(order.begin(), order.end(), [](const Ref& a, const Ref& b) { return a.numel > b.numel; });
-    FactorSharding fs(nf);
-    std::vector<int> src(nf, -1);
-    std::vector<int> owner(mesh_.rank(), -1);
-    bool any = false;
-    for (const Ref& r : order) {
-      const TensorSharding& s = plan_.shardings[r.v];
-      if (!s.is_tiled() || r.target_only) continue;
-      FactorSharding tmp(nf);
-      project_to_factors(s, *r.df, rule, mesh_, tmp);  // dims that cannot be expressed are skipped
-      for (const auto& dim : *r.df) {
-        for (int f : dim) {
-          const auto& axes = tmp[f];
-          if (axes.empty()) continue;
-          FactorKind k = rule.factor_kinds[f];
-          if (k == FactorKind::kNeedReplication || k == FactorKind::kPermutation) continue;
-          if (k == FactorKind::kWindowed && stage < 1) continue;  // (pass-through ops have none anyway)
-          if (k == FactorKind::kReduction && (r.result || stage < 2)) continue;
-          // Existing assignment wins unless this one extends it.
-          size_t have = fs[f].size();
-          if (have > 0 && (axes.size() <= have || !std::equal(fs[f].begin(), fs[f].end(), axes.begin()))) continue;
-          for (size_t j = have; j < axes.size(); ++j) {
-            int a = axes[j];
-            if (owner[a] != -1 && owner[a] != f) break;
-            // No cap at the factor size: a source split into more shards than elements (uneven, some shards all
-            // padding) is still a valid split, and copying it lets the op run locally without collectives.
-            fs[f].push_back(a);
-            owner[a] = f;
-            if (src[f] < 0) src[f] = r.v;
-            any = true;
-          }
-        }
-      }
-    }
-    if (!any) return false;
+    // 1. Merge: project each tensor onto the factors, larger tensors first (ties: earlier operand); dims that cannot
+    //    be expressed are skipped. No cap at the factor size: a source split into more shards than elements (uneven,
+    //    some shards all padding) is still a valid split, and copying it lets the op run locally without collectives.
+    std::vector<const Ref*>& projected = projected_;  // per tensor of proj: its Ref (tiled givers only)
+    projected.clear();
+    for (const Ref& r : refs)
+      if (plan_.shardings[r.v].is_tiled() && !r.target_only) projected.push_back(&r);
+    if (projected.empty()) return false;  // nothing to give
+    FactorProjection proj(rule, mesh_, projected.size());
+    for (const Ref* r : projected) proj.add(plan_.shardings[r->v], *r->df, r->numel);
+    const FactorProjection::Merged merged = proj.merge_largest_first([&](int t, int f) {
+      const FactorKind k = rule.factor_kinds[f];
+      if (k == FactorKind::kNeedReplication || k == FactorKind::kPermutation) return false;
+      if (k == FactorKind::kWindowed && stage < 1) return false;  // (pass-through ops have none anyway)
+      return k != FactorKind::kReduction || (!projected[static_cast<size_t>(t)]->result && stage >= 2);
+    });
+    if (!merged.any) return false;
+    const FactorSharding& fs = merged.factors;
+    std::vector<int>& src = src_;  // per factor: the value it came from
+    src.assign(nf, -1);
+    for (int f = 0; f < nf; ++f)
+      if (merged.source[f] >= 0) src[f] = projected[static_cast<size_t>(merged.source[f])]->v;
 
     // 2. Project back onto open tensors, filling only dims that are not split yet.
     FactorSharding fs_res = fs;  // results never see reduction factors
@@ -220,7 +205,9 @@ class Propagator {
   const DeviceMesh& mesh_;
   ShardingPlan plan_;
   std::vector<State> state_;
-  std::vector<std::optional<OpShardingRule>> rules_;
+  const RuleTable& rules_;
+  std::vector<const Ref*> projected_;           // process()'s scratch (no allocation per call)
+  std::vector<int> src_;                        // process()'s scratch
   std::vector<char> pass_through_op_;           // per node: stage-0 op
   std::vector<std::vector<char>> broadcast_;    // per node, per operand: a broadcast operand
 };
@@ -232,7 +219,10 @@ std::string node_label(const Graph& g, int n) {
 
 }  // namespace
 
-ShardingPlan propagate(const Graph& g, const Annotations& ann) { return Propagator(g, ann).run(); }
+ShardingPlan propagate(const Graph& g, const Annotations& ann, const RuleTable* rules) {
+  std::optional<RuleTable> own;
+  return Propagator(g, ann, rules_for(g, rules, own)).run();
+}
 
 std::string origin_chain(const Graph& g, const ShardingPlan& plan, int v) {
   struct Hop {
@@ -263,12 +253,15 @@ std::string origin_chain(const Graph& g, const ShardingPlan& plan, int v) {
   return s;
 }
 
-std::vector<std::vector<int64_t>> reshape_cuts(const Graph& g, const DeviceMesh& mesh) {
+std::vector<std::vector<int64_t>> reshape_cuts(const Graph& g, const DeviceMesh& mesh, const RuleTable* rules) {
   const DeviceMesh user = mesh.user();
   std::vector<std::vector<int64_t>> cuts(user.shape.size());
-  for (const Node& node : g.nodes) {
+  if (rules) rules->check_graph(g);
+  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
+    const Node& node = g.nodes[static_cast<size_t>(n)];
     if (!node.domain.empty() || (node.op_type != "Reshape" && node.op_type != "Flatten")) continue;
-    std::optional<OpShardingRule> rule = get_rule(g, node);
+    const RuleResult own = rules ? RuleResult() : get_rule(g, node);  // only these nodes' rules, without a table
+    const OpShardingRule* rule = rules ? rules->rule(n) : own ? &*own : nullptr;
     if (!rule) continue;
     auto scan = [&](const DimFactors& df) {
       for (const std::vector<int>& dim : df) {
@@ -300,8 +293,8 @@ std::vector<std::vector<int64_t>> reshape_cuts(const Graph& g, const DeviceMesh&
   return cuts;
 }
 
-Annotations refine_for_reshapes(const Graph& g, const Annotations& ann) {
-  const std::vector<std::vector<int64_t>> cuts = reshape_cuts(g, ann.mesh);
+Annotations refine_for_reshapes(const Graph& g, const Annotations& ann, const RuleTable* rules) {
+  const std::vector<std::vector<int64_t>> cuts = reshape_cuts(g, ann.mesh, rules);
   if (std::all_of(cuts.begin(), cuts.end(), [](const auto& c) { return c.empty(); })) return ann;
   std::vector<std::vector<int64_t>> all = ann.mesh.cuts();
   for (size_t u = 0; u < cuts.size(); ++u) {  // merge with existing cuts, keeping a chain

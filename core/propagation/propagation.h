@@ -11,6 +11,8 @@
 
 namespace gspmd {
 
+class RuleTable;  // core/rules/rule.h
+
 /// A user annotation on one value (from the sharding file). Annotated values keep their sharding.
 struct Annotation {
   TensorSharding sharding;
@@ -42,7 +44,8 @@ struct ShardingPlan {
 /// Propagates annotations to every value, to a fixpoint.
 /// - Annotated values keep exactly their sharding (user wins).
 /// - For each node with a rule, operand and result shardings are projected to factors, merged (an axis is
-///   assigned to at most one factor; conflicts go to the factor of the larger tensor, ties to the earlier one),
+///   assigned to at most one factor; conflicts go to the factor of the larger tensor, ties to the earlier one:
+///   FactorProjection::merge_largest_first, core/rules/factor_projection.h),
 ///   and projected back onto tensors that do not yet use those axes. Reduction factors never make a result tiled;
 ///   values are never made unreduced by propagation (the partitioner decides that).
 /// - Order: annotation priorities ascending (Shardy user priorities); within a priority, op priorities (Shardy's
@@ -53,18 +56,22 @@ struct ShardingPlan {
 ///   broadcasts forward last: before stage 2, a broadcast operand of a pass-through op (its factors all in the
 ///   result, fewer elements: a bias, Expand's input) receives shardings but does not give any. Forward and backward.
 /// - Nodes without a rule do not propagate (their values stay as they are) and are listed for explain.
+/// - `rules`: the graph's rule table (RuleTable(g)); built here when null. Throws std::invalid_argument when it was
+///   built for another graph.
 /// Cost: O(rounds * edges * mesh rank), independent of the device count.
-ShardingPlan propagate(const Graph& g, const Annotations& ann);
+ShardingPlan propagate(const Graph& g, const Annotations& ann, const RuleTable* rules = nullptr);
 
 /// Sub-axes that reshapes need (Shardy's "x:(1)2"): for every Reshape / Flatten dim that merges or splits factors
 /// f1 x f2 x ... (major to minor; the op's factor rule), and every user mesh axis of size n dividing the dim, the
 /// cut points f1, f1*f2, ... that lie strictly between 1 and n and divide n. With them, [8] split over x=4 reshaped
 /// to [2,4] stays split, as [x:(1)2, x:(2)2]. Returns cuts per user axis (DeviceMesh::refine); all empty when no
-/// reshape needs one. O(nodes * rank * mesh rank).
-std::vector<std::vector<int64_t>> reshape_cuts(const Graph& g, const DeviceMesh& mesh);
+/// reshape needs one. `rules`: the graph's rule table, or null (the reshapes' rules are then built here).
+/// O(nodes * rank * mesh rank).
+std::vector<std::vector<int64_t>> reshape_cuts(const Graph& g, const DeviceMesh& mesh,
+                                               const RuleTable* rules = nullptr);
 
 /// `ann` on its mesh refined by reshape_cuts (every annotation remapped; unchanged when nothing needs cutting).
-Annotations refine_for_reshapes(const Graph& g, const Annotations& ann);
+Annotations refine_for_reshapes(const Graph& g, const Annotations& ann, const RuleTable* rules = nullptr);
 
 /// The chain of (node, value) hops from an annotation to value `v`, for explain: "annotation x -> MatMul_3 -> v".
 std::string origin_chain(const Graph& g, const ShardingPlan& plan, int v);

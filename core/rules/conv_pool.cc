@@ -22,22 +22,24 @@
 #include <string>
 
 #include "core/rules/rule.h"
+#include "core/rules/rule_maker.h"
 
 namespace gspmd::rules_internal {
 namespace {
 
-// Appends one entry to `out` per value of `vals` from index `first` on: {} for an omitted optional (-1), otherwise
-// `f(shape)`. Returns false (leaving `out` partly filled) as soon as `f` rejects a shape with nullopt.
+// Sets the dims of every present operand (or result, if `results`) from index `first` on to `f(shape)`; absent ones
+// keep none. Returns false as soon as `f` rejects a shape with nullopt (the instance is not expressible).
 template <class F>
-bool append_optional(const Graph& g, const std::vector<int>& vals, size_t first, std::vector<DimFactors>& out, F f) {
-  for (size_t i = first; i < vals.size(); ++i) {
-    if (vals[i] < 0) {
-      out.push_back({});
-      continue;
-    }
-    std::optional<DimFactors> df = f(shape_of(g, vals[i]));
+bool set_present(RuleMaker& m, bool results, size_t first, F f) {
+  const size_t count = results ? m.node().outputs.size() : m.node().inputs.size();
+  for (size_t i = first; i < count; ++i) {
+    if (!(results ? m.has_output(i) : m.has_input(i))) continue;
+    std::optional<DimFactors> df = f(results ? m.out(i) : m.in(i));
     if (!df) return false;
-    out.push_back(std::move(*df));
+    if (results)
+      m.result(i, std::move(*df));
+    else
+      m.operand(i, std::move(*df));
   }
   return true;
 }
@@ -68,61 +70,74 @@ struct Channels {
 // Adds n, channel and spatial factors in the order n, g, og/o, spatial..., cg/c and returns the channel layout;
 // `spatial` receives one factor per spatial dim built by `spatial_kind(i)`.
 template <class SpatialFn>
-Channels conv_factors(OpShardingRule& r, int64_t N, int64_t C, int64_t O, int64_t G, int k, int& fn,
+Channels conv_factors(RuleMaker& m, int64_t N, int64_t C, int64_t O, int64_t G, int k, int& fn,
                       std::vector<int>& spatial, SpatialFn spatial_factor) {
   Channels ch;
-  fn = add_factor(r, N, FactorKind::kPassThrough);
+  fn = m.factor(N, FactorKind::kPassThrough);
   if (G > 1) {
-    int fg = add_factor(r, G, FactorKind::kPassThrough);
+    int fg = m.factor(G, FactorKind::kPassThrough);
     ch.out = {fg};
     ch.in = {fg};
-    if (O / G > 1) ch.out.push_back(add_factor(r, O / G, FactorKind::kPassThrough));
+    if (O / G > 1) ch.out.push_back(m.factor(O / G, FactorKind::kPassThrough));
   } else {
-    ch.out = {add_factor(r, O, FactorKind::kPassThrough)};
+    ch.out = {m.factor(O, FactorKind::kPassThrough)};
   }
   spatial.clear();
   for (int i = 0; i < k; ++i) spatial.push_back(spatial_factor(i));
   if (G > 1) {
     if (C / G > 1) {
-      int fcg = add_factor(r, C / G, FactorKind::kReduction);
+      int fcg = m.factor(C / G, FactorKind::kReduction);
       ch.in.push_back(fcg);
       ch.wc = {fcg};
     }
   } else {
-    int fc = add_factor(r, C, FactorKind::kReduction);
+    int fc = m.factor(C, FactorKind::kReduction);
     ch.in = {fc};
     ch.wc = {fc};
   }
   return ch;
 }
 
+// Why Conv (ConvTranspose, if `transpose`) X [N,C,D..] * W -> Y cannot be expressed, or nullopt.
+std::optional<NotExpressible> conv_mismatch(const Graph& g, const Node& n, bool transpose) {
+  if (!present(n, 0) || !present(n, 1) || n.inputs.size() > 3 || n.outputs.size() != 1 || !present(n, 0, true))
+    return reject("expects X, W, an optional B and one output");
+  const Shape& x = shape_of(g, n.inputs[0]);
+  const Shape& w = shape_of(g, n.inputs[1]);
+  const Shape& y = shape_of(g, n.outputs[0]);
+  if (x.size() < 3 || w.size() != x.size() || y.size() != x.size())
+    return reject("X {}, W {} and Y {} are not of one rank >= 3", shape_str(x), shape_str(w), shape_str(y));
+  const int64_t G = n.i("group", 1), N = x[0], C = x[1];
+  if (G <= 0 || C % G != 0 || y[0] != N) return reject("group {} does not divide the {} channels, or N differs", G, C);
+  const int64_t O = transpose ? w[1] * G : w[0];
+  if (transpose ? w[0] != C : (w[1] * G != C || O % G != 0))
+    return reject("W {} does not fit {} input channels in {} groups", shape_str(w), C, G);
+  if (y[1] != O) return reject("Y has {} channels, W gives {}", y[1], O);
+  if (present(n, 2) && shape_of(g, n.inputs[2]) != Shape{O})
+    return reject("B {} is not [{}]", shape_str(shape_of(g, n.inputs[2])), O);
+  return std::nullopt;
+}
+
 // transpose: ConvTranspose (W = [C, O/G, K..], spatial need replication).
 RuleBuilder conv_rule(bool transpose) {
-  return [transpose](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
-    if (!present(n, 0) || !present(n, 1) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
-    const Shape& x = shape_of(g, n.inputs[0]);
-    const Shape& w = shape_of(g, n.inputs[1]);
-    const Shape& y = shape_of(g, n.outputs[0]);
-    const int rk = static_cast<int>(x.size());
-    if (rk < 3 || w.size() != x.size() || y.size() != x.size()) return std::nullopt;
-    const int k = rk - 2;
-    const int64_t G = n.i("group", 1);
-    const int64_t N = x[0], C = x[1];
-    if (G <= 0 || C % G != 0 || y[0] != N) return std::nullopt;
-    const int64_t O = transpose ? w[1] * G : w[0];
-    if (transpose ? w[0] != C : (w[1] * G != C || O % G != 0)) return std::nullopt;
-    if (y[1] != O) return std::nullopt;
+  return [transpose](const Graph& g, const Node& n) -> RuleResult {
+    if (auto e = conv_mismatch(g, n, transpose)) return *e;
+    RuleMaker m(g, n);
+    const Shape& x = m.in(0);
+    const Shape& w = m.in(1);
+    const Shape& y = m.out(0);
+    const int rk = static_cast<int>(x.size()), k = rk - 2;
+    const int64_t G = n.i("group", 1), N = x[0], C = x[1], O = transpose ? w[1] * G : w[0];
     auto kernel = n.ints("kernel_shape");
-    OpShardingRule r;
     int fn = -1;
     std::vector<int> sp;
-    Channels ch = conv_factors(r, N, C, O, G, k, fn, sp, [&](int i) {
+    Channels ch = conv_factors(m, N, C, O, G, k, fn, sp, [&](int i) {
       int64_t ks = i < static_cast<int>(kernel.size()) ? kernel[i] : w[2 + i];
       auto opad = n.ints("output_padding");
       if (identity_window(n, i, k, ks, x[2 + i], y[2 + i]) &&
           (i >= static_cast<int>(opad.size()) || opad[i] == 0))
-        return add_factor(r, x[2 + i], FactorKind::kPassThrough);
-      return add_factor(r, x[2 + i], transpose ? FactorKind::kNeedReplication : FactorKind::kWindowed);
+        return m.factor(x[2 + i], FactorKind::kPassThrough);
+      return m.factor(x[2 + i], transpose ? FactorKind::kNeedReplication : FactorKind::kWindowed);
     });
     DimFactors dx(rk), dw(rk), dy(rk);
     dx[0] = dy[0] = {fn};
@@ -136,102 +151,80 @@ RuleBuilder conv_rule(bool transpose) {
       dw[1] = ch.wc;
     }
     for (int i = 0; i < k; ++i) dx[2 + i] = dy[2 + i] = {sp[i]};
-    r.operands = {dx, dw};
     const bool bias = present(n, 2);
-    if (n.inputs.size() > 2) {
-      if (bias) {
-        if (shape_of(g, n.inputs[2]) != Shape{O}) return std::nullopt;
-        r.operands.push_back({ch.out});
-      } else {
-        r.operands.push_back({});
-      }
-    }
-    r.results = {dy};
-    r.reduction = ReductionKind::kSum;
+    m.operand(0, dx).operand(1, dw).result(0, dy).reduction(ReductionKind::kSum);
+    if (bias) m.operand(2, {ch.out});
     // Linear in X and in W (not both partial: the partitioner allows one partial operand); affine with a bias.
-    r.linear_operands.assign(n.inputs.size(), false);
-    if (!bias) r.linear_operands[0] = r.linear_operands[1] = true;
-    return r;
+    if (!bias) m.linear(0).linear(1);
+    return m.build();
   };
 }
 
 enum class Pool { kMax, kAverage, kLp };
 
 RuleBuilder pool_rule(Pool kind) {
-  return [kind](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
-    if (!present(n, 0) || n.outputs.empty() || !present(n, 0, true)) return std::nullopt;
-    const Shape& x = shape_of(g, n.inputs[0]);
-    const Shape& y = shape_of(g, n.outputs[0]);
-    const int rk = static_cast<int>(x.size());
-    if (rk < 3 || y.size() != x.size() || y[0] != x[0] || y[1] != x[1]) return std::nullopt;
-    const int k = rk - 2;
+  return [kind](const Graph& g, const Node& n) -> RuleResult {
+    if (n.inputs.size() != 1 || !present(n, 0) || !present(n, 0, true)) return reject("expects X and output Y");
+    RuleMaker m(g, n);
+    const Shape& x = m.in(0);
+    const Shape& y = m.out(0);
+    const int rk = static_cast<int>(x.size()), k = rk - 2;
+    if (rk < 3 || y.size() != x.size() || y[0] != x[0] || y[1] != x[1])
+      return reject("X {} and Y {} do not agree on N and C at one rank >= 3", shape_str(x), shape_str(y));
     auto kernel = n.ints("kernel_shape");
-    if (static_cast<int>(kernel.size()) != k) return std::nullopt;
+    if (static_cast<int>(kernel.size()) != k)
+      return reject("kernel_shape has {} dims for {} spatial", kernel.size(), k);
+    for (size_t o = 1; o < n.outputs.size(); ++o)
+      if (m.has_output(o) && m.out(o).size() != x.size()) return reject("result {} has rank {}", o, m.out(o).size());
     const bool indices = kind == Pool::kMax && present(n, 1, true);
-    OpShardingRule r;
-    DimFactors dx(rk);
     const FactorKind pass = indices ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
-    dx[0] = {add_factor(r, x[0], pass)};
-    dx[1] = {add_factor(r, x[1], pass)};
-    for (int i = 0; i < k; ++i) {
-      FactorKind fk = indices                                                ? FactorKind::kNeedReplication
-                      : identity_window(n, i, k, kernel[i], x[2 + i], y[2 + i]) ? FactorKind::kPassThrough
-                                                                             : FactorKind::kWindowed;
-      dx[2 + i] = {add_factor(r, x[2 + i], fk)};
-    }
-    r.operands = {dx};
-    for (size_t o = 0; o < n.outputs.size(); ++o) {
-      if (n.outputs[o] < 0) {
-        r.results.push_back({});
-        continue;
-      }
-      if (shape_of(g, n.outputs[o]).size() != x.size()) return std::nullopt;
-      r.results.push_back(dx);
-    }
+    const DimFactors dx = one_factor_each(m.factors(x, [&](int d) {
+      if (d < 2 || indices) return pass;
+      const int i = d - 2;
+      return identity_window(n, i, k, kernel[i], x[d], y[d]) ? FactorKind::kPassThrough : FactorKind::kWindowed;
+    }));
+    m.operand(0, dx);
+    for (size_t o = 0; o < n.outputs.size(); ++o)
+      if (m.has_output(o)) m.result(o, dx);
     // An average is linear in its input (a pooled partial sum is the partial sum of the pooled value).
-    r.linear_operands = {kind == Pool::kAverage};
-    return r;
+    m.linear(0, kind == Pool::kAverage);
+    return m.build();
   };
 }
 
 // kind: factor kind of the spatial dims; red / mean: how split partials combine.
 RuleBuilder global_pool_rule(FactorKind kind, ReductionKind red, bool mean, bool linear) {
-  return [=](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
+  return [=](const Graph& g, const Node& n) -> RuleResult {
     if (n.inputs.size() != 1 || !present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true))
-      return std::nullopt;
-    const Shape& x = shape_of(g, n.inputs[0]);
-    const Shape& y = shape_of(g, n.outputs[0]);
+      return reject("expects one input and one output");
+    RuleMaker m(g, n);
+    const Shape& x = m.in(0);
     const int rk = static_cast<int>(x.size());
-    if (rk < 2 || y.size() != x.size()) return std::nullopt;
-    OpShardingRule r;
-    DimFactors dx(rk), dy(rk);
-    dx[0] = dy[0] = {add_factor(r, x[0], FactorKind::kPassThrough)};
-    dx[1] = dy[1] = {add_factor(r, x[1], FactorKind::kPassThrough)};
-    for (int d = 2; d < rk; ++d) dx[d] = {add_factor(r, x[d], kind)};  // Y's spatial dims are 1: no factor
-    r.operands = {dx};
-    r.results = {dy};
-    r.reduction = red;
-    r.mean = mean;
-    r.linear_operands = {linear};
-    return r;
+    if (rk < 2 || m.out(0).size() != x.size())
+      return reject("X {} and Y {} are not of one rank >= 2", shape_str(x), shape_str(m.out(0)));
+    const std::vector<int> xf = m.factors(x, [&](int d) { return d < 2 ? FactorKind::kPassThrough : kind; });
+    DimFactors dy(rk);  // Y's spatial dims are 1: no factor
+    dy[0] = {xf[0]};
+    dy[1] = {xf[1]};
+    m.operand(0, one_factor_each(xf)).result(0, dy).reduction(red).mean(mean).linear(0, linear);
+    return m.build();
   };
 }
 
-std::optional<OpShardingRule> batchnorm_rule(const Graph& g, const Node& n) {
-  if (n.inputs.size() < 5 || !present(n, 0) || n.outputs.empty() || !present(n, 0, true)) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
+RuleResult batchnorm_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() < 5 || !present(n, 0) || !present(n, 0, true)) return reject("expects X, scale, B, mean, var");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
   const int rk = static_cast<int>(x.size());
-  if (rk < 2 || shape_of(g, n.outputs[0]) != x) return std::nullopt;
+  if (rk < 2 || m.out(0) != x)
+    return reject("X {} and Y {} differ or have rank < 2", shape_str(x), shape_str(m.out(0)));
   bool training = n.i("training_mode", 0) != 0;
   for (size_t o = 1; o < n.outputs.size(); ++o) training |= n.outputs[o] >= 0;
   const FactorKind stat = training ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
-  OpShardingRule r;
-  DimFactors dx(rk);
-  std::vector<int> xf(rk);
-  for (int d = 0; d < rk; ++d) dx[d] = {xf[d] = add_factor(r, x[d], d == 1 ? FactorKind::kPassThrough : stat)};
-  r.operands.push_back(dx);
+  const std::vector<int> xf = m.factors(x, [&](int d) { return d == 1 ? FactorKind::kPassThrough : stat; });
+  m.operand(0, one_factor_each(xf)).result(0, one_factor_each(xf));
   // scale, B, mean, var: [C] (or, before opset 9 with spatial=0, [C, D1, ..]): dim j is X dim 1 + j.
-  const bool params_ok = append_optional(g, n.inputs, 1, r.operands, [&](const Shape& s) -> std::optional<DimFactors> {
+  const bool params_ok = set_present(m, false, 1, [&](const Shape& s) -> std::optional<DimFactors> {
     if (s.empty() || static_cast<int>(s.size()) > rk - 1) return std::nullopt;
     DimFactors dp(s.size());
     for (size_t j = 0; j < s.size(); ++j) {
@@ -242,56 +235,51 @@ std::optional<OpShardingRule> batchnorm_rule(const Graph& g, const Node& n) {
     }
     return dp;
   });
-  if (!params_ok) return std::nullopt;
-  r.results.push_back(dx);
+  if (!params_ok) return reject("a parameter does not fit X {}'s channels", shape_str(x));
   // Running / saved statistics: [C].
-  const bool stats_ok = append_optional(g, n.outputs, 1, r.results, [&](const Shape& s) -> std::optional<DimFactors> {
+  const bool stats_ok = set_present(m, true, 1, [&](const Shape& s) -> std::optional<DimFactors> {
     if (s.size() != 1 || s[0] != x[1]) return std::nullopt;
     return DimFactors{{xf[1]}};
   });
-  if (!stats_ok) return std::nullopt;
-  r.linear_operands.assign(n.inputs.size(), false);
-  return r;
+  if (!stats_ok) return reject("a statistics output is not [{}]", x[1]);
+  return m.build();
 }
 
 // Per-dim kinds: whole(d) = the dim must stay whole. Extra operands (InstanceNorm's scale/B) are [C] on dim 1.
 RuleBuilder per_dim_rule(std::function<bool(const Node&, int d, int rank)> whole, bool channel_params) {
-  return [=](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
-    if (!present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
-    const Shape& x = shape_of(g, n.inputs[0]);
+  return [=](const Graph& g, const Node& n) -> RuleResult {
+    if (!present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return reject("expects X and one output");
+    RuleMaker m(g, n);
+    const Shape& x = m.in(0);
     const int rk = static_cast<int>(x.size());
-    if (shape_of(g, n.outputs[0]) != x) return std::nullopt;
-    OpShardingRule r;
-    DimFactors dx(rk);
-    for (int d = 0; d < rk; ++d)
-      dx[d] = {add_factor(r, x[d], whole(n, d, rk) ? FactorKind::kNeedReplication : FactorKind::kPassThrough)};
-    r.operands.push_back(dx);
-    const bool params_ok =
-        append_optional(g, n.inputs, 1, r.operands, [&](const Shape& s) -> std::optional<DimFactors> {
-          if (!channel_params || rk < 2 || s != Shape{x[1]}) return std::nullopt;
-          return DimFactors{dx[1]};
-        });
-    if (!params_ok) return std::nullopt;
-    r.results = {dx};
-    r.linear_operands.assign(n.inputs.size(), false);
-    return r;
+    if (m.out(0) != x) return reject("Y {} differs from X {}", shape_str(m.out(0)), shape_str(x));
+    const DimFactors dx = one_factor_each(m.factors(
+        x, [&](int d) { return whole(n, d, rk) ? FactorKind::kNeedReplication : FactorKind::kPassThrough; }));
+    m.operand(0, dx).result(0, dx);
+    const bool params_ok = set_present(m, false, 1, [&](const Shape& s) -> std::optional<DimFactors> {
+      if (!channel_params || rk < 2 || s != Shape{x[1]}) return std::nullopt;
+      return DimFactors{dx[1]};
+    });
+    if (!params_ok) return reject("a parameter is not [C] of X {}", shape_str(x));
+    return m.build();
   };
 }
 
-std::optional<OpShardingRule> depth_space_rule(const Graph& g, const Node& n) {
-  if (n.inputs.size() != 1 || !present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& y = shape_of(g, n.outputs[0]);
-  if (x.size() != 4 || y.size() != 4 || x[0] != y[0]) return std::nullopt;
-  OpShardingRule r;
-  DimFactors dx(4), dy(4);
-  dx[0] = dy[0] = {add_factor(r, x[0], FactorKind::kPassThrough)};
-  for (int d = 1; d < 4; ++d) dx[d] = {add_factor(r, x[d], FactorKind::kNeedReplication)};
-  for (int d = 1; d < 4; ++d) dy[d] = {add_factor(r, y[d], FactorKind::kNeedReplication)};
-  r.operands = {dx};
-  r.results = {dy};
-  r.linear_operands = {true};  // a permutation of elements
-  return r;
+RuleResult depth_space_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 1 || !present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true))
+    return reject("expects one input and one output");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& y = m.out(0);
+  if (x.size() != 4 || y.size() != 4 || x[0] != y[0])
+    return reject("X {} and Y {} are not 4-D with one N", shape_str(x), shape_str(y));
+  const FactorKind kRep = FactorKind::kNeedReplication, kPass = FactorKind::kPassThrough;
+  const std::vector<int> xf = m.factors(x, [&](int d) { return d == 0 ? kPass : kRep; });
+  DimFactors dy(4);
+  dy[0] = {xf[0]};
+  for (int d = 1; d < 4; ++d) dy[d] = {m.factor(y[d], kRep)};
+  m.operand(0, one_factor_each(xf)).result(0, dy).linear(0);  // a permutation of elements
+  return m.build();
 }
 
 }  // namespace

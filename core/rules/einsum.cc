@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/rules/rule.h"
+#include "core/rules/rule_maker.h"
 
 namespace gspmd::rules_internal {
 namespace {
@@ -49,8 +50,8 @@ std::optional<std::vector<int>> expand(const Term& t, int rank, int emax) {
   return labels;
 }
 
-std::optional<OpShardingRule> einsum_rule(const Graph& g, const Node& n) {
-  if (n.inputs.empty() || n.outputs.size() != 1 || n.outputs[0] < 0) return std::nullopt;
+RuleResult einsum_rule(const Graph& g, const Node& n) {
+  if (n.inputs.empty() || n.outputs.size() != 1 || n.outputs[0] < 0) return reject("expects inputs and one output");
   std::string eq;
   for (char c : n.s("equation"))
     if (!std::isspace(static_cast<unsigned char>(c))) eq += c;
@@ -60,16 +61,18 @@ std::optional<OpShardingRule> einsum_rule(const Graph& g, const Node& n) {
   size_t pos = 0;
   while (true) {
     size_t c = lhs.find(',', pos);
-    auto t = parse_term(lhs.substr(pos, c == std::string::npos ? std::string::npos : c - pos));
-    if (!t) return std::nullopt;
+    const std::string term = lhs.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
+    auto t = parse_term(term);
+    if (!t) return reject("cannot parse the term '{}' of equation '{}'", term, eq);
     terms.push_back(*t);
     if (c == std::string::npos) break;
     pos = c + 1;
   }
-  if (terms.size() != n.inputs.size()) return std::nullopt;
+  if (terms.size() != n.inputs.size())
+    return reject("equation '{}' has {} terms for {} inputs", eq, terms.size(), n.inputs.size());
   int emax = 0;
   for (size_t i = 0; i < terms.size(); ++i) {
-    if (n.inputs[i] < 0) return std::nullopt;
+    if (n.inputs[i] < 0) return reject("input {} is absent", i);
     const int rank = static_cast<int>(g.values.at(n.inputs[i]).shape.size());
     emax = std::max(emax, rank - static_cast<int>(terms[i].letters_before.size() + terms[i].letters_after.size()));
   }
@@ -80,10 +83,11 @@ std::optional<OpShardingRule> einsum_rule(const Graph& g, const Node& n) {
   for (size_t i = 0; i < terms.size(); ++i) {
     const Shape& s = g.values.at(n.inputs[i]).shape;
     auto labels = expand(terms[i], static_cast<int>(s.size()), emax);
-    if (!labels) return std::nullopt;
+    if (!labels) return reject("term {} of '{}' does not fit operand {}'s rank {}", i, eq, i, s.size());
     std::vector<int> sorted = *labels;
     std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return std::nullopt;  // diagonal
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      return reject("term {} of '{}' repeats a label (a diagonal)", i, eq);
     for (size_t d = 0; d < s.size(); ++d) {
       int l = (*labels)[d];
       if (!size.count(l)) first_seen.push_back(l);
@@ -91,7 +95,7 @@ std::optional<OpShardingRule> einsum_rule(const Graph& g, const Node& n) {
       if (sz == 0 || sz == 1)
         sz = std::max<int64_t>(sz, s[d]);
       else if (s[d] != 1 && s[d] != sz)
-        return std::nullopt;
+        return reject("a label of '{}' has sizes {} and {}", eq, sz, s[d]);
       ++count[l];
     }
     in_labels.push_back(std::move(*labels));
@@ -99,10 +103,10 @@ std::optional<OpShardingRule> einsum_rule(const Graph& g, const Node& n) {
   std::vector<int> out_labels;
   if (arrow != std::string::npos) {
     auto t = parse_term(eq.substr(arrow + 2));
-    if (!t) return std::nullopt;
+    if (!t) return reject("cannot parse the output term of equation '{}'", eq);
     const int nl = static_cast<int>(t->letters_before.size() + t->letters_after.size());
     auto labels = expand(*t, nl + (t->ellipsis ? emax : 0), emax);
-    if (!labels) return std::nullopt;
+    if (!labels) return reject("cannot expand the output term of equation '{}'", eq);
     out_labels = *labels;
   } else {
     for (int p = 0; p < emax; ++p) out_labels.push_back(kEllipsisBase + p);
@@ -110,37 +114,39 @@ std::optional<OpShardingRule> einsum_rule(const Graph& g, const Node& n) {
       if (l < kEllipsisBase && c == 1) out_labels.push_back(l);
   }
   const Shape& out = g.values.at(n.outputs[0]).shape;
-  if (out.size() != out_labels.size()) return std::nullopt;
+  if (out.size() != out_labels.size())
+    return reject("the result has rank {}, equation '{}' gives {}", out.size(), eq, out_labels.size());
   {
     std::vector<int> sorted = out_labels;
     std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return std::nullopt;
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      return reject("the output term of '{}' repeats a label", eq);
   }
-  OpShardingRule r;
+  RuleMaker m(g, n);
   std::map<int, int> factor;
   DimFactors dout(out.size());
   for (size_t d = 0; d < out.size(); ++d) {
     int l = out_labels[d];
     auto it = size.find(l);
-    if (it == size.end() || (out[d] != it->second)) return std::nullopt;
-    dout[d] = {factor[l] = add_factor(r, out[d], FactorKind::kPassThrough)};
+    if (it == size.end() || (out[d] != it->second))
+      return reject("result dim {} ({}) matches no input label of '{}'", d, out[d], eq);
+    dout[d] = {factor[l] = m.factor(out[d], FactorKind::kPassThrough)};
   }
   for (int l : first_seen)
-    if (!factor.count(l)) factor[l] = add_factor(r, size[l], FactorKind::kReduction);
+    if (!factor.count(l)) factor[l] = m.factor(size[l], FactorKind::kReduction);
   for (size_t i = 0; i < terms.size(); ++i) {
-    const Shape& s = g.values.at(n.inputs[i]).shape;
+    const Shape& s = m.in(i);
     DimFactors df(s.size());
     for (size_t d = 0; d < s.size(); ++d) {
       int l = in_labels[i][d];
       if (s[d] == 1 && size[l] != 1) continue;  // broadcast
       df[d] = {factor.at(l)};
     }
-    r.operands.push_back(std::move(df));
+    m.operand(i, std::move(df));
   }
-  r.results = {std::move(dout)};
-  r.reduction = ReductionKind::kSum;
-  r.linear_operands.assign(n.inputs.size(), true);  // multilinear (the partitioner allows one partial operand)
-  return r;
+  // Multilinear (the partitioner allows one partial operand).
+  m.result(0, std::move(dout)).reduction(ReductionKind::kSum).all_linear();
+  return m.build();
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/rules/rule.h"
+#include "core/rules/rule_maker.h"
 
 namespace gspmd::rules_internal {
 namespace {
@@ -12,38 +13,29 @@ constexpr int kAllOperands = -1;  // in a linear list: every operand
 
 // linear: indices of operands the result is linear in.
 RuleBuilder elementwise(Operands which, std::vector<int> linear) {
-  return [which, linear](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
-    if (n.outputs.empty() || n.outputs[0] < 0) return std::nullopt;
-    const Shape& out = g.values.at(n.outputs[0]).shape;
-    OpShardingRule r;
-    std::vector<int> of(out.size());
-    for (size_t d = 0; d < out.size(); ++d) of[d] = add_factor(r, out[d], FactorKind::kPassThrough);
-    r.operands.resize(n.inputs.size());
+  return [which, linear](const Graph& g, const Node& n) -> RuleResult {
+    if (!present(n, 0, true)) return reject("output 0 is absent");
+    RuleMaker m(g, n);
+    const Shape& out = m.out(0);
+    const std::vector<int> of = m.factors(out, FactorKind::kPassThrough);
     for (size_t i = 0; i < n.inputs.size(); ++i) {
-      int v = n.inputs[i];
-      if (v < 0) continue;
-      const Shape& s = g.values.at(v).shape;
-      if (which == Operands::kFirstOnly && i > 0) {
-        r.operands[i] = DimFactors(s.size());
-        continue;
-      }
-      if (s.size() > out.size()) return std::nullopt;
-      r.operands[i] = broadcast_dims(s, out, of);
+      if (!m.has_input(i) || (which == Operands::kFirstOnly && i > 0)) continue;  // the others: factorless
+      if (m.in(i).size() > out.size())
+        return reject("operand {} has rank {}, more than the result's {}", i, m.in(i).size(), out.size());
+      m.operand(i, broadcast_dims(m.in(i), out, of));
     }
-    r.results.resize(n.outputs.size());
+    m.factorless_operands();
     for (size_t k = 0; k < n.outputs.size(); ++k) {
-      int v = n.outputs[k];
-      if (v < 0) continue;
-      const Shape& s = g.values.at(v).shape;
-      if (s.size() > out.size()) return std::nullopt;
-      r.results[k] = broadcast_dims(s, out, of);  // e.g. Dropout's mask: same shape as the output
+      if (!m.has_output(k)) continue;
+      if (m.out(k).size() > out.size())
+        return reject("result {} has rank {}, more than result 0's {}", k, m.out(k).size(), out.size());
+      m.result(k, broadcast_dims(m.out(k), out, of));  // e.g. Dropout's mask: same shape as the output
     }
-    r.linear_operands.assign(n.inputs.size(), false);
     for (int i : linear) {
-      if (i == kAllOperands) r.linear_operands.assign(n.inputs.size(), true);
-      if (i >= 0 && i < static_cast<int>(n.inputs.size())) r.linear_operands[i] = true;
+      if (i == kAllOperands) m.all_linear();
+      if (i >= 0 && i < static_cast<int>(n.inputs.size())) m.linear(static_cast<size_t>(i));
     }
-    return r;
+    return m.build();
   };
 }
 
@@ -51,20 +43,17 @@ RuleBuilder elementwise(Operands which, std::vector<int> linear) {
 // indexes the channel factor (dim 1 of X), as the kernel (backend/kernels/ops_elementwise.cc) reads it.
 RuleBuilder prelu() {
   RuleBuilder base = elementwise(Operands::kAll, {});
-  return [base](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
+  return [base](const Graph& g, const Node& n) -> RuleResult {
     if (n.inputs.size() == 2 && n.inputs[0] >= 0 && n.inputs[1] >= 0 && !n.outputs.empty()) {
       const Shape& x = g.values.at(n.inputs[0]).shape;
       const Shape& s = g.values.at(n.inputs[1]).shape;
       const bool legacy = s.size() == 1 && x.size() >= 2 && s[0] == x[1] &&
                           ((g.opset < 7 && s[0] > 1) || (x.size() > 2 && x.back() != s[0]));
       if (legacy) {
-        OpShardingRule r;
-        DimFactors xd(x.size());
-        for (size_t d = 0; d < x.size(); ++d) xd[d] = {add_factor(r, x[d], FactorKind::kPassThrough)};
-        r.operands = {xd, DimFactors{xd[1]}};
-        r.results = {xd};
-        r.linear_operands = {false, false};
-        return r;
+        RuleMaker m(g, n);
+        const DimFactors xd = one_factor_each(m.factors(x, FactorKind::kPassThrough));
+        m.operand(0, xd).operand(1, DimFactors{xd[1]}).result(0, xd);
+        return m.build();
       }
     }
     return base(g, n);

@@ -19,22 +19,21 @@
 #include <algorithm>
 
 #include "core/rules/rule.h"
+#include "core/rules/rule_maker.h"
 
 namespace gspmd::rules_internal {
 namespace {
 
-DimFactors factorless(const Graph& g, const Node& n, size_t i) {
-  return present(n, i) ? DimFactors(shape_of(g, n.inputs[i]).size()) : DimFactors{};
+// Input 0 and output 0 present, exactly one output.
+std::optional<NotExpressible> unary_arity(const Node& n) {
+  if (!present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return reject("expects input 0 and one output");
+  return std::nullopt;
 }
 
-// Operands 1.. factorless, result = dims of operand 0 (`dy`), linear in operand 0 if `linear`.
-OpShardingRule unary(const Graph& g, const Node& n, OpShardingRule r, DimFactors dx, DimFactors dy, bool linear) {
-  r.operands = {std::move(dx)};
-  for (size_t i = 1; i < n.inputs.size(); ++i) r.operands.push_back(factorless(g, n, i));
-  r.results = {std::move(dy)};
-  r.linear_operands.assign(n.inputs.size(), false);
-  r.linear_operands[0] = linear;
-  return r;
+// Operand 0 = `dx`, operands 1.. factorless, result 0 = `dy`, linear in operand 0 if `linear`.
+RuleResult unary(RuleMaker& m, DimFactors dx, DimFactors dy, bool linear) {
+  m.operand(0, std::move(dx)).factorless_operands(1).result(0, std::move(dy)).linear(0, linear);
+  return m.build();
 }
 
 std::optional<std::vector<double>> const_floats(const Graph& g, const Node& n, int i) {
@@ -53,12 +52,8 @@ std::optional<std::vector<double>> const_floats(const Graph& g, const Node& n, i
   }
 }
 
-std::optional<OpShardingRule> pad_rule(const Graph& g, const Node& n) {
-  if (!present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& y = shape_of(g, n.outputs[0]);
-  const int rk = static_cast<int>(x.size());
-  if (static_cast<int>(y.size()) != rk) return std::nullopt;
+// Pad's dims that move data (padded or cropped); every dim when the pads are not constant. Nullopt for a bad axis.
+std::optional<std::vector<char>> pad_moved_dims(const Graph& g, const Node& n, int rk) {
   std::vector<char> moved(rk, 1);  // unknown pads: every dim may be shifted
   std::optional<std::vector<int64_t>> pads;
   if (present(n, 1)) {
@@ -74,21 +69,30 @@ std::optional<OpShardingRule> pad_rule(const Graph& g, const Node& n) {
     for (int d = 0; d < rk; ++d) all[d] = d;
     axes = all;
   }
-  if (pads && axes && pads->size() == 2 * axes->size()) {
-    std::fill(moved.begin(), moved.end(), 0);
-    const size_t na = axes->size();
-    for (size_t i = 0; i < na; ++i) {
-      auto d = norm_axis((*axes)[i], rk);
-      if (!d) return std::nullopt;
-      if ((*pads)[i] != 0 || (*pads)[i + na] != 0) moved[*d] = 1;
-    }
+  if (!pads || !axes || pads->size() != 2 * axes->size()) return moved;
+  std::fill(moved.begin(), moved.end(), 0);
+  const size_t na = axes->size();
+  for (size_t i = 0; i < na; ++i) {
+    auto d = norm_axis((*axes)[i], rk);
+    if (!d) return std::nullopt;
+    if ((*pads)[i] != 0 || (*pads)[i + na] != 0) moved[*d] = 1;
   }
-  OpShardingRule r;
-  DimFactors dx(rk);
-  for (int d = 0; d < rk; ++d) {
-    if (!moved[d] && x[d] != y[d]) return std::nullopt;
-    dx[d] = {add_factor(r, x[d], moved[d] ? FactorKind::kPermutation : FactorKind::kPassThrough)};
-  }
+  return moved;
+}
+
+RuleResult pad_rule(const Graph& g, const Node& n) {
+  if (auto e = unary_arity(n)) return *e;
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& y = m.out(0);
+  const int rk = static_cast<int>(x.size());
+  if (static_cast<int>(y.size()) != rk) return reject("result rank {} differs from the input's {}", y.size(), rk);
+  const std::optional<std::vector<char>> moved = pad_moved_dims(g, n, rk);
+  if (!moved) return reject("an axis is out of range for rank {}", rk);
+  for (int d = 0; d < rk; ++d)
+    if (!(*moved)[d] && x[d] != y[d]) return reject("dim {} is not padded but changes size ({} -> {})", d, x[d], y[d]);
+  const DimFactors dx = one_factor_each(
+      m.factors(x, [&](int d) { return (*moved)[d] ? FactorKind::kPermutation : FactorKind::kPassThrough; }));
   // Linear in the data unless a non-zero constant is padded in.
   bool linear = true;
   if (n.s("mode", "constant") == "constant") {
@@ -99,27 +103,28 @@ std::optional<OpShardingRule> pad_rule(const Graph& g, const Node& n) {
       linear = false;
     }
   }
-  return unary(g, n, std::move(r), dx, dx, linear);
+  return unary(m, dx, dx, linear);
 }
 
-std::optional<OpShardingRule> tile_rule(const Graph& g, const Node& n) {
-  if (!present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& y = shape_of(g, n.outputs[0]);
-  if (x.size() != y.size()) return std::nullopt;
-  OpShardingRule r;
-  DimFactors dx(x.size());
-  for (size_t d = 0; d < x.size(); ++d)  // the output shape says the repeats: y = x * repeats
-    dx[d] = {add_factor(r, x[d], x[d] == y[d] ? FactorKind::kPassThrough : FactorKind::kPermutation)};
-  return unary(g, n, std::move(r), dx, dx, true);
+RuleResult tile_rule(const Graph& g, const Node& n) {
+  if (auto e = unary_arity(n)) return *e;
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& y = m.out(0);
+  if (x.size() != y.size()) return reject("result rank {} differs from the input's {}", y.size(), x.size());
+  // The output shape says the repeats: y = x * repeats.
+  const DimFactors dx = one_factor_each(
+      m.factors(x, [&](int d) { return x[d] == y[d] ? FactorKind::kPassThrough : FactorKind::kPermutation; }));
+  return unary(m, dx, dx, true);
 }
 
-std::optional<OpShardingRule> resize_rule(const Graph& g, const Node& n) {
-  if (!present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& y = shape_of(g, n.outputs[0]);
+RuleResult resize_rule(const Graph& g, const Node& n) {
+  if (auto e = unary_arity(n)) return *e;
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& y = m.out(0);
   const int rk = static_cast<int>(x.size());
-  if (static_cast<int>(y.size()) != rk) return std::nullopt;
+  if (static_cast<int>(y.size()) != rk) return reject("result rank {} differs from the input's {}", y.size(), rk);
   const bool crop = n.s("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize";
   // Scales: input 2 (opset >= 11: X, roi, scales, sizes) or input 1 (opset 10: X, scales); maybe only for `axes`.
   const int si = n.inputs.size() == 2 && g.opset < 11 ? 1 : 2;
@@ -138,236 +143,225 @@ std::optional<OpShardingRule> resize_rule(const Graph& g, const Node& n) {
           if (auto d = norm_axis(axes[i], rk)) identity[*d] = 0;
     }
   }
-  OpShardingRule r;
-  DimFactors dx(rk);
-  for (int d = 0; d < rk; ++d)
-    dx[d] = {add_factor(r, x[d], identity[d] ? FactorKind::kPassThrough : FactorKind::kNeedReplication)};
-  return unary(g, n, std::move(r), dx, dx, !crop);  // interpolation weights do not depend on X
+  const DimFactors dx = one_factor_each(
+      m.factors(x, [&](int d) { return identity[d] ? FactorKind::kPassThrough : FactorKind::kNeedReplication; }));
+  return unary(m, dx, dx, !crop);  // interpolation weights do not depend on X
 }
 
-std::optional<OpShardingRule> range_rule(const Graph& g, const Node& n) {
-  if (n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
-  const Shape& y = shape_of(g, n.outputs[0]);
-  if (y.size() != 1) return std::nullopt;
-  OpShardingRule r;
-  for (size_t i = 0; i < n.inputs.size(); ++i) r.operands.push_back(factorless(g, n, i));
-  r.results = {{{add_factor(r, y[0], FactorKind::kPassThrough)}}};
-  r.linear_operands.assign(n.inputs.size(), false);
-  return r;
+RuleResult range_rule(const Graph& g, const Node& n) {
+  if (n.outputs.size() != 1 || !present(n, 0, true)) return reject("expects one output");
+  RuleMaker m(g, n);
+  if (m.out(0).size() != 1) return reject("the result has rank {}, not 1", m.out(0).size());
+  m.factorless_operands().result(0, {{m.factor(m.out(0)[0], FactorKind::kPassThrough)}});
+  return m.build();
 }
 
 // Axis ops: TopK (axis attr, two results) and CumSum (axis input 1).
-std::optional<OpShardingRule> topk_rule(const Graph& g, const Node& n) {
-  if (!present(n, 0) || n.outputs.empty()) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
+RuleResult topk_rule(const Graph& g, const Node& n) {
+  if (!present(n, 0) || n.outputs.empty()) return reject("expects X and outputs");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
   const int rk = static_cast<int>(x.size());
   auto axis = norm_axis(n.i("axis", -1), rk);
-  if (!axis) return std::nullopt;
-  OpShardingRule r;
-  DimFactors dx(rk);
-  for (int d = 0; d < rk; ++d)
-    dx[d] = {add_factor(r, x[d], d == *axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough)};
-  DimFactors dy = dx;
+  if (!axis) return reject("axis {} out of range for rank {}", n.i("axis", -1), rk);
   int64_t k = -1;
-  for (int o : n.outputs)
-    if (o >= 0) {
-      const Shape& s = shape_of(g, o);
-      if (static_cast<int>(s.size()) != rk) return std::nullopt;
-      k = s[*axis];
-    }
-  if (k >= 0 && k != x[*axis]) dy[*axis] = {add_factor(r, k, FactorKind::kNeedReplication)};
-  OpShardingRule out = unary(g, n, std::move(r), dx, dy, false);
-  out.results.assign(n.outputs.size(), dy);
   for (size_t o = 0; o < n.outputs.size(); ++o)
-    if (n.outputs[o] < 0) out.results[o] = {};
-  return out;
+    if (m.has_output(o)) {
+      if (static_cast<int>(m.out(o).size()) != rk) return reject("result {} has rank {}", o, m.out(o).size());
+      k = m.out(o)[*axis];
+    }
+  const DimFactors dx = one_factor_each(
+      m.factors(x, [&](int d) { return d == *axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough; }));
+  DimFactors dy = dx;
+  if (k >= 0 && k != x[*axis]) dy[*axis] = {m.factor(k, FactorKind::kNeedReplication)};
+  m.operand(0, dx).factorless_operands(1);
+  for (size_t o = 0; o < n.outputs.size(); ++o)
+    if (m.has_output(o)) m.result(o, dy);
+  return m.build();
 }
 
-std::optional<OpShardingRule> cumsum_rule(const Graph& g, const Node& n) {
-  if (!present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
+RuleResult cumsum_rule(const Graph& g, const Node& n) {
+  if (auto e = unary_arity(n)) return *e;
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
   const int rk = static_cast<int>(x.size());
   std::optional<int> axis;
   if (const Tensor* t = constant_input(g, n, 1)) {
     auto a = t->as_int64s();
     if (a.size() == 1) axis = norm_axis(a[0], rk);
   }
-  OpShardingRule r;
-  DimFactors dx(rk);
-  for (int d = 0; d < rk; ++d)  // unknown axis: every dim may be the scanned one
-    dx[d] = {add_factor(r, x[d], !axis || d == *axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough)};
-  return unary(g, n, std::move(r), dx, dx, true);
+  const DimFactors dx = one_factor_each(m.factors(x, [&](int d) {  // unknown axis: every dim may be the scanned one
+    return !axis || d == *axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
+  }));
+  return unary(m, dx, dx, true);
 }
 
 // GatherElements/ScatterElements factors: a dim other than `axis` where data and indices agree is one pass-through
 // factor; otherwise each gets its own kNeedReplication factor, except the indices' `axis` dim gets `idx_axis_kind`.
-void elements_factors(OpShardingRule& r, const Shape& x, const Shape& idx, int axis, FactorKind idx_axis_kind,
+void elements_factors(RuleMaker& m, const Shape& x, const Shape& idx, int axis, FactorKind idx_axis_kind,
                       DimFactors& dx, DimFactors& di) {
   for (int d = 0; d < static_cast<int>(x.size()); ++d) {
     if (d != axis && x[d] == idx[d]) {
-      dx[d] = di[d] = {add_factor(r, x[d], FactorKind::kPassThrough)};
+      dx[d] = di[d] = {m.factor(x[d], FactorKind::kPassThrough)};
     } else {
-      dx[d] = {add_factor(r, x[d], FactorKind::kNeedReplication)};
-      di[d] = {add_factor(r, idx[d], d == axis ? idx_axis_kind : FactorKind::kNeedReplication)};
+      dx[d] = {m.factor(x[d], FactorKind::kNeedReplication)};
+      di[d] = {m.factor(idx[d], d == axis ? idx_axis_kind : FactorKind::kNeedReplication)};
     }
   }
 }
 
-std::optional<OpShardingRule> gather_elements_rule(const Graph& g, const Node& n) {
+RuleResult gather_elements_rule(const Graph& g, const Node& n) {
   if (n.inputs.size() != 2 || !present(n, 0) || !present(n, 1) || n.outputs.size() != 1 || !present(n, 0, true))
-    return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& idx = shape_of(g, n.inputs[1]);
+    return reject("expects data, indices and one output");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& idx = m.in(1);
   const int rk = static_cast<int>(x.size());
   auto axis = norm_axis(n.i("axis", 0), rk);
-  if (!axis || static_cast<int>(idx.size()) != rk || shape_of(g, n.outputs[0]) != idx) return std::nullopt;
-  OpShardingRule r;
+  if (!axis || static_cast<int>(idx.size()) != rk || m.out(0) != idx)
+    return reject("data {}, indices {} and result {} do not fit axis {}", shape_str(x), shape_str(idx),
+                  shape_str(m.out(0)), n.i("axis", 0));
   DimFactors dx(rk), di(rk);
-  elements_factors(r, x, idx, *axis, FactorKind::kPassThrough, dx, di);
-  r.operands = {dx, di};
-  r.results = {di};
-  r.linear_operands = {true, false};
-  return r;
+  elements_factors(m, x, idx, *axis, FactorKind::kPassThrough, dx, di);
+  m.operand(0, dx).operand(1, di).result(0, di).linear(0);
+  return m.build();
 }
 
-std::optional<OpShardingRule> gather_nd_rule(const Graph& g, const Node& n) {
+RuleResult gather_nd_rule(const Graph& g, const Node& n) {
   if (n.inputs.size() != 2 || !present(n, 0) || !present(n, 1) || n.outputs.size() != 1 || !present(n, 0, true))
-    return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& idx = shape_of(g, n.inputs[1]);
-  const Shape& y = shape_of(g, n.outputs[0]);
+    return reject("expects data, indices and one output");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& idx = m.in(1);
   const int r_ = static_cast<int>(x.size()), q = static_cast<int>(idx.size());
   const int b = static_cast<int>(n.i("batch_dims", 0));
-  if (q < 1 || b < 0 || b >= q || b > r_) return std::nullopt;
+  if (q < 1 || b < 0 || b >= q || b > r_) return reject("batch_dims {} does not fit ranks {} and {}", b, r_, q);
   const int k = static_cast<int>(idx.back());
-  if (b + k > r_ || static_cast<int>(y.size()) != q - 1 + r_ - b - k) return std::nullopt;
-  OpShardingRule r;
+  if (b + k > r_ || static_cast<int>(m.out(0).size()) != q - 1 + r_ - b - k)
+    return reject("index tuples of {} do not fit data {} and result {}", k, shape_str(x), shape_str(m.out(0)));
+  for (int d = 0; d < b; ++d)
+    if (x[d] != idx[d]) return reject("batch dim {} differs: data {}, indices {}", d, x[d], idx[d]);
   DimFactors dx(r_), di(q), dy;
   for (int d = 0; d < b; ++d) {
-    if (x[d] != idx[d]) return std::nullopt;
-    dx[d] = di[d] = {add_factor(r, x[d], FactorKind::kPassThrough)};
+    dx[d] = di[d] = {m.factor(x[d], FactorKind::kPassThrough)};
     dy.push_back(dx[d]);
   }
   for (int d = b; d < q - 1; ++d) {
-    di[d] = {add_factor(r, idx[d], FactorKind::kPassThrough)};
+    di[d] = {m.factor(idx[d], FactorKind::kPassThrough)};
     dy.push_back(di[d]);
   }
-  di[q - 1] = {add_factor(r, idx[q - 1], FactorKind::kNeedReplication)};
-  for (int d = b; d < b + k; ++d) dx[d] = {add_factor(r, x[d], FactorKind::kNeedReplication)};
+  di[q - 1] = {m.factor(idx[q - 1], FactorKind::kNeedReplication)};
+  for (int d = b; d < b + k; ++d) dx[d] = {m.factor(x[d], FactorKind::kNeedReplication)};
   for (int d = b + k; d < r_; ++d) {
-    dx[d] = {add_factor(r, x[d], FactorKind::kPassThrough)};
+    dx[d] = {m.factor(x[d], FactorKind::kPassThrough)};
     dy.push_back(dx[d]);
   }
-  r.operands = {dx, di};
-  r.results = {dy};
-  r.linear_operands = {true, false};
-  return r;
+  m.operand(0, dx).operand(1, di).result(0, dy).linear(0);
+  return m.build();
 }
 
-std::optional<OpShardingRule> scatter_elements_rule(const Graph& g, const Node& n) {
+RuleResult scatter_elements_rule(const Graph& g, const Node& n) {
   if (n.inputs.size() != 3 || !present(n, 0) || !present(n, 1) || !present(n, 2) || n.outputs.size() != 1 ||
       !present(n, 0, true))
-    return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& idx = shape_of(g, n.inputs[1]);
+    return reject("expects data, indices, updates and one output");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& idx = m.in(1);
   const int rk = static_cast<int>(x.size());
   auto axis = norm_axis(n.i("axis", 0), rk);
-  if (!axis || static_cast<int>(idx.size()) != rk || shape_of(g, n.inputs[2]) != idx) return std::nullopt;
-  OpShardingRule r;
+  if (!axis || static_cast<int>(idx.size()) != rk || m.in(2) != idx)
+    return reject("data {}, indices {} and updates {} do not fit axis {}", shape_str(x), shape_str(idx),
+                  shape_str(m.in(2)), n.i("axis", 0));
   DimFactors dx(rk), di(rk);
-  elements_factors(r, x, idx, *axis, FactorKind::kNeedReplication, dx, di);
-  r.operands = {dx, di, di};
-  r.results = {dx};
-  r.linear_operands = {false, false, false};
-  return r;
+  elements_factors(m, x, idx, *axis, FactorKind::kNeedReplication, dx, di);
+  m.operand(0, dx).operand(1, di).operand(2, di).result(0, dx);
+  return m.build();
 }
 
-std::optional<OpShardingRule> scatter_nd_rule(const Graph& g, const Node& n) {
+RuleResult scatter_nd_rule(const Graph& g, const Node& n) {
   if (n.inputs.size() != 3 || !present(n, 0) || !present(n, 1) || !present(n, 2) || n.outputs.size() != 1 ||
       !present(n, 0, true))
-    return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& idx = shape_of(g, n.inputs[1]);
-  const Shape& upd = shape_of(g, n.inputs[2]);
+    return reject("expects data, indices, updates and one output");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& idx = m.in(1);
+  const Shape& upd = m.in(2);
   const int r_ = static_cast<int>(x.size()), q = static_cast<int>(idx.size());
-  if (q < 1) return std::nullopt;
+  if (q < 1) return reject("indices are a scalar");
   const int k = static_cast<int>(idx.back());
-  if (k > r_ || static_cast<int>(upd.size()) != q - 1 + r_ - k) return std::nullopt;
-  OpShardingRule r;
+  if (k > r_ || static_cast<int>(upd.size()) != q - 1 + r_ - k)
+    return reject("index tuples of {} do not fit data {} and updates {}", k, shape_str(x), shape_str(upd));
+  for (int d = 0; d < q - 1; ++d)
+    if (upd[d] != idx[d]) return reject("updates dim {} is {}, indices {}", d, upd[d], idx[d]);
+  for (int d = k; d < r_; ++d)
+    if (upd[q - 1 + d - k] != x[d])
+      return reject("updates dim {} is {}, data {}", q - 1 + d - k, upd[q - 1 + d - k], x[d]);
   DimFactors dx(r_), di(q), du(upd.size());
-  for (int d = 0; d < q; ++d) di[d] = {add_factor(r, idx[d], FactorKind::kNeedReplication)};
-  for (int d = 0; d < q - 1; ++d) {
-    if (upd[d] != idx[d]) return std::nullopt;
-    du[d] = di[d];
-  }
-  for (int d = 0; d < k; ++d) dx[d] = {add_factor(r, x[d], FactorKind::kNeedReplication)};
-  for (int d = k; d < r_; ++d) {
-    if (upd[q - 1 + d - k] != x[d]) return std::nullopt;
-    dx[d] = du[q - 1 + d - k] = {add_factor(r, x[d], FactorKind::kPassThrough)};
-  }
-  r.operands = {dx, di, du};
-  r.results = {dx};
-  r.linear_operands = {false, false, false};
-  return r;
+  for (int d = 0; d < q; ++d) di[d] = {m.factor(idx[d], FactorKind::kNeedReplication)};
+  for (int d = 0; d < q - 1; ++d) du[d] = di[d];
+  for (int d = 0; d < k; ++d) dx[d] = {m.factor(x[d], FactorKind::kNeedReplication)};
+  for (int d = k; d < r_; ++d) dx[d] = du[q - 1 + d - k] = {m.factor(x[d], FactorKind::kPassThrough)};
+  m.operand(0, dx).operand(1, di).operand(2, du).result(0, dx);
+  return m.build();
 }
 
-std::optional<OpShardingRule> onehot_rule(const Graph& g, const Node& n) {
-  if (n.inputs.size() != 3 || !present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
-  const Shape& idx = shape_of(g, n.inputs[0]);
-  const Shape& y = shape_of(g, n.outputs[0]);
+RuleResult onehot_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 3 || !present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true))
+    return reject("expects indices, depth, values and one output");
+  RuleMaker m(g, n);
+  const Shape& idx = m.in(0);
+  const Shape& y = m.out(0);
   const int rk = static_cast<int>(y.size());
-  if (rk != static_cast<int>(idx.size()) + 1) return std::nullopt;
+  if (rk != static_cast<int>(idx.size()) + 1)
+    return reject("result rank {} is not indices rank {} + 1", rk, idx.size());
   auto axis = norm_axis(n.i("axis", -1), rk);
-  if (!axis) return std::nullopt;
-  OpShardingRule r;
+  if (!axis) return reject("axis {} out of range for rank {}", n.i("axis", -1), rk);
+  for (int d = 0, j = 0; d < rk; ++d)
+    if (d != *axis && y[d] != idx[j++]) return reject("result dim {} ({}) differs from its indices dim", d, y[d]);
   DimFactors di(idx.size()), dy(rk);
   for (int d = 0, j = 0; d < rk; ++d) {
     if (d == *axis) {
-      dy[d] = {add_factor(r, y[d], FactorKind::kNeedReplication)};
+      dy[d] = {m.factor(y[d], FactorKind::kNeedReplication)};
       continue;
     }
-    if (y[d] != idx[j]) return std::nullopt;
-    dy[d] = di[j++] = {add_factor(r, y[d], FactorKind::kPassThrough)};
+    dy[d] = di[j++] = {m.factor(y[d], FactorKind::kPassThrough)};
   }
-  return unary(g, n, std::move(r), di, dy, false);
+  return unary(m, di, dy, false);
 }
 
 // Every dim of every operand and result needs replication (data-dependent output shapes).
-std::optional<OpShardingRule> whole_rule(const Graph& g, const Node& n) {
-  OpShardingRule r;
-  auto whole = [&](int v) {
-    if (v < 0) return DimFactors{};
-    const Shape& s = shape_of(g, v);
-    DimFactors df(s.size());
-    for (size_t d = 0; d < s.size(); ++d) df[d] = {add_factor(r, s[d], FactorKind::kNeedReplication)};
-    return df;
-  };
-  for (int v : n.inputs) r.operands.push_back(whole(v));
-  for (int v : n.outputs) r.results.push_back(whole(v));
-  r.linear_operands.assign(n.inputs.size(), false);
-  return r;
+RuleResult whole_rule(const Graph& g, const Node& n) {
+  RuleMaker m(g, n);
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (m.has_input(i)) m.operand(i, one_factor_each(m.factors(m.in(i), FactorKind::kNeedReplication)));
+  for (size_t o = 0; o < n.outputs.size(); ++o)
+    if (m.has_output(o)) m.result(o, one_factor_each(m.factors(m.out(o), FactorKind::kNeedReplication)));
+  return m.build();
 }
 
-std::optional<OpShardingRule> compress_rule(const Graph& g, const Node& n) {
-  if (n.inputs.size() != 2 || !present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
+RuleResult compress_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 2 || !present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true))
+    return reject("expects input, condition and one output");
   if (!n.has("axis")) return whole_rule(g, n);  // the input is flattened
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& y = shape_of(g, n.outputs[0]);
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& y = m.out(0);
   const int rk = static_cast<int>(x.size());
   auto axis = norm_axis(n.i("axis", 0), rk);
-  if (!axis || static_cast<int>(y.size()) != rk) return std::nullopt;
-  OpShardingRule r;
+  if (!axis || static_cast<int>(y.size()) != rk)
+    return reject("axis {} or result rank {} does not fit the input's rank {}", n.i("axis", 0), y.size(), rk);
+  for (int d = 0; d < rk; ++d)
+    if (d != *axis && x[d] != y[d]) return reject("dim {} changes size ({} -> {})", d, x[d], y[d]);
   DimFactors dx(rk), dy(rk);
   for (int d = 0; d < rk; ++d) {
     if (d == *axis) {
-      dx[d] = {add_factor(r, x[d], FactorKind::kNeedReplication)};
-      dy[d] = {add_factor(r, y[d], FactorKind::kNeedReplication)};
+      dx[d] = {m.factor(x[d], FactorKind::kNeedReplication)};
+      dy[d] = {m.factor(y[d], FactorKind::kNeedReplication)};
     } else {
-      if (x[d] != y[d]) return std::nullopt;
-      dx[d] = dy[d] = {add_factor(r, x[d], FactorKind::kPassThrough)};
+      dx[d] = dy[d] = {m.factor(x[d], FactorKind::kPassThrough)};
     }
   }
-  return unary(g, n, std::move(r), dx, dy, true);
+  return unary(m, dx, dy, true);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 //   reduction "none", sum-reduction factors with "sum", a mean ("mean" without weights nor ignore_index: the loss is
 //   then a plain mean); the class dim and, for a weighted or ignore_index mean, everything needs replication.
 #include "core/rules/rule.h"
+#include "core/rules/rule_maker.h"
 
 namespace gspmd::rules_internal {
 namespace {
@@ -20,122 +21,109 @@ constexpr FactorKind kRep = FactorKind::kNeedReplication;
 /// Batch dims pass-through, the last `tail` dims need replication; result keeps the batch dims (+ the tail when
 /// `keep_tail`). Other inputs (Trilu's k) are factorless.
 RuleBuilder matrix_rule(int tail, bool keep_tail) {
-  return [=](const Graph& g, const Node& n) -> std::optional<OpShardingRule> {
-    if (!present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return std::nullopt;
-    const Shape& x = shape_of(g, n.inputs[0]);
+  return [=](const Graph& g, const Node& n) -> RuleResult {
+    if (!present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return reject("expects X and one output");
+    RuleMaker m(g, n);
+    const Shape& x = m.in(0);
     const int rk = static_cast<int>(x.size());
-    if (rk < tail) return std::nullopt;
-    OpShardingRule r;
-    DimFactors dx(rk), dy;
-    for (int d = 0; d < rk; ++d) {
-      dx[d] = {add_factor(r, x[d], d >= rk - tail ? kRep : kPass)};
-      if (d < rk - tail || keep_tail) dy.push_back(dx[d]);
-    }
-    if (shape_of(g, n.outputs[0]).size() != dy.size()) return std::nullopt;
-    r.operands.push_back(dx);
-    for (size_t i = 1; i < n.inputs.size(); ++i)
-      r.operands.push_back(DimFactors(present(n, i) ? shape_of(g, n.inputs[i]).size() : 0));
-    r.results = {dy};
-    r.linear_operands.assign(n.inputs.size(), false);
-    return r;
+    if (rk < tail) return reject("rank {} < {}", rk, tail);
+    const int out_rank = keep_tail ? rk : rk - tail;
+    if (static_cast<int>(m.out(0).size()) != out_rank)
+      return reject("result rank {}, not {}", m.out(0).size(), out_rank);
+    const std::vector<int> xf = m.factors(x, [&](int d) { return d >= rk - tail ? kRep : kPass; });
+    const std::vector<int> yf(xf.begin(), xf.begin() + out_rank);
+    m.operand(0, one_factor_each(xf)).factorless_operands(1).result(0, one_factor_each(yf));
+    return m.build();
   };
 }
 
-std::optional<OpShardingRule> reverse_sequence_rule(const Graph& g, const Node& n) {
-  if (n.inputs.size() != 2 || !present(n, 0) || !present(n, 1) || n.outputs.size() != 1) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
+RuleResult reverse_sequence_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 2 || !present(n, 0) || !present(n, 1) || n.outputs.size() != 1 || !present(n, 0, true))
+    return reject("expects input, sequence_lens and one output");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
   const int rk = static_cast<int>(x.size());
   const auto ta = norm_axis(n.i("time_axis", 0), rk), ba = norm_axis(n.i("batch_axis", 1), rk);
-  if (!ta || !ba || *ta == *ba) return std::nullopt;
-  OpShardingRule r;
-  DimFactors dx(rk);
-  for (int d = 0; d < rk; ++d) dx[d] = {add_factor(r, x[d], d == *ta ? kRep : kPass)};
-  r.operands = {dx, DimFactors{dx[*ba]}};
-  r.results = {dx};
-  r.linear_operands = {true, false};
-  return r;
+  if (!ta || !ba || *ta == *ba) return reject("time_axis and batch_axis are not two dims of rank {}", rk);
+  const DimFactors dx = one_factor_each(m.factors(x, [&](int d) { return d == *ta ? kRep : kPass; }));
+  m.operand(0, dx).operand(1, DimFactors{dx[*ba]}).result(0, dx).linear(0);
+  return m.build();
+}
+
+/// Why RNN / GRU / LSTM node `n` (X, W, R and optional B, sequence_lens, initial_h, initial_c, P) cannot be expressed.
+std::optional<NotExpressible> recurrent_mismatch(const Graph& g, const Node& n) {
+  if (n.inputs.size() < 3 || !present(n, 0) || !present(n, 1) || !present(n, 2)) return reject("expects X, W and R");
+  const Shape& x = shape_of(g, n.inputs[0]);
+  if (x.size() != 3 || shape_of(g, n.inputs[1]).size() != 3 || shape_of(g, n.inputs[2]).size() != 3)
+    return reject("X, W and R are not 3-D");
+  const int64_t B = n.i("layout", 0) != 0 ? x[0] : x[1];
+  for (size_t i = 4; i < n.inputs.size() && i <= 6; ++i) {
+    if (!present(n, i)) continue;
+    const Shape& s = shape_of(g, n.inputs[i]);
+    if (i == 4 ? s != Shape{B} : s.size() != 3) return reject("input {} has shape {}", i, shape_str(s));
+  }
+  for (size_t o = 0; o < n.outputs.size(); ++o)
+    if (present(n, o, true) && shape_of(g, n.outputs[o]).size() != (o == 0 ? 4u : 3u))
+      return reject("output {} has rank {}", o, shape_of(g, n.outputs[o]).size());
+  return std::nullopt;
 }
 
 /// RNN (G=1), GRU (G=3), LSTM (G=4).
-std::optional<OpShardingRule> recurrent_rule(const Graph& g, const Node& n) {
-  if (n.inputs.size() < 3 || !present(n, 0) || !present(n, 1) || !present(n, 2)) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& w = shape_of(g, n.inputs[1]);
-  if (x.size() != 3 || w.size() != 3) return std::nullopt;
+RuleResult recurrent_rule(const Graph& g, const Node& n) {
+  if (auto e = recurrent_mismatch(g, n)) return *e;
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
   const bool layout = n.i("layout", 0) != 0;
-  const int64_t S = layout ? x[1] : x[0], B = layout ? x[0] : x[1], I = x[2], D = w[0];
-  const Shape& rsh = shape_of(g, n.inputs[2]);
-  if (rsh.size() != 3) return std::nullopt;
-  const int64_t H = rsh[2];
-  OpShardingRule r;
-  const int fs = add_factor(r, S, kRep), fb = add_factor(r, B, kPass), fi = add_factor(r, I, kRep),
-            fd = add_factor(r, D, kRep), fh = add_factor(r, H, kRep);
+  const int64_t S = layout ? x[1] : x[0], B = layout ? x[0] : x[1], I = x[2], D = m.in(1)[0], H = m.in(2)[2];
+  const int fs = m.factor(S, kRep), fb = m.factor(B, kPass), fi = m.factor(I, kRep), fd = m.factor(D, kRep),
+            fh = m.factor(H, kRep);
   const DimFactors dx = layout ? DimFactors{{fb}, {fs}, {fi}} : DimFactors{{fs}, {fb}, {fi}};
   const DimFactors dstate = layout ? DimFactors{{fb}, {fd}, {fh}} : DimFactors{{fd}, {fb}, {fh}};
   const DimFactors dy = layout ? DimFactors{{fb}, {fs}, {fd}, {fh}} : DimFactors{{fs}, {fd}, {fb}, {fh}};
-  r.operands.push_back(dx);
-  for (size_t i = 1; i < n.inputs.size(); ++i) {
-    if (!present(n, i)) {
-      r.operands.push_back({});
-      continue;
-    }
-    const Shape& s = shape_of(g, n.inputs[i]);
-    if (i == 4) {  // sequence_lens [B]
-      if (s != Shape{B}) return std::nullopt;
-      r.operands.push_back({{fb}});
-    } else if (i == 5 || i == 6) {  // initial_h, initial_c
-      if (s.size() != 3) return std::nullopt;
-      r.operands.push_back(dstate);
-    } else {  // W, R, B, P: replicated
-      r.operands.push_back(DimFactors(s.size()));
-    }
-  }
-  for (size_t o = 0; o < n.outputs.size(); ++o) {
-    if (!present(n, o, true)) {
-      r.results.push_back({});
-      continue;
-    }
-    const size_t rank = shape_of(g, n.outputs[o]).size();
-    if ((o == 0 && rank != 4) || (o > 0 && rank != 3)) return std::nullopt;
-    r.results.push_back(o == 0 ? dy : dstate);
-  }
-  r.linear_operands.assign(n.inputs.size(), false);
-  return r;
+  m.operand(0, dx);
+  if (m.has_input(4)) m.operand(4, {{fb}});  // sequence_lens [B]
+  for (size_t i : {5, 6})                     // initial_h, initial_c
+    if (m.has_input(i)) m.operand(i, dstate);
+  m.factorless_operands(1);  // W, R, B, P: replicated
+  for (size_t o = 0; o < n.outputs.size(); ++o)
+    if (m.has_output(o)) m.result(o, o == 0 ? dy : dstate);
+  return m.build();
 }
 
-std::optional<OpShardingRule> quantize_rule(const Graph& g, const Node& n) {
-  if (n.inputs.size() < 2 || !present(n, 0) || !present(n, 1) || n.outputs.size() != 1) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
+RuleResult quantize_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() < 2 || !present(n, 0) || !present(n, 1) || n.outputs.size() != 1 || !present(n, 0, true))
+    return reject("expects x, a scale and one output");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
   const int rk = static_cast<int>(x.size());
-  OpShardingRule r;
-  DimFactors dx(rk);
-  for (int d = 0; d < rk; ++d) dx[d] = {add_factor(r, x[d], kPass)};
-  r.operands.push_back(dx);
+  const auto axis = norm_axis(n.i("axis", 1), rk);
   for (size_t i = 1; i < n.inputs.size(); ++i) {
-    if (!present(n, i)) {
-      r.operands.push_back({});
-      continue;
-    }
-    const Shape& s = shape_of(g, n.inputs[i]);
-    if (s.empty() || (s.size() == 1 && s[0] == 1)) {
-      r.operands.push_back(DimFactors(s.size()));
-    } else {
-      const auto axis = norm_axis(n.i("axis", 1), rk);
-      if (s.size() != 1 || !axis || s[0] != x[*axis]) return std::nullopt;
-      r.operands.push_back({dx[*axis]});
-    }
+    if (!m.has_input(i)) continue;
+    const Shape& s = m.in(i);
+    const bool scalar = s.empty() || (s.size() == 1 && s[0] == 1);
+    if (!scalar && (s.size() != 1 || !axis || s[0] != x[*axis]))
+      return reject("operand {} {} is neither a scalar nor per-axis over axis {}", i, shape_str(s), n.i("axis", 1));
   }
-  r.results = {dx};
-  r.linear_operands.assign(n.inputs.size(), false);
-  return r;
+  const DimFactors dx = one_factor_each(m.factors(x, kPass));
+  m.operand(0, dx);
+  for (size_t i = 1; i < n.inputs.size(); ++i) {
+    if (!m.has_input(i)) continue;
+    const Shape& s = m.in(i);
+    const bool scalar = s.empty() || (s.size() == 1 && s[0] == 1);
+    m.operand(i, scalar ? DimFactors(s.size()) : DimFactors{dx[*axis]});
+  }
+  m.result(0, dx);
+  return m.build();
 }
 
-std::optional<OpShardingRule> loss_rule(const Graph& g, const Node& n) {
-  if (n.inputs.size() < 2 || !present(n, 0) || !present(n, 1) || n.outputs.empty() || !present(n, 0, true))
-    return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
+RuleResult loss_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() < 2 || !present(n, 0) || !present(n, 1) || !present(n, 0, true))
+    return reject("expects scores, labels and an output");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
   const int rk = static_cast<int>(x.size());
-  if (rk < 2 || shape_of(g, n.inputs[1]).size() != static_cast<size_t>(rk - 1)) return std::nullopt;
+  if (rk < 2 || m.in(1).size() != static_cast<size_t>(rk - 1))
+    return reject("scores {} and labels {} do not fit", shape_str(x), shape_str(m.in(1)));
   const std::string red = n.s("reduction", "mean");
   const bool weighted = present(n, 2) || n.has("ignore_index");
   const bool log_prob = present(n, 1, true);
@@ -148,69 +136,66 @@ std::optional<OpShardingRule> loss_rule(const Graph& g, const Node& n) {
   if ((red == "mean" && weighted) || (red != "none" && log_prob) ||
       (red != "none" && n.op_type == "SoftmaxCrossEntropyLoss"))
     batch = kRep;
-  OpShardingRule r;
-  DimFactors dx(rk), dt, dy;
+  DimFactors dx(rk), dt;
   for (int d = 0; d < rk; ++d) {
-    dx[d] = {add_factor(r, x[d], d == 1 ? kRep : batch)};
+    dx[d] = {m.factor(x[d], d == 1 ? kRep : batch)};
     if (d != 1) dt.push_back(dx[d]);
   }
-  r.operands = {dx, dt};
-  if (n.inputs.size() > 2) r.operands.push_back(present(n, 2) ? DimFactors(1) : DimFactors{});
-  if (red == "none") dy = dt;
-  r.results = {dy};
-  if (n.outputs.size() > 1) r.results.push_back(log_prob ? dx : DimFactors{});
-  r.mean = mean && batch == FactorKind::kReduction;
-  r.linear_operands.assign(n.inputs.size(), false);
-  return r;
+  m.operand(0, dx).operand(1, dt).factorless_operands(2);  // weights: replicated
+  m.result(0, red == "none" ? dt : DimFactors{});
+  if (log_prob) m.result(1, dx);
+  m.mean(mean && batch == FactorKind::kReduction);
+  return m.build();
 }
 
 /// GridSample (4-D): N and C pass-through, the grid's output positions (grid dims 1, 2 = Y dims 2, 3) pass-through;
 /// X's H and W need replication (a sample may read anywhere).
-std::optional<OpShardingRule> grid_sample_rule(const Graph& g, const Node& n) {
-  if (n.inputs.size() != 2 || !present(n, 0) || !present(n, 1) || n.outputs.size() != 1) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& grid = shape_of(g, n.inputs[1]);
-  if (x.size() != 4 || grid.size() != 4 || grid[0] != x[0] || grid[3] != 2) return std::nullopt;
-  OpShardingRule r;
-  const int fn = add_factor(r, x[0], kPass), fc = add_factor(r, x[1], kPass), fh = add_factor(r, x[2], kRep),
-            fw = add_factor(r, x[3], kRep), fo = add_factor(r, grid[1], kPass), fp = add_factor(r, grid[2], kPass);
-  r.operands = {DimFactors{{fn}, {fc}, {fh}, {fw}}, DimFactors{{fn}, {fo}, {fp}, {}}};
-  r.results = {DimFactors{{fn}, {fc}, {fo}, {fp}}};
-  r.linear_operands = {true, false};
-  return r;
+RuleResult grid_sample_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 2 || !present(n, 0) || !present(n, 1) || n.outputs.size() != 1 || !present(n, 0, true))
+    return reject("expects X, grid and one output");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& grid = m.in(1);
+  if (x.size() != 4 || grid.size() != 4 || grid[0] != x[0] || grid[3] != 2)
+    return reject("X {} and grid {} are not [N,C,H,W] and [N,H',W',2]", shape_str(x), shape_str(grid));
+  const int fn = m.factor(x[0], kPass), fc = m.factor(x[1], kPass), fh = m.factor(x[2], kRep),
+            fw = m.factor(x[3], kRep), fo = m.factor(grid[1], kPass), fp = m.factor(grid[2], kPass);
+  m.operand(0, {{fn}, {fc}, {fh}, {fw}}).operand(1, {{fn}, {fo}, {fp}, {}}).result(0, {{fn}, {fc}, {fo}, {fp}});
+  m.linear(0);
+  return m.build();
 }
 
 /// RoiAlign: the rois (rois dim 0, batch_indices, Y dim 0) and the channels are pass-through; X's N, H, W need
 /// replication (a roi may read any image and position).
-std::optional<OpShardingRule> roi_align_rule(const Graph& g, const Node& n) {
-  if (n.inputs.size() != 3 || !present(n, 0) || !present(n, 1) || !present(n, 2) || n.outputs.size() != 1)
-    return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& rois = shape_of(g, n.inputs[1]);
-  const Shape& y = shape_of(g, n.outputs[0]);
-  if (x.size() != 4 || rois.size() != 2 || y.size() != 4) return std::nullopt;
-  OpShardingRule r;
-  const int fn = add_factor(r, x[0], kRep), fc = add_factor(r, x[1], kPass), fh = add_factor(r, x[2], kRep),
-            fw = add_factor(r, x[3], kRep), fr = add_factor(r, rois[0], kPass), fy = add_factor(r, y[2], kRep),
-            fx = add_factor(r, y[3], kRep);
-  r.operands = {DimFactors{{fn}, {fc}, {fh}, {fw}}, DimFactors{{fr}, {}}, DimFactors{{fr}}};
-  r.results = {DimFactors{{fr}, {fc}, {fy}, {fx}}};
-  r.linear_operands = {false, false, false};
-  return r;
+RuleResult roi_align_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 3 || !present(n, 0) || !present(n, 1) || !present(n, 2) || n.outputs.size() != 1 ||
+      !present(n, 0, true))
+    return reject("expects X, rois, batch_indices and one output");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& rois = m.in(1);
+  const Shape& y = m.out(0);
+  if (x.size() != 4 || rois.size() != 2 || y.size() != 4)
+    return reject("X {}, rois {} and Y {} are not 4-D, 2-D, 4-D", shape_str(x), shape_str(rois), shape_str(y));
+  const int fn = m.factor(x[0], kRep), fc = m.factor(x[1], kPass), fh = m.factor(x[2], kRep),
+            fw = m.factor(x[3], kRep), fr = m.factor(rois[0], kPass), fy = m.factor(y[2], kRep),
+            fx = m.factor(y[3], kRep);
+  m.operand(0, {{fn}, {fc}, {fh}, {fw}}).operand(1, {{fr}, {}}).operand(2, {{fr}}).result(0, {{fr}, {fc}, {fy}, {fx}});
+  return m.build();
 }
 
 /// TfIdfVectorizer on [N, C]: rows pass-through; the sequence and the output slots need replication.
-std::optional<OpShardingRule> tfidf_rule(const Graph& g, const Node& n) {
-  if (n.inputs.size() != 1 || !present(n, 0) || n.outputs.size() != 1) return std::nullopt;
-  const Shape& x = shape_of(g, n.inputs[0]);
-  const Shape& y = shape_of(g, n.outputs[0]);
-  if (x.size() != 2 || y.size() != 2 || y[0] != x[0]) return std::nullopt;
-  OpShardingRule r;
-  const int fn = add_factor(r, x[0], kPass), fs = add_factor(r, x[1], kRep), fo = add_factor(r, y[1], kRep);
-  r.operands = {DimFactors{{fn}, {fs}}};
-  r.results = {DimFactors{{fn}, {fo}}};
-  r.linear_operands = {false};
-  return r;
+RuleResult tfidf_rule(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 1 || !present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true))
+    return reject("expects one input and one output");
+  RuleMaker m(g, n);
+  const Shape& x = m.in(0);
+  const Shape& y = m.out(0);
+  if (x.size() != 2 || y.size() != 2 || y[0] != x[0])
+    return reject("X {} and Y {} are not [N, C] and [N, slots]", shape_str(x), shape_str(y));
+  const int fn = m.factor(x[0], kPass), fs = m.factor(x[1], kRep), fo = m.factor(y[1], kRep);
+  m.operand(0, {{fn}, {fs}}).result(0, {{fn}, {fo}});
+  return m.build();
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "core/rules/rule_maker.h"
+
 namespace gspmd {
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -55,32 +57,151 @@ std::string dims_str(const DimFactors& df) {
 }
 }  // namespace
 
-std::optional<OpShardingRule> get_rule(const Graph& g, const Node& node) {
+RuleResult get_rule(const Graph& g, const Node& node) {
   auto& reg = registry();
   std::string domain = node.domain == "ai.onnx" ? std::string() : node.domain;
   auto it = reg.find({domain, node.op_type});
-  if (it == reg.end()) return std::nullopt;
-  std::optional<OpShardingRule> r;
+  if (it == reg.end()) return RuleResult();
+  RuleResult r;
   try {
     r = it->second(g, node);
-  } catch (const std::exception&) {
-    return std::nullopt;  // malformed instance: no rule (the partitioner replicates, loudly)
+    if (r.status == RuleResult::kOk) check(g, node, *r.rule);
+  } catch (const std::exception& e) {
+    return RuleResult::builder_error(e.what());
   }
-  if (!r) return r;
-  // Sanity: the rule must match the node's arity and the values' ranks.
-  if (r->operands.size() != node.inputs.size() || r->results.size() != node.outputs.size()) return std::nullopt;
-  for (size_t i = 0; i < node.inputs.size(); ++i) {
-    int v = node.inputs[i];
-    if (v < 0) continue;
-    if (r->operands[i].size() != g.values.at(v).shape.size()) return std::nullopt;
-  }
-  for (size_t i = 0; i < node.outputs.size(); ++i) {
-    int v = node.outputs[i];
-    if (v < 0) continue;
-    if (r->results[i].size() != g.values.at(v).shape.size()) return std::nullopt;
-  }
-  if (r->linear_operands.size() < node.inputs.size()) r->linear_operands.resize(node.inputs.size(), false);
+  if (r.status == RuleResult::kOk && r.rule->linear_operands.size() < node.inputs.size())
+    r.rule->linear_operands.resize(node.inputs.size(), false);
+  if (r.status == RuleResult::kNoRule) r.status = RuleResult::kNotExpressible;  // a builder cannot say "no rule"
   return r;
+}
+
+std::string RuleResult::describe() const {
+  switch (status) {
+    case kOk: return "";
+    case kNoRule: return "has no sharding rule";
+    case kNotExpressible: return reason.empty() ? "has no sharding rule for this instance"
+                                                : "has no sharding rule for this instance: " + reason;
+    case kBuilderError: return "has no sharding rule: rule builder error (a bug): " + reason;
+  }
+  return "";
+}
+
+RuleTable::RuleTable(const Graph& g) {
+  results_.reserve(g.nodes.size());
+  for (const Node& n : g.nodes) results_.push_back(get_rule(g, n));
+}
+
+std::vector<int> RuleTable::builder_errors() const {
+  std::vector<int> out;
+  for (int n = 0; n < size(); ++n)
+    if (results_[static_cast<size_t>(n)].status == RuleResult::kBuilderError) out.push_back(n);
+  return out;
+}
+
+void RuleTable::check_graph(const Graph& g) const {
+  if (results_.size() != g.nodes.size())
+    throw std::invalid_argument(fmt::format("rule table of {} nodes used for graph '{}' of {} nodes", results_.size(),
+                                            g.name, g.nodes.size()));
+}
+
+const RuleTable& rules_for(const Graph& g, const RuleTable* rules, std::optional<RuleTable>& storage) {
+  if (rules) {
+    rules->check_graph(g);
+    return *rules;
+  }
+  storage.emplace(g);
+  return *storage;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// check
+
+namespace {
+
+// Node input (or output) i's label for errors: "operand 1 ('w')".
+std::string tensor_label(const Graph& g, const Node& node, bool result, size_t i) {
+  const int v = (result ? node.outputs : node.inputs)[i];
+  const std::string name = v >= 0 ? fmt::format(" ('{}')", g.values.at(v).name) : "";
+  return fmt::format("{} {}{}", result ? "result" : "operand", i, name);
+}
+
+}  // namespace
+
+namespace rules_internal {
+
+void check_tensor_dims(const Graph& g, const Node& node, const OpShardingRule& rule, bool result, size_t i) {
+  const auto& vals = result ? node.outputs : node.inputs;
+  const DimFactors& df = (result ? rule.results : rule.operands).at(i);
+  const auto label = [&] { return tensor_label(g, node, result, i); };  // only on errors
+  if (vals[i] < 0) {
+    if (!df.empty()) throw RuleError(fmt::format("{} is absent but has {} dims of factors", label(), df.size()));
+    return;
+  }
+  const Shape& shape = g.values.at(vals[i]).shape;
+  if (df.size() != shape.size())
+    throw RuleError(fmt::format("{} has rank {} but {} dims of factors", label(), shape.size(), df.size()));
+  std::vector<char> seen(static_cast<size_t>(rule.num_factors()), 0);
+  for (size_t d = 0; d < df.size(); ++d) {
+    int64_t product = 1;
+    for (int f : df[d]) {
+      if (f < 0 || f >= rule.num_factors())
+        throw RuleError(fmt::format("{} dim {}: factor id {} out of range (the rule has {} factors)", label(), d, f,
+                                    rule.num_factors()));
+      if (seen[static_cast<size_t>(f)]++)
+        throw RuleError(fmt::format("{} indexes factor {} twice", label(), factor_name(f)));
+      product *= rule.factor_sizes[static_cast<size_t>(f)];
+    }
+    if (df[d].empty() || product == shape[d]) continue;
+    const FactorKind k = rule.factor_kinds[static_cast<size_t>(df[d][0])];
+    const bool sized_elsewhere = df[d].size() == 1 && (k == FactorKind::kWindowed || k == FactorKind::kPermutation ||
+                                                       k == FactorKind::kNeedReplication);
+    if (!sized_elsewhere)
+      throw RuleError(fmt::format("{} dim {} has size {} but its factors {} multiply to {}", label(), d, shape[d],
+                                  dims_str({df[d]}), product));
+  }
+}
+
+}  // namespace rules_internal
+
+void check(const Graph& g, const Node& node, const OpShardingRule& rule) {
+  if (rule.factor_kinds.size() != rule.factor_sizes.size())
+    throw RuleError(fmt::format("{} factor sizes but {} factor kinds", rule.factor_sizes.size(),
+                                rule.factor_kinds.size()));
+  if (rule.operands.size() != node.inputs.size() || rule.results.size() != node.outputs.size())
+    throw RuleError(fmt::format("the rule has {} operands and {} results, the node {} inputs and {} outputs",
+                                rule.operands.size(), rule.results.size(), node.inputs.size(), node.outputs.size()));
+  if (rule.linear_operands.size() > node.inputs.size())
+    throw RuleError(fmt::format("linear_operands has {} entries for {} inputs", rule.linear_operands.size(),
+                                node.inputs.size()));
+  for (int f = 0; f < rule.num_factors(); ++f)
+    if (rule.factor_sizes[static_cast<size_t>(f)] < 0)
+      throw RuleError(fmt::format("factor {} has size {}", factor_name(f), rule.factor_sizes[static_cast<size_t>(f)]));
+  for (size_t i = 0; i < node.inputs.size(); ++i) rules_internal::check_tensor_dims(g, node, rule, false, i);
+  for (size_t i = 0; i < node.outputs.size(); ++i) rules_internal::check_tensor_dims(g, node, rule, true, i);
+  // Sizes per factor: the dims a factor is alone in; every factor must index some dim, and a factor whose size
+  // differs from a dim it is alone in (sized by another side) must match one of them.
+  std::vector<char> used(static_cast<size_t>(rule.num_factors()), 0), matched(used), alone(used), in_x(used);
+  auto scan = [&](const DimFactors& df, int v, bool operand0) {
+    for (size_t d = 0; d < df.size(); ++d)
+      for (int f : df[d]) {
+        used[static_cast<size_t>(f)] = 1;
+        if (operand0) in_x[static_cast<size_t>(f)] = 1;
+        if (df[d].size() != 1) continue;
+        alone[static_cast<size_t>(f)] = 1;
+        if (g.values.at(v).shape[d] == rule.factor_sizes[static_cast<size_t>(f)]) matched[static_cast<size_t>(f)] = 1;
+      }
+  };
+  for (size_t i = 0; i < node.inputs.size(); ++i) scan(rule.operands[i], node.inputs[i], i == 0);
+  for (size_t i = 0; i < node.outputs.size(); ++i) scan(rule.results[i], node.outputs[i], false);
+  for (int f = 0; f < rule.num_factors(); ++f) {
+    const auto uf = static_cast<size_t>(f);
+    if (!used[uf]) throw RuleError(fmt::format("factor {} indexes no dim", factor_name(f)));
+    if (alone[uf] && !matched[uf])
+      throw RuleError(fmt::format("factor {} (size {}) matches the size of no dim it indexes", factor_name(f),
+                                  rule.factor_sizes[uf]));
+    if (rule.factor_kinds[uf] == FactorKind::kWindowed && !in_x[uf])
+      throw RuleError(fmt::format("windowed factor {} does not index operand 0", factor_name(f)));
+  }
 }
 
 bool has_rule(const std::string& domain, const std::string& op_type) {
@@ -215,12 +336,6 @@ std::optional<int> norm_axis(int64_t axis, int rank) {
   return static_cast<int>(axis);
 }
 
-int add_factor(OpShardingRule& r, int64_t size, FactorKind kind) {
-  r.factor_sizes.push_back(size);
-  r.factor_kinds.push_back(kind);
-  return r.num_factors() - 1;
-}
-
 DimFactors broadcast_dims(const Shape& shape, const Shape& out_shape, const std::vector<int>& out_factors) {
   DimFactors df(shape.size());
   const int off = static_cast<int>(out_shape.size()) - static_cast<int>(shape.size());
@@ -234,14 +349,14 @@ DimFactors broadcast_dims(const Shape& shape, const Shape& out_shape, const std:
   return df;
 }
 
-std::pair<DimFactors, DimFactors> reshape_factors(OpShardingRule& r, const Shape& in, const Shape& out) {
+std::pair<DimFactors, DimFactors> reshape_factors(RuleMaker& m, const Shape& in, const Shape& out) {
   DimFactors din(in.size()), dout(out.size());
   const int ni = static_cast<int>(in.size()), no = static_cast<int>(out.size());
   if (num_elements(in) != num_elements(out) || num_elements(in) == 0) {
     for (int i = 0; i < ni; ++i)
-      if (in[i] != 1) din[i] = {add_factor(r, in[i], FactorKind::kNeedReplication)};
+      if (in[i] != 1) din[i] = {m.factor(in[i], FactorKind::kNeedReplication)};
     for (int j = 0; j < no; ++j)
-      if (out[j] != 1) dout[j] = {add_factor(r, out[j], FactorKind::kNeedReplication)};
+      if (out[j] != 1) dout[j] = {m.factor(out[j], FactorKind::kNeedReplication)};
     return {din, dout};
   }
   int i = 0, j = 0;
@@ -256,7 +371,7 @@ std::pair<DimFactors, DimFactors> reshape_factors(OpShardingRule& r, const Shape
   while (i < ni && j < no) {
     int64_t g = std::gcd(a, b);
     if (g == 1) break;
-    int f = add_factor(r, g, FactorKind::kPassThrough);
+    int f = m.factor(g, FactorKind::kPassThrough);
     din[i].push_back(f);
     dout[j].push_back(f);
     a /= g;
@@ -273,14 +388,14 @@ std::pair<DimFactors, DimFactors> reshape_factors(OpShardingRule& r, const Shape
   }
   // Whatever is left cannot be matched contiguously: the rest of each side must stay replicated.
   if (i < ni) {
-    if (a > 1) din[i].push_back(add_factor(r, a, FactorKind::kNeedReplication));
+    if (a > 1) din[i].push_back(m.factor(a, FactorKind::kNeedReplication));
     for (++i; i < ni; ++i)
-      if (in[i] != 1) din[i] = {add_factor(r, in[i], FactorKind::kNeedReplication)};
+      if (in[i] != 1) din[i] = {m.factor(in[i], FactorKind::kNeedReplication)};
   }
   if (j < no) {
-    if (b > 1) dout[j].push_back(add_factor(r, b, FactorKind::kNeedReplication));
+    if (b > 1) dout[j].push_back(m.factor(b, FactorKind::kNeedReplication));
     for (++j; j < no; ++j)
-      if (out[j] != 1) dout[j] = {add_factor(r, out[j], FactorKind::kNeedReplication)};
+      if (out[j] != 1) dout[j] = {m.factor(out[j], FactorKind::kNeedReplication)};
   }
   return {din, dout};
 }

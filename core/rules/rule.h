@@ -8,7 +8,9 @@
 
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ir/ir.h"
@@ -57,12 +59,104 @@ struct OpShardingRule {
   std::string str() const;
 };
 
-/// Builds a node's rule from the graph (shapes, attributes, constant operands). Returns nullopt when the op has no
-/// rule or the instance cannot be expressed (the partitioner then falls back to replication, loudly).
-using RuleBuilder = std::function<std::optional<OpShardingRule>(const Graph&, const Node&)>;
+/// A builder's answer for an instance its op's rule cannot express ("not expressible, because `reason`"): e.g. a
+/// MatMul whose contracting dims differ, an Einsum with a diagonal. The partitioner replicates the node and says why.
+struct NotExpressible {
+  std::string reason;
+};
 
-/// The rule of `node`, or nullopt. Looks up the registry by (domain, op_type).
-std::optional<OpShardingRule> get_rule(const Graph& g, const Node& node);
+/// The outcome of building one node's rule (get_rule, RuleTable). Reads like std::optional<OpShardingRule>
+/// (has_value, bool, *, ->), so code that only needs the rule ignores why there is none. Rule builders return it
+/// too: an OpShardingRule, a NotExpressible, or std::nullopt (not expressible, no reason given) convert to it.
+struct RuleResult {
+  enum Status {
+    kOk,              // `rule` is the node's rule and passed check()
+    kNoRule,          // no builder is registered for the node's (domain, op_type)
+    kNotExpressible,  // the builder said the instance cannot be expressed with factors; `reason` says why
+    kBuilderError,    // the builder threw, or built a rule that fails check(): a bug; `reason` is the error
+  };
+  std::optional<OpShardingRule> rule;
+  Status status = kNoRule;
+  std::string reason;
+
+  RuleResult() = default;
+  RuleResult(OpShardingRule r) : rule(std::move(r)), status(kOk) {}
+  RuleResult(NotExpressible n) : status(kNotExpressible), reason(std::move(n.reason)) {}
+  RuleResult(std::nullopt_t) : status(kNotExpressible) {}
+  RuleResult(std::optional<OpShardingRule> r) : rule(std::move(r)), status(rule ? kOk : kNotExpressible) {}
+  static RuleResult builder_error(std::string what) {
+    RuleResult r;
+    r.status = kBuilderError;
+    r.reason = std::move(what);
+    return r;
+  }
+
+  bool has_value() const { return rule.has_value(); }
+  explicit operator bool() const { return rule.has_value(); }
+  const OpShardingRule& operator*() const { return *rule; }
+  const OpShardingRule* operator->() const { return &*rule; }
+  /// Why the node is computed replicated, worded to follow "node 'n' (Op) ": "has no sharding rule" (kNoRule),
+  /// "has no sharding rule for this instance: <reason>" (kNotExpressible), "has no sharding rule: rule builder error
+  /// (a bug): <reason>" (kBuilderError); "" for kOk.
+  std::string describe() const;
+};
+
+/// Builds a node's rule from the graph (shapes, attributes, constant operands): an OpShardingRule, or
+/// NotExpressible{reason} when the instance cannot be expressed (the partitioner then falls back to replication,
+/// loudly). Throwing, or returning a rule that fails check(), is a bug in the builder (RuleResult::kBuilderError).
+/// core/rules/rule_maker.h builds rules with these checks as it goes.
+using RuleBuilder = std::function<RuleResult(const Graph&, const Node&)>;
+
+/// A rule that does not fit its node: thrown by check() and RuleMaker (a bug in the builder, not in the model).
+struct RuleError : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
+/// Checks `rule` against `node` of `g` (Shardy's OpShardingRuleAttr verifier, in our terms). Throws RuleError
+/// naming the first problem:
+/// - factor_sizes and factor_kinds have the same length; every factor size is >= 0 and indexes some dim;
+/// - one DimFactors per node input and per output; an absent optional (-1) has none ({}), a present value one
+///   entry per dim of its shape;
+/// - factor ids are valid and a tensor indexes a factor at most once;
+/// - a dim's factor product equals the dim's size. Exceptions: a dim with no factor (a size-1 broadcast dim, a
+///   shape operand or any operand kept replicated); a dim with one factor that is kWindowed (sized by the windowed
+///   input), kPermutation (sized by one side: Concat's result, Slice's input) or kNeedReplication (never split, so
+///   its size on the other side is irrelevant: ConvTranspose's spatial dims), whose size equals the size of some
+///   dim the factor indexes;
+/// - a kWindowed factor indexes operand 0 (propagation and the halo exchange read it there);
+/// - linear_operands has at most one entry per input.
+void check(const Graph& g, const Node& node, const OpShardingRule& rule);
+
+/// The rule of `node`: looks up the registry by (domain, op_type), runs the builder and check(), and fills
+/// linear_operands up to the node's inputs. Never throws: a builder error is returned as kBuilderError.
+RuleResult get_rule(const Graph& g, const Node& node);
+
+/// The rule of every node of one graph, built once (get_rule per node) and shared by propagation, partition, the
+/// reshape cuts and the auto search, which would otherwise rebuild them per call. Holds no reference to the graph;
+/// it is valid for the graph it was built from while that graph's nodes and shapes do not change.
+class RuleTable {
+ public:
+  RuleTable() = default;
+  /// get_rule of every node of `g`, in node order. O(nodes).
+  explicit RuleTable(const Graph& g);
+  /// Node n's result. Throws std::out_of_range for a node id outside the table.
+  const RuleResult& operator[](int n) const { return results_.at(static_cast<size_t>(n)); }
+  /// Node n's rule, or nullptr when it has none.
+  const OpShardingRule* rule(int n) const { return (*this)[n] ? &*(*this)[n] : nullptr; }
+  int size() const { return static_cast<int>(results_.size()); }
+  /// Node ids whose builder failed (kBuilderError), in node order: empty unless a rule builder has a bug.
+  std::vector<int> builder_errors() const;
+  /// Throws std::invalid_argument unless the table has one entry per node of `g` (it was built for another graph).
+  void check_graph(const Graph& g) const;
+
+ private:
+  std::vector<RuleResult> results_;
+};
+
+/// `rules` when given (after check_graph), else a table built into `storage` for `g`: how the entry points that take
+/// an optional `const RuleTable*` obtain one.
+const RuleTable& rules_for(const Graph& g, const RuleTable* rules, std::optional<RuleTable>& storage);
+
 /// True if (domain, op_type) has a registered rule builder.
 bool has_rule(const std::string& domain, const std::string& op_type);
 /// Registers (or replaces) a builder; used by the per-family .cc files' static tables.
@@ -84,6 +178,8 @@ TensorSharding sharding_from_factors(const FactorSharding& fs, const DimFactors&
 TensorSharding sharding_from_factors(const FactorSharding& fs, const DimFactors& df, const OpShardingRule& rule,
                                      const DeviceMesh& mesh);
 
+class RuleMaker;  // core/rules/rule_maker.h
+
 /// Helpers shared by the per-family rule files (core/rules/*.cc). Not for use outside core/rules.
 namespace rules_internal {
 /// Adds a builtin builder for ai.onnx op_type without triggering builtin registration (no recursion).
@@ -100,18 +196,19 @@ void register_index_rules();       // index_ops.cc: Pad, Tile, Resize, Range, To
 void register_misc_rules();        // misc_ops.cc: Trilu, Det, ReverseSequence, RNN/GRU/LSTM, (De)QuantizeLinear,
                                    // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, GridSample, RoiAlign,
                                    // TfIdfVectorizer
+/// check()'s rules for one tensor: rule.operands[i] (or results[i], if `result`) against node input (output) i:
+/// presence, rank, factor ids, a factor at most once, dim sizes. Throws RuleError.
+void check_tensor_dims(const Graph& g, const Node& node, const OpShardingRule& rule, bool result, size_t i);
 /// Initializer data of input i of `node`, or nullptr (absent input, not an initializer, or shapes-only load).
 const Tensor* constant_input(const Graph& g, const Node& node, int i);
 /// Normalises a possibly negative axis for rank r; nullopt when out of range.
 std::optional<int> norm_axis(int64_t axis, int rank);
-/// Appends a factor, returning its id.
-int add_factor(OpShardingRule& r, int64_t size, FactorKind kind);
 /// Maps `shape` right-aligned onto the factors of `out_factors` (numpy broadcasting): dim i of `shape` gets the
 /// factor of the aligned output dim unless it is a size-1 dim broadcast to a larger one (then no factor).
 DimFactors broadcast_dims(const Shape& shape, const Shape& out_shape, const std::vector<int>& out_factors);
 /// Factor decomposition of a reshape in_shape -> out_shape (gcd walk; size-1 dims factorless; whatever cannot be
-/// matched contiguously gets kNeedReplication factors). Fills r.factor_* and returns {in dims, out dims}.
-std::pair<DimFactors, DimFactors> reshape_factors(OpShardingRule& r, const Shape& in_shape, const Shape& out_shape);
+/// matched contiguously gets kNeedReplication factors). Adds the factors to `m` and returns {in dims, out dims}.
+std::pair<DimFactors, DimFactors> reshape_factors(RuleMaker& m, const Shape& in_shape, const Shape& out_shape);
 /// Shape of value `v` of `g`.
 inline const Shape& shape_of(const Graph& g, int v) { return g.values.at(v).shape; }
 /// Whether input i (or output i, if `output`) of `n` exists and is not an omitted optional (-1).

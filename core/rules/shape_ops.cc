@@ -1,192 +1,156 @@
 // Data-movement ops: Transpose, Reshape/Unsqueeze/Squeeze/Flatten (factor decomposition), Expand, Concat, Slice,
 // Split, Constant/ConstantOfShape, Shape.
-#include <set>
+#include <algorithm>
+#include <optional>
 
 #include "core/rules/rule.h"
+#include "core/rules/rule_maker.h"
 
 namespace gspmd::rules_internal {
 namespace {
 
-// Operand i's DimFactors with no factors (shape operands, scalars...).
-DimFactors factorless(const Graph& g, const Node& n, int i) {
-  int v = n.inputs[i];
-  return v < 0 ? DimFactors{} : DimFactors(shape_of(g, v).size());
+// Input 0 and output 0 present, exactly one output (the data-movement ops with one data input).
+std::optional<NotExpressible> unary_arity(const Node& n) {
+  if (!present(n, 0) || n.outputs.size() != 1 || !present(n, 0, true)) return reject("expects input 0 and one output");
+  return std::nullopt;
 }
 
-bool basic_ok(const Node& n, size_t min_inputs) {
-  return n.inputs.size() >= min_inputs && !n.outputs.empty() && n.outputs[0] >= 0 &&
-         (min_inputs == 0 || n.inputs[0] >= 0);
+// Operand 0 = `d0`, the other operands factorless (shape operands), result 0 = `dout`, linear in operand 0.
+RuleResult unary_data(RuleMaker& m, DimFactors d0, DimFactors dout) {
+  m.operand(0, std::move(d0)).factorless_operands(1).result(0, std::move(dout)).linear(0);
+  return m.build();
 }
 
-// Fills operands 1.. as factorless, linear_operands = {true, false...}.
-void finish_unary_data(const Graph& g, const Node& n, OpShardingRule& r, DimFactors d0) {
-  r.operands.clear();
-  r.operands.push_back(std::move(d0));
-  for (size_t i = 1; i < n.inputs.size(); ++i) r.operands.push_back(factorless(g, n, static_cast<int>(i)));
-  r.linear_operands.assign(n.inputs.size(), false);
-  if (!n.inputs.empty()) r.linear_operands[0] = true;
+RuleResult reshape_like(const Graph& g, const Node& n) {
+  if (auto e = unary_arity(n)) return *e;
+  RuleMaker m(g, n);
+  auto [din, dout] = reshape_factors(m, m.in(0), m.out(0));
+  return unary_data(m, std::move(din), std::move(dout));
 }
 
-std::optional<OpShardingRule> reshape_like(const Graph& g, const Node& n) {
-  if (!basic_ok(n, 1) || n.outputs.size() != 1) return std::nullopt;
-  OpShardingRule r;
-  auto [din, dout] = reshape_factors(r, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0]));
-  finish_unary_data(g, n, r, std::move(din));
-  r.results = {std::move(dout)};
-  return r;
-}
-
-std::optional<OpShardingRule> transpose_rule(const Graph& g, const Node& n) {
-  if (!basic_ok(n, 1) || n.outputs.size() != 1) return std::nullopt;
-  const Shape& in = shape_of(g, n.inputs[0]);
+RuleResult transpose_rule(const Graph& g, const Node& n) {
+  if (auto e = unary_arity(n)) return *e;
+  RuleMaker m(g, n);
+  const Shape& in = m.in(0);
   const int rk = static_cast<int>(in.size());
   std::vector<int64_t> perm = n.ints("perm");
   if (perm.empty())
     for (int i = rk - 1; i >= 0; --i) perm.push_back(i);
-  if (static_cast<int>(perm.size()) != rk) return std::nullopt;
-  OpShardingRule r;
-  DimFactors din(rk), dout(rk);
-  for (int d = 0; d < rk; ++d) din[d] = {add_factor(r, in[d], FactorKind::kPassThrough)};
+  if (static_cast<int>(perm.size()) != rk) return reject("perm has {} entries for rank {}", perm.size(), rk);
+  const DimFactors din = one_factor_each(m.factors(in, FactorKind::kPassThrough));
+  DimFactors dout(rk);
   std::vector<char> seen(rk, 0);
   for (int i = 0; i < rk; ++i) {
     auto p = norm_axis(perm[i], rk);
-    if (!p || seen[*p]) return std::nullopt;
+    if (!p || seen[*p]) return reject("perm is not a permutation of 0..{}", rk - 1);
     seen[*p] = 1;
     dout[i] = din[*p];
   }
-  finish_unary_data(g, n, r, std::move(din));
-  r.results = {std::move(dout)};
-  return r;
+  return unary_data(m, din, std::move(dout));
 }
 
-std::optional<OpShardingRule> expand_rule(const Graph& g, const Node& n) {
-  if (!basic_ok(n, 1) || n.outputs.size() != 1) return std::nullopt;
-  const Shape& in = shape_of(g, n.inputs[0]);
-  const Shape& out = shape_of(g, n.outputs[0]);
-  if (in.size() > out.size()) return std::nullopt;
-  OpShardingRule r;
-  std::vector<int> of(out.size());
-  DimFactors dout(out.size());
-  for (size_t d = 0; d < out.size(); ++d) dout[d] = {of[d] = add_factor(r, out[d], FactorKind::kPassThrough)};
-  finish_unary_data(g, n, r, broadcast_dims(in, out, of));
-  r.results = {std::move(dout)};
-  return r;
+RuleResult expand_rule(const Graph& g, const Node& n) {
+  if (auto e = unary_arity(n)) return *e;
+  RuleMaker m(g, n);
+  const Shape& in = m.in(0);
+  const Shape& out = m.out(0);
+  if (in.size() > out.size()) return reject("input rank {} > result rank {}", in.size(), out.size());
+  const std::vector<int> of = m.factors(out, FactorKind::kPassThrough);
+  return unary_data(m, broadcast_dims(in, out, of), one_factor_each(of));
 }
 
-std::optional<OpShardingRule> concat_rule(const Graph& g, const Node& n) {
-  if (n.outputs.size() != 1 || n.outputs[0] < 0 || n.inputs.empty()) return std::nullopt;
-  const Shape& out = shape_of(g, n.outputs[0]);
+RuleResult concat_rule(const Graph& g, const Node& n) {
+  if (n.outputs.size() != 1 || n.outputs[0] < 0 || n.inputs.empty()) return reject("expects inputs and one output");
+  RuleMaker m(g, n);
+  const Shape& out = m.out(0);
   const int rk = static_cast<int>(out.size());
   auto axis = norm_axis(n.i("axis", 0), rk);
-  if (!axis) return std::nullopt;
-  OpShardingRule r;
-  std::vector<int> of(rk);
-  for (int d = 0; d < rk; ++d)
-    of[d] = add_factor(r, out[d], d == *axis ? FactorKind::kPermutation : FactorKind::kPassThrough);
-  for (int v : n.inputs) {
-    if (v < 0) {
-      r.operands.push_back({});
-      continue;
-    }
-    const Shape& s = shape_of(g, v);
-    if (static_cast<int>(s.size()) != rk) return std::nullopt;
-    DimFactors df(rk);
-    for (int d = 0; d < rk; ++d) {
-      if (d != *axis && s[d] != out[d]) return std::nullopt;
-      df[d] = {of[d]};
-    }
-    r.operands.push_back(std::move(df));
+  if (!axis) return reject("axis {} out of range for rank {}", n.i("axis", 0), rk);
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (!m.has_input(i)) continue;
+    const Shape& s = m.in(i);
+    if (static_cast<int>(s.size()) != rk) return reject("operand {} has rank {}, the result {}", i, s.size(), rk);
+    for (int d = 0; d < rk; ++d)
+      if (d != *axis && s[d] != out[d]) return reject("operand {} dim {} is {}, the result's {}", i, d, s[d], out[d]);
   }
-  DimFactors dout(rk);
-  for (int d = 0; d < rk; ++d) dout[d] = {of[d]};
-  r.results = {std::move(dout)};
-  r.linear_operands.assign(n.inputs.size(), true);
-  return r;
+  const DimFactors df = one_factor_each(
+      m.factors(out, [&](int d) { return d == *axis ? FactorKind::kPermutation : FactorKind::kPassThrough; }));
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (m.has_input(i)) m.operand(i, df);
+  m.result(0, df).all_linear();
+  return m.build();
 }
 
-std::optional<OpShardingRule> slice_rule(const Graph& g, const Node& n) {
-  if (!basic_ok(n, 1) || n.outputs.size() != 1) return std::nullopt;
-  const Shape& in = shape_of(g, n.inputs[0]);
-  const Shape& out = shape_of(g, n.outputs[0]);
+// Slice dims that may move data: those whose size changes, and those with a constant step other than 1 (reversed or
+// strided). Unknown steps: every dim.
+std::vector<char> slice_cut_dims(const Graph& g, const Node& n, const Shape& in, const Shape& out) {
   const int rk = static_cast<int>(in.size());
-  if (static_cast<int>(out.size()) != rk) return std::nullopt;
   std::vector<char> cut(rk, 0);
   for (int d = 0; d < rk; ++d) cut[d] = in[d] != out[d];
-  // A dim of unchanged size may still be reversed (step -1) or strided: look at the constant steps.
-  std::optional<std::vector<int64_t>> axes, steps;
-  if (n.inputs.size() >= 2) {  // opset >= 10: starts, ends, axes, steps inputs
-    const bool has_axes = n.inputs.size() > 3 && n.inputs[3] >= 0;
-    const bool has_steps = n.inputs.size() > 4 && n.inputs[4] >= 0;
-    if (has_axes) {
-      if (const Tensor* t = constant_input(g, n, 3)) axes = t->as_int64s();
-    } else if (const Tensor* t = constant_input(g, n, 1)) {
-      std::vector<int64_t> a(t->numel());
-      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int64_t>(i);
-      axes = a;
-    }
-    if (has_steps) {
-      if (const Tensor* t = constant_input(g, n, 4)) steps = t->as_int64s();
-      if (!steps || !axes) {
-        std::fill(cut.begin(), cut.end(), 1);  // unknown steps: every dim may be permuted
-      } else {
-        for (size_t i = 0; i < steps->size() && i < axes->size(); ++i)
-          if ((*steps)[i] != 1)
-            if (auto a = norm_axis((*axes)[i], rk)) cut[*a] = 1;
-      }
-    }
+  if (n.inputs.size() < 2) return cut;  // opset < 10: attributes, steps of 1
+  std::optional<std::vector<int64_t>> axes, steps;  // opset >= 10: starts, ends, axes, steps inputs
+  if (present(n, 3)) {
+    if (const Tensor* t = constant_input(g, n, 3)) axes = t->as_int64s();
+  } else if (const Tensor* t = constant_input(g, n, 1)) {
+    std::vector<int64_t> a(t->numel());
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int64_t>(i);
+    axes = a;
   }
-  OpShardingRule r;
-  DimFactors df(rk);
-  for (int d = 0; d < rk; ++d)
-    df[d] = {add_factor(r, in[d], cut[d] ? FactorKind::kPermutation : FactorKind::kPassThrough)};
-  r.results = {df};
-  finish_unary_data(g, n, r, std::move(df));
-  return r;
+  if (!present(n, 4)) return cut;
+  if (const Tensor* t = constant_input(g, n, 4)) steps = t->as_int64s();
+  if (!steps || !axes) {
+    std::fill(cut.begin(), cut.end(), 1);  // unknown steps: every dim may be permuted
+    return cut;
+  }
+  for (size_t i = 0; i < steps->size() && i < axes->size(); ++i)
+    if ((*steps)[i] != 1)
+      if (auto a = norm_axis((*axes)[i], rk)) cut[*a] = 1;
+  return cut;
 }
 
-std::optional<OpShardingRule> split_rule(const Graph& g, const Node& n) {
-  if (!basic_ok(n, 1) || n.outputs.empty()) return std::nullopt;
-  const Shape& in = shape_of(g, n.inputs[0]);
+RuleResult slice_rule(const Graph& g, const Node& n) {
+  if (auto e = unary_arity(n)) return *e;
+  RuleMaker m(g, n);
+  const Shape& in = m.in(0);
+  const Shape& out = m.out(0);
+  if (out.size() != in.size()) return reject("result rank {} differs from the input's {}", out.size(), in.size());
+  const std::vector<char> cut = slice_cut_dims(g, n, in, out);
+  const DimFactors df = one_factor_each(
+      m.factors(in, [&](int d) { return cut[d] ? FactorKind::kPermutation : FactorKind::kPassThrough; }));
+  return unary_data(m, df, df);
+}
+
+RuleResult split_rule(const Graph& g, const Node& n) {
+  if (!present(n, 0) || !present(n, 0, true)) return reject("expects input 0 and output 0");
+  RuleMaker m(g, n);
+  const Shape& in = m.in(0);
   const int rk = static_cast<int>(in.size());
   auto axis = norm_axis(n.i("axis", 0), rk);
-  if (!axis) return std::nullopt;
-  OpShardingRule r;
-  DimFactors din(rk);
-  for (int d = 0; d < rk; ++d)
-    din[d] = {add_factor(r, in[d], d == *axis ? FactorKind::kPermutation : FactorKind::kPassThrough)};
-  for (int v : n.outputs) {
-    if (v < 0) {
-      r.results.push_back({});
-      continue;
-    }
-    const Shape& s = shape_of(g, v);
-    if (static_cast<int>(s.size()) != rk) return std::nullopt;
-    r.results.push_back(din);
-  }
-  finish_unary_data(g, n, r, std::move(din));
-  return r;
+  if (!axis) return reject("axis {} out of range for rank {}", n.i("axis", 0), rk);
+  for (size_t k = 0; k < n.outputs.size(); ++k)
+    if (m.has_output(k) && static_cast<int>(m.out(k).size()) != rk)
+      return reject("result {} has rank {}, the input {}", k, m.out(k).size(), rk);
+  const DimFactors din = one_factor_each(
+      m.factors(in, [&](int d) { return d == *axis ? FactorKind::kPermutation : FactorKind::kPassThrough; }));
+  for (size_t k = 0; k < n.outputs.size(); ++k)
+    if (m.has_output(k)) m.result(k, din);
+  m.operand(0, din).factorless_operands(1).linear(0);
+  return m.build();
 }
 
 // Constant / ConstantOfShape: no tensor operands; every result dim gets its own pass-through factor.
-std::optional<OpShardingRule> constant_rule(const Graph& g, const Node& n) {
-  if (n.outputs.size() != 1 || n.outputs[0] < 0) return std::nullopt;
-  OpShardingRule r;
-  const Shape& out = shape_of(g, n.outputs[0]);
-  DimFactors dout(out.size());
-  for (size_t d = 0; d < out.size(); ++d) dout[d] = {add_factor(r, out[d], FactorKind::kPassThrough)};
-  for (size_t i = 0; i < n.inputs.size(); ++i) r.operands.push_back(factorless(g, n, static_cast<int>(i)));
-  r.results = {std::move(dout)};
-  r.linear_operands.assign(n.inputs.size(), false);
-  return r;
+RuleResult constant_rule(const Graph& g, const Node& n) {
+  if (n.outputs.size() != 1 || n.outputs[0] < 0) return reject("expects one output");
+  RuleMaker m(g, n);
+  m.result(0, one_factor_each(m.factors(m.out(0), FactorKind::kPassThrough))).factorless_operands();
+  return m.build();
 }
 
-std::optional<OpShardingRule> shape_rule(const Graph& g, const Node& n) {
-  if (n.outputs.size() != 1 || n.outputs[0] < 0) return std::nullopt;
-  OpShardingRule r;
-  for (size_t i = 0; i < n.inputs.size(); ++i) r.operands.push_back(factorless(g, n, static_cast<int>(i)));
-  r.results = {DimFactors(shape_of(g, n.outputs[0]).size())};
-  r.linear_operands.assign(n.inputs.size(), false);
-  return r;
+RuleResult shape_rule(const Graph& g, const Node& n) {
+  if (n.outputs.size() != 1 || n.outputs[0] < 0) return reject("expects one output");
+  RuleMaker m(g, n);
+  m.factorless_operands().result(0, DimFactors(m.out(0).size()));
+  return m.build();
 }
 
 }  // namespace
