@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "backend/kernels/kernels.h"
@@ -45,6 +46,30 @@ inline LoadOptions load_opts(std::map<std::string, int64_t> dims = {}, bool load
   o.load_data = load_data;
   o.strict_shapes = true;
   return o;
+}
+
+/// An ONNX backend test's model summary and its test_data_set_0 input tensors (throws as read_model_info /
+/// read_tensor_pb: a test whose inputs are not all tensors throws).
+inline void read_backend_test(const std::filesystem::path& dir, ModelInfo& info, std::vector<Tensor>& data) {
+  info = read_model_info((dir / "model.onnx").string());
+  for (size_t i = 0; i < info.inputs.size(); ++i)
+    data.push_back(read_tensor_pb((dir / "test_data_set_0" / ("input_" + std::to_string(i) + ".pb")).string()));
+}
+
+/// Loads `model` with `lo`; when that fails (a shape depends on input values), again with inputs `names` frozen to
+/// `data`. nullopt when neither loads.
+inline std::optional<Graph> load_freezing(const std::string& model, LoadOptions lo,
+                                          const std::vector<std::string>& names, const std::vector<Tensor>& data) {
+  try {
+    return load_model(model, lo);
+  } catch (const std::exception&) {
+  }
+  for (size_t i = 0; i < names.size() && i < data.size(); ++i) lo.frozen_inputs[names[i]] = data[i];
+  try {
+    return load_model(model, lo);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 /// Expects `f` to throw InputError with exactly `msg`.

@@ -14,6 +14,7 @@
 #include "cli/wiring.h"
 #include "core/rules/rule.h"
 #include "onnx_frontend/frontend.h"
+#include "tests/frontend/frontend_test_util.h"
 
 namespace gspmd {
 namespace {
@@ -51,29 +52,12 @@ void survey(const std::string& where, const Graph& g, Tally& tally) {
   }
 }
 
-/// Loads `model` with `lo`, retrying with the test's inputs frozen when shapes depend on them; nullopt if it cannot.
-std::optional<Graph> load(const std::string& model, LoadOptions lo, const std::vector<std::string>& names,
-                          const std::vector<Tensor>& data) {
-  try {
-    return load_model(model, lo);
-  } catch (const std::exception&) {
-  }
-  for (size_t i = 0; i < names.size() && i < data.size(); ++i) lo.frozen_inputs[names[i]] = data[i];
-  try {
-    return load_model(model, lo);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
 void survey_backend_test(const fs::path& dir, Tally& tally) {
   const std::string model = (dir / "model.onnx").string();
   ModelInfo info;
   std::vector<Tensor> data;
   try {
-    info = read_model_info(model);
-    for (size_t i = 0; i < info.inputs.size(); ++i)
-      data.push_back(read_tensor_pb((dir / "test_data_set_0" / fmt::format("input_{}.pb", i)).string()));
+    test::read_backend_test(dir, info, data);
   } catch (const std::exception&) {
   }
   LoadOptions unfolded = cli::kernel_load_options();
@@ -83,7 +67,7 @@ void survey_backend_test(const fs::path& dir, Tally& tally) {
   const std::string name = dir.parent_path().filename().string() + "/" + dir.filename().string();
   bool any = false;
   for (const LoadOptions& lo : {cli::kernel_load_options(), unfolded}) {
-    if (std::optional<Graph> g = load(model, lo, info.inputs, data)) {
+    if (std::optional<Graph> g = test::load_freezing(model, lo, info.inputs, data)) {
       survey(name, *g, tally);
       any = true;
     }
@@ -114,7 +98,7 @@ TEST(RulesSurvey, NoBuilderErrorOnTestdataModels) {
           if (!d.empty()) lo.dims[d] = 2;  // symbolic dims (batch...): 2
     } catch (const std::exception&) {
     }
-    if (std::optional<Graph> g = load(m.string(), lo, {}, {}))
+    if (std::optional<Graph> g = test::load_freezing(m.string(), lo, {}, {}))
       survey(fs::relative(m, GSPMD_SOURCE_DIR).string(), *g, tally);
     else
       ++tally.skipped;

@@ -12,6 +12,7 @@
 
 #include "backend/kernels/kernels.h"
 #include "onnx_frontend/frontend.h"
+#include "tests/frontend/frontend_test_util.h"
 
 namespace gspmd {
 namespace {
@@ -33,44 +34,26 @@ struct Tally {
   std::map<std::string, int> nodes_by_op;
 };
 
-// Loads `model` without folding (nodes stay nodes), freezing every input when shapes depend on them.
-bool load_unfolded(const std::string& model, const std::vector<std::string>& names, const std::vector<Tensor>& data,
-                   Graph& g) {
-  LoadOptions lo;
-  lo.evaluator = [](const Node& n, const std::vector<const Tensor*>&, int64_t) -> std::vector<Tensor> {
-    throw std::runtime_error("no folding");
-  };
-  try {
-    g = load_model(model, lo);
-    return true;
-  } catch (const std::exception&) {
-  }
-  for (size_t i = 0; i < names.size() && i < data.size(); ++i) lo.frozen_inputs[names[i]] = data[i];
-  try {
-    g = load_model(model, lo);
-    return true;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
 void check_model(const fs::path& dir, Tally& tally) {
   const std::string model = (dir / "model.onnx").string();
   ModelInfo info;
   std::vector<Tensor> data;
   try {
-    info = read_model_info(model);
-    for (size_t i = 0; i < info.inputs.size(); ++i)
-      data.push_back(read_tensor_pb((dir / "test_data_set_0" / fmt::format("input_{}.pb", i)).string()));
+    test::read_backend_test(dir, info, data);
   } catch (const std::exception&) {
     ++tally.skipped;
     return;
   }
-  Graph g;
-  if (!load_unfolded(model, info.inputs, data, g)) {
+  LoadOptions unfolded;  // nodes stay nodes
+  unfolded.evaluator = [](const Node&, const std::vector<const Tensor*>&, int64_t) -> std::vector<Tensor> {
+    throw std::runtime_error("no folding");
+  };
+  std::optional<Graph> loaded = test::load_freezing(model, unfolded, info.inputs, data);
+  if (!loaded) {
     ++tally.skipped;
     return;
   }
+  const Graph& g = *loaded;
   ++tally.models;
   std::map<int, Tensor> live;
   for (int v : g.inputs) {
