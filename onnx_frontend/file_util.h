@@ -1,7 +1,12 @@
-// onnx_frontend internal: file helpers (no ONNX headers, so sharding_file.cc stays light).
+// onnx_frontend internal: file and message helpers (no ONNX headers, so sharding_file.cc stays light).
 #pragma once
 
+#include <cstddef>
 #include <string>
+
+#include <fmt/format.h>
+
+#include "onnx_frontend/frontend.h"
 
 namespace gspmd::frontend {
 
@@ -12,5 +17,10 @@ std::string read_file(const std::string& path);
 void write_file_atomic(const std::string& path, const std::string& bytes);
 /// Directory part of a path ("" -> ".").
 std::string dir_of(const std::string& path);
+
+/// "1 tensor", "3 tensors".
+inline std::string count_str(size_t n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
+/// structure_str with its article: "a sequence", "an optional(tensor)" (structured_io.cc).
+std::string with_article(const ValueStructure& s);
 
 }  // namespace gspmd::frontend

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "core/ir/control_flow.h"
+#include "onnx_frontend/file_util.h"
 
 namespace gspmd::frontend {
 namespace {
@@ -389,7 +390,6 @@ std::string element_name(const std::string& name, const ValueStructure& s, size_
   return s.of_sequence ? fmt::format("{}.value[{}]", name, i) : name + ".value";
 }
 
-std::string plural(size_t n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); }
 
 // The model's sequence and optional inputs become one graph input per element, typed from opts.structured_inputs;
 // report.inputs receives the signature.
@@ -413,9 +413,8 @@ void bind_structured_inputs(Pass& p) {
                                    val.name, kind));
     const OnnxValue& given = it->second;
     if (given.structure.kind != val.kind)
-      throw InputError(fmt::format("input '{}' is a {} but the given value is {} {}", val.name, kind,
-                                   given.structure.kind == ValueKind::kOptional ? "an" : "a",
-                                   structure_str(given.structure)));
+      throw InputError(fmt::format("input '{}' is a {} but the given value is {}", val.name, kind,
+                                   with_article(given.structure)));
     fv.structure = given.structure;
     for (const Tensor& t : given.tensors) {
       if (val.dtype != DType::kUndefined && t.dtype != val.dtype)
@@ -435,7 +434,7 @@ void bind_structured_inputs(Pass& p) {
     p.structures[v] = fv;
     p.typed(v);
     p.report.rewrites.push_back(fmt::format("input '{}' ({} of {}): graph inputs '{}'", val.name,
-                                            structure_str(fv.structure), plural(names.size(), "tensor"),
+                                            structure_str(fv.structure), count_str(names.size(), "tensor"),
                                             fmt::join(names, "', '")));
     p.report.inputs.push_back(std::move(fv));
   }

@@ -303,21 +303,23 @@ struct Loader {
   }
 
   // opts, with the sequence and optional inputs that opts.structured_inputs lacks read from opts.inputs_dir
-  // (DIR/input_<i>.pb, when present).
-  LoadOptions with_structured_inputs() const {
-    LoadOptions o = opts;
-    if (opts.inputs_dir.empty()) return o;  // (a copy: small next to loading the model)
+  // (DIR/input_<i>.pb, when present); a copy in `storage` only when there are such inputs.
+  const LoadOptions& with_structured_inputs(LoadOptions& storage) const {
+    std::map<std::string, OnnxValue> read;
     for (const auto& in : m.graph().input()) {
       const bool seq = in.type().has_sequence_type(), opt = in.type().has_optional_type();
+      if (opts.inputs_dir.empty() || (!seq && !opt) || opts.structured_inputs.count(in.name())) continue;
       auto k = std::find(input_names.begin(), input_names.end(), in.name());
-      if ((!seq && !opt) || k == input_names.end() || o.structured_inputs.count(in.name())) continue;
+      if (k == input_names.end()) continue;
       const std::filesystem::path file =
           std::filesystem::path(opts.inputs_dir) / fmt::format("input_{}.pb", k - input_names.begin());
       if (std::filesystem::exists(file))
-        o.structured_inputs[in.name()] =
-            read_value_pb(file.string(), seq ? ValueKind::kSequence : ValueKind::kOptional);
+        read[in.name()] = read_value_pb(file.string(), seq ? ValueKind::kSequence : ValueKind::kOptional);
     }
-    return o;
+    if (read.empty()) return opts;
+    storage = opts;
+    storage.structured_inputs.merge(read);
+    return storage;
   }
 
   // The shapes of the given input tensors: opts.input_shapes, and DIR/input_<i>.pb of opts.inputs_dir for the graph
@@ -690,7 +692,8 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
   g.prune();
   std::map<std::string, std::string> why;
   try {
-    frontend::infer_and_fold(g, unknown, why, L.with_structured_inputs(), rep);
+    LoadOptions with_inputs;
+    frontend::infer_and_fold(g, unknown, why, L.with_structured_inputs(with_inputs), rep);
   } catch (const InputError& e) {
     L.fail(e.what());
   }

@@ -11,20 +11,19 @@
 #include "onnx_frontend/proto_util.h"
 
 namespace gspmd {
+
+std::string frontend::with_article(const ValueStructure& s) {
+  return (s.kind == ValueKind::kOptional ? "an " : "a ") + structure_str(s);
+}
+
 namespace {
+
+using frontend::count_str;
+using frontend::with_article;
 
 // onnx-data.proto's SequenceProto.DataType / OptionalProto.DataType values (the two enums agree).
 constexpr int32_t kElemUndefined = 0, kElemTensor = 1, kElemSparseTensor = 2, kElemSequence = 3, kElemMap = 4,
                   kElemOptional = 5;
-
-// "a tensor", "an optional(tensor)": structure_str with its article.
-std::string with_article(const ValueStructure& s) {
-  std::string str = structure_str(s);
-  return (s.kind == ValueKind::kOptional ? "an " : "a ") + str;
-}
-
-// "1 tensor", "3 tensors".
-std::string count_str(size_t n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
 
 // True when the structure's tensors are a sequence's elements (any count), false when it holds 0 or 1 tensor.
 bool holds_sequence(const ValueStructure& s) {

@@ -5,23 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_util/rule_literal.h"
+
 namespace gspmd {
 namespace {
 
+using testing::make_rule;
 using Axes = std::vector<int>;
 using Dims = std::vector<std::vector<int>>;
 constexpr FactorKind kPass = FactorKind::kPassThrough;
 constexpr FactorKind kRed = FactorKind::kReduction;
-
-OpShardingRule make_rule(std::vector<int64_t> sizes, std::vector<FactorKind> kinds, std::vector<DimFactors> operands,
-                         std::vector<DimFactors> results) {
-  OpShardingRule r;
-  r.factor_sizes = std::move(sizes);
-  r.factor_kinds = std::move(kinds);
-  r.operands = std::move(operands);
-  r.results = std::move(results);
-  return r;
-}
 
 TensorSharding sharded(Dims dims) {
   TensorSharding s = TensorSharding::replicated(static_cast<int>(dims.size()));

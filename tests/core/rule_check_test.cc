@@ -7,11 +7,13 @@
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
 #include "tests/test_util/graph_builder.h"
+#include "tests/test_util/rule_literal.h"
 
 namespace gspmd {
 namespace {
 
 using testing::GraphBuilder;
+using testing::make_rule;
 constexpr FactorKind kPass = FactorKind::kPassThrough;
 constexpr const char* kDomain = "rule_check_test";
 
@@ -21,16 +23,6 @@ int custom_node(GraphBuilder& gb, const std::string& op, RuleBuilder b, std::vec
   const int n = gb.node(op, std::move(in), std::move(out));
   gb.g.nodes[n].domain = kDomain;
   return n;
-}
-
-OpShardingRule rule_of(std::vector<int64_t> sizes, std::vector<FactorKind> kinds, std::vector<DimFactors> operands,
-                       std::vector<DimFactors> results) {
-  OpShardingRule r;
-  r.factor_sizes = std::move(sizes);
-  r.factor_kinds = std::move(kinds);
-  r.operands = std::move(operands);
-  r.results = std::move(results);
-  return r;
 }
 
 TEST(RuleResult, DistinguishesTheOutcomes) {
@@ -68,7 +60,7 @@ TEST(RuleResult, ABuiltRuleThatFailsCheckIsABuilderError) {
   GraphBuilder b;
   const int x = b.input("x", {4, 8});
   const int n = custom_node(b, "WrongRank", [](const Graph&, const Node&) -> RuleResult {
-    return rule_of({4}, {kPass}, {{{0}}}, {{{0}}});  // x has two dims
+    return make_rule({4}, {kPass}, {{{0}}}, {{{0}}});  // x has two dims
   }, {x}, {4, 8});
   const RuleResult r = get_rule(b.g, b.g.nodes[n]);
   EXPECT_EQ(r.status, RuleResult::kBuilderError);
@@ -95,29 +87,29 @@ TEST(RuleCheck, CatchesMalformedRules) {
   };
   const FactorKind kRed = FactorKind::kReduction;
   // The real rule passes.
-  EXPECT_EQ(err(rule_of({4, 3, 8}, {kPass, kPass, kRed}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})), "");
-  EXPECT_EQ(err(rule_of({4, 3, 8}, {kPass, kPass, kRed}, {{{0}, {2}}}, {{{0}, {1}}})),
+  EXPECT_EQ(err(make_rule({4, 3, 8}, {kPass, kPass, kRed}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})), "");
+  EXPECT_EQ(err(make_rule({4, 3, 8}, {kPass, kPass, kRed}, {{{0}, {2}}}, {{{0}, {1}}})),
             "the rule has 1 operands and 1 results, the node 2 inputs and 1 outputs");
-  EXPECT_EQ(err(rule_of({4, 3, 8}, {kPass, kPass}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})),
+  EXPECT_EQ(err(make_rule({4, 3, 8}, {kPass, kPass}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})),
             "3 factor sizes but 2 factor kinds");
-  EXPECT_EQ(err(rule_of({4, 3, 8}, {kPass, kPass, kRed}, {{{0}, {5}}, {{2}, {1}}}, {{{0}, {1}}})),
+  EXPECT_EQ(err(make_rule({4, 3, 8}, {kPass, kPass, kRed}, {{{0}, {5}}, {{2}, {1}}}, {{{0}, {1}}})),
             "operand 0 ('x') dim 1: factor id 5 out of range (the rule has 3 factors)");
-  EXPECT_EQ(err(rule_of({4, 3, 8}, {kPass, kPass, kRed}, {{{0}, {0}}, {{2}, {1}}}, {{{0}, {1}}})),
+  EXPECT_EQ(err(make_rule({4, 3, 8}, {kPass, kPass, kRed}, {{{0}, {0}}, {{2}, {1}}}, {{{0}, {1}}})),
             "operand 0 ('x') indexes factor i twice");
-  EXPECT_EQ(err(rule_of({4, 3, 7}, {kPass, kPass, kRed}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})),
+  EXPECT_EQ(err(make_rule({4, 3, 7}, {kPass, kPass, kRed}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})),
             "operand 0 ('x') dim 1 has size 8 but its factors [k] multiply to 7");
-  EXPECT_EQ(err(rule_of({4, 3, 8, 2}, {kPass, kPass, kRed, kPass}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})),
+  EXPECT_EQ(err(make_rule({4, 3, 8, 2}, {kPass, kPass, kRed, kPass}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})),
             "factor l indexes no dim");
   // Dims without factors are always allowed (kept replicated).
-  EXPECT_EQ(err(rule_of({4, 3}, {kPass, kPass}, {{{0}, {}}, {{}, {1}}}, {{{0}, {1}}})), "");
+  EXPECT_EQ(err(make_rule({4, 3}, {kPass, kPass}, {{{0}, {}}, {{}, {1}}}, {{{0}, {1}}})), "");
   // A merged dim: 8 = 2 x 4.
-  EXPECT_EQ(err(rule_of({4, 3, 2, 4}, {kPass, kPass, kRed, kRed}, {{{0}, {2, 3}}, {{2, 3}, {1}}}, {{{0}, {1}}})), "");
+  EXPECT_EQ(err(make_rule({4, 3, 2, 4}, {kPass, kPass, kRed, kRed}, {{{0}, {2, 3}}, {{2, 3}, {1}}}, {{{0}, {1}}})), "");
   // A permutation (or windowed, or need-replication) factor may be sized by another dim it indexes, not by none.
   const FactorKind kPerm = FactorKind::kPermutation;
-  EXPECT_EQ(err(rule_of({4, 3, 8}, {kPass, kPerm, kRed}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})), "");
-  EXPECT_EQ(err(rule_of({4, 5, 8}, {kPass, kPerm, kRed}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})),
+  EXPECT_EQ(err(make_rule({4, 3, 8}, {kPass, kPerm, kRed}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})), "");
+  EXPECT_EQ(err(make_rule({4, 5, 8}, {kPass, kPerm, kRed}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})),
             "factor j (size 5) matches the size of no dim it indexes");
-  EXPECT_EQ(err(rule_of({4, 3, 8}, {kPass, FactorKind::kWindowed, kRed}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})),
+  EXPECT_EQ(err(make_rule({4, 3, 8}, {kPass, FactorKind::kWindowed, kRed}, {{{0}, {2}}, {{2}, {1}}}, {{{0}, {1}}})),
             "windowed factor j does not index operand 0");
 }
 
@@ -155,7 +147,7 @@ TEST(RuleTable, OneResultPerNodeAndItsGraph) {
   const int x = b.input("x", {4});
   b.node("Relu", {x}, {4});
   b.node("NoSuchOp", {x}, {4});
-  custom_node(b, "Bad", [](const Graph&, const Node&) -> RuleResult { return rule_of({4}, {kPass}, {{}}, {{{0}}}); },
+  custom_node(b, "Bad", [](const Graph&, const Node&) -> RuleResult { return make_rule({4}, {kPass}, {{}}, {{{0}}}); },
               {x}, {4});
   const RuleTable t(b.g);
   ASSERT_EQ(t.size(), 3);
@@ -176,7 +168,7 @@ TEST(RuleTable, BuilderErrorsReachThePartitionersWarnings) {
   GraphBuilder b;
   const int x = b.input("x", {4});
   const int n = custom_node(b, "Broken", [](const Graph&, const Node&) -> RuleResult {
-    return rule_of({4}, {kPass}, {{{0}, {0}}}, {{{0}}});
+    return make_rule({4}, {kPass}, {{{0}, {0}}}, {{{0}}});
   }, {x}, {4});
   b.g.outputs.push_back(b.g.nodes[n].outputs[0]);
   Annotations ann;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -46,6 +47,21 @@ inline LoadOptions load_opts(std::map<std::string, int64_t> dims = {}, bool load
   o.load_data = load_data;
   o.strict_shapes = true;
   return o;
+}
+
+/// Debian's ONNX backend test data (libonnx-testdata) and the folders the suites read.
+inline const char* const kBackendTestData = "/usr/share/libonnx-testdata/data";
+
+/// Every test directory (with a model.onnx) of the backend test folders node, pytorch-converted, pytorch-operator and
+/// simple, sorted; empty when the data is not installed.
+inline std::vector<std::filesystem::path> backend_test_dirs() {
+  std::vector<std::filesystem::path> dirs;
+  if (!std::filesystem::is_directory(kBackendTestData)) return dirs;
+  for (const char* folder : {"node", "pytorch-converted", "pytorch-operator", "simple"})
+    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(kBackendTestData) / folder))
+      if (std::filesystem::exists(e.path() / "model.onnx")) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
 }
 
 /// An ONNX backend test's model summary and its test_data_set_0 input tensors (throws as read_model_info /

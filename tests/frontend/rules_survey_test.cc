@@ -21,8 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* const kTestData = "/usr/share/libonnx-testdata/data";
-const char* const kFolders[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
 
 struct Tally {
   int models = 0, skipped = 0, nodes = 0, ok = 0, no_rule = 0, not_expressible = 0;
@@ -109,12 +107,8 @@ TEST(RulesSurvey, NoBuilderErrorOnTestdataModels) {
 }
 
 TEST(RulesSurvey, NoBuilderErrorOnOnnxBackendTests) {
-  if (!fs::is_directory(kTestData)) GTEST_SKIP() << kTestData << " is missing (apt-get install libonnx-testdata)";
-  std::vector<fs::path> dirs;
-  for (const char* folder : kFolders)
-    for (const auto& e : fs::directory_iterator(fs::path(kTestData) / folder))
-      if (fs::exists(e.path() / "model.onnx")) dirs.push_back(e.path());
-  std::sort(dirs.begin(), dirs.end());
+  const std::vector<fs::path> dirs = test::backend_test_dirs();
+  if (dirs.empty()) GTEST_SKIP() << test::kBackendTestData << " is missing (apt-get install libonnx-testdata)";
   Tally tally;
   for (const fs::path& d : dirs) survey_backend_test(d, tally);
   print("ONNX backend tests", tally);

@@ -19,8 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* const kTestData = "/usr/share/libonnx-testdata/data";
-const char* const kFolders[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
 
 std::string types_str(const std::vector<TensorType>& ts) {
   std::string s;
@@ -120,12 +118,8 @@ void check_model(const fs::path& dir, Tally& tally) {
 }
 
 TEST(ShapeEngine, AgreesWithKernelsOnOnnxBackendTests) {
-  if (!fs::is_directory(kTestData)) GTEST_SKIP() << kTestData << " is missing (apt-get install libonnx-testdata)";
-  std::vector<fs::path> dirs;
-  for (const char* folder : kFolders)
-    for (const auto& e : fs::directory_iterator(fs::path(kTestData) / folder))
-      if (fs::exists(e.path() / "model.onnx")) dirs.push_back(e.path());
-  std::sort(dirs.begin(), dirs.end());
+  const std::vector<fs::path> dirs = test::backend_test_dirs();
+  if (dirs.empty()) GTEST_SKIP() << test::kBackendTestData << " is missing (apt-get install libonnx-testdata)";
   Tally tally;
   for (const auto& d : dirs) check_model(d, tally);
   std::printf("shape engine: %d models checked (%d skipped: unreadable data or no static load), %d nodes, "
