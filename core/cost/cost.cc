@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <unordered_set>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,27 +18,63 @@ namespace gspmd {
 // ---------------------------------------------------------------------------------------------------------------
 namespace {
 
-const std::unordered_set<std::string>& elementwise_ops() {
-  static const std::unordered_set<std::string> s = {
-      "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Neg", "Abs", "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu",
-      "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Reciprocal",
-      "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Floor", "Ceil", "Round", "Sign", "Max",
-      "Min", "Sum", "Mean", "Clip", "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And",
-      "Or", "Xor", "IsNaN", "IsInf", "BitShift", "Gelu", "Mish", "ThresholdedRelu", "QuickGelu"};
-  return s;
+/// How the cost model counts one op (docs/cost-model.md, "FLOPs"): its FLOPs formula and whether it runs on the
+/// matrix unit (a contraction: the target's contraction curve applies) or at the vector peak.
+enum class Flops {
+  kNone,           // data movement (Reshape, Transpose, Gather, ...), unknown ops, Einsum (not modelled)
+  kMatMul,         // 2*K per output element, K = A's last dim
+  kGemm,           // 2*K per output element, K from transA; the bias add is not counted
+  kConv,           // 2 * prod(W dims 1..) per output element
+  kConvTranspose,  // 2 * prod(W dims 1..) per input element
+  kElementwise,    // 1 per output element
+  kVariadic,       // Sum/Max/Min/Mean: inputs - 1 per output element (at least 1)
+  kNormalization,  // 5 per output element
+  kBatchNorm,      // 2 per output element
+  kReduction,      // 1 per input element
+  kPool,           // prod(kernel_shape) per output element
+};
+enum class Unit { kVector, kMatrix, kConvolution };
+struct OpCost {
+  Flops flops = Flops::kNone;
+  Unit unit = Unit::kVector;
+};
+
+/// The cost class of every op the model counts, by op type (any domain but `gspmd`); others count no FLOPs.
+const std::unordered_map<std::string, OpCost>& op_costs() {
+  static const std::unordered_map<std::string, OpCost> t = [] {
+    std::unordered_map<std::string, OpCost> m;
+    for (const char* op :
+         {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Neg", "Abs", "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu",
+          "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Reciprocal",
+          "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Floor", "Ceil", "Round", "Sign", "Clip",
+          "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not",
+          "And", "Or", "Xor", "IsNaN", "IsInf", "BitShift", "Gelu", "Mish", "ThresholdedRelu", "QuickGelu"})
+      m[op] = {Flops::kElementwise, Unit::kVector};
+    for (const char* op : {"Softmax", "LogSoftmax", "LayerNormalization", "Hardmax", "InstanceNormalization",
+                           "GroupNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization"})
+      m[op] = {Flops::kNormalization, Unit::kVector};
+    for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                           "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin",
+                           "GlobalAveragePool", "GlobalMaxPool", "CumSum"})
+      m[op] = {Flops::kReduction, Unit::kVector};
+    for (const char* op : {"Sum", "Max", "Min", "Mean"}) m[op] = {Flops::kVariadic, Unit::kVector};
+    m["MatMul"] = m["MatMulInteger"] = {Flops::kMatMul, Unit::kMatrix};
+    m["FusedMatMul"] = {Flops::kMatMul, Unit::kVector};  // counted like MatMul, priced at the vector peak
+    m["Gemm"] = {Flops::kGemm, Unit::kMatrix};
+    m["Einsum"] = {Flops::kNone, Unit::kMatrix};
+    m["Conv"] = {Flops::kConv, Unit::kConvolution};
+    m["ConvTranspose"] = {Flops::kConvTranspose, Unit::kConvolution};
+    m["BatchNormalization"] = {Flops::kBatchNorm, Unit::kVector};
+    m["MaxPool"] = m["AveragePool"] = {Flops::kPool, Unit::kVector};
+    return m;
+  }();
+  return t;
 }
-const std::unordered_set<std::string>& normalization_ops() {
-  static const std::unordered_set<std::string> s = {"Softmax", "LogSoftmax", "LayerNormalization", "Hardmax",
-                                                    "InstanceNormalization", "GroupNormalization",
-                                                    "SimplifiedLayerNormalization", "SkipLayerNormalization"};
-  return s;
-}
-const std::unordered_set<std::string>& reduction_ops() {
-  static const std::unordered_set<std::string> s = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-                                                    "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
-                                                    "ReduceLogSumExp", "ArgMax", "ArgMin", "GlobalAveragePool",
-                                                    "GlobalMaxPool", "CumSum"};
-  return s;
+
+OpCost op_cost(const Node& n) {
+  if (n.domain == kGspmdDomain) return {};
+  auto it = op_costs().find(n.op_type);
+  return it == op_costs().end() ? OpCost{} : it->second;
 }
 
 const Value* val(const Graph& g, int id) {
@@ -64,53 +100,41 @@ double bytes_of(const Graph& g, int id) {
 }  // namespace
 
 double node_flops(const Graph& g, const Node& n) {
-  if (n.domain == kGspmdDomain) return 0;
   if (n.has_body()) return 0;  // control flow (If, Loop, Scan): not modelled (its trip count is data)
-  const std::string& op = n.op_type;
   auto out_numel = [&]() { return n.outputs.empty() ? 0.0 : numel_of(g, n.outputs[0]); };
   auto in_numel = [&](size_t i) { return i < n.inputs.size() ? numel_of(g, n.inputs[i]) : 0.0; };
-  if (op == "MatMul" || op == "MatMulInteger" || op == "FusedMatMul") {
-    // out[..., M, N] = A[..., M, K] x B[..., K, N]: 2*K FLOPs per output element. 1-D A: K = A.shape[0].
-    const Value* a = n.inputs.empty() ? nullptr : val(g, n.inputs[0]);
-    if (!a || a->shape.empty()) return 0;
-    double k = static_cast<double>(a->shape.back());
-    return 2.0 * out_numel() * k;
-  }
-  if (op == "Gemm") {
-    const Value* a = n.inputs.empty() ? nullptr : val(g, n.inputs[0]);
-    if (!a || a->shape.size() != 2) return 0;
-    double k = static_cast<double>(n.i("transA", 0) ? a->shape[0] : a->shape[1]);
-    return 2.0 * out_numel() * k;  // the bias add (M*N) is not counted, as usual for 2*M*N*K
-  }
-  if (op == "Conv" || op == "ConvTranspose") {
-    // 2 * (C/group * prod(kernel)) per output element; W = [O, C/group, k...] for Conv.
+  const Value* a = n.inputs.empty() ? nullptr : val(g, n.inputs[0]);
+  // Products of W's dims 1..: C/group * prod(kernel) for Conv (W = [O, C/group, k...]), O/group * prod(kernel) for
+  // ConvTranspose (W = [C, O/group, k...]).
+  auto per_weight = [&]() -> std::optional<double> {
     const Value* w = n.inputs.size() > 1 ? val(g, n.inputs[1]) : nullptr;
-    if (!w || w->shape.size() < 2) return 0;
+    if (!w || w->shape.size() < 2) return std::nullopt;
     double per = 1;
     for (size_t i = 1; i < w->shape.size(); ++i) per *= static_cast<double>(w->shape[i]);
-    if (op == "ConvTranspose") {
-      // W = [C, O/group, k...]: each input element contributes O/group * prod(k) MACs.
-      return 2.0 * in_numel(0) * per;
+    return per;
+  };
+  switch (op_cost(n).flops) {
+    case Flops::kNone: return 0;
+    case Flops::kMatMul:  // out[..., M, N] = A[..., M, K] x B[..., K, N]; 1-D A: K = A.shape[0]
+      return a && !a->shape.empty() ? 2.0 * out_numel() * static_cast<double>(a->shape.back()) : 0.0;
+    case Flops::kGemm:
+      if (!a || a->shape.size() != 2) return 0;
+      return 2.0 * out_numel() * static_cast<double>(n.i("transA", 0) ? a->shape[0] : a->shape[1]);
+    case Flops::kConv: return per_weight() ? 2.0 * out_numel() * *per_weight() : 0.0;
+    case Flops::kConvTranspose: return per_weight() ? 2.0 * in_numel(0) * *per_weight() : 0.0;
+    case Flops::kElementwise: return out_numel();
+    case Flops::kVariadic:
+      return n.inputs.size() > 2 ? out_numel() * static_cast<double>(n.inputs.size() - 1) : out_numel();
+    case Flops::kNormalization: return 5.0 * out_numel();
+    case Flops::kBatchNorm: return 2.0 * out_numel();
+    case Flops::kReduction: return in_numel(0);
+    case Flops::kPool: {
+      double per = 1;
+      for (int64_t v : n.ints("kernel_shape")) per *= static_cast<double>(v);
+      return out_numel() * per;
     }
-    return 2.0 * out_numel() * per;
   }
-  if (op == "Einsum") return 0;  // not modelled
-  if (elementwise_ops().count(op)) {
-    // n-ary Sum/Max/Min/Mean: (inputs - 1) operations per element; others 1.
-    if ((op == "Sum" || op == "Max" || op == "Min" || op == "Mean") && n.inputs.size() > 2)
-      return out_numel() * static_cast<double>(n.inputs.size() - 1);
-    return out_numel();
-  }
-  if (normalization_ops().count(op)) return 5.0 * out_numel();
-  if (op == "BatchNormalization") return 2.0 * out_numel();
-  if (reduction_ops().count(op)) return in_numel(0);
-  if (op == "MaxPool" || op == "AveragePool") {
-    std::vector<int64_t> k = n.ints("kernel_shape");
-    double per = 1;
-    for (int64_t v : k) per *= static_cast<double>(v);
-    return out_numel() * per;
-  }
-  return 0;  // data movement (Reshape, Transpose, Gather, Concat, Slice, Cast, ...) and unknown ops
+  return 0;
 }
 
 double graph_flops(const Graph& g) {
@@ -261,10 +285,9 @@ double node_time(const Graph& program, const Node& n, const DeviceMesh& mesh, co
       dt = program.values[static_cast<size_t>(v)].dtype;
       break;
     }
-  const std::string& op = n.op_type;
-  const bool conv = op == "Conv" || op == "ConvTranspose";
-  const bool contraction = conv || op == "MatMul" || op == "Gemm" || op == "Einsum" || op == "MatMulInteger";
-  const double rate = contraction ? t.contraction_rate(f, dt, conv) : t.peak_for(dt);
+  const Unit unit = op_cost(n).unit;
+  const double rate =
+      unit == Unit::kVector ? t.peak_for(dt) : t.contraction_rate(f, dt, unit == Unit::kConvolution);
   return std::max(rate > 0 ? f / rate : 0.0, t.hbm_bandwidth > 0 ? b / t.hbm_bandwidth : 0.0) + t.op_overhead;
 }
 

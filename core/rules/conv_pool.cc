@@ -154,6 +154,8 @@ RuleBuilder conv_rule(bool transpose) {
     const bool bias = present(n, 2);
     m.operand(0, dx).operand(1, dw).result(0, dy).reduction(ReductionKind::kSum);
     if (bias) m.operand(2, {ch.out});
+    if (bias && !transpose) m.bias(2);
+    if (G > 1) m.group_factor(ch.in.front());
     // Linear in X and in W (not both partial: the partitioner allows one partial operand); affine with a bias.
     if (!bias) m.linear(0).linear(1);
     return m.build();

@@ -11,9 +11,9 @@ namespace {
 enum class Operands { kAll, kFirstOnly };
 constexpr int kAllOperands = -1;  // in a linear list: every operand
 
-// linear: indices of operands the result is linear in.
-RuleBuilder elementwise(Operands which, std::vector<int> linear) {
-  return [which, linear](const Graph& g, const Node& n) -> RuleResult {
+// linear: indices of operands the result is linear in; additive: OpShardingRule::additive.
+RuleBuilder elementwise(Operands which, std::vector<int> linear, bool additive = false) {
+  return [which, linear, additive](const Graph& g, const Node& n) -> RuleResult {
     if (!present(n, 0, true)) return reject("output 0 is absent");
     RuleMaker m(g, n);
     const Shape& out = m.out(0);
@@ -35,6 +35,7 @@ RuleBuilder elementwise(Operands which, std::vector<int> linear) {
       if (i == kAllOperands) m.all_linear();
       if (i >= 0 && i < static_cast<int>(n.inputs.size())) m.linear(static_cast<size_t>(i));
     }
+    if (additive) m.additive();
     return m.build();
   };
 }
@@ -64,16 +65,17 @@ RuleBuilder prelu() {
 
 void register_elementwise_rules() {
   add_builtin("PRelu", prelu());
-  // Linear in both operands: Add/Sub (a sum of partials is the partial of the sum); Mul too (the partitioner allows
-  // only one partial operand of a product).
-  for (const char* op : {"Add", "Sub", "Mul"}) add_builtin(op, elementwise(Operands::kAll, {0, 1}));
+  // Linear in both operands: Add/Sub (a sum of partials is the partial of the sum, so they are additive); Mul too
+  // (not additive: the partitioner allows only one partial operand of a product).
+  for (const char* op : {"Add", "Sub"}) add_builtin(op, elementwise(Operands::kAll, {0, 1}, /*additive=*/true));
+  add_builtin("Mul", elementwise(Operands::kAll, {0, 1}));
   add_builtin("Div", elementwise(Operands::kAll, {0}));
   for (const char* op : {"Pow", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
                          "Xor", "Max", "Min", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
     add_builtin(op, elementwise(Operands::kAll, {}));
-  // Sum is linear in every operand (like Add). Mean is too when *all* operands are partial, but the partitioner
-  // treats only Add/Sub/Sum/Concat as additive (else it allows one partial operand), so Mean says false.
-  add_builtin("Sum", elementwise(Operands::kAll, {kAllOperands}));
+  // Sum is additive (like Add). Mean is jointly linear too (the mean of partial sums is the partial sum of the
+  // means), but it is left unmarked: no partial operand passes through it, it is reduced first.
+  add_builtin("Sum", elementwise(Operands::kAll, {kAllOperands}, /*additive=*/true));
   add_builtin("Mean", elementwise(Operands::kAll, {}));
   for (const char* op : {"Sqrt", "Erf", "Tanh", "Relu", "Exp", "Log", "Abs", "Reciprocal", "Sigmoid", "Not", "Cast",
                          "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "IsNaN", "IsInf", "Softplus", "Gelu",

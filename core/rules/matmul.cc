@@ -60,6 +60,7 @@ RuleResult gemm_rule(const Graph& g, const Node& n) {
     const Shape& sc = m.in(2);
     if (sc.size() > 2) return reject("C {} has more than 2 dims", shape_str(sc));
     m.operand(2, broadcast_dims(sc, Shape{M, N}, {fm, fn}));
+    if (!sc.empty()) m.bias(2);
   }
   m.factorless_operands(3).result(0, {{fm}, {fn}}).reduction(ReductionKind::kSum);
   // alpha*A*B is linear in A and in B; with a bias C the op is only affine, so nothing is linear then.

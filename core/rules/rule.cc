@@ -178,6 +178,19 @@ void check(const Graph& g, const Node& node, const OpShardingRule& rule) {
       throw RuleError(fmt::format("factor {} has size {}", factor_name(f), rule.factor_sizes[static_cast<size_t>(f)]));
   for (size_t i = 0; i < node.inputs.size(); ++i) rules_internal::check_tensor_dims(g, node, rule, false, i);
   for (size_t i = 0; i < node.outputs.size(); ++i) rules_internal::check_tensor_dims(g, node, rule, true, i);
+  for (int b : rule.bias_operands)
+    if (b < 0 || b >= static_cast<int>(node.inputs.size()) || node.inputs[static_cast<size_t>(b)] < 0)
+      throw RuleError(fmt::format("bias operand {} is not a present input", b));
+  if (rule.shape_operand >= 0) {
+    const auto s = static_cast<size_t>(rule.shape_operand);
+    if (s >= node.inputs.size() || node.inputs[s] < 0)
+      throw RuleError(fmt::format("shape operand {} is not a present input", rule.shape_operand));
+    for (const auto& dim : rule.operands[s])
+      if (!dim.empty()) throw RuleError(fmt::format("shape operand {} indexes factors", rule.shape_operand));
+  }
+  if (rule.group_factor >= rule.num_factors())
+    throw RuleError(fmt::format("group factor {} out of range (the rule has {} factors)", rule.group_factor,
+                                rule.num_factors()));
   // Sizes per factor: the dims a factor is alone in; every factor must index some dim, and a factor whose size
   // differs from a dim it is alone in (sized by another side) must match one of them.
   std::vector<char> used(static_cast<size_t>(rule.num_factors()), 0), matched(used), alone(used), in_x(used);

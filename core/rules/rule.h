@@ -52,6 +52,22 @@ struct OpShardingRule {
   /// product of the global sizes of those dims; unsplit reduced dims cancel out), then mark it unreduced (sum) as
   /// for any split reduction factor. Equivalently: run a local ReduceSum and divide by global_count.
   bool mean = false;
+  /// The result is jointly linear in all its operands (Add, Sub, Sum, Concat): a partial (unreduced) value passes
+  /// through only when every tensor operand is partial over the same axes. An op that is only linear_operands in
+  /// several operands (Mul) passes one partial operand.
+  bool additive = false;
+  /// Operands added to the result that do not index the reduction factors (Gemm's C, Conv's B). With a split
+  /// reduction factor every device computes a partial sum, so the partitioner keeps such an operand on the first
+  /// tile of the reduction axes and zero elsewhere; any other operand that does not index a split reduction factor
+  /// makes the partitioner leave that factor unsplit. Only meaningful with `reduction` kSum.
+  std::vector<int> bias_operands;
+  /// The operand that holds the result's shape (Reshape's and Expand's `shape`), or -1. It has no factors; the
+  /// partitioner gives the local op the local result shape in its place.
+  int shape_operand = -1;
+  /// Grouped convolution: the factor of the groups (the major factor of X's channel dim, size `group`), or -1.
+  /// Splitting it over n devices divides the local op's `group` attribute by n (the partitioner leaves it unsplit
+  /// when n does not divide `group`).
+  int group_factor = -1;
 
   int num_factors() const { return static_cast<int>(factor_sizes.size()); }
   /// Human-readable form for explain and tests: "([i,j],[j,k])->([i,k]) {i=8, j=16, k=32} reduction={j}".

@@ -93,6 +93,30 @@ RuleMaker& RuleMaker::mean(bool is_mean) {
   return *this;
 }
 
+RuleMaker& RuleMaker::additive() {
+  rule_.additive = true;
+  return *this;
+}
+
+RuleMaker& RuleMaker::bias(size_t i) {
+  if (!has_input(i)) throw RuleError(fmt::format("bias operand {} is not a present input", i));
+  rule_.bias_operands.push_back(static_cast<int>(i));
+  return *this;
+}
+
+RuleMaker& RuleMaker::shape_operand(size_t i) {
+  if (!has_input(i)) throw RuleError(fmt::format("shape operand {} is not a present input", i));
+  rule_.shape_operand = static_cast<int>(i);
+  return *this;
+}
+
+RuleMaker& RuleMaker::group_factor(int f) {
+  if (f < 0 || f >= rule_.num_factors())
+    throw RuleError(fmt::format("group factor {} out of range (the rule has {} factors)", f, rule_.num_factors()));
+  rule_.group_factor = f;
+  return *this;
+}
+
 OpShardingRule RuleMaker::build() {
   for (size_t i = 0; i < node_.inputs.size(); ++i)
     if (has_input(i) && !operand_set_[i]) throw RuleError(fmt::format("operand {} has no dims of factors", i));

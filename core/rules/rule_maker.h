@@ -66,6 +66,16 @@ class RuleMaker {
   /// How partial results combine when a reduction factor is split (default sum), and whether the result is a mean.
   RuleMaker& reduction(ReductionKind k);
   RuleMaker& mean(bool is_mean = true);
+  /// OpShardingRule::additive (the result is jointly linear in all operands: Add, Sub, Sum, Concat).
+  RuleMaker& additive();
+  /// OpShardingRule::bias_operands: operand i is added to the result (Gemm's C, Conv's B). RuleError when i is not a
+  /// present input.
+  RuleMaker& bias(size_t i);
+  /// OpShardingRule::shape_operand: operand i holds the result's shape (Reshape, Expand); it gets no factors.
+  /// RuleError when i is not a present input.
+  RuleMaker& shape_operand(size_t i);
+  /// OpShardingRule::group_factor: factor f counts a grouped convolution's groups. RuleError when f is not a factor.
+  RuleMaker& group_factor(int f);
 
   /// The rule, after check(). RuleError when a present operand or result has no dims set (absent ones get none).
   OpShardingRule build();

@@ -21,11 +21,15 @@ RuleResult unary_data(RuleMaker& m, DimFactors d0, DimFactors dout) {
   return m.build();
 }
 
-RuleResult reshape_like(const Graph& g, const Node& n) {
-  if (auto e = unary_arity(n)) return *e;
-  RuleMaker m(g, n);
-  auto [din, dout] = reshape_factors(m, m.in(0), m.out(0));
-  return unary_data(m, std::move(din), std::move(dout));
+// Reshape, Unsqueeze, Squeeze, Flatten; `shape_input`: input 1 is the result's shape (Reshape, opset 5+).
+RuleBuilder reshape_like(bool shape_input) {
+  return [shape_input](const Graph& g, const Node& n) -> RuleResult {
+    if (auto e = unary_arity(n)) return *e;
+    RuleMaker m(g, n);
+    auto [din, dout] = reshape_factors(m, m.in(0), m.out(0));
+    if (shape_input && m.has_input(1)) m.shape_operand(1);
+    return unary_data(m, std::move(din), std::move(dout));
+  };
 }
 
 RuleResult transpose_rule(const Graph& g, const Node& n) {
@@ -56,6 +60,7 @@ RuleResult expand_rule(const Graph& g, const Node& n) {
   const Shape& out = m.out(0);
   if (in.size() > out.size()) return reject("input rank {} > result rank {}", in.size(), out.size());
   const std::vector<int> of = m.factors(out, FactorKind::kPassThrough);
+  if (m.has_input(1)) m.shape_operand(1);
   return unary_data(m, broadcast_dims(in, out, of), one_factor_each(of));
 }
 
@@ -77,7 +82,7 @@ RuleResult concat_rule(const Graph& g, const Node& n) {
       m.factors(out, [&](int d) { return d == *axis ? FactorKind::kPermutation : FactorKind::kPassThrough; }));
   for (size_t i = 0; i < n.inputs.size(); ++i)
     if (m.has_input(i)) m.operand(i, df);
-  m.result(0, df).all_linear();
+  m.result(0, df).all_linear().additive();
   return m.build();
 }
 
@@ -156,7 +161,8 @@ RuleResult shape_rule(const Graph& g, const Node& n) {
 }  // namespace
 
 void register_shape_rules() {
-  for (const char* op : {"Reshape", "Unsqueeze", "Squeeze", "Flatten"}) add_builtin(op, reshape_like);
+  add_builtin("Reshape", reshape_like(/*shape_input=*/true));
+  for (const char* op : {"Unsqueeze", "Squeeze", "Flatten"}) add_builtin(op, reshape_like(/*shape_input=*/false));
   add_builtin("Transpose", transpose_rule);
   add_builtin("Expand", expand_rule);
   add_builtin("Concat", concat_rule);

@@ -142,6 +142,56 @@ TEST(RuleMaker, BuildsAndChecksAsItGoes) {
   EXPECT_EQ(one_factor_each({2, -1, 0}), (DimFactors{{2}, {}, {0}}));
 }
 
+// What the partitioner's driver needs from an op is a field of its rule (docs/architecture.md, "Adding an op").
+TEST(RuleFields, BuildersSetBiasShapeAdditiveAndGroups) {
+  GraphBuilder b;
+  const int a = b.input("a", {4, 8}), w = b.weight("w", {8, 6}), c = b.weight("c", {6}), s = b.weight("s", {});
+  const int x = b.input("x", {2, 4, 9, 9}), k = b.weight("k", {8, 2, 3, 3}), kb = b.weight("kb", {8});
+  const int shape = b.ints("shape", {8, 4}), eshape = b.ints("eshape", {3, 4, 8});
+  const auto rule = [&](int n) { return *get_rule(b.g, b.g.nodes[n]); };
+  const OpShardingRule gemm = rule(b.node("Gemm", {a, w, c}, {4, 6}));
+  EXPECT_EQ(gemm.bias_operands, (std::vector<int>{2}));
+  EXPECT_TRUE(rule(b.node("Gemm", {a, w, s}, {4, 6})).bias_operands.empty());  // a scalar C has no tile to keep
+  const OpShardingRule conv = rule(b.node("Conv", {x, k, kb}, {2, 8, 7, 7}, {{"group", int64_t{2}}}));
+  EXPECT_EQ(conv.bias_operands, (std::vector<int>{2}));
+  ASSERT_GE(conv.group_factor, 0);
+  EXPECT_EQ(conv.factor_sizes[conv.group_factor], 2);
+  EXPECT_EQ(conv.operands[0][1].front(), conv.group_factor);  // major in X's channel dim
+  EXPECT_EQ(rule(b.node("Conv", {x, b.weight("k1", {8, 4, 3, 3})}, {2, 8, 7, 7})).group_factor, -1);
+  EXPECT_EQ(rule(b.node("Reshape", {a, shape}, {8, 4})).shape_operand, 1);
+  EXPECT_EQ(rule(b.node("Expand", {a, eshape}, {3, 4, 8})).shape_operand, 1);
+  EXPECT_EQ(rule(b.node("Unsqueeze", {a, b.ints("axes", {0})}, {1, 4, 8})).shape_operand, -1);
+  EXPECT_TRUE(rule(b.node("Add", {a, a}, {4, 8})).additive);
+  EXPECT_TRUE(rule(b.node("Sum", {a, a, a}, {4, 8})).additive);
+  EXPECT_TRUE(rule(b.node("Concat", {a, a}, {8, 8}, {{"axis", int64_t{0}}})).additive);
+  EXPECT_FALSE(rule(b.node("Mul", {a, a}, {4, 8})).additive);
+  EXPECT_FALSE(rule(b.node("MatMul", {a, w}, {4, 6})).additive);
+}
+
+TEST(RuleFields, CheckRejectsFieldsThatDoNotFitTheNode) {
+  GraphBuilder b;
+  const int x = b.input("x", {4, 8}), w = b.input("w", {8, 3});
+  const Node& n = b.g.nodes[b.node("MatMul", {x, w}, {4, 3})];
+  OpShardingRule r = *get_rule(b.g, n);
+  const auto err = [&](const std::function<void(OpShardingRule&)>& edit) -> std::string {
+    OpShardingRule e = r;
+    edit(e);
+    try {
+      check(b.g, n, e);
+    } catch (const RuleError& ex) {
+      return ex.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(err([](OpShardingRule& e) { e.bias_operands = {2}; }), "bias operand 2 is not a present input");
+  EXPECT_EQ(err([](OpShardingRule& e) { e.shape_operand = 1; }), "shape operand 1 indexes factors");
+  EXPECT_EQ(err([](OpShardingRule& e) { e.shape_operand = 5; }), "shape operand 5 is not a present input");
+  EXPECT_EQ(err([](OpShardingRule& e) { e.group_factor = 3; }), "group factor 3 out of range (the rule has 3 factors)");
+  RuleMaker m(b.g, n);
+  EXPECT_THROW(m.bias(2), RuleError);
+  EXPECT_THROW(m.group_factor(0), RuleError);  // no factor yet
+}
+
 TEST(RuleTable, OneResultPerNodeAndItsGraph) {
   GraphBuilder b;
   const int x = b.input("x", {4});

@@ -1,0 +1,71 @@
+// The partitioner's gather handler: a Gather whose table is split on the looked-up axis (Megatron's vocab-parallel
+// embedding). Each device looks up only the rows it holds and zeroes the rest, so the result is a partial sum over
+// the table's split axes, reduced where a consumer needs it. ONNX Gather spec (negative ids count from the end).
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/partition/partitioner.h"
+
+namespace gspmd::partition_internal {
+
+/// Vocab-parallel lookup (Megatron): each device looks up only the rows it holds, zeroes the rest; the
+/// result is unreduced (sum) over the table's split axes.
+void Partitioner::lower_gather(int n, const OpShardingRule& rule, const FactorSharding& F) {
+  const Node& node = g_.nodes[n];
+  const int gtable = node.inputs[0], gids = node.inputs[1];
+  const Value& tv = g_.values[gtable];
+  const int64_t axis_attr = node.i("axis", 0);
+  const int rank = static_cast<int>(tv.shape.size());
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  int vf = -1;
+  for (int f : rule.operands[0][axis]) vf = f;
+  const std::vector<int>& A = F[vf];
+  std::string why = fmt::format("{} (Gather) looks up a table split over {}", node.name, axes_str(mesh_, A));
+  int table = get(gtable, sharding_from_factors(F, rule.operands[0]), node.name, why);
+  int ids = get(gids, sharding_from_factors(F, rule.operands[1]), node.name, why);
+  const std::string& on = g_.values[node.outputs[0]].name;
+  const Shape ids_shape = P().values[ids].shape;
+  if (P().values[ids].dtype != DType::kInt64)
+    ids = emit("Cast", {ids}, on + "/ids", DType::kInt64, ids_shape, {{"to", int64_t(DType::kInt64)}});
+  const int64_t shard = P().values[table].shape[axis];
+  int off = emit(gspmd_node(PartitionOffsetAttrs{.mesh_axes = A, .shard_size = shard}), {}, on + "/offset",
+                 DType::kInt64, {});
+  // Negative ids count from the end of the table (ONNX Gather): make them positive first.
+  const int64_t vocab = tv.shape[axis];
+  int neg = emit("Less", {ids, int64_const("zero", {0}, true)}, on + "/negative", DType::kBool, ids_shape);
+  int wrapped = emit("Add", {ids, int64_const("vocab", {vocab}, true)}, on + "/wrapped", DType::kInt64, ids_shape);
+  ids = emit("Where", {neg, wrapped, ids}, on + "/ids", DType::kInt64, ids_shape);
+  int li = emit("Sub", {ids, off}, on + "/local_ids", DType::kInt64, ids_shape);
+  int ge = emit("GreaterOrEqual", {li, int64_const("zero", {0}, true)}, on + "/ge", DType::kBool, ids_shape);
+  int lt = emit("Less", {li, int64_const("shard", {shard}, true)}, on + "/lt", DType::kBool, ids_shape);
+  int valid = emit("And", {ge, lt}, on + "/valid", DType::kBool, ids_shape);
+  int safe = emit("Where", {valid, li, int64_const("zero", {0}, true)}, on + "/safe_ids", DType::kInt64, ids_shape);
+  TensorSharding rs = sharding_from_factors(F, rule.results[0]);
+  const Value& ov = g_.values[node.outputs[0]];
+  Shape ls = rs.local_shape(ov.shape, mesh_);
+  Node local = node;
+  local.inputs = {table, safe};
+  int looked = new_value(on + "/lookup", ov.dtype, ls);
+  local.outputs = {looked};
+  P().add_node(std::move(local));
+  // valid [ids...] -> broadcastable to [data[:axis], ids..., data[axis+1:]]
+  std::vector<int64_t> unsq;
+  for (int d = 0; d < axis; ++d) unsq.push_back(d);
+  const int q = static_cast<int>(ids_shape.size());
+  for (int d = axis + q; d < static_cast<int>(ls.size()); ++d) unsq.push_back(d);
+  int mask = valid;
+  if (!unsq.empty()) {
+    Shape ms(ls.size(), 1);
+    for (int d = 0; d < q; ++d) ms[axis + d] = ids_shape[d];
+    mask = emit("Unsqueeze", {valid, int64_const("axes", unsq)}, on + "/mask", DType::kBool, ms);
+  }
+  Tensor zero(ov.dtype, {});
+  int out = emit("Where", {mask, looked, new_constant("zero", std::move(zero))}, on, ov.dtype, ls);
+  rs.unreduced = A;
+  std::sort(rs.unreduced.begin(), rs.unreduced.end());
+  rs.reduction = ReductionKind::kSum;
+  bind(node.outputs[0], rs, out);
+}
+
+}  // namespace gspmd::partition_internal

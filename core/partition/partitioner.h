@@ -1,0 +1,197 @@
+// core/partition: the partitioner's private header, shared by its driver and its handlers. Not for use outside
+// core/partition (the public entry point is partition() in spmd.h).
+//
+// Files (docs/architecture.md, "Where knowledge lives"):
+// - partition.cc: the driver: values, resharding (the planner's steps as collectives) and the generic lowering of
+//   one node from its factor rule (choose factor shardings, decide what stays unreduced, reshard operands, emit the
+//   local op and its results);
+// - handlers.cc: the op handler registry (the only place that names op types) and the small local rewrites;
+// - windowed.cc: Conv/pool dims split over devices: halo exchange (GSPMD §3.4);
+// - split_reduction.cc: Softmax/LogSoftmax and LayerNormalization over split dims (two passes of all-reduce);
+// - gather.cc: the masked (vocab-parallel) lookup of a Gather whose table is split on the looked-up axis.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/partition/reshard.h"
+#include "core/partition/spmd.h"
+#include "core/rules/factor_projection.h"
+#include "core/rules/rule.h"
+
+namespace gspmd::partition_internal {
+
+class Partitioner;
+
+/// How a windowed op (factors of kind kWindowed) reads its window: ONNX Conv, MaxPool, AveragePool, LpPool specs.
+struct WindowSemantics {
+  float pad_value = 0.f;             // what positions outside the input read as: 0, or -inf for MaxPool
+  bool average = false;              // divides by a count of positions (AveragePool): exact only for some paddings
+  bool kernel_from_weights = false;  // kernel_shape may be omitted: the kernel is operand 1's dims 2.. (Conv)
+};
+
+/// What the partitioner does differently for one op type. The driver's generic path lowers every op from its rule;
+/// a handler adds to it. XLA's SPMD partitioner has one Handle* per opcode in the same spirit.
+struct OpHandler {
+  /// Lowers the whole node before the generic path (Softmax or LayerNormalization whose operand is split on the
+  /// reduced dims). Returns false when the instance is not its case; the generic path then lowers it.
+  bool (Partitioner::*lower)(int n) = nullptr;
+  /// Lowers the node instead of the generic path once a reduction factor is split (Gather: the masked lookup).
+  void (Partitioner::*lower_split_reduction)(int n, const OpShardingRule& rule, const FactorSharding& F) = nullptr;
+  /// Adjusts the local node the generic path built (Reshape's allowzero, Squeeze's implicit axes); `global` is the
+  /// node of the unpartitioned graph.
+  void (Partitioner::*rewrite_local)(Node& local, const Node& global) = nullptr;
+  WindowSemantics window;
+};
+
+/// The handler of `node`'s (domain, op type), or nullptr when the generic path does everything. O(1).
+const OpHandler* find_handler(const Node& node);
+
+/// ceil(a / b) for a >= 0, b > 0.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// "{x, y}": the names of mesh axes `axes`, for collective reasons and warnings.
+std::string axes_str(const DeviceMesh& mesh, const std::vector<int>& axes);
+
+/// The SPMD partitioner (GSPMD §3.4) of one graph: lowers every node to local computation on shards, in node order,
+/// inserting reshards where an operand's sharding differs from what the node's factor shardings need. One instance
+/// per partition() call; run() once.
+class Partitioner {
+ public:
+  /// `g`, `plan` (one sharding per value of g), `mesh` and `rules` (built for g) must outlive the partitioner;
+  /// `target` prices the reshard plans.
+  Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
+              const RuleTable& rules);
+
+  /// Lowers the whole graph. Throws UnsupportedError for an op that can be neither partitioned nor replicated.
+  SpmdProgram run();
+
+  // ---- shared with the handlers: values and emission (partition.cc) -------------------------------------------
+
+  Graph& P() { return out_.program; }
+  /// A new program value named after `hint` (made unique), of type t[s].
+  int new_value(const std::string& hint, DType t, const Shape& s) { return P().add_value_unique(hint, t, s); }
+  /// A new program initializer holding `t`.
+  int new_constant(const std::string& hint, Tensor t);
+  /// A new int64 initializer holding `v` (a scalar if `scalar`).
+  int int64_const(const std::string& hint, const std::vector<int64_t>& v, bool scalar = false);
+  /// Records that program value `lv` holds global value `gv` with sharding `s` (the first one recorded is gv's
+  /// primary representation and its final sharding).
+  void bind(int gv, const TensorSharding& s, int lv);
+  /// The sharding global value gv has now (its primary representation), or the plan's for unmaterialised
+  /// initializers (never unreduced).
+  TensorSharding current(int gv) const;
+  /// Appends `n` (op type, domain and attributes set) reading `inputs`, with one new output value of type t[s];
+  /// returns the output's id.
+  int emit(Node n, std::vector<int> inputs, const std::string& out_hint, DType t, Shape s);
+  /// Appends a standard ONNX node (domain "") `op` with `attrs`.
+  int emit(const std::string& op, std::vector<int> inputs, const std::string& out_hint, DType t, Shape s,
+           std::map<std::string, AttrValue> attrs = {});
+  /// Appends the collective `a` on local value `x` (its result has `out_shape`) and records it, for global value
+  /// `gv` needed by `for_node`, in SpmdProgram::collectives (bytes: the larger of operand and result).
+  int collective(const CollectiveAttrs& a, int x, Shape out_shape, const std::string& for_node, int gv,
+                 const std::string& reason);
+  /// Local id of global value gv with sharding `want`, inserting collectives and local slices as needed (memoised
+  /// per sharding). Initializers are sliced when loaded, so any sharding of one is free. Throws std::logic_error
+  /// when gv is not computed yet or `want` is unreduced over axes gv is not.
+  int get(int gv, TensorSharding want, const std::string& for_node, const std::string& why);
+
+  // ---- handlers (windowed.cc, split_reduction.cc, gather.cc, handlers.cc) -------------------------------------
+
+  /// Softmax / LogSoftmax (opset >= 13) whose operand is split on the softmax axis: local max -> all-reduce max ->
+  /// exp -> local sum -> all-reduce sum -> divide, the padding of uneven shards masked to -inf before the max and
+  /// to 0 before the sum. The result keeps the operand's sharding. False when the node is not such a case.
+  bool lower_split_softmax(int n);
+  bool lower_split_log_softmax(int n);
+  /// LayerNormalization (opset 17) whose operand splits any of the normalized dims [axis, rank): two all-reduced
+  /// sums (mean, then variance), Scale/B sliced like the normalized dims. False when the node is not such a case.
+  bool lower_split_layer_norm(int n);
+  /// Gather whose table is split on the looked-up axis by F (a split reduction factor in its rule): the masked
+  /// lookup, result unreduced (sum) over the table's split axes.
+  void lower_gather(int n, const OpShardingRule& rule, const FactorSharding& F);
+  /// Reshape: the local shape operand is literal, so `allowzero` is set when it holds a 0 (opset 14+).
+  void rewrite_reshape(Node& local, const Node& global);
+  /// Squeeze without axes squeezes every size-1 dim; a shard may have more of them, so the global ones are named.
+  void rewrite_squeeze(Node& local, const Node& global);
+
+  /// How one split spatial dim of a Conv/pool is computed. Device t (tile over `axes`, n tiles) holds input rows
+  /// [t*h_loc, (t+1)*h_loc) and computes output rows [t*o_loc, (t+1)*o_loc), which read input rows
+  /// [t*o_loc*stride - pad_begin, ... + window). It receives `left` rows from tile t-1 and `right` rows from tile
+  /// t+1 (collective-permute), then takes its window at offset base + t*step of [left | local | right].
+  struct Window {
+    int dim = 0;  // tensor dim of X and Y
+    std::vector<int> axes;
+    int64_t full = 0, n = 1, h_loc = 0, o_loc = 0, stride = 1, pad_begin = 0, window = 0;
+    int64_t left = 0, right = 0, base = 0, step = 0;
+    float pad_value = 0.f;  // what rows outside [0, full) read as (WindowSemantics::pad_value)
+  };
+  /// Plans the halo exchange of every split windowed factor of F; a split it cannot do exactly (halo wider than a
+  /// neighbour's shard, an average whose count would change) is dropped from F with a warning, so that dim is
+  /// gathered instead.
+  std::vector<Window> plan_windows(const Node& node, const OpShardingRule& rule, FactorSharding& F);
+  /// Builds each device's input window of local value `x` (operand 0 of `node`): halos from both neighbours, the
+  /// window at the device's offset, rows outside the global input masked with the op's padding value.
+  int exchange_halos(const Node& node, int x, const std::vector<Window>& windows);
+  /// The local op reads exactly its window: no padding on the split dims, the global pads (auto_pad resolved) on
+  /// the others.
+  void set_window_attrs(Node& local, const Node& global, const std::vector<Window>& windows) const;
+
+ private:
+  struct Local {
+    TensorSharding sharding;
+    int id;
+  };
+  /// The node's present operands (their current shardings) and results (their planned shardings) projected onto
+  /// the factors of its rule; `operands` and `results` hold their tensor indices in the projection.
+  struct NodeProjection {
+    FactorProjection proj;
+    std::vector<int> operands, results;
+  };
+  /// What the generic path decided about a node's partial (unreduced) operands.
+  struct Partials {
+    std::vector<int> operands;        // operand indices that are unreduced now
+    std::vector<int> keep_unreduced;  // mesh axes they stay unreduced over through the op (empty: reduce them)
+  };
+
+  // partition.cc
+  int reshard(int gv, int x, const TensorSharding& cur, const TensorSharding& want, const std::string& for_node,
+              const std::string& why);
+  void lower(int n);
+  void lower_replicated(int n, const std::string& why);
+  void sanitize(const OpShardingRule& rule, FactorSharding& F) const;
+  NodeProjection project(const Node& node, const OpShardingRule& rule) const;
+  FactorSharding choose_factors(const OpShardingRule& rule, const NodeProjection& p, bool results_first,
+                                std::vector<char>& used);
+  FactorSharding choose_strategy(const Node& node, const OpShardingRule& rule, std::vector<char>& used);
+  double reshard_seconds(const Node& node, const OpShardingRule& rule, const FactorSharding& F);
+  Partials decide_partials(const Node& node, const OpShardingRule& rule, const FactorSharding& F,
+                           std::vector<char>& used) const;
+  std::vector<int> plan_bias_operands(const Node& node, const OpShardingRule& rule, FactorSharding& F) const;
+  std::vector<int> reshard_operands(const Node& node, const OpShardingRule& rule, const FactorSharding& F,
+                                    const Partials& partials, const std::vector<int>& bias_ops);
+  int keep_on_first_tile(int x, const OpShardingRule& rule, const FactorSharding& F, const std::string& name);
+  void emit_local(const Node& node, const OpShardingRule& rule, const FactorSharding& F, const Partials& partials,
+                  std::vector<int> inputs, const std::vector<Window>& windows, const OpHandler* handler);
+
+  // split_reduction.cc
+  bool lower_softmax(int n, bool log);
+
+  // windowed.cc
+  /// Kernel extent, stride and paddings of one spatial dim, auto_pad resolved against the global output size.
+  struct SpatialParams {
+    int64_t extent, stride, pad_begin, pad_end;
+  };
+  SpatialParams spatial_params(const Node& node, int sd) const;
+
+  const Graph& g_;
+  const ShardingPlan& plan_;
+  const DeviceMesh& mesh_;
+  const RuleTable& rules_;
+  SpmdProgram out_;
+  ReshardPlanner planner_;
+  std::vector<std::vector<Local>> avail_;  // per global value: its local representations, first = primary
+  int counter_ = 0;
+};
+
+}  // namespace gspmd::partition_internal
