@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -353,22 +354,18 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
 
 // ------------------------------------------------------------------------------------------------------ run_mpi
 
-MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
-               const Graph* device_model, int warmup_runs, int measured_runs, const ExecutorOptions& options,
-               const RunProgress& progress) {
-  const int rank = session.rank();
-  const int N = session.size();
-  if (N != p.mesh.num_devices())
-    throw std::runtime_error(fmt::format("{} ranks for {} devices", N, p.mesh.num_devices()));
-  if (measured_runs < 1) throw std::invalid_argument("run_mpi: measured_runs must be >= 1");
+namespace {
+
+/// Numbers per measured execution in a rank's stats row (the fields stats_row reads, in that order).
+constexpr int kStats = 7;
+
+/// Rank 0 slices every device's shard of each program input from `inputs` (the full global inputs) and scatters
+/// them over MPI_COMM_WORLD (a replicated input is broadcast); collective. Returns shards[k][0], this rank's shard
+/// of program input k (p.inputs order) on the program's local shape. Throws std::runtime_error when a program input
+/// binds a value that is not a graph input or a shard's size differs from the program's, or on an MPI error.
+std::vector<std::vector<Tensor>> scatter_inputs(int rank, int N, const SpmdProgram& p, const Graph& global,
+                                                const std::vector<Tensor>& inputs) {
   const Graph& prog = p.program;
-  MpiRun r;
-
-  // Communicators first (collective), so that the timed part below is the program only.
-  MpiCollectives coll(p.mesh, rank, device_model ? *device_model : prog);
-
-  // Inputs: rank 0 slices every device's shard and scatters them.
-  auto t_scatter = Clock::now();
   std::vector<int> input_index(global.values.size(), -1);
   for (size_t k = 0; k < global.inputs.size(); ++k) input_index[global.inputs[k]] = static_cast<int>(k);
   std::vector<std::vector<Tensor>> shards(p.inputs.size());
@@ -402,24 +399,22 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
     }
     shards[k].push_back(std::move(local));
   }
-  r.scatter_s = seconds_since(t_scatter);
+  return shards;
+}
 
-  std::vector<Tensor> local_inputs;  // device-model mode: graph inputs in order
-  if (device_model)
-    for (auto& sh : shards) local_inputs.push_back(sh[0]);
-  auto execute = [&](const RunProgress& prog_cb) {
-    return device_model ? run_device_graph(*device_model, p.mesh, rank, local_inputs, coll, prog_cb, options)
-                        : run_spmd_local(p, global, shards, {rank}, coll, prog_cb, options);
-  };
+/// Calls `execute` (one execution of this rank's device) `warmup_runs` times untimed, then `measured_runs` times
+/// timed, each after a barrier on MPI_COMM_WORLD; `progress` goes to the first execution only. Appends kStats numbers
+/// per measured execution to `rows` (compute, communication and wall seconds, peak bytes, FLOPs, run seconds, CPU
+/// seconds) and returns the last execution's result. Throws what `execute` throws, std::runtime_error on an MPI error.
+LocalRun execute_runs(const std::function<LocalRun(const RunProgress&)>& execute, int warmup_runs, int measured_runs,
+                      const RunProgress& progress, std::vector<double>& rows) {
   // Warm-up executions (untimed): oneDNN creates and JIT-compiles its primitives on first use in each process.
   for (int w = 0; w < warmup_runs; ++w) {
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     execute(w == 0 ? progress : RunProgress{});
   }
   // Measured executions: this rank's stats of each; the outputs are the last one's.
-  constexpr int kStats = 7;
-  std::vector<double> rows_mine;
-  rows_mine.reserve(static_cast<size_t>(kStats) * static_cast<size_t>(measured_runs));
+  rows.reserve(static_cast<size_t>(kStats) * static_cast<size_t>(measured_runs));
   LocalRun lr;
   for (int m = 0; m < measured_runs; ++m) {
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
@@ -428,12 +423,18 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
     lr = execute(warmup_runs == 0 && m == 0 ? progress : RunProgress{});
     const double cpu = process_cpu_s() - cpu0, wall = seconds_since(t_run);
     const DeviceStats& d = lr.devices.at(0);
-    rows_mine.insert(rows_mine.end(), {d.compute_wall_s, d.communication_wall_s, wall,
-                                       static_cast<double>(d.peak_memory_bytes), lr.host_flops, lr.run_s, cpu});
+    rows.insert(rows.end(), {d.compute_wall_s, d.communication_wall_s, wall, static_cast<double>(d.peak_memory_bytes),
+                             lr.host_flops, lr.run_s, cpu});
   }
+  return lr;
+}
 
-  // Outputs: gather every device's shard on rank 0 and assemble.
-  auto t_gather = Clock::now();
+/// Gathers every rank's shard of each program output (lr.output_shards[k][0]) on rank 0, which appends the assembled
+/// global output to `outputs` (p.outputs order); collective. Throws std::runtime_error when the run's outputs do not
+/// match the program's (count, dtype, shape) or on an MPI error.
+void gather_outputs(int rank, int N, const SpmdProgram& p, const Graph& global, const LocalRun& lr,
+                    std::vector<Tensor>& outputs) {
+  const Graph& prog = p.program;
   if (lr.output_shards.size() != p.outputs.size())
     throw std::runtime_error(fmt::format("the run gave {} outputs, the program has {}", lr.output_shards.size(),
                                          p.outputs.size()));
@@ -457,27 +458,36 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
         std::memcpy(all[d].bytes.data(), recv.data() + static_cast<size_t>(d) * nb, nb);
         ptrs.push_back(&all[d]);
       }
-      r.outputs.push_back(assemble_tensor(ptrs, b.sharding, p.mesh, global.values.at(b.global).shape));
+      outputs.push_back(assemble_tensor(ptrs, b.sharding, p.mesh, global.values.at(b.global).shape));
     }
   }
+}
+
+/// Rank `d`'s stats of measured execution `m` from `from`, which holds kStats numbers per execution (as
+/// execute_runs writes them) for `measured_runs` executions per rank, ranks one after another from `d` = 0.
+RankStats stats_row(const std::vector<double>& from, int d, int m, int measured_runs) {
+  const double* x = from.data() + static_cast<size_t>(kStats) * (static_cast<size_t>(d) * measured_runs + m);
+  RankStats s;
+  s.rank = d;
+  s.compute_s = x[0];
+  s.communication_s = x[1];
+  s.wall_s = x[2];
+  s.peak_memory_bytes = static_cast<int64_t>(x[3]);
+  s.flops = x[4];
+  s.run_s = x[5];
+  s.cpu_s = x[6];
+  return s;
+}
+
+/// Gathers every rank's stats rows (`rows_mine`, from execute_runs) and host name on rank 0, which sets r.steps_s,
+/// r.median_run and r.ranks (every rank's stats of the median execution); another rank sets r.ranks to its own stats
+/// of its last execution. Collective; throws std::runtime_error on an MPI error.
+void gather_rank_stats(int rank, int N, int measured_runs, const std::vector<double>& rows_mine, MpiRun& r) {
   // Stats: every rank's rows on rank 0, which keeps the execution whose step (its slowest rank's) is the median.
   std::vector<double> rows(rank == 0 ? rows_mine.size() * static_cast<size_t>(N) : 0);
   const int count = static_cast<int>(rows_mine.size());
   check(MPI_Gather(rows_mine.data(), count, MPI_DOUBLE, rows.data(), count, MPI_DOUBLE, 0, MPI_COMM_WORLD),
         "MPI_Gather (stats)");
-  auto row = [&](const std::vector<double>& from, int d, int m) {
-    const double* x = from.data() + static_cast<size_t>(kStats) * (static_cast<size_t>(d) * measured_runs + m);
-    RankStats s;
-    s.rank = d;
-    s.compute_s = x[0];
-    s.communication_s = x[1];
-    s.wall_s = x[2];
-    s.peak_memory_bytes = static_cast<int64_t>(x[3]);
-    s.flops = x[4];
-    s.run_s = x[5];
-    s.cpu_s = x[6];
-    return s;
-  };
   char name[MPI_MAX_PROCESSOR_NAME + 1] = {};
   int name_len = 0;
   check(MPI_Get_processor_name(name, &name_len), "MPI_Get_processor_name");
@@ -489,21 +499,57 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
     std::vector<int> order(static_cast<size_t>(measured_runs));
     for (int m = 0; m < measured_runs; ++m) {
       double step = 0;
-      for (int d = 0; d < N; ++d) step = std::max(step, row(rows, d, m).run_s);
+      for (int d = 0; d < N; ++d) step = std::max(step, stats_row(rows, d, m, measured_runs).run_s);
       r.steps_s.push_back(step);
       order[static_cast<size_t>(m)] = m;
     }
     std::sort(order.begin(), order.end(), [&](int a, int b) { return r.steps_s[a] < r.steps_s[b]; });
     r.median_run = order[static_cast<size_t>(measured_runs / 2)];
     for (int d = 0; d < N; ++d) {
-      r.ranks.push_back(row(rows, d, r.median_run));
+      r.ranks.push_back(stats_row(rows, d, r.median_run, measured_runs));
       r.ranks.back().host = names.data() + static_cast<size_t>(d) * (MPI_MAX_PROCESSOR_NAME + 1);
     }
   } else {
-    r.ranks.push_back(row(rows_mine, 0, measured_runs - 1));
+    r.ranks.push_back(stats_row(rows_mine, 0, measured_runs - 1, measured_runs));
     r.ranks.back().rank = rank;
     r.ranks.back().host = name;
   }
+}
+
+}  // namespace
+
+MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
+               const Graph* device_model, int warmup_runs, int measured_runs, const ExecutorOptions& options,
+               const RunProgress& progress) {
+  const int rank = session.rank();
+  const int N = session.size();
+  if (N != p.mesh.num_devices())
+    throw std::runtime_error(fmt::format("{} ranks for {} devices", N, p.mesh.num_devices()));
+  if (measured_runs < 1) throw std::invalid_argument("run_mpi: measured_runs must be >= 1");
+  MpiRun r;
+
+  // Communicators first (collective), so that the timed part below is the program only.
+  MpiCollectives coll(p.mesh, rank, device_model ? *device_model : p.program);
+
+  // Inputs: rank 0 slices every device's shard and scatters them.
+  auto t_scatter = Clock::now();
+  std::vector<std::vector<Tensor>> shards = scatter_inputs(rank, N, p, global, inputs);
+  r.scatter_s = seconds_since(t_scatter);
+
+  std::vector<Tensor> local_inputs;  // device-model mode: graph inputs in order
+  if (device_model)
+    for (auto& sh : shards) local_inputs.push_back(sh[0]);
+  auto execute = [&](const RunProgress& prog_cb) {
+    return device_model ? run_device_graph(*device_model, p.mesh, rank, local_inputs, coll, prog_cb, options)
+                        : run_spmd_local(p, global, shards, {rank}, coll, prog_cb, options);
+  };
+  std::vector<double> rows_mine;
+  const LocalRun lr = execute_runs(execute, warmup_runs, measured_runs, progress, rows_mine);
+
+  // Outputs: gather every device's shard on rank 0 and assemble; then the stats.
+  auto t_gather = Clock::now();
+  gather_outputs(rank, N, p, global, lr, r.outputs);
+  gather_rank_stats(rank, N, measured_runs, rows_mine, r);
   r.gather_s = seconds_since(t_gather);
   return r;
 }

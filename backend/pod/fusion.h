@@ -2,7 +2,7 @@
 // (docs/executor.md, "Fusion" and "Stacking devices that share weights"). A float32 MatMul and the elementwise nodes
 // right after it that only refine its result (Add/Sub/Mul/Div by an operand that broadcasts into it, the erf GELU)
 // run as one oneDNN matmul with post-ops; devices that hold the same weights run such a group as one stacked product.
-// Both read the interpreter's state through FusionHost, which pod.cc's Executor implements.
+// Both read the interpreter's state through FusionHost, which the Executor (executor.h) implements.
 #pragma once
 
 #include <cstdint>
