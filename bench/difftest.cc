@@ -95,7 +95,9 @@ int main(int argc, char** argv) {
 
   auto on_case = [&](uint64_t s, const CheckResult& r) {
     if (verbose) {
-      const char* st = r.status == CheckResult::kPass ? "pass" : r.status == CheckResult::kFail ? "FAIL" : "unsupported";
+      const char* st = r.status == CheckResult::kPass   ? "pass"
+                       : r.status == CheckResult::kFail ? "FAIL"
+                                                        : "unsupported";
       std::cout << "seed " << s << ": " << st << (r.why.empty() ? "" : " (" + r.why + ")") << "\n";
       if (r.status != CheckResult::kPass || cases == 1) {
         RandomCase c = generate_case(s, opt);

@@ -18,24 +18,24 @@ namespace gspmd::cli {
 
 /// Flags shared by partition, run, simulate and explain.
 struct CommonOptions {
-  std::string model;                // MODEL path
-  std::string mesh;                 // --mesh "4x4"
-  std::string shardings;            // --shardings FILE ("" = MODEL's sibling <stem>.sharding.json if present)
-  std::vector<std::string> dims;    // --dim NAME=VALUE
-  std::string target = "tpu-v3";    // --target
-  std::string device_order;         // --device-order "y,x" ("" = the default mapping; Target::parse_device_order)
-  bool overlap = false;             // --overlap: collectives overlap independent compute in the simulated step
-  bool auto_search = false;         // --auto: search shardings for what the sharding file leaves open (core/auto)
-  std::string memory_limit;         // --memory-limit BYTES for --auto ("" = the target's HBM)
-  bool measure_host_ops = true;     // --target host: build_pipeline measures the program's ops (measure_program_ops)
-  std::string inputs_dir;           // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
+  std::string model;              // MODEL path
+  std::string mesh;               // --mesh "4x4"
+  std::string shardings;          // --shardings FILE ("" = MODEL's sibling <stem>.sharding.json if present)
+  std::vector<std::string> dims;  // --dim NAME=VALUE
+  std::string target = "tpu-v3";  // --target
+  std::string device_order;       // --device-order "y,x" ("" = the default mapping; Target::parse_device_order)
+  bool overlap = false;           // --overlap: collectives overlap independent compute in the simulated step
+  bool auto_search = false;       // --auto: search shardings for what the sharding file leaves open (core/auto)
+  std::string memory_limit;       // --memory-limit BYTES for --auto ("" = the target's HBM)
+  bool measure_host_ops = true;   // --target host: build_pipeline measures the program's ops (measure_program_ops)
+  std::string inputs_dir;         // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
 };
 
 /// The loaded model and everything derived from it, in pipeline order.
 struct Pipeline {
-  Target target;              // --target with --device-order applied (resolved once: "host" is measured)
+  Target target;  // --target with --device-order applied (resolved once: "host" is measured)
   Graph graph;
-  RuleTable rules;            // every node's sharding rule, built once after loading (auto, propagate, partition)
+  RuleTable rules;  // every node's sharding rule, built once after loading (auto, propagate, partition)
   Annotations annotations;
   std::string sharding_file;  // the file actually read ("" if none)
   ShardingPlan plan;
@@ -47,7 +47,7 @@ struct Pipeline {
     double load = 0, propagate = 0, partition = 0, measure_ops = 0, cost = 0;
   } times;
   std::optional<AutoResult> auto_result;  // --auto: the search's choices, cost and baselines
-  LoadReport load_report;     // what loading folded and rewrote (explain)
+  LoadReport load_report;                 // what loading folded and rewrote (explain)
 
   /// simulate_cost of the program on `target`, timed into times.cost.
   CostReport cost(bool overlap);
@@ -74,9 +74,9 @@ struct RunOptions {
   std::string outputs_dir;  // --outputs DIR
   bool check = false;       // --check
   double rtol = 1e-4, atol = 1e-5;
-  std::string report;       // --report FILE
-  std::string trace;        // --trace FILE
-  uint64_t seed = 0;        // --seed
+  std::string report;           // --report FILE
+  std::string trace;            // --trace FILE
+  uint64_t seed = 0;            // --seed
   std::string backend = "pod";  // --backend: "pod" (the emulator) or "mpi" (one MPI rank per device, docs/mpi.md)
   std::string program_dir;      // --program DIR (mpi only): every rank runs DIR/device_<rank>.onnx
   int warmup = 1;               // --warmup N (mpi only): untimed executions before the measured one

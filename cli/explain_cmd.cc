@@ -21,10 +21,11 @@ std::string device_list(const std::vector<int64_t>& ds) {
 
 std::string plan_line(const AutoPlanCost& c) {
   if (!c.valid) return fmt::format("{:<14} cannot be partitioned: {}", c.name, c.error);
-  return fmt::format("{:<14} step {:.6g} s (compute {:.6g} s, communication {:.6g} s), peak memory {} bytes per "
-                     "device{}",
-                     c.name, c.step_time_s, c.compute_time_s, c.communication_time_s, c.peak_memory_bytes,
-                     c.fits ? "" : " (does not fit)");
+  return fmt::format(
+      "{:<14} step {:.6g} s (compute {:.6g} s, communication {:.6g} s), peak memory {} bytes per "
+      "device{}",
+      c.name, c.step_time_s, c.compute_time_s, c.communication_time_s, c.peak_memory_bytes,
+      c.fits ? "" : " (does not fit)");
 }
 
 /// Why the --auto plan beat the obvious alternatives: their step times and memory next to the chosen one.
@@ -34,16 +35,17 @@ void explain_auto(const AutoResult& a, const DeviceMesh& user_mesh) {
   fmt::print("  {}\n", plan_line(a.chosen));
   for (const AutoPlanCost& b : a.baselines) {
     std::string why;
-    if (!b.valid) why = "it cannot be partitioned";
+    if (!b.valid)
+      why = "it cannot be partitioned";
     else if (!b.fits)
-      why = fmt::format("it needs {} bytes per device, over the limit of {}", b.peak_memory_bytes,
-                        a.memory_limit_bytes);
+      why =
+          fmt::format("it needs {} bytes per device, over the limit of {}", b.peak_memory_bytes, a.memory_limit_bytes);
     else if (b.step_time_s > a.chosen.step_time_s * (1 + 1e-9))
-      why = fmt::format("its step is {:.1f}% longer{}", 100 * (b.step_time_s / a.chosen.step_time_s - 1),
-                        b.communication_time_s > a.chosen.communication_time_s
-                            ? fmt::format(" ({:.6g} s more communication)",
-                                          b.communication_time_s - a.chosen.communication_time_s)
-                            : "");
+      why = fmt::format(
+          "its step is {:.1f}% longer{}", 100 * (b.step_time_s / a.chosen.step_time_s - 1),
+          b.communication_time_s > a.chosen.communication_time_s
+              ? fmt::format(" ({:.6g} s more communication)", b.communication_time_s - a.chosen.communication_time_s)
+              : "");
     else if (b.peak_memory_bytes > a.chosen.peak_memory_bytes)
       why = "the same step time, more memory";
     else
@@ -62,9 +64,10 @@ void explain_auto(const AutoResult& a, const DeviceMesh& user_mesh) {
 void explain_loading(const LoadReport& r) {
   int64_t bytes = 0;
   for (const LoadReport::Folded& f : r.folded) bytes += f.bytes;
-  fmt::print("loading: {} nodes folded into constants ({} bytes), {} rewritten, {} constant nodes kept, {} shape "
-             "disagreements\n",
-             r.folded.size(), bytes, r.rewrites.size(), r.not_folded.size(), r.shape_disagreements.size());
+  fmt::print(
+      "loading: {} nodes folded into constants ({} bytes), {} rewritten, {} constant nodes kept, {} shape "
+      "disagreements\n",
+      r.folded.size(), bytes, r.rewrites.size(), r.not_folded.size(), r.shape_disagreements.size());
   for (const LoadReport::Folded& f : r.folded)
     fmt::print("  folded    node '{}' ({}) -> {} ({} bytes)\n", f.node, f.op_type, fmt::join(f.outputs, ", "), f.bytes);
   for (const std::string& s : r.rewrites) fmt::print("  rewritten {}\n", s);

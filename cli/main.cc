@@ -1,8 +1,8 @@
 // gspmd-onnx: the command line (the only file that includes CLI11). Exit codes: 0 ok, 1 --check mismatch,
 // 2 unusable input, 3 unsupported operator, 4 internal error.
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fmt/format.h>
 
 #include "backend/profile/host_target.h"
 #include "cli/commands.h"
@@ -19,7 +19,8 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_option("--inputs", o.inputs_dir,
                 "directory of input_<i>.pb (ONNX test-data layout): run's inputs; their shapes bind symbolic dims "
                 "and the structure of sequence and optional inputs");
-  c->add_option("--target", o.target, "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, host (this machine, "
+  c->add_option("--target", o.target,
+                "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, host (this machine, "
                 "measured), or a JSON file");
   c->add_option("--device-order", o.device_order,
                 "mesh axes per physical dim of the target's torus, e.g. \"y,x\" or \"data,model*expert\" "
@@ -59,7 +60,8 @@ int main(int argc, char** argv) {
   run->add_option("--repeat", ro.repeat,
                   "with --backend mpi: measured executions; the report describes the median one (default 1)")
       ->check(CLI::PositiveNumber);
-  run->add_option("--program", ro.program_dir, "with --backend mpi: every rank runs DIR/device_<rank>.onnx (partition -o DIR)");
+  run->add_option("--program", ro.program_dir,
+                  "with --backend mpi: every rank runs DIR/device_<rank>.onnx (partition -o DIR)");
 
   cli::SimulateOptions so;
   auto* sim = app.add_subcommand("simulate", "partition and cost on the target pod without weights or running");

@@ -37,8 +37,8 @@ void write_auto_sharding_file(const fs::path& path, const Pipeline& p) {
     for (int x : axes) list.push_back(mesh.axes[x]);
     return list;
   };
-  std::string out = "{\n  \"mesh\": " + nlohmann::json{{"shape", mesh.shape}, {"axes", mesh.axes}}.dump() +
-                    ",\n  \"tensors\": {";
+  std::string out =
+      "{\n  \"mesh\": " + nlohmann::json{{"shape", mesh.shape}, {"axes", mesh.axes}}.dump() + ",\n  \"tensors\": {";
   bool first = true;
   for (const auto& [v, ann] : a.by_value) {
     const TensorSharding& s = ann.sharding;

@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels.h"
-#include "cli/wiring.h"
 #include "backend/profile/host_target.h"
 #include "cli/commands.h"
+#include "cli/wiring.h"
 #include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {

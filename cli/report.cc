@@ -80,11 +80,11 @@ nlohmann::json auto_json(const AutoResult& a, const Graph& g, const DeviceMesh& 
   for (const AutoChoice& c : a.choices) {
     std::vector<std::string> names;
     for (int v : c.values) names.push_back(g.values[v].name);
-    choices.push_back({{"group", c.group},
-                       {"values", names},
-                       {"spec", c.annotated ? nlohmann::json::parse(c.sharding.to_partition_spec(mesh))
-                                            : nlohmann::json(nullptr)},
-                       {"free", !c.annotated}});
+    choices.push_back(
+        {{"group", c.group},
+         {"values", names},
+         {"spec", c.annotated ? nlohmann::json::parse(c.sharding.to_partition_spec(mesh)) : nlohmann::json(nullptr)},
+         {"free", !c.annotated}});
   }
   nlohmann::json baselines = nlohmann::json::array();
   for (const AutoPlanCost& b : a.baselines) baselines.push_back(cost_json(b));
@@ -153,10 +153,10 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   const DeviceMesh& mesh = p.program.mesh;
   json j;
   j["mesh"] = mesh.is_refined() ? nlohmann::json{{"shape", mesh.user_shape}, {"axes", mesh.user_axes}}
-                                 : nlohmann::json{{"shape", mesh.shape}, {"axes", mesh.axes}};
+                                : nlohmann::json{{"shape", mesh.shape}, {"axes", mesh.axes}};
   j["devices"] = mesh.num_devices();
   j["target"] = t.name;
-  j["target_spec"] = json::parse(t.to_json());  // every number the cost model used (loadable with --target FILE)
+  j["target_spec"] = json::parse(t.to_json());   // every number the cost model used (loadable with --target FILE)
   j["device_order"] = t.device_order_str(mesh);  // which mesh axes lie along which physical dim
   j["sharding_file"] = p.sharding_file;
   j["model_flops"] = cost.model_flops;
@@ -205,9 +205,8 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
     j["host"] = {{"wall_s", run->wall_s}, {"gflops", run->wall_s > 0 ? run->host_flops / run->wall_s / 1e9 : 0.0}};
   }
   if (check) {
-    j["check"] = {{"passed", check->passed},
-                  {"max_abs_error", check->max_abs_error},
-                  {"max_rel_error", check->max_rel_error}};
+    j["check"] = {
+        {"passed", check->passed}, {"max_abs_error", check->max_abs_error}, {"max_rel_error", check->max_rel_error}};
     if (!check->passed) j["check"]["worst"] = check->worst;
   }
   return j;
@@ -261,20 +260,21 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
                human_bytes(s["per_device"][0]["peak_memory_bytes"].get<double>()));
   if (r.contains("auto")) {
     const auto& a = r["auto"];
-    fmt::print("auto      searched {} plans in {} ({} decisions for {} tensors, {} descents, {} sweeps{}), memory "
-               "limit {}\n",
-               a["evaluations"].get<int64_t>(), human_time(a["search_time_s"].get<double>()),
-               a["groups"].get<int64_t>(), a["variables"].get<int64_t>(), a["starts"].get<int64_t>(),
-               a["sweeps"].get<int64_t>(),
-               a["budget_exhausted"].get<bool>() ? ", time budget spent" : "",
-               human_bytes(a["memory_limit_bytes"].get<double>()));
+    fmt::print(
+        "auto      searched {} plans in {} ({} decisions for {} tensors, {} descents, {} sweeps{}), memory "
+        "limit {}\n",
+        a["evaluations"].get<int64_t>(), human_time(a["search_time_s"].get<double>()), a["groups"].get<int64_t>(),
+        a["variables"].get<int64_t>(), a["starts"].get<int64_t>(), a["sweeps"].get<int64_t>(),
+        a["budget_exhausted"].get<bool>() ? ", time budget spent" : "",
+        human_bytes(a["memory_limit_bytes"].get<double>()));
     for (const auto& c : a["choices"]) {
       if (c["free"].get<bool>()) continue;
       fmt::print("  {:<40} x{:<3} {}\n", c["group"].get<std::string>(), c["values"].size(), c["spec"].dump());
     }
     auto line = [&](const nlohmann::json& c) {
-      if (!c["valid"].get<bool>()) return fmt::format("  {:<18} not partitionable: {}", c["name"].get<std::string>(),
-                                                       c["error"].get<std::string>());
+      if (!c["valid"].get<bool>())
+        return fmt::format("  {:<18} not partitionable: {}", c["name"].get<std::string>(),
+                           c["error"].get<std::string>());
       return fmt::format("  {:<18} step {:>12}  memory {:>10} per device{}", c["name"].get<std::string>(),
                          human_time(c["step_time_s"].get<double>()), human_bytes(c["peak_memory_bytes"].get<double>()),
                          c["fits"].get<bool>() ? "" : "  (does not fit)");
@@ -285,8 +285,9 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
   if (r.contains("host")) {
     int64_t peak = 0;
     for (const auto& d : s["per_device"]) peak = std::max<int64_t>(peak, d.value("peak_memory_bytes", int64_t{0}));
-    fmt::print("host      {} wall, {:.2f} GFLOP/s, peak device memory {}\n", human_time(r["host"]["wall_s"].get<double>()),
-               r["host"]["gflops"].get<double>(), human_bytes(static_cast<double>(peak)));
+    fmt::print("host      {} wall, {:.2f} GFLOP/s, peak device memory {}\n",
+               human_time(r["host"]["wall_s"].get<double>()), r["host"]["gflops"].get<double>(),
+               human_bytes(static_cast<double>(peak)));
   }
   if (r.contains("check")) {
     const auto& c = r["check"];

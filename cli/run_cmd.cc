@@ -88,8 +88,10 @@ std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, con
       case DType::kInt32: {
         std::uniform_int_distribution<int64_t> d(0, int_bound(g, v, consumers) - 1);
         for (int64_t i = 0; i < n; ++i) {
-          if (val.dtype == DType::kInt64) t.data<int64_t>()[i] = d(rng);
-          else t.data<int32_t>()[i] = static_cast<int32_t>(d(rng));
+          if (val.dtype == DType::kInt64)
+            t.data<int64_t>()[i] = d(rng);
+          else
+            t.data<int32_t>()[i] = static_cast<int32_t>(d(rng));
         }
         break;
       }
@@ -99,8 +101,8 @@ std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, con
         break;
       }
       default:
-        throw UnsupportedError(fmt::format("input '{}': cannot generate {} data; pass --inputs", val.name,
-                                           dtype_name(val.dtype)));
+        throw UnsupportedError(
+            fmt::format("input '{}': cannot generate {} data; pass --inputs", val.name, dtype_name(val.dtype)));
     }
     inputs.push_back(std::move(t));
   }

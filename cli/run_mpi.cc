@@ -14,12 +14,12 @@
 
 #ifdef GSPMD_WITH_MPI
 #include "backend/kernels/kernels.h"
-#include "cli/executor_env.h"
-#include "cli/wiring.h"
 #include "backend/mpi/mpi_backend.h"
 #include "backend/profile/host_target.h"
+#include "cli/executor_env.h"
 #include "cli/report.h"
 #include "cli/trace.h"
+#include "cli/wiring.h"
 #include "onnx_frontend/frontend.h"
 #endif
 
@@ -67,20 +67,22 @@ std::string meta(const ModelInfo& info, const std::string& key) {
 Graph load_device_model(const Pipeline& p, const std::string& dir, int rank) {
   const std::string path = (fs::path(dir) / fmt::format("device_{}.onnx", rank)).string();
   if (!fs::exists(path))
-    throw InputError(fmt::format("{}: no such file (every rank needs its device_<rank>.onnx from `partition -o {}`)",
-                                 path, dir));
+    throw InputError(
+        fmt::format("{}: no such file (every rank needs its device_<rank>.onnx from `partition -o {}`)", path, dir));
   ModelInfo info = read_model_info(path);
   const std::string dev = meta(info, "gspmd.device"), fp = meta(info, "gspmd.program_fingerprint");
   if (dev.empty() || fp.empty())
-    throw InputError(fmt::format("{}: not a device model written by `gspmd-onnx partition` (no gspmd.device or "
-                                 "gspmd.program_fingerprint metadata)", path));
-  if (dev != std::to_string(rank))
-    throw InputError(fmt::format("{}: holds device {}, not device {}", path, dev, rank));
+    throw InputError(
+        fmt::format("{}: not a device model written by `gspmd-onnx partition` (no gspmd.device or "
+                    "gspmd.program_fingerprint metadata)",
+                    path));
+  if (dev != std::to_string(rank)) throw InputError(fmt::format("{}: holds device {}, not device {}", path, dev, rank));
   const std::string want = fmt::format("{:016x}", program_fingerprint(p.program));
   if (fp != want)
-    throw InputError(fmt::format("{}: partitioned from another model, sharding, mesh or target than this run "
-                                 "(program fingerprint {}, this run's is {}): run partition again",
-                                 path, fp, want));
+    throw InputError(
+        fmt::format("{}: partitioned from another model, sharding, mesh or target than this run "
+                    "(program fingerprint {}, this run's is {}): run partition again",
+                    path, fp, want));
   LoadOptions lo = kernel_load_options();
   Graph g = load_model(path, lo);
   const Graph& prog = p.program.program;
@@ -136,7 +138,7 @@ void share_measured_ops(mpi::Session& s, Pipeline& p, double share) {
     text = nlohmann::json(p.target.measured_ops).dump();
   }
   text = s.broadcast(text);
-  if (s.rank() != 0) p.target.measured_ops = nlohmann::json::parse(text).get<std::map<std::string, double>>();
+  if (s.rank() != 0) p.target.measured_ops = nlohmann::json::parse(text).get<std::map<std::string, double> >();
 }
 
 int run_on_rank(mpi::Session& s, const RunOptions& o) {
@@ -152,8 +154,10 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
   try {
     const int64_t n = DeviceMesh::parse(o.common.mesh).num_devices();
     if (n != s.size())
-      throw InputError(fmt::format("--mesh {} has {} devices but this MPI job has {} rank{}: start it with "
-                                   "mpirun -np {}", o.common.mesh, n, s.size(), s.size() == 1 ? "" : "s", n));
+      throw InputError(
+          fmt::format("--mesh {} has {} devices but this MPI job has {} rank{}: start it with "
+                      "mpirun -np {}",
+                      o.common.mesh, n, s.size(), s.size() == 1 ? "" : "s", n));
     if (o.common.target == "host") share_host_target(s, share);
     // with --program the weights come from the device files; rank 0 still needs them for --check
     CommonOptions common = o.common;
@@ -198,9 +202,15 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
       sum_comm += r.communication_s;
       max_compute = std::max(max_compute, r.compute_s);
       max_comm = std::max(max_comm, r.communication_s);
-      per_rank.push_back({{"rank", r.rank}, {"device", r.rank}, {"host", r.host}, {"compute_s", r.compute_s},
-                          {"communication_s", r.communication_s}, {"step_s", r.run_s}, {"cpu_s", r.cpu_s},
-                          {"wall_s", r.wall_s}, {"peak_memory_bytes", r.peak_memory_bytes}});
+      per_rank.push_back({{"rank", r.rank},
+                          {"device", r.rank},
+                          {"host", r.host},
+                          {"compute_s", r.compute_s},
+                          {"communication_s", r.communication_s},
+                          {"step_s", r.run_s},
+                          {"cpu_s", r.cpu_s},
+                          {"wall_s", r.wall_s},
+                          {"peak_memory_bytes", r.peak_memory_bytes}});
     }
     pod.wall_s = max_step;
     const double nr = static_cast<double>(std::max<size_t>(run.ranks.size(), 1));
@@ -234,10 +244,11 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
     if (!o.report.empty()) write_json(o.report, report);
     if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name);
     print_summary(report, o.common.model);
-    fmt::print("mpi       {} ranks, step {:.3f} ms measured (compute {:.3f} ms, communication {:.3f} ms, mean over "
-               "ranks; slowest rank's step {:.3f} ms)\n",
-               run.ranks.size(), 1e3 * (sum_compute + sum_comm) / nr, 1e3 * sum_compute / nr, 1e3 * sum_comm / nr,
-               1e3 * max_step);
+    fmt::print(
+        "mpi       {} ranks, step {:.3f} ms measured (compute {:.3f} ms, communication {:.3f} ms, mean over "
+        "ranks; slowest rank's step {:.3f} ms)\n",
+        run.ranks.size(), 1e3 * (sum_compute + sum_comm) / nr, 1e3 * sum_compute / nr, 1e3 * sum_comm / nr,
+        1e3 * max_step);
     std::fflush(stdout);
     return o.check && !check.passed ? 1 : 0;
   } catch (const std::exception& e) {

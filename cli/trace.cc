@@ -31,8 +31,8 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
       for (const std::vector<int>* list : {&n.inputs, &n.outputs})
         for (int v : *list)
           if (v >= 0)
-            bytes = std::max(bytes, num_elements(prog.values[v].shape) *
-                                        static_cast<int64_t>(dtype_size(prog.values[v].dtype)));
+            bytes = std::max(
+                bytes, num_elements(prog.values[v].shape) * static_cast<int64_t>(dtype_size(prog.values[v].dtype)));
       args["bytes"] = bytes;
     } else {
       args["flops"] = node_flops(prog, n);
@@ -50,11 +50,12 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
   // (tid = devices + device), since they run beside the compute.
   const int64_t n = p.mesh.num_devices();
   for (int64_t d = 0; d < n; ++d) {
-    f << fmt::format(",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"device {}\"}}}}",
-                     d, d);
+    f << fmt::format(
+        ",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"device {}\"}}}}", d, d);
     if (cost.overlap)
       f << fmt::format(
-          ",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"device {} collectives\"}}}}",
+          ",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"device {} "
+          "collectives\"}}}}",
           n + d, d);
     for (size_t i = 0; i < body.size(); ++i)
       f << fmt::format(",\n{{\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.6f},\"dur\":{:.6f},{}}}",

@@ -1,4 +1,5 @@
-// cli: wires the backend's kernels into the frontend's loader (the layering keeps them apart: docs/architecture.md, invariant 6).
+// cli: wires the backend's kernels into the frontend's loader (the layering keeps them apart: docs/architecture.md,
+// invariant 6).
 #pragma once
 
 #include "backend/kernels/kernels.h"
@@ -14,9 +15,8 @@ inline LoadOptions kernel_load_options() {
     return run_kernel(n, in, opset);
   };
   lo.shape_function = [](const Node& n, const std::vector<const TensorType*>& types,
-                         const std::vector<const Tensor*>& values, int64_t opset) {
-    return infer_types(n, types, values, opset);
-  };
+                         const std::vector<const Tensor*>& values,
+                         int64_t opset) { return infer_types(n, types, values, opset); };
   return lo;
 }
 

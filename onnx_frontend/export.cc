@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
+#include "core/partition/reshard.h"
 #include "onnx_frontend/frontend.h"
 #include "onnx_frontend/proto_util.h"
-#include "core/partition/reshard.h"
 
 namespace gspmd {
 namespace {
@@ -118,8 +118,10 @@ void write_node(const Node& n, onnx::NodeProto* pn, const std::vector<std::strin
   std::vector<std::string> captured;
   for (size_t k = 0; k < n.inputs.size(); ++k) {
     const std::string in = n.inputs[k] >= 0 ? name.at(static_cast<size_t>(n.inputs[k])) : "";
-    if (k < own) pn->add_input(in);
-    else captured.push_back(in);
+    if (k < own)
+      pn->add_input(in);
+    else
+      captured.push_back(in);
   }
   for (int o : n.outputs) pn->add_output(name.at(static_cast<size_t>(o)));
   for (const auto& [k, v] : n.attrs)
@@ -138,8 +140,10 @@ void write_body(const Graph& b, onnx::GraphProto* gp, const std::vector<std::str
   std::vector<std::string> name = value_names(b);
   for (size_t j = 0; j < captured.size(); ++j) name[static_cast<size_t>(b.inputs[formal + j])] = captured[j];
   auto info = [&](onnx::ValueInfoProto* vi, int v) {
-    if (b.values[v].dtype == DType::kUndefined) vi->set_name(name[static_cast<size_t>(v)]);
-    else set_value_info(vi, b.values[v]);
+    if (b.values[v].dtype == DType::kUndefined)
+      vi->set_name(name[static_cast<size_t>(v)]);
+    else
+      set_value_info(vi, b.values[v]);
   };
   gp->set_name(b.name);
   for (size_t k = 0; k < formal; ++k) info(gp->add_input(), b.inputs[k]);
@@ -247,7 +251,8 @@ struct Exporter {
   const std::vector<int>& checked(const Node& n, const std::vector<int>& axes) {
     for (int a : axes)
       if (a >= p.mesh.rank())
-        throw std::runtime_error(fmt::format("export: node '{}' ({}): mesh axis {} out of range", n.name, n.op_type, a));
+        throw std::runtime_error(
+            fmt::format("export: node '{}' ({}): mesh axis {} out of range", n.name, n.op_type, a));
     return axes;
   }
 
@@ -298,7 +303,8 @@ struct Exporter {
       case GspmdOp::kAllToAll:
       case GspmdOp::kCollectivePermute: break;
     }
-    throw std::logic_error(fmt::format("export: node '{}': {} is a collective, not a per-device op", n.name, n.op_type));
+    throw std::logic_error(
+        fmt::format("export: node '{}': {} is a collective, not a per-device op", n.name, n.op_type));
   }
 
   /// y[i] = x[lo + i] along `axis` for lo + i inside [keep_lo, keep_hi), `value` elsewhere (len elements): Identity,
@@ -406,17 +412,16 @@ struct Exporter {
         const ProgramBinding& b = *it->second;
         const Value& gv = global.values.at(b.global);
         if (!gv.data)
-          throw std::runtime_error(fmt::format(
-              "export: initializer '{}' has no data (the model was loaded without its weights)", gv.name));
+          throw std::runtime_error(
+              fmt::format("export: initializer '{}' has no data (the model was loaded without its weights)", gv.name));
         Tensor t = shard_tensor(*gv.data, b.sharding, p.mesh, device);
         if (t.shape != val.shape || t.dtype != val.dtype)
-          throw std::runtime_error(fmt::format("export: slice of '{}' for device {} is {} {} but the program expects {} {}",
-                                               gv.name, device, dtype_name(t.dtype), shape_str(t.shape),
-                                               dtype_name(val.dtype), shape_str(val.shape)));
+          throw std::runtime_error(
+              fmt::format("export: slice of '{}' for device {} is {} {} but the program expects {} {}", gv.name, device,
+                          dtype_name(t.dtype), shape_str(t.shape), dtype_name(val.dtype), shape_str(val.shape)));
         frontend::tensor_to_proto(t, init);
       } else {
-        if (!val.data)
-          throw std::runtime_error(fmt::format("export: initializer '{}' has no data", val.name));
+        if (!val.data) throw std::runtime_error(fmt::format("export: initializer '{}' has no data", val.name));
         frontend::tensor_to_proto(*val.data, init);
       }
     }
@@ -424,8 +429,10 @@ struct Exporter {
       const std::optional<GspmdOp> op = gspmd_op(n);
       if (!op && n.domain == kGspmdDomain)
         throw std::runtime_error(fmt::format("export: node '{}': unknown gspmd op '{}'", n.name, n.op_type));
-      if (op && !is_collective(*op)) specialise(n, *op);
-      else copy_node(n);
+      if (op && !is_collective(*op))
+        specialise(n, *op);
+      else
+        copy_node(n);
       for (int o : n.outputs)
         if (!io.count(o)) set_value_info(pg->add_value_info(), G.values.at(o));
     }
@@ -443,7 +450,8 @@ struct Exporter {
     }
     const size_t size = m.ByteSizeLong();
     if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
-      throw std::runtime_error(fmt::format("{}: the device model is {} bytes, over protobuf's 2 GiB limit", path, size));
+      throw std::runtime_error(
+          fmt::format("{}: the device model is {} bytes, over protobuf's 2 GiB limit", path, size));
     std::string bytes;
     if (!m.SerializeToString(&bytes)) throw std::runtime_error(fmt::format("{}: cannot serialize the model", path));
     m.Clear();

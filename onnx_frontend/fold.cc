@@ -15,8 +15,8 @@ namespace gspmd::frontend {
 namespace {
 
 bool is_nondeterministic(const std::string& op) {
-  static const char* const kOps[] = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                                     "Multinomial", "Bernoulli"};
+  static const char* const kOps[] = {"RandomNormal",      "RandomUniform", "RandomNormalLike",
+                                     "RandomUniformLike", "Multinomial",   "Bernoulli"};
   return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* o) { return op == o; });
 }
 
@@ -115,8 +115,8 @@ bool inline_constant_if(Pass& p, size_t ni) {
     spliced.push_back(std::move(id));
   }
   p.splice(ni, std::move(spliced));
-  p.report.rewrites.push_back(fmt::format("node '{}' (If): condition is constant {}, {} inlined", node.name,
-                                          taken ? "true" : "false", attr));
+  p.report.rewrites.push_back(
+      fmt::format("node '{}' (If): condition is constant {}, {} inlined", node.name, taken ? "true" : "false", attr));
   return true;
 }
 
@@ -242,7 +242,7 @@ struct NodeInputs {
 struct Inferred {
   std::vector<TensorType> types;  // empty when the shape function has none or failed
   std::string error;
-  int needed_input = -1;          // DataDependentError's input
+  int needed_input = -1;  // DataDependentError's input
   bool data_dependent = false;
 };
 
@@ -280,10 +280,10 @@ bool fold(Pass& p, size_t ni, const NodeInputs& in, const Inferred& inferred) {
                                              : type_bytes({v.dtype, v.shape});
     }
     if (out_bytes > kMaxExpandingFoldBytes && out_bytes > in.const_bytes) {
-      p.report.not_folded.push_back(fmt::format("node '{}' ({}): {} of outputs from {} of constants, over the {} "
-                                                "folding cap: it runs as a node",
-                                                n.name, n.op_type, mib(out_bytes), mib(in.const_bytes),
-                                                mib(kMaxExpandingFoldBytes)));
+      p.report.not_folded.push_back(
+          fmt::format("node '{}' ({}): {} of outputs from {} of constants, over the {} "
+                      "folding cap: it runs as a node",
+                      n.name, n.op_type, mib(out_bytes), mib(in.const_bytes), mib(kMaxExpandingFoldBytes)));
       return false;
     }
     try {
@@ -321,14 +321,14 @@ void type_outputs(Pass& p, const Node& n, const Inferred& inferred) {
       if (!onnx_typed) {
         p.why[v.name] = untyped_reason(g, n, inferred.error, inferred.data_dependent ? inferred.needed_input : -2);
       } else if (!inferred.error.empty() && !inferred.data_dependent && k == 0) {  // ONNX typed what it rejects
-        disagreement = fmt::format("value '{}' (node '{}' ({})): shape function failed ({}), ONNX inference {}",
-                                   v.name, n.name, n.op_type, inferred.error, type_str(v.dtype, v.shape));
+        disagreement = fmt::format("value '{}' (node '{}' ({})): shape function failed ({}), ONNX inference {}", v.name,
+                                   n.name, n.op_type, inferred.error, type_str(v.dtype, v.shape));
       }
     } else {
       const TensorType& t = inferred.types[k];
       if (onnx_typed && (t.dtype != v.dtype || t.shape != v.shape))
-        disagreement = fmt::format("value '{}' (node '{}' ({})): shape function {}, ONNX inference {}", v.name,
-                                   n.name, n.op_type, type_str(t.dtype, t.shape), type_str(v.dtype, v.shape));
+        disagreement = fmt::format("value '{}' (node '{}' ({})): shape function {}, ONNX inference {}", v.name, n.name,
+                                   n.op_type, type_str(t.dtype, t.shape), type_str(v.dtype, v.shape));
       v.dtype = t.dtype;
       v.shape = t.shape;
       p.typed(n.outputs[k]);
@@ -390,7 +390,6 @@ std::string element_name(const std::string& name, const ValueStructure& s, size_
   return s.of_sequence ? fmt::format("{}.value[{}]", name, i) : name + ".value";
 }
 
-
 // The model's sequence and optional inputs become one graph input per element, typed from opts.structured_inputs;
 // report.inputs receives the signature.
 void bind_structured_inputs(Pass& p) {
@@ -408,13 +407,14 @@ void bind_structured_inputs(Pass& p) {
     const char* kind = val.kind == ValueKind::kSequence ? "sequence" : "optional";
     auto it = p.opts.structured_inputs.find(val.name);
     if (it == p.opts.structured_inputs.end())
-      throw InputError(fmt::format("input '{}' is a {}: its structure (length, element shapes) must be known at load; "
-                                   "give its value (--inputs DIR)",
-                                   val.name, kind));
+      throw InputError(
+          fmt::format("input '{}' is a {}: its structure (length, element shapes) must be known at load; "
+                      "give its value (--inputs DIR)",
+                      val.name, kind));
     const OnnxValue& given = it->second;
     if (given.structure.kind != val.kind)
-      throw InputError(fmt::format("input '{}' is a {} but the given value is {}", val.name, kind,
-                                   with_article(given.structure)));
+      throw InputError(
+          fmt::format("input '{}' is a {} but the given value is {}", val.name, kind, with_article(given.structure)));
     fv.structure = given.structure;
     for (const Tensor& t : given.tensors) {
       if (val.dtype != DType::kUndefined && t.dtype != val.dtype)
@@ -425,8 +425,8 @@ void bind_structured_inputs(Pass& p) {
     if (fv.structure.elem_dtype == DType::kUndefined) fv.structure.elem_dtype = val.dtype;
     std::vector<std::string> names;
     for (size_t i = 0; i < given.tensors.size(); ++i) {
-      const int id = g.add_value_unique(element_name(val.name, fv.structure, i), given.tensors[i].dtype,
-                                        given.tensors[i].shape);
+      const int id =
+          g.add_value_unique(element_name(val.name, fv.structure, i), given.tensors[i].dtype, given.tensors[i].shape);
       fv.values.push_back(id);
       inputs.push_back(id);
       names.push_back(g.values[static_cast<size_t>(id)].name);
@@ -490,21 +490,22 @@ std::string untyped_reason(const Graph& g, const Node& n, const std::string& err
     const std::vector<std::string> from = graph_inputs_reaching(g, needed);
     const std::string& name = g.values[needed].name;
     if (from.size() == 1 && from[0] == name)
-      return fmt::format("has a data-dependent shape: {}, graph input '{}', which is known only at run time; make "
-                         "'{}' a constant (an initializer) to bind it",
-                         detail, name, name);
+      return fmt::format(
+          "has a data-dependent shape: {}, graph input '{}', which is known only at run time; make "
+          "'{}' a constant (an initializer) to bind it",
+          detail, name, name);
     if (!from.empty())
-      return fmt::format("has a data-dependent shape: {}, '{}', computed at run time from graph input{} '{}'; make "
-                         "{} to bind it",
-                         detail, name, from.size() > 1 ? "s" : "", fmt::join(from, "', '"),
-                         from.size() > 1 ? "them constants (initializers)" : "it a constant (an initializer)");
+      return fmt::format(
+          "has a data-dependent shape: {}, '{}', computed at run time from graph input{} '{}'; make "
+          "{} to bind it",
+          detail, name, from.size() > 1 ? "s" : "", fmt::join(from, "', '"),
+          from.size() > 1 ? "them constants (initializers)" : "it a constant (an initializer)");
     return fmt::format("has a data-dependent shape: {}, '{}', which is known only at run time", detail, name);
   }
   if (needed_input == -1) return fmt::format("has a data-dependent shape: {}", detail);
   if (!error.empty()) return fmt::format("has no static shape: {}", detail);
   return fmt::format("has no static shape: ONNX inference left it untyped and no shape function typed {}", n.op_type);
 }
-
 
 void Pass::splice(size_t ni, std::vector<Node> nodes) {
   for (int o : g.nodes[ni].outputs) g.values[static_cast<size_t>(o)].producer = -1;

@@ -47,11 +47,11 @@ void infer_and_fold(Graph& g, std::unordered_set<std::string>& unknown, std::map
 /// sequences and optionals (sequences.cc).
 struct Pass {
   Graph& g;
-  std::unordered_set<std::string>& unknown;   // names of values without a static type
-  std::map<std::string, std::string>& why;    // why a value stays untyped (the rest of the loader's error)
+  std::unordered_set<std::string>& unknown;  // names of values without a static type
+  std::map<std::string, std::string>& why;   // why a value stays untyped (the rest of the loader's error)
   const LoadOptions& opts;
   LoadReport& report;
-  std::vector<char> dead;                      // per node: folded or lowered away (removed at the end of the pass)
+  std::vector<char> dead;  // per node: folded or lowered away (removed at the end of the pass)
   /// The sequence and optional values lowered so far, by value id: their structure and their element tensors' value
   /// ids (docs/sequences.md). A value of kind kSequence / kOptional not listed here is not known yet (and is in
   /// `unknown`).

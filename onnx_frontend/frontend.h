@@ -23,9 +23,9 @@ using ConstantEvaluator =
 /// Types one node's outputs from its input types (nullptr = absent) and the values of its constant inputs (nullptr =
 /// not constant): the backend's infer_types (kernels.h), injected like the evaluator. Throws DataDependentError when
 /// an output shape depends on a non-constant input's values, UnsupportedError for an op it does not know.
-using ShapeFunction = std::function<std::vector<TensorType>(
-    const Node& node, const std::vector<const TensorType*>& types, const std::vector<const Tensor*>& values,
-    int64_t opset)>;
+using ShapeFunction =
+    std::function<std::vector<TensorType>(const Node& node, const std::vector<const TensorType*>& types,
+                                          const std::vector<const Tensor*>& values, int64_t opset)>;
 
 /// The structure of an ONNX value (onnx/IR.md, "Types"): a tensor, a sequence of tensors, or an optional.
 struct ValueStructure {
@@ -67,9 +67,9 @@ struct LoadOptions {
   /// `run --inputs DIR`: DIR/input_<i>.pb in graph-input order (initializers excluded), read like input_shapes for the
   /// inputs with a dim that has no size (the other files are not read here).
   std::string inputs_dir;
-  bool load_data = true;                // false: initializer shapes only (simulate); external data not read
-  ConstantEvaluator evaluator;          // folds every node whose inputs are all constants; required
-  ShapeFunction shape_function;         // the executor's shape functions; empty: ONNX shape inference alone
+  bool load_data = true;         // false: initializer shapes only (simulate); external data not read
+  ConstantEvaluator evaluator;   // folds every node whose inputs are all constants; required
+  ShapeFunction shape_function;  // the executor's shape functions; empty: ONNX shape inference alone
   /// A disagreement between the shape function and ONNX shape inference is an InputError (tests); otherwise the shape
   /// function's answer is used (it is what the executor computes) and the disagreement is noted in the LoadReport.
   bool strict_shapes = false;
@@ -86,11 +86,11 @@ struct LoadOptions {
 /// What loading did to the graph besides converting it, for `explain` (docs/loading.md).
 struct LoadReport {
   struct Folded {
-    std::string node, op_type;  // the folded node
+    std::string node, op_type;         // the folded node
     std::vector<std::string> outputs;  // its outputs, now initializers
-    int64_t bytes = 0;          // their total size in bytes
+    int64_t bytes = 0;                 // their total size in bytes
   };
-  std::vector<Folded> folded;          // nodes evaluated once at load, in graph order
+  std::vector<Folded> folded;           // nodes evaluated once at load, in graph order
   std::vector<std::string> not_folded;  // constant nodes left to run: "node 'e' (Expand): 256.0 MiB of outputs ..."
   std::vector<std::string> rewrites;    // "node 'd' (Dropout): not training, an Identity", dropped unused outputs,
                                         // "node 'c' (If): condition is constant true, then_branch inlined"
@@ -112,21 +112,22 @@ std::vector<OnnxValue> unflatten_outputs(const Graph& g, const LoadReport& repor
 
 /// What a model file holds, read without shape inference or folding (for test runners and tooling).
 struct ModelInfo {
-  int64_t opset = 0;                    // the ai.onnx opset import (1 for IR 1-2 models without opset_import)
-  std::vector<std::string> op_types;    // op_type of every top-level graph node, in file order ("domain:Op" outside
-                                        // ai.onnx); Constant nodes included
-  std::vector<std::string> inputs;      // graph input names, initializers excluded, in order
+  int64_t opset = 0;                  // the ai.onnx opset import (1 for IR 1-2 models without opset_import)
+  std::vector<std::string> op_types;  // op_type of every top-level graph node, in file order ("domain:Op" outside
+                                      // ai.onnx); Constant nodes included
+  std::vector<std::string> inputs;    // graph input names, initializers excluded, in order
   std::vector<std::vector<std::string>> input_dim_params;  // per input, per dim: its symbolic name ("" when the
                                                            // dim has a value or no name; empty for non-tensors)
-  std::vector<std::vector<int64_t>> input_shapes;  // per input, per dim: its size (-1 when symbolic or unknown;
-                                                   // empty for non-tensors and inputs without a shape)
+  std::vector<std::vector<int64_t>> input_shapes;          // per input, per dim: its size (-1 when symbolic or unknown;
+                                                           // empty for non-tensors and inputs without a shape)
   std::vector<DType> input_dtypes;      // per input: its (element) type (kUndefined when not declared)
   std::vector<ValueKind> input_kinds;   // per input: tensor, sequence or optional
   std::vector<std::string> outputs;     // graph output names, in order
   std::vector<DType> output_dtypes;     // per output: its element type (as input_dtypes)
   std::vector<ValueKind> output_kinds;  // per output: tensor, sequence or optional
-  std::map<std::string, std::string> metadata;  // the model's metadata_props (key -> value); a device model from
-                                                // export_device has gspmd.device, gspmd.mesh_shape, ... (collectives.md)
+  std::map<std::string, std::string>
+      metadata;  // the model's metadata_props (key -> value); a device model from
+                 // export_device has gspmd.device, gspmd.mesh_shape, ... (collectives.md)
 };
 
 /// Reads `path`'s graph summary. Throws InputError("model.onnx: ...") for a missing, truncated or malformed file.

@@ -54,8 +54,8 @@ struct Loader {
   std::string base_dir;
   onnx::ModelProto m;
   int64_t opset = -1;
-  std::vector<std::string> input_names;             // real graph inputs, in order
-  std::vector<Value> consts;                        // initializers and Constant outputs, in order
+  std::vector<std::string> input_names;  // real graph inputs, in order
+  std::vector<Value> consts;             // initializers and Constant outputs, in order
   std::unordered_map<std::string, size_t> const_index;
   std::unordered_map<std::string, std::string> non_tensor;  // values typed map (or another non-tensor type but a
                                                             // sequence or optional) by inference
@@ -84,8 +84,8 @@ struct Loader {
     int64_t numel = 1;
     for (auto d : t.dims()) numel *= d;
     DType dt = frontend::proto_dtype(t.data_type(), what);
-    const bool small = dt != DType::kString && numel * static_cast<int64_t>(dtype_size(dt)) <=
-                                                  static_cast<int64_t>(kInlineForInference);
+    const bool small = dt != DType::kString &&
+                       numel * static_cast<int64_t>(dtype_size(dt)) <= static_cast<int64_t>(kInlineForInference);
     if (opts.load_data) return std::make_shared<const Tensor>(tensor_from_proto(t, base_dir, what));
     if (!small) return nullptr;
     try {
@@ -155,8 +155,8 @@ struct Loader {
     } else if (a.name() == "value_int") {
       data = std::make_shared<const Tensor>(Tensor::from_int64s({a.i()}, /*scalar=*/true));
     } else if (a.name() == "value_ints") {
-      data = std::make_shared<const Tensor>(
-          Tensor::from_int64s(std::vector<int64_t>(a.ints().begin(), a.ints().end())));
+      data =
+          std::make_shared<const Tensor>(Tensor::from_int64s(std::vector<int64_t>(a.ints().begin(), a.ints().end())));
     } else {
       fail(fmt::format("Constant node '{}': attribute '{}' is not supported", v.name, a.name()));
     }
@@ -345,8 +345,7 @@ struct Loader {
     std::map<std::string, std::string> from_input;  // symbol -> the input that bound it
     for (const auto& in : m.graph().input()) {
       auto given = given_shapes.find(in.name());
-      if (given == given_shapes.end() || !in.type().has_tensor_type() || !in.type().tensor_type().has_shape())
-        continue;
+      if (given == given_shapes.end() || !in.type().has_tensor_type() || !in.type().tensor_type().has_shape()) continue;
       const auto& dims = in.type().tensor_type().shape().dim();
       if (static_cast<size_t>(dims.size()) != given->second.size())
         fail(fmt::format("input '{}' has rank {} but the given input tensor has shape {}", in.name(), dims.size(),
@@ -361,8 +360,8 @@ struct Loader {
           continue;
         }
         if (auto f = from_input.find(sym); f != from_input.end())
-          fail(fmt::format("dim '{}' is {} in the given input '{}' but {} in input '{}'", sym, it->second, f->second,
-                           v, in.name()));
+          fail(fmt::format("dim '{}' is {} in the given input '{}' but {} in input '{}'", sym, it->second, f->second, v,
+                           in.name()));
         fail(fmt::format("--dim {}={} but the given input '{}' has {} at dim {}", sym, it->second, in.name(), v, i));
       }
     }
@@ -391,12 +390,11 @@ struct Loader {
           continue;
         }
         const std::string sym = d->has_dim_param() ? d->dim_param() : "";
-        if (sym.empty()) fail(fmt::format("input '{}' dim {} is unknown (the model gives neither a size nor a name)",
-                                          in.name(), i));
+        if (sym.empty())
+          fail(fmt::format("input '{}' dim {} is unknown (the model gives neither a size nor a name)", in.name(), i));
         auto it = bound.find(sym);
         if (it == bound.end())
-          fail(fmt::format("input '{}' dim {} '{}' is symbolic: bind it with --dim {}=N",
-                           in.name(), i, sym, sym));
+          fail(fmt::format("input '{}' dim {} '{}' is symbolic: bind it with --dim {}=N", in.name(), i, sym, sym));
         if (it->second < 0) fail(fmt::format("--dim {}={}: a size must be >= 0", sym, it->second));
         d->set_dim_value(it->second);
       }
@@ -446,14 +444,22 @@ struct Loader {
     using AP = onnx::AttributeProto;
     auto type = a.type();
     if (type == AP::UNDEFINED) {  // very old models: infer from the field that is set
-      if (a.has_f()) type = AP::FLOAT;
-      else if (a.has_i()) type = AP::INT;
-      else if (a.has_s()) type = AP::STRING;
-      else if (a.has_t()) type = AP::TENSOR;
-      else if (a.has_g() || a.graphs_size()) type = AP::GRAPH;
-      else if (a.floats_size()) type = AP::FLOATS;
-      else if (a.strings_size()) type = AP::STRINGS;
-      else type = AP::INTS;
+      if (a.has_f())
+        type = AP::FLOAT;
+      else if (a.has_i())
+        type = AP::INT;
+      else if (a.has_s())
+        type = AP::STRING;
+      else if (a.has_t())
+        type = AP::TENSOR;
+      else if (a.has_g() || a.graphs_size())
+        type = AP::GRAPH;
+      else if (a.floats_size())
+        type = AP::FLOATS;
+      else if (a.strings_size())
+        type = AP::STRINGS;
+      else
+        type = AP::INTS;
     }
     switch (type) {
       case AP::FLOAT: return a.f();
@@ -501,12 +507,15 @@ struct Loader {
     bool known = false;
     if (it != types.end() && it->second->has_tensor_type()) {
       const auto& tt = it->second->tensor_type();
-      if (tt.elem_type() != 0) v.dtype = frontend::proto_dtype(tt.elem_type(), fmt::format("{}: value '{}'", path, name));
+      if (tt.elem_type() != 0)
+        v.dtype = frontend::proto_dtype(tt.elem_type(), fmt::format("{}: value '{}'", path, name));
       if (tt.has_shape() && v.dtype != DType::kUndefined) {
         known = true;
         for (const auto& d : tt.shape().dim()) {
-          if (!d.has_dim_value() || d.dim_value() < 0) known = false;
-          else v.shape.push_back(d.dim_value());
+          if (!d.has_dim_value() || d.dim_value() < 0)
+            known = false;
+          else
+            v.shape.push_back(d.dim_value());
         }
       }
     }
@@ -524,16 +533,17 @@ struct Loader {
         non_tensor[name] = it->second->has_map_type() ? "map" : "non-tensor value";
       }
       if (element && element->has_tensor_type() && element->tensor_type().elem_type() != 0)
-        v.dtype =
-            frontend::proto_dtype(element->tensor_type().elem_type(), fmt::format("{}: value '{}'", path, name));
+        v.dtype = frontend::proto_dtype(element->tensor_type().elem_type(), fmt::format("{}: value '{}'", path, name));
       if (v.kind != ValueKind::kTensor) {  // a sequence or optional: fold.cc lowers it (docs/sequences.md)
         if (unknown) unknown->insert(name);
         return v;
       }
     }
     if (!known) {
-      if (unknown) unknown->insert(name);
-      else v.dtype = DType::kUndefined;
+      if (unknown)
+        unknown->insert(name);
+      else
+        v.dtype = DType::kUndefined;
       v.shape.clear();
     }
     return v;
@@ -647,9 +657,10 @@ struct Loader {
       Node n = node_of(pn, names[ni], [&](const std::string& in) {
         int id = g.find(in);
         if (id < 0)
-          fail(fmt::format("node '{}' ({}) reads '{}' before it is defined (missing value or graph not "
-                           "topologically sorted)",
-                           names[ni], pn.op_type(), in));
+          fail(
+              fmt::format("node '{}' ({}) reads '{}' before it is defined (missing value or graph not "
+                          "topologically sorted)",
+                          names[ni], pn.op_type(), in));
         return id;
       });
       for (const std::string& name : output_names(pn, n.name, g)) {
@@ -658,8 +669,9 @@ struct Loader {
       }
       convert_attrs(pn, n, [&](const std::string& name) {
         int id = g.find(name);
-        if (id < 0) fail(fmt::format("node '{}' ({}): its body reads '{}', which is not defined before it", n.name,
-                                     n.op_type, name));
+        if (id < 0)
+          fail(fmt::format("node '{}' ({}): its body reads '{}', which is not defined before it", n.name, n.op_type,
+                           name));
         return id;
       });
       g.add_node(std::move(n));

@@ -60,7 +60,7 @@ ModelInfo read_model_info(const std::string& path) {
   const auto& g = m.graph();
   for (const auto& n : g.node())
     info.op_types.push_back(n.domain().empty() || n.domain() == "ai.onnx" ? n.op_type()
-                                                                           : n.domain() + ":" + n.op_type());
+                                                                          : n.domain() + ":" + n.op_type());
   std::unordered_set<std::string> inits;
   for (const auto& t : g.initializer()) inits.insert(t.name());
   for (const auto& i : g.input())

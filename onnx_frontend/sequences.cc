@@ -18,10 +18,10 @@ namespace {
 constexpr int64_t kMaxUnrolledIterations = 4096;
 
 const std::unordered_set<std::string>& structured_ops() {
-  static const std::unordered_set<std::string> ops = {
-      "SequenceEmpty", "SequenceConstruct", "SequenceInsert",     "SequenceErase",      "SequenceAt",
-      "SequenceLength", "SplitToSequence",  "ConcatFromSequence", "SequenceMap",        "Optional",
-      "OptionalHasElement", "OptionalGetElement"};
+  static const std::unordered_set<std::string> ops = {"SequenceEmpty",   "SequenceConstruct",  "SequenceInsert",
+                                                      "SequenceErase",   "SequenceAt",         "SequenceLength",
+                                                      "SplitToSequence", "ConcatFromSequence", "SequenceMap",
+                                                      "Optional",        "OptionalHasElement", "OptionalGetElement"};
   return ops;
 }
 
@@ -69,8 +69,8 @@ struct Lowering {
   }
   // An output depends on the values of input k, which is not a constant.
   Lowered data_dependent(size_t k, const std::string& what) {
-    return fail(untyped_reason(p.g, n, fmt::format("{} must be known at load (a sequence is a static list of tensors)",
-                                                   what),
+    return fail(untyped_reason(p.g, n,
+                               fmt::format("{} must be known at load (a sequence is a static list of tensors)", what),
                                static_cast<int>(k)));
   }
   Lowered unsupported(const std::string& what) {
@@ -216,8 +216,8 @@ struct Lowering {
                                  0));
     for (int i : n.inputs)
       if (i >= 0 && structure(i))
-        return unsupported(fmt::format("input '{}' is a sequence or optional, which {} does not take", val(i).name,
-                                       n.op_type));
+        return unsupported(
+            fmt::format("input '{}' is a sequence or optional, which {} does not take", val(i).name, n.op_type));
     return unsupported("its outputs are sequences or optionals");
   }
 
@@ -237,8 +237,8 @@ struct Lowering {
     for (int e : seq.values)
       uniform = uniform && typed(e) && val(e).dtype == val(first).dtype && val(e).shape == val(first).shape;
     if (!uniform)
-      return data_dependent(1, fmt::format("the position '{}' into a sequence of differently typed tensors",
-                                           val(in(1)).name));
+      return data_dependent(
+          1, fmt::format("the position '{}' into a sequence of differently typed tensors", val(in(1)).name));
     Shape one = val(first).shape;
     one.insert(one.begin(), 1);
     std::vector<Node> nodes;
@@ -402,9 +402,10 @@ struct Lowering {
     }
     if (state.next >= trips || !cond) return finish_loop(state, carried);
     if (state.next >= kMaxUnrolledIterations)
-      return unsupported(fmt::format("its carried values are sequences or optionals, so it is unrolled, and it runs "
-                                     "more than {} iterations",
-                                     kMaxUnrolledIterations));
+      return unsupported(
+          fmt::format("its carried values are sequences or optionals, so it is unrolled, and it runs "
+                      "more than {} iterations",
+                      kMaxUnrolledIterations));
     const int64_t i = state.next;
     std::vector<int> bound{const_ints(fmt::format("iteration_{}", i), {i}, /*scalar=*/true)};
     if (in(1) >= 0) {
@@ -431,9 +432,10 @@ struct Lowering {
   }
 
   Lowered finish_loop(const Pass::Unroll& state, size_t carried) {
-    p.report.rewrites.push_back(fmt::format("node '{}' (Loop): unrolled, {} iteration{} (it carries sequences or "
-                                            "optionals)",
-                                            n.name, state.next, state.next == 1 ? "" : "s"));
+    p.report.rewrites.push_back(
+        fmt::format("node '{}' (Loop): unrolled, {} iteration{} (it carries sequences or "
+                    "optionals)",
+                    n.name, state.next, state.next == 1 ? "" : "s"));
     std::vector<Node> nodes;
     for (size_t k = 0; k < carried && k < n.outputs.size(); ++k) {
       const int from = in(2 + k);
@@ -448,8 +450,7 @@ struct Lowering {
       if (values.empty()) return unsupported("a scan output of zero iterations has no element shape");
       std::vector<int> parts;
       for (size_t i = 0; i < values.size(); ++i) {
-        if (!typed(values[i]))
-          return fail(fmt::format("has no static shape: '{}' has none", val(values[i]).name));
+        if (!typed(values[i])) return fail(fmt::format("has no static shape: '{}' has none", val(values[i]).name));
         Shape s = val(values[i]).shape;
         s.insert(s.begin(), 1);
         const int r = fresh(fmt::format("{}/scan_{}_{}", n.name, j, i));

@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "onnx_frontend/frontend.h"
 #include "onnx_frontend/file_util.h"
+#include "onnx_frontend/frontend.h"
 
 namespace gspmd {
 namespace {
@@ -177,9 +177,12 @@ struct Reader {
       if (ukey) {
         const json& ju = j[ukey];
         std::vector<json> items;
-        if (ju.is_string()) items.push_back(ju);
-        else if (ju.is_array()) items.assign(ju.begin(), ju.end());
-        else fail(key, fmt::format("\"{}\" must be a list of mesh axis names", ukey));
+        if (ju.is_string())
+          items.push_back(ju);
+        else if (ju.is_array())
+          items.assign(ju.begin(), ju.end());
+        else
+          fail(key, fmt::format("\"{}\" must be a list of mesh axis names", ukey));
         for (const json& a : items)
           for (int id : axis_ids(a, key)) {
             if (std::find(e.sharding.unreduced.begin(), e.sharding.unreduced.end(), id) != e.sharding.unreduced.end())
@@ -191,11 +194,16 @@ struct Reader {
       if (j.contains("reduction")) {
         const json& jr = j["reduction"];
         std::string r = jr.is_string() ? jr.get<std::string>() : "";
-        if (r == "sum") e.sharding.reduction = ReductionKind::kSum;
-        else if (r == "max") e.sharding.reduction = ReductionKind::kMax;
-        else if (r == "min") e.sharding.reduction = ReductionKind::kMin;
-        else if (r == "prod") e.sharding.reduction = ReductionKind::kProd;
-        else fail(key, fmt::format("reduction must be \"sum\", \"max\", \"min\" or \"prod\" (got {})", jr.dump()));
+        if (r == "sum")
+          e.sharding.reduction = ReductionKind::kSum;
+        else if (r == "max")
+          e.sharding.reduction = ReductionKind::kMax;
+        else if (r == "min")
+          e.sharding.reduction = ReductionKind::kMin;
+        else if (r == "prod")
+          e.sharding.reduction = ReductionKind::kProd;
+        else
+          fail(key, fmt::format("reduction must be \"sum\", \"max\", \"min\" or \"prod\" (got {})", jr.dump()));
       }
       if (j.contains("priority")) {
         const json& jp = j["priority"];
@@ -219,8 +227,8 @@ struct Reader {
         for (const json& a : entry)
           for (int id : axis_ids(a, key)) axes.push_back(id);
       } else {
-        fail(key, fmt::format("spec entry {} is {}; expected null, an axis name or a list of axis names", d,
-                              entry.dump()));
+        fail(key,
+             fmt::format("spec entry {} is {}; expected null, an axis name or a list of axis names", d, entry.dump()));
       }
       for (int a : axes) {
         if (std::find(used.begin(), used.end(), a) != used.end())
@@ -309,8 +317,8 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
 void write_sharding_file(const std::string& path, const Graph& g, const DeviceMesh& mesh,
                          const std::vector<TensorSharding>& shardings) {
   if (shardings.size() != g.values.size())
-    throw std::invalid_argument(fmt::format("write_sharding_file: {} shardings for {} values", shardings.size(),
-                                            g.values.size()));
+    throw std::invalid_argument(
+        fmt::format("write_sharding_file: {} shardings for {} values", shardings.size(), g.values.size()));
   // A refined mesh is written as the user's mesh; its sub-axes print as "x:(pre)size" unless a whole axis is used.
   auto names = [&](const std::vector<int>& axes) {
     ojson list = ojson::array();
@@ -329,9 +337,12 @@ void write_sharding_file(const std::string& path, const Graph& g, const DeviceMe
     ojson spec = ojson::array();
     for (const auto& dim : s.dims) {
       ojson list = names(dim);
-      if (list.empty()) spec.push_back(nullptr);
-      else if (list.size() == 1) spec.push_back(list[0]);
-      else spec.push_back(list);
+      if (list.empty())
+        spec.push_back(nullptr);
+      else if (list.size() == 1)
+        spec.push_back(list[0]);
+      else
+        spec.push_back(list);
     }
     ojson entry = spec;
     if (!s.unreduced.empty()) {

@@ -50,8 +50,7 @@ std::string unsupported_elem(int32_t elem_type, bool in_sequence) {
     case kElemSequence: return "a sequence of sequences";  // an optional's sequence is supported
     case kElemMap: return in_sequence ? "a sequence of maps" : "an optional map";
     case kElemOptional: return in_sequence ? "a sequence of optionals" : "an optional optional";
-    default:
-      return fmt::format("{} element type {}", in_sequence ? "a sequence of" : "an optional of", elem_type);
+    default: return fmt::format("{} element type {}", in_sequence ? "a sequence of" : "an optional of", elem_type);
   }
 }
 
@@ -158,8 +157,7 @@ OnnxValue read_value_pb(const std::string& path, ValueKind kind) {
         v.tensors = sequence_tensors(p.sequence_value(), path, fmt::format("{}: the optional's sequence", path),
                                      v.structure.elem_dtype);
       return v;
-    default:
-      throw InputError(fmt::format("{}: {} is not supported", path, unsupported_elem(p.elem_type(), false)));
+    default: throw InputError(fmt::format("{}: {} is not supported", path, unsupported_elem(p.elem_type(), false)));
   }
 }
 
@@ -169,9 +167,7 @@ void write_value_pb(const std::string& path, const OnnxValue& v, const std::stri
     throw std::invalid_argument(fmt::format("{}: {} holds {}, not {}", path, with_article(s),
                                             count_str(fixed_count(s), "tensor"), v.tensors.size()));
   switch (s.kind) {
-    case ValueKind::kTensor:
-      write_tensor_pb(path, v.tensors[0], name);
-      return;
+    case ValueKind::kTensor: write_tensor_pb(path, v.tensors[0], name); return;
     case ValueKind::kSequence: {
       onnx::SequenceProto p;
       p.set_name(name);
@@ -223,18 +219,17 @@ std::vector<Tensor> flatten_inputs(const Graph& g, const LoadReport& report, std
       const int id = entry.values[k];
       auto it = slot.find(id);
       if (it == slot.end())
-        throw std::invalid_argument(fmt::format("flatten_inputs: input '{}': value {} is not a graph input",
-                                                entry.name, id));
+        throw std::invalid_argument(
+            fmt::format("flatten_inputs: input '{}': value {} is not a graph input", entry.name, id));
       if (filled[it->second])
-        throw std::invalid_argument(fmt::format("flatten_inputs: input '{}': graph input '{}' is mapped twice",
-                                                entry.name, g.values[id].name));
+        throw std::invalid_argument(
+            fmt::format("flatten_inputs: input '{}': graph input '{}' is mapped twice", entry.name, g.values[id].name));
       const DType want = g.values[id].dtype;
       if (v.tensors[k].dtype != want) {
-        const std::string where =
-            holds_sequence(entry.structure) ? fmt::format("input '{}' element {}", entry.name, k)
-                                            : fmt::format("input '{}'", entry.name);
-        throw InputError(fmt::format("{}: dtype {}, the model expects {}", where, dtype_name(v.tensors[k].dtype),
-                                     dtype_name(want)));
+        const std::string where = holds_sequence(entry.structure) ? fmt::format("input '{}' element {}", entry.name, k)
+                                                                  : fmt::format("input '{}'", entry.name);
+        throw InputError(
+            fmt::format("{}: dtype {}, the model expects {}", where, dtype_name(v.tensors[k].dtype), dtype_name(want)));
       }
       out[it->second] = std::move(v.tensors[k]);
       filled[it->second] = true;
@@ -263,8 +258,8 @@ std::vector<OnnxValue> unflatten_outputs(const Graph& g, const LoadReport& repor
     for (int id : report.outputs[e].values) {
       auto it = positions.find(id);
       if (it == positions.end())
-        throw std::invalid_argument(fmt::format("unflatten_outputs: output '{}': value {} is not a graph output",
-                                                report.outputs[e].name, id));
+        throw std::invalid_argument(
+            fmt::format("unflatten_outputs: output '{}': value {} is not a graph output", report.outputs[e].name, id));
       const size_t k = uses_so_far[id]++;
       const size_t pos = it->second[std::min(k, it->second.size() - 1)];
       use_pos[e].push_back(pos);
@@ -275,8 +270,10 @@ std::vector<OnnxValue> unflatten_outputs(const Graph& g, const LoadReport& repor
     out[e].structure = report.outputs[e].structure;
     out[e].tensors.reserve(use_pos[e].size());
     for (size_t pos : use_pos[e]) {
-      if (--remaining[pos] == 0) out[e].tensors.push_back(std::move(outputs[pos]));
-      else out[e].tensors.push_back(outputs[pos]);
+      if (--remaining[pos] == 0)
+        out[e].tensors.push_back(std::move(outputs[pos]));
+      else
+        out[e].tensors.push_back(outputs[pos]);
     }
   }
   return out;

@@ -65,11 +65,21 @@ Shape proto_shape(const onnx::TensorProto& t) { return Shape(t.dims().begin(), t
 
 DType proto_dtype(int32_t data_type, const std::string& what) {
   switch (data_type) {
-    case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 8: case 9: case 10: case 11: case 12: case 13:
-    case 16:
-      return static_cast<DType>(data_type);
-    default:
-      throw InputError(fmt::format("{}: unsupported element type {}", what, data_type));
+    case 1:
+    case 2:
+    case 3:
+    case 4:
+    case 5:
+    case 6:
+    case 7:
+    case 8:
+    case 9:
+    case 10:
+    case 11:
+    case 12:
+    case 13:
+    case 16: return static_cast<DType>(data_type);
+    default: throw InputError(fmt::format("{}: unsupported element type {}", what, data_type));
   }
 }
 
@@ -86,9 +96,12 @@ void read_external(const onnx::TensorProto& p, const std::string& base_dir, cons
   int64_t offset = 0, length = -1;
   for (const auto& kv : p.external_data()) {
     try {
-      if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset") offset = std::stoll(kv.value());
-      else if (kv.key() == "length") length = std::stoll(kv.value());
+      if (kv.key() == "location")
+        location = kv.value();
+      else if (kv.key() == "offset")
+        offset = std::stoll(kv.value());
+      else if (kv.key() == "length")
+        length = std::stoll(kv.value());
     } catch (const std::exception&) {
       throw InputError(fmt::format("{}: external data {} '{}' is not a number", what, kv.key(), kv.value()));
     }
@@ -131,11 +144,11 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir
     throw InputError(fmt::format("{}: raw_data has {} bytes but shape {} of {} needs {}", what, p.raw_data().size(),
                                  shape_str(proto_shape(p)), dtype_name(dt), n * dtype_size(dt)));
   if (!is_external(p) && !p.has_raw_data()) {
-    const int have = dt == DType::kFloat32 ? p.float_data_size()
-                     : dt == DType::kFloat64 ? p.double_data_size()
-                     : dt == DType::kInt64 ? p.int64_data_size()
+    const int have = dt == DType::kFloat32                          ? p.float_data_size()
+                     : dt == DType::kFloat64                        ? p.double_data_size()
+                     : dt == DType::kInt64                          ? p.int64_data_size()
                      : dt == DType::kUInt32 || dt == DType::kUInt64 ? p.uint64_data_size()
-                                                                     : p.int32_data_size();
+                                                                    : p.int32_data_size();
     if (static_cast<size_t>(have) != n)
       throw InputError(fmt::format("{}: tensor has {} elements of data but shape {} needs {}", what, have,
                                    shape_str(proto_shape(p)), n));
@@ -151,28 +164,58 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir
   }
   auto check = [&](int have) {
     if (static_cast<size_t>(have) != n)
-      throw InputError(fmt::format("{}: tensor has {} elements of data but shape {} needs {}", what, have,
-                                   shape_str(t.shape), n));
+      throw InputError(
+          fmt::format("{}: tensor has {} elements of data but shape {} needs {}", what, have, shape_str(t.shape), n));
   };
   switch (dt) {
-    case DType::kFloat32: check(p.float_data_size()); copy_field<float>(p.float_data(), t); break;
-    case DType::kFloat64: check(p.double_data_size()); copy_field<double>(p.double_data(), t); break;
-    case DType::kInt64: check(p.int64_data_size()); copy_field<int64_t>(p.int64_data(), t); break;
-    case DType::kInt32: check(p.int32_data_size()); copy_field<int32_t>(p.int32_data(), t); break;
-    case DType::kInt16: check(p.int32_data_size()); copy_field<int16_t>(p.int32_data(), t); break;
-    case DType::kInt8: check(p.int32_data_size()); copy_field<int8_t>(p.int32_data(), t); break;
+    case DType::kFloat32:
+      check(p.float_data_size());
+      copy_field<float>(p.float_data(), t);
+      break;
+    case DType::kFloat64:
+      check(p.double_data_size());
+      copy_field<double>(p.double_data(), t);
+      break;
+    case DType::kInt64:
+      check(p.int64_data_size());
+      copy_field<int64_t>(p.int64_data(), t);
+      break;
+    case DType::kInt32:
+      check(p.int32_data_size());
+      copy_field<int32_t>(p.int32_data(), t);
+      break;
+    case DType::kInt16:
+      check(p.int32_data_size());
+      copy_field<int16_t>(p.int32_data(), t);
+      break;
+    case DType::kInt8:
+      check(p.int32_data_size());
+      copy_field<int8_t>(p.int32_data(), t);
+      break;
     case DType::kUInt16:
     case DType::kFloat16:
-    case DType::kBFloat16: check(p.int32_data_size()); copy_field<uint16_t>(p.int32_data(), t); break;
-    case DType::kUInt8: check(p.int32_data_size()); copy_field<uint8_t>(p.int32_data(), t); break;
+    case DType::kBFloat16:
+      check(p.int32_data_size());
+      copy_field<uint16_t>(p.int32_data(), t);
+      break;
+    case DType::kUInt8:
+      check(p.int32_data_size());
+      copy_field<uint8_t>(p.int32_data(), t);
+      break;
     case DType::kBool: {
       check(p.int32_data_size());
       uint8_t* d = t.data<uint8_t>();
       for (int i = 0; i < p.int32_data_size(); ++i) d[i] = p.int32_data(i) != 0;
       break;
     }
-    case DType::kUInt32: check(p.uint64_data_size()); copy_field<uint32_t>(p.uint64_data(), t); break;
-    case DType::kUInt64: check(p.uint64_data_size()); copy_field<uint64_t>(p.uint64_data(), t); break;
+    case DType::kUInt32:
+      check(p.uint64_data_size());
+      copy_field<uint32_t>(p.uint64_data(), t);
+      break;
+    case DType::kUInt64:
+      check(p.uint64_data_size());
+      copy_field<uint64_t>(p.uint64_data(), t);
+      break;
     default: throw InputError(fmt::format("{}: unsupported element type {}", what, dtype_name(dt)));
   }
   return t;

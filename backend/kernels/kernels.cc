@@ -48,8 +48,7 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
 
 namespace {
 template <class T>
-void strided_copy_t(T* dst, const int64_t* dst_strides, const T* src, const int64_t* src_strides,
-                    const Shape& shape) {
+void strided_copy_t(T* dst, const int64_t* dst_strides, const T* src, const int64_t* src_strides, const Shape& shape) {
   Plan<2> p = make_plan<2>(shape, {dst_strides, src_strides});
   if (p.empty) return;
   const size_t r = p.dims.size();
@@ -102,14 +101,18 @@ void strided_copy_t(T* dst, const int64_t* dst_strides, const T* src, const int6
 void strided_copy(std::byte* dst, const int64_t* dst_strides, const std::byte* src, const int64_t* src_strides,
                   const Shape& shape, size_t elem) {
   switch (elem) {
-    case 1: return strided_copy_t(reinterpret_cast<uint8_t*>(dst), dst_strides, reinterpret_cast<const uint8_t*>(src),
-                                  src_strides, shape);
-    case 2: return strided_copy_t(reinterpret_cast<uint16_t*>(dst), dst_strides,
-                                  reinterpret_cast<const uint16_t*>(src), src_strides, shape);
-    case 4: return strided_copy_t(reinterpret_cast<uint32_t*>(dst), dst_strides,
-                                  reinterpret_cast<const uint32_t*>(src), src_strides, shape);
-    case 8: return strided_copy_t(reinterpret_cast<uint64_t*>(dst), dst_strides,
-                                  reinterpret_cast<const uint64_t*>(src), src_strides, shape);
+    case 1:
+      return strided_copy_t(reinterpret_cast<uint8_t*>(dst), dst_strides, reinterpret_cast<const uint8_t*>(src),
+                            src_strides, shape);
+    case 2:
+      return strided_copy_t(reinterpret_cast<uint16_t*>(dst), dst_strides, reinterpret_cast<const uint16_t*>(src),
+                            src_strides, shape);
+    case 4:
+      return strided_copy_t(reinterpret_cast<uint32_t*>(dst), dst_strides, reinterpret_cast<const uint32_t*>(src),
+                            src_strides, shape);
+    case 8:
+      return strided_copy_t(reinterpret_cast<uint64_t*>(dst), dst_strides, reinterpret_cast<const uint64_t*>(src),
+                            src_strides, shape);
     default: {
       // Odd element sizes: add a trailing byte dimension.
       Shape s = shape;
@@ -158,7 +161,8 @@ Tensor cast_tensor(const Ctx& c, const Tensor& t, DType to) {
       for (int64_t i = 0; i < n; ++i) {
         uint32_t b;
         std::memcpy(&b, &s[i], 4);
-        d[i] = (b & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((b >> 16) | 0x40) : static_cast<uint16_t>(b >> 16);
+        d[i] =
+            (b & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((b >> 16) | 0x40) : static_cast<uint16_t>(b >> 16);
       }
     return r;
   }

@@ -32,9 +32,7 @@ struct Ctx {
   const Tensor* in(size_t i) const { return i < ins.size() ? ins[i] : nullptr; }
   /// Input i as a mutable tensor when the caller donated it (see run_kernel), else nullptr. A kernel that moves from
   /// it or overwrites it must have read everything it needs from that input first.
-  Tensor* donated(size_t i) const {
-    return donated_ins && i < donated_ins->size() ? (*donated_ins)[i] : nullptr;
-  }
+  Tensor* donated(size_t i) const { return donated_ins && i < donated_ins->size() ? (*donated_ins)[i] : nullptr; }
   /// The owner of input i when the caller gave one (see run_kernel), else nullptr.
   const std::shared_ptr<const Tensor>* owner(size_t i) const {
     return owners && i < owners->size() ? (*owners)[i] : nullptr;
@@ -174,7 +172,6 @@ decltype(auto) dispatch_all(const Ctx& c, DType t, F&& f) {
 /// True for the 16-bit float types (float16, bfloat16), which kernels compute in float32 (see cast_tensor).
 inline bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
 
-
 // ---------------------------------------------------------------------------------------------------------------
 // Shapes and broadcasting.
 
@@ -213,8 +210,8 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
 /// A loop nest over `dims` for K operands, after dropping size-1 dims and merging contiguous ones.
 template <int K>
 struct Plan {
-  std::vector<int64_t> dims;                   // outer..inner; empty when some dim is 0 (nothing to do)
-  std::vector<std::array<int64_t, K>> st;      // per dim, per operand element stride
+  std::vector<int64_t> dims;               // outer..inner; empty when some dim is 0 (nothing to do)
+  std::vector<std::array<int64_t, K>> st;  // per dim, per operand element stride
   bool empty = false;
 };
 

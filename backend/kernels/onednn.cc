@@ -106,7 +106,10 @@ dnnl::algorithm eltwise_alg(Eltwise op, float& alpha, float& beta) {
     case Eltwise::kAbs: return dnnl::algorithm::eltwise_abs;
     case Eltwise::kSigmoid: return dnnl::algorithm::eltwise_logistic;
     case Eltwise::kNeg: alpha = -1.f; return dnnl::algorithm::eltwise_linear;
-    case Eltwise::kReciprocal: alpha = 1.f; beta = -1.f; return dnnl::algorithm::eltwise_pow;
+    case Eltwise::kReciprocal:
+      alpha = 1.f;
+      beta = -1.f;
+      return dnnl::algorithm::eltwise_pow;
   }
   throw std::logic_error("eltwise op");
 }
@@ -196,8 +199,8 @@ void softmax(const float* in, float* out, const std::vector<int64_t>& dims, int 
       k,
       [&] {
         dnnl::softmax_v2_forward::desc d(dnnl::prop_kind::forward_inference,
-                                         log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md,
-                                         md, axis);
+                                         log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md, md,
+                                         axis);
         return dnnl::primitive(
             dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(d, attrs(), engine())));
       },

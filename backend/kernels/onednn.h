@@ -27,8 +27,8 @@ bool binary(Binary op, const float* a, const float* b, float* dst, const std::ve
 /// C[batch, M, N] = alpha * op(A) op(B) + beta * C, where A is [a_batch, M, K] (or [a_batch, K, M] if trans_a),
 /// B is [b_batch, K, N] (or [b_batch, N, K] if trans_b), a_batch and b_batch are 1 or `batch`.
 /// beta == 0 overwrites C (C need not be initialised).
-void matmul(const float* a, const float* b, float* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k,
-            int64_t n, bool trans_a = false, bool trans_b = false, float alpha = 1.f, float beta = 0.f);
+void matmul(const float* a, const float* b, float* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k, int64_t n,
+            bool trans_a = false, bool trans_b = false, float alpha = 1.f, float beta = 0.f);
 
 /// One post-op of matmul_fused, applied to the matmul's result in order (oneDNN post-ops).
 /// A first kBinary kAdd of dims [1, 1, N] runs as the matmul's own bias and a first kScale as its output scale (both
@@ -100,8 +100,7 @@ enum class Pool { kMax, kAvgInclPad, kAvgExclPad };
 /// Pooling of plain row-major src [N,C,spatial...] into dst [N,C,out spatial...] (1 to 3 spatial dims); dilations
 /// with 0 = dense. Returns false if oneDNN has no implementation.
 bool pool(Pool op, const float* src, float* dst, const std::vector<int64_t>& src_dims,
-          const std::vector<int64_t>& dst_dims, const std::vector<int64_t>& kernel,
-          const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
-          const std::vector<int64_t>& pad_l, const std::vector<int64_t>& pad_r);
+          const std::vector<int64_t>& dst_dims, const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+          const std::vector<int64_t>& dilations, const std::vector<int64_t>& pad_l, const std::vector<int64_t>& pad_r);
 
 }  // namespace gspmd::dnn

@@ -22,8 +22,7 @@ dnnl::primitive make_conv(const ConvGeom& g, bool bias) {
   const memory::desc wei_any(to_dims(g.wei), dt::f32, memory::format_tag::any);
   const memory::desc dst_any(to_dims(g.dst), dt::f32, memory::format_tag::any);
   const memory::desc bias_md = bias ? plain_md({g.dst[1]}) : memory::desc();
-  const memory::dims st = to_dims(g.strides), dl = to_dims(g.dilations), pl = to_dims(g.pad_l),
-                     pr = to_dims(g.pad_r);
+  const memory::dims st = to_dims(g.strides), dl = to_dims(g.dilations), pl = to_dims(g.pad_l), pr = to_dims(g.pad_r);
   auto make = [&]<class Prim>(dnnl::algorithm alg) {  // convolution_forward or deconvolution_forward
     typename Prim::desc d(dnnl::prop_kind::forward_inference, alg, src_any, wei_any, bias_md, dst_any, st, dl, pl, pr);
     return dnnl::primitive(Prim(typename Prim::primitive_desc(d, attrs(), engine())));
@@ -106,7 +105,8 @@ bool conv(const ConvGeom& g, const float* src, const float* wei, const float* bi
   Key k(g.deconv ? 'D' : 'C');
   k.add(g.src).add(g.wei).add(g.wei_strides).add(g.dst).add(g.strides).add(g.dilations).add(g.pad_l).add(g.pad_r);
   k.add(static_cast<int64_t>(bias != nullptr));
-  dnnl::primitive p = cache().get(k, [&] { return make_conv(g, bias != nullptr); }, true);
+  dnnl::primitive p = cache().get(
+      k, [&] { return make_conv(g, bias != nullptr); }, true);
   if (!p) return false;
   const memory::desc src_md = query_md(p, dnnl_query_src_md), wei_md = query_md(p, dnnl_query_weights_md),
                      dst_md = query_md(p, dnnl_query_dst_md);
@@ -137,9 +137,8 @@ bool conv(const ConvGeom& g, const float* src, const float* wei, const float* bi
 }
 
 bool pool(Pool op, const float* src, float* dst, const std::vector<int64_t>& src_dims,
-          const std::vector<int64_t>& dst_dims, const std::vector<int64_t>& kernel,
-          const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
-          const std::vector<int64_t>& pad_l, const std::vector<int64_t>& pad_r) {
+          const std::vector<int64_t>& dst_dims, const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+          const std::vector<int64_t>& dilations, const std::vector<int64_t>& pad_l, const std::vector<int64_t>& pad_r) {
   const memory::desc smd = plain_md(src_dims), dmd = plain_md(dst_dims);
   // oneDNN's only pooling for plain NCHW is a scalar loop (simple_nchw: 22 ms for resnet's 16x64x32x32 max pool);
   // its JIT pooling wants channel blocks of 8. Pool in that layout between two reorders when there are whole blocks.
@@ -153,7 +152,7 @@ bool pool(Pool op, const float* src, float* dst, const std::vector<int64_t>& src
   dnnl::primitive p = cache().get(
       k,
       [&] {
-        const dnnl::algorithm alg = op == Pool::kMax           ? dnnl::algorithm::pooling_max
+        const dnnl::algorithm alg = op == Pool::kMax          ? dnnl::algorithm::pooling_max
                                     : op == Pool::kAvgInclPad ? dnnl::algorithm::pooling_avg_include_padding
                                                               : dnnl::algorithm::pooling_avg_exclude_padding;
         dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, sbl, dbl, to_dims(strides),

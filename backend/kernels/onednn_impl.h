@@ -11,8 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include <dnnl.hpp>
 #include <omp.h>
+#include <dnnl.hpp>
 
 #include "backend/kernels/onednn.h"
 

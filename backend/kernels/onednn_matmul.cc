@@ -15,8 +15,8 @@ namespace {
 
 /// One matmul call on dims (batch may be absent: 2-D).
 dnnl::primitive matmul_prim(bool batched, int64_t a_batch, int64_t b_batch, int64_t batch, int64_t m, int64_t k,
-                            int64_t n, bool ta, bool tb, float alpha, float beta, memory::desc& amd,
-                            memory::desc& bmd, memory::desc& cmd, bool allow_unimplemented) {
+                            int64_t n, bool ta, bool tb, float alpha, float beta, memory::desc& amd, memory::desc& bmd,
+                            memory::desc& cmd, bool allow_unimplemented) {
   if (batched) {
     amd = memory::desc({a_batch, m, k}, dt::f32, ta ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1});
     bmd = memory::desc({b_batch, k, n}, dt::f32, tb ? memory::dims{k * n, 1, k} : memory::dims{k * n, n, 1});
@@ -47,14 +47,14 @@ dnnl::primitive matmul_prim(bool batched, int64_t a_batch, int64_t b_batch, int6
 
 }  // namespace
 
-void matmul(const float* a, const float* b, float* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k,
-            int64_t n, bool trans_a, bool trans_b, float alpha, float beta) {
+void matmul(const float* a, const float* b, float* c, int64_t a_batch, int64_t b_batch, int64_t m, int64_t k, int64_t n,
+            bool trans_a, bool trans_b, float alpha, float beta) {
   const int64_t batch = std::max(a_batch, b_batch);
   memory::desc amd, bmd, cmd;
   if (batch == 1 || (b_batch == 1 && !trans_a)) {
     // Shared weights: fold A's batch into M.
-    dnnl::primitive p = matmul_prim(false, 1, 1, 1, batch * m, k, n, trans_a, trans_b, alpha, beta, amd, bmd, cmd,
-                                    false);
+    dnnl::primitive p =
+        matmul_prim(false, 1, 1, 1, batch * m, k, n, trans_a, trans_b, alpha, beta, amd, bmd, cmd, false);
     execute(p, {{DNNL_ARG_SRC, mem(amd, a)}, {DNNL_ARG_WEIGHTS, mem(bmd, b)}, {DNNL_ARG_DST, mem(cmd, c)}});
     return;
   }
@@ -69,7 +69,8 @@ void matmul(const float* a, const float* b, float* c, int64_t a_batch, int64_t b
   for (int64_t i = 0; i < batch; ++i) {
     const float* ai = a + (a_batch == 1 ? 0 : i * m * k);
     const float* bi = b + (b_batch == 1 ? 0 : i * k * n);
-    execute(p, {{DNNL_ARG_SRC, mem(amd, ai)}, {DNNL_ARG_WEIGHTS, mem(bmd, bi)}, {DNNL_ARG_DST, mem(cmd, c + i * m * n)}});
+    execute(p,
+            {{DNNL_ARG_SRC, mem(amd, ai)}, {DNNL_ARG_WEIGHTS, mem(bmd, bi)}, {DNNL_ARG_DST, mem(cmd, c + i * m * n)}});
   }
 }
 
@@ -80,9 +81,9 @@ namespace {
 struct FusedMatmul {
   dnnl::primitive prim;  // empty: unimplemented
   memory::desc a, b, c;
-  memory::desc bias;     // zero desc: no bias
-  float scale = 1.f;     // output scale
-  size_t first = 0;      // post-ops before this one are the bias or the scale, not oneDNN post-ops
+  memory::desc bias;               // zero desc: no bias
+  float scale = 1.f;               // output scale
+  size_t first = 0;                // post-ops before this one are the bias or the scale, not oneDNN post-ops
   std::vector<memory::desc> src1;  // per post-op (empty desc for eltwise)
 };
 
@@ -143,7 +144,8 @@ FusedMatmul fused_matmul_prim(int64_t a_batch, int64_t b_batch, int64_t m, int64
         dnnl::primitive_attr attr = attrs();
         attr.set_post_ops(po);
         if (f.scale != 1.f) attr.set_output_scales(0, {f.scale});
-        dnnl::matmul::desc d = !f.bias.is_zero() ? dnnl::matmul::desc(f.a, f.b, f.bias, f.c) : dnnl::matmul::desc(f.a, f.b, f.c);
+        dnnl::matmul::desc d =
+            !f.bias.is_zero() ? dnnl::matmul::desc(f.a, f.b, f.bias, f.c) : dnnl::matmul::desc(f.a, f.b, f.c);
         dnnl::matmul::primitive_desc pd(d, attr, engine());
         // oneDNN's reference matmul (plain loops) is orders of magnitude slower than the unfused ops: unimplemented
         if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0)

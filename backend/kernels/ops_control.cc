@@ -35,7 +35,8 @@ std::vector<Tensor> run_body(const Ctx& c, const Graph& body, const std::vector<
     for (int i : n.inputs) {
       ins.push_back(i >= 0 ? val[static_cast<size_t>(i)] : nullptr);
       if (i >= 0 && !ins.back())
-        c.fail(fmt::format("body '{}' reads '{}', which nothing defines", body.name, body.values[static_cast<size_t>(i)].name));
+        c.fail(fmt::format("body '{}' reads '{}', which nothing defines", body.name,
+                           body.values[static_cast<size_t>(i)].name));
     }
     std::vector<Tensor> outs = run_kernel(n, ins, c.opset);
     for (size_t k = 0; k < n.outputs.size() && k < outs.size(); ++k) {
@@ -54,8 +55,10 @@ std::vector<Tensor> run_body(const Ctx& c, const Graph& body, const std::vector<
     const auto o = static_cast<size_t>(*it);
     if (!val[o]) c.fail(fmt::format("body '{}' does not compute its output '{}'", body.name, body.values[o].name));
     const bool again = std::find(it + 1, body.outputs.end(), *it) != body.outputs.end();
-    if (val[o] == &owned[o] && !again) out.push_back(std::move(owned[o]));  // an intermediate: moved out
-    else out.push_back(*val[o]);
+    if (val[o] == &owned[o] && !again)
+      out.push_back(std::move(owned[o]));  // an intermediate: moved out
+    else
+      out.push_back(*val[o]);
   }
   return out;
 }

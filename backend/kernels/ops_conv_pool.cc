@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "backend/kernels/shape_rules.h"
 #include "backend/kernels/kernels_util.h"
 #include "backend/kernels/onednn.h"
+#include "backend/kernels/shape_rules.h"
 
 namespace gspmd::kern {
 namespace {
@@ -72,8 +72,8 @@ inline void for_each_tap(const W3& w, int64_t p0, int64_t p1, int64_t p2, const 
 
 /// Input spatial dims [2, rank) of x; fails below rank 3 (no spatial dims).
 std::vector<int64_t> spatial(const Ctx& c, const Tensor& x, const char* what = "X") {
-  if (x.shape.size() < 3) c.fail(fmt::format("{} must have rank >= 3 (N, C, spatial...), got {}", what,
-                                             shape_str(x.shape)));
+  if (x.shape.size() < 3)
+    c.fail(fmt::format("{} must have rank >= 3 (N, C, spatial...), got {}", what, shape_str(x.shape)));
   return std::vector<int64_t>(x.shape.begin() + 2, x.shape.end());
 }
 
@@ -108,8 +108,7 @@ std::vector<int64_t> with_unit(std::vector<int64_t> v, bool one_d, size_t pos = 
 // Conv.
 
 template <class T>
-void naive_conv(const T* x, const T* wt, const T* b, T* y, int64_t N, int64_t C, int64_t M, int64_t G,
-                const W3& w) {
+void naive_conv(const T* x, const T* wt, const T* b, T* y, int64_t N, int64_t C, int64_t M, int64_t G, const W3& w) {
   const int64_t Cg = C / G, Mg = M / G;
   const int64_t isz = w.in[0] * w.in[1] * w.in[2], osz = w.out[0] * w.out[1] * w.out[2];
   const int64_t ksz = w.k[0] * w.k[1] * w.k[2];
@@ -143,8 +142,8 @@ std::vector<int64_t> conv_operands(const Ctx& c, const Tensor& x, const Tensor& 
 /// Fails unless the group checks (`ok`) hold and B has M elements.
 void check_groups(const Ctx& c, bool ok, const Tensor& x, const Tensor& wt, const Tensor* b, int64_t G, int64_t M) {
   if (!ok)
-    c.fail(fmt::format("X of shape {} and W of shape {} do not match group={}", shape_str(x.shape),
-                       shape_str(wt.shape), G));
+    c.fail(fmt::format("X of shape {} and W of shape {} do not match group={}", shape_str(x.shape), shape_str(wt.shape),
+                       G));
   if (b && b->numel() != M) c.fail(fmt::format("B has {} elements, expected {}", b->numel(), M));
 }
 
@@ -197,8 +196,7 @@ std::vector<Tensor> conv_kernel(const Ctx& c) {
 // ConvTranspose.
 
 template <class T>
-void naive_deconv(const T* x, const T* wt, const T* b, T* y, int64_t N, int64_t C, int64_t M, int64_t G,
-                  const W3& w) {
+void naive_deconv(const T* x, const T* wt, const T* b, T* y, int64_t N, int64_t C, int64_t M, int64_t G, const W3& w) {
   // Here w.in is the input (X) spatial size and w.out the output (Y) one; W is [C, M/G, k...].
   const int64_t Cg = C / G, Mg = M / G;
   const int64_t isz = w.in[0] * w.in[1] * w.in[2], osz = w.out[0] * w.out[1] * w.out[2];
@@ -243,7 +241,8 @@ Tensor integer_conv(const Ctx& c, const Tensor& x, const Tensor* xzp, const Tens
   const Ctx cc{n, ins, c.opset};
   Tensor y = conv_kernel(cc)[0];
   Tensor out(DType::kInt32, y.shape);
-  for (int64_t i = 0; i < y.numel(); ++i) out.data<int32_t>()[i] = static_cast<int32_t>(std::llround(y.data<double>()[i]));
+  for (int64_t i = 0; i < y.numel(); ++i)
+    out.data<int32_t>()[i] = static_cast<int32_t>(std::llround(y.data<double>()[i]));
   return out;
 }
 
@@ -263,7 +262,8 @@ std::vector<Tensor> qlinear_conv_kernel(const Ctx& c) {
   const Tensor* bias = c.in(8);
   const int64_t N = acc.shape[0], M = acc.shape[1], inner = acc.numel() / std::max<int64_t>(1, N * M);
   const int32_t z = static_cast<int32_t>(cast_tensor(c, yz, DType::kInt64).data<int64_t>()[0]);
-  if (bias && (bias->dtype != DType::kInt32 || bias->numel() != M)) c.fail("B must be int32 with one entry per output channel");
+  if (bias && (bias->dtype != DType::kInt32 || bias->numel() != M))
+    c.fail("B must be int32 with one entry per output channel");
   if (ws.numel() != 1 && ws.numel() != M) c.fail("w_scale must be a scalar or have one entry per output channel");
   Tensor out(yz.dtype, acc.shape);
   auto run = [&]<class T>() {
@@ -276,8 +276,8 @@ std::vector<Tensor> qlinear_conv_kernel(const Ctx& c) {
         const int32_t* a = acc.data<int32_t>() + (n * M + m) * inner;
         T* o = out.data<T>() + (n * M + m) * inner;
         for (int64_t i = 0; i < inner; ++i)
-          o[i] = static_cast<T>(std::min(hi, std::max(lo, std::nearbyint(static_cast<float>(a[i] + bv) * scale) +
-                                                                static_cast<float>(z))));
+          o[i] = static_cast<T>(std::min(
+              hi, std::max(lo, std::nearbyint(static_cast<float>(a[i] + bv) * scale) + static_cast<float>(z))));
       }
   };
   switch (yz.dtype) {
@@ -455,8 +455,8 @@ std::vector<Tensor> pool_kernel(const Ctx& c) {
       }
     }
     if (nsp > 3) c.unsupported(fmt::format("no kernel for {} spatial dims", nsp));
-    naive_pool<op, T>(x.data<T>(), y.data<T>(), want_idx ? outs[1].data<int64_t>() : nullptr, N * C, w, include_pad,
-                      p, col_major);
+    naive_pool<op, T>(x.data<T>(), y.data<T>(), want_idx ? outs[1].data<int64_t>() : nullptr, N * C, w, include_pad, p,
+                      col_major);
   };
   if constexpr (op == PoolOp::kMax) {
     switch (x.dtype) {
@@ -524,8 +524,7 @@ std::vector<Tensor> depth_to_space_kernel(const Ctx& c) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
   if (b <= 0 || C % (b * b) != 0) c.fail(fmt::format("channels {} not divisible by blocksize^2 ({})", C, b));
   const Shape os{N, C / (b * b), H * b, W * b};
-  if (c.node.s("mode", "DCR") == "DCR")
-    return one(permute(x, {N, b, b, C / (b * b), H, W}, {0, 3, 4, 1, 5, 2}, os));
+  if (c.node.s("mode", "DCR") == "DCR") return one(permute(x, {N, b, b, C / (b * b), H, W}, {0, 3, 4, 1, 5, 2}, os));
   return one(permute(x, {N, C / (b * b), b, b, H, W}, {0, 1, 4, 2, 5, 3}, os));
 }
 

@@ -19,8 +19,8 @@ namespace {
 template <class T>
 const T* param(const Ctx& c, size_t i, const Tensor& x, int64_t C, int64_t inner, bool& per_elem) {
   const Tensor& t = c.req(i);
-  if (t.dtype != x.dtype) c.fail(fmt::format("input {} has dtype {}, X has {}", i, dtype_name(t.dtype),
-                                             dtype_name(x.dtype)));
+  if (t.dtype != x.dtype)
+    c.fail(fmt::format("input {} has dtype {}, X has {}", i, dtype_name(t.dtype), dtype_name(x.dtype)));
   if (t.numel() == C) return t.data<T>();
   if (t.numel() == C * inner && inner > 1) {
     per_elem = true;

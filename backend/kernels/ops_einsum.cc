@@ -50,11 +50,16 @@ std::optional<Tensor> einsum_as_matmul(const Ctx& c, EinsumLabels& e) {
   std::vector<int> batch, m, n, k;
   for (const auto& [l, s] : size) {
     const bool ia = in(ops[0], l), ib = in(ops[1], l), io = in(e.out, l);
-    if (ia && ib && io) batch.push_back(l);
-    else if (ia && !ib && io) m.push_back(l);
-    else if (!ia && ib && io) n.push_back(l);
-    else if (ia && ib && !io) k.push_back(l);
-    else ok = false;
+    if (ia && ib && io)
+      batch.push_back(l);
+    else if (ia && !ib && io)
+      m.push_back(l);
+    else if (!ia && ib && io)
+      n.push_back(l);
+    else if (ia && ib && !io)
+      k.push_back(l);
+    else
+      ok = false;
   }
   if (!ok) return std::nullopt;
   auto pos = [](const std::vector<int>& o, int l) {

@@ -132,7 +132,8 @@ Tensor binary_op(const Ctx& c, const Tensor& a, const Tensor& b, Tensor* reuse_a
     });
     return out;
   }
-  if (reuse_b && b.shape == os && &a != &b && (commutative || a.dtype != DType::kFloat32 || a.numel() < kDnnlMinElems)) {
+  if (reuse_b && b.shape == os && &a != &b &&
+      (commutative || a.dtype != DType::kFloat32 || a.numel() < kDnnlMinElems)) {
     Tensor out = std::move(*reuse_b);
     if (commutative && out.dtype == DType::kFloat32 && out.numel() >= kDnnlMinElems && os.size() <= 12) {
       Shape pa(os.size() - a.shape.size(), 1);
@@ -146,9 +147,8 @@ Tensor binary_op(const Ctx& c, const Tensor& a, const Tensor& b, Tensor* reuse_a
   }
   Tensor out(a.dtype, std::move(os));
   if (try_dnnl_binary<op>(a, b, out)) return out;
-  dispatch_arith(c, a.dtype, [&]<class T>() {
-    bcast_binary<T, T>(a, b, out, [](T x, T y) { return bin_apply<op, T>(x, y); });
-  });
+  dispatch_arith(c, a.dtype,
+                 [&]<class T>() { bcast_binary<T, T>(a, b, out, [](T x, T y) { return bin_apply<op, T>(x, y); }); });
   return out;
 }
 
@@ -348,8 +348,9 @@ std::vector<Tensor> prelu_kernel(const Ctx& c) {
   Tensor sv = slope;
   sv.shape = ss;
   Tensor out(x.dtype, broadcast_shapes(c, x.shape, ss));
-  if (out.shape != x.shape) c.fail(fmt::format("slope of shape {} does not broadcast to X of shape {}",
-                                               shape_str(slope.shape), shape_str(x.shape)));
+  if (out.shape != x.shape)
+    c.fail(fmt::format("slope of shape {} does not broadcast to X of shape {}", shape_str(slope.shape),
+                       shape_str(x.shape)));
   dispatch_numeric(c, x.dtype, [&]<class T>() {
     bcast_binary<T, T>(x, sv, out, [](T v, T s) { return v < T(0) ? static_cast<T>(v * s) : v; });
   });

@@ -148,8 +148,29 @@ std::vector<Tensor> not_kernel(const Ctx& c) {
 // Activations with attributes, trigonometry, rounding, IsNaN / IsInf (plain C++).
 
 enum class Pu {
-  kElu, kSelu, kCelu, kSoftplus, kSoftsign, kThresholdedRelu, kLeakyRelu, kHardSigmoid, kHardSwish, kMish, kRound,
-  kSin, kCos, kTan, kAsin, kAcos, kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh, kShrink
+  kElu,
+  kSelu,
+  kCelu,
+  kSoftplus,
+  kSoftsign,
+  kThresholdedRelu,
+  kLeakyRelu,
+  kHardSigmoid,
+  kHardSwish,
+  kMish,
+  kRound,
+  kSin,
+  kCos,
+  kTan,
+  kAsin,
+  kAcos,
+  kAtan,
+  kSinh,
+  kCosh,
+  kAsinh,
+  kAcosh,
+  kAtanh,
+  kShrink
 };
 
 template <Pu op>

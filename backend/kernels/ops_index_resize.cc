@@ -88,8 +88,7 @@ Taps make_taps(const Ctx& c, const ResizeCfg& cfg, int64_t in, int64_t out, doub
       const int64_t i0 = static_cast<int64_t>(std::floor(x));
       const double s = x - static_cast<double>(i0);
       const double w[4] = {((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a,
-                           ((a + 2) * s - (a + 3)) * s * s + 1,
-                           ((a + 2) * (1 - s) - (a + 3)) * (1 - s) * (1 - s) + 1,
+                           ((a + 2) * s - (a + 3)) * s * s + 1, ((a + 2) * (1 - s) - (a + 3)) * (1 - s) * (1 - s) + 1,
                            ((a * (2 - s) - 5 * a) * (2 - s) + 8 * a) * (2 - s) - 4 * a};
       double sum = 0;
       for (int k = 0; k < 4; ++k) {
@@ -114,8 +113,8 @@ Tensor interpolate(const Ctx& c, const Tensor& x, const Shape& os, const std::ve
   const size_t r = x.shape.size();
   std::vector<Taps> taps(r);
   for (size_t d = 0; d < r; ++d)
-    taps[d] = make_taps(c, cfg, x.shape[d], os[d], scales[d], roi.empty() ? 0.0 : roi[d],
-                        roi.empty() ? 1.0 : roi[d + r]);
+    taps[d] =
+        make_taps(c, cfg, x.shape[d], os[d], scales[d], roi.empty() ? 0.0 : roi[d], roi.empty() ? 1.0 : roi[d + r]);
   Tensor out(x.dtype, os);
   if (out.numel() == 0) return out;
   if (x.numel() == 0) c.fail("cannot resize an empty input to a non-empty output");

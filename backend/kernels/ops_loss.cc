@@ -57,8 +57,10 @@ Tensor nll(const Ctx& c, const T* logp, const Tensor& target, const Tensor* weig
     return out;
   }
   Tensor out(dt, {});
-  if (reduction == "sum") out.data<T>()[0] = static_cast<T>(sum);
-  else out.data<T>()[0] = static_cast<T>(w || ignore ? sum / wsum : sum / static_cast<double>(N * D));
+  if (reduction == "sum")
+    out.data<T>()[0] = static_cast<T>(sum);
+  else
+    out.data<T>()[0] = static_cast<T>(w || ignore ? sum / wsum : sum / static_cast<double>(N * D));
   return out;
 }
 
@@ -75,9 +77,8 @@ std::vector<Tensor> nll_kernel(const Ctx& c) {
   const Tensor& target = c.req(1);
   const auto [N, C, D] = loss_dims(c, x, target);
   Tensor out;
-  dispatch_float(c, x.dtype, [&]<class T>() {
-    out = nll<T>(c, x.data<T>(), target, c.in(2), x.dtype, N, C, D, target.shape);
-  });
+  dispatch_float(c, x.dtype,
+                 [&]<class T>() { out = nll<T>(c, x.data<T>(), target, c.in(2), x.dtype, N, C, D, target.shape); });
   return one(std::move(out));
 }
 

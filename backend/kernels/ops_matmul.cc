@@ -56,7 +56,8 @@ void mm(const T* a, const T* b, T* c, int64_t a_batch, int64_t b_batch, int64_t 
 std::vector<Tensor> matmul_kernel(const Ctx& c) {
   const Tensor& a = c.req(0);
   const Tensor& b = c.req(1);
-  if (a.dtype != b.dtype) c.fail(fmt::format("input dtypes differ ({} vs {})", dtype_name(a.dtype), dtype_name(b.dtype)));
+  if (a.dtype != b.dtype)
+    c.fail(fmt::format("input dtypes differ ({} vs {})", dtype_name(a.dtype), dtype_name(b.dtype)));
   if (a.shape.empty() || b.shape.empty()) c.fail("inputs must have rank >= 1");
   Shape as = a.shape, bs = b.shape;
   if (as.size() == 1) as.insert(as.begin(), 1);
@@ -103,8 +104,9 @@ std::vector<Tensor> gemm_kernel(const Ctx& c) {
   float beta = c.node.f("beta", 1.f);
   const int64_t m = ta ? a.shape[1] : a.shape[0], k = ta ? a.shape[0] : a.shape[1];
   const int64_t kb = tb ? b.shape[1] : b.shape[0], n = tb ? b.shape[0] : b.shape[1];
-  if (k != kb) c.fail(fmt::format("shapes {} and {} are not aligned (transA={}, transB={})", shape_str(a.shape),
-                                  shape_str(b.shape), ta, tb));
+  if (k != kb)
+    c.fail(fmt::format("shapes {} and {} are not aligned (transA={}, transB={})", shape_str(a.shape),
+                       shape_str(b.shape), ta, tb));
   const Shape os{m, n};
   Tensor out;
   if (cin && beta != 0.f) {
@@ -136,9 +138,15 @@ std::vector<Tensor> gemm_kernel(const Ctx& c) {
 std::vector<int32_t> int_values(const Ctx& c, const Tensor& t) {
   std::vector<int32_t> v(static_cast<size_t>(t.numel()));
   switch (t.dtype) {
-    case DType::kUInt8: for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<uint8_t>()[i]; break;
-    case DType::kInt8: for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<int8_t>()[i]; break;
-    case DType::kInt32: for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<int32_t>()[i]; break;
+    case DType::kUInt8:
+      for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<uint8_t>()[i];
+      break;
+    case DType::kInt8:
+      for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<int8_t>()[i];
+      break;
+    case DType::kInt32:
+      for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<int32_t>()[i];
+      break;
     default: c.bad_dtype(t.dtype);
   }
   return v;
@@ -147,8 +155,7 @@ std::vector<int32_t> int_values(const Ctx& c, const Tensor& t) {
 /// (A - a_zp) @ (B - b_zp) in int32 with numpy matmul broadcasting of the batch dims; a_zp is a scalar or per row
 /// of A ([M]), b_zp a scalar or per column of B ([N]). Returns the int32 result.
 Tensor int_matmul(const Ctx& c, const Tensor& a, const Tensor& b, const Tensor* azp, const Tensor* bzp) {
-  if (a.shape.size() < 2 || b.shape.size() < 2)
-    c.unsupported("no kernel for 1-D MatMulInteger operands");
+  if (a.shape.size() < 2 || b.shape.size() < 2) c.unsupported("no kernel for 1-D MatMulInteger operands");
   const int64_t M = a.shape[a.shape.size() - 2], K = a.shape.back(), N = b.shape.back();
   if (b.shape[b.shape.size() - 2] != K)
     c.fail(fmt::format("shapes {} and {} cannot be multiplied", shape_str(a.shape), shape_str(b.shape)));
@@ -162,7 +169,8 @@ Tensor int_matmul(const Ctx& c, const Tensor& a, const Tensor& b, const Tensor* 
   const std::vector<int32_t> av = int_values(c, A), bv = int_values(c, B);
   const std::vector<int32_t> az = azp ? int_values(c, *azp) : std::vector<int32_t>{0};
   const std::vector<int32_t> bz = bzp ? int_values(c, *bzp) : std::vector<int32_t>{0};
-  if ((az.size() != 1 && static_cast<int64_t>(az.size()) != M) || (bz.size() != 1 && static_cast<int64_t>(bz.size()) != N))
+  if ((az.size() != 1 && static_cast<int64_t>(az.size()) != M) ||
+      (bz.size() != 1 && static_cast<int64_t>(bz.size()) != N))
     c.fail("zero points must be scalars, or per row of A / per column of B");
   Tensor out(DType::kInt32, os);
   int32_t* o = out.data<int32_t>();
@@ -209,7 +217,8 @@ std::vector<Tensor> qlinear_matmul_kernel(const Ctx& c) {
     const int32_t* p = acc.data<int32_t>();
     T* o = out.data<T>();
     for (int64_t i = 0; i < acc.numel(); ++i)
-      o[i] = static_cast<T>(std::min(hi, std::max(lo, std::nearbyint(static_cast<float>(p[i]) * s) + static_cast<float>(z))));
+      o[i] = static_cast<T>(
+          std::min(hi, std::max(lo, std::nearbyint(static_cast<float>(p[i]) * s) + static_cast<float>(z))));
   };
   switch (yz.dtype) {
     case DType::kUInt8: run.template operator()<uint8_t>(); break;

@@ -130,7 +130,8 @@ std::vector<Tensor> dynamic_quantize_kernel(const Ctx& c) {
 std::vector<Tensor> det_kernel(const Ctx& c) {
   const Tensor& x = c.req(0);
   const size_t r = x.shape.size();
-  if (r < 2 || x.shape[r - 1] != x.shape[r - 2]) c.fail(fmt::format("input must be [*, M, M], got {}", shape_str(x.shape)));
+  if (r < 2 || x.shape[r - 1] != x.shape[r - 2])
+    c.fail(fmt::format("input must be [*, M, M], got {}", shape_str(x.shape)));
   const int64_t M = x.shape[r - 1];
   const Shape os(x.shape.begin(), x.shape.end() - 2);
   const Tensor xd = cast_tensor(c, x, DType::kFloat64);
@@ -219,7 +220,7 @@ std::vector<Tensor> unique_kernel(const Ctx& c) {
   }
   std::vector<int64_t> order(static_cast<size_t>(A));  // slice ids, sorted or by first occurrence
   std::iota(order.begin(), order.end(), 0);
-  std::vector<int64_t> rep;                              // per unique: its first slice
+  std::vector<int64_t> rep;  // per unique: its first slice
   std::vector<int64_t> inverse(static_cast<size_t>(A)), counts;
   dispatch_all(c, x.dtype, [&]<class T>() {
     const T* p = x.data<T>();
@@ -285,14 +286,16 @@ std::vector<Tensor> reverse_sequence_kernel(const Ctx& c) {
   const int64_t ta = c.axis(c.node.i("time_axis", 0), rank), ba = c.axis(c.node.i("batch_axis", 1), rank);
   if (ta == ba || std::min(ta, ba) != 0 || std::max(ta, ba) != 1) c.fail("time_axis and batch_axis must be 0 and 1");
   const int64_t T = x.shape[ta], B = x.shape[ba];
-  if (static_cast<int64_t>(lens.size()) != B) c.fail(fmt::format("sequence_lens has {} entries, batch is {}", lens.size(), B));
+  if (static_cast<int64_t>(lens.size()) != B)
+    c.fail(fmt::format("sequence_lens has {} entries, batch is {}", lens.size(), B));
   const size_t row = static_cast<size_t>(x.numel() / std::max<int64_t>(1, T * B)) * dtype_size(x.dtype);
   Tensor out = x;
   auto at = [&](int64_t t, int64_t b) { return (ta == 0 ? t * B + b : b * T + t) * static_cast<int64_t>(row); };
   for (int64_t b = 0; b < B; ++b) {
     const int64_t len = lens[b];
     if (len < 0 || len > T) c.fail(fmt::format("sequence_lens[{}] = {} is out of range [0, {}]", b, len, T));
-    for (int64_t t = 0; t < len; ++t) std::memcpy(out.bytes.data() + at(t, b), x.bytes.data() + at(len - 1 - t, b), row);
+    for (int64_t t = 0; t < len; ++t)
+      std::memcpy(out.bytes.data() + at(t, b), x.bytes.data() + at(len - 1 - t, b), row);
   }
   return one(std::move(out));
 }
@@ -367,7 +370,8 @@ std::vector<Tensor> tfidf_kernel(const Ctx& c) {
   const Tensor& x = c.req(0);
   if (c.node.has("pool_strings")) c.unsupported("no kernel for string pools");
   if (x.dtype != DType::kInt32 && x.dtype != DType::kInt64) c.bad_dtype(x.dtype);
-  if (x.shape.empty() || x.shape.size() > 2) c.fail(fmt::format("input must be 1-D or 2-D, got {}", shape_str(x.shape)));
+  if (x.shape.empty() || x.shape.size() > 2)
+    c.fail(fmt::format("input must be 1-D or 2-D, got {}", shape_str(x.shape)));
   const std::vector<int64_t> in = x.as_int64s();
   const int64_t rows = x.shape.size() == 2 ? x.shape[0] : 1, len = x.shape.back();
   const int64_t min_n = c.node.i("min_gram_length"), max_n = c.node.i("max_gram_length"),
@@ -378,7 +382,8 @@ std::vector<Tensor> tfidf_kernel(const Ctx& c) {
   const std::vector<float> weights = c.node.floats("weights");
   if (mode != "TF" && mode != "IDF" && mode != "TFIDF") c.fail(fmt::format("unknown mode '{}'", mode));
   const bool tf = mode == "TF", idf = mode == "IDF";
-  if (min_n < 1 || max_n < min_n || static_cast<int64_t>(counts.size()) < max_n) c.fail("bad gram lengths / ngram_counts");
+  if (min_n < 1 || max_n < min_n || static_cast<int64_t>(counts.size()) < max_n)
+    c.fail("bad gram lengths / ngram_counts");
   // pool n-grams of length n -> ngram id.
   std::map<std::vector<int64_t>, int64_t> ids;
   int64_t id = 0;

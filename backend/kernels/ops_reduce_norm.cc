@@ -155,12 +155,12 @@ std::vector<Tensor> layer_norm_kernel(const Ctx& c) {
   auto param = [&](size_t i, Tensor& holder) -> const Tensor* {
     const Tensor* t = c.in(i);
     if (!t) return nullptr;
-    if (t->dtype != x.dtype) c.fail(fmt::format("input {} has dtype {}, X has {}", i, dtype_name(t->dtype),
-                                                dtype_name(x.dtype)));
+    if (t->dtype != x.dtype)
+      c.fail(fmt::format("input {} has dtype {}, X has {}", i, dtype_name(t->dtype), dtype_name(x.dtype)));
     if (t->numel() == inner) return t;
     if (t->shape.size() > norm_shape.size() || broadcast_shapes(c, t->shape, norm_shape) != norm_shape)
-      c.fail(fmt::format("input {} of shape {} does not broadcast to {}", i, shape_str(t->shape),
-                         shape_str(norm_shape)));
+      c.fail(
+          fmt::format("input {} of shape {} does not broadcast to {}", i, shape_str(t->shape), shape_str(norm_shape)));
     holder = broadcast_to(*t, norm_shape);
     return &holder;
   };
@@ -220,8 +220,8 @@ std::vector<Tensor> reduce_kernel(const Ctx& c) {
     } else {
       os.push_back(x.shape[i]);
     }
-  constexpr bool identity_when_unreduced = op == Red::kSum || op == Red::kMean || op == Red::kMax ||
-                                           op == Red::kMin || op == Red::kProd;
+  constexpr bool identity_when_unreduced =
+      op == Red::kSum || op == Red::kMean || op == Red::kMax || op == Red::kMin || op == Red::kProd;
   Tensor out(x.dtype, kd);
   if (identity_when_unreduced && kd == x.shape) {
     out = x;
@@ -229,14 +229,14 @@ std::vector<Tensor> reduce_kernel(const Ctx& c) {
     dispatch_numeric(c, x.dtype, [&]<class T>() {
       if constexpr (std::is_same_v<T, float> && op != Red::kLogSum && op != Red::kLogSumExp) {
         if (x.numel() > 0 && kd.size() <= kDnnlMaxRank && kd != x.shape) {
-          constexpr dnn::Reduce alg = op == Red::kSum       ? dnn::Reduce::kSum
-                                      : op == Red::kMean    ? dnn::Reduce::kMean
-                                      : op == Red::kMax     ? dnn::Reduce::kMax
-                                      : op == Red::kMin     ? dnn::Reduce::kMin
-                                      : op == Red::kProd    ? dnn::Reduce::kProd
-                                      : op == Red::kL1      ? dnn::Reduce::kL1
-                                      : op == Red::kL2      ? dnn::Reduce::kL2
-                                                            : dnn::Reduce::kSumSquare;
+          constexpr dnn::Reduce alg = op == Red::kSum    ? dnn::Reduce::kSum
+                                      : op == Red::kMean ? dnn::Reduce::kMean
+                                      : op == Red::kMax  ? dnn::Reduce::kMax
+                                      : op == Red::kMin  ? dnn::Reduce::kMin
+                                      : op == Red::kProd ? dnn::Reduce::kProd
+                                      : op == Red::kL1   ? dnn::Reduce::kL1
+                                      : op == Red::kL2   ? dnn::Reduce::kL2
+                                                         : dnn::Reduce::kSumSquare;
           dnn::reduce(alg, x.data<float>(), out.data<float>(), x.shape, kd);
           return;
         }
@@ -253,12 +253,11 @@ std::vector<Tensor> reduce_kernel(const Ctx& c) {
           for (int64_t i = 0; i < n; ++i) acc(o[off[1] + i * st[1]], s[i]);
         });
       };
-      constexpr T lowest = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                                : std::numeric_limits<T>::lowest();
-      constexpr T highest = std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
-                                                                 : std::numeric_limits<T>::max();
-      if constexpr (op == Red::kSum || op == Red::kMean || op == Red::kLogSum)
-        loop(T(0), [](T& a, T v) { a += v; });
+      constexpr T lowest =
+          std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
+      constexpr T highest =
+          std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
+      if constexpr (op == Red::kSum || op == Red::kMean || op == Red::kLogSum) loop(T(0), [](T& a, T v) { a += v; });
       if constexpr (op == Red::kProd) loop(T(1), [](T& a, T v) { a *= v; });
       if constexpr (op == Red::kMax || op == Red::kLogSumExp) loop(lowest, [](T& a, T v) { a = v > a ? v : a; });
       if constexpr (op == Red::kMin) loop(highest, [](T& a, T v) { a = v < a ? v : a; });

@@ -29,13 +29,13 @@ Act activation(const Ctx& c, const std::string& name) {
 struct RnnConfig {
   int64_t layout = 0;
   std::string direction;
-  int64_t D = 1;                   // directions
+  int64_t D = 1;                        // directions
   int64_t S = 0, Bn = 0, I = 0, H = 0;  // sequence, batch, input size, hidden size
-  bool lbr = false;                // GRU linear_before_reset
-  double clip = 0.0;               // 0: no clipping
-  int per_dir = 1;                 // activations per direction
-  std::vector<std::string> names;  // activations, per_dir per direction
-  std::vector<int64_t> lens;       // per batch entry: its sequence length
+  bool lbr = false;                     // GRU linear_before_reset
+  double clip = 0.0;                    // 0: no clipping
+  int per_dir = 1;                      // activations per direction
+  std::vector<std::string> names;       // activations, per_dir per direction
+  std::vector<int64_t> lens;            // per batch entry: its sequence length
 };
 
 template <Cell cell>
@@ -110,7 +110,9 @@ std::vector<Tensor> rnn_kernel(const Ctx& c) {
     const T* x = X.data<T>();
     T* y = outs[0].data<T>();
     auto xi = [&](int64_t t, int64_t b) { return x + (layout ? (b * S + t) : (t * Bn + b)) * I; };
-    auto yi = [&](int64_t t, int64_t d, int64_t b) { return y + (layout ? ((b * S + t) * D + d) : ((t * D + d) * Bn + b)) * H; };
+    auto yi = [&](int64_t t, int64_t d, int64_t b) {
+      return y + (layout ? ((b * S + t) * D + d) : ((t * D + d) * Bn + b)) * H;
+    };
     auto si = [&](int64_t d, int64_t b) { return (layout ? (b * D + d) : (d * Bn + b)) * H; };
     for (int64_t d = 0; d < D; ++d) {
       const bool reverse = direction == "reverse" || d == 1;
@@ -168,7 +170,8 @@ std::vector<Tensor> rnn_kernel(const Ctx& c) {
           } else {
             for (int64_t k = 0; k < H; ++k) {
               const double ig = f(cl(gx[k] + gh[k] + (p ? static_cast<double>(p[k]) * cv[k] : 0.0)));
-              const double fg = f(cl(gx[2 * H + k] + gh[2 * H + k] + (p ? static_cast<double>(p[2 * H + k]) * cv[k] : 0.0)));
+              const double fg =
+                  f(cl(gx[2 * H + k] + gh[2 * H + k] + (p ? static_cast<double>(p[2 * H + k]) * cv[k] : 0.0)));
               const double cg = g(cl(gx[3 * H + k] + gh[3 * H + k]));
               const double cn = fg * cv[k] + ig * cg;
               const double og = f(cl(gx[H + k] + gh[H + k] + (p ? static_cast<double>(p[H + k]) * cn : 0.0)));

@@ -52,7 +52,8 @@ std::vector<Tensor> transpose_kernel(const Ctx& c) {
   std::vector<int64_t> p(static_cast<size_t>(r));
   for (int64_t i = 0; i < r; ++i) p[static_cast<size_t>(i)] = c.axis(perm[i], r);
   // oneDNN's reorder for 1-, 2- and 4-byte elements of non-empty tensors; a strided copy otherwise (8-byte types)
-  if (x.numel() > 0 && dnn::transpose(x.bytes.data(), out.bytes.data(), x.shape, p, static_cast<int>(dtype_size(x.dtype))))
+  if (x.numel() > 0 &&
+      dnn::transpose(x.bytes.data(), out.bytes.data(), x.shape, p, static_cast<int>(dtype_size(x.dtype))))
     return one(std::move(out));
   const std::vector<int64_t> ds = contiguous_strides(os);
   strided_copy(out.bytes.data(), ds.data(), x.bytes.data(), src_st.data(), os, dtype_size(x.dtype));

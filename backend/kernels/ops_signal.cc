@@ -97,7 +97,8 @@ std::vector<Tensor> stft_kernel(const Ctx& c) {
   const Tensor* win = c.in(2);
   int64_t fl = win ? win->numel() : 0;
   if (const Tensor* l = c.in(3); l && l->numel() > 0) fl = l->as_int64s()[0];
-  if (fl <= 0 || step <= 0 || fl > x.shape[1]) c.fail("frame_length and frame_step must be positive and fit the signal");
+  if (fl <= 0 || step <= 0 || fl > x.shape[1])
+    c.fail("frame_length and frame_step must be positive and fit the signal");
   if (win && win->numel() != fl) c.fail("window length differs from frame_length");
   const bool onesided = c.node.i("onesided", 1) != 0;
   const int64_t B = x.shape[0], L = x.shape[1], ci = x.shape[2], frames = 1 + (L - fl) / step,
@@ -149,7 +150,8 @@ std::vector<Tensor> mel_weight_matrix_kernel(const Ctx& c) {
   };
   for (int64_t i = 0; i < mel; ++i) {
     const int64_t l = edge[i], m = edge[i + 1], r = edge[i + 2];
-    if (m == l) set(m, i, 1);
+    if (m == l)
+      set(m, i, 1);
     else
       for (int64_t j = l; j <= m; ++j) set(j, i, static_cast<double>(j - l) / static_cast<double>(m - l));
     if (r > m)

@@ -30,7 +30,8 @@ std::vector<Tensor> max_unpool_kernel(const Ctx& c) {
   if (const Tensor* os = c.in(2)) out_shape = os->as_int64s();
   if (out_shape.size() != def.size()) c.fail("output_shape must have X's rank");
   for (size_t d = 0; d < def.size(); ++d)
-    if (out_shape[d] < def[d]) c.fail(fmt::format("output_shape {} is smaller than {}", shape_str(out_shape), shape_str(def)));
+    if (out_shape[d] < def[d])
+      c.fail(fmt::format("output_shape {} is smaller than {}", shape_str(out_shape), shape_str(def)));
   Tensor y(x.dtype, out_shape);
   const size_t es = dtype_size(x.dtype);
   const int64_t n = num_elements(def);
@@ -87,8 +88,10 @@ std::vector<Tensor> roi_align_kernel(const Ctx& c) {
             bool first = true;
             for (int64_t iy = 0; iy < gh; ++iy)
               for (int64_t ix = 0; ix < gw; ++ix) {
-                double y = y0 + static_cast<double>(py) * bh + (static_cast<double>(iy) + 0.5) * bh / static_cast<double>(gh);
-                double x = x0 + static_cast<double>(px) * bw + (static_cast<double>(ix) + 0.5) * bw / static_cast<double>(gw);
+                double y =
+                    y0 + static_cast<double>(py) * bh + (static_cast<double>(iy) + 0.5) * bh / static_cast<double>(gh);
+                double x =
+                    x0 + static_cast<double>(px) * bw + (static_cast<double>(ix) + 0.5) * bw / static_cast<double>(gw);
                 double v[4] = {0, 0, 0, 0};
                 if (!(y < -1.0 || y > static_cast<double>(H) || x < -1.0 || x > static_cast<double>(W))) {
                   y = std::max(y, 0.0);
@@ -106,7 +109,8 @@ std::vector<Tensor> roi_align_kernel(const Ctx& c) {
                   } else {
                     xh = xl + 1;
                   }
-                  const double ly = y - static_cast<double>(yl), lx = x - static_cast<double>(xl), hy = 1 - ly, hx = 1 - lx;
+                  const double ly = y - static_cast<double>(yl), lx = x - static_cast<double>(xl), hy = 1 - ly,
+                               hx = 1 - lx;
                   v[0] = hy * hx * static_cast<double>(img[yl * W + xl]);
                   v[1] = hy * lx * static_cast<double>(img[yl * W + xh]);
                   v[2] = ly * hx * static_cast<double>(img[yh * W + xl]);

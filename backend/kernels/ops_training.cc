@@ -54,8 +54,8 @@ std::vector<Tensor> optimizer_kernel(const Ctx& c) {
           xo[i] = static_cast<F>(static_cast<double>(x[i]) - r * gg / (std::sqrt(hn) + eps));
         }
       } else if constexpr (opt == Opt::kAdam) {
-        const double alpha = c.node.f("alpha", 0.9f), beta = c.node.f("beta", 0.999f),
-                     eps = c.node.f("epsilon", 1e-6f), post = c.node.f("norm_coefficient_post", 0.f);
+        const double alpha = c.node.f("alpha", 0.9f), beta = c.node.f("beta", 0.999f), eps = c.node.f("epsilon", 1e-6f),
+                     post = c.node.f("norm_coefficient_post", 0.f);
         const double r = T > 0 ? R * std::sqrt(1 - std::pow(beta, T)) / (1 - std::pow(alpha, T)) : R;
         const F* v = c.req(2 + 2 * n + k).data<F>();
         const F* h = c.req(2 + 3 * n + k).data<F>();

@@ -1,9 +1,9 @@
 // backend/kernels internal: shape rules that a kernel and its shape function (shapes_<family>.cc) both apply, so
 // that both compute the same output sizes and report the same spec violations: the sliding-window geometry of Conv,
 // ConvTranspose and the pools (auto_pad, pads, strides, dilations, ceil_mode, output_padding, output_shape), and the
-// loss operands' check, the optimizers' input lists. Templated on the context: the kernels' Ctx or the shape functions' ShapeCtx (both have
-// `node` and `fail`).
-// Not part of the public interface (kernels.h); included only by backend/kernels/*.cc.
+// loss operands' check, the optimizers' input lists. Templated on the context: the kernels' Ctx or the shape functions'
+// ShapeCtx (both have `node` and `fail`). Not part of the public interface (kernels.h); included only by
+// backend/kernels/*.cc.
 #pragma once
 
 #include <algorithm>
@@ -60,8 +60,9 @@ Window make_window(const C& c, const std::vector<int64_t>& in, const std::vector
       w.pl[i] = pads[i];
       w.pr[i] = pads[i + n];
       const int64_t span = in[i] + w.pl[i] + w.pr[i] - w.ext(i);
-      if (span < 0) c.fail(fmt::format("kernel extent {} exceeds padded input {} on spatial dim {}", w.ext(i),
-                                       in[i] + w.pl[i] + w.pr[i], i));
+      if (span < 0)
+        c.fail(fmt::format("kernel extent {} exceeds padded input {} on spatial dim {}", w.ext(i),
+                           in[i] + w.pl[i] + w.pr[i], i));
       int64_t o = (ceil_mode ? (span + w.s[i] - 1) / w.s[i] : span / w.s[i]) + 1;
       // A window may not start inside the right padding (PyTorch / onnxruntime rule).
       if (ceil_mode && (o - 1) * w.s[i] >= in[i] + w.pl[i]) --o;

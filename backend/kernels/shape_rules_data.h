@@ -46,7 +46,8 @@ Shape reshape_target(const C& c, const Shape& in, const std::vector<int64_t>& sp
   }
   const int64_t n = num_elements(in);
   if (infer >= 0) {
-    if (known == 0 || n % known != 0) c.fail(fmt::format("cannot reshape {} to [{}]", shape_str(in), fmt::join(spec, ",")));
+    if (known == 0 || n % known != 0)
+      c.fail(fmt::format("cannot reshape {} to [{}]", shape_str(in), fmt::join(spec, ",")));
     s[infer] = n / known;
   }
   if (num_elements(s) != n) c.fail(fmt::format("cannot reshape {} to {}", shape_str(in), shape_str(s)));
@@ -112,8 +113,9 @@ std::pair<Shape, int64_t> concat_shape(const C& c, const std::vector<const Shape
     const Shape& s = *shapes[i];
     bool ok = static_cast<int64_t>(s.size()) == r;
     for (int64_t d = 0; ok && d < r; ++d) ok = d == ax || s[d] == first[d];
-    if (!ok) c.fail(fmt::format("input {} has shape {}, incompatible with {} on axis {}", i, shape_str(s),
-                                shape_str(first), ax));
+    if (!ok)
+      c.fail(
+          fmt::format("input {} has shape {}, incompatible with {} on axis {}", i, shape_str(s), shape_str(first), ax));
     os[ax] += s[ax];
   }
   return {os, ax};
@@ -192,7 +194,8 @@ struct PadDims {
 template <class C>
 PadDims pad_dims(const C& c, const Shape& in, const std::vector<int64_t>& pads, const std::vector<int64_t>& axes) {
   const int64_t r = static_cast<int64_t>(in.size()), na = static_cast<int64_t>(axes.size());
-  if (static_cast<int64_t>(pads.size()) != 2 * na) c.fail(fmt::format("pads has {} entries for {} axes", pads.size(), na));
+  if (static_cast<int64_t>(pads.size()) != 2 * na)
+    c.fail(fmt::format("pads has {} entries for {} axes", pads.size(), na));
   PadDims p{std::vector<int64_t>(r, 0), std::vector<int64_t>(r, 0), Shape(r)};
   for (int64_t i = 0; i < na; ++i) {
     const int64_t a = c.axis(axes[i], r);

@@ -19,8 +19,8 @@ const Tensor& ShapeCtx::needs_value(size_t i, std::string_view what) const {
   const Tensor* v = value(i);
   if (!v) {
     if (!has(i)) fail(fmt::format("missing required input {}", i));
-    throw DataDependentError(
-        fmt::format("{}output shape depends on the values of input {} ({})", prefix(), i, what), static_cast<int>(i));
+    throw DataDependentError(fmt::format("{}output shape depends on the values of input {} ({})", prefix(), i, what),
+                             static_cast<int>(i));
   }
   return *v;
 }

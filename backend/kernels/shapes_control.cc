@@ -57,8 +57,8 @@ BodyTypes type_body(const Graph& body, const std::vector<TensorType>& inputs, co
         t[o] = out[k];
         continue;
       }
-      why[o] = unknown.empty() ? fmt::format("node '{}' ({}) gives no type for output {}", n.name, n.op_type, k)
-                               : unknown;
+      why[o] =
+          unknown.empty() ? fmt::format("node '{}' ({}) gives no type for output {}", n.name, n.op_type, k) : unknown;
       data_dep[o] = dep;
     }
   }
@@ -142,8 +142,9 @@ bool keeps_condition(const Graph& body) {
 // The Loop's number of iterations, when it is known before it runs.
 int64_t static_trip_count(const ShapeCtx& c) {
   if (!c.has(0))
-    throw DataDependentError(c.prefix() + "output shape depends on the trip count: the loop has no M and runs until "
-                                          "its body's condition is false");
+    throw DataDependentError(c.prefix() +
+                             "output shape depends on the trip count: the loop has no M and runs until "
+                             "its body's condition is false");
   const int64_t m = c.needs_value(0, "the trip count").as_int64s().at(0);
   if (c.has(1) && c.needs_value(1, "the condition, whether the loop runs at all").bytes.at(0) == std::byte{0}) return 0;
   if (!keeps_condition(*c.node.g("body")))
@@ -161,9 +162,10 @@ std::vector<TensorType> loop_shape(const ShapeCtx& c) {
   std::vector<TensorType> out;
   for (size_t k = 0; k < carried; ++k) {
     if (body.outputs[1 + k] && *body.outputs[1 + k] != c.type(2 + k))
-      c.fail(fmt::format("carried value {} enters the body as {} and leaves it as {}: types that change across "
-                         "iterations are not supported",
-                         k, types_str({c.type(2 + k)}), types_str({*body.outputs[1 + k]})));
+      c.fail(
+          fmt::format("carried value {} enters the body as {} and leaves it as {}: types that change across "
+                      "iterations are not supported",
+                      k, types_str({c.type(2 + k)}), types_str({*body.outputs[1 + k]})));
     out.push_back(c.type(2 + k));
   }
   if (body.outputs.size() == 1 + carried) return out;
@@ -194,8 +196,8 @@ std::vector<TensorType> scan_shape(const ShapeCtx& c) {
   for (int k = 0; k < s.num_state; ++k) {
     const auto& kept = body.outputs[static_cast<size_t>(k)];
     if (kept && *kept != in[static_cast<size_t>(k)])
-      c.fail(fmt::format("state {} enters the body as {} and leaves it as {}", k, types_str({in[static_cast<size_t>(k)]}),
-                         types_str({*kept})));
+      c.fail(fmt::format("state {} enters the body as {} and leaves it as {}", k,
+                         types_str({in[static_cast<size_t>(k)]}), types_str({*kept})));
     out.push_back(c.type(static_cast<size_t>(s.first_state + k)));
   }
   for (size_t j = 0; j < s.out_axes.size(); ++j) {

@@ -41,8 +41,7 @@ Shape conv_shape(const ShapeCtx& c, const Shape& x, const Shape& w, int64_t b_el
   const int64_t C = x[1], G = c.node.i("group", 1);
   const int64_t M = transpose ? (G > 0 ? w[1] * G : 0) : w[0];
   const bool ok = G > 0 && C % G == 0 && (transpose ? w[0] == C : M % G == 0 && w[1] * G == C);
-  if (!ok)
-    c.fail(fmt::format("X of shape {} and W of shape {} do not match group={}", shape_str(x), shape_str(w), G));
+  if (!ok) c.fail(fmt::format("X of shape {} and W of shape {} do not match group={}", shape_str(x), shape_str(w), G));
   if (b_elems >= 0 && b_elems != M) c.fail(fmt::format("B has {} elements, expected {}", b_elems, M));
   const std::vector<int64_t> k(w.begin() + 2, w.end());
   if (transpose) return nc_shape(x[0], M, make_deconv_window(c, in, k).out);
@@ -136,8 +135,7 @@ std::vector<TensorType> batch_norm_types(const ShapeCtx& c) {
         c.fail(fmt::format("input {} of shape {} does not match {} channels", i, shape_str(c.shape(i)), x[1]));
   }
   std::vector<TensorType> out{c.type(0)};
-  for (size_t i = 1; i < std::min<size_t>(c.n_out(), c.opset >= 14 ? 3 : 5); ++i)
-    out.push_back({c.dtype(0), {x[1]}});
+  for (size_t i = 1; i < std::min<size_t>(c.n_out(), c.opset >= 14 ? 3 : 5); ++i) out.push_back({c.dtype(0), {x[1]}});
   return out;
 }
 

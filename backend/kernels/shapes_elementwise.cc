@@ -37,14 +37,17 @@ std::vector<TensorType> dropout_types(const ShapeCtx& c) {
 }  // namespace
 
 void register_elementwise_shapes(ShapeTable& t) {
-  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Mod",
-                         "BitShift"})
+  for (const char* op :
+       {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Mod", "BitShift"})
     t[op] = broadcast_all<>;
-  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) t[op] = broadcast_all<DType::kBool>;
-  for (const char* op : {"Not", "Relu", "Tanh", "Exp", "Sqrt", "Erf", "Log", "Neg", "Abs", "Reciprocal", "Sigmoid",
-                         "Floor", "Ceil", "Sign", "Clip", "Elu", "Selu", "Celu", "Softplus", "Softsign",
-                         "ThresholdedRelu", "LeakyRelu", "HardSigmoid", "HardSwish", "Mish", "Round", "Sin", "Cos",
-                         "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Shrink"})
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
+    t[op] = broadcast_all<DType::kBool>;
+  for (const char* op : {"Not",       "Relu",        "Tanh",       "Exp",     "Sqrt",     "Erf",      "Log",
+                         "Neg",       "Abs",         "Reciprocal", "Sigmoid", "Floor",    "Ceil",     "Sign",
+                         "Clip",      "Elu",         "Selu",       "Celu",    "Softplus", "Softsign", "ThresholdedRelu",
+                         "LeakyRelu", "HardSigmoid", "HardSwish",  "Mish",    "Round",    "Sin",      "Cos",
+                         "Tan",       "Asin",        "Acos",       "Atan",    "Sinh",     "Cosh",     "Asinh",
+                         "Acosh",     "Atanh",       "Shrink"})
     t[op] = same_as_input0;
   // PRelu's slope broadcasts to X (unidirectionally; per channel before opset 7, as the kernel reads it): X's type.
   t["PRelu"] = same_as_input0;

@@ -26,8 +26,7 @@ void check_quant_params(const ShapeCtx& c) {
 // QuantizeLinear: x's shape in the zero point's dtype (uint8 without one).
 std::vector<TensorType> quantize_types(const ShapeCtx& c) {
   check_quant_params(c);
-  if (c.has(2) && num_elements(c.shape(2)) != num_elements(c.shape(1)))
-    c.fail("zero point and scale differ in size");
+  if (c.has(2) && num_elements(c.shape(2)) != num_elements(c.shape(1))) c.fail("zero point and scale differ in size");
   return one_type(c.has(2) ? c.dtype(2) : DType::kUInt8, c.shape(0));
 }
 
@@ -79,9 +78,8 @@ std::vector<TensorType> reverse_sequence_types(const ShapeCtx& c) {
 
 // NonMaxSuppression: int64 [selected boxes, 3].
 std::vector<TensorType> nms_types(const ShapeCtx& c) {
-  return evaluated_types(c, {"the boxes", "the scores", "max_output_boxes_per_class", "iou_threshold",
-                             "score_threshold"},
-                         2);
+  return evaluated_types(
+      c, {"the boxes", "the scores", "max_output_boxes_per_class", "iou_threshold", "score_threshold"}, 2);
 }
 
 // TfIdfVectorizer: float32 [rows, width] (1-D input: [width]), width = max(ngram_indexes) + 1.
@@ -94,9 +92,8 @@ std::vector<TensorType> tfidf_types(const ShapeCtx& c) {
   const int64_t min_n = c.node.i("min_gram_length"), max_n = c.node.i("max_gram_length");
   if (min_n < 1 || max_n < min_n || static_cast<int64_t>(counts.size()) < max_n)
     c.fail("bad gram lengths / ngram_counts");
-  const auto* strings = c.node.has("pool_strings")
-                            ? std::get_if<std::vector<std::string>>(&c.node.attrs.at("pool_strings"))
-                            : nullptr;
+  const auto* strings =
+      c.node.has("pool_strings") ? std::get_if<std::vector<std::string>>(&c.node.attrs.at("pool_strings")) : nullptr;
   const int64_t pool = static_cast<int64_t>(strings ? strings->size() : c.node.ints("pool_int64s").size());
   int64_t grams = 0;  // n-grams in the pool: ngram_counts[g] is where the (g+1)-grams start
   for (size_t g = 0; g < counts.size(); ++g) {

@@ -47,8 +47,8 @@ std::vector<TensorType> layer_norm_types(const ShapeCtx& c) {
       c.fail(fmt::format("input {} has dtype {}, X has {}", i, dtype_name(t.dtype), dtype_name(x.dtype)));
     if (num_elements(t.shape) != num_elements(norm_shape) &&
         (t.shape.size() > norm_shape.size() || c.broadcast(t.shape, norm_shape) != norm_shape))
-      c.fail(fmt::format("input {} of shape {} does not broadcast to {}", i, shape_str(t.shape),
-                         shape_str(norm_shape)));
+      c.fail(
+          fmt::format("input {} of shape {} does not broadcast to {}", i, shape_str(t.shape), shape_str(norm_shape)));
   }
   Shape stat_shape(x.shape.begin(), x.shape.begin() + ax);
   stat_shape.resize(static_cast<size_t>(r), 1);
@@ -64,8 +64,10 @@ Shape reduced(const ShapeCtx& c, const Shape& x, const std::vector<int64_t>& axe
   for (int64_t a : axes) red[static_cast<size_t>(c.axis(a, r))] = 1;
   Shape out;
   for (size_t i = 0; i < x.size(); ++i)
-    if (!red[i]) out.push_back(x[i]);
-    else if (keep) out.push_back(1);
+    if (!red[i])
+      out.push_back(x[i]);
+    else if (keep)
+      out.push_back(1);
   return out;
 }
 

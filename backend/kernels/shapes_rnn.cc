@@ -23,11 +23,12 @@ std::vector<TensorType> rnn_types(const ShapeCtx& c) {
   if (!c.node.has("hidden_size") && W.size() < 2) c.fail(fmt::format("W must be 3-D, got {}", shape_str(W)));
   const int64_t H = c.node.has("hidden_size") ? c.node.i("hidden_size") : W[1] / G;
   if (W != Shape{D, G * H, I} || R != Shape{D, G * H, H})
-    c.fail(fmt::format("W {} / R {} do not match [{}, {}, {}] / [{}, {}, {}]", shape_str(W), shape_str(R), D, G * H,
-                       I, D, G * H, H));
+    c.fail(fmt::format("W {} / R {} do not match [{}, {}, {}] / [{}, {}, {}]", shape_str(W), shape_str(R), D, G * H, I,
+                       D, G * H, H));
   const DType t = c.dtype(0);
   std::vector<TensorType> out{{t, layout ? Shape{B, S, D, H} : Shape{S, D, B, H}}};
-  for (size_t i = 1; i < std::min(c.n_out(), n_outputs); ++i) out.push_back({t, layout ? Shape{B, D, H} : Shape{D, B, H}});
+  for (size_t i = 1; i < std::min(c.n_out(), n_outputs); ++i)
+    out.push_back({t, layout ? Shape{B, D, H} : Shape{D, B, H}});
   return out;
 }
 

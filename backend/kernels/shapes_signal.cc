@@ -55,8 +55,7 @@ std::vector<TensorType> stft_types(const ShapeCtx& c) {
 std::vector<TensorType> mel_weight_matrix_types(const ShapeCtx& c) {
   const int64_t mel = c.needs_value(0, "num_mel_bins").as_int64s().at(0);
   const int64_t dft = c.needs_value(1, "dft_length").as_int64s().at(0);
-  if (mel <= 0 || dft <= 0)
-    c.fail("num_mel_bins, dft_length and sample_rate must be positive");
+  if (mel <= 0 || dft <= 0) c.fail("num_mel_bins, dft_length and sample_rate must be positive");
   return one_type(static_cast<DType>(c.node.i("output_datatype", 1)), {dft / 2 + 1, mel});
 }
 

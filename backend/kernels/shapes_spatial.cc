@@ -43,8 +43,7 @@ std::vector<TensorType> roi_align_types(const ShapeCtx& c) {
 // GridSample: X [N, C, D1..Dr], grid [N, D1_out..Dr_out, r] -> [N, C, D1_out..Dr_out].
 std::vector<TensorType> grid_sample_types(const ShapeCtx& c) {
   const Shape &x = c.shape(0), &grid = c.shape(1);
-  if (x.size() < 3 || grid.size() != x.size() || grid.back() != static_cast<int64_t>(x.size()) - 2 ||
-      grid[0] != x[0])
+  if (x.size() < 3 || grid.size() != x.size() || grid.back() != static_cast<int64_t>(x.size()) - 2 || grid[0] != x[0])
     c.fail(fmt::format("X {} and grid {} do not match", shape_str(x), shape_str(grid)));
   Shape out{x[0], x[1]};
   out.insert(out.end(), grid.begin() + 1, grid.end() - 1);

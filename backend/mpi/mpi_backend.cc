@@ -74,8 +74,7 @@ MPI_Datatype mpi_type(DType t) {
     case DType::kUInt32: return MPI_UINT32_T;
     case DType::kUInt64: return MPI_UINT64_T;
     case DType::kBool: return MPI_UNSIGNED_CHAR;
-    default:
-      return MPI_DATATYPE_NULL;
+    default: return MPI_DATATYPE_NULL;
   }
 }
 
@@ -94,8 +93,8 @@ MPI_Op mpi_op(ReductionKind k, DType t) {
 MPI_Datatype reduction_type(const Tensor& x, ReductionKind k) {
   MPI_Datatype t = mpi_type(x.dtype);
   if (t == MPI_DATATYPE_NULL)
-    throw UnsupportedError(fmt::format("{} reduction of {} is not supported by the mpi backend", reduction_name(k),
-                                       dtype_name(x.dtype)));
+    throw UnsupportedError(
+        fmt::format("{} reduction of {} is not supported by the mpi backend", reduction_name(k), dtype_name(x.dtype)));
   return t;
 }
 
@@ -129,7 +128,8 @@ Session::~Session() {
 namespace {
 void wait_without_spinning(MPI_Request* req, const char* what) {
   for (int done = 0;;) {
-    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw std::runtime_error(fmt::format("{} failed", what));
+    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      throw std::runtime_error(fmt::format("{} failed", what));
     if (done) return;
     struct timespec ts = {0, 200 * 1000};
     nanosleep(&ts, nullptr);
@@ -178,8 +178,7 @@ void Session::agree(const std::optional<Failure>& mine) const {
         "MPI_Allgather (setup status)");
   if (me.code) throw RankFailure(me.code, fmt::format("rank {}: {}", rank_, me.msg));
   for (int r = 0; r < size_; ++r)
-    if (all[r].code)
-      throw RankFailure(all[r].code, fmt::format("rank {}: rank {} failed: {}", rank_, r, all[r].msg));
+    if (all[r].code) throw RankFailure(all[r].code, fmt::format("rank {}: rank {} failed: {}", rank_, r, all[r].msg));
 }
 
 void Session::exiting_with_error(int code) const {
@@ -209,7 +208,8 @@ MpiCollectives::MpiCollectives(const DeviceMesh& mesh, int rank, const Graph& pr
     const std::vector<int> axes = mesh_axes_attr(n);
     for (int a : axes)
       if (a >= mesh.rank())
-        throw std::runtime_error(fmt::format("node '{}': mesh axis {} out of range for mesh {}", n.name, a, mesh.str()));
+        throw std::runtime_error(
+            fmt::format("node '{}': mesh axis {} out of range for mesh {}", n.name, a, mesh.str()));
     bool known = false;
     for (const Comm* c : comms_) known |= c->axes == axes;
     if (known) continue;
@@ -227,8 +227,8 @@ MpiCollectives::MpiCollectives(const DeviceMesh& mesh, int rank, const Graph& pr
     MPI_Comm_rank(c->comm, &r);
     if (c->size != static_cast<int>(groups[color].size()) || r != c->tile)
       throw std::runtime_error(fmt::format("MPI_Comm_split over {}: got {} ranks (rank {}), expected {} (tile {})",
-                                           fmt::join(mesh.axis_names(axes), ","), c->size, r,
-                                           groups[color].size(), c->tile));
+                                           fmt::join(mesh.axis_names(axes), ","), c->size, r, groups[color].size(),
+                                           c->tile));
     comms_.push_back(c.release());
   }
 }
@@ -245,8 +245,8 @@ MpiCollectives::~MpiCollectives() {
 const MpiCollectives::Comm& MpiCollectives::comm(const std::vector<int>& mesh_axes) const {
   for (const Comm* c : comms_)
     if (c->axes == mesh_axes) return *c;
-  throw std::runtime_error(fmt::format("no communicator over mesh axes {} (not in the program given at setup)",
-                                       fmt::join(mesh_axes, ",")));
+  throw std::runtime_error(
+      fmt::format("no communicator over mesh axes {} (not in the program given at setup)", fmt::join(mesh_axes, ",")));
 }
 
 std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::vector<int64_t>& members,
@@ -295,9 +295,9 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
       s[a] /= n;
       Tensor y(x.dtype, s);
       std::vector<int> counts(static_cast<size_t>(n), count_of(static_cast<size_t>(y.numel()), "MPI_Reduce_scatter"));
-      check(MPI_Reduce_scatter(packed.data(), y.bytes.data(), counts.data(), t, mpi_op(call.reduction, x.dtype),
-                               c.comm),
-            "MPI_Reduce_scatter");
+      check(
+          MPI_Reduce_scatter(packed.data(), y.bytes.data(), counts.data(), t, mpi_op(call.reduction, x.dtype), c.comm),
+          "MPI_Reduce_scatter");
       out[0] = std::move(y);
       break;
     }
@@ -305,8 +305,8 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
       int64_t sa = pod::norm_axis(call.split_axis, x.shape.size(), "all-to-all split_axis");
       int64_t ca = pod::norm_axis(call.concat_axis, x.shape.size(), "all-to-all concat_axis");
       if (x.shape[sa] % n != 0)
-        throw std::runtime_error(fmt::format("all-to-all: dim {} of {} is not divisible by the group size {}", sa,
-                                             shape_str(x.shape), n));
+        throw std::runtime_error(
+            fmt::format("all-to-all: dim {} of {} is not divisible by the group size {}", sa, shape_str(x.shape), n));
       std::vector<std::byte> packed = pod::pack_chunks(x, sa, n);
       std::vector<std::byte> recv(nb);
       const size_t chunk = nb / static_cast<size_t>(n);
@@ -436,8 +436,8 @@ void gather_outputs(int rank, int N, const SpmdProgram& p, const Graph& global, 
                     std::vector<Tensor>& outputs) {
   const Graph& prog = p.program;
   if (lr.output_shards.size() != p.outputs.size())
-    throw std::runtime_error(fmt::format("the run gave {} outputs, the program has {}", lr.output_shards.size(),
-                                         p.outputs.size()));
+    throw std::runtime_error(
+        fmt::format("the run gave {} outputs, the program has {}", lr.output_shards.size(), p.outputs.size()));
   for (size_t k = 0; k < p.outputs.size(); ++k) {
     const ProgramBinding& b = p.outputs[k];
     const Value& lv = prog.values.at(b.local);

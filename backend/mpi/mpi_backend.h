@@ -124,17 +124,17 @@ struct RankStats {
   double cpu_s = 0;            // CPU time this process used over the measured execution (all its threads,
                                // CLOCK_PROCESS_CPUTIME_ID; includes spinning in MPI while waiting for peers)
   int64_t peak_memory_bytes = 0;
-  double flops = 0;            // FLOPs this rank executed
+  double flops = 0;  // FLOPs this rank executed
 };
 
 /// Result of run_mpi.
 struct MpiRun {
-  std::vector<Tensor> outputs;    // rank 0: the full global outputs (graph-output order); other ranks: empty
-  std::vector<RankStats> ranks;   // rank 0: every rank's stats, indexed by rank; other ranks: its own only
-  std::vector<double> steps_s;    // rank 0: each measured execution's step (its slowest rank's run_s), in order
-  int median_run = 0;             // rank 0: the execution `ranks` describes: the one with the median step
-  double scatter_s = 0;           // this rank's wall time scattering the inputs
-  double gather_s = 0;            // this rank's wall time gathering the outputs and stats
+  std::vector<Tensor> outputs;   // rank 0: the full global outputs (graph-output order); other ranks: empty
+  std::vector<RankStats> ranks;  // rank 0: every rank's stats, indexed by rank; other ranks: its own only
+  std::vector<double> steps_s;   // rank 0: each measured execution's step (its slowest rank's run_s), in order
+  int median_run = 0;            // rank 0: the execution `ranks` describes: the one with the median step
+  double scatter_s = 0;          // this rank's wall time scattering the inputs
+  double gather_s = 0;           // this rank's wall time gathering the outputs and stats
 };
 
 /// Runs `p` on the MPI job: world rank r executes partition id r. Collective over MPI_COMM_WORLD.

@@ -19,16 +19,16 @@ namespace gspmd {
 
 /// One execution of a `gspmd` collective node for one replica group.
 struct CollectiveCall {
-  const Node* node = nullptr;               // the program node (for messages)
-  Collective op = Collective::kAllReduce;   // which collective (core/partition/program_ops.h)
-  std::vector<int> mesh_axes;               // the mesh axes the group spans, major to minor
-  const std::vector<int64_t>* group = nullptr;  // the group's global device ids in tile order
-                                                // (DeviceMesh::replica_groups(mesh_axes))
+  const Node* node = nullptr;                     // the program node (for messages)
+  Collective op = Collective::kAllReduce;         // which collective (core/partition/program_ops.h)
+  std::vector<int> mesh_axes;                     // the mesh axes the group spans, major to minor
+  const std::vector<int64_t>* group = nullptr;    // the group's global device ids in tile order
+                                                  // (DeviceMesh::replica_groups(mesh_axes))
   ReductionKind reduction = ReductionKind::kSum;  // AllReduce, ReduceScatter
-  int64_t axis = 0;                         // AllGather, ReduceScatter: the tensor axis
-  int64_t split_axis = 0, concat_axis = 0;  // AllToAll
-  std::vector<int64_t> sources;             // CollectivePermute: per tile t, the tile t receives from (-1: zeros),
-                                            // from permute_sources (core/partition/reshard.h)
+  int64_t axis = 0;                               // AllGather, ReduceScatter: the tensor axis
+  int64_t split_axis = 0, concat_axis = 0;        // AllToAll
+  std::vector<int64_t> sources;  // CollectivePermute: per tile t, the tile t receives from (-1: zeros),
+                                 // from permute_sources (core/partition/reshard.h)
 };
 
 /// Carries out collectives for the members of a replica group that the calling process holds.

@@ -21,8 +21,8 @@ int64_t norm_axis(int64_t axis, size_t rank, const char* what) {
 namespace {
 
 struct Blocks {
-  int64_t outer = 1;      // product of dims before axis
-  size_t inner = 1;       // bytes of one slice along axis (product of dims after axis * element size)
+  int64_t outer = 1;  // product of dims before axis
+  size_t inner = 1;   // bytes of one slice along axis (product of dims after axis * element size)
 };
 Blocks blocks(const Shape& s, int64_t axis, size_t esize) {
   Blocks b;
@@ -45,10 +45,18 @@ void check_same(const std::vector<const Tensor*>& ins) {
 template <class T>
 void reduce_typed(T* acc, const T* x, size_t n, ReductionKind k) {
   switch (k) {
-    case ReductionKind::kSum: for (size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + x[i]); break;
-    case ReductionKind::kProd: for (size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] * x[i]); break;
-    case ReductionKind::kMax: for (size_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], x[i]); break;
-    case ReductionKind::kMin: for (size_t i = 0; i < n; ++i) acc[i] = std::min(acc[i], x[i]); break;
+    case ReductionKind::kSum:
+      for (size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + x[i]);
+      break;
+    case ReductionKind::kProd:
+      for (size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] * x[i]);
+      break;
+    case ReductionKind::kMax:
+      for (size_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], x[i]);
+      break;
+    case ReductionKind::kMin:
+      for (size_t i = 0; i < n; ++i) acc[i] = std::min(acc[i], x[i]);
+      break;
   }
 }
 
@@ -83,11 +91,15 @@ void reduce_into(Tensor& acc, const Tensor& x, ReductionKind k) {
     case DType::kUInt16: reduce_typed(acc.data<uint16_t>(), x.data<uint16_t>(), n, k); break;
     case DType::kUInt8: reduce_typed(acc.data<uint8_t>(), x.data<uint8_t>(), n, k); break;
     case DType::kBool: reduce_bool(acc.data<uint8_t>(), x.data<uint8_t>(), n, k); break;
-    case DType::kFloat16: reduce_half(acc.data<uint16_t>(), x.data<uint16_t>(), n, k, half_to_float, float_to_half); break;
-    case DType::kBFloat16: reduce_half(acc.data<uint16_t>(), x.data<uint16_t>(), n, k, bf16_to_float, float_to_bf16); break;
+    case DType::kFloat16:
+      reduce_half(acc.data<uint16_t>(), x.data<uint16_t>(), n, k, half_to_float, float_to_half);
+      break;
+    case DType::kBFloat16:
+      reduce_half(acc.data<uint16_t>(), x.data<uint16_t>(), n, k, bf16_to_float, float_to_bf16);
+      break;
     default:
-      throw UnsupportedError(fmt::format("{} reduction of {} is not supported by the pod", reduction_name(k),
-                                         dtype_name(acc.dtype)));
+      throw UnsupportedError(
+          fmt::format("{} reduction of {} is not supported by the pod", reduction_name(k), dtype_name(acc.dtype)));
   }
 }
 
@@ -113,10 +125,14 @@ template <class T>
 void fill_value(std::vector<std::byte>& pat, float v) {
   T x{};
   if constexpr (std::is_integral_v<T>) {
-    if (std::isnan(v)) x = 0;
-    else if (v <= static_cast<float>(std::numeric_limits<T>::lowest())) x = std::numeric_limits<T>::lowest();
-    else if (v >= static_cast<float>(std::numeric_limits<T>::max())) x = std::numeric_limits<T>::max();
-    else x = static_cast<T>(v);
+    if (std::isnan(v))
+      x = 0;
+    else if (v <= static_cast<float>(std::numeric_limits<T>::lowest()))
+      x = std::numeric_limits<T>::lowest();
+    else if (v >= static_cast<float>(std::numeric_limits<T>::max()))
+      x = std::numeric_limits<T>::max();
+    else
+      x = static_cast<T>(v);
   } else {
     x = static_cast<T>(v);
   }
@@ -126,8 +142,7 @@ void fill_value(std::vector<std::byte>& pat, float v) {
 
 }  // namespace
 
-void copy_along_axis(const Tensor& src, int64_t axis, int64_t src_start, Tensor& dst, int64_t dst_start,
-                     int64_t len) {
+void copy_along_axis(const Tensor& src, int64_t axis, int64_t src_start, Tensor& dst, int64_t dst_start, int64_t len) {
   if (len <= 0) return;
   size_t es = dtype_size(src.dtype);
   Blocks bs = blocks(src.shape, axis, es);
@@ -187,8 +202,7 @@ std::vector<Tensor> all_gather(const std::vector<const Tensor*>& ins, int64_t ax
   return replicate(std::move(out), ins.size());
 }
 
-std::vector<Tensor> reduce_scatter(const std::vector<const Tensor*>& ins, int64_t axis, ReductionKind k,
-                                   Tensor* acc) {
+std::vector<Tensor> reduce_scatter(const std::vector<const Tensor*>& ins, int64_t axis, ReductionKind k, Tensor* acc) {
   check_same(ins);
   int64_t a = norm_axis(axis, ins[0]->shape.size(), "reduce-scatter axis");
   int64_t n = static_cast<int64_t>(ins.size());
@@ -217,8 +231,8 @@ std::vector<Tensor> all_to_all(const std::vector<const Tensor*>& ins, int64_t sp
   int64_t ca = norm_axis(concat_axis, x.shape.size(), "all-to-all concat_axis");
   int64_t n = static_cast<int64_t>(ins.size());
   if (x.shape[sa] % n != 0)
-    throw std::runtime_error(fmt::format("all-to-all: dim {} of {} is not divisible by the group size {}", sa,
-                                         shape_str(x.shape), n));
+    throw std::runtime_error(
+        fmt::format("all-to-all: dim {} of {} is not divisible by the group size {}", sa, shape_str(x.shape), n));
   int64_t len = x.shape[sa] / n;
   Shape cs = x.shape;  // chunk shape
   cs[sa] = len;
@@ -245,12 +259,15 @@ std::vector<Tensor> all_to_all(const std::vector<const Tensor*>& ins, int64_t sp
 std::vector<Tensor> collective_permute(const std::vector<const Tensor*>& ins, const std::vector<int64_t>& sources) {
   check_same(ins);
   if (sources.size() != ins.size())
-    throw std::runtime_error(fmt::format("collective-permute: {} sources for a group of {}", sources.size(), ins.size()));
+    throw std::runtime_error(
+        fmt::format("collective-permute: {} sources for a group of {}", sources.size(), ins.size()));
   std::vector<Tensor> out;
   out.reserve(ins.size());
   for (int64_t src : sources) {
-    if (src >= 0 && src < static_cast<int64_t>(ins.size())) out.push_back(*ins[static_cast<size_t>(src)]);
-    else out.emplace_back(ins[0]->dtype, ins[0]->shape);
+    if (src >= 0 && src < static_cast<int64_t>(ins.size()))
+      out.push_back(*ins[static_cast<size_t>(src)]);
+    else
+      out.emplace_back(ins[0]->dtype, ins[0]->shape);
   }
   return out;
 }
@@ -291,8 +308,7 @@ void mask_pad(Tensor& x, int64_t axis, int64_t first_global, int64_t full_size, 
       pat.assign(1, static_cast<std::byte>(b));
       break;
     }
-    default:
-      throw UnsupportedError(fmt::format("MaskPad of {} is not supported by the pod", dtype_name(x.dtype)));
+    default: throw UnsupportedError(fmt::format("MaskPad of {} is not supported by the pod", dtype_name(x.dtype)));
   }
   size_t es = pat.size();
   Blocks b = blocks(x.shape, a, es);

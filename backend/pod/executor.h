@@ -28,9 +28,7 @@ namespace gspmd::pod {
 using Clock = std::chrono::steady_clock;
 
 /// Host wall time elapsed since `t0` (seconds).
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 /// The interpreter: runs one program for a set of local devices in lock step, node by node, keeping every device's
 /// values, memory accounting, stats and profile. Local device index d in [0, devices) is global device devices[d] of
@@ -151,7 +149,7 @@ class Executor final : private FusionHost {
   std::vector<std::vector<Tensor>> own_;
   std::vector<std::vector<const Tensor*>> ptr_;
   std::vector<std::shared_ptr<const Tensor>> owner_;  // per value: the immutable weight it is bound to, if any
-  std::vector<std::vector<int64_t>> acct_;  // bytes accounted per device and value (0 when not live)
+  std::vector<std::vector<int64_t>> acct_;            // bytes accounted per device and value (0 when not live)
   std::vector<int64_t> live_;
   std::vector<char> resident_, keep_;
   std::vector<int> last_use_;
@@ -160,7 +158,7 @@ class Executor final : private FusionHost {
   int par_ = 1;
   std::map<std::string, OpProfile> profile_;
   std::vector<pod::FusedGroup> groups_;
-  std::vector<int> group_at_;                 // per node: index into groups_ of the group starting there, or -1
+  std::vector<int> group_at_;  // per node: index into groups_ of the group starting there, or -1
 };
 
 }  // namespace gspmd::pod

@@ -83,7 +83,9 @@ class Fusion {
     auto plain = [&](const Node& nd, const char* op, size_t nin) {
       return nd.domain.empty() && nd.op_type == op && nd.inputs.size() == nin && nd.outputs.size() == 1;
     };
-    auto other = [](const Node& nd, int v) { return nd.inputs[0] == v ? nd.inputs[1] : nd.inputs[1] == v ? nd.inputs[0] : -2; };
+    auto other = [](const Node& nd, int v) {
+      return nd.inputs[0] == v ? nd.inputs[1] : nd.inputs[1] == v ? nd.inputs[0] : -2;
+    };
     auto near = [](float a, float b) { return std::fabs(a - b) <= 1e-6f * std::fabs(b); };
     auto find = [&](auto&& pred) {
       for (int i = j; i <= hi; ++i)
@@ -114,13 +116,13 @@ class Fusion {
     if (h >= 0) {
       const int v_h = node(h).outputs[0];
       y = find([&](const Node& nd) {
-        return plain(nd, "Mul", 2) && ((nd.inputs[0] == v_h && nd.inputs[1] == v_p) ||
-                                       (nd.inputs[0] == v_p && nd.inputs[1] == v_h));
+        return plain(nd, "Mul", 2) &&
+               ((nd.inputs[0] == v_h && nd.inputs[1] == v_p) || (nd.inputs[0] == v_p && nd.inputs[1] == v_h));
       });
     } else {  // form B: h = x * p, y = h * .5
       h = find([&](const Node& nd) {
-        return plain(nd, "Mul", 2) && ((nd.inputs[0] == x && nd.inputs[1] == v_p) ||
-                                       (nd.inputs[0] == v_p && nd.inputs[1] == x));
+        return plain(nd, "Mul", 2) &&
+               ((nd.inputs[0] == x && nd.inputs[1] == v_p) || (nd.inputs[0] == v_p && nd.inputs[1] == x));
       });
       if (h < 0) return -1;
       const int v_h = node(h).outputs[0];
@@ -204,8 +206,10 @@ class Fusion {
         if (operand < 0 || !is_f32(operand) || !is_f32(y) || shape_of(y) != shape_of(cur)) break;
         std::vector<int64_t> dims = operand_dims(cs, shape_of(operand), batch);
         if (dims.empty()) break;
-        const dnn::Binary alg = op == "Add" ? dnn::Binary::kAdd : op == "Sub" ? dnn::Binary::kSub
-                                : op == "Mul" ? dnn::Binary::kMul : dnn::Binary::kDiv;
+        const dnn::Binary alg = op == "Add"   ? dnn::Binary::kAdd
+                                : op == "Sub" ? dnn::Binary::kSub
+                                : op == "Mul" ? dnn::Binary::kMul
+                                              : dnn::Binary::kDiv;
         const float sv = op == "Mul" && g.post.empty() ? resident_scalar(operand) : std::nanf("");
         if (std::isfinite(sv)) {  // a scale right after the product: the matmul's output scale
           g.post.push_back({dnn::PostOp::Kind::kScale, dnn::Binary::kMul, {}, sv});
@@ -250,8 +254,10 @@ class Fusion {
       if (g.operand[p] < 0) continue;
       const std::vector<int64_t>& dims = g.post[p].src1_dims;
       if (dims[0] == 1 && dims[1] == 1) continue;
-      if (dims[0] == std::max(g.a_batch, g.b_batch) && dims[1] == g.m) stacked[p] = 1;
-      else return;
+      if (dims[0] == std::max(g.a_batch, g.b_batch) && dims[1] == g.m)
+        stacked[p] = 1;
+      else
+        return;
     }
     const Node& mm = prog_.nodes[static_cast<size_t>(g.first)];
     std::map<std::vector<const void*>, std::vector<int64_t>> sets;
@@ -318,7 +324,8 @@ class Fusion {
         h_.fail(mm, devs[0], e.what());
       }
       if (!ok) return;  // those devices run one by one
-      const Shape& out_shape = prog_.values[static_cast<size_t>(prog_.nodes[static_cast<size_t>(g.last)].outputs.at(0))].shape;
+      const Shape& out_shape =
+          prog_.values[static_cast<size_t>(prog_.nodes[static_cast<size_t>(g.last)].outputs.at(0))].shape;
       for (int64_t j = 0; j < G; ++j) {
         const int64_t d = devs[static_cast<size_t>(j)];
         Tensor c(DType::kFloat32, out_shape);
@@ -358,8 +365,8 @@ class Fusion {
       auto t0 = Clock::now();
       bool ok = false;
       try {
-        ok = dnn::matmul_fused(a->data<float>(), b->data<float>(), c.data<float>(), g.a_batch, g.b_batch, g.m, g.k,
-                               g.n, g.post, src1);
+        ok = dnn::matmul_fused(a->data<float>(), b->data<float>(), c.data<float>(), g.a_batch, g.b_batch, g.m, g.k, g.n,
+                               g.post, src1);
       } catch (const std::exception& e) {
         h_.fail(mm, d, e.what());
       }

@@ -17,11 +17,11 @@ namespace gspmd::pod {
 
 /// Consecutive program nodes that run as one oneDNN matmul with post-ops.
 struct FusedGroup {
-  int first = 0, last = 0;            // consecutive program nodes [first, last]; first is the MatMul
+  int first = 0, last = 0;  // consecutive program nodes [first, last]; first is the MatMul
   int64_t a_batch = 1, b_batch = 1, m = 0, k = 0, n = 0;
   std::vector<dnn::PostOp> post;
-  std::vector<int> operand;           // per post-op: the value read by a binary post-op (-1 for GELU)
-  std::string label;                  // "MatMul+Add+Gelu"
+  std::vector<int> operand;  // per post-op: the value read by a binary post-op (-1 for GELU)
+  std::string label;         // "MatMul+Add+Gelu"
 };
 
 /// What fusion needs from the interpreter: the program, the local devices' values, parallel execution and errors.

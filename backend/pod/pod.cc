@@ -15,8 +15,8 @@
 #include "backend/kernels/kernels.h"
 #include "backend/kernels/onednn.h"
 #include "backend/pod/collectives.h"
-#include "core/partition/reshard.h"
 #include "core/cost/cost.h"
+#include "core/partition/reshard.h"
 
 namespace gspmd::pod {
 namespace {
@@ -44,8 +44,14 @@ void keep_freed_buffers() {
 
 Executor::Executor(const Graph& prog, const DeviceMesh& mesh, std::vector<int64_t> devices, CollectiveExecutor& coll,
                    const ExecutorOptions& options)
-    : prog_(prog), mesh_(mesh), n_(static_cast<int64_t>(devices.size())), nv_(prog.values.size()),
-      dev_(std::move(devices)), coll_(coll), options_(options), par_(device_parallelism(n_, options.device_threads)) {
+    : prog_(prog),
+      mesh_(mesh),
+      n_(static_cast<int64_t>(devices.size())),
+      nv_(prog.values.size()),
+      dev_(std::move(devices)),
+      coll_(coll),
+      options_(options),
+      par_(device_parallelism(n_, options.device_threads)) {
   keep_freed_buffers();
   local_of_.assign(static_cast<size_t>(std::max<int64_t>(mesh.num_devices(), 1)), -1);
   for (int64_t d = 0; d < n_; ++d) local_of_.at(static_cast<size_t>(dev_[d])) = d;
@@ -127,9 +133,12 @@ void Executor::run(const RunProgress& progress) {
     auto t0 = Clock::now();
     const pod::FusedGroup* g = group_at_[i] >= 0 ? &groups_[static_cast<size_t>(group_at_[i])] : nullptr;
     std::vector<Tensor> results;  // per device: a fused group's result
-    if (g) results = pod::run_fused_group(*this, *g, options_.stack);
-    else if (n.domain == kGspmdDomain) run_gspmd(n);
-    else run_kernel_node(n, static_cast<int>(i));
+    if (g)
+      results = pod::run_fused_group(*this, *g, options_.stack);
+    else if (n.domain == kGspmdDomain)
+      run_gspmd(n);
+    else
+      run_kernel_node(n, static_cast<int>(i));
     const size_t last = g ? static_cast<size_t>(g->last) : i;
     double flops = 0;
     // The accounting walks every node of a fused group as if it had run alone: its intermediates are accounted
@@ -139,8 +148,10 @@ void Executor::run(const RunProgress& progress) {
       if (g)
         for (int64_t d = 0; d < n_; ++d) {
           const int o = nj.outputs.at(0);
-          if (j == last) store(nj, d, 0, std::move(results[static_cast<size_t>(d)]));
-          else account_virtual(d, o, declared_bytes(o));
+          if (j == last)
+            store(nj, d, 0, std::move(results[static_cast<size_t>(d)]));
+          else
+            account_virtual(d, o, declared_bytes(o));
         }
       for (int64_t d = 0; d < n_; ++d) {
         stats_[d].peak_memory_bytes = std::max(stats_[d].peak_memory_bytes, live_[d]);
@@ -215,8 +226,9 @@ const Tensor* Executor::input(const Node& n, int64_t d, size_t k) const {
   int v = n.inputs[k];
   if (v < 0) return nullptr;
   const Tensor* t = ptr_[d][v];
-  if (!t) fail(n, d, fmt::format("input {} '{}' is not available (not computed yet or already freed)", k,
-                                 prog_.values[v].name));
+  if (!t)
+    fail(n, d,
+         fmt::format("input {} '{}' is not available (not computed yet or already freed)", k, prog_.values[v].name));
   return t;
 }
 
@@ -231,8 +243,9 @@ void Executor::store(const Node& n, int64_t d, size_t k, Tensor t) {
   if (v < 0) return;
   const Value& val = prog_.values[v];
   if ((val.dtype != DType::kUndefined && t.dtype != val.dtype) || t.shape != val.shape)
-    fail(n, d, fmt::format("output {} '{}' is {} but the program declares {}", k, val.name,
-                           type_str(t.dtype, t.shape), type_str(val.dtype, val.shape)));
+    fail(n, d,
+         fmt::format("output {} '{}' is {} but the program declares {}", k, val.name, type_str(t.dtype, t.shape),
+                     type_str(val.dtype, val.shape)));
   set_owned(d, v, std::move(t));
 }
 
@@ -418,8 +431,7 @@ void Executor::run_collective(const Node& n) {
       fail(n, locals[0], e.what());
     }
     if (outs.size() != locals.size())
-      fail(n, locals[0],
-           fmt::format("the collective returned {} results for {} members", outs.size(), locals.size()));
+      fail(n, locals[0], fmt::format("the collective returned {} results for {} members", outs.size(), locals.size()));
     double dt = seconds_since(t0);
     for (size_t j = 0; j < locals.size(); ++j) {
       stats_[locals[j]].communication_wall_s += dt;

@@ -30,27 +30,27 @@ namespace gspmd {
 /// Per-device run statistics.
 struct DeviceStats {
   int64_t device = 0;
-  int64_t peak_memory_bytes = 0;   // max over the run of live tensor bytes held by the device (params included)
-  double compute_wall_s = 0;       // host wall time spent in this device's kernels (seconds)
-  double communication_wall_s = 0; // host wall time of collectives, attributed to each member device
+  int64_t peak_memory_bytes = 0;    // max over the run of live tensor bytes held by the device (params included)
+  double compute_wall_s = 0;        // host wall time spent in this device's kernels (seconds)
+  double communication_wall_s = 0;  // host wall time of collectives, attributed to each member device
 };
 
 /// Host wall time of one kind of step, summed over the run (the executor's profile, docs/executor.md).
 struct OpProfile {
-  std::string op;       // op type ("MatMul"), "gspmd.<Op>" for gspmd ops, "A+B+..." for a fused group of nodes,
-                        // "(load)" for slicing weights and inputs, "(assemble)" for assembling the outputs
-  int64_t nodes = 0;    // program nodes (or fused groups) of that kind executed (each once for all devices)
-  double wall_s = 0;    // host wall time, all devices together (seconds)
-  double flops = 0;     // FLOPs of those nodes on all devices (node_flops x devices)
+  std::string op;     // op type ("MatMul"), "gspmd.<Op>" for gspmd ops, "A+B+..." for a fused group of nodes,
+                      // "(load)" for slicing weights and inputs, "(assemble)" for assembling the outputs
+  int64_t nodes = 0;  // program nodes (or fused groups) of that kind executed (each once for all devices)
+  double wall_s = 0;  // host wall time, all devices together (seconds)
+  double flops = 0;   // FLOPs of those nodes on all devices (node_flops x devices)
 };
 
 /// Result of running a program.
 struct PodRun {
-  std::vector<Tensor> outputs;      // full logical values of the global graph outputs, in order
+  std::vector<Tensor> outputs;  // full logical values of the global graph outputs, in order
   std::vector<DeviceStats> devices;
-  double wall_s = 0;                // host wall time of the whole run
-  double host_flops = 0;            // FLOPs executed on the host by all devices (for GFLOP/s)
-  std::vector<OpProfile> profile;   // per kind of step, largest wall_s first; wall_s sums to about wall_s
+  double wall_s = 0;               // host wall time of the whole run
+  double host_flops = 0;           // FLOPs executed on the host by all devices (for GFLOP/s)
+  std::vector<OpProfile> profile;  // per kind of step, largest wall_s first; wall_s sums to about wall_s
 };
 
 /// The profile as a fixed-width text table (one row per OpProfile, with its share of the run and GFLOP/s), for
@@ -103,10 +103,9 @@ struct LocalRun {
 /// elsewhere (MpiCollectives). Weights are sliced from `global`'s initializers for each local device.
 /// `input_shards[k][j]` is local device j's shard of program input k (p.inputs order), on the program's local shape.
 /// Throws as run_spmd; InputError when a shard's dtype/shape differs from the program's input.
-LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global,
-                        const std::vector<std::vector<Tensor>>& input_shards, const std::vector<int64_t>& devices,
-                        CollectiveExecutor& collectives, const RunProgress& progress = {},
-                        const ExecutorOptions& options = {});
+LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global, const std::vector<std::vector<Tensor>>& input_shards,
+                        const std::vector<int64_t>& devices, CollectiveExecutor& collectives,
+                        const RunProgress& progress = {}, const ExecutorOptions& options = {});
 
 /// Runs one device's exported model (`device_<k>.onnx` from export_device, loaded with load_model) as device
 /// `device` of `mesh` (its gspmd.mesh_shape): its initializers are resident constants, `inputs` its local inputs in

@@ -182,8 +182,10 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
     check_input(gv, inputs[k]);
     bool shared = b.sharding.is_replicated() && prog.values.at(b.local).shape == gv.shape;
     for (int64_t d = 0; d < N; ++d) {
-      if (shared) ex.set_shared(d, b.local, &inputs[k]);
-      else ex.set_owned(d, b.local, shard_tensor(inputs[k], b.sharding, mesh, d));
+      if (shared)
+        ex.set_shared(d, b.local, &inputs[k]);
+      else
+        ex.set_owned(d, b.local, shard_tensor(inputs[k], b.sharding, mesh, d));
     }
     bound[b.local] = 1;
   }
@@ -211,10 +213,9 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
   return r;
 }
 
-LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global,
-                        const std::vector<std::vector<Tensor>>& input_shards, const std::vector<int64_t>& devices,
-                        CollectiveExecutor& collectives, const RunProgress& progress,
-                        const ExecutorOptions& options) {
+LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global, const std::vector<std::vector<Tensor>>& input_shards,
+                        const std::vector<int64_t>& devices, CollectiveExecutor& collectives,
+                        const RunProgress& progress, const ExecutorOptions& options) {
   auto t_start = Clock::now();
   const Graph& prog = p.program;
   if (input_shards.size() != p.inputs.size())

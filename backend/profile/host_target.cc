@@ -18,8 +18,8 @@
 
 #include "backend/kernels/kernels.h"
 #include "backend/kernels/onednn.h"
-#include "core/cost/cost.h"
 #include "backend/pod/pod.h"
+#include "core/cost/cost.h"
 
 namespace gspmd {
 namespace {
@@ -59,9 +59,8 @@ Target measure() {
     std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
     const double flops = 2.0 * static_cast<double>(n * n * n);
     const int reps = n >= 512 ? 5 : 20;
-    t.contraction_curve.emplace_back(flops, flops / best_of(reps, [&] {
-      dnn::matmul(a.data(), b.data(), c.data(), 1, 1, n, n, n);
-    }));
+    t.contraction_curve.emplace_back(
+        flops, flops / best_of(reps, [&] { dnn::matmul(a.data(), b.data(), c.data(), 1, 1, n, n, n); }));
   }
   // A larger matmul can always run as fast as a smaller one (by tiles): keep the curve non-decreasing, which also
   // absorbs a noisy sample.

@@ -102,8 +102,8 @@ class Search {
   int64_t limit_ = 0;
   std::vector<Group> groups_;
   std::map<std::vector<int>, AutoPlanCost> memo_;
-  int model_axis_ = -1;                 // the Megatron seed's model axis
-  std::vector<bool> megatron_column_;   // per group: the Megatron seed splits it column-parallel
+  int model_axis_ = -1;                // the Megatron seed's model axis
+  std::vector<bool> megatron_column_;  // per group: the Megatron seed splits it column-parallel
   int evaluations_ = 0;
 };
 
@@ -224,8 +224,8 @@ void Search::find_groups() {
     const bool is_input = inputs.count(v) > 0;
     const bool is_act = act_weight.count(v) > 0;
     const std::string name = is_act ? "input of " + layer_key(g_.values[act_weight[v]].name) : layer_key(val.name);
-    std::string key = fmt::format("{}|{}|{}|{}|{}", is_input, is_act, name, shape_str(val.shape),
-                                  static_cast<int>(val.dtype));
+    std::string key =
+        fmt::format("{}|{}|{}|{}|{}", is_input, is_act, name, shape_str(val.shape), static_cast<int>(val.dtype));
     auto [it, fresh] = index.emplace(key, groups_.size());
     if (fresh) {
       Group gr;
@@ -521,8 +521,8 @@ AutoResult Search::run() {
   if (!best.valid) throw InputError(fmt::format("--auto: no sharding plan could be partitioned: {}", best.error));
   if (!best.fits)
     throw InputError(fmt::format(
-        "--auto: no sharding plan fits in {} bytes per device; the best plan found needs {} bytes per device",
-        limit_, best.peak_memory_bytes));
+        "--auto: no sharding plan fits in {} bytes per device; the best plan found needs {} bytes per device", limit_,
+        best.peak_memory_bytes));
   return res;
 }
 

@@ -40,11 +40,11 @@ class RuleTable;  // core/rules/rule.h
 
 /// Options of the search. Units: bytes, seconds.
 struct AutoOptions {
-  Target target;                    // the pod whose simulated step time is minimised (--target)
-  int64_t memory_limit_bytes = 0;   // per-device peak limit; 0 = target.hbm_bytes (--memory-limit)
-  bool overlap = false;             // cost with overlapped collectives (--overlap)
-  int max_sweeps = 4;               // coordinate-descent sweeps at most
-  double time_budget_s = 50;        // stop the descent (keeping the best plan so far) once this much time is spent
+  Target target;                   // the pod whose simulated step time is minimised (--target)
+  int64_t memory_limit_bytes = 0;  // per-device peak limit; 0 = target.hbm_bytes (--memory-limit)
+  bool overlap = false;            // cost with overlapped collectives (--overlap)
+  int max_sweeps = 4;              // coordinate-descent sweeps at most
+  double time_budget_s = 50;       // stop the descent (keeping the best plan so far) once this much time is spent
 };
 
 /// One evaluated plan: the real pipeline's simulated step and static peak memory.
@@ -61,27 +61,27 @@ struct AutoPlanCost {
 
 /// The decision for one group of tied variables.
 struct AutoChoice {
-  std::string group;                // display key: the first member's name with layer numbers as '#' (plus the
-                                    // shape when another group has the same key)
-  std::vector<int> values;          // value ids of the members (graph order)
-  bool annotated = false;           // false: left to propagation ("free")
-  TensorSharding sharding;          // on the user's mesh, when annotated
+  std::string group;        // display key: the first member's name with layer numbers as '#' (plus the
+                            // shape when another group has the same key)
+  std::vector<int> values;  // value ids of the members (graph order)
+  bool annotated = false;   // false: left to propagation ("free")
+  TensorSharding sharding;  // on the user's mesh, when annotated
 };
 
 /// What the search found, plus the obvious alternatives for `explain --auto`.
 struct AutoResult {
-  Annotations annotations;          // the constraints plus the chosen annotations, on the user's (unrefined) mesh
-  std::vector<AutoChoice> choices;  // one per group, in order of first use
-  AutoPlanCost chosen;              // the chosen plan's cost (name "auto")
+  Annotations annotations;              // the constraints plus the chosen annotations, on the user's (unrefined) mesh
+  std::vector<AutoChoice> choices;      // one per group, in order of first use
+  AutoPlanCost chosen;                  // the chosen plan's cost (name "auto")
   std::vector<AutoPlanCost> baselines;  // the seeds: "replicated", "data-parallel", "megatron+data" (when built)
-  int64_t memory_limit_bytes = 0;   // the limit used (bytes)
-  double search_time_s = 0;         // wall time of the search (s)
-  int evaluations = 0;              // pipeline evaluations run (cache hits excluded)
-  int variables = 0;                // tensors decided by the search
-  int groups = 0;                   // decisions after tying repeated layers
-  int sweeps = 0;                   // coordinate-descent sweeps run, over all starts
-  int starts = 0;                   // descents run (more than one only while no plan fitted; at most 3)
-  bool budget_exhausted = false;    // the time budget stopped the descent
+  int64_t memory_limit_bytes = 0;       // the limit used (bytes)
+  double search_time_s = 0;             // wall time of the search (s)
+  int evaluations = 0;                  // pipeline evaluations run (cache hits excluded)
+  int variables = 0;                    // tensors decided by the search
+  int groups = 0;                       // decisions after tying repeated layers
+  int sweeps = 0;                       // coordinate-descent sweeps run, over all starts
+  int starts = 0;                       // descents run (more than one only while no plan fitted; at most 3)
+  bool budget_exhausted = false;        // the time budget stopped the descent
 };
 
 /// The name with every whole numeric component ("h.12.mlp" / "layer/3/x" / "blk_7_w") replaced by '#': the key

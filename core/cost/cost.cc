@@ -43,19 +43,41 @@ struct OpCost {
 const std::unordered_map<std::string, OpCost>& op_costs() {
   static const std::unordered_map<std::string, OpCost> t = [] {
     std::unordered_map<std::string, OpCost> m;
-    for (const char* op :
-         {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Neg", "Abs", "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu",
-          "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Reciprocal",
-          "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Floor", "Ceil", "Round", "Sign", "Clip",
-          "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not",
-          "And", "Or", "Xor", "IsNaN", "IsInf", "BitShift", "Gelu", "Mish", "ThresholdedRelu", "QuickGelu"})
+    for (const char* op : {"Add",         "Sub",
+                           "Mul",         "Div",
+                           "Pow",         "Mod",
+                           "Neg",         "Abs",
+                           "Relu",        "LeakyRelu",
+                           "PRelu",       "Elu",
+                           "Selu",        "Celu",
+                           "Tanh",        "Sigmoid",
+                           "HardSigmoid", "HardSwish",
+                           "Softplus",    "Softsign",
+                           "Exp",         "Log",
+                           "Sqrt",        "Reciprocal",
+                           "Erf",         "Sin",
+                           "Cos",         "Tan",
+                           "Asin",        "Acos",
+                           "Atan",        "Sinh",
+                           "Cosh",        "Floor",
+                           "Ceil",        "Round",
+                           "Sign",        "Clip",
+                           "Where",       "Equal",
+                           "Less",        "LessOrEqual",
+                           "Greater",     "GreaterOrEqual",
+                           "Not",         "And",
+                           "Or",          "Xor",
+                           "IsNaN",       "IsInf",
+                           "BitShift",    "Gelu",
+                           "Mish",        "ThresholdedRelu",
+                           "QuickGelu"})
       m[op] = {Flops::kElementwise, Unit::kVector};
     for (const char* op : {"Softmax", "LogSoftmax", "LayerNormalization", "Hardmax", "InstanceNormalization",
                            "GroupNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization"})
       m[op] = {Flops::kNormalization, Unit::kVector};
-    for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                           "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin",
-                           "GlobalAveragePool", "GlobalMaxPool", "CumSum"})
+    for (const char* op :
+         {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+          "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin", "GlobalAveragePool", "GlobalMaxPool", "CumSum"})
       m[op] = {Flops::kReduction, Unit::kVector};
     for (const char* op : {"Sum", "Max", "Min", "Mean"}) m[op] = {Flops::kVariadic, Unit::kVector};
     m["MatMul"] = m["MatMulInteger"] = {Flops::kMatMul, Unit::kMatrix};
@@ -156,8 +178,8 @@ double node_bytes(const Graph& g, const Node& n) {
 namespace {
 
 struct AxisLink {
-  double n = 1;    // group size along this axis
-  double bw = 0;   // ring bandwidth per device (bytes/s)
+  double n = 1;   // group size along this axis
+  double bw = 0;  // ring bandwidth per device (bytes/s)
 };
 
 // Ring of mesh axis `a`: its size and bandwidth from the target's placement of the axis (Target::placement).
@@ -286,8 +308,7 @@ double node_time(const Graph& program, const Node& n, const DeviceMesh& mesh, co
       break;
     }
   const Unit unit = op_cost(n).unit;
-  const double rate =
-      unit == Unit::kVector ? t.peak_for(dt) : t.contraction_rate(f, dt, unit == Unit::kConvolution);
+  const double rate = unit == Unit::kVector ? t.peak_for(dt) : t.contraction_rate(f, dt, unit == Unit::kConvolution);
   return std::max(rate > 0 ? f / rate : 0.0, t.hbm_bandwidth > 0 ? b / t.hbm_bandwidth : 0.0) + t.op_overhead;
 }
 
@@ -334,7 +355,7 @@ CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t, 
   r.node_time_s.assign(n, 0.0);
   r.node_start_s.assign(n, 0.0);
   std::vector<double> ready(p.program.values.size(), 0.0);  // when each value exists
-  double free_at[2] = {0.0, 0.0};                             // compute stream, communication stream
+  double free_at[2] = {0.0, 0.0};                           // compute stream, communication stream
   double end = 0;
   for (size_t i = 0; i < n; ++i) {
     const Node& node = p.program.nodes[i];

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/ir/ir.h"
 #include "core/cost/target.h"
+#include "core/ir/ir.h"
 #include "core/partition/spmd.h"
 
 namespace gspmd {
@@ -48,15 +48,15 @@ double node_time(const Graph& program, const Node& node, const DeviceMesh& mesh,
 /// Simulated cost of one step of the program on the target (every device runs the same program, so per-device
 /// numbers are equal except for memory).
 struct CostReport {
-  double model_flops = 0;           // FLOPs of the unpartitioned model (one step)
-  double compute_time_s = 0;        // sum of per-op roofline times of the program on one device
-  double communication_time_s = 0;  // sum of collective times (no overlap)
-  double step_time_s = 0;           // compute + communication
-  double flops_utilization = 0;     // model_flops / (devices * peak * step_time)
-  std::vector<double> node_time_s;  // per program node id: node_time (without overlap they sum to step_time_s)
-  std::vector<double> node_start_s; // per program node id: when it starts in the step (s)
-  bool overlap = false;             // collectives overlapped with independent compute (simulate_cost's option)
-  int64_t peak_memory_bytes = 0;    // static_peak_memory of the program: the same on every device (bytes)
+  double model_flops = 0;            // FLOPs of the unpartitioned model (one step)
+  double compute_time_s = 0;         // sum of per-op roofline times of the program on one device
+  double communication_time_s = 0;   // sum of collective times (no overlap)
+  double step_time_s = 0;            // compute + communication
+  double flops_utilization = 0;      // model_flops / (devices * peak * step_time)
+  std::vector<double> node_time_s;   // per program node id: node_time (without overlap they sum to step_time_s)
+  std::vector<double> node_start_s;  // per program node id: when it starts in the step (s)
+  bool overlap = false;              // collectives overlapped with independent compute (simulate_cost's option)
+  int64_t peak_memory_bytes = 0;     // static_peak_memory of the program: the same on every device (bytes)
 };
 
 /// Peak bytes one device holds while running `program` in node order (a static estimate, no data needed): weights,

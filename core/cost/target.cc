@@ -26,9 +26,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 Target preset_v3() {
   Target t;
   t.name = "tpu-v3";
-  t.peak_flops = 123e12 / 2;           // 123 TFLOP/s bf16 per chip, 2 TensorCores per chip; a device is a core
-  t.hbm_bytes = 32 * kGiB / 2;         // 32 GiB per chip
-  t.hbm_bandwidth = 900e9 / 2;         // 900 GB/s per chip
+  t.peak_flops = 123e12 / 2;                 // 123 TFLOP/s bf16 per chip, 2 TensorCores per chip; a device is a core
+  t.hbm_bytes = 32 * kGiB / 2;               // 32 GiB per chip
+  t.hbm_bandwidth = 900e9 / 2;               // 900 GB/s per chip
   t.link_bandwidth = 340e12 / 1024 / 4 / 2;  // all-reduce BW per pod / chips / ICI ports, shared by the 2 cores
   t.link_latency = 1e-6;
   t.wraparound = true;
@@ -40,8 +40,8 @@ Target preset_v3() {
 Target preset_v4() {
   Target t;
   t.name = "tpu-v4";
-  t.peak_flops = 275e12;               // per chip (megacore: one device per chip)
-  t.peak_flops_int8 = 275e12;          // "275 teraflops (bf16 or int8)"
+  t.peak_flops = 275e12;       // per chip (megacore: one device per chip)
+  t.peak_flops_int8 = 275e12;  // "275 teraflops (bf16 or int8)"
   t.hbm_bytes = 32 * kGiB;
   t.hbm_bandwidth = 1200e9;
   t.link_bandwidth = 1.1e15 / 4096 / 6;  // all-reduce BW per pod / chips / 6 ICI ports = 44.8 GB/s
@@ -56,10 +56,10 @@ Target preset_v5e() {
   Target t;
   t.name = "tpu-v5e";
   t.peak_flops = 197e12;
-  t.peak_flops_int8 = 394e12;          // "Peak compute per chip (int8) 394 TOPs"
+  t.peak_flops_int8 = 394e12;  // "Peak compute per chip (int8) 394 TOPs"
   t.hbm_bytes = 16 * kGiB;
   t.hbm_bandwidth = 819e9;
-  t.link_bandwidth = 400e9 / 4 / 2;    // 400 GB/s bidirectional ICI per chip, 4 ports, 2 directions = 50 GB/s
+  t.link_bandwidth = 400e9 / 4 / 2;  // 400 GB/s bidirectional ICI per chip, 4 ports, 2 directions = 50 GB/s
   t.link_latency = 1e-6;
   t.wraparound = true;
   t.links_per_axis = 2;
@@ -70,9 +70,7 @@ Target preset_v5e() {
 // A named preset: the built-in TPUs, then those registered by register_preset (the CLI's measured "host").
 struct PresetRegistry {
   std::vector<std::pair<std::string, std::function<Target()>>> entries;
-  PresetRegistry() {
-    entries = {{"tpu-v3", preset_v3}, {"tpu-v4", preset_v4}, {"tpu-v5e", preset_v5e}};
-  }
+  PresetRegistry() { entries = {{"tpu-v3", preset_v3}, {"tpu-v4", preset_v4}, {"tpu-v5e", preset_v5e}}; }
   const std::function<Target()>* find(const std::string& name) const {
     for (const auto& [n, f] : entries)
       if (n == name) return &f;
@@ -121,8 +119,8 @@ Target Target::from_json(const std::string& text, const std::string& path) {
     const auto* make = b.is_string() ? registry().find(b.get<std::string>()) : nullptr;
     if (!b.is_string()) throw InputError(fmt::format("{}: 'base' must be a string", path));
     if (!make)
-      throw InputError(fmt::format("{}: unknown base target '{}' (known: {})", path, b.get<std::string>(),
-                                   known_presets()));
+      throw InputError(
+          fmt::format("{}: unknown base target '{}' (known: {})", path, b.get<std::string>(), known_presets()));
     std::string keep = t.name;
     t = (*make)();
     t.name = keep;
@@ -132,15 +130,16 @@ Target Target::from_json(const std::string& text, const std::string& path) {
   auto num = [&](const std::string& k, const nlohmann::json& v) {
     if (!v.is_number()) throw InputError(fmt::format("{}: field '{}' must be a number", path, k));
     double d = v.get<double>();
-    if (!std::isfinite(d) || d < 0) throw InputError(fmt::format("{}: field '{}' must be a finite number >= 0", path, k));
+    if (!std::isfinite(d) || d < 0)
+      throw InputError(fmt::format("{}: field '{}' must be a finite number >= 0", path, k));
     return d;
   };
   const std::vector<std::pair<const char*, double Target::*>> numbers = {
-      {"peak_flops", &Target::peak_flops},         {"peak_flops_f32", &Target::peak_flops_f32},
+      {"peak_flops", &Target::peak_flops},           {"peak_flops_f32", &Target::peak_flops_f32},
       {"peak_flops_bf16", &Target::peak_flops_bf16}, {"peak_flops_f16", &Target::peak_flops_f16},
       {"peak_flops_int8", &Target::peak_flops_int8}, {"hbm_bytes", &Target::hbm_bytes},
-      {"hbm_bandwidth", &Target::hbm_bandwidth},   {"link_bandwidth", &Target::link_bandwidth},
-      {"link_latency", &Target::link_latency},     {"op_overhead", &Target::op_overhead}};
+      {"hbm_bandwidth", &Target::hbm_bandwidth},     {"link_bandwidth", &Target::link_bandwidth},
+      {"link_latency", &Target::link_latency},       {"op_overhead", &Target::op_overhead}};
   for (const auto& [k, v] : js.items()) {
     if (k == "base") continue;
     auto it = std::find_if(numbers.begin(), numbers.end(), [&](const auto& e) { return k == e.first; });
@@ -162,8 +161,10 @@ Target Target::from_json(const std::string& text, const std::string& path) {
         if (ok) t.contraction_curve.emplace_back(pt[0].get<double>(), pt[1].get<double>());
       }
       if (!ok)
-        throw InputError(fmt::format("{}: 'contraction_curve' must be [[flops, flop_per_s], ...] with positive "
-                                     "numbers and increasing flops", path));
+        throw InputError(
+            fmt::format("{}: 'contraction_curve' must be [[flops, flop_per_s], ...] with positive "
+                        "numbers and increasing flops",
+                        path));
     } else if (k == "measured_ops") {
       if (!v.is_object())
         throw InputError(fmt::format("{}: 'measured_ops' must be {{\"op signature\": seconds, ...}}", path));
@@ -184,19 +185,20 @@ Target Target::from_json(const std::string& text, const std::string& path) {
       if (s == "ring" || s == "line") {
         dims = 1;
         wrap = s == "ring";
-      } else if (s.size() >= 4 && s[0] >= '1' && s[0] <= '9' && s[1] == 'd' && (s.substr(2) == "-torus" ||
-                                                                              s.substr(2) == "-mesh")) {
+      } else if (s.size() >= 4 && s[0] >= '1' && s[0] <= '9' && s[1] == 'd' &&
+                 (s.substr(2) == "-torus" || s.substr(2) == "-mesh")) {
         dims = s[0] - '0';
         wrap = s.substr(2) == "-torus";
       } else {
-        throw InputError(fmt::format("{}: 'topology' must be \"ring\", \"line\", \"<n>d-torus\" or \"<n>d-mesh\"",
-                                     path));
+        throw InputError(
+            fmt::format("{}: 'topology' must be \"ring\", \"line\", \"<n>d-torus\" or \"<n>d-mesh\"", path));
       }
       t.torus_dims = dims;
       t.wraparound = wrap;
     } else {
-      std::string known = "name, base, topology, wraparound, links_per_axis, torus_dims, contraction_curve, "
-                          "conv_efficiency, measured_ops";
+      std::string known =
+          "name, base, topology, wraparound, links_per_axis, torus_dims, contraction_curve, "
+          "conv_efficiency, measured_ops";
       for (const auto& e : numbers) known += std::string(", ") + e.first;
       throw InputError(fmt::format("{}: unknown field '{}' (known: {})", path, k, known));
     }
@@ -300,8 +302,10 @@ std::vector<std::vector<std::string>> Target::parse_device_order(const std::stri
     out.emplace_back();
     for (const std::string& axis : split(dim, '*')) {
       if (axis.empty())
-        throw InputError(fmt::format("--device-order: '{}' has an empty axis name (expected e.g. \"y,x\" or "
-                                     "\"data,model*expert\")", text));
+        throw InputError(
+            fmt::format("--device-order: '{}' has an empty axis name (expected e.g. \"y,x\" or "
+                        "\"data,model*expert\")",
+                        text));
       out.back().push_back(axis);
     }
   }
@@ -335,8 +339,8 @@ UserPlacement user_placement(const Target& t, const DeviceMesh& mesh) {
       const std::string& a = t.device_order[d][k];
       auto it = std::find(names.begin(), names.end(), a);
       if (it == names.end())
-        throw InputError(fmt::format("--device-order: unknown mesh axis '{}' (mesh axes: {})", a,
-                                     fmt::join(names, ", ")));
+        throw InputError(
+            fmt::format("--device-order: unknown mesh axis '{}' (mesh axes: {})", a, fmt::join(names, ", ")));
       size_t i = static_cast<size_t>(it - names.begin());
       if (u.dim[i] >= 0) throw InputError(fmt::format("--device-order: mesh axis '{}' is given twice", a));
       u.dim[i] = static_cast<int>(d);

@@ -24,27 +24,27 @@ struct AxisPlacement {
 /// An emulated accelerator pod: one device of the SPMD program (the unit that gets a partition id) and its links.
 /// Units: FLOP/s, bytes, bytes/s, seconds.
 struct Target {
-  std::string name;                 // "tpu-v3"
-  double peak_flops = 0;            // per device: the dense-matmul peak of the default compute dtype (bf16 on TPUs,
-                                    // f32 on the host); FLOPs utilization is model FLOPs over this peak
-  double peak_flops_f32 = 0;        // per-dtype peaks (FLOP/s) for ops computing in that dtype; 0 = peak_flops.
-  double peak_flops_bf16 = 0;       //   TPUs run f32 matmuls as bf16 passes at XLA's default precision, so their
-  double peak_flops_f16 = 0;       //   f32 peak is the bf16 peak
-  double peak_flops_int8 = 0;       //   int8/uint8 (MatMulInteger, ConvInteger, QLinear*)
-  double hbm_bytes = 0;             // HBM capacity per device (bytes)
-  double hbm_bandwidth = 0;         // per device (bytes/s)
-  double link_bandwidth = 0;        // one direction of one interconnect link (bytes/s)
-  double link_latency = 0;          // per hop / per collective step (s)
-  double op_overhead = 0;           // fixed time per non-collective op (s): dispatch and launch; 0 on the TPU
-                                    // presets (XLA fuses ops; not modelled), measured for "host"
-  bool wraparound = true;           // torus (true) or mesh (false) links
-  int links_per_axis = 2;           // links per device along one mesh axis (2 = both directions / neighbours)
-  int torus_dims = 2;               // physical torus/mesh dimensions: 1 = ring (or line), 2 for v3/v5e, 3 for v4
+  std::string name;            // "tpu-v3"
+  double peak_flops = 0;       // per device: the dense-matmul peak of the default compute dtype (bf16 on TPUs,
+                               // f32 on the host); FLOPs utilization is model FLOPs over this peak
+  double peak_flops_f32 = 0;   // per-dtype peaks (FLOP/s) for ops computing in that dtype; 0 = peak_flops.
+  double peak_flops_bf16 = 0;  //   TPUs run f32 matmuls as bf16 passes at XLA's default precision, so their
+  double peak_flops_f16 = 0;   //   f32 peak is the bf16 peak
+  double peak_flops_int8 = 0;  //   int8/uint8 (MatMulInteger, ConvInteger, QLinear*)
+  double hbm_bytes = 0;        // HBM capacity per device (bytes)
+  double hbm_bandwidth = 0;    // per device (bytes/s)
+  double link_bandwidth = 0;   // one direction of one interconnect link (bytes/s)
+  double link_latency = 0;     // per hop / per collective step (s)
+  double op_overhead = 0;      // fixed time per non-collective op (s): dispatch and launch; 0 on the TPU
+                               // presets (XLA fuses ops; not modelled), measured for "host"
+  bool wraparound = true;      // torus (true) or mesh (false) links
+  int links_per_axis = 2;      // links per device along one mesh axis (2 = both directions / neighbours)
+  int torus_dims = 2;          // physical torus/mesh dimensions: 1 = ring (or line), 2 for v3/v5e, 3 for v4
   /// Achieved FLOP/s of contractions (MatMul, Gemm, Einsum, Conv, ConvTranspose) by their FLOPs per op: points
   /// (flops, flop_per_s) in increasing flops, interpolated linearly in log(flops) and clamped at both ends. Empty:
   /// the peak (the TPU presets). Measured for "host", where small matmuls run far below the peak.
   std::vector<std::pair<double, double>> contraction_curve;
-  double conv_efficiency = 1;       // Conv/ConvTranspose rate as a fraction of the curve's (or the peak's) rate
+  double conv_efficiency = 1;  // Conv/ConvTranspose rate as a fraction of the curve's (or the peak's) rate
   /// Measured time (s) of one execution of an op, by op_signature (core/cost/cost.h): node_time uses it instead of
   /// the roofline for a node with that signature. Empty on the TPU presets. "host" fills it with the ops of the
   /// program being costed (backend/profile: measure_program_ops), as XLA's profile-guided latency estimator feeds

@@ -53,8 +53,8 @@ ScanLayout scan_layout(const Node& n, size_t body_outputs, int64_t opset) {
   return s;
 }
 
-std::vector<TensorType> body_input_types(const Node& n, const Graph& body,
-                                         const std::vector<const TensorType*>& types, int64_t opset) {
+std::vector<TensorType> body_input_types(const Node& n, const Graph& body, const std::vector<const TensorType*>& types,
+                                         int64_t opset) {
   std::vector<TensorType> out;
   const size_t own = own_inputs(n);
   if (n.op_type == "Loop") {
@@ -77,7 +77,8 @@ std::vector<TensorType> body_input_types(const Node& n, const Graph& body,
       int64_t a = s.in_axes[static_cast<size_t>(k)];
       if (a < 0) a += r;
       if (a < static_cast<int64_t>(drop) || a >= r)
-        fail(n, fmt::format("scan axis {} out of range for input {} of rank {}", s.in_axes[static_cast<size_t>(k)], i, r));
+        fail(n,
+             fmt::format("scan axis {} out of range for input {} of rank {}", s.in_axes[static_cast<size_t>(k)], i, r));
       t.shape.erase(t.shape.begin() + a);
       t.shape.erase(t.shape.begin(), t.shape.begin() + static_cast<int64_t>(drop));
       out.push_back(std::move(t));

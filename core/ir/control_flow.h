@@ -13,14 +13,14 @@ namespace gspmd {
 /// opset 8 (a leading batch dim on every input and output, optional sequence_lens input 0, the scan axis is 1,
 /// `directions` for the scan inputs). Axes are as given (may be negative); normalise against the rank.
 struct ScanLayout {
-  bool batched = false;          // opset 8
-  int first_state = 0;           // node input index of the first state value (1 when batched)
-  int num_state = 0;             // N: loop-carried state values
-  int num_scan_in = 0;           // M: scan inputs (node inputs first_state + N ...)
-  std::vector<int64_t> in_axes;  // per scan input (opset 8: 1, the axis after the batch dim)
-  std::vector<char> in_reverse;  // per scan input: scanned from the end
-  std::vector<int64_t> out_axes;     // per scan output (opset 8: 1)
-  std::vector<char> out_reverse;     // per scan output: filled from the end
+  bool batched = false;           // opset 8
+  int first_state = 0;            // node input index of the first state value (1 when batched)
+  int num_state = 0;              // N: loop-carried state values
+  int num_scan_in = 0;            // M: scan inputs (node inputs first_state + N ...)
+  std::vector<int64_t> in_axes;   // per scan input (opset 8: 1, the axis after the batch dim)
+  std::vector<char> in_reverse;   // per scan input: scanned from the end
+  std::vector<int64_t> out_axes;  // per scan output (opset 8: 1)
+  std::vector<char> out_reverse;  // per scan output: filled from the end
 };
 
 /// Scan's layout for `node` whose body has `body_outputs` outputs, at `opset`. Throws std::runtime_error naming the

@@ -48,9 +48,7 @@ std::string_view dtype_name(DType t) {
   }
 }
 
-int64_t num_elements(const Shape& s) {
-  return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
-}
+int64_t num_elements(const Shape& s) { return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>()); }
 
 std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
 
@@ -176,14 +174,13 @@ void Graph::verify() const {
     for (int v : node.inputs) {
       if (v < -1 || v >= nv) throw std::runtime_error(fmt::format("node '{}': input id {} out of range", node.name, v));
       if (v >= 0 && !ready[v])
-        throw std::runtime_error(
-            fmt::format("node '{}' reads '{}' before it is produced", node.name, values[v].name));
+        throw std::runtime_error(fmt::format("node '{}' reads '{}' before it is produced", node.name, values[v].name));
     }
     for (int v : node.outputs) {
       if (v < 0 || v >= nv) throw std::runtime_error(fmt::format("node '{}': output id {} out of range", node.name, v));
       if (values[v].producer != n)
-        throw std::runtime_error(fmt::format("value '{}' has producer {} but node {} writes it", values[v].name,
-                                             values[v].producer, n));
+        throw std::runtime_error(
+            fmt::format("value '{}' has producer {} but node {} writes it", values[v].name, values[v].producer, n));
       ready[v] = 1;
     }
   }
@@ -269,7 +266,7 @@ uint16_t float_to_half(float f) {
   if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00);  // rounds to >= 65520: infinity
   if (ax < 0x38800000u) {                                              // below 2^-14: subnormal or zero
-    if (ax < 0x33000000u) return sign;                                  // below half the smallest subnormal
+    if (ax < 0x33000000u) return sign;                                 // below half the smallest subnormal
     // value = m * 2^(e-150); counted in subnormal units of 2^-24 that is m * 2^(e-126), a right shift by 14..24.
     const uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
     const uint32_t s = 126 - e;

@@ -75,9 +75,13 @@ struct Tensor {
   int64_t numel() const { return num_elements(shape); }
   size_t nbytes() const { return bytes.size(); }
   template <class T>
-  T* data() { return reinterpret_cast<T*>(bytes.data()); }
+  T* data() {
+    return reinterpret_cast<T*>(bytes.data());
+  }
   template <class T>
-  const T* data() const { return reinterpret_cast<const T*>(bytes.data()); }
+  const T* data() const {
+    return reinterpret_cast<const T*>(bytes.data());
+  }
 
   /// Scalar/vector helpers for shape-like tensors: reads int32/int64 (or float) elements as int64.
   std::vector<int64_t> as_int64s() const;
@@ -146,9 +150,9 @@ struct Value {
   ValueKind kind = ValueKind::kTensor;  // kSequence / kOptional: dtype is the element type, shape is empty
   DType dtype = DType::kUndefined;
   Shape shape;
-  int producer = -1;                  // node id, -1 for graph inputs and initializers
-  bool is_initializer = false;        // a weight or constant known before the run
-  std::shared_ptr<const Tensor> data; // initializer data; may be null for initializers when loaded shapes-only
+  int producer = -1;                   // node id, -1 for graph inputs and initializers
+  bool is_initializer = false;         // a weight or constant known before the run
+  std::shared_ptr<const Tensor> data;  // initializer data; may be null for initializers when loaded shapes-only
 
   /// Bytes of the declared shape and dtype: num_elements(shape) * dtype_size(dtype) (dtype_size's
   /// std::invalid_argument for a dtype without a fixed size).
@@ -200,8 +204,7 @@ struct InputError : std::runtime_error {
 /// input's values are needed ("output 0 depends on the values of input 1 'k'"); the loader turns it into a one-line
 /// InputError naming the value, its node and what would bind it.
 struct DataDependentError : std::runtime_error {
-  DataDependentError(const std::string& what, int input_index = -1)
-      : std::runtime_error(what), input(input_index) {}
+  DataDependentError(const std::string& what, int input_index = -1) : std::runtime_error(what), input(input_index) {}
   int input;  // the node input whose values are needed (-1: not one input)
 };
 

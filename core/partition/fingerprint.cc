@@ -30,9 +30,12 @@ struct Hasher {
   void vec(const std::vector<T>& v) {
     i(static_cast<int64_t>(v.size()));
     for (const T& x : v) {
-      if constexpr (std::is_same_v<T, std::string>) str(x);
-      else if constexpr (std::is_same_v<T, float>) bytes(&x, sizeof x);
-      else i(static_cast<int64_t>(x));
+      if constexpr (std::is_same_v<T, std::string>)
+        str(x);
+      else if constexpr (std::is_same_v<T, float>)
+        bytes(&x, sizeof x);
+      else
+        i(static_cast<int64_t>(x));
     }
   }
   void sharding(const TensorSharding& s) {
@@ -72,16 +75,20 @@ void hash_graph(Hasher& h, const Graph& g) {
       std::visit(
           [&](const auto& x) {
             using T = std::decay_t<decltype(x)>;
-            if constexpr (std::is_same_v<T, int64_t>) h.i(x);
-            else if constexpr (std::is_same_v<T, float>) h.bytes(&x, sizeof x);
-            else if constexpr (std::is_same_v<T, std::string>) h.str(x);
+            if constexpr (std::is_same_v<T, int64_t>)
+              h.i(x);
+            else if constexpr (std::is_same_v<T, float>)
+              h.bytes(&x, sizeof x);
+            else if constexpr (std::is_same_v<T, std::string>)
+              h.str(x);
             else if constexpr (std::is_same_v<T, Tensor>) {
               h.i(static_cast<int64_t>(x.dtype));
               h.vec(x.shape);
               h.bytes(x.bytes.data(), x.bytes.size());
             } else if constexpr (std::is_same_v<T, std::shared_ptr<const Graph>>) {
               hash_graph(h, *x);
-            } else h.vec(x);
+            } else
+              h.vec(x);
           },
           a);
     }

@@ -117,7 +117,7 @@ int Partitioner::emit(Node n, std::vector<int> inputs, const std::string& out_hi
 }
 
 int Partitioner::emit(const std::string& op, std::vector<int> inputs, const std::string& out_hint, DType t, Shape s,
-         std::map<std::string, AttrValue> attrs) {
+                      std::map<std::string, AttrValue> attrs) {
   Node n;
   n.op_type = op;
   n.attrs = std::move(attrs);
@@ -125,7 +125,7 @@ int Partitioner::emit(const std::string& op, std::vector<int> inputs, const std:
 }
 
 int Partitioner::collective(const CollectiveAttrs& a, int x, Shape out_shape, const std::string& for_node, int gv,
-               const std::string& reason) {
+                            const std::string& reason) {
   const DType dt = P().values[x].dtype;
   const int64_t in_elems = num_elements(P().values[x].shape);
   int o = emit(gspmd_node(a), {x}, g_.values[gv].name, dt, out_shape);
@@ -170,8 +170,8 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node, c
   return lv;
 }
 
-int Partitioner::reshard(int gv, int x, const TensorSharding& cur, const TensorSharding& want, const std::string& for_node,
-            const std::string& why) {
+int Partitioner::reshard(int gv, int x, const TensorSharding& cur, const TensorSharding& want,
+                         const std::string& for_node, const std::string& why) {
   const Value& v = g_.values[gv];
   for (int a : want.unreduced)
     if (std::find(cur.unreduced.begin(), cur.unreduced.end(), a) == cur.unreduced.end())
@@ -189,14 +189,13 @@ int Partitioner::reshard(int gv, int x, const TensorSharding& cur, const TensorS
           x = collective({.kind = Collective::kAllReduce, .mesh_axes = st.axes, .reduction = at.reduction}, x, out,
                          for_node, gv, reason);
         else
-          x = collective({.kind = Collective::kReduceScatter, .mesh_axes = st.axes, .reduction = at.reduction,
-                          .axis = d},
-                         x, out, for_node, gv, reason);
+          x = collective(
+              {.kind = Collective::kReduceScatter, .mesh_axes = st.axes, .reduction = at.reduction, .axis = d}, x, out,
+              for_node, gv, reason);
         break;
       }
       case ReshardStep::Kind::kAllToAll:
-        x = collective({.kind = Collective::kAllToAll, .mesh_axes = st.axes, .split_axis = st.dim2,
-                        .concat_axis = d},
+        x = collective({.kind = Collective::kAllToAll, .mesh_axes = st.axes, .split_axis = st.dim2, .concat_axis = d},
                        x, out, for_node, gv,
                        fmt::format("'{}' moves its {} split from dim {} to dim {}; {}", v.name,
                                    axes_str(mesh_, st.axes), st.dim, st.dim2, why));
@@ -204,22 +203,22 @@ int Partitioner::reshard(int gv, int x, const TensorSharding& cur, const TensorS
       case ReshardStep::Kind::kAllGather: {
         Shape s = P().values[x].shape;
         s[st.dim] *= mesh_.axes_size(st.axes);
-        x = collective({.kind = Collective::kAllGather, .mesh_axes = st.axes, .axis = d}, x, s, for_node, gv,
-                       fmt::format("'{}' dim {} is split over {} but {}", v.name, st.dim, axes_str(mesh_, st.axes),
-                                   why));
+        x = collective(
+            {.kind = Collective::kAllGather, .mesh_axes = st.axes, .axis = d}, x, s, for_node, gv,
+            fmt::format("'{}' dim {} is split over {} but {}", v.name, st.dim, axes_str(mesh_, st.axes), why));
         if (st.trim)  // drop the padding of the last shard
-          x = emit("Slice", {x, int64_const("starts", {0}), int64_const("ends", {v.shape[st.dim]}),
-                             int64_const("axes", {d})},
+          x = emit("Slice",
+                   {x, int64_const("starts", {0}), int64_const("ends", {v.shape[st.dim]}), int64_const("axes", {d})},
                    v.name, v.dtype, out);
         break;
       }
       case ReshardStep::Kind::kSlice:
-        x = emit(gspmd_node(ShardSliceAttrs{.axis = d, .mesh_axes = st.axes, .shard_size = out[st.dim]}), {x},
-                 v.name, v.dtype, out);
+        x = emit(gspmd_node(ShardSliceAttrs{.axis = d, .mesh_axes = st.axes, .shard_size = out[st.dim]}), {x}, v.name,
+                 v.dtype, out);
         break;
       case ReshardStep::Kind::kPermute:
-        x = collective({.kind = Collective::kCollectivePermute, .mesh_axes = st.axes, .target_axes = st.target_axes},
-                       x, out, for_node, gv,
+        x = collective({.kind = Collective::kCollectivePermute, .mesh_axes = st.axes, .target_axes = st.target_axes}, x,
+                       out, for_node, gv,
                        fmt::format("'{}' goes from {} to {} (same shard shape, other devices); {}", v.name,
                                    at.to_partition_spec(mesh_), st.after.to_partition_spec(mesh_), why));
         break;
@@ -228,8 +227,6 @@ int Partitioner::reshard(int gv, int x, const TensorSharding& cur, const TensorS
   }
   return x;
 }
-
-
 
 // ---- choosing factor shardings ----------------------------------------------------------------------------------
 
@@ -293,8 +290,7 @@ FactorSharding Partitioner::choose_factors(const OpShardingRule& rule, const Nod
       }))
     for (auto& axes : F) axes.clear();
   // A grouped convolution splits its groups only evenly (the local op's `group` must be whole).
-  if (const int gf = rule.group_factor; gf >= 0 && rule.factor_sizes[gf] % mesh_.axes_size(F[gf]) != 0)
-    F[gf].clear();
+  if (const int gf = rule.group_factor; gf >= 0 && rule.factor_sizes[gf] % mesh_.axes_size(F[gf]) != 0) F[gf].clear();
   return F;
 }
 
@@ -471,7 +467,8 @@ void Partitioner::emit_local(const Node& node, const OpShardingRule& rule, const
     result_shardings.push_back(s);
   }
   // The local shape is literal: the result's local shape replaces the shape operand.
-  if (rule.shape_operand >= 0) local.inputs[rule.shape_operand] = int64_const("shape", P().values[local.outputs[0]].shape);
+  if (rule.shape_operand >= 0)
+    local.inputs[rule.shape_operand] = int64_const("shape", P().values[local.outputs[0]].shape);
   if (!windows.empty()) set_window_attrs(local, node, windows);
   if (rule.group_factor >= 0)
     local.attrs["group"] = rule.factor_sizes[rule.group_factor] / mesh_.axes_size(F[rule.group_factor]);
@@ -498,8 +495,8 @@ void Partitioner::emit_local(const Node& node, const OpShardingRule& rule, const
       else
         throw UnsupportedError(
             fmt::format("{} ({}): mean of {} over a split dim", node.name, node.op_type, dtype_name(gvv.dtype)));
-      out = emit("Mul", {out, new_constant("mean_scale", std::move(scale))}, gvv.name, gvv.dtype,
-                 P().values[out].shape);
+      out =
+          emit("Mul", {out, new_constant("mean_scale", std::move(scale))}, gvv.name, gvv.dtype, P().values[out].shape);
     }
     bind(node.outputs[r], result_shardings[r], out);
   }
@@ -519,8 +516,7 @@ std::vector<int> Partitioner::plan_bias_operands(const Node& node, const OpShard
     for (size_t i = 0; i < node.inputs.size() && !F[f].empty(); ++i) {
       const DimFactors& df = rule.operands[i];
       if (node.inputs[i] < 0 || df.empty()) continue;
-      const bool indexes =
-          std::any_of(df.begin(), df.end(), [&](const std::vector<int>& d) { return contains(d, f); });
+      const bool indexes = std::any_of(df.begin(), df.end(), [&](const std::vector<int>& d) { return contains(d, f); });
       if (indexes) continue;
       const bool is_bias = contains(rule.bias_operands, static_cast<int>(i)) && rule.reduction == ReductionKind::kSum;
       if (!is_bias)
@@ -539,9 +535,9 @@ int Partitioner::keep_on_first_tile(int x, const OpShardingRule& rule, const Fac
   if (axes.empty()) return x;
   std::sort(axes.begin(), axes.end());
   const int64_t rows = P().values[x].shape[0];
-  return emit(gspmd_node(MaskPadAttrs{.axis = 0, .mesh_axes = axes, .full_size = rows, .value = 0.f, .base = 0,
-                                      .step = rows}),
-              {x}, name + "/first_tile", P().values[x].dtype, P().values[x].shape);
+  return emit(
+      gspmd_node(MaskPadAttrs{.axis = 0, .mesh_axes = axes, .full_size = rows, .value = 0.f, .base = 0, .step = rows}),
+      {x}, name + "/first_tile", P().values[x].dtype, P().values[x].shape);
 }
 
 // ---- no rule ----------------------------------------------------------------------------------------------------

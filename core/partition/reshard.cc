@@ -75,8 +75,8 @@ std::vector<int> flat_axes(const TensorSharding& s) {
 /// Generates the exact steps out of one sharding and prices them.
 class Edges {
  public:
-  Edges(const DeviceMesh& mesh, const Target& target, const Shape& global, int64_t elem_bytes,
-        const TensorSharding& to, std::vector<int> slice_axes)
+  Edges(const DeviceMesh& mesh, const Target& target, const Shape& global, int64_t elem_bytes, const TensorSharding& to,
+        std::vector<int> slice_axes)
       : mesh_(mesh), target_(target), g_(global), eb_(elem_bytes), to_(to), slice_axes_(std::move(slice_axes)) {}
 
   /// Calls out(step) for every step leaving `s`.

@@ -32,17 +32,17 @@ struct ReshardStep {
   int dim = -1;
   int dim2 = -1;
   bool trim = false;
-  TensorSharding after;          // the sharding once the step has run
-  int64_t bytes = 0;             // per-device payload: the larger of the local operand and result (bytes)
-  double seconds = 0;            // estimated time of the step on the target (s)
+  TensorSharding after;  // the sharding once the step has run
+  int64_t bytes = 0;     // per-device payload: the larger of the local operand and result (bytes)
+  double seconds = 0;    // estimated time of the step on the target (s)
 };
 
 /// A planned reshard: steps in order and their summed estimate.
 struct ReshardPlan {
   std::vector<ReshardStep> steps;
-  double seconds = 0;     // sum of the steps' estimates (s)
-  int64_t bytes = 0;      // sum of the collective steps' per-device payloads (bytes)
-  int states = 0;         // shardings the search visited (for tests and explain)
+  double seconds = 0;  // sum of the steps' estimates (s)
+  int64_t bytes = 0;   // sum of the collective steps' per-device payloads (bytes)
+  int states = 0;      // shardings the search visited (for tests and explain)
 };
 
 /// The collective a step runs (kPermute: kCollectivePermute), or nullopt for the local kSlice.

@@ -12,7 +12,6 @@
 
 namespace gspmd::partition_internal {
 
-
 bool Partitioner::lower_split_softmax(int n) { return lower_softmax(n, /*log=*/false); }
 bool Partitioner::lower_split_log_softmax(int n) { return lower_softmax(n, /*log=*/true); }
 
@@ -45,8 +44,10 @@ bool Partitioner::lower_softmax(int n, bool log) {
     const std::string kind(reduction_name(reduction));
     std::vector<int> ins{v};
     std::map<std::string, AttrValue> attrs{{"keepdims", int64_t{1}}};
-    if (op == "ReduceSum") ins.push_back(int64_const("axes", {axis}));  // opset 13+: axes is an input
-    else attrs["axes"] = std::vector<int64_t>{axis};
+    if (op == "ReduceSum")
+      ins.push_back(int64_const("axes", {axis}));  // opset 13+: axes is an input
+    else
+      attrs["axes"] = std::vector<int64_t>{axis};
     int local = emit(op, ins, on + "/" + kind, DType::kFloat32, red, attrs);
     return collective({.kind = Collective::kAllReduce, .mesh_axes = A, .reduction = reduction}, local, red, node.name,
                       gx,
@@ -57,8 +58,9 @@ bool Partitioner::lower_softmax(int n, bool log) {
   int shifted = emit("Sub", {x, m}, on + "/shifted", DType::kFloat32, ls);
   int e = emit("Exp", {shifted}, on + "/exp", DType::kFloat32, ls);
   int sum = reduce("ReduceSum", mask(e, 0.f), ReductionKind::kSum);
-  int y = log ? emit("Sub", {shifted, emit("Log", {sum}, on + "/log_sum", DType::kFloat32, red)}, on, DType::kFloat32, ls)
-              : emit("Div", {e, sum}, on, DType::kFloat32, ls);
+  int y =
+      log ? emit("Sub", {shifted, emit("Log", {sum}, on + "/log_sum", DType::kFloat32, red)}, on, DType::kFloat32, ls)
+          : emit("Div", {e, sum}, on, DType::kFloat32, ls);
   bind(node.outputs[0], s, y);
   return true;
 }
@@ -95,8 +97,8 @@ bool Partitioner::lower_split_layer_norm(int n) {
   s.unreduced.clear();
   s.reduction = ReductionKind::kSum;
   const std::string& on = g_.values[node.outputs[0]].name;
-  const std::string why = fmt::format("{} (LayerNormalization) normalizes dims {}.. split over {}", node.name, axis,
-                                      axes_str(mesh_, A));
+  const std::string why =
+      fmt::format("{} (LayerNormalization) normalizes dims {}.. split over {}", node.name, axis, axes_str(mesh_, A));
   int x = get(gx, s, node.name, why);
   const Shape ls = P().values[x].shape;
   Shape red = ls;
@@ -111,16 +113,16 @@ bool Partitioner::lower_split_layer_norm(int n) {
     }
     int local = emit("ReduceSum", {v, int64_const("axes", norm_dims)}, on + "/" + what, DType::kFloat32, red,
                      {{"keepdims", int64_t{1}}});
-    int sum = collective({.kind = Collective::kAllReduce, .mesh_axes = A, .reduction = ReductionKind::kSum}, local,
-                         red, node.name, gx, why + ": global " + what);
+    int sum = collective({.kind = Collective::kAllReduce, .mesh_axes = A, .reduction = ReductionKind::kSum}, local, red,
+                         node.name, gx, why + ": global " + what);
     return emit("Div", {sum, scalar("count", static_cast<float>(count))}, on + "/" + what, DType::kFloat32, red);
   };
   int mean = global_mean(x, "mean");
   int d = emit("Sub", {x, mean}, on + "/centered", DType::kFloat32, ls);
   int var = global_mean(emit("Mul", {d, d}, on + "/squared", DType::kFloat32, ls), "variance");
-  int sd = emit("Sqrt", {emit("Add", {var, scalar("epsilon", node.f("epsilon", 1e-5f))}, on + "/var_eps",
-                              DType::kFloat32, red)},
-                on + "/std", DType::kFloat32, red);
+  int sd = emit(
+      "Sqrt", {emit("Add", {var, scalar("epsilon", node.f("epsilon", 1e-5f))}, on + "/var_eps", DType::kFloat32, red)},
+      on + "/std", DType::kFloat32, red);
   int y = emit("Div", {d, sd}, on + "/normalized", DType::kFloat32, ls);
   TensorSharding param;
   param.dims.assign(s.dims.begin() + axis, s.dims.end());

@@ -29,25 +29,25 @@ struct ProgramBinding {
 
 /// One collective of the program, for the report and explain (docs/architecture.md, invariant 5).
 struct CollectiveRecord {
-  int node = -1;              // node id in SpmdProgram::program
+  int node = -1;                             // node id in SpmdProgram::program
   Collective kind = Collective::kAllReduce;  // display it with collective_name (program_ops.h)
   std::vector<int> mesh_axes;
-  int64_t bytes = 0;          // per-device payload of one execution: the larger of the local operand and result
-  std::string for_node;       // name of the global node that needed it ("" for graph outputs)
-  std::string value;          // name of the global value resharded
-  std::string reason;         // e.g. "operand 0 of MatMul_12 is unreduced over {model}; Add needs the full value"
+  int64_t bytes = 0;     // per-device payload of one execution: the larger of the local operand and result
+  std::string for_node;  // name of the global node that needed it ("" for graph outputs)
+  std::string value;     // name of the global value resharded
+  std::string reason;    // e.g. "operand 0 of MatMul_12 is unreduced over {model}; Add needs the full value"
 };
 
 /// The partitioned model: one program for all devices plus how to feed and read it.
 struct SpmdProgram {
   DeviceMesh mesh;
-  Graph program;                         // local shapes; node names derive from the global node names
-  std::vector<ProgramBinding> inputs;    // one per program.inputs, same order as the global graph inputs
-  std::vector<ProgramBinding> params;    // program initializers that are per-device slices of a global initializer
-                                         // (the program value has no data; slice with shard_tensor)
-  std::vector<ProgramBinding> outputs;   // one per program.outputs, same order as the global outputs
+  Graph program;                        // local shapes; node names derive from the global node names
+  std::vector<ProgramBinding> inputs;   // one per program.inputs, same order as the global graph inputs
+  std::vector<ProgramBinding> params;   // program initializers that are per-device slices of a global initializer
+                                        // (the program value has no data; slice with shard_tensor)
+  std::vector<ProgramBinding> outputs;  // one per program.outputs, same order as the global outputs
   std::vector<CollectiveRecord> collectives;
-  std::vector<std::string> warnings;     // replication fallbacks etc., each naming the node and tensor
+  std::vector<std::string> warnings;            // replication fallbacks etc., each naming the node and tensor
   std::vector<TensorSharding> final_shardings;  // per global value: the sharding it actually has in the program
 };
 

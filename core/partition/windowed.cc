@@ -46,7 +46,8 @@ Partitioner::SpatialParams Partitioner::spatial_params(const Node& node, int sd)
   return p;
 }
 
-std::vector<Partitioner::Window> Partitioner::plan_windows(const Node& node, const OpShardingRule& rule, FactorSharding& F) {
+std::vector<Partitioner::Window> Partitioner::plan_windows(const Node& node, const OpShardingRule& rule,
+                                                           FactorSharding& F) {
   std::vector<Window> out;
   if (rule.operands.empty()) return out;
   const WindowSemantics sem = window_semantics(node);
@@ -69,7 +70,8 @@ std::vector<Partitioner::Window> Partitioner::plan_windows(const Node& node, con
     // Offsets are linear in t, so the extreme halos are at t = 0 or t = n - 1.
     const int64_t drift = w.o_loc * w.stride - w.h_loc;  // how much further each tile's window starts
     w.left = std::max<int64_t>({0, w.pad_begin, w.pad_begin - (w.n - 1) * drift});
-    w.right = std::max<int64_t>({0, w.window - w.pad_begin - w.h_loc, (w.n - 1) * drift + w.window - w.pad_begin - w.h_loc});
+    w.right =
+        std::max<int64_t>({0, w.window - w.pad_begin - w.h_loc, (w.n - 1) * drift + w.window - w.pad_begin - w.h_loc});
     w.base = w.left - w.pad_begin;
     w.step = drift;
     w.pad_value = sem.pad_value;
@@ -83,9 +85,9 @@ std::vector<Partitioner::Window> Partitioner::plan_windows(const Node& node, con
     else if (sem.average && (lowest < -sp.pad_begin || highest >= w.full + sp.pad_end))
       problem = fmt::format("{} windows run past the padding (ceil_mode)", node.op_type);
     if (!problem.empty()) {
-      out_.warnings.push_back(fmt::format("{} ({}): dim {} of '{}' is gathered instead of split over {}: {}",
-                                          node.name, node.op_type, d, g_.values[node.inputs[0]].name,
-                                          axes_str(mesh_, w.axes), problem));
+      out_.warnings.push_back(fmt::format("{} ({}): dim {} of '{}' is gathered instead of split over {}: {}", node.name,
+                                          node.op_type, d, g_.values[node.inputs[0]].name, axes_str(mesh_, w.axes),
+                                          problem));
       F[f].clear();
       continue;
     }
@@ -106,11 +108,11 @@ int Partitioner::exchange_halos(const Node& node, int x, const std::vector<Windo
                   name + "/halo", dt, s);
     };
     auto permute = [&](int v, int64_t shift, const std::string& side) {
-      return collective({.kind = Collective::kCollectivePermute, .mesh_axes = w.axes, .shift = shift}, v,
-                        P().values[v].shape, node.name, gx,
-                        fmt::format("{} ({}) reads {} rows of '{}' dim {} from its {} neighbour over {} (halo)",
-                                    node.name, node.op_type, P().values[v].shape[w.dim], name, w.dim, side,
-                                    axes_str(mesh_, w.axes)));
+      return collective(
+          {.kind = Collective::kCollectivePermute, .mesh_axes = w.axes, .shift = shift}, v, P().values[v].shape,
+          node.name, gx,
+          fmt::format("{} ({}) reads {} rows of '{}' dim {} from its {} neighbour over {} (halo)", node.name,
+                      node.op_type, P().values[v].shape[w.dim], name, w.dim, side, axes_str(mesh_, w.axes)));
     };
     std::vector<int> parts;
     if (w.left > 0) parts.push_back(permute(rows(w.h_loc - w.left, w.h_loc), 1, "left"));

@@ -32,8 +32,8 @@ class Propagator {
       try {
         a.sharding.verify(mesh_, static_cast<int>(val.shape.size()));
       } catch (const std::invalid_argument& e) {
-        throw InputError(fmt::format("{}: sharding of '{}': {}", a.source.empty() ? "annotation" : a.source,
-                                     val.name, e.what()));
+        throw InputError(
+            fmt::format("{}: sharding of '{}': {}", a.source.empty() ? "annotation" : a.source, val.name, e.what()));
       }
     }
 
@@ -129,8 +129,8 @@ class Propagator {
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       int v = node.inputs[i];
       if (v >= 0 && state_[v] != kFrozen)
-        refs.push_back({v, false, &rule.operands[i], num_elements(g_.values[v].shape),
-                        stage < 2 && broadcast_[n][i] != 0});
+        refs.push_back(
+            {v, false, &rule.operands[i], num_elements(g_.values[v].shape), stage < 2 && broadcast_[n][i] != 0});
     }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       int v = node.outputs[i];
@@ -206,10 +206,10 @@ class Propagator {
   ShardingPlan plan_;
   std::vector<State> state_;
   const RuleTable& rules_;
-  std::vector<const Ref*> projected_;           // process()'s scratch (no allocation per call)
-  std::vector<int> src_;                        // process()'s scratch
-  std::vector<char> pass_through_op_;           // per node: stage-0 op
-  std::vector<std::vector<char>> broadcast_;    // per node, per operand: a broadcast operand
+  std::vector<const Ref*> projected_;         // process()'s scratch (no allocation per call)
+  std::vector<int> src_;                      // process()'s scratch
+  std::vector<char> pass_through_op_;         // per node: stage-0 op
+  std::vector<std::vector<char>> broadcast_;  // per node, per operand: a broadcast operand
 };
 
 std::string node_label(const Graph& g, int n) {

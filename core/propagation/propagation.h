@@ -16,8 +16,8 @@ class RuleTable;  // core/rules/rule.h
 /// A user annotation on one value (from the sharding file). Annotated values keep their sharding.
 struct Annotation {
   TensorSharding sharding;
-  int priority = 0;  // lower runs earlier (Shardy p0, p1, ...)
-  std::string source; // e.g. "gpt.sharding.json: tensors.\"h.0.mlp.fc_in.weight\"" for explain
+  int priority = 0;    // lower runs earlier (Shardy p0, p1, ...)
+  std::string source;  // e.g. "gpt.sharding.json: tensors.\"h.0.mlp.fc_in.weight\"" for explain
 };
 
 /// Mesh + annotations keyed by value id.
@@ -29,9 +29,9 @@ struct Annotations {
 /// Where a value's sharding came from, for explain (docs/architecture.md, invariant 5).
 struct Origin {
   enum Kind { kDefault, kAnnotation, kPropagated } kind = kDefault;  // default = replicated, nothing reached it
-  int node = -1;       // kPropagated: the node whose rule carried the sharding
-  int from_value = -1; // kPropagated: the value it came from (walk from_value's origin for the chain)
-  bool forward = true; // kPropagated: operand->result (true) or result->operand
+  int node = -1;        // kPropagated: the node whose rule carried the sharding
+  int from_value = -1;  // kPropagated: the value it came from (walk from_value's origin for the chain)
+  bool forward = true;  // kPropagated: operand->result (true) or result->operand
 };
 
 /// Result of propagation: one sharding and origin per value id of the graph.

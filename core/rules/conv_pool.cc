@@ -134,8 +134,7 @@ RuleBuilder conv_rule(bool transpose) {
     Channels ch = conv_factors(m, N, C, O, G, k, fn, sp, [&](int i) {
       int64_t ks = i < static_cast<int>(kernel.size()) ? kernel[i] : w[2 + i];
       auto opad = n.ints("output_padding");
-      if (identity_window(n, i, k, ks, x[2 + i], y[2 + i]) &&
-          (i >= static_cast<int>(opad.size()) || opad[i] == 0))
+      if (identity_window(n, i, k, ks, x[2 + i], y[2 + i]) && (i >= static_cast<int>(opad.size()) || opad[i] == 0))
         return m.factor(x[2 + i], FactorKind::kPassThrough);
       return m.factor(x[2 + i], transpose ? FactorKind::kNeedReplication : FactorKind::kWindowed);
     });
@@ -144,7 +143,7 @@ RuleBuilder conv_rule(bool transpose) {
     dx[1] = ch.in;
     dy[1] = ch.out;
     if (transpose) {
-      dw[0] = ch.in;  // (g, cg)
+      dw[0] = ch.in;                                                                               // (g, cg)
       dw[1] = ch.out.size() > 1 || G == 1 ? std::vector<int>{ch.out.back()} : std::vector<int>{};  // (og) / (o)
     } else {
       dw[0] = ch.out;
@@ -255,8 +254,8 @@ RuleBuilder per_dim_rule(std::function<bool(const Node&, int d, int rank)> whole
     const Shape& x = m.in(0);
     const int rk = static_cast<int>(x.size());
     if (m.out(0) != x) return reject("Y {} differs from X {}", shape_str(m.out(0)), shape_str(x));
-    const DimFactors dx = one_factor_each(m.factors(
-        x, [&](int d) { return whole(n, d, rk) ? FactorKind::kNeedReplication : FactorKind::kPassThrough; }));
+    const DimFactors dx = one_factor_each(
+        m.factors(x, [&](int d) { return whole(n, d, rk) ? FactorKind::kNeedReplication : FactorKind::kPassThrough; }));
     m.operand(0, dx).result(0, dx);
     const bool params_ok = set_present(m, false, 1, [&](const Shape& s) -> std::optional<DimFactors> {
       if (!channel_params || rk < 2 || s != Shape{x[1]}) return std::nullopt;

@@ -77,11 +77,13 @@ void register_elementwise_rules() {
   // means), but it is left unmarked: no partial operand passes through it, it is reduced first.
   add_builtin("Sum", elementwise(Operands::kAll, {kAllOperands}, /*additive=*/true));
   add_builtin("Mean", elementwise(Operands::kAll, {}));
-  for (const char* op : {"Sqrt", "Erf", "Tanh", "Relu", "Exp", "Log", "Abs", "Reciprocal", "Sigmoid", "Not", "Cast",
-                         "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "IsNaN", "IsInf", "Softplus", "Gelu",
-                         "LeakyRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softsign", "Celu", "Mish",
-                         "ThresholdedRelu", "CastLike", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
-                         "Acosh", "Atanh", "Shrink", "BitwiseNot"})
+  for (const char* op : {"Sqrt",        "Erf",        "Tanh",     "Relu",      "Exp",    "Log",
+                         "Abs",         "Reciprocal", "Sigmoid",  "Not",       "Cast",   "Floor",
+                         "Ceil",        "Round",      "Sign",     "Sin",       "Cos",    "IsNaN",
+                         "IsInf",       "Softplus",   "Gelu",     "LeakyRelu", "Elu",    "Selu",
+                         "HardSigmoid", "HardSwish",  "Softsign", "Celu",      "Mish",   "ThresholdedRelu",
+                         "CastLike",    "Tan",        "Asin",     "Acos",      "Atan",   "Sinh",
+                         "Cosh",        "Asinh",      "Acosh",    "Atanh",     "Shrink", "BitwiseNot"})
     add_builtin(op, elementwise(Operands::kFirstOnly, {}));
   for (const char* op : {"Neg", "Identity"}) add_builtin(op, elementwise(Operands::kAll, {0}));
   // Data input only: ratio/training_mode and min/max operands are factorless (kept replicated).

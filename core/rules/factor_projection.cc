@@ -17,9 +17,8 @@ int FactorProjection::add(const TensorSharding& s, const DimFactors& df, int64_t
 
 bool FactorProjection::indexes(int t, int f) const {
   const DimFactors& df = dims(t);
-  return std::any_of(df.begin(), df.end(), [&](const std::vector<int>& d) {
-    return std::find(d.begin(), d.end(), f) != d.end();
-  });
+  return std::any_of(df.begin(), df.end(),
+                     [&](const std::vector<int>& d) { return std::find(d.begin(), d.end(), f) != d.end(); });
 }
 
 std::optional<std::vector<int>> FactorProjection::agreed(int f, const std::vector<int>& tensors) const {
@@ -39,8 +38,7 @@ void FactorProjection::merge_first_come(const std::vector<int>& order, FactorSha
     const FactorSharding& offer = factors(t);
     for (size_t f = 0; f < offer.size(); ++f) {
       if (!merged[f].empty() || offer[f].empty()) continue;
-      if (std::any_of(offer[f].begin(), offer[f].end(), [&](int a) { return used[static_cast<size_t>(a)]; }))
-        continue;
+      if (std::any_of(offer[f].begin(), offer[f].end(), [&](int a) { return used[static_cast<size_t>(a)]; })) continue;
       merged[f] = offer[f];
       for (int a : merged[f]) used[static_cast<size_t>(a)] = 1;
     }

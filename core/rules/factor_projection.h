@@ -27,15 +27,14 @@ namespace gspmd {
 class FactorProjection {
  public:
   /// `rule` and `mesh` must outlive the projection; `expected`: how many tensors will be added (capacity).
-  FactorProjection(const OpShardingRule& rule, const DeviceMesh& mesh, size_t expected = 0)
-      : rule_(rule), mesh_(mesh) {
+  FactorProjection(const OpShardingRule& rule, const DeviceMesh& mesh, size_t expected = 0) : rule_(rule), mesh_(mesh) {
     tensors_.reserve(expected);
   }
 
   /// Projects `s`, the sharding of a tensor whose dims index the factors `df` (one of rule.operands / rule.results,
-  /// which must outlive the projection), and keeps it. A tensor with no dims of factors (df empty: absent or scalar) or whose rank differs from df's
-  /// projects to nothing. `weight` ranks it for merge_largest_first (its element count there). Returns the tensor's
-  /// index: 0, 1, ... in order of addition. O(rank * mesh rank).
+  /// which must outlive the projection), and keeps it. A tensor with no dims of factors (df empty: absent or scalar) or
+  /// whose rank differs from df's projects to nothing. `weight` ranks it for merge_largest_first (its element count
+  /// there). Returns the tensor's index: 0, 1, ... in order of addition. O(rank * mesh rank).
   int add(const TensorSharding& s, const DimFactors& df, int64_t weight = 0);
 
   int size() const { return static_cast<int>(tensors_.size()); }

@@ -47,8 +47,7 @@ std::optional<std::vector<double>> const_floats(const Graph& g, const Node& n, i
     case DType::kFloat64:
       for (size_t k = 0; k < v.size(); ++k) v[k] = t->data<double>()[k];
       return v;
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
 }
 

@@ -82,7 +82,7 @@ RuleResult recurrent_rule(const Graph& g, const Node& n) {
   const DimFactors dy = layout ? DimFactors{{fb}, {fs}, {fd}, {fh}} : DimFactors{{fs}, {fd}, {fb}, {fh}};
   m.operand(0, dx);
   if (m.has_input(4)) m.operand(4, {{fb}});  // sequence_lens [B]
-  for (size_t i : {5, 6})                     // initial_h, initial_c
+  for (size_t i : {5, 6})                    // initial_h, initial_c
     if (m.has_input(i)) m.operand(i, dstate);
   m.factorless_operands(1);  // W, R, B, P: replicated
   for (size_t o = 0; o < n.outputs.size(); ++o)
@@ -177,9 +177,8 @@ RuleResult roi_align_rule(const Graph& g, const Node& n) {
   const Shape& y = m.out(0);
   if (x.size() != 4 || rois.size() != 2 || y.size() != 4)
     return reject("X {}, rois {} and Y {} are not 4-D, 2-D, 4-D", shape_str(x), shape_str(rois), shape_str(y));
-  const int fn = m.factor(x[0], kRep), fc = m.factor(x[1], kPass), fh = m.factor(x[2], kRep),
-            fw = m.factor(x[3], kRep), fr = m.factor(rois[0], kPass), fy = m.factor(y[2], kRep),
-            fx = m.factor(y[3], kRep);
+  const int fn = m.factor(x[0], kRep), fc = m.factor(x[1], kPass), fh = m.factor(x[2], kRep), fw = m.factor(x[3], kRep),
+            fr = m.factor(rois[0], kPass), fy = m.factor(y[2], kRep), fx = m.factor(y[3], kRep);
   m.operand(0, {{fn}, {fc}, {fh}, {fw}}).operand(1, {{fr}, {}}).operand(2, {{fr}}).result(0, {{fr}, {fc}, {fy}, {fx}});
   return m.build();
 }

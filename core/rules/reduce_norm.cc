@@ -42,8 +42,8 @@ RuleResult layernorm_rule(const Graph& g, const Node& n) {
   for (size_t k = 1; k < n.outputs.size(); ++k)
     if (m.has_output(k) && static_cast<int>(m.out(k).size()) != rk)
       return reject("result {} has rank {}, X {}", k, m.out(k).size(), rk);
-  const std::vector<int> xf = m.factors(
-      x, [&](int d) { return d >= *axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough; });
+  const std::vector<int> xf =
+      m.factors(x, [&](int d) { return d >= *axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough; });
   const DimFactors dx = one_factor_each(xf);
   m.operand(0, dx).result(0, dx);
   for (size_t i = 1; i < n.inputs.size(); ++i)  // Scale, B: broadcast onto the normalised dims

@@ -79,8 +79,9 @@ std::string RuleResult::describe() const {
   switch (status) {
     case kOk: return "";
     case kNoRule: return "has no sharding rule";
-    case kNotExpressible: return reason.empty() ? "has no sharding rule for this instance"
-                                                : "has no sharding rule for this instance: " + reason;
+    case kNotExpressible:
+      return reason.empty() ? "has no sharding rule for this instance"
+                            : "has no sharding rule for this instance: " + reason;
     case kBuilderError: return "has no sharding rule: rule builder error (a bug): " + reason;
   }
   return "";
@@ -100,8 +101,8 @@ std::vector<int> RuleTable::builder_errors() const {
 
 void RuleTable::check_graph(const Graph& g) const {
   if (results_.size() != g.nodes.size())
-    throw std::invalid_argument(fmt::format("rule table of {} nodes used for graph '{}' of {} nodes", results_.size(),
-                                            g.name, g.nodes.size()));
+    throw std::invalid_argument(
+        fmt::format("rule table of {} nodes used for graph '{}' of {} nodes", results_.size(), g.name, g.nodes.size()));
 }
 
 const RuleTable& rules_for(const Graph& g, const RuleTable* rules, std::optional<RuleTable>& storage) {
@@ -165,14 +166,14 @@ void check_tensor_dims(const Graph& g, const Node& node, const OpShardingRule& r
 
 void check(const Graph& g, const Node& node, const OpShardingRule& rule) {
   if (rule.factor_kinds.size() != rule.factor_sizes.size())
-    throw RuleError(fmt::format("{} factor sizes but {} factor kinds", rule.factor_sizes.size(),
-                                rule.factor_kinds.size()));
+    throw RuleError(
+        fmt::format("{} factor sizes but {} factor kinds", rule.factor_sizes.size(), rule.factor_kinds.size()));
   if (rule.operands.size() != node.inputs.size() || rule.results.size() != node.outputs.size())
     throw RuleError(fmt::format("the rule has {} operands and {} results, the node {} inputs and {} outputs",
                                 rule.operands.size(), rule.results.size(), node.inputs.size(), node.outputs.size()));
   if (rule.linear_operands.size() > node.inputs.size())
-    throw RuleError(fmt::format("linear_operands has {} entries for {} inputs", rule.linear_operands.size(),
-                                node.inputs.size()));
+    throw RuleError(
+        fmt::format("linear_operands has {} entries for {} inputs", rule.linear_operands.size(), node.inputs.size()));
   for (int f = 0; f < rule.num_factors(); ++f)
     if (rule.factor_sizes[static_cast<size_t>(f)] < 0)
       throw RuleError(fmt::format("factor {} has size {}", factor_name(f), rule.factor_sizes[static_cast<size_t>(f)]));
@@ -189,8 +190,8 @@ void check(const Graph& g, const Node& node, const OpShardingRule& rule) {
       if (!dim.empty()) throw RuleError(fmt::format("shape operand {} indexes factors", rule.shape_operand));
   }
   if (rule.group_factor >= rule.num_factors())
-    throw RuleError(fmt::format("group factor {} out of range (the rule has {} factors)", rule.group_factor,
-                                rule.num_factors()));
+    throw RuleError(
+        fmt::format("group factor {} out of range (the rule has {} factors)", rule.group_factor, rule.num_factors()));
   // Sizes per factor: the dims a factor is alone in; every factor must index some dim, and a factor whose size
   // differs from a dim it is alone in (sized by another side) must match one of them.
   std::vector<char> used(static_cast<size_t>(rule.num_factors()), 0), matched(used), alone(used), in_x(used);

@@ -205,13 +205,13 @@ void register_matmul_rules();
 void register_shape_rules();
 void register_reduce_norm_rules();
 void register_gather_rules();
-void register_conv_pool_rules();   // conv_pool.cc: Conv, ConvTranspose, pools, BatchNorm/LRN/InstanceNorm/MVN, D2S/S2D
-void register_einsum_rules();      // einsum.cc
-void register_index_rules();       // index_ops.cc: Pad, Tile, Resize, Range, TopK, CumSum, GatherElements/ND,
-                                   // ScatterElements/ND, OneHot, NonZero, Compress
-void register_misc_rules();        // misc_ops.cc: Trilu, Det, ReverseSequence, RNN/GRU/LSTM, (De)QuantizeLinear,
-                                   // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, GridSample, RoiAlign,
-                                   // TfIdfVectorizer
+void register_conv_pool_rules();  // conv_pool.cc: Conv, ConvTranspose, pools, BatchNorm/LRN/InstanceNorm/MVN, D2S/S2D
+void register_einsum_rules();     // einsum.cc
+void register_index_rules();      // index_ops.cc: Pad, Tile, Resize, Range, TopK, CumSum, GatherElements/ND,
+                                  // ScatterElements/ND, OneHot, NonZero, Compress
+void register_misc_rules();       // misc_ops.cc: Trilu, Det, ReverseSequence, RNN/GRU/LSTM, (De)QuantizeLinear,
+                                  // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, GridSample, RoiAlign,
+                                  // TfIdfVectorizer
 /// check()'s rules for one tensor: rule.operands[i] (or results[i], if `result`) against node input (output) i:
 /// presence, rank, factor ids, a factor at most once, dim sizes. Throws RuleError.
 void check_tensor_dims(const Graph& g, const Node& node, const OpShardingRule& rule, bool result, size_t i);

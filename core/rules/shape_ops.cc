@@ -92,7 +92,7 @@ std::vector<char> slice_cut_dims(const Graph& g, const Node& n, const Shape& in,
   const int rk = static_cast<int>(in.size());
   std::vector<char> cut(rk, 0);
   for (int d = 0; d < rk; ++d) cut[d] = in[d] != out[d];
-  if (n.inputs.size() < 2) return cut;  // opset < 10: attributes, steps of 1
+  if (n.inputs.size() < 2) return cut;              // opset < 10: attributes, steps of 1
   std::optional<std::vector<int64_t>> axes, steps;  // opset >= 10: starts, ends, axes, steps inputs
   if (present(n, 3)) {
     if (const Tensor* t = constant_input(g, n, 3)) axes = t->as_int64s();

@@ -42,11 +42,15 @@ T identity_of(ReductionKind k) {
     case ReductionKind::kSum: return T(0);
     case ReductionKind::kProd: return T(1);
     case ReductionKind::kMax:
-      if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
-      else return std::numeric_limits<T>::lowest();
+      if constexpr (std::is_floating_point_v<T>)
+        return -std::numeric_limits<T>::infinity();
+      else
+        return std::numeric_limits<T>::lowest();
     case ReductionKind::kMin:
-      if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
-      else return std::numeric_limits<T>::max();
+      if constexpr (std::is_floating_point_v<T>)
+        return std::numeric_limits<T>::infinity();
+      else
+        return std::numeric_limits<T>::max();
   }
   return T(0);
 }
@@ -179,14 +183,14 @@ Tensor shard_tensor(const Tensor& full, const TensorSharding& sharding, const De
   return out;
 }
 
-Tensor assemble_tensor(const std::vector<const Tensor*>& shards, const TensorSharding& sharding,
-                       const DeviceMesh& mesh, const Shape& global_shape) {
+Tensor assemble_tensor(const std::vector<const Tensor*>& shards, const TensorSharding& sharding, const DeviceMesh& mesh,
+                       const Shape& global_shape) {
   const int64_t n = mesh.num_devices();
   if (static_cast<int64_t>(shards.size()) != n)
     throw std::invalid_argument(fmt::format("assemble_tensor: {} shards for {} devices", shards.size(), n));
   if (static_cast<int>(global_shape.size()) != sharding.rank())
-    throw std::invalid_argument(fmt::format("assemble_tensor: shape {} but sharding of rank {}",
-                                            shape_str(global_shape), sharding.rank()));
+    throw std::invalid_argument(
+        fmt::format("assemble_tensor: shape {} but sharding of rank {}", shape_str(global_shape), sharding.rank()));
   const Shape local = sharding.local_shape(global_shape, mesh);
   if (!shards[0]) throw std::invalid_argument("assemble_tensor: shard of device 0 is missing");
   const DType dt = shards[0]->dtype;

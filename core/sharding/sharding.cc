@@ -136,8 +136,8 @@ DeviceMesh DeviceMesh::refine(const std::vector<std::vector<int64_t>>& more) con
     int64_t prev = 1;
     for (int64_t cut : c[a]) {
       if (cut <= 1 || cut >= u.shape[a] || u.shape[a] % cut != 0 || cut % prev != 0)
-        throw std::invalid_argument(fmt::format("refine: cannot cut axis '{}' of size {} at {}", u.axes[a],
-                                                u.shape[a], cut));
+        throw std::invalid_argument(
+            fmt::format("refine: cannot cut axis '{}' of size {} at {}", u.axes[a], u.shape[a], cut));
       prev = cut;
     }
     any = any || !c[a].empty();
@@ -175,8 +175,8 @@ std::vector<int> DeviceMesh::parts_between(int u, int64_t lo, int64_t hi) const 
     at *= shape[a];
   }
   if (at != hi)
-    throw std::invalid_argument(fmt::format("parts_between: {}:({}){} does not fall on the mesh's sub-axes",
-                                            user_axes.at(u), lo, hi / lo));
+    throw std::invalid_argument(
+        fmt::format("parts_between: {}:({}){} does not fall on the mesh's sub-axes", user_axes.at(u), lo, hi / lo));
   return r;
 }
 
@@ -265,8 +265,8 @@ int64_t TensorSharding::shards(int dim, const DeviceMesh& mesh) const { return m
 
 Shape TensorSharding::local_shape(const Shape& global, const DeviceMesh& mesh) const {
   if (global.size() != dims.size())
-    throw std::invalid_argument(
-        fmt::format("sharding has rank {} but the shape {} has rank {}", dims.size(), shape_str(global), global.size()));
+    throw std::invalid_argument(fmt::format("sharding has rank {} but the shape {} has rank {}", dims.size(),
+                                            shape_str(global), global.size()));
   Shape out(global.size());
   for (size_t i = 0; i < global.size(); ++i) {
     int64_t n = shards(static_cast<int>(i), mesh);
@@ -294,7 +294,6 @@ bool TensorSharding::is_uneven(const Shape& global, const DeviceMesh& mesh) cons
   return false;
 }
 
-
 void TensorSharding::verify(const DeviceMesh& mesh, int tensor_rank) const {
   if (rank() != tensor_rank)
     throw std::invalid_argument(fmt::format("sharding has {} dims but the tensor has rank {}", rank(), tensor_rank));
@@ -308,8 +307,7 @@ void TensorSharding::verify(const DeviceMesh& mesh, int tensor_rank) const {
   for (const auto& d : dims)
     for (int a : d) use(a);
   for (int a : unreduced) use(a);
-  if (!std::is_sorted(unreduced.begin(), unreduced.end()))
-    throw std::invalid_argument("unreduced axes are not sorted");
+  if (!std::is_sorted(unreduced.begin(), unreduced.end())) throw std::invalid_argument("unreduced axes are not sorted");
 }
 
 std::string TensorSharding::to_partition_spec(const DeviceMesh& mesh) const {
@@ -329,7 +327,8 @@ std::string TensorSharding::to_partition_spec(const DeviceMesh& mesh) const {
   }
   s += "]";
   if (!unreduced.empty()) {
-    s += reduction == ReductionKind::kSum ? " unreduced={" : fmt::format(" unreduced({})={{", reduction_name(reduction));
+    s +=
+        reduction == ReductionKind::kSum ? " unreduced={" : fmt::format(" unreduced({})={{", reduction_name(reduction));
     s += fmt::format("{}}}", fmt::join(mesh.axis_names(unreduced), ", "));
   }
   return s;

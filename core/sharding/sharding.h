@@ -14,18 +14,18 @@ namespace gspmd {
 /// A logical N-D mesh of devices with named axes. Devices are numbered 0..N-1 row-major over `shape`
 /// (device k sits at coordinate unravel(k, shape)), as in docs/sharding-file.md and jax.sharding.Mesh.
 struct DeviceMesh {
-  std::vector<int64_t> shape;      // size of each mesh axis, each >= 1
-  std::vector<std::string> axes;   // unique axis names, same length as shape
+  std::vector<int64_t> shape;     // size of each mesh axis, each >= 1
+  std::vector<std::string> axes;  // unique axis names, same length as shape
 
   /// Sub-axes (Shardy's "x:(pre)size"). A refined mesh splits some of the user's axes into consecutive parts so
   /// that a reshape can give each part of a merged dim its own part of an axis ([8] over x=4 -> [2,4] over
   /// x:(1)2 and x:(2)2). Devices keep their numbers: the parts of x, major to minor, index exactly as x did.
   struct SubAxis {
-    int parent = -1;   // the user's axis this one is a part of
-    int64_t pre = 1;   // product of the sizes of the parent's more major parts
+    int parent = -1;  // the user's axis this one is a part of
+    int64_t pre = 1;  // product of the sizes of the parent's more major parts
   };
-  std::vector<SubAxis> sub = {};          // per axis of a refined mesh; empty for a mesh as the user gave it
-  std::vector<int64_t> user_shape = {};   // the user's mesh (refined meshes only)
+  std::vector<SubAxis> sub = {};         // per axis of a refined mesh; empty for a mesh as the user gave it
+  std::vector<int64_t> user_shape = {};  // the user's mesh (refined meshes only)
   std::vector<std::string> user_axes = {};
 
   /// Parses "4x4", "16", "2x2x4"; axes are named x, y, z, w, then a4, a5, ...
@@ -111,8 +111,8 @@ struct TensorSharding {
   /// PartitionSpec notation: ["data", null, ["x", "y"]] (+ " unreduced={data}" when partial). Valid JSON for the spec.
   std::string to_partition_spec(const DeviceMesh& mesh) const;
   /// GSPMD / HLO notation: "{replicated}" or "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}". HLO has no
-  /// partial sharding; unreduced axes get their own trailing tile dim: "{devices=[2,1,2]0,2,1,3 last_tile_dims={unreduced}}"
-  /// (with both: "last_tile_dims={unreduced, replicated}").
+  /// partial sharding; unreduced axes get their own trailing tile dim: "{devices=[2,1,2]0,2,1,3
+  /// last_tile_dims={unreduced}}" (with both: "last_tile_dims={unreduced, replicated}").
   std::string to_hlo(const DeviceMesh& mesh) const;
   /// SBP notation, one entry per mesh axis: "(S(0), B)"; P for unreduced (P(max) etc. for non-sum).
   std::string to_sbp(const DeviceMesh& mesh) const;
@@ -129,7 +129,7 @@ Tensor shard_tensor(const Tensor& full, const TensorSharding& sharding, const De
 
 /// Inverse of shard_tensor: assembles the global tensor of `global_shape` from every device's local shard
 /// (shards.size() == mesh.num_devices()), dropping padding and combining unreduced axes with the reduction.
-Tensor assemble_tensor(const std::vector<const Tensor*>& shards, const TensorSharding& sharding,
-                       const DeviceMesh& mesh, const Shape& global_shape);
+Tensor assemble_tensor(const std::vector<const Tensor*>& shards, const TensorSharding& sharding, const DeviceMesh& mesh,
+                       const Shape& global_shape);
 
 }  // namespace gspmd

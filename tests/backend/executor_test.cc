@@ -175,7 +175,8 @@ TEST_P(BatchedScale, BatchedMatmulWithBroadcastOperands) {
     for (int64_t i = 0; i < S; ++i)
       for (int64_t j = 0; j < S; ++j) {
         float acc = 0;
-        for (int64_t d = 0; d < Dh; ++d) acc += qt.data<float>()[(bh * S + i) * Dh + d] * kt.data<float>()[(bh * Dh + d) * S + j];
+        for (int64_t d = 0; d < Dh; ++d)
+          acc += qt.data<float>()[(bh * S + i) * Dh + d] * kt.data<float>()[(bh * Dh + d) * S + j];
         const float row = b.g.values[rows].data->data<float>()[bh * S + i];
         const float mk = b.g.values[mask].data->data<float>()[i * S + j];
         ref.data<float>()[(bh * S + i) * S + j] = row * (acc / 2.f - mk);
@@ -202,7 +203,8 @@ TEST(ExecutorFusion, FusedMatmulKernelMatchesSeparateOps) {
   for (int64_t r = 0; r < batch * M; ++r)
     for (int64_t j = 0; j < N; ++j) {
       double acc = 0;
-      for (int64_t p = 0; p < K; ++p) acc += static_cast<double>(a.data<float>()[r * K + p]) * w.data<float>()[p * N + j];
+      for (int64_t p = 0; p < K; ++p)
+        acc += static_cast<double>(a.data<float>()[r * K + p]) * w.data<float>()[p * N + j];
       acc += bias.data<float>()[j] + res.data<float>()[r * N + j];
       const double want = 0.5 * acc * (1.0 + std::erf(acc / std::sqrt(2.0)));
       EXPECT_NEAR(c.data<float>()[r * N + j], want, 1e-5 + 1e-4 * std::fabs(want)) << r << "," << j;
@@ -214,8 +216,10 @@ SpmdProgram replicated_program(const Graph& g, const DeviceMesh& mesh) {
   SpmdProgram p;
   p.mesh = mesh;
   p.program = g;
-  for (int v : g.inputs) p.inputs.push_back(ProgramBinding{v, v, TensorSharding::replicated(static_cast<int>(g.values[v].shape.size()))});
-  for (int v : g.outputs) p.outputs.push_back(ProgramBinding{v, v, TensorSharding::replicated(static_cast<int>(g.values[v].shape.size()))});
+  for (int v : g.inputs)
+    p.inputs.push_back(ProgramBinding{v, v, TensorSharding::replicated(static_cast<int>(g.values[v].shape.size()))});
+  for (int v : g.outputs)
+    p.outputs.push_back(ProgramBinding{v, v, TensorSharding::replicated(static_cast<int>(g.values[v].shape.size()))});
   return p;
 }
 

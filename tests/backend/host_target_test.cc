@@ -65,8 +65,8 @@ Graph ops_graph() {
   int x = value("x", {8, 32}), r1 = value("r1", {8, 32}), r2 = value("r2", {8, 32});
   int w = value("w", {32, 16});
   g.values[static_cast<size_t>(w)].is_initializer = true;
-  g.values[static_cast<size_t>(w)].data = std::make_shared<Tensor>(
-      Tensor::from_floats({32, 16}, std::vector<float>(32 * 16, 0.25f)));
+  g.values[static_cast<size_t>(w)].data =
+      std::make_shared<Tensor>(Tensor::from_floats({32, 16}, std::vector<float>(32 * 16, 0.25f)));
   int m = value("m", {8, 16}), ar = value("ar", {8, 16}), sm = value("sm", {8, 16});
   Value shp;
   shp.name = "shape";
@@ -92,7 +92,7 @@ TEST(HostTarget, MeasuresEachDistinctOpOnce) {
   const Graph& g = p.program;
   Target t;
   t.measured_ops["Softmax(float32[8,16])->(float32[8,16]){}"] = 7;  // already known: kept
-  EXPECT_EQ(measure_program_ops(p, t), 2);  // Relu (twice, one signature) and MatMul
+  EXPECT_EQ(measure_program_ops(p, t), 2);                          // Relu (twice, one signature) and MatMul
   const Node& relu = g.nodes[0];
   const Node& mm = g.nodes[2];
   ASSERT_EQ(t.measured_ops.size(), 3u);

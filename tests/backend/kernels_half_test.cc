@@ -37,7 +37,7 @@ TEST_P(HalfKernels, MatMulKeepsTheTypeAndRoundsOnce) {
   EXPECT_EQ(out[0].dtype, t);
   EXPECT_EQ(out[0].shape, (Shape{2, 1}));
   EXPECT_EQ(at(out[0], 0), 1.375f);  // 0.5 + 0.5 + 0.375, exact in both types
-  EXPECT_EQ(at(out[0], 1), 4.f);  // 2 + 1.25 + 0.75
+  EXPECT_EQ(at(out[0], 1), 4.f);     // 2 + 1.25 + 0.75
 }
 
 // A donated 16-bit input is not consumed by the first attempt (the kernel may move it before it rejects the dtype).

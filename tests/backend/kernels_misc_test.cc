@@ -90,7 +90,9 @@ TEST(KernelsReduceExtra, LargeMatchesNaive) {
         for (int64_t a : axes) idx[a] = 0;
         const int64_t o = (idx[0] * (y.shape[1])) * y.shape[2] + idx[1] * y.shape[2] + idx[2];
         const double v = x.data<float>()[i];
-        acc[o] += op == "ReduceL1" || op == "ReduceLogSum" ? std::abs(v) : op == "ReduceLogSumExp" ? std::exp(v) : v * v;
+        acc[o] += op == "ReduceL1" || op == "ReduceLogSum" ? std::abs(v)
+                  : op == "ReduceLogSumExp"                ? std::exp(v)
+                                                           : v * v;
       }
       for (size_t o = 0; o < acc.size(); ++o) {
         double want = acc[o];
@@ -138,12 +140,12 @@ TEST(KernelsIndex, GatherScatterElements) {
   expect_vals(run1(make_node("ScatterElements", {{"axis", int64_t{1}}}), {&x, &idx, &upd}), {20, 2, 10, 4, 40, 30});
   const Tensor idx2 = I({1, 2}, {1, 1});
   const Tensor upd2 = F({1, 2}, {10, 20});
-  expect_vals(run1(make_node("ScatterElements", {{"axis", int64_t{1}}, {"reduction", std::string("add")}}),
-                   {&x, &idx2, &upd2}),
-              {1, 32, 3, 4, 5, 6});
-  expect_vals(run1(make_node("ScatterElements", {{"axis", int64_t{1}}, {"reduction", std::string("mul")}}),
-                   {&x, &idx2, &upd2}),
-              {1, 400, 3, 4, 5, 6});
+  expect_vals(
+      run1(make_node("ScatterElements", {{"axis", int64_t{1}}, {"reduction", std::string("add")}}), {&x, &idx2, &upd2}),
+      {1, 32, 3, 4, 5, 6});
+  expect_vals(
+      run1(make_node("ScatterElements", {{"axis", int64_t{1}}, {"reduction", std::string("mul")}}), {&x, &idx2, &upd2}),
+      {1, 400, 3, 4, 5, 6});
   const Tensor bad = I({1, 1}, {3});
   const Tensor u1 = F({1, 1}, {0});
   EXPECT_THROW(run1(make_node("GatherElements", {{"axis", int64_t{1}}}), {&x, &bad}), std::runtime_error);
@@ -256,9 +258,9 @@ TEST(KernelsResize, NearestModes) {
                    {&x, &roi, nullptr, &sizes}, 13),
               {1, 1, 2, 2, 3, 3, 4, 4});
   // half_pixel + round_prefer_ceil: (o+.5)/2-.5 = -.25,.25,.75,1.25,... -> 0,0,1,1,2,2,3,3 after rounding/clamp.
-  expect_vals(run1(make_node("Resize", {{"nearest_mode", std::string("round_prefer_ceil")}}),
-                   {&x, &roi, nullptr, &sizes}, 13),
-              {1, 1, 2, 2, 3, 3, 4, 4});
+  expect_vals(
+      run1(make_node("Resize", {{"nearest_mode", std::string("round_prefer_ceil")}}), {&x, &roi, nullptr, &sizes}, 13),
+      {1, 1, 2, 2, 3, 3, 4, 4});
   // Upsample opset 9 (scales input) and 7 (scales attribute).
   const Tensor up = F({4}, {1, 1, 2, 2});
   const Tensor x2 = F({1, 1, 1, 2}, {1, 2});
@@ -296,8 +298,8 @@ TEST(KernelsResize, LinearModes) {
   expect_vals(y, {1, 2});
   // asymmetric upsample by 2 with scales.
   const Tensor sc = F({4}, {1, 1, 1, 2});
-  y = run1(make_node("Resize", {{"mode", std::string("linear")},
-                                {"coordinate_transformation_mode", std::string("asymmetric")}}),
+  y = run1(make_node("Resize",
+                     {{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string("asymmetric")}}),
            {&x, &roi, &sc}, 13);
   expect_vals(y, {1, 1.5f, 2, 2, 3, 3.5f, 4, 4});
 }
@@ -450,8 +452,11 @@ TEST(KernelsActivation, MatchFormulas) {
       {"Sin", {}, [](double v) { return std::sin(v); }},
       {"Cos", {}, [](double v) { return std::cos(v); }},
       {"Atan", {}, [](double v) { return std::atan(v); }},
-      {"Shrink", {{"lambd", 0.6f}, {"bias", 0.1f}},
-       [](double v) { return v < -0.6 ? v + 0.1 : v > 0.6 ? v - 0.1 : 0; }},
+      {"Shrink",
+       {{"lambd", 0.6f}, {"bias", 0.1f}},
+       [](double v) { return v < -0.6  ? v + 0.1
+                             : v > 0.6 ? v - 0.1
+                                       : 0; }},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.op);
@@ -539,12 +544,13 @@ TEST(KernelsConformance, LossesUniqueReverseSequence) {
   const Tensor x = F({2, 3}, {0.1f, 0.2f, 0.7f, 0.5f, 0.25f, 0.25f}), t = I({2}, {2, 0}), w = F({3}, {1, 1, 3});
   expect_vals(run1(make_node("NegativeLogLikelihoodLoss"), {&x, &t}), {-(0.7f + 0.5f) / 2});
   expect_vals(run1(make_node("NegativeLogLikelihoodLoss"), {&x, &t, &w}), {-(3 * 0.7f + 0.5f) / 4});
-  expect_vals(run1(make_node("NegativeLogLikelihoodLoss", {{"reduction", std::string("none")},
-                                                           {"ignore_index", int64_t{0}}}),
-                   {&x, &t}),
-              {-0.7f, 0});
+  expect_vals(
+      run1(make_node("NegativeLogLikelihoodLoss", {{"reduction", std::string("none")}, {"ignore_index", int64_t{0}}}),
+           {&x, &t}),
+      {-0.7f, 0});
   // SoftmaxCrossEntropyLoss = NLL of log_softmax; log_prob is the second output.
-  const auto sce = run_kernel(make_node("SoftmaxCrossEntropyLoss", {{"reduction", std::string("sum")}}, 2), {&x, &t}, 13);
+  const auto sce =
+      run_kernel(make_node("SoftmaxCrossEntropyLoss", {{"reduction", std::string("sum")}}, 2), {&x, &t}, 13);
   ASSERT_EQ(sce.size(), 2u);
   auto lse = [](float a, float b, float c) { return std::log(std::exp(a) + std::exp(b) + std::exp(c)); };
   expect_vals(sce[0], {(lse(0.1f, 0.2f, 0.7f) - 0.7f) + (lse(0.5f, 0.25f, 0.25f) - 0.5f)});

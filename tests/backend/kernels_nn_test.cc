@@ -139,9 +139,9 @@ TEST(KernelsConv, HandComputed2D) {
   const Tensor x = F({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
   const Tensor w = F({1, 1, 2, 2}, {1, 1, 1, 1});
   const Tensor b = F({1}, {10});
-  const Tensor y = run1(make_node("Conv", {{"pads", std::vector<int64_t>{1, 1, 0, 0}},
-                                           {"strides", std::vector<int64_t>{2, 2}}}),
-                        {&x, &w, &b});
+  const Tensor y =
+      run1(make_node("Conv", {{"pads", std::vector<int64_t>{1, 1, 0, 0}}, {"strides", std::vector<int64_t>{2, 2}}}),
+           {&x, &w, &b});
   // Output 2x2: windows top-left at (-1,-1), (-1,1), (1,-1), (1,1).
   EXPECT_EQ(y.shape, (Shape{1, 1, 2, 2}));
   EXPECT_EQ(vals(y), (std::vector<float>{10 + 1, 10 + 2 + 3, 10 + 4 + 7, 10 + 5 + 6 + 8 + 9}));
@@ -160,18 +160,18 @@ TEST(KernelsConv, GeometriesMatchReference) {
   const std::vector<ConvCase> cases = {
       {{2, 3, 7, 6}, {4, 3, 3, 3}},
       {{1, 3, 8, 8}, {5, 3, 3, 3}, 1, {2, 2}, {}, {1, 1, 1, 1}},
-      {{1, 2, 8, 7}, {3, 2, 3, 2}, 1, {2, 2}, {}, {}},             // even input, stride 2: last rows unused
-      {{1, 4, 9, 9}, {6, 2, 3, 3}, 2, {1, 1}, {2, 2}, {2, 1, 0, 2}},  // groups, dilations, asymmetric pads
-      {{2, 6, 7, 7}, {6, 1, 3, 3}, 6, {1, 1}, {}, {1, 1, 1, 1}},   // depthwise
+      {{1, 2, 8, 7}, {3, 2, 3, 2}, 1, {2, 2}, {}, {}},                 // even input, stride 2: last rows unused
+      {{1, 4, 9, 9}, {6, 2, 3, 3}, 2, {1, 1}, {2, 2}, {2, 1, 0, 2}},   // groups, dilations, asymmetric pads
+      {{2, 6, 7, 7}, {6, 1, 3, 3}, 6, {1, 1}, {}, {1, 1, 1, 1}},       // depthwise
       {{1, 6, 7, 7}, {12, 1, 3, 3}, 6, {2, 1}, {}, {}, "SAME_UPPER"},  // depthwise multiplier 2
       {{1, 3, 7, 8}, {2, 3, 4, 3}, 1, {2, 3}, {}, {}, "SAME_LOWER"},
       {{1, 3, 7, 8}, {2, 3, 4, 3}, 1, {2, 3}, {}, {}, "SAME_UPPER"},
       {{1, 3, 7, 8}, {2, 3, 4, 3}, 1, {2, 1}, {1, 2}, {}, "VALID"},
-      {{2, 3, 11}, {4, 3, 3}, 1, {2}, {2}, {1, 2}},                 // 1-D
-      {{1, 4, 10}, {4, 1, 5}, 4, {1}, {}, {}, "SAME_UPPER"},          // 1-D depthwise
+      {{2, 3, 11}, {4, 3, 3}, 1, {2}, {2}, {1, 2}},                                     // 1-D
+      {{1, 4, 10}, {4, 1, 5}, 4, {1}, {}, {}, "SAME_UPPER"},                            // 1-D depthwise
       {{1, 2, 5, 6, 7}, {3, 2, 2, 3, 2}, 1, {1, 2, 1}, {1, 1, 2}, {0, 1, 1, 1, 0, 0}},  // 3-D
       {{1, 4, 4, 5, 6}, {4, 2, 3, 3, 3}, 2, {2, 2, 2}, {}, {1, 1, 1, 1, 1, 1}, "", false},
-      {{1, 3, 5, 5}, {2, 3, 1, 1}, 1, {}, {}, {}, "", false},       // pointwise, no bias
+      {{1, 3, 5, 5}, {2, 3, 1, 1}, 1, {}, {}, {}, "", false},  // pointwise, no bias
   };
   uint32_t seed = 7;
   for (const auto& c : cases) {
@@ -236,7 +236,8 @@ TEST(KernelsConvTranspose, HandComputed) {
   Tensor y = run1(make_node("ConvTranspose", {{"strides", std::vector<int64_t>{2}}}), {&x, &w});
   EXPECT_EQ(vals(y), (std::vector<float>{1, 10, 102, 20, 200}));
   // pads 1/1 crop one element at each end; output_padding 1 adds one (zero) at the end.
-  y = run1(make_node("ConvTranspose", {{"strides", std::vector<int64_t>{2}}, {"pads", std::vector<int64_t>{1, 1}},
+  y = run1(make_node("ConvTranspose", {{"strides", std::vector<int64_t>{2}},
+                                       {"pads", std::vector<int64_t>{1, 1}},
                                        {"output_padding", std::vector<int64_t>{1}}}),
            {&x, &w});
   EXPECT_EQ(vals(y), (std::vector<float>{10, 102, 20, 200}));
@@ -289,13 +290,11 @@ TEST(KernelsConvTranspose, GeometriesMatchReference) {
     Shape os{c.x[0], c.w[1] * c.group};
     for (size_t i = 0; i < n; ++i)
       os.push_back(c.s[i] * (c.x[2 + i] - 1) + c.opad[i] + (c.w[2 + i] - 1) * c.d[i] + 1 - c.pads[i] - c.pads[i + n]);
-    const Tensor want = ref_deconv(x, w, &b, c.group, c.s, c.d, std::vector<int64_t>(c.pads.begin(), c.pads.begin() + n),
-                                   os);
-    const Node node = make_node("ConvTranspose", {{"group", c.group},
-                                                  {"strides", c.s},
-                                                  {"dilations", c.d},
-                                                  {"pads", c.pads},
-                                                  {"output_padding", c.opad}});
+    const Tensor want =
+        ref_deconv(x, w, &b, c.group, c.s, c.d, std::vector<int64_t>(c.pads.begin(), c.pads.begin() + n), os);
+    const Node node = make_node(
+        "ConvTranspose",
+        {{"group", c.group}, {"strides", c.s}, {"dilations", c.d}, {"pads", c.pads}, {"output_padding", c.opad}});
     expect_near(run1(node, {&x, &w, &b}), want);
     const Tensor x64 = to_f64(x), w64 = to_f64(w), b64 = to_f64(b);
     expect_near(run1(node, {&x64, &w64, &b64}), want);
@@ -319,9 +318,9 @@ TEST(KernelsConvTranspose, OutputShapeAndSame) {
         const float want = i < 9 && j < 7 ? full.data<float>()[(c * 9 + i) * 7 + j] : 0.f;
         ASSERT_NEAR(got, want, 1e-5) << c << " " << i << " " << j;
       }
-  const Tensor same = run1(make_node("ConvTranspose", {{"strides", std::vector<int64_t>{2, 2}},
-                                                       {"auto_pad", std::string("SAME_UPPER")}}),
-                           {&x, &w});
+  const Tensor same = run1(
+      make_node("ConvTranspose", {{"strides", std::vector<int64_t>{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}}),
+      {&x, &w});
   EXPECT_EQ(same.shape, (Shape{1, 2, 6, 6}));
 }
 
@@ -419,9 +418,8 @@ TEST(KernelsPool, HandComputed) {
   ai["count_include_pad"] = int64_t{1};
   EXPECT_EQ(vals(run1(make_node("AveragePool", ai), {&x})), (std::vector<float>{0.25f, 1.25f, 2.75f, 7}));
   // ceil_mode: 3x3 input, 2x2 kernel, stride 2 -> 2x2 output with a partial last window.
-  const std::map<std::string, AttrValue> c{{"kernel_shape", std::vector<int64_t>{2, 2}},
-                                           {"strides", std::vector<int64_t>{2, 2}},
-                                           {"ceil_mode", int64_t{1}}};
+  const std::map<std::string, AttrValue> c{
+      {"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}, {"ceil_mode", int64_t{1}}};
   EXPECT_EQ(vals(run1(make_node("MaxPool", c), {&x})), (std::vector<float>{5, 6, 8, 9}));
   EXPECT_EQ(vals(run1(make_node("AveragePool", c), {&x})), (std::vector<float>{3, 4.5f, 7.5f, 9}));
   EXPECT_EQ(vals(run1(make_node("GlobalAveragePool"), {&x})), (std::vector<float>{5}));
@@ -437,7 +435,7 @@ TEST(KernelsPool, GeometriesMatchReference) {
       {{1, 2, 8, 6}, {3, 3}, {2, 2}, {}, {1, 1, 1, 1}, "", true},
       {{1, 2, 7, 8}, {3, 2}, {2, 3}, {}, {}, "SAME_UPPER"},
       {{1, 2, 7, 8}, {3, 2}, {2, 3}, {}, {}, "SAME_LOWER"},
-      {{2, 3, 10}, {3}, {2}, {2}, {1, 1}},               // 1-D
+      {{2, 3, 10}, {3}, {2}, {2}, {1, 1}},                              // 1-D
       {{1, 2, 5, 6, 7}, {2, 3, 2}, {2, 1, 2}, {}, {1, 1, 0, 0, 1, 1}},  // 3-D
   };
   uint32_t seed = 90;
@@ -468,7 +466,8 @@ TEST(KernelsPool, MaxPoolIndicesAndInt8) {
   EXPECT_EQ(o[1].dtype, DType::kInt64);
   EXPECT_EQ(std::vector<int64_t>(o[1].data<int64_t>(), o[1].data<int64_t>() + 2), (std::vector<int64_t>{1, 1}));
   // storage_order 1: column-major index of (0,1) in a 2x3 plane = 1*2 + 0 = 2.
-  const Node nc = make_node("MaxPool", {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"storage_order", int64_t{1}}}, 2);
+  const Node nc =
+      make_node("MaxPool", {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"storage_order", int64_t{1}}}, 2);
   o = run_kernel(nc, {&x}, 12);
   EXPECT_EQ(o[1].data<int64_t>()[0], 2);
   Tensor xi(DType::kInt8, {1, 1, 1, 4});
@@ -517,9 +516,9 @@ TEST(KernelsNorm, BatchNormalizationInference) {
 TEST(KernelsNorm, BatchNormalizationTraining) {
   const Tensor x = F({2, 1, 2}, {1, 2, 3, 4}), sc = F({1}, {2}), b = F({1}, {1}), mean = F({1}, {0.5f}),
                var = F({1}, {3});
-  const auto out = run_kernel(make_node("BatchNormalization", {{"training_mode", int64_t{1}}, {"epsilon", 0.f},
-                                                               {"momentum", 0.75f}}, 3),
-                              {&x, &sc, &b, &mean, &var}, 15);
+  const auto out = run_kernel(
+      make_node("BatchNormalization", {{"training_mode", int64_t{1}}, {"epsilon", 0.f}, {"momentum", 0.75f}}, 3),
+      {&x, &sc, &b, &mean, &var}, 15);
   ASSERT_EQ(out.size(), 3u);
   for (int i = 0; i < 4; ++i)
     EXPECT_NEAR(out[0].data<float>()[i], (i + 1 - 2.5f) / std::sqrt(1.25f) * 2 + 1, 1e-5) << i;

@@ -83,7 +83,8 @@ Tensor ref_binary(const Tensor& a, const Tensor& b, const Shape& out, const std:
   Tensor r(DType::kFloat32, out);
   for (int64_t i = 0; i < r.numel(); ++i) {
     const auto idx = unravel(i, out);
-    r.data<float>()[i] = f(a.data<float>()[bcast_offset(idx, a.shape, out)], b.data<float>()[bcast_offset(idx, b.shape, out)]);
+    r.data<float>()[i] =
+        f(a.data<float>()[bcast_offset(idx, a.shape, out)], b.data<float>()[bcast_offset(idx, b.shape, out)]);
   }
   return r;
 }
@@ -145,10 +146,10 @@ TEST(KernelsParallel, LargeElementwiseAndCopiesSplitRowsAcrossThreads) {
 TEST(KernelsMatMul, BatchedWithBroadcastMatchesTripleLoop) {
   const std::vector<MatMulCase> cases = {
       {{4, 5}, {5, 6}, {4, 6}},
-      {{3, 4, 5}, {5, 6}, {3, 4, 6}},              // shared weights (folded into M)
-      {{3, 4, 5}, {3, 5, 6}, {3, 4, 6}},           // equal batch
-      {{4, 5}, {3, 5, 6}, {3, 4, 6}},              // A broadcast over batch
-      {{2, 1, 4, 5}, {3, 5, 6}, {2, 3, 4, 6}},     // general broadcast
+      {{3, 4, 5}, {5, 6}, {3, 4, 6}},           // shared weights (folded into M)
+      {{3, 4, 5}, {3, 5, 6}, {3, 4, 6}},        // equal batch
+      {{4, 5}, {3, 5, 6}, {3, 4, 6}},           // A broadcast over batch
+      {{2, 1, 4, 5}, {3, 5, 6}, {2, 3, 4, 6}},  // general broadcast
       {{2, 3, 1, 7, 16}, {1, 3, 4, 16, 9}, {2, 3, 4, 7, 9}},
       {{1, 4, 5}, {2, 5, 6}, {2, 4, 6}},
   };
@@ -249,7 +250,7 @@ TEST(KernelsBinary, BroadcastSmallHandComputed) {
   const Tensor got = run1(make_node("Add"), {&a, &b});
   ASSERT_EQ(got.shape, (Shape{2, 4, 3}));
   EXPECT_EQ(vals<float>(got), (std::vector<float>{100, 101, 102, 200, 201, 202, 300, 301, 302, 400, 401, 402,
-                                                   110, 111, 112, 210, 211, 212, 310, 311, 312, 410, 411, 412}));
+                                                  110, 111, 112, 210, 211, 212, 310, 311, 312, 410, 411, 412}));
   const Tensor sub = run1(make_node("Sub"), {&b, &a});
   EXPECT_FLOAT_EQ(sub.data<float>()[0], 100.f);
   EXPECT_FLOAT_EQ(sub.data<float>()[23], 388.f);
@@ -257,13 +258,16 @@ TEST(KernelsBinary, BroadcastSmallHandComputed) {
 
 TEST(KernelsBinary, AllOpsAllBroadcastPatternsMatchReference) {
   const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{2, 1, 3}, {4, 1}},         {{64, 128}, {128}},        {{128}, {64, 128}},     {{64, 128}, {64, 1}},
-      {{8, 1, 600}, {16, 1}},      {{32, 1, 256}, {32, 8, 1}}, {{96, 100}, {96, 100}}, {{}, {50, 100}},
-      {{7, 300, 5}, {1}},          {{3, 4}, {}},
+      {{2, 1, 3}, {4, 1}},    {{64, 128}, {128}},     {{128}, {64, 128}},
+      {{64, 128}, {64, 1}},   {{8, 1, 600}, {16, 1}}, {{32, 1, 256}, {32, 8, 1}},
+      {{96, 100}, {96, 100}}, {{}, {50, 100}},        {{7, 300, 5}, {1}},
+      {{3, 4}, {}},
   };
   const std::vector<std::pair<std::string, std::function<float(float, float)>>> ops = {
-      {"Add", [](float x, float y) { return x + y; }}, {"Sub", [](float x, float y) { return x - y; }},
-      {"Mul", [](float x, float y) { return x * y; }}, {"Div", [](float x, float y) { return x / y; }},
+      {"Add", [](float x, float y) { return x + y; }},
+      {"Sub", [](float x, float y) { return x - y; }},
+      {"Mul", [](float x, float y) { return x * y; }},
+      {"Div", [](float x, float y) { return x / y; }},
       {"Max", [](float x, float y) { return std::max(x, y); }},
       {"Min", [](float x, float y) { return std::min(x, y); }},
   };
@@ -487,8 +491,8 @@ TEST(KernelsSoftmax, Double) {
   EXPECT_NEAR(got.data<double>()[2], 0.5, 1e-12);
 }
 
-void ref_layer_norm(const Tensor& x, int64_t outer, int64_t inner, const Tensor* scale, const Tensor* bias,
-                    float eps, Tensor& y, Tensor& mean, Tensor& inv) {
+void ref_layer_norm(const Tensor& x, int64_t outer, int64_t inner, const Tensor* scale, const Tensor* bias, float eps,
+                    Tensor& y, Tensor& mean, Tensor& inv) {
   for (int64_t o = 0; o < outer; ++o) {
     double mu = 0, var = 0;
     for (int64_t i = 0; i < inner; ++i) mu += x.data<float>()[o * inner + i];
@@ -518,8 +522,7 @@ TEST(KernelsLayerNorm, MatchesNaiveWithStats) {
     if (a == 2) ss = {4, 6, 1};
     Tensor y(DType::kFloat32, x.shape), mean(DType::kFloat32, ss), inv(DType::kFloat32, ss);
     ref_layer_norm(x, outer, inner, &scale, &bias, 1e-3f, y, mean, inv);
-    const auto out = run(make_node("LayerNormalization", {{"axis", axis}, {"epsilon", 1e-3f}}, 3),
-                         {&x, &scale, &bias});
+    const auto out = run(make_node("LayerNormalization", {{"axis", axis}, {"epsilon", 1e-3f}}, 3), {&x, &scale, &bias});
     ASSERT_EQ(out.size(), 3u);
     SCOPED_TRACE("axis " + std::to_string(axis));
     expect_near(out[0], y, 1e-4);
@@ -660,7 +663,6 @@ TEST(KernelsShape, ReshapeZeroMinusOneAllowzero) {
   EXPECT_THROW(run(make_node("Reshape"), {&x, &bad}), std::runtime_error);
 }
 
-
 TEST(KernelsShape, SqueezeUnsqueezeFlatten) {
   const Tensor x = F({1, 3, 1, 2}, {1, 2, 3, 4, 5, 6});
   EXPECT_EQ(run1(make_node("Squeeze"), {&x}).shape, (Shape{3, 2}));
@@ -670,8 +672,7 @@ TEST(KernelsShape, SqueezeUnsqueezeFlatten) {
   const Tensor a1 = I1({1});
   EXPECT_THROW(run(make_node("Squeeze"), {&x, &a1}, 13), std::runtime_error);
   const Tensor y = F({3, 2}, {1, 2, 3, 4, 5, 6});
-  EXPECT_EQ(run1(make_node("Unsqueeze", {{"axes", std::vector<int64_t>{0, -1}}}), {&y}, 11).shape,
-            (Shape{1, 3, 2, 1}));
+  EXPECT_EQ(run1(make_node("Unsqueeze", {{"axes", std::vector<int64_t>{0, -1}}}), {&y}, 11).shape, (Shape{1, 3, 2, 1}));
   const Tensor ua = I1({1, 3});
   const Tensor u = run1(make_node("Unsqueeze"), {&y, &ua}, 13);
   EXPECT_EQ(u.shape, (Shape{3, 1, 2, 1}));
@@ -697,8 +698,7 @@ TEST(KernelsShape, SliceClampAndNegativeSteps) {
   std::vector<float> v(20);
   for (int i = 0; i < 20; ++i) v[i] = static_cast<float>(i);
   const Tensor x = F({4, 5}, v);
-  auto slice = [&](std::vector<int64_t> st, std::vector<int64_t> en, std::vector<int64_t> ax,
-                   std::vector<int64_t> sp) {
+  auto slice = [&](std::vector<int64_t> st, std::vector<int64_t> en, std::vector<int64_t> ax, std::vector<int64_t> sp) {
     const Tensor s = I1(st), e = I1(en), a = I1(ax), p = I1(sp);
     return run1(make_node("Slice"), {&x, &s, &e, ax.empty() ? nullptr : &a, sp.empty() ? nullptr : &p}, 13);
   };
@@ -723,8 +723,9 @@ TEST(KernelsShape, SliceClampAndNegativeSteps) {
   r = slice({3}, {1}, {0}, {1});
   EXPECT_EQ(r.shape, (Shape{0, 5}));
   // Opset < 10 attribute form.
-  const Tensor a = run1(make_node("Slice", {{"starts", std::vector<int64_t>{1}}, {"ends", std::vector<int64_t>{3}},
-                                             {"axes", std::vector<int64_t>{1}}}),
+  const Tensor a = run1(make_node("Slice", {{"starts", std::vector<int64_t>{1}},
+                                            {"ends", std::vector<int64_t>{3}},
+                                            {"axes", std::vector<int64_t>{1}}}),
                         {&x}, 9);
   EXPECT_EQ(vals<float>(a), (std::vector<float>{1, 2, 6, 7, 11, 12, 16, 17}));
 }
@@ -831,8 +832,8 @@ TEST(KernelsShape, ExpandTile) {
   const Tensor y = I({2, 2}, {1, 2, 3, 4}), reps = I1({2, 3});
   const Tensor t = run1(make_node("Tile"), {&y, &reps});
   EXPECT_EQ(t.shape, (Shape{4, 6}));
-  EXPECT_EQ(vals<int64_t>(t), (std::vector<int64_t>{1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4,
-                                                     1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4}));
+  EXPECT_EQ(vals<int64_t>(t),
+            (std::vector<int64_t>{1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4, 1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4}));
 }
 
 TEST(KernelsShape, IdentityDropout) {
@@ -909,13 +910,65 @@ TEST(KernelsErrors, UnknownOpUnsupportedDtypeDomain) {
 }
 
 TEST(KernelsErrors, HasKernel) {
-  for (const char* op :
-       {"MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less", "Greater", "LessOrEqual",
-        "GreaterOrEqual", "And", "Or", "Not", "Sqrt", "Erf", "Tanh", "Relu", "Exp", "Log", "Neg", "Abs",
-        "Reciprocal", "Sigmoid", "Cast", "Softmax", "LogSoftmax", "LayerNormalization", "ReduceMean", "ReduceSum",
-        "ReduceMax", "ReduceMin", "ReduceProd", "Transpose", "Reshape", "Unsqueeze", "Squeeze", "Concat", "Slice",
-        "Split", "Constant", "Identity", "Gather", "Shape", "ConstantOfShape", "Range", "Expand", "Tile", "Clip",
-        "Max", "Min", "Sum", "Mean", "Dropout", "Pad", "Flatten", "Size"})
+  for (const char* op : {"MatMul",
+                         "Gemm",
+                         "Add",
+                         "Sub",
+                         "Mul",
+                         "Div",
+                         "Pow",
+                         "Where",
+                         "Equal",
+                         "Less",
+                         "Greater",
+                         "LessOrEqual",
+                         "GreaterOrEqual",
+                         "And",
+                         "Or",
+                         "Not",
+                         "Sqrt",
+                         "Erf",
+                         "Tanh",
+                         "Relu",
+                         "Exp",
+                         "Log",
+                         "Neg",
+                         "Abs",
+                         "Reciprocal",
+                         "Sigmoid",
+                         "Cast",
+                         "Softmax",
+                         "LogSoftmax",
+                         "LayerNormalization",
+                         "ReduceMean",
+                         "ReduceSum",
+                         "ReduceMax",
+                         "ReduceMin",
+                         "ReduceProd",
+                         "Transpose",
+                         "Reshape",
+                         "Unsqueeze",
+                         "Squeeze",
+                         "Concat",
+                         "Slice",
+                         "Split",
+                         "Constant",
+                         "Identity",
+                         "Gather",
+                         "Shape",
+                         "ConstantOfShape",
+                         "Range",
+                         "Expand",
+                         "Tile",
+                         "Clip",
+                         "Max",
+                         "Min",
+                         "Sum",
+                         "Mean",
+                         "Dropout",
+                         "Pad",
+                         "Flatten",
+                         "Size"})
     EXPECT_TRUE(has_kernel("", op)) << op;
   EXPECT_TRUE(has_kernel("ai.onnx", "Add"));
   EXPECT_FALSE(has_kernel("", "Foo"));

@@ -133,8 +133,9 @@ std::vector<Tensor> per_device(int64_t N, const Shape& s) {
 TEST(PodCollectives, AllReduceSumOverOneAxisMesh2) {
   DeviceMesh m = mesh_of({2});
   auto ins = per_device(2, {2, 3});
-  auto out = run_node(m, gspmd_node("AllReduce", {{"mesh_axes", std::vector<int64_t>{0}}, {"reduction", std::string("sum")}}),
-                      ins, DType::kFloat32, {2, 3});
+  auto out =
+      run_node(m, gspmd_node("AllReduce", {{"mesh_axes", std::vector<int64_t>{0}}, {"reduction", std::string("sum")}}),
+               ins, DType::kFloat32, {2, 3});
   std::vector<float> want = {100, 102, 104, 106, 108, 110};  // (0+i) + (100+i)
   EXPECT_EQ(vals(out[0]), want);
   EXPECT_EQ(vals(out[1]), want);
@@ -146,15 +147,17 @@ TEST(PodCollectives, AllReduceMaxMinOn2x2PerAxis) {
   // device d: [1,2] = {d, 10 - d}
   for (int d = 0; d < 4; ++d) ins.push_back(floats({1, 2}, {float(d), float(10 - d)}));
   // max over y: groups {0,1}, {2,3}
-  auto out = run_node(m, gspmd_node("AllReduce", {{"mesh_axes", std::vector<int64_t>{1}}, {"reduction", std::string("max")}}),
-                      ins, DType::kFloat32, {1, 2});
+  auto out =
+      run_node(m, gspmd_node("AllReduce", {{"mesh_axes", std::vector<int64_t>{1}}, {"reduction", std::string("max")}}),
+               ins, DType::kFloat32, {1, 2});
   EXPECT_EQ(vals(out[0]), (std::vector<float>{1, 10}));
   EXPECT_EQ(vals(out[1]), (std::vector<float>{1, 10}));
   EXPECT_EQ(vals(out[2]), (std::vector<float>{3, 8}));
   EXPECT_EQ(vals(out[3]), (std::vector<float>{3, 8}));
   // min over x: groups {0,2}, {1,3}
-  out = run_node(m, gspmd_node("AllReduce", {{"mesh_axes", std::vector<int64_t>{0}}, {"reduction", std::string("min")}}),
-                 ins, DType::kFloat32, {1, 2});
+  out =
+      run_node(m, gspmd_node("AllReduce", {{"mesh_axes", std::vector<int64_t>{0}}, {"reduction", std::string("min")}}),
+               ins, DType::kFloat32, {1, 2});
   EXPECT_EQ(vals(out[0]), (std::vector<float>{0, 8}));
   EXPECT_EQ(vals(out[2]), (std::vector<float>{0, 8}));
   EXPECT_EQ(vals(out[1]), (std::vector<float>{1, 7}));
@@ -242,7 +245,9 @@ TEST(PodCollectives, ReduceScatterOn2x2) {
   auto ins = per_device(4, {1, 4});  // device d: 100d + {0,1,2,3}
   // over y, axis 1: groups {0,1} -> sum {100,102,104,106}; {2,3} -> {500,502,504,506}
   auto out = run_node(
-      m, gspmd_node("ReduceScatter", {{"mesh_axes", std::vector<int64_t>{1}}, {"axis", int64_t{1}}, {"reduction", std::string("sum")}}),
+      m,
+      gspmd_node("ReduceScatter",
+                 {{"mesh_axes", std::vector<int64_t>{1}}, {"axis", int64_t{1}}, {"reduction", std::string("sum")}}),
       ins, DType::kFloat32, {1, 2});
   EXPECT_EQ(vals(out[0]), (std::vector<float>{100, 102}));
   EXPECT_EQ(vals(out[1]), (std::vector<float>{104, 106}));
@@ -250,7 +255,9 @@ TEST(PodCollectives, ReduceScatterOn2x2) {
   EXPECT_EQ(vals(out[3]), (std::vector<float>{504, 506}));
   // max over x: groups {0,2}, {1,3}
   out = run_node(
-      m, gspmd_node("ReduceScatter", {{"mesh_axes", std::vector<int64_t>{0}}, {"axis", int64_t{1}}, {"reduction", std::string("max")}}),
+      m,
+      gspmd_node("ReduceScatter",
+                 {{"mesh_axes", std::vector<int64_t>{0}}, {"axis", int64_t{1}}, {"reduction", std::string("max")}}),
       ins, DType::kFloat32, {1, 2});
   EXPECT_EQ(vals(out[0]), (std::vector<float>{200, 201}));
   EXPECT_EQ(vals(out[2]), (std::vector<float>{202, 203}));
@@ -266,15 +273,19 @@ TEST(PodCollectives, AllToAll) {
   DeviceMesh m = mesh_of({2});
   auto ins = per_device(2, {1, 4});  // d0: {0,1,2,3}, d1: {100,101,102,103}
   // split axis 1 (chunks of 2), concat axis 0: device j gets [chunk j of d0; chunk j of d1]
-  auto out = run_node(m, gspmd_node("AllToAll", {{"mesh_axes", std::vector<int64_t>{0}}, {"split_axis", int64_t{1}},
-                                                 {"concat_axis", int64_t{0}}}),
-                      ins, DType::kFloat32, {2, 2});
+  auto out = run_node(
+      m,
+      gspmd_node("AllToAll",
+                 {{"mesh_axes", std::vector<int64_t>{0}}, {"split_axis", int64_t{1}}, {"concat_axis", int64_t{0}}}),
+      ins, DType::kFloat32, {2, 2});
   EXPECT_EQ(vals(out[0]), (std::vector<float>{0, 1, 100, 101}));
   EXPECT_EQ(vals(out[1]), (std::vector<float>{2, 3, 102, 103}));
   // split == concat: shape unchanged, chunks swapped
-  out = run_node(m, gspmd_node("AllToAll", {{"mesh_axes", std::vector<int64_t>{0}}, {"split_axis", int64_t{1}},
-                                            {"concat_axis", int64_t{1}}}),
-                 ins, DType::kFloat32, {1, 4});
+  out = run_node(
+      m,
+      gspmd_node("AllToAll",
+                 {{"mesh_axes", std::vector<int64_t>{0}}, {"split_axis", int64_t{1}}, {"concat_axis", int64_t{1}}}),
+      ins, DType::kFloat32, {1, 4});
   EXPECT_EQ(vals(out[0]), (std::vector<float>{0, 1, 100, 101}));
   EXPECT_EQ(vals(out[1]), (std::vector<float>{2, 3, 102, 103}));
   // 2x3 over y with 3 members, split 0 -> concat 1 on int64
@@ -293,8 +304,9 @@ TEST(PodCollectives, CollectivePermuteShiftPlusMinusOneZeroFill) {
   std::vector<Tensor> ins;
   for (int d = 0; d < 6; ++d) ins.push_back(floats({1, 2}, {float(d + 1), float(-(d + 1))}));
   // over y (size 3): tile t receives from t-1; tile 0 gets zeros
-  auto out = run_node(m, gspmd_node("CollectivePermute", {{"mesh_axes", std::vector<int64_t>{1}}, {"shift", int64_t{1}}}),
-                      ins, DType::kFloat32, {1, 2});
+  auto out =
+      run_node(m, gspmd_node("CollectivePermute", {{"mesh_axes", std::vector<int64_t>{1}}, {"shift", int64_t{1}}}), ins,
+               DType::kFloat32, {1, 2});
   EXPECT_EQ(vals(out[0]), (std::vector<float>{0, 0}));
   EXPECT_EQ(vals(out[1]), (std::vector<float>{1, -1}));
   EXPECT_EQ(vals(out[2]), (std::vector<float>{2, -2}));
@@ -302,8 +314,8 @@ TEST(PodCollectives, CollectivePermuteShiftPlusMinusOneZeroFill) {
   EXPECT_EQ(vals(out[4]), (std::vector<float>{4, -4}));
   EXPECT_EQ(vals(out[5]), (std::vector<float>{5, -5}));
   // shift -1: tile t receives from t+1; the last tile gets zeros
-  out = run_node(m, gspmd_node("CollectivePermute", {{"mesh_axes", std::vector<int64_t>{1}}, {"shift", int64_t{-1}}}), ins,
-                 DType::kFloat32, {1, 2});
+  out = run_node(m, gspmd_node("CollectivePermute", {{"mesh_axes", std::vector<int64_t>{1}}, {"shift", int64_t{-1}}}),
+                 ins, DType::kFloat32, {1, 2});
   EXPECT_EQ(vals(out[0]), (std::vector<float>{2, -2}));
   EXPECT_EQ(vals(out[1]), (std::vector<float>{3, -3}));
   EXPECT_EQ(vals(out[2]), (std::vector<float>{0, 0}));
@@ -311,8 +323,8 @@ TEST(PodCollectives, CollectivePermuteShiftPlusMinusOneZeroFill) {
   EXPECT_EQ(vals(out[4]), (std::vector<float>{6, -6}));
   EXPECT_EQ(vals(out[5]), (std::vector<float>{0, 0}));
   // over x (size 2), shift 1: devices 3,4,5 receive from 0,1,2
-  out = run_node(m, gspmd_node("CollectivePermute", {{"mesh_axes", std::vector<int64_t>{0}}, {"shift", int64_t{1}}}), ins,
-                 DType::kFloat32, {1, 2});
+  out = run_node(m, gspmd_node("CollectivePermute", {{"mesh_axes", std::vector<int64_t>{0}}, {"shift", int64_t{1}}}),
+                 ins, DType::kFloat32, {1, 2});
   EXPECT_EQ(vals(out[0]), (std::vector<float>{0, 0}));
   EXPECT_EQ(vals(out[4]), (std::vector<float>{2, -2}));
 }
@@ -322,18 +334,22 @@ TEST(PodPartitionOps, ShardSliceWithPadding) {
   DeviceMesh m = mesh_of({2, 3});
   Tensor x = floats({1, 7}, {1, 2, 3, 4, 5, 6, 7});
   std::vector<Tensor> ins(6, x);  // replicated operand
-  auto out = run_node(m, gspmd_node("ShardSlice", {{"axis", int64_t{1}}, {"mesh_axes", std::vector<int64_t>{1}},
-                                                   {"shard_size", int64_t{3}}}),
-                      ins, DType::kFloat32, {1, 3});
+  auto out =
+      run_node(m,
+               gspmd_node("ShardSlice",
+                          {{"axis", int64_t{1}}, {"mesh_axes", std::vector<int64_t>{1}}, {"shard_size", int64_t{3}}}),
+               ins, DType::kFloat32, {1, 3});
   for (int x0 = 0; x0 < 2; ++x0) {
     EXPECT_EQ(vals(out[3 * x0 + 0]), (std::vector<float>{1, 2, 3}));
     EXPECT_EQ(vals(out[3 * x0 + 1]), (std::vector<float>{4, 5, 6}));
     EXPECT_EQ(vals(out[3 * x0 + 2]), (std::vector<float>{7, 0, 0}));
   }
   // over both axes, shard 2 of 7 along axis 1: tile = device; tiles 4, 5 are past the end except element 6
-  out = run_node(m, gspmd_node("ShardSlice", {{"axis", int64_t{-1}}, {"mesh_axes", std::vector<int64_t>{0, 1}},
-                                              {"shard_size", int64_t{2}}}),
-                 ins, DType::kFloat32, {1, 2});
+  out = run_node(
+      m,
+      gspmd_node("ShardSlice",
+                 {{"axis", int64_t{-1}}, {"mesh_axes", std::vector<int64_t>{0, 1}}, {"shard_size", int64_t{2}}}),
+      ins, DType::kFloat32, {1, 2});
   EXPECT_EQ(vals(out[0]), (std::vector<float>{1, 2}));
   EXPECT_EQ(vals(out[3]), (std::vector<float>{7, 0}));
   EXPECT_EQ(vals(out[4]), (std::vector<float>{0, 0}));
@@ -346,9 +362,12 @@ TEST(PodPartitionOps, MaskPad) {
   std::vector<Tensor> ins;
   for (int d = 0; d < 6; ++d) ins.push_back(floats({2, 3}, {1, 2, 3, 4, 5, 6}));
   const float ninf = -std::numeric_limits<float>::infinity();
-  auto out = run_node(m, gspmd_node("MaskPad", {{"axis", int64_t{1}}, {"mesh_axes", std::vector<int64_t>{1}},
-                                                {"full_size", int64_t{7}}, {"value", ninf}}),
-                      ins, DType::kFloat32, {2, 3});
+  auto out = run_node(
+      m,
+      gspmd_node(
+          "MaskPad",
+          {{"axis", int64_t{1}}, {"mesh_axes", std::vector<int64_t>{1}}, {"full_size", int64_t{7}}, {"value", ninf}}),
+      ins, DType::kFloat32, {2, 3});
   for (int x0 = 0; x0 < 2; ++x0) {
     EXPECT_EQ(vals(out[3 * x0 + 0]), (std::vector<float>{1, 2, 3, 4, 5, 6}));
     EXPECT_EQ(vals(out[3 * x0 + 1]), (std::vector<float>{1, 2, 3, 4, 5, 6}));
@@ -365,10 +384,12 @@ TEST(PodPartitionOps, MaskPad) {
 
 TEST(PodPartitionOps, PartitionOffset) {
   DeviceMesh m = mesh_of({2, 3});
-  auto out = run_node(m, gspmd_node("PartitionOffset", {{"mesh_axes", std::vector<int64_t>{1}}, {"shard_size", int64_t{5}}}),
-                      {}, DType::kInt64, {1});
+  auto out =
+      run_node(m, gspmd_node("PartitionOffset", {{"mesh_axes", std::vector<int64_t>{1}}, {"shard_size", int64_t{5}}}),
+               {}, DType::kInt64, {1});
   for (int d = 0; d < 6; ++d) EXPECT_EQ(vals<int64_t>(out[d]), (std::vector<int64_t>{(d % 3) * 5})) << d;
-  out = run_node(m, gspmd_node("PartitionOffset", {{"mesh_axes", std::vector<int64_t>{0, 1}}, {"shard_size", int64_t{4}}}),
+  out = run_node(m,
+                 gspmd_node("PartitionOffset", {{"mesh_axes", std::vector<int64_t>{0, 1}}, {"shard_size", int64_t{4}}}),
                  {}, DType::kInt64, {1});
   for (int d = 0; d < 6; ++d) EXPECT_EQ(vals<int64_t>(out[d]), (std::vector<int64_t>{d * 4})) << d;
   out = run_node(m, gspmd_node("PartitionOffset", {{"mesh_axes", std::vector<int64_t>{0}}, {"shard_size", int64_t{3}}}),
@@ -432,7 +453,8 @@ TEST(PodMemory, PeakMemoryExactBytes) {
   Node n1 = gspmd_node("AllReduce", {{"mesh_axes", std::vector<int64_t>{0}}});
   n1.inputs = {a};
   n1.outputs = {b};
-  Node n2 = gspmd_node("ShardSlice", {{"axis", int64_t{0}}, {"mesh_axes", std::vector<int64_t>{0}}, {"shard_size", int64_t{2}}});
+  Node n2 = gspmd_node("ShardSlice",
+                       {{"axis", int64_t{0}}, {"mesh_axes", std::vector<int64_t>{0}}, {"shard_size", int64_t{2}}});
   n2.inputs = {b};
   n2.outputs = {y};
   g.add_node(n0);
@@ -597,7 +619,6 @@ TEST(PodSpmd, RowParallelMatMulAllReduceAdd) {
   PodRun r1 = run_single(single, {Tensor::from_floats({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8})});
   EXPECT_EQ(vals(r1.outputs[0]), (std::vector<float>{114, 213, 308, 134, 229, 324}));
 }
-
 
 // 300 nodes on a 4x4 mesh: x <- Add(AllReduce_y(MatMul(x, I/4)), 0) a hundred times leaves x unchanged (exactly:
 // x/4 summed over the 4 devices of y, which all hold the same x). Checks the loop scales (O(nodes * devices)).

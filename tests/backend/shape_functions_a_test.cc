@@ -56,12 +56,11 @@ TEST(ShapeFunctionsA, SliceSplitConcatPad) {
             "node 'n1' (Slice): output shape depends on the values of input 4 (the steps)");
   // Split: the split input, num_outputs (opset 18: last part smaller), equal parts per declared output.
   const Tensor split = I({2}, {2, 4});
-  EXPECT_EQ(agree(make_node("Split", {{"axis", int64_t{1}}}, 2), {&x, &split}),
-            (Types{{f32, {5, 2}}, {f32, {5, 4}}}));
+  EXPECT_EQ(agree(make_node("Split", {{"axis", int64_t{1}}}, 2), {&x, &split}), (Types{{f32, {5, 2}}, {f32, {5, 4}}}));
   EXPECT_EQ(agree(make_node("Split", {{"num_outputs", int64_t{2}}}, 2), {&x}, 18),
             (Types{{f32, {3, 6}}, {f32, {2, 6}}}));
-  EXPECT_EQ(agree(make_node("Split", {{"axis", int64_t{1}}}, 3), {&x}), (Types{{f32, {5, 2}}, {f32, {5, 2}},
-                                                                                {f32, {5, 2}}}));
+  EXPECT_EQ(agree(make_node("Split", {{"axis", int64_t{1}}}, 3), {&x}),
+            (Types{{f32, {5, 2}}, {f32, {5, 2}}, {f32, {5, 2}}}));
   EXPECT_EQ(error_of(make_node("Split", {}, 2), {&x}),
             "node 'n1' (Split): axis of size 5 does not split evenly into 2 outputs");
   const Tensor a = rand_f({5, 2}, 4);

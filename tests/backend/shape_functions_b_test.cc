@@ -27,11 +27,13 @@ TEST(ShapeFunctionsB, MatMulAndGemm) {
   EXPECT_EQ(agree(make_node("MatMul"), {&a, &b}), (Types{{f32, {2, 5, 3, 6}}}));
   EXPECT_EQ(agree(make_node("MatMul"), {&v, &b}), (Types{{f32, {5, 6}}}));
   EXPECT_EQ(agree(make_node("MatMul"), {&a, &v}), (Types{{f32, {2, 1, 3}}}));
-  EXPECT_EQ(error_of(make_node("MatMul"), {&b, &a}), "node 'n1' (MatMul): shapes [5,4,6] and [2,1,3,4] are not aligned for matmul");
+  EXPECT_EQ(error_of(make_node("MatMul"), {&b, &a}),
+            "node 'n1' (MatMul): shapes [5,4,6] and [2,1,3,4] are not aligned for matmul");
   const Tensor ga = rand_f({4, 3}, 4), gb = rand_f({5, 4}, 5), gc = rand_f({5}, 6);
   EXPECT_EQ(agree(make_node("Gemm", {{"transA", int64_t{1}}, {"transB", int64_t{1}}}), {&ga, &gb, &gc}),
             (Types{{f32, {3, 5}}}));
-  EXPECT_EQ(error_of(make_node("Gemm"), {&ga, &gb}), "node 'n1' (Gemm): shapes [4,3] and [5,4] are not aligned (transA=false, transB=false)");
+  EXPECT_EQ(error_of(make_node("Gemm"), {&ga, &gb}),
+            "node 'n1' (Gemm): shapes [4,3] and [5,4] are not aligned (transA=false, transB=false)");
 }
 
 TEST(ShapeFunctionsB, ReduceAxesAsInputOrAttribute) {
@@ -69,19 +71,19 @@ TEST(ShapeFunctionsB, ConvAndPools) {
   EXPECT_EQ(agree(make_node("Conv", {{"group", int64_t{2}}, {"strides", s2}, {"auto_pad", std::string("SAME_UPPER")}}),
                   {&x, &w, &b}),
             (Types{{f32, {1, 6, 4, 5}}}));
-  EXPECT_EQ(agree(make_node("Conv", {{"group", int64_t{2}}, {"pads", std::vector<int64_t>{1, 0, 1, 0}},
-                                     {"dilations", s2}}),
-                  {&x, &w}),
-            (Types{{f32, {1, 6, 5, 7}}}));
+  EXPECT_EQ(
+      agree(make_node("Conv", {{"group", int64_t{2}}, {"pads", std::vector<int64_t>{1, 0, 1, 0}}, {"dilations", s2}}),
+            {&x, &w}),
+      (Types{{f32, {1, 6, 5, 7}}}));
   EXPECT_EQ(error_of(make_node("Conv"), {&x, &w}),
             "node 'n1' (Conv): X of shape [1,4,7,9] and W of shape [6,2,3,2] do not match group=1");
   const Tensor wt = rand_f({4, 3, 3, 3}, 4);
-  EXPECT_EQ(agree(make_node("ConvTranspose", {{"strides", s2}, {"output_padding", std::vector<int64_t>{1, 0}}}),
-                  {&x, &wt}),
-            (Types{{f32, {1, 3, 16, 19}}}));
-  EXPECT_EQ(agree(make_node("ConvTranspose", {{"strides", s2}, {"output_shape", std::vector<int64_t>{15, 20}}}),
-                  {&x, &wt}),
-            (Types{{f32, {1, 3, 15, 20}}}));
+  EXPECT_EQ(
+      agree(make_node("ConvTranspose", {{"strides", s2}, {"output_padding", std::vector<int64_t>{1, 0}}}), {&x, &wt}),
+      (Types{{f32, {1, 3, 16, 19}}}));
+  EXPECT_EQ(
+      agree(make_node("ConvTranspose", {{"strides", s2}, {"output_shape", std::vector<int64_t>{15, 20}}}), {&x, &wt}),
+      (Types{{f32, {1, 3, 15, 20}}}));
   const std::vector<int64_t> k3{3, 3};
   EXPECT_EQ(agree(make_node("MaxPool", {{"kernel_shape", k3}, {"strides", s2}, {"ceil_mode", int64_t{1}}}, 2), {&x}),
             (Types{{f32, {1, 4, 3, 4}}, {i64, {1, 4, 3, 4}}}));
@@ -199,9 +201,9 @@ TEST(ShapeFunctionsB, UnpoolRoiAlignTfIdf) {
   EXPECT_EQ(error_of<DataDependentError>(make_node("MaxUnpool", {{"kernel_shape", k2}}), {&x, &idx, &os}, false),
             "node 'n1' (MaxUnpool): output shape depends on the values of input 2 (output_shape)");
   const Tensor img = rand_f({2, 3, 8, 8}, 2), rois = F({2, 4}, {0, 0, 4, 4, 1, 1, 6, 6}), bidx = I({2}, {0, 1});
-  EXPECT_EQ(agree(make_node("RoiAlign", {{"output_height", int64_t{3}}, {"output_width", int64_t{2}}}),
-                  {&img, &rois, &bidx}),
-            (Types{{f32, {2, 3, 3, 2}}}));
+  EXPECT_EQ(
+      agree(make_node("RoiAlign", {{"output_height", int64_t{3}}, {"output_width", int64_t{2}}}), {&img, &rois, &bidx}),
+      (Types{{f32, {2, 3, 3, 2}}}));
   const Tensor in = I({2, 4}, {1, 2, 3, 4, 2, 3, 4, 5});
   const Node tf = make_node("TfIdfVectorizer", {{"mode", std::string("TF")},
                                                 {"min_gram_length", int64_t{1}},

@@ -14,8 +14,8 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels.h"
-#include "cli/wiring.h"
 #include "backend/pod/pod.h"
+#include "cli/wiring.h"
 #include "core/partition/spmd.h"
 #include "core/propagation/propagation.h"
 #include "onnx_frontend/frontend.h"
@@ -48,9 +48,14 @@ ModeResult mode_from(const nlohmann::json& j) {
 }  // namespace
 
 nlohmann::json to_json(const TestResult& r) {
-  return {{"folder", r.folder},   {"name", r.name},         {"op_types", r.op_types},
-          {"frozen", r.frozen},   {"fallbacks", r.fallbacks}, {"single", mode_json(r.single)},
-          {"sharded", mode_json(r.sharded)}, {"seconds", r.seconds}};
+  return {{"folder", r.folder},
+          {"name", r.name},
+          {"op_types", r.op_types},
+          {"frozen", r.frozen},
+          {"fallbacks", r.fallbacks},
+          {"single", mode_json(r.single)},
+          {"sharded", mode_json(r.sharded)},
+          {"seconds", r.seconds}};
 }
 
 TestResult result_from_json(const nlohmann::json& j) {
@@ -73,10 +78,18 @@ bool float_values(const Tensor& t, std::vector<double>& out) {
   const int64_t n = t.numel();
   out.resize(static_cast<size_t>(n));
   switch (t.dtype) {
-    case DType::kFloat32: for (int64_t i = 0; i < n; ++i) out[i] = t.data<float>()[i]; return true;
-    case DType::kFloat64: for (int64_t i = 0; i < n; ++i) out[i] = t.data<double>()[i]; return true;
-    case DType::kFloat16: for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(t.data<uint16_t>()[i]); return true;
-    case DType::kBFloat16: for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(t.data<uint16_t>()[i]); return true;
+    case DType::kFloat32:
+      for (int64_t i = 0; i < n; ++i) out[i] = t.data<float>()[i];
+      return true;
+    case DType::kFloat64:
+      for (int64_t i = 0; i < n; ++i) out[i] = t.data<double>()[i];
+      return true;
+    case DType::kFloat16:
+      for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(t.data<uint16_t>()[i]);
+      return true;
+    case DType::kBFloat16:
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(t.data<uint16_t>()[i]);
+      return true;
     default: return false;
   }
 }
@@ -90,8 +103,8 @@ std::string compare(const Tensor& got, const Tensor& want, double rtol, double a
   if (float_values(got, a)) {
     float_values(want, b);
     for (size_t i = 0; i < a.size(); ++i) {
-      if (std::isnan(b[i]) ? std::isnan(a[i]) : (std::isinf(b[i]) ? a[i] == b[i]
-                                                                   : std::abs(a[i] - b[i]) <= atol + rtol * std::abs(b[i])))
+      if (std::isnan(b[i]) ? std::isnan(a[i])
+                           : (std::isinf(b[i]) ? a[i] == b[i] : std::abs(a[i] - b[i]) <= atol + rtol * std::abs(b[i])))
         continue;
       return fmt::format("element {} (flat): {:.9g} vs {:.9g}", i, a[i], b[i]);
     }
@@ -175,7 +188,8 @@ LoadOptions base_options(const ModelInfo& info, const DataSet& ds) {
 /// True for the loader's error about a value left untyped (a data-dependent shape, or no static shape).
 bool untyped(const InputError& e) {
   const std::string w = e.what();
-  return w.find("has a data-dependent shape") != std::string::npos || w.find("has no static shape") != std::string::npos;
+  return w.find("has a data-dependent shape") != std::string::npos ||
+         w.find("has no static shape") != std::string::npos;
 }
 
 /// Loads the model; when a shape depends on input values, retries with small inputs frozen: first integer inputs
@@ -341,7 +355,8 @@ TestResult run_test(const std::string& dir, uint64_t seed, const std::function<v
     for (const std::string& op : info.op_types)
       if (std::find(r.op_types.begin(), r.op_types.end(), op) == r.op_types.end()) r.op_types.push_back(op);
     for (const auto& e : fs::directory_iterator(d))
-      if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) set_dirs.push_back(e.path());
+      if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0)
+        set_dirs.push_back(e.path());
     std::sort(set_dirs.begin(), set_dirs.end());
     if (set_dirs.empty()) throw std::runtime_error("no test_data_set_* directory");
   } catch (const std::exception& e) {
@@ -353,8 +368,7 @@ TestResult run_test(const std::string& dir, uint64_t seed, const std::function<v
   auto load_sets = [&] {
     try {
       for (const fs::path& sd : set_dirs)
-        sets.push_back(
-            {read_numbered(sd, "input", info.input_kinds), read_numbered(sd, "output", info.output_kinds)});
+        sets.push_back({read_numbered(sd, "input", info.input_kinds), read_numbered(sd, "output", info.output_kinds)});
     } catch (const InputError& e) {
       throw Skip(fmt::format("test data: {}", e.what()));
     }
@@ -364,7 +378,8 @@ TestResult run_test(const std::string& dir, uint64_t seed, const std::function<v
         if (t.dtype == DType::kUInt16 && want == DType::kBFloat16) t.dtype = want;
     };
     for (DataSet& ds : sets) {
-      for (size_t i = 0; i < ds.inputs.size() && i < info.input_dtypes.size(); ++i) retag(ds.inputs[i], info.input_dtypes[i]);
+      for (size_t i = 0; i < ds.inputs.size() && i < info.input_dtypes.size(); ++i)
+        retag(ds.inputs[i], info.input_dtypes[i]);
       for (size_t i = 0; i < ds.outputs.size() && i < info.output_dtypes.size(); ++i)
         retag(ds.outputs[i], info.output_dtypes[i]);
     }

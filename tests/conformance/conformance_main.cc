@@ -98,10 +98,9 @@ TestResult finish(Child& c, const std::string& dir, int timeout) {
   std::optional<TestResult> got = last_result(c.out);
   const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (ok && got) return *got;
-  std::string why = WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM
-                        ? fmt::format("timed out after {} s", timeout)
-                        : WIFSIGNALED(status) ? fmt::format("crashed with {}", signal_text(WTERMSIG(status)))
-                                              : fmt::format("runner child exited with status {}", WEXITSTATUS(status));
+  std::string why = WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM ? fmt::format("timed out after {} s", timeout)
+                    : WIFSIGNALED(status) ? fmt::format("crashed with {}", signal_text(WTERMSIG(status)))
+                                          : fmt::format("runner child exited with status {}", WEXITSTATUS(status));
   if (got) {  // the single mode finished; the sharded run died
     got->sharded = {Status::kFail, fmt::format("{} in the sharded run ({})", why, got->sharded.message)};
     return *got;
@@ -226,9 +225,12 @@ std::string cell(std::string s, size_t max = 400) {
   if (s.size() > max) s = s.substr(0, max) + " ...";
   std::string o;
   for (char c : s) {
-    if (c == '|') o += "\\|";
-    else if (c == '`') o += "'";
-    else o += c;
+    if (c == '|')
+      o += "\\|";
+    else if (c == '`')
+      o += "'";
+    else
+      o += c;
   }
   return o;
 }
@@ -252,24 +254,26 @@ void write_table(const std::string& path, const std::vector<TestResult>& rs, con
         "    OMP_NUM_THREADS=1 build/bin/gspmd-conformance --jobs 2 --table docs/conformance.md \\\n"
         "        --expected tests/conformance/expected_pass.txt --update-expected\n\n"
         "Every test of Debian's `libonnx-testdata` (folders `node`, `pytorch-converted`, `pytorch-operator`, "
-        "`simple`)\nruns through the real pipeline: `load_model` + `read_value_pb` (tensors, sequences, optionals), then\n"
+        "`simple`)\nruns through the real pipeline: `load_model` + `read_value_pb` (tensors, sequences, optionals), "
+        "then\n"
         "- **single**: `run_single` on one device;\n"
         "- **sharded**: `propagate` + `partition` + `run_spmd` on a mesh of 2 and on a 2x2 mesh, each graph input "
         "getting a\n  random sharding (per mesh axis: one of its dims, or none; seed "
-        << o.seed
-        << ", mixed with the test name). Sharded passes when both meshes pass.\n\n"
-           "Outputs are compared with the suite's expected outputs with its tolerances (rtol 1e-3, atol 1e-7; ints "
-           "and bools exactly).\n"
-           "A test is **skipped** when the executor or the frontend does not support something it uses (the reason "
-           "is the exception\nmessage); every other error or mismatch is a **failure** and is listed below. When an "
-           "output shape depends on input\nvalues (Reshape's shape, TopK's K), those small inputs are frozen as "
-           "constants (column \"frozen\" in the lists).\n"
-           "`tests/conformance/expected_pass.txt` holds what passes; the ctest test `conformance` fails when one of "
-           "them stops passing.\n\n";
+     << o.seed
+     << ", mixed with the test name). Sharded passes when both meshes pass.\n\n"
+        "Outputs are compared with the suite's expected outputs with its tolerances (rtol 1e-3, atol 1e-7; ints "
+        "and bools exactly).\n"
+        "A test is **skipped** when the executor or the frontend does not support something it uses (the reason "
+        "is the exception\nmessage); every other error or mismatch is a **failure** and is listed below. When an "
+        "output shape depends on input\nvalues (Reshape's shape, TopK's K), those small inputs are frozen as "
+        "constants (column \"frozen\" in the lists).\n"
+        "`tests/conformance/expected_pass.txt` holds what passes; the ctest test `conformance` fails when one of "
+        "them stops passing.\n\n";
 
   std::map<std::string, Counts> per_folder;
   for (const TestResult& r : rs) per_folder[r.folder].add(r), per_folder["total"].add(r);
-  md << "## Summary\n\n| folder | tests | single pass | sharded pass | skipped | failed |\n|---|---:|---:|---:|---:|---:|\n";
+  md << "## Summary\n\n| folder | tests | single pass | sharded pass | skipped | failed "
+        "|\n|---|---:|---:|---:|---:|---:|\n";
   for (const std::string& f : o.folders)
     if (per_folder.count(f)) {
       const Counts& c = per_folder[f];
@@ -277,8 +281,7 @@ void write_table(const std::string& path, const std::vector<TestResult>& rs, con
     }
   {
     const Counts& c = per_folder["total"];
-    md << fmt::format("| **total** | {} | {} | {} | {} | {} |\n\n", c.total, c.single, c.sharded, c.skipped,
-                      c.failed);
+    md << fmt::format("| **total** | {} | {} | {} | {} | {} |\n\n", c.total, c.single, c.sharded, c.skipped, c.failed);
   }
   md << fmt::format("The whole run took {:.0f} s wall with --jobs {} on this host.\n\n", wall, o.jobs);
 
@@ -359,7 +362,8 @@ std::set<std::pair<std::string, std::string>> read_expected(const std::string& p
 
 void write_expected(const std::string& path, const std::set<std::pair<std::string, std::string>>& s) {
   std::ofstream out(path);
-  out << "# Tests of the ONNX backend suite that pass (gspmd-conformance --expected): one 'folder/test mode' per line.\n"
+  out << "# Tests of the ONNX backend suite that pass (gspmd-conformance --expected): one 'folder/test mode' per "
+         "line.\n"
          "# The ctest test 'conformance' fails when one of them stops passing. Regenerate with --update-expected\n"
          "# (docs/testing.md); only add lines, unless a test is removed on purpose.\n";
   for (const auto& [id, mode] : s) out << id << ' ' << mode << '\n';
@@ -378,17 +382,28 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
         return argv[++i];
       };
-      if (a == "--data") o.data = value();
-      else if (a == "--folders") o.folders = split(value(), ',');
-      else if (a == "--filter") o.filters.push_back(value());
-      else if (a == "--expected") o.expected = value();
-      else if (a == "--update-expected") o.update_expected = true;
-      else if (a == "--table") o.table = value();
-      else if (a == "--json") o.json = value();
-      else if (a == "--seed") o.seed = std::stoull(value());
-      else if (a == "--jobs") o.jobs = std::max(1, std::stoi(value()));
-      else if (a == "--timeout") o.timeout = std::max(1, std::stoi(value()));
-      else if (a == "--verbose") o.verbose = true;
+      if (a == "--data")
+        o.data = value();
+      else if (a == "--folders")
+        o.folders = split(value(), ',');
+      else if (a == "--filter")
+        o.filters.push_back(value());
+      else if (a == "--expected")
+        o.expected = value();
+      else if (a == "--update-expected")
+        o.update_expected = true;
+      else if (a == "--table")
+        o.table = value();
+      else if (a == "--json")
+        o.json = value();
+      else if (a == "--seed")
+        o.seed = std::stoull(value());
+      else if (a == "--jobs")
+        o.jobs = std::max(1, std::stoi(value()));
+      else if (a == "--timeout")
+        o.timeout = std::max(1, std::stoi(value()));
+      else if (a == "--verbose")
+        o.verbose = true;
       else if (a == "-h" || a == "--help") {
         std::puts(kUsage);
         return 0;
@@ -497,8 +512,9 @@ int main(int argc, char** argv) {
     std::printf("%s: %zu entries (%d new, %d dropped)\n", o.expected.c_str(), now.size(), fixed, regressions);
     return 0;
   }
-  if (fixed) std::printf("%d test modes pass that %s does not list: add them with --update-expected\n", fixed,
-                         o.expected.c_str());
+  if (fixed)
+    std::printf("%d test modes pass that %s does not list: add them with --update-expected\n", fixed,
+                o.expected.c_str());
   if (regressions) {
     std::printf("FAILED: %d test modes of %s do not pass any more (listed above)\n", regressions, o.expected.c_str());
     return 1;

@@ -77,7 +77,8 @@ TEST(CostTarget, JsonFile) {
   EXPECT_FALSE(u.wraparound);
 
   // no name: the file stem
-  std::string r = write_tmp("stem_target.json", R"({"peak_flops": 1e12, "hbm_bandwidth": 1e11, "link_bandwidth": 1e10})");
+  std::string r =
+      write_tmp("stem_target.json", R"({"peak_flops": 1e12, "hbm_bandwidth": 1e11, "link_bandwidth": 1e10})");
   EXPECT_EQ(Target::load(r).name, "stem_target");
 }
 
@@ -161,11 +162,11 @@ TEST(CostTarget, TopologyAndPerDtypePeaks) {
 TEST(CostTarget, ContractionCurve) {
   Target t = Target::load(write_tmp("curve.json", R"({"base": "tpu-v3", "peak_flops": 8e10,
       "contraction_curve": [[1e6, 1e9], [1e8, 5e10], [1e10, 1e11]], "conv_efficiency": 0.5})"));
-  EXPECT_EQ(t.contraction_rate(1e5, DType::kFloat32, false), 1e9);    // clamped below the first point
+  EXPECT_EQ(t.contraction_rate(1e5, DType::kFloat32, false), 1e9);  // clamped below the first point
   EXPECT_EQ(t.contraction_rate(1e6, DType::kFloat32, false), 1e9);
   expect_rel(t.contraction_rate(1e7, DType::kFloat32, false), 2.55e10);  // halfway in log(flops): (1e9 + 5e10) / 2
-  expect_rel(t.contraction_rate(1e9, DType::kFloat32, false), 7.5e10);  // halfway between the last two points
-  EXPECT_EQ(t.contraction_rate(1e12, DType::kFloat32, false), 8e10);      // 1e11 by the curve, capped at the peak
+  expect_rel(t.contraction_rate(1e9, DType::kFloat32, false), 7.5e10);   // halfway between the last two points
+  EXPECT_EQ(t.contraction_rate(1e12, DType::kFloat32, false), 8e10);     // 1e11 by the curve, capped at the peak
   expect_rel(t.contraction_rate(1e7, DType::kFloat32, true), 1.275e10);  // convolutions at half the rate
   // node_time of a 2*64^3 = 524,288-FLOP MatMul: below the first point, 1e9 FLOP/s
   SquareMatMul f32(DType::kFloat32);
@@ -181,7 +182,9 @@ TEST(CostTarget, ContractionCurve) {
     FAIL();
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("'contraction_curve' must be [[flops, flop_per_s], ...] with positive "
-                                         "numbers and increasing flops"), std::string::npos) << e.what();
+                                         "numbers and increasing flops"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -199,8 +202,9 @@ TEST(CostTarget, MeasuredOps) {
   conv.attrs["group"] = int64_t{1};
   conv.attrs["auto_pad"] = std::string("NOTSET");
   const std::string sig = op_signature(g, conv);
-  EXPECT_EQ(sig, "Conv(float32[16,64,10,16],float32[64,64,3,3],-)->(float32[16,64,8,16])"
-                 "{auto_pad=NOTSET,group=1,pads=[0,1,0,1]}");
+  EXPECT_EQ(sig,
+            "Conv(float32[16,64,10,16],float32[64,64,3,3],-)->(float32[16,64,8,16])"
+            "{auto_pad=NOTSET,group=1,pads=[0,1,0,1]}");
   Node gspmd_op = conv;
   gspmd_op.domain = "gspmd";
   gspmd_op.attrs.clear();
@@ -261,7 +265,7 @@ TEST(CostTarget, RegisteredPresets) {
 TEST(CostTarget, DeviceOrder) {
   Target t = Target::load("tpu-v3");  // 2D torus
   const double lb = 340e12 / 1024 / 4 / 2;
-  DeviceMesh m = mesh_of({2, 2, 2});  // axes x, y, z
+  DeviceMesh m = mesh_of({2, 2, 2});          // axes x, y, z
   EXPECT_EQ(t.device_order_str(m), "x,y*z");  // the default: y and z fold onto the last dim
   t.device_order = Target::parse_device_order("z,x*y");
   EXPECT_EQ(t.device_order_str(m), "z,x*y");
@@ -509,4 +513,3 @@ TEST(Cost, OverlapRunsCollectivesBesideIndependentCompute) {
 
 }  // namespace
 }  // namespace gspmd
-

@@ -108,7 +108,7 @@ TEST(FactorProjection, AgreedAxesOfAReductionFactor) {
   const int a = p.add(sharded({{0}, {1}}), r.operands[0]);
   const int b = p.add(sharded({{1}, {}}), r.operands[1]);
   const int c = p.add(sharded({{}, {}}), r.results[0]);
-  EXPECT_EQ(p.agreed(2, {a, b}), (std::optional<Axes>{{1}}));  // both split k over y
+  EXPECT_EQ(p.agreed(2, {a, b}), (std::optional<Axes>{{1}}));     // both split k over y
   EXPECT_EQ(p.agreed(2, {a, b, c}), (std::optional<Axes>{{1}}));  // the result does not index k
   EXPECT_EQ(p.agreed(0, {a, b}), (std::optional<Axes>{{0}}));
   EXPECT_EQ(p.agreed(1, {a, c}), std::nullopt);  // c indexes j but leaves it whole
@@ -120,8 +120,8 @@ TEST(FactorProjection, AgreedAxesOfAReductionFactor) {
 TEST(FactorProjection, MergeFirstComeTakesWholeFactorsWhileAxesAreFree) {
   const OpShardingRule r = matmul();
   FactorProjection p(r, kMesh);
-  const int a = p.add(sharded({{0}, {1}}), r.operands[0]);   // i=x, k=y
-  const int b = p.add(sharded({{1}, {0}}), r.operands[1]);   // k=y, j=x: j conflicts with i over x
+  const int a = p.add(sharded({{0}, {1}}), r.operands[0]);    // i=x, k=y
+  const int b = p.add(sharded({{1}, {0}}), r.operands[1]);    // k=y, j=x: j conflicts with i over x
   const int c = p.add(sharded({{2}, {0, 1}}), r.results[0]);  // i=z, j={x,y}
   FactorSharding F(3);
   std::vector<char> used(3, 0);

@@ -298,7 +298,8 @@ TEST(Propagation, ConvSpatialSplitForwardAndBackward) {
   int x = m.input("x", {2, 3, 8, 8});
   int w = m.weight("w", {4, 3, 3, 3});
   int y = m.op("Conv", {x, w}, "y", {2, 4, 8, 8}, {{"pads", Ints{1, 1, 1, 1}}});
-  int z = m.op("Conv", {y, m.weight("w2", {4, 4, 3, 3})}, "z", {2, 4, 4, 4}, {{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}});
+  int z = m.op("Conv", {y, m.weight("w2", {4, 4, 3, 3})}, "z", {2, 4, 4, 4},
+               {{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}});
   m.g.outputs = {z};
   m.annotate(x, {"", "", "data", ""});
   auto p = m.run();
@@ -395,8 +396,7 @@ TEST(Propagation, ResNetBlockBatchSplit) {
   ResNetBlock b;
   b.m.annotate(b.x, {"data", "", "", ""});
   auto p = b.m.run();
-  for (int v : b.activations())
-    EXPECT_EQ(b.m.spec(p, v), R"(["data", null, null, null])") << b.m.g.values[v].name;
+  for (int v : b.activations()) EXPECT_EQ(b.m.spec(p, v), R"(["data", null, null, null])") << b.m.g.values[v].name;
   EXPECT_EQ(b.m.spec(p, b.gap), R"(["data", null, null, null])");
   EXPECT_EQ(b.m.spec(p, b.flat), R"(["data", null])");
   for (int v : b.params) EXPECT_TRUE(p.shardings[v].is_replicated()) << b.m.g.values[v].name;
@@ -409,8 +409,7 @@ TEST(Propagation, ResNetBlockSpatialSplit) {
   ResNetBlock b;
   b.m.annotate(b.x, {"", "", "data", ""});
   auto p = b.m.run();
-  for (int v : b.activations())
-    EXPECT_EQ(b.m.spec(p, v), R"([null, null, "data", null])") << b.m.g.values[v].name;
+  for (int v : b.activations()) EXPECT_EQ(b.m.spec(p, v), R"([null, null, "data", null])") << b.m.g.values[v].name;
   // The global pool reduces H: the split does not reach its result.
   EXPECT_TRUE(p.shardings[b.gap].is_replicated());
   EXPECT_TRUE(p.shardings[b.flat].is_replicated());
@@ -423,8 +422,7 @@ TEST(Propagation, ResNetBlockBatchAndSpatial) {
   ResNetBlock b;
   b.m.annotate(b.x, {"data", "", "model", ""});
   auto p = b.m.run();
-  for (int v : b.activations())
-    EXPECT_EQ(b.m.spec(p, v), R"(["data", null, "model", null])") << b.m.g.values[v].name;
+  for (int v : b.activations()) EXPECT_EQ(b.m.spec(p, v), R"(["data", null, "model", null])") << b.m.g.values[v].name;
   EXPECT_EQ(b.m.spec(p, b.flat), R"(["data", null])");
 }
 
@@ -434,8 +432,7 @@ TEST(Propagation, ResNetBlockChannelSplitFollowsResidual) {
   ResNetBlock b;
   b.m.annotate(b.w1, {"model", "", "", ""});
   auto p = b.m.run();
-  for (int v : b.activations())
-    EXPECT_EQ(b.m.spec(p, v), R"([null, "model", null, null])") << b.m.g.values[v].name;
+  for (int v : b.activations()) EXPECT_EQ(b.m.spec(p, v), R"([null, "model", null, null])") << b.m.g.values[v].name;
   EXPECT_EQ(b.m.spec(p, b.w2), R"(["model", null, null, null])");
   for (int v : b.params) EXPECT_EQ(b.m.spec(p, v), R"(["model"])") << b.m.g.values[v].name;
   EXPECT_EQ(b.m.spec(p, b.flat), R"([null, "model"])");
@@ -533,8 +530,8 @@ TEST(Propagation, ConflictResolvesTowardLargerTensor) {
   int ky = k.op("MatMul", {kx, kw}, "y", {4, 64});
   int kz = k.op("Relu", {ky}, "z", {4, 64});
   k.g.outputs = {kz};
-  k.annotate(kx, {"", "data"});   // k split
-  k.annotate(ky, {"", "data"});   // n split, same axis
+  k.annotate(kx, {"", "data"});  // k split
+  k.annotate(ky, {"", "data"});  // n split, same axis
   auto r = k.run();
   EXPECT_EQ(k.spec(r, kw), R"([null, "data"])");  // from y (n), not from x (k)
 }

@@ -31,9 +31,8 @@ TEST(RuleResult, DistinguishesTheOutcomes) {
   const int unknown = b.node("NoSuchOp", {x}, {2});
   const int bad_shapes = b.node("MatMul", {x, a}, {2, 6, 5});
   const int ok = b.node("Relu", {x}, {2, 6, 16});
-  const int throws = custom_node(b, "Throws", [](const Graph&, const Node&) -> RuleResult {
-    throw std::runtime_error("oops");
-  }, {x}, {2, 6, 16});
+  const int throws = custom_node(
+      b, "Throws", [](const Graph&, const Node&) -> RuleResult { throw std::runtime_error("oops"); }, {x}, {2, 6, 16});
 
   const RuleResult r0 = get_rule(b.g, b.g.nodes[unknown]);
   EXPECT_EQ(r0.status, RuleResult::kNoRule);
@@ -59,16 +58,18 @@ TEST(RuleResult, DistinguishesTheOutcomes) {
 TEST(RuleResult, ABuiltRuleThatFailsCheckIsABuilderError) {
   GraphBuilder b;
   const int x = b.input("x", {4, 8});
-  const int n = custom_node(b, "WrongRank", [](const Graph&, const Node&) -> RuleResult {
-    return make_rule({4}, {kPass}, {{{0}}}, {{{0}}});  // x has two dims
-  }, {x}, {4, 8});
+  const int n = custom_node(b, "WrongRank",
+                            [](const Graph&, const Node&) -> RuleResult {
+                              return make_rule({4}, {kPass}, {{{0}}}, {{{0}}});  // x has two dims
+                            },
+                            {x}, {4, 8});
   const RuleResult r = get_rule(b.g, b.g.nodes[n]);
   EXPECT_EQ(r.status, RuleResult::kBuilderError);
   EXPECT_EQ(r.reason, "operand 0 ('x') has rank 2 but 1 dims of factors");
   // A builder returning nullopt (no reason) is "not expressible".
-  const int m = custom_node(b, "Nullopt", [](const Graph&, const Node&) -> std::optional<OpShardingRule> {
-    return std::nullopt;
-  }, {x}, {4, 8});
+  const int m =
+      custom_node(b, "Nullopt", [](const Graph&, const Node&) -> std::optional<OpShardingRule> { return std::nullopt; },
+                  {x}, {4, 8});
   EXPECT_EQ(get_rule(b.g, b.g.nodes[m]).status, RuleResult::kNotExpressible);
   EXPECT_EQ(get_rule(b.g, b.g.nodes[m]).describe(), "has no sharding rule for this instance");
 }
@@ -134,7 +135,9 @@ TEST(RuleMaker, BuildsAndChecksAsItGoes) {
   };
   EXPECT_EQ(err([](RuleMaker& m) { m.operand(2, {}); }), "operand 2 set, but the node has 2 operands");
   EXPECT_EQ(err([](RuleMaker& m) { m.operand(0, {{}, {}}).operand(0, {{}, {}}); }), "operand 0 set twice");
-  EXPECT_EQ(err([](RuleMaker& m) { m.operand(0, {{m.factor(5, kPass)}, {}}); }),
+  EXPECT_EQ(err([](RuleMaker& m) {
+              m.operand(0, {{m.factor(5, kPass)}, {}});
+            }),
             "operand 0 ('x') dim 0 has size 4 but its factors [i] multiply to 5");
   EXPECT_EQ(err([](RuleMaker& m) { m.factorless_operands().build(); }), "result 0 has no dims of factors");
   EXPECT_EQ(err([](RuleMaker& m) { m.in(2); }), "operand 2 is absent");
@@ -217,9 +220,11 @@ TEST(RuleTable, OneResultPerNodeAndItsGraph) {
 TEST(RuleTable, BuilderErrorsReachThePartitionersWarnings) {
   GraphBuilder b;
   const int x = b.input("x", {4});
-  const int n = custom_node(b, "Broken", [](const Graph&, const Node&) -> RuleResult {
-    return make_rule({4}, {kPass}, {{{0}, {0}}}, {{{0}}});
-  }, {x}, {4});
+  const int n = custom_node(b, "Broken",
+                            [](const Graph&, const Node&) -> RuleResult {
+                              return make_rule({4}, {kPass}, {{{0}, {0}}}, {{{0}}});
+                            },
+                            {x}, {4});
   b.g.outputs.push_back(b.g.nodes[n].outputs[0]);
   Annotations ann;
   ann.mesh = testing::mesh_of({2});

@@ -97,8 +97,9 @@ TEST(RulesCnn, ConvTranspose) {
   // G=2: X dim 1 = W dim 0 = (g, cg), W dim 1 = (og), Y dim 1 = (g, og).
   int w2 = b.input("w2", {4, 3, 3, 3});
   r = b.rule(b.node("ConvTranspose", {x, w2}, {2, 6, 7, 7}, {{"group", int64_t{2}}}));
-  EXPECT_EQ(r.str(), "([i,jn,l,m],[jn,k,1,1])->([i,jk,l,m]) {i=2, j=2, k=3, l=5, m=5, n=2} reduction={n} "
-                     "need_replication={l,m}");
+  EXPECT_EQ(r.str(),
+            "([i,jn,l,m],[jn,k,1,1])->([i,jk,l,m]) {i=2, j=2, k=3, l=5, m=5, n=2} reduction={n} "
+            "need_replication={l,m}");
 }
 
 TEST(RulesCnn, Pools) {
@@ -146,8 +147,8 @@ TEST(RulesCnn, Normalizations) {
   EXPECT_EQ(r.str(), "([i,j,k,l],[j],[j],[j],[j])->([i,j,k,l]) {i=2, j=3, k=8, l=8}");
   EXPECT_EQ(r.linear_operands, (std::vector<bool>{false, false, false, false, false}));
   // Training mode: batch statistics over n and the spatial dims.
-  r = b.rule(b.node("BatchNormalization", {x, sc, bi, mu, var}, {2, 3, 8, 8}, {{"training_mode", int64_t{1}}},
-                    {{3}, {3}}));
+  r = b.rule(
+      b.node("BatchNormalization", {x, sc, bi, mu, var}, {2, 3, 8, 8}, {{"training_mode", int64_t{1}}}, {{3}, {3}}));
   EXPECT_EQ(r.str(), "([i,j,k,l],[j],[j],[j],[j])->([i,j,k,l],[j],[j]) {i=2, j=3, k=8, l=8} need_replication={i,k,l}");
   EXPECT_EQ(b.rule(b.node("LRN", {x}, {2, 3, 8, 8}, {{"size", int64_t{3}}})).str(),
             "([i,j,k,l])->([i,j,k,l]) {i=2, j=3, k=8, l=8} need_replication={j}");

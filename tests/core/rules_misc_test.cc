@@ -156,8 +156,8 @@ TEST(RulesMisc, GatherScatterFamily) {
 TEST(RulesMisc, ElementwiseNewOps) {
   GB b;
   int x = b.input("x", {4, 8}), y = b.input("y", {8});
-  for (const char* op : {"Clip", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish", "Abs", "Log", "Reciprocal",
-                         "Not", "Elu", "Selu", "Celu", "Softplus", "Softsign", "ThresholdedRelu", "Mish"})
+  for (const char* op : {"Clip", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish", "Abs", "Log", "Reciprocal", "Not",
+                         "Elu", "Selu", "Celu", "Softplus", "Softsign", "ThresholdedRelu", "Mish"})
     EXPECT_EQ(b.rule(b.node(op, {x}, {4, 8})).str(), "([i,j])->([i,j]) {i=4, j=8}") << op;
   for (const char* op : {"And", "Or", "Less", "Greater", "PRelu"})
     EXPECT_EQ(b.rule(b.node(op, {x, y}, {4, 8})).str(), "([i,j],[j])->([i,j]) {i=4, j=8}") << op;
@@ -190,16 +190,76 @@ TEST(RulesMisc, ReductionsOnSplitAxes) {
 }
 
 TEST(RulesMisc, Issue3OpsAllRegistered) {
-  for (const char* op :
-       {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
-        "BatchNormalization", "LRN", "InstanceNormalization", "MeanVarianceNormalization", "ReduceSum", "ReduceMax",
-        "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL2", "ReduceL1", "ReduceSumSquare", "ReduceLogSumExp",
-        "ReduceLogSum", "ArgMax", "ArgMin", "Flatten", "Expand", "Pad", "Tile", "Resize", "Range", "ConstantOfShape",
-        "Clip", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish", "Abs", "Log", "Reciprocal", "Not", "And", "Or",
-        "Less", "Greater", "Sum", "Max", "Min", "Mean", "Einsum", "Dropout", "TopK", "CumSum", "Elu", "Selu", "Celu",
-        "Softplus", "Softsign", "ThresholdedRelu", "PRelu", "Mish", "LogSoftmax", "Hardmax", "DepthToSpace",
-        "SpaceToDepth", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "OneHot", "NonZero",
-        "Compress"})
+  for (const char* op : {"Conv",
+                         "ConvTranspose",
+                         "MaxPool",
+                         "AveragePool",
+                         "LpPool",
+                         "GlobalAveragePool",
+                         "GlobalMaxPool",
+                         "BatchNormalization",
+                         "LRN",
+                         "InstanceNormalization",
+                         "MeanVarianceNormalization",
+                         "ReduceSum",
+                         "ReduceMax",
+                         "ReduceMin",
+                         "ReduceMean",
+                         "ReduceProd",
+                         "ReduceL2",
+                         "ReduceL1",
+                         "ReduceSumSquare",
+                         "ReduceLogSumExp",
+                         "ReduceLogSum",
+                         "ArgMax",
+                         "ArgMin",
+                         "Flatten",
+                         "Expand",
+                         "Pad",
+                         "Tile",
+                         "Resize",
+                         "Range",
+                         "ConstantOfShape",
+                         "Clip",
+                         "Sigmoid",
+                         "LeakyRelu",
+                         "HardSigmoid",
+                         "HardSwish",
+                         "Abs",
+                         "Log",
+                         "Reciprocal",
+                         "Not",
+                         "And",
+                         "Or",
+                         "Less",
+                         "Greater",
+                         "Sum",
+                         "Max",
+                         "Min",
+                         "Mean",
+                         "Einsum",
+                         "Dropout",
+                         "TopK",
+                         "CumSum",
+                         "Elu",
+                         "Selu",
+                         "Celu",
+                         "Softplus",
+                         "Softsign",
+                         "ThresholdedRelu",
+                         "PRelu",
+                         "Mish",
+                         "LogSoftmax",
+                         "Hardmax",
+                         "DepthToSpace",
+                         "SpaceToDepth",
+                         "GatherElements",
+                         "GatherND",
+                         "ScatterElements",
+                         "ScatterND",
+                         "OneHot",
+                         "NonZero",
+                         "Compress"})
     EXPECT_TRUE(has_rule("", op)) << op;
 }
 
@@ -218,9 +278,9 @@ TEST(RulesMisc, ConformanceOps) {
   // Losses: "none" keeps N and the trailing dims pass-through; "mean" without weights is a mean reduction; a
   // weighted mean needs replication.
   int scores = b.input("scores", {4, 3, 5}), labels = b.input("labels", {4, 5}, DType::kInt64);
-  EXPECT_EQ(b.rule(b.node("NegativeLogLikelihoodLoss", {scores, labels}, {4, 5}, {{"reduction", std::string("none")}}))
-                .str(),
-            "([i,j,k],[i,k])->([i,k]) {i=4, j=3, k=5} need_replication={j}");
+  EXPECT_EQ(
+      b.rule(b.node("NegativeLogLikelihoodLoss", {scores, labels}, {4, 5}, {{"reduction", std::string("none")}})).str(),
+      "([i,j,k],[i,k])->([i,k]) {i=4, j=3, k=5} need_replication={j}");
   EXPECT_EQ(b.rule(b.node("NegativeLogLikelihoodLoss", {scores, labels}, {})).str(),
             "([i,j,k],[i,k])->([]) {i=4, j=3, k=5} reduction={i,k} need_replication={j} mean");
   int w = b.input("w", {3});

@@ -27,8 +27,7 @@ TEST(DeviceMesh, Parse) {
   m = DeviceMesh::parse("2x2x4");
   EXPECT_EQ(m.axes, (std::vector<std::string>{"x", "y", "z"}));
   EXPECT_EQ(m.num_devices(), 16);
-  EXPECT_EQ(DeviceMesh::parse("1x1x1x1x2").axes,
-            (std::vector<std::string>{"x", "y", "z", "w", "a4"}));
+  EXPECT_EQ(DeviceMesh::parse("1x1x1x1x2").axes, (std::vector<std::string>{"x", "y", "z", "w", "a4"}));
   EXPECT_EQ(m.str(), "{x=2, y=2, z=4}");
   for (const char* bad : {"abc", "", "4x", "x4", "0x4", "4x-1", "4 x4", "4x4x"}) {
     try {
@@ -293,8 +292,8 @@ TEST(ShardTensor, HalfUnreduced) {
   auto m = mesh2x2();
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     Tensor h(dt, {3});
-    const uint16_t vals16[3] = {0x3C00, 0xC000, 0x4200};    // f16: 1, -2, 3
-    const uint16_t valsbf[3] = {0x3F80, 0xC000, 0x4040};    // bf16: 1, -2, 3
+    const uint16_t vals16[3] = {0x3C00, 0xC000, 0x4200};  // f16: 1, -2, 3
+    const uint16_t valsbf[3] = {0x3F80, 0xC000, 0x4040};  // bf16: 1, -2, 3
     std::memcpy(h.bytes.data(), dt == DType::kFloat16 ? vals16 : valsbf, 6);
     auto s = ts({{1}}, {0}, ReductionKind::kMax);
     auto shards = shard_all(h, s, m);

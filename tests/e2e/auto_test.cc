@@ -88,8 +88,7 @@ INSTANTIATE_TEST_SUITE_P(
         DecoderCase{"d24_1024_4x4", "--layers 24 --d-model 1024 --heads 16 --vocab 32000 --batch 64 --seq 512", "4x4"},
         DecoderCase{"d24_1024_8x8", "--layers 24 --d-model 1024 --heads 16 --vocab 32000 --batch 64 --seq 512", "8x8"},
         // 24 x 12 x 4096^2 weights are 19 GiB of float32: data parallelism does not fit, Megatron does.
-        DecoderCase{"d24_4096_4x4", "--layers 24 --d-model 4096 --heads 32 --vocab 32000 --batch 64 --seq 1024",
-                    "4x4"},
+        DecoderCase{"d24_4096_4x4", "--layers 24 --d-model 4096 --heads 32 --vocab 32000 --batch 64 --seq 1024", "4x4"},
         DecoderCase{"d24_4096_8x8", "--layers 24 --d-model 4096 --heads 32 --vocab 32000 --batch 64 --seq 1024",
                     "8x8"}),
     [](const auto& info) { return info.param.name; });
@@ -111,16 +110,16 @@ fs::path empty_sidecar(const std::string& tag) {
 // Memory-bound: with a limit below the Megatron + data plan's peak, that plan does not fit; --auto finds one that
 // does (and is still no slower than Megatron here).
 TEST(AutoMemory, FindsAPlanThatFitsWhereMegatronDoesNot) {
-  fs::path model = decoder("mb_d4_4096", "--layers 4 --d-model 4096 --heads 32 --vocab 32000 --batch 64 --seq 1024",
-                           "4x4");
+  fs::path model =
+      decoder("mb_d4_4096", "--layers 4 --d-model 4096 --heads 32 --vocab 32000 --batch 64 --seq 1024", "4x4");
   fs::path meg = model.parent_path() / "mb_d4_4096.megatron.sharding.json";
   Sim megatron = simulate(model.string(), "--mesh 4x4 --shardings " + meg.string(), "mb_meg");
   ASSERT_GT(megatron.peak, 0);
   const int64_t limit = megatron.peak * 4 / 5;
-  Sim a = simulate(model.string(),
-                   "--mesh 4x4 --shardings " + empty_sidecar("mb").string() + " --auto --memory-limit " +
-                       std::to_string(limit),
-                   "mb_auto");
+  Sim a = simulate(
+      model.string(),
+      "--mesh 4x4 --shardings " + empty_sidecar("mb").string() + " --auto --memory-limit " + std::to_string(limit),
+      "mb_auto");
   ASSERT_GT(a.step, 0);
   EXPECT_LE(a.peak, limit);
   EXPECT_EQ(a.report["auto"]["memory_limit_bytes"].get<int64_t>(), limit);
@@ -156,9 +155,11 @@ TEST(AutoCnn, Resnet18IsAtLeastDataParallel) {
 // The chosen plans run correctly on the emulated pod.
 TEST(AutoRun, CheckPassesOnTheTestdataModels) {
   fs::path d = scratch("auto_run");
-  CmdResult r = cli("run testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto --inputs testdata/gpt/test_data_set_0 "
-                    "--check --report " + (d / "gpt.json").string(),
-                    "auto_run_gpt");
+  CmdResult r =
+      cli("run testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto --inputs testdata/gpt/test_data_set_0 "
+          "--check --report " +
+              (d / "gpt.json").string(),
+          "auto_run_gpt");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   nlohmann::json rep = read_json(d / "gpt.json");
   EXPECT_TRUE(rep["check"]["passed"].get<bool>());
@@ -169,8 +170,8 @@ TEST(AutoRun, CheckPassesOnTheTestdataModels) {
   const Export& e = exported("resnet18");
   ASSERT_TRUE(e.error.empty()) << e.error;
   CmdResult c = cli("run " + (e.dir / "resnet18.onnx").string() + " --mesh 2x2 --shardings " +
-                        empty_sidecar("run_cnn").string() + " --auto --inputs " +
-                        (e.dir / "test_data_set_0").string() + " --check --report " + (d / "cnn.json").string(),
+                        empty_sidecar("run_cnn").string() + " --auto --inputs " + (e.dir / "test_data_set_0").string() +
+                        " --check --report " + (d / "cnn.json").string(),
                     "auto_run_cnn");
   ASSERT_EQ(c.code, 0) << c.out << c.err;
   EXPECT_TRUE(read_json(d / "cnn.json")["check"]["passed"].get<bool>());
@@ -180,8 +181,8 @@ TEST(AutoRun, CheckPassesOnTheTestdataModels) {
 // program, and with the Megatron constraint on one weight, that annotation is kept.
 TEST(AutoPartition, WritesThePlanWhichReadsBackToTheSameProgram) {
   fs::path d = scratch("auto_partition");
-  CmdResult p = cli("partition testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto -o " + (d / "out").string(),
-                    "auto_part");
+  CmdResult p =
+      cli("partition testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto -o " + (d / "out").string(), "auto_part");
   ASSERT_EQ(p.code, 0) << p.out << p.err;
   ASSERT_TRUE(fs::exists(d / "out" / "shardings.json"));
   nlohmann::json rep = read_json(d / "out" / "report.json");
@@ -203,7 +204,8 @@ TEST(AutoPartition, WritesThePlanWhichReadsBackToTheSameProgram) {
   nlohmann::json short_file = read_json(d / "out" / "auto.sharding.json");
   EXPECT_LT(short_file["tensors"].size(), read_json(d / "out" / "shardings.json")["tensors"].size());
   expect_pins(d / "out" / "auto.sharding.json", "auto_pinned_short");
-  EXPECT_NE(p.out.find("wrote     " + (d / "out").string() + "/device_{0..3}.onnx, shardings.json, auto.sharding.json, "
+  EXPECT_NE(p.out.find("wrote     " + (d / "out").string() +
+                       "/device_{0..3}.onnx, shardings.json, auto.sharding.json, "
                        "report.json"),
             std::string::npos)
       << p.out;

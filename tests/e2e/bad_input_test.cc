@@ -15,9 +15,9 @@ CmdResult partition_with(const std::string& tag, const std::string& json, fs::pa
   fs::path file = dir / "bad.sharding.json";
   std::ofstream(file) << json;
   if (file_out) *file_out = file;
-  CmdResult r = cli("partition " + kModel + " --mesh 2x2 --shardings " + file.string() + " -o " +
-                        (dir / "out").string(),
-                    "bad_" + tag);
+  CmdResult r =
+      cli("partition " + kModel + " --mesh 2x2 --shardings " + file.string() + " -o " + (dir / "out").string(),
+          "bad_" + tag);
   EXPECT_FALSE(fs::exists(dir / "out")) << "partition wrote output for bad input " << tag;
   return r;
 }
@@ -26,8 +26,8 @@ const char* kMesh = R"("mesh": {"shape": [2, 2], "axes": ["data", "model"]})";
 
 struct BadFile {
   std::string tag;
-  std::string tensors;   // the "tensors" object body, or a whole file when it starts with '!'
-  std::string message;   // expected stderr after "error: FILE: "
+  std::string tensors;  // the "tensors" object body, or a whole file when it starts with '!'
+  std::string message;  // expected stderr after "error: FILE: "
 };
 
 void PrintTo(const BadFile& b, std::ostream* os) { *os << b.tag; }
@@ -36,8 +36,8 @@ class BadShardingFile : public ::testing::TestWithParam<BadFile> {};
 
 TEST_P(BadShardingFile, OneLineErrorAndExit2) {
   const BadFile& b = GetParam();
-  std::string json = b.tensors[0] == '!' ? b.tensors.substr(1)
-                                         : std::string("{") + kMesh + R"(, "tensors": {)" + b.tensors + "}}";
+  std::string json =
+      b.tensors[0] == '!' ? b.tensors.substr(1) : std::string("{") + kMesh + R"(, "tensors": {)" + b.tensors + "}}";
   fs::path file;
   CmdResult r = partition_with(b.tag, json, &file);
   EXPECT_EQ(r.code, 2);
@@ -56,7 +56,8 @@ INSTANTIATE_TEST_SUITE_P(
                 R"(tensors."h.0.mlp.fc_in.weight": spec has 3 entries but the tensor has rank 2)"},
         BadFile{"axis_twice", R"("h.0.mlp.fc_in.weight": ["model", "model"])",
                 R"(tensors."h.0.mlp.fc_in.weight": mesh axis 'model' is used twice)"},
-        BadFile{"malformed_json", R"(!{"mesh": {"shape": [2, 2], "axes": ["data", "model"]}, "tensors": {"input_ids": ["data", null],}})",
+        BadFile{"malformed_json",
+                R"(!{"mesh": {"shape": [2, 2], "axes": ["data", "model"]}, "tensors": {"input_ids": ["data", null],}})",
                 "malformed JSON: parse error at line 1, column 96: syntax error while parsing object key - "
                 "unexpected '}'; expected string literal"}),
     [](const auto& info) { return info.param.tag; });
@@ -79,7 +80,8 @@ TEST(BadInput, TruncatedModel) {
   std::ofstream(dir / "t.onnx", std::ios::binary) << bytes.substr(0, bytes.size() / 3);
   CmdResult r = cli("run " + (dir / "t.onnx").string() + " --mesh 2", "truncated");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "error: " + (dir / "t.onnx").string() + ": not a valid ONNX model (truncated or malformed protobuf)\n");
+  EXPECT_EQ(r.err,
+            "error: " + (dir / "t.onnx").string() + ": not a valid ONNX model (truncated or malformed protobuf)\n");
 }
 
 TEST(BadInput, ImpossibleMeshes) {
@@ -89,10 +91,12 @@ TEST(BadInput, ImpossibleMeshes) {
     EXPECT_EQ(r.err, "error: --mesh: '" + mesh + "' is not a mesh shape like 4x4\n");
   }
   // The sharding file names 2 axes; a 3-axis --mesh cannot override it.
-  CmdResult r = cli("explain " + kModel + " --mesh 2x2x2 --shardings testdata/gpt/gpt.megatron.sharding.json", "mesh_rank");
+  CmdResult r =
+      cli("explain " + kModel + " --mesh 2x2x2 --shardings testdata/gpt/gpt.megatron.sharding.json", "mesh_rank");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "error: testdata/gpt/gpt.megatron.sharding.json: mesh: --mesh 2x2x2 has 3 axes but the file's "
-                   "mesh has 2 (data, model)\n");
+  EXPECT_EQ(r.err,
+            "error: testdata/gpt/gpt.megatron.sharding.json: mesh: --mesh 2x2x2 has 3 axes but the file's "
+            "mesh has 2 (data, model)\n");
 }
 
 TEST(BadInput, UnknownValueForExplainAndBadInputsDir) {
@@ -101,7 +105,8 @@ TEST(BadInput, UnknownValueForExplainAndBadInputsDir) {
   EXPECT_EQ(r.err, "error: --value: no value named 'nope' in the model\n");
   CmdResult in = cli("run " + kModel + " --mesh 2 --inputs testdata/bert/test_data_set_0", "bad_inputs");
   EXPECT_EQ(in.code, 2);
-  EXPECT_EQ(in.err, "error: testdata/bert/test_data_set_0/input_0.pb: int64 [4,32] but input 'input_ids' is int64 [8,64]\n");
+  EXPECT_EQ(in.err,
+            "error: testdata/bert/test_data_set_0/input_0.pb: int64 [4,32] but input 'input_ids' is int64 [8,64]\n");
 }
 
 TEST(BadInput, UsageErrorsExit2) {

@@ -48,7 +48,8 @@ inline const Export& exported(const std::string& model) {
     if (r.code != 0) {
       e.error = "testdata/cnn/export_cnn.py --model " + model + " failed (exit " + std::to_string(r.code) +
                 "). It needs Debian's /usr/bin/python3 with torch 1.13, onnx and torchvision (apt-get install -y "
-                "python3-torchvision).\nstdout:\n" + r.out + "\nstderr:\n" + r.err;
+                "python3-torchvision).\nstdout:\n" +
+                r.out + "\nstderr:\n" + r.err;
     } else if (!fs::exists(tmp / (model + ".onnx")) || !fs::exists(tmp / "test_data_set_0" / "output_0.pb")) {
       e.error = "export_cnn.py exited 0 but did not write " + (tmp / (model + ".onnx")).string() + "\n" + r.out;
     } else {

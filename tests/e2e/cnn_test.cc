@@ -56,8 +56,8 @@ struct Case {
   std::string kind;   // testdata/cnn/<model>.<kind>.sharding.json
   std::string mesh;   // --mesh, must equal the file's mesh
   int devices;
-  bool batch_only;    // only the batch is split: an inference CNN then needs no collective at all
-  bool spatial;       // H (and W) split: halo exchanges; the 4- and 2-row stages may be gathered instead
+  bool batch_only;  // only the batch is split: an inference CNN then needs no collective at all
+  bool spatial;     // H (and W) split: halo exchanges; the 4- and 2-row stages may be gathered instead
   std::string name() const { return model + "_" + kind; }
   fs::path sidecar() const { return kCnnDir / (model + "." + kind + ".sharding.json"); }
 };
@@ -67,14 +67,14 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 std::vector<Case> cases() {
   std::vector<Case> v;
   for (std::string m : {"resnet18", "mobilenet_v2"}) {
-    v.push_back({m, "data", "2x2", 4, true, false});           // batch over [["data","model"]]
-    v.push_back({m, "data16", "16", 16, true, false});         // batch over x (16): one image per device
-    v.push_back({m, "channel", "2x2", 4, false, false});       // batch over data, conv output channels over model
+    v.push_back({m, "data", "2x2", 4, true, false});      // batch over [["data","model"]]
+    v.push_back({m, "data16", "16", 16, true, false});    // batch over x (16): one image per device
+    v.push_back({m, "channel", "2x2", 4, false, false});  // batch over data, conv output channels over model
     v.push_back({m, "channel16", "4x4", 16, false, false});
-    v.push_back({m, "spatial", "4", 4, false, true});          // H over x (4)
-    v.push_back({m, "spatial16", "4x4", 16, false, true});     // H over x (4), W over y (4)
-    v.push_back({m, "uneven", "3", 3, true, false});           // batch 16 over 3: shards 6, 6, 4
-    v.push_back({m, "uneven_spatial", "3", 3, false, true});   // H 64 over 3: 22, 22, 20
+    v.push_back({m, "spatial", "4", 4, false, true});         // H over x (4)
+    v.push_back({m, "spatial16", "4x4", 16, false, true});    // H over x (4), W over y (4)
+    v.push_back({m, "uneven", "3", 3, true, false});          // batch 16 over 3: shards 6, 6, 4
+    v.push_back({m, "uneven_spatial", "3", 3, false, true});  // H 64 over 3: 22, 22, 20
   }
   return v;
 }
@@ -127,8 +127,7 @@ TEST_P(CnnRun, CheckPassesAndMatchesTorch) {
   expect_close(got, want, 1e-4, 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cnn, CnnRun, ::testing::ValuesIn(cases()),
-                         [](const auto& info) { return info.param.name(); });
+INSTANTIATE_TEST_SUITE_P(Cnn, CnnRun, ::testing::ValuesIn(cases()), [](const auto& info) { return info.param.name(); });
 
 /// The emulator's devices run concurrently, one OpenMP thread each, when there are threads to spare
 /// (GSPMD_DEVICE_THREADS, else OMP_NUM_THREADS, which the suite sets to 1). Their oneDNN convolutions, pools and

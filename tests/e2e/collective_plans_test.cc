@@ -140,8 +140,8 @@ TEST(CollectivePlans, PartialSumsStayUnreducedThroughLinearOps) {
   int act = b.node("Tanh", {t}, {D, S});
   b.g.outputs = {act};
   SpmdProgram p = partition_and_check(
-      b, kMesh, {{x1, spec({{}, {kModel}})}, {x2, spec({{}, {kModel}})}, {wa, spec({{kModel}, {}})},
-                 {wb, spec({{kModel}, {}})}});
+      b, kMesh,
+      {{x1, spec({{}, {kModel}})}, {x2, spec({{}, {kModel}})}, {wa, spec({{kModel}, {}})}, {wb, spec({{kModel}, {}})}});
   ASSERT_EQ(kinds(p), std::vector<std::string>{"all-reduce{model}"});
   EXPECT_EQ(p.collectives[0].for_node, "Tanh_4");
 }
@@ -175,7 +175,6 @@ TEST(CollectivePlans, LayerNormOverASplitAxisIsTwoSmallAllReduces) {
     EXPECT_EQ(p.collectives[0].bytes, 3 * 4);
   }
 }
-
 
 TEST(CollectivePlans, LayerNormOverSeveralSplitDimsKeepsItsStatistics) {
   // axis 1 of [6, 9, 16] normalizes the [9, 16] trailing dims, split over data (9 rows: uneven, masked) and model.
@@ -265,7 +264,8 @@ TEST(CollectivePlans, ReshapeKeepsASplitThroughSubAxes) {
 //   - The out-projections contract N (or H), split over Y: the result is a partial sum over Y, which is
 //     REDUCE-SCATTERED ALONG Y onto M ([b, S, M] partial -> [b, S, m]) where the residual (or the bias) is added.
 //   - LayerNorm normalizes over M, split over Y: the mean and the variance are each a local sum and an ALL-REDUCE
-//     ALONG Y of a [b, S, 1] statistic (the paper does not spell LayerNorm out; XLA's partitioner reduces the same way).
+//     ALONG Y of a [b, S, 1] statistic (the paper does not spell LayerNorm out; XLA's partitioner reduces the same
+//     way).
 // So one layer: 6 all-gathers over X (weights), 2 all-gathers over Y, 2 reduce-scatters over Y, 4 small all-reduces
 // over Y, and no all-to-all or collective-permute.
 //
@@ -294,8 +294,7 @@ Layer2D build_2d_layer(bool weights_as_inputs) {
     return b.node("Einsum", std::move(in), std::move(out), {{"equation", eq}});
   };
   auto layer_norm = [&](int v, int scale, int bias) {
-    return b.node("LayerNormalization", {v, scale, bias}, {kB2, kS2, kM2},
-                  {{"axis", int64_t{-1}}, {"epsilon", 1e-3f}});
+    return b.node("LayerNormalization", {v, scale, bias}, {kB2, kS2, kM2}, {{"axis", int64_t{-1}}, {"epsilon", 1e-3f}});
   };
   L.x = b.input("x", {kB2, kS2, kM2});
   int g1 = w("ln1_scale", {kM2}), b1 = w("ln1_bias", {kM2}), g2 = w("ln2_scale", {kM2}), b2 = w("ln2_bias", {kM2});
@@ -348,9 +347,9 @@ TEST(CollectivePlans, Gspmd2DShardedTransformerLayerMatchesThePaper) {
       Layer2D L = build_2d_layer(weights_as_inputs);
       std::map<int, TensorSharding> ann = {{L.x, spec({{kX}, {}, {kY}})}, {L.y, spec({{kX}, {}, {kY}})}};
       for (int i = 0; i < 4; ++i) ann[L.weights[i]] = spec({{kX}, {kY}, {}});  // [M, N, D]
-      ann[L.weights[4]] = spec({{kX}, {kY}});                                   // W_in [M, H]
-      ann[L.weights[5]] = spec({{kY}, {kX}});                                   // W_out [H, M]
-      SpmdProgram p = partition_and_check(L.b, mesh, ann);  // (a) equals the unpartitioned run
+      ann[L.weights[4]] = spec({{kX}, {kY}});                                  // W_in [M, H]
+      ann[L.weights[5]] = spec({{kY}, {kX}});                                  // W_out [H, M]
+      SpmdProgram p = partition_and_check(L.b, mesh, ann);                     // (a) equals the unpartitioned run
 
       const Graph& g = L.b.g;
       auto name = [&](int v) { return g.values[v].name; };
@@ -370,8 +369,8 @@ TEST(CollectivePlans, Gspmd2DShardedTransformerLayerMatchesThePaper) {
       };
       const std::string ln1 = consumer(L.x), ln2 = g.nodes[g.values[L.ln2].producer].name;
       std::vector<std::string> want = {
-          c("all-reduce", "Y", stat, ln1, name(L.x)),  // LayerNorm 1: mean
-          c("all-reduce", "Y", stat, ln1, name(L.x)),  // LayerNorm 1: variance
+          c("all-reduce", "Y", stat, ln1, name(L.x)),               // LayerNorm 1: mean
+          c("all-reduce", "Y", stat, ln1, name(L.x)),               // LayerNorm 1: variance
           c("all-gather", "Y", act, consumer(L.ln1), name(L.ln1)),  // shared by q, k and v
       };
       if (weights_as_inputs)

@@ -14,7 +14,7 @@ namespace {
 constexpr int kLayers = 2;  // testdata/gpt: 2 transformer blocks
 
 struct Case {
-  std::string model;     // gpt_opset13 | gpt_opset17
+  std::string model;  // gpt_opset13 | gpt_opset17
   std::string mesh;
   std::string sharding;  // "" = none
   std::string name() const {
@@ -97,8 +97,8 @@ TEST(GptDevicesInParallel, TwoDimensionalPlanMatchesExporterOutputs) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
   expect_close(gspmd::read_tensor_pb((dir / "out" / "output_0.pb").string()),
-               gspmd::read_tensor_pb(std::string(GSPMD_SOURCE_DIR) + "/testdata/gpt/test_data_set_0/output_0.pb"),
-               1e-4, 1e-5);
+               gspmd::read_tensor_pb(std::string(GSPMD_SOURCE_DIR) + "/testdata/gpt/test_data_set_0/output_0.pb"), 1e-4,
+               1e-5);
 }
 
 nlohmann::json partition_report(const Case& c, const fs::path& dir) {
@@ -139,13 +139,14 @@ TEST(GptPartition, WritesParsableDeviceFilesWithGspmdCollectives) {
   for (int k = 0; k < 4; ++k) EXPECT_TRUE(fs::exists(dir / "out" / ("device_" + std::to_string(k) + ".onnx")));
   EXPECT_FALSE(fs::exists(dir / "out" / "device_4.onnx"));
   // Parse every file with the onnx Python package (an independent reader) and count gspmd-domain nodes.
-  CmdResult py = sh(debian_python() + " -c \"import onnx,sys\n"
-                                      "for k in range(4):\n"
-                                      "    m = onnx.load(sys.argv[1] + '/device_%d.onnx' % k)\n"
-                                      "    doms = {o.domain: o.version for o in m.opset_import}\n"
-                                      "    assert doms.get('gspmd') == 1, doms\n"
-                                      "    n = [x for x in m.graph.node if x.domain == 'gspmd']\n"
-                                      "    print(len(n), sorted({x.op_type for x in n}))\n\" " +
+  CmdResult py = sh(debian_python() +
+                        " -c \"import onnx,sys\n"
+                        "for k in range(4):\n"
+                        "    m = onnx.load(sys.argv[1] + '/device_%d.onnx' % k)\n"
+                        "    doms = {o.domain: o.version for o in m.opset_import}\n"
+                        "    assert doms.get('gspmd') == 1, doms\n"
+                        "    n = [x for x in m.graph.node if x.domain == 'gspmd']\n"
+                        "    print(len(n), sorted({x.op_type for x in n}))\n\" " +
                         (dir / "out").string(),
                     "devicefiles_py");
   ASSERT_EQ(py.code, 0) << py.err;
@@ -165,18 +166,19 @@ TEST(GptPartition, OutputDirectoryIsNotHalfWritten) {
   fs::path dir = scratch("halfwritten");
   fs::create_directories(dir / "out");
   { std::ofstream(dir / "out" / "notes.txt") << "mine"; }
-  CmdResult r = cli("partition testdata/gpt/gpt_opset13.onnx --mesh 2x2 --shardings testdata/gpt/gpt.dp.sharding.json -o " +
-                        (dir / "out").string(),
-                    "halfwritten");
+  CmdResult r =
+      cli("partition testdata/gpt/gpt_opset13.onnx --mesh 2x2 --shardings testdata/gpt/gpt.dp.sharding.json -o " +
+              (dir / "out").string(),
+          "halfwritten");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "error: " + (dir / "out").string() +
                        ": exists and is not a gspmd-onnx output directory; not overwriting\n");
   EXPECT_TRUE(fs::exists(dir / "out" / "notes.txt"));
   EXPECT_FALSE(fs::exists(dir / "out" / "device_0.onnx"));
   // A failing run (bad sharding file) leaves no directory behind.
-  CmdResult bad = cli("partition testdata/gpt/gpt_opset13.onnx --mesh 2x2 --shardings /nonexistent.json -o " +
-                          (dir / "fresh").string(),
-                      "halfwritten_bad");
+  CmdResult bad = cli(
+      "partition testdata/gpt/gpt_opset13.onnx --mesh 2x2 --shardings /nonexistent.json -o " + (dir / "fresh").string(),
+      "halfwritten_bad");
   EXPECT_EQ(bad.code, 2);
   EXPECT_FALSE(fs::exists(dir / "fresh"));
 }
@@ -186,9 +188,10 @@ TEST(GptPartition, OutputDirectoryIsNotHalfWritten) {
 namespace {
 
 TEST(GptExplain, ShowsNotationsOriginPictureAndCollectiveReasons) {
-  CmdResult r = cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json "
-                    "--value h.0.mlp.fc_in.weight",
-                    "explain_fc_in");
+  CmdResult r =
+      cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json "
+          "--value h.0.mlp.fc_in.weight",
+          "explain_fc_in");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("h.0.mlp.fc_in.weight float32 [128,512]\n"
                        "  sharding  [null, \"model\"]   hlo {devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}   "
@@ -199,8 +202,9 @@ TEST(GptExplain, ShowsNotationsOriginPictureAndCollectiveReasons) {
                        "└─────┴─────┘\n"),
             std::string::npos)
       << r.out;
-  CmdResult all = cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json",
-                      "explain_all");
+  CmdResult all =
+      cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json",
+          "explain_all");
   ASSERT_EQ(all.code, 0) << all.err;
   // The attention output projection's partial sum is reduced where the replicated bias is added.
   EXPECT_NE(all.out.find("all-reduce over {model} of '/h.0/attn/proj/MatMul_output_0' (131072 bytes per device) for "

@@ -14,9 +14,10 @@ class HalfPrecision : public ::testing::TestWithParam<std::string> {};
 TEST_P(HalfPrecision, MegatronRunMatchesUnpartitioned) {
   const std::string dtype = GetParam();
   const fs::path dir = scratch("half_" + dtype);
-  CmdResult r = cli("run testdata/frontend/mlp_" + dtype + ".onnx --mesh 2 --shardings "
-                    "testdata/frontend/half_mlp.sharding.json --check --report " + (dir / "report.json").string() +
-                        " --outputs " + (dir / "out").string(),
+  CmdResult r = cli("run testdata/frontend/mlp_" + dtype +
+                        ".onnx --mesh 2 --shardings "
+                        "testdata/frontend/half_mlp.sharding.json --check --report " +
+                        (dir / "report.json").string() + " --outputs " + (dir / "out").string(),
                     "half_" + dtype);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;

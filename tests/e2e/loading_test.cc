@@ -21,9 +21,9 @@ fs::path mlp_inputs(const std::string& tag, int64_t batch) {
 
 TEST(Loading, InputsBindSymbolicDimsWithoutDim) {
   const fs::path in = mlp_inputs("loading_inputs", 3);
-  CmdResult r = cli("run " + kMlp + " --mesh 2 --inputs " + in.string() + " --check --report " +
-                        (in / "report.json").string(),
-                    "loading_inputs");
+  CmdResult r =
+      cli("run " + kMlp + " --mesh 2 --inputs " + in.string() + " --check --report " + (in / "report.json").string(),
+          "loading_inputs");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
 }
@@ -43,8 +43,8 @@ TEST(Loading, ExplainListsFoldedAndRewrittenNodes) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("  folded    node 'expand' (Expand) -> cls_b (64 bytes)\n"), std::string::npos) << r.out;
-  CmdResult v = cli("explain testdata/frontend/class_token.onnx --mesh 1 --dim batch=2 --value cls_b",
-                    "loading_explain_value");
+  CmdResult v =
+      cli("explain testdata/frontend/class_token.onnx --mesh 1 --dim batch=2 --value cls_b", "loading_explain_value");
   ASSERT_EQ(v.code, 0) << v.err;
   EXPECT_NE(v.out.find("  folded    at load: node 'expand' (Expand) evaluated once on constants\n"), std::string::npos)
       << v.out;

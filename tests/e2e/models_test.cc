@@ -18,17 +18,20 @@ void expect_run_check(const std::string& args, const std::string& tag) {
 
 TEST(Bert, MegatronEqualsUnpartitionedOnEveryExport) {
   for (std::string m : {"bert_opset13", "bert_opset17", "bert_opset13_nofold"}) {
-    expect_run_check("testdata/bert/" + m + ".onnx --mesh 2x2 --shardings testdata/bert/bert.megatron.sharding.json "
-                     "--inputs testdata/bert/test_data_set_0",
+    expect_run_check("testdata/bert/" + m +
+                         ".onnx --mesh 2x2 --shardings testdata/bert/bert.megatron.sharding.json "
+                         "--inputs testdata/bert/test_data_set_0",
                      "bert_" + m);
   }
 }
 
 TEST(Bert, MegatronCollectives) {
   fs::path dir = scratch("bert_collectives");
-  CmdResult r = cli("partition testdata/bert/bert_opset17.onnx --mesh 2x2 --shardings "
-                    "testdata/bert/bert.megatron.sharding.json -o " + (dir / "out").string(),
-                    "bert_collectives");
+  CmdResult r =
+      cli("partition testdata/bert/bert_opset17.onnx --mesh 2x2 --shardings "
+          "testdata/bert/bert.megatron.sharding.json -o " +
+              (dir / "out").string(),
+          "bert_collectives");
   ASSERT_EQ(r.code, 0) << r.err;
   auto rep = read_json(dir / "out" / "report.json");
   // 2 layers x (attention output + MLP output) + the vocab-parallel embedding.
@@ -39,8 +42,8 @@ TEST(Bert, MegatronCollectives) {
 /// Exports a GPT of another size with testdata/gpt/export_gpt.py (Debian's torch) into a scratch dir.
 fs::path export_gpt(const std::string& tag, const std::string& args) {
   fs::path dir = scratch(tag);
-  CmdResult r = sh(debian_python() + " testdata/gpt/export_gpt.py " + args + " --opsets 17 --nofold-opsets --max-mb 64 --out " +
-                       dir.string(),
+  CmdResult r = sh(debian_python() + " testdata/gpt/export_gpt.py " + args +
+                       " --opsets 17 --nofold-opsets --max-mb 64 --out " + dir.string(),
                    tag + "_export");
   if (r.code != 0) ADD_FAILURE() << "export failed: " << r.out << r.err;
   return dir;
@@ -52,15 +55,15 @@ TEST(FreshExports, GptOtherSizeWithUnevenVocabAndHeads) {
   expect_run_check((d / "gpt_opset17.onnx").string() + " --mesh 2x2 --shardings " +
                        (d / "gpt.megatron.sharding.json").string() + " --inputs " + (d / "test_data_set_0").string(),
                    "gpt_uneven_run");
-  expect_run_check((d / "gpt_opset17.onnx").string() + " --mesh 4x4 --shardings " +
-                       (d / "gpt.2d.sharding.json").string(),
-                   "gpt_uneven_run_4x4");
+  expect_run_check(
+      (d / "gpt_opset17.onnx").string() + " --mesh 4x4 --shardings " + (d / "gpt.2d.sharding.json").string(),
+      "gpt_uneven_run_4x4");
 }
 
 TEST(FreshExports, GptWiderOn4x4) {
   fs::path d = export_gpt("gpt_wide", "--layers 2 --d-model 256 --heads 8 --vocab 1024 --batch 8 --seq 32");
-  expect_run_check((d / "gpt_opset17.onnx").string() + " --mesh 4x4 --shardings " + (d / "gpt.2d.sharding.json").string() +
-                       " --inputs " + (d / "test_data_set_0").string(),
+  expect_run_check((d / "gpt_opset17.onnx").string() + " --mesh 4x4 --shardings " +
+                       (d / "gpt.2d.sharding.json").string() + " --inputs " + (d / "test_data_set_0").string(),
                    "gpt_wide_run");
 }
 

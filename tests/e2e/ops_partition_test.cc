@@ -10,14 +10,14 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <limits>
-#include <tuple>
 #include <iostream>
+#include <limits>
 #include <map>
-#include <set>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/pod/pod.h"
@@ -304,9 +304,8 @@ Outcome run_case(const Case& c, const std::vector<DeviceMesh>& meshes = all_mesh
       }
       for (size_t i = 0; i < c.out_ann.size(); ++i)
         if (j % 3 == 2)
-          ann.by_value[c.out_ann[i]] =
-              Annotation{out_opts[i][static_cast<size_t>((j * 7 + static_cast<int>(i) * 3) % out_opts[i].size())], 0,
-                         "test"};
+          ann.by_value[c.out_ann[i]] = Annotation{
+              out_opts[i][static_cast<size_t>((j * 7 + static_cast<int>(i) * 3) % out_opts[i].size())], 0, "test"};
       ++j;
       ++out.cases;
       std::string why = run_one(c, ann, inputs, ref);
@@ -355,8 +354,7 @@ std::map<std::string, int> count_kinds(const SpmdProgram& p) {
 std::string collectives_str(const SpmdProgram& p) {
   std::ostringstream os;
   for (const auto& c : p.collectives)
-    os << "\n  " << c.kind << " bytes=" << c.bytes << " value=" << c.value << " for=" << c.for_node << ": "
-       << c.reason;
+    os << "\n  " << c.kind << " bytes=" << c.bytes << " value=" << c.value << " for=" << c.for_node << ": " << c.reason;
   return os.str();
 }
 
@@ -383,8 +381,8 @@ TEST(OpsPartition, MatMul) {
                     });
 }
 
-Case gemm_case(const std::string& name, Shape a, Shape b, Shape cshape, int64_t ta, int64_t tb, float alpha,
-               float beta, bool c_input = true) {
+Case gemm_case(const std::string& name, Shape a, Shape b, Shape cshape, int64_t ta, int64_t tb, float alpha, float beta,
+               bool c_input = true) {
   Builder B(name);
   int A = B.fin("A", a);
   int W = B.fin("B", b);
@@ -411,8 +409,8 @@ TEST(OpsPartition, Gemm) {
 // ---------------------------------------------------------------------------------------------------------------
 // Elementwise
 
-Case binary_case(const std::string& op, Shape a, Shape b, Shape y, InputGen ga = {}, InputGen gb = {},
-                 DType t = F32, DType yt = F32) {
+Case binary_case(const std::string& op, Shape a, Shape b, Shape y, InputGen ga = {}, InputGen gb = {}, DType t = F32,
+                 DType yt = F32) {
   Builder B(op + " " + shape_str(a) + " x " + shape_str(b));
   int A = B.in("A", t, a, ga);
   int Bv = B.in("B", t, b, gb);
@@ -497,8 +495,7 @@ TEST(OpsPartition, SoftmaxAndLayerNorm) {
     int X = B.fin("X", {3, 5, 7});
     int S = B.fin("scale", {7});
     int Bi = B.fin("bias", {7});
-    B.out(B.opf("LayerNormalization", {X, S, Bi}, "Y", {3, 5, 7}, {{"axis", int64_t{-1}}, {"epsilon", 1e-5f}}),
-          true);
+    B.out(B.opf("LayerNormalization", {X, S, Bi}, "Y", {3, 5, 7}, {{"axis", int64_t{-1}}, {"epsilon", 1e-5f}}), true);
     cs.push_back(B.done(80));
   }
   {
@@ -534,10 +531,12 @@ TEST(OpsPartition, SoftmaxAndLayerNorm) {
     // The opset-13 export of LayerNorm: ReduceMean(axes attr) ... Sqrt, Div, Mul, Add.
     Builder B("LayerNorm decomposition opset 13", 13);
     int X = B.fin("X", {3, 5, 7});
-    int mean = B.opf("ReduceMean", {X}, "mean", {3, 5, 1}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}});
+    int mean =
+        B.opf("ReduceMean", {X}, "mean", {3, 5, 1}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}});
     int d = B.opf("Sub", {X, mean}, "d", {3, 5, 7});
     int sq = B.opf("Pow", {d, B.scalar("two", 2.f)}, "sq", {3, 5, 7});
-    int var = B.opf("ReduceMean", {sq}, "var", {3, 5, 1}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}});
+    int var =
+        B.opf("ReduceMean", {sq}, "var", {3, 5, 1}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}});
     int ve = B.opf("Add", {var, B.scalar("eps", 1e-5f)}, "ve", {3, 5, 1});
     int sd = B.opf("Sqrt", {ve}, "sd", {3, 5, 1});
     int n = B.opf("Div", {d, sd}, "n", {3, 5, 7});
@@ -548,8 +547,8 @@ TEST(OpsPartition, SoftmaxAndLayerNorm) {
   run_all("Softmax/LayerNormalization", cs);
 }
 
-Case reduce_case(const std::string& op, int64_t opset, Shape in, std::vector<int64_t> axes, bool keep,
-                 bool axes_input, bool noaxes = false) {
+Case reduce_case(const std::string& op, int64_t opset, Shape in, std::vector<int64_t> axes, bool keep, bool axes_input,
+                 bool noaxes = false) {
   Shape out;
   const int r = static_cast<int>(in.size());
   for (int d = 0; d < r; ++d) {
@@ -707,8 +706,8 @@ TEST(OpsPartition, ConcatSliceSplit) {
   {
     Builder B("Split axis 0 sizes [3,4] [7,6]");
     int X = B.fin("X", {7, 6});
-    auto o = B.op("Split", {X, B.ints("split", {3, 4})}, {{"Y0", F32, {3, 6}}, {"Y1", F32, {4, 6}}},
-                  {{"axis", int64_t{0}}});
+    auto o =
+        B.op("Split", {X, B.ints("split", {3, 4})}, {{"Y0", F32, {3, 6}}, {"Y1", F32, {4, 6}}}, {{"axis", int64_t{0}}});
     B.out(o[0], true);
     B.out(o[1]);
     cs.push_back(B.done());
@@ -716,8 +715,8 @@ TEST(OpsPartition, ConcatSliceSplit) {
   {
     Builder B("Split axis 1 equal 3 outputs [5,9]");
     int X = B.fin("X", {5, 9});
-    auto o = B.op("Split", {X}, {{"Y0", F32, {5, 3}}, {"Y1", F32, {5, 3}}, {"Y2", F32, {5, 3}}},
-                  {{"axis", int64_t{1}}});
+    auto o =
+        B.op("Split", {X}, {{"Y0", F32, {5, 3}}, {"Y1", F32, {5, 3}}, {"Y2", F32, {5, 3}}}, {{"axis", int64_t{1}}});
     for (int v : o) B.out(v);
     cs.push_back(B.done());
   }

@@ -46,9 +46,9 @@ inline DeviceMesh mesh_of(const std::vector<int64_t>& shape) {
 
 /// The meshes cases are drawn from (1-D to 3-D, up to 16 devices; an axis of size 1 once).
 inline const std::vector<std::vector<int64_t>>& mesh_shapes() {
-  static const std::vector<std::vector<int64_t>> m = {
-      {2}, {3}, {4}, {5}, {8}, {16}, {2, 2}, {2, 3}, {3, 2}, {3, 3}, {2, 4}, {4, 2}, {4, 4}, {1, 3},
-      {2, 2, 2}, {2, 2, 4}, {2, 3, 2}, {3, 2, 2}};
+  static const std::vector<std::vector<int64_t>> m = {{2},    {3},    {4},       {5},       {8},       {16},
+                                                      {2, 2}, {2, 3}, {3, 2},    {3, 3},    {2, 4},    {4, 2},
+                                                      {4, 4}, {1, 3}, {2, 2, 2}, {2, 2, 4}, {2, 3, 2}, {3, 2, 2}};
   return m;
 }
 
@@ -73,8 +73,8 @@ struct RandomCase {
   uint64_t seed = 0;
   Graph g;
   Annotations ann;
-  std::vector<Tensor> inputs;      // one per g.inputs
-  std::vector<std::string> tags;   // coverage: op types plus variants ("MatMul:batched", "mesh:2x3", ...)
+  std::vector<Tensor> inputs;     // one per g.inputs
+  std::vector<std::string> tags;  // coverage: op types plus variants ("MatMul:batched", "mesh:2x3", ...)
 };
 
 /// A failing (or to-be-reduced) triple.
@@ -108,10 +108,10 @@ inline std::string mesh_tag(const DeviceMesh& m) {
 
 /// What the generator knows about a value.
 struct Info {
-  bool exact = false;   // bit-identical whatever the partitioning (no floating-point reduction upstream)
-  bool ge1 = false;     // every element >= 1 (a safe divisor)
-  double scale = 0.6;   // rough magnitude (rms)
-  int64_t ids_hi = 0;   // int64 ids inputs: values in [0, ids_hi)
+  bool exact = false;  // bit-identical whatever the partitioning (no floating-point reduction upstream)
+  bool ge1 = false;    // every element >= 1 (a safe divisor)
+  double scale = 0.6;  // rough magnitude (rms)
+  int64_t ids_hi = 0;  // int64 ids inputs: values in [0, ids_hi)
 };
 
 class Generator {
@@ -197,7 +197,9 @@ class Generator {
   int64_t R(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
   bool P(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
   template <class T>
-  const T& pick(const std::vector<T>& v) { return v[static_cast<size_t>(R(0, static_cast<int64_t>(v.size()) - 1))]; }
+  const T& pick(const std::vector<T>& v) {
+    return v[static_cast<size_t>(R(0, static_cast<int64_t>(v.size()) - 1))];
+  }
   int64_t rdim() {
     static const std::vector<int64_t> d = {1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 7, 8, 9};
     return pick(d);
@@ -314,8 +316,9 @@ class Generator {
       }
     if (c.empty()) return -1;
     if (!unused.empty() && P(0.5)) return pick(unused);
-    if (P(0.5)) return c[static_cast<size_t>(R(std::max<int64_t>(0, static_cast<int64_t>(c.size()) - 3),
-                                               static_cast<int64_t>(c.size()) - 1))];
+    if (P(0.5))
+      return c[static_cast<size_t>(
+          R(std::max<int64_t>(0, static_cast<int64_t>(c.size()) - 3), static_cast<int64_t>(c.size()) - 1))];
     return pick(c);
   }
   int need_float(const std::function<bool(int)>& pred = nullptr) {
@@ -407,7 +410,8 @@ class Generator {
       case 35: return op_cumsum();
       case 36: return op_argmax();
       case 37:
-      case 38: return op_reduce(pick(std::vector<std::string>{"ReduceMin", "ReduceProd", "ReduceL2", "ReduceLogSumExp"}));
+      case 38:
+        return op_reduce(pick(std::vector<std::string>{"ReduceMin", "ReduceProd", "ReduceL2", "ReduceLogSumExp"}));
     }
     return false;
   }
@@ -417,12 +421,12 @@ class Generator {
     const Info& in = info(x);
     Info o;
     o.exact = in.exact && (op == "Relu" || op == "Neg" || op == "Abs");
-    o.scale = op == "Relu"   ? in.scale * 0.6
-              : op == "Tanh" ? std::min(in.scale, 1.0)
+    o.scale = op == "Relu"      ? in.scale * 0.6
+              : op == "Tanh"    ? std::min(in.scale, 1.0)
               : op == "Sigmoid" ? 0.5
-              : op == "Exp"  ? std::exp(in.scale * 1.5)
-              : op == "Erf"  ? std::min(in.scale, 1.0)
-                             : in.scale;
+              : op == "Exp"     ? std::exp(in.scale * 1.5)
+              : op == "Erf"     ? std::min(in.scale, 1.0)
+                                : in.scale;
     emit1(op, {x}, DType::kFloat32, shape(x), {}, o);
     return true;
   }
@@ -452,12 +456,16 @@ class Generator {
 
   bool op_binary(const std::string& op) {
     int a = need_float();
-    int b = op == "Div" ? partner(a, [&](int v) { return info(v).ge1; }, true) : partner(a, nullptr, false);
+    int b = op == "Div" ? partner(
+                              a, [&](int v) { return info(v).ge1; }, true)
+                        : partner(a, nullptr, false);
     if (op != "Div" && P(0.4)) std::swap(a, b);
     auto y = broadcast(shape(a), shape(b));
     if (!y) throw Reject{};
-    if (*y != shape(a) && *y != shape(b)) tag(op + ":broadcast-both");
-    else if (shape(a) != shape(b)) tag(op + ":broadcast");
+    if (*y != shape(a) && *y != shape(b))
+      tag(op + ":broadcast-both");
+    else if (shape(a) != shape(b))
+      tag(op + ":broadcast");
     const double sa = info(a).scale, sb = info(b).scale;
     double s = op == "Mul" ? sa * sb : op == "Div" ? sa * 2 : rms2(sa, sb);
     emit1(op, {a, b}, DType::kFloat32, *y, {}, Info{false, false, s, 0});
@@ -494,7 +502,8 @@ class Generator {
     const Shape cs = shape(cond);
     int x = need_float([&](int v) { return broadcast(cs, shape(v)).has_value(); });
     auto xs = broadcast(cs, shape(x));
-    int y = partner(x, [&](int v) { return broadcast(*xs, shape(v)).has_value(); }, false);
+    int y = partner(
+        x, [&](int v) { return broadcast(*xs, shape(v)).has_value(); }, false);
     if (P(0.5)) std::swap(x, y);
     auto out = broadcast(*xs, shape(y));
     if (!out) throw Reject{};
@@ -544,11 +553,16 @@ class Generator {
     Shape y = *batch;
     if (ra >= 2) y.push_back(as[as.size() - 2]);
     if (bs.size() >= 2) y.push_back(bs.back());
-    if (ra == 1) tag("MatMul:1-D x N-D");
-    else if (bs.size() == 1) tag("MatMul:N-D x 1-D");
-    else if (bs.size() >= 3) tag("MatMul:batched x batched");
-    else if (ra >= 3) tag("MatMul:batched x 2-D");
-    else tag("MatMul:2-D");
+    if (ra == 1)
+      tag("MatMul:1-D x N-D");
+    else if (bs.size() == 1)
+      tag("MatMul:N-D x 1-D");
+    else if (bs.size() >= 3)
+      tag("MatMul:batched x batched");
+    else if (ra >= 3)
+      tag("MatMul:batched x 2-D");
+    else
+      tag("MatMul:2-D");
     emit1("MatMul", {a, b}, DType::kFloat32, y, {},
           Info{false, false, info(a).scale * info(b).scale * std::sqrt(static_cast<double>(K)), 0});
     return true;
@@ -682,8 +696,10 @@ class Generator {
     const int64_t axis = R(-r, r - 1);
     const bool keep = P(0.5);
     Shape y = shape(x);
-    if (keep) y[static_cast<size_t>(axis < 0 ? axis + r : axis)] = 1;
-    else y.erase(y.begin() + (axis < 0 ? axis + r : axis));
+    if (keep)
+      y[static_cast<size_t>(axis < 0 ? axis + r : axis)] = 1;
+    else
+      y.erase(y.begin() + (axis < 0 ? axis + r : axis));
     std::map<std::string, AttrValue> at = {{"axis", axis}, {"keepdims", int64_t{keep}}};
     if (P(0.4)) at["select_last_index"] = int64_t{1}, tag("ArgMax:select_last_index");
     emit1("ArgMax", {x}, DType::kInt64, y, at, Info{true, false, 0, 0});
@@ -697,16 +713,19 @@ class Generator {
     const int64_t a = axis < 0 ? axis + r : axis;
     const Shape xs = shape(x);
     Shape ns(xs.begin() + a, xs.end());
-    if (P(0.3) && ns.size() > 1) ns.erase(ns.begin(), ns.begin() + R(1, static_cast<int64_t>(ns.size()) - 1)),
-        tag("LayerNormalization:broadcast-scale");
+    if (P(0.3) && ns.size() > 1)
+      ns.erase(ns.begin(), ns.begin() + R(1, static_cast<int64_t>(ns.size()) - 1)),
+          tag("LayerNormalization:broadcast-scale");
     std::vector<float> d(static_cast<size_t>(num_elements(ns)));
     for (float& v : d) v = 0.5f + static_cast<float>(R(0, 100)) / 100.f;
     check_numel(ns);
     int scale = init_tensor("w", Tensor::from_floats(ns, d));
     info_[scale] = Info{true, false, 1.0, 0};
     std::vector<int> ins = {x, scale};
-    if (P(0.6)) ins.push_back(new_weight(ns, 1.0));
-    else tag("LayerNormalization:no-bias");
+    if (P(0.6))
+      ins.push_back(new_weight(ns, 1.0));
+    else
+      tag("LayerNormalization:no-bias");
     // epsilon >= 1e-2: rows of (nearly) equal values (broadcast scalars, a Softmax over a size-1 axis) would
     // otherwise amplify the rounding differences of the split mean/variance (another summation order than the
     // single-device run) by up to 1/sqrt(epsilon) beyond the comparison's 1e-5 (seed 20243325 at 1e-3).
@@ -734,7 +753,8 @@ class Generator {
     Shape y;
     int64_t n = 1;
     for (int d = 0; d < r; ++d) {
-      if (!red[static_cast<size_t>(d)]) y.push_back(shape(x)[static_cast<size_t>(d)]);
+      if (!red[static_cast<size_t>(d)])
+        y.push_back(shape(x)[static_cast<size_t>(d)]);
       else {
         n *= shape(x)[static_cast<size_t>(d)];
         if (keep) y.push_back(1);
@@ -743,8 +763,10 @@ class Generator {
     std::vector<int> ins = {x};
     std::map<std::string, AttrValue> at = {{"keepdims", int64_t{keep}}};
     if (!all) {
-      if (op == "ReduceSum") ins.push_back(const_i64(axes));
-      else at["axes"] = axes;
+      if (op == "ReduceSum")
+        ins.push_back(const_i64(axes));
+      else
+        at["axes"] = axes;
     }
     tag(op + (keep ? ":keepdims=1" : ":keepdims=0"));
     if (all) tag(op + ":all-axes");
@@ -753,8 +775,8 @@ class Generator {
     emit1(op, ins, DType::kFloat32, y, at,
           Info{(op == "ReduceMax" || op == "ReduceMin") && info(x).exact, false,
                op == "ReduceSum" || op == "ReduceL2" ? s * std::sqrt(double(n)) * 1.5
-               : op == "ReduceLogSumExp"            ? s + std::log(double(n)) + 1
-                                                    : s,
+               : op == "ReduceLogSumExp"             ? s + std::log(double(n)) + 1
+                                                     : s,
                0});
     return true;
   }
@@ -854,9 +876,8 @@ class Generator {
   }
 
   bool op_squeeze() {
-    int x = need_float([&](int v) {
-      return std::count(sref(v).begin(), sref(v).end(), 1) > 0 && num_elements(shape(v)) > 1;
-    });
+    int x = need_float(
+        [&](int v) { return std::count(sref(v).begin(), sref(v).end(), 1) > 0 && num_elements(shape(v)) > 1; });
     const int r = rank(x);
     std::vector<int64_t> axes;
     const bool noaxes = P(0.15);
@@ -871,12 +892,16 @@ class Generator {
         }
     Shape y;
     for (int d = 0; d < r; ++d) {
-      if (sq[static_cast<size_t>(d)]) axes.push_back(P(0.3) ? d - r : d);
-      else y.push_back(shape(x)[static_cast<size_t>(d)]);
+      if (sq[static_cast<size_t>(d)])
+        axes.push_back(P(0.3) ? d - r : d);
+      else
+        y.push_back(shape(x)[static_cast<size_t>(d)]);
     }
     std::vector<int> ins = {x};
-    if (!noaxes) ins.push_back(const_i64(axes));
-    else tag("Squeeze:no-axes");
+    if (!noaxes)
+      ins.push_back(const_i64(axes));
+    else
+      tag("Squeeze:no-axes");
     emit1("Squeeze", ins, DType::kFloat32, y, {}, info(x));
     return true;
   }
@@ -989,9 +1014,8 @@ class Generator {
   }
 
   bool op_split() {
-    int x = need_float([&](int v) {
-      return std::any_of(sref(v).begin(), sref(v).end(), [](int64_t d) { return d >= 2; });
-    });
+    int x = need_float(
+        [&](int v) { return std::any_of(sref(v).begin(), sref(v).end(), [](int64_t d) { return d >= 2; }); });
     const Shape s = shape(x);
     const int r = rank(x);
     std::vector<int> cand;
@@ -1103,8 +1127,7 @@ class Generator {
     if (std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; })) at["pads"] = pads, tag("Conv:pads");
     if (G != 1) at["group"] = G;
     if (kh == 1 && kw == 1) tag("Conv:1x1");
-    emit1("Conv", ins, DType::kFloat32, {N, O, Ho, Wo}, at,
-          Info{false, false, info(x).scale + 0.6, 0});
+    emit1("Conv", ins, DType::kFloat32, {N, O, Ho, Wo}, at, Info{false, false, info(x).scale + 0.6, 0});
     return true;
   }
 
@@ -1156,7 +1179,7 @@ class Generator {
       int64_t N = rdim();
       Shape bs = {as[0], as[2], N};
       ins = {a, (P(0.4) && n_float_inputs_ < opt_.max_float_inputs) ? new_input(bs)
-                                                                       : new_weight(bs, 1.7 / std::sqrt(double(as[2])))};
+                                                                    : new_weight(bs, 1.7 / std::sqrt(double(as[2])))};
       eq = "bij,bjk->bik";
       y = {as[0], as[1], N};
       sc = info(a).scale * info(ins[1]).scale * std::sqrt(double(as[2]));
@@ -1211,7 +1234,8 @@ class Generator {
     bool exact = info(a).exact;
     double sc = info(a).scale * info(a).scale;
     for (int k = 1; k < n; ++k) {
-      int b = partner(a, [&](int v) { return broadcast(y, shape(v)).has_value(); }, false);
+      int b = partner(
+          a, [&](int v) { return broadcast(y, shape(v)).has_value(); }, false);
       auto yy = broadcast(y, shape(b));
       if (!yy) throw Reject{};
       y = *yy;
@@ -1352,8 +1376,8 @@ inline CheckResult check_case(const Graph& g, const Annotations& user_ann, const
     for (const auto& [v, a] : ann.by_value)
       if (!(plan.shardings.at(static_cast<size_t>(v)) == a.sharding))
         throw std::runtime_error("annotated value '" + g.values[static_cast<size_t>(v)].name + "' propagated to " +
-                                 plan.shardings[static_cast<size_t>(v)].to_partition_spec(ann.mesh) +
-                                 ", annotation " + a.sharding.to_partition_spec(ann.mesh));
+                                 plan.shardings[static_cast<size_t>(v)].to_partition_spec(ann.mesh) + ", annotation " +
+                                 a.sharding.to_partition_spec(ann.mesh));
     r.stage = "partition";
     SpmdProgram p = partition(g, plan, ann.mesh);
     r.collectives = static_cast<int>(p.collectives.size());
@@ -1426,13 +1450,16 @@ inline std::string attr_str(const AttrValue& a) {
   std::visit(
       [&](const auto& x) {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, float>) os << x;
-        else if constexpr (std::is_same_v<T, std::string>) os << '"' << x << '"';
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, float>)
+          os << x;
+        else if constexpr (std::is_same_v<T, std::string>)
+          os << '"' << x << '"';
         else if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<float>>) {
           os << "[";
           for (size_t i = 0; i < x.size(); ++i) os << (i ? "," : "") << x[i];
           os << "]";
-        } else os << "<...>";
+        } else
+          os << "<...>";
       },
       a);
   return os.str();
@@ -1476,7 +1503,8 @@ inline std::string dump(const Graph& g, const Annotations& ann) {
     for (size_t i = 0; i < n.outputs.size(); ++i) os << (i ? ", " : "") << vd(n.outputs[i]);
     os << " = " << n.op_type << "(";
     for (size_t i = 0; i < n.inputs.size(); ++i)
-      os << (i ? ", " : "") << (n.inputs[i] < 0 ? std::string("<none>") : g.values[static_cast<size_t>(n.inputs[i])].name);
+      os << (i ? ", " : "")
+         << (n.inputs[i] < 0 ? std::string("<none>") : g.values[static_cast<size_t>(n.inputs[i])].name);
     os << ")";
     if (!n.attrs.empty()) {
       os << " {";
@@ -1522,7 +1550,8 @@ inline Repro restrict_outputs(const Repro& r, const std::vector<std::string>& ou
   Repro n;
   n.g = r.g;
   std::map<std::string, Tensor> in_by_name;
-  for (size_t i = 0; i < r.g.inputs.size(); ++i) in_by_name[r.g.values[static_cast<size_t>(r.g.inputs[i])].name] = r.inputs[i];
+  for (size_t i = 0; i < r.g.inputs.size(); ++i)
+    in_by_name[r.g.values[static_cast<size_t>(r.g.inputs[i])].name] = r.inputs[i];
   std::map<std::string, Annotation> ann_by_name;
   for (const auto& [v, a] : r.ann.by_value) ann_by_name[r.g.values[static_cast<size_t>(v)].name] = a;
   n.g.outputs.clear();
@@ -1692,9 +1721,9 @@ struct RunSummary {
   int passed = 0, failed = 0, unsupported = 0;
   int with_collectives = 0;  // passing cases whose program has at least one collective
   int64_t collectives = 0;
-  std::map<std::string, int> coverage;          // key -> number of cases containing it
+  std::map<std::string, int> coverage;  // key -> number of cases containing it
   std::vector<uint64_t> failing_seeds;
-  std::vector<std::string> reports;             // one per failure (maybe truncated by max_reports)
+  std::vector<std::string> reports;  // one per failure (maybe truncated by max_reports)
   double seconds = 0;
 };
 
@@ -1716,8 +1745,8 @@ inline RunSummary run_cases(uint64_t seed_base, int n, const GenOptions& opt, bo
       ++s.passed;
       s.with_collectives += r.collectives > 0;
       s.collectives += r.collectives;
-    }
-    else if (r.status == CheckResult::kUnsupported) ++s.unsupported;
+    } else if (r.status == CheckResult::kUnsupported)
+      ++s.unsupported;
     else {
       ++s.failed;
       s.failing_seeds.push_back(seed);

@@ -1,7 +1,7 @@
-// The reshard planner (core/partition/reshard.h, emitted by reshard() in partition.cc), tested through the public entry point: a graph
-// `y = Identity(x)` with a hand-made ShardingPlan (x: FROM, y: TO) is partitioned and run on the emulated pod; the
-// assembled output must equal x exactly (resharding is data movement plus sums with zeros), and the collectives the
-// program records must be the planner's plan.
+// The reshard planner (core/partition/reshard.h, emitted by reshard() in partition.cc), tested through the public entry
+// point: a graph `y = Identity(x)` with a hand-made ShardingPlan (x: FROM, y: TO) is partitioned and run on the
+// emulated pod; the assembled output must equal x exactly (resharding is data movement plus sums with zeros), and the
+// collectives the program records must be the planner's plan.
 //
 // How the reshard is reached: the Identity node takes its factor assignment from y's planned sharding (TO) first and
 // then fills the dims TO leaves unsplit from x's sharding (FROM) where those axes are free; call the result F. x is
@@ -298,8 +298,10 @@ void exhaustive(const DeviceMesh& mesh, const Shape& shape, Stats& st, double sa
       bool op_identity = mid == from, out_identity = mid == to;
       if (op_identity || out_identity) ++st.direct;
       std::string key = fmt::format("{} {}: ", mesh.str(), shape_str(shape));
-      if (!op_identity) st.reshard_pairs_seen.insert(key + from.to_partition_spec(mesh) + " -> " + mid.to_partition_spec(mesh));
-      if (!out_identity) st.reshard_pairs_seen.insert(key + mid.to_partition_spec(mesh) + " -> " + to.to_partition_spec(mesh));
+      if (!op_identity)
+        st.reshard_pairs_seen.insert(key + from.to_partition_spec(mesh) + " -> " + mid.to_partition_spec(mesh));
+      if (!out_identity)
+        st.reshard_pairs_seen.insert(key + mid.to_partition_spec(mesh) + " -> " + to.to_partition_spec(mesh));
 
       Outcome o = reshard_case(mesh, shape, from, to);
       if (!o.error.empty()) {
@@ -318,7 +320,8 @@ void exhaustive(const DeviceMesh& mesh, const Shape& shape, Stats& st, double sa
       st.collectives_hist[o.program.collectives.size()]++;
       for (const CollectiveRecord& c : o.program.collectives)
         if (c.mesh_axes.empty() || c.bytes <= 0)
-          st.failures.push_back(fmt::format("{}: collective {} with no axes or no bytes", name, collective_name(c.kind)));
+          st.failures.push_back(
+              fmt::format("{}: collective {} with no axes or no bytes", name, collective_name(c.kind)));
       bool free = communication_free(mesh, shape, from, to);
       if (free) ++st.free_pairs;
       // Refinement by appending axes to even dims must be a local slice.
@@ -364,11 +367,12 @@ TEST(Reshard, ExhaustivePairsSmallUnevenShapes) {
       auto t1 = std::chrono::steady_clock::now();
       exhaustive(mesh, s, st);
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-      per << fmt::format("  mesh {:<6} shape {:<8} pairs {:>6} (FROM unreduced {:>5}) direct {:>6} "
-                         "distinct reshard() pairs {:>6} free {:>5} free-but-communicated {:>4} failures {:>5} "
-                         "{:.2f}s\n",
-                         c.mesh, shape_str(s), st.pairs, st.with_unreduced, st.direct, st.reshard_pairs_seen.size(),
-                         st.free_pairs, st.free_but_communicated, st.failures.size(), secs);
+      per << fmt::format(
+          "  mesh {:<6} shape {:<8} pairs {:>6} (FROM unreduced {:>5}) direct {:>6} "
+          "distinct reshard() pairs {:>6} free {:>5} free-but-communicated {:>4} failures {:>5} "
+          "{:.2f}s\n",
+          c.mesh, shape_str(s), st.pairs, st.with_unreduced, st.direct, st.reshard_pairs_seen.size(), st.free_pairs,
+          st.free_but_communicated, st.failures.size(), secs);
       total.pairs += st.pairs;
       total.direct += st.direct;
       total.with_unreduced += st.with_unreduced;
@@ -384,10 +388,11 @@ TEST(Reshard, ExhaustivePairsSmallUnevenShapes) {
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "[reshard] exhaustive:\n" << per.str();
-  std::cout << fmt::format("[reshard] total pairs {} (FROM unreduced {}), direct {}, distinct reshard() pairs {}, "
-                           "communication-free {} of which communicated {}, failures {}, {:.1f}s\n",
-                           total.pairs, total.with_unreduced, total.direct, total.reshard_pairs_seen.size(),
-                           total.free_pairs, total.free_but_communicated, total.failures.size(), secs);
+  std::cout << fmt::format(
+      "[reshard] total pairs {} (FROM unreduced {}), direct {}, distinct reshard() pairs {}, "
+      "communication-free {} of which communicated {}, failures {}, {:.1f}s\n",
+      total.pairs, total.with_unreduced, total.direct, total.reshard_pairs_seen.size(), total.free_pairs,
+      total.free_but_communicated, total.failures.size(), secs);
   std::cout << "[reshard] collectives per pair:";
   for (auto [n, k] : total.collectives_hist) std::cout << fmt::format(" {}:{}", n, k);
   std::cout << "\n";
@@ -400,7 +405,8 @@ TEST(Reshard, ExhaustivePairsSmallUnevenShapes) {
     for (const auto& e : total.failures) f << e << "\n";
     std::cout << "[reshard] all failures: " << (dir / "failures.txt").string() << "\n";
   }
-  for (const auto& e : total.free_but_communicated_examples) std::cout << "[reshard] free but communicated: " << e << "\n";
+  for (const auto& e : total.free_but_communicated_examples)
+    std::cout << "[reshard] free but communicated: " << e << "\n";
   std::ostringstream msg;
   for (size_t i = 0; i < total.failures.size() && i < 60; ++i) msg << "  " << total.failures[i] << "\n";
   EXPECT_EQ(total.failures.size(), 0u) << "failing pairs (first 60):\n" << msg.str();
@@ -467,11 +473,11 @@ TEST(Reshard, AnalyticPlansEven8x8On2x2) {
 TEST(Reshard, AnalyticPlansUneven) {
   // [5,6] on 2x2: dim 0 is uneven over x (shards of 3: [0,3) [3,5)), so it is gathered completely and trimmed.
   std::vector<Expect> cases = {
-      {{{"x"}, {}}, {}, {{"y"}, {}}, "all-gather{x} 144B"},         // [3,6] -> [6,6]
+      {{{"x"}, {}}, {}, {{"y"}, {}}, "all-gather{x} 144B"},  // [3,6] -> [6,6]
       {{{"x"}, {}}, {}, {{}, {}}, "all-gather{x} 144B"},
-      {{{"x"}, {}}, {}, {{"x", "y"}, {}}, "all-gather{x} 144B"},    // uneven refinement still needs data
-      {{{}, {"x"}}, {}, {{}, {"x", "y"}}, "all-gather{x} 120B"},    // 6 over 4 is uneven: [5,3] -> [5,6]
-      {{{}, {"x"}}, {}, {{}, {}}, "all-gather{x} 120B"},            // even dim: plain gather
+      {{{"x"}, {}}, {}, {{"x", "y"}, {}}, "all-gather{x} 144B"},  // uneven refinement still needs data
+      {{{}, {"x"}}, {}, {{}, {"x", "y"}}, "all-gather{x} 120B"},  // 6 over 4 is uneven: [5,3] -> [5,6]
+      {{{}, {"x"}}, {}, {{}, {}}, "all-gather{x} 120B"},          // even dim: plain gather
       // Through Identity, x is sliced to [x,null] first (y stays unreduced: Identity is linear) and reduced at the
       // output, on the [3,6] shard: 72 B rather than 120 B.
       {{{}, {}}, {"y"}, {{"x"}, {}}, "all-reduce{y} 72B"},
@@ -511,7 +517,8 @@ TEST(Reshard, SwapIsOneCollectivePermute) {
   }
 }
 
-// ---- 3. program size does not depend on the device count -------------------------------------------------------------
+// ---- 3. program size does not depend on the device count
+// -------------------------------------------------------------
 
 TEST(Reshard, ProgramSizeIndependentOfDeviceCount) {
   DeviceMesh small = DeviceMesh::parse("2x2"), big = DeviceMesh::parse("16x16");

@@ -10,7 +10,6 @@ namespace {
 
 using namespace e2e;
 
-
 TEST(Simulate, SameReportAsRunWithoutHostOrCheck) {
   fs::path d = scratch("simulate_same");
   CmdResult s = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --report " + (d / "sim.json").string(), "sim");
@@ -40,21 +39,21 @@ TEST(Simulate, WorksWithoutTheWeightsExternalData) {
   // run needs the data and says which file is missing.
   fs::path d = scratch("simulate_external");
   const fs::path model = d / "gpt_ext.onnx";
-  CmdResult py = sh(debian_python() + " -c \"import onnx; m = onnx.load('" + kGpt + "'); onnx.save_model(m, '" +
-                        model.string() +
-                        "', save_as_external_data=True, all_tensors_to_one_file=True, location='gpt_ext.bin', "
-                        "size_threshold=1024)\"",
-                    "simext_py");
+  CmdResult py =
+      sh(debian_python() + " -c \"import onnx; m = onnx.load('" + kGpt + "'); onnx.save_model(m, '" + model.string() +
+             "', save_as_external_data=True, all_tensors_to_one_file=True, location='gpt_ext.bin', "
+             "size_threshold=1024)\"",
+         "simext_py");
   ASSERT_EQ(py.code, 0) << py.err;
   ASSERT_TRUE(fs::exists(d / "gpt_ext.bin"));
-  CmdResult with_data = cli("simulate " + model.string() + " --mesh 2x2 " + kMegatron + " --report " +
-                                (d / "with.json").string(),
-                            "simext_with");
+  CmdResult with_data =
+      cli("simulate " + model.string() + " --mesh 2x2 " + kMegatron + " --report " + (d / "with.json").string(),
+          "simext_with");
   ASSERT_EQ(with_data.code, 0) << with_data.err;
   fs::remove(d / "gpt_ext.bin");
-  CmdResult without = cli("simulate " + model.string() + " --mesh 2x2 " + kMegatron + " --report " +
-                              (d / "without.json").string(),
-                          "simext_without");
+  CmdResult without =
+      cli("simulate " + model.string() + " --mesh 2x2 " + kMegatron + " --report " + (d / "without.json").string(),
+          "simext_without");
   ASSERT_EQ(without.code, 0) << without.err;
   nlohmann::json a = read_json(d / "with.json"), b = read_json(d / "without.json");
   // The same plan. Compute may differ by a node or two: with the file present, small external tensors are read and
@@ -124,7 +123,8 @@ TEST(Trace, OverlapPutsCollectivesOnTheirOwnTrack) {
   const double s1 = seq["simulated"]["step_time_s"].get<double>(), s2 = ovl["simulated"]["step_time_s"].get<double>();
   EXPECT_LE(s2, s1 * (1 + 1e-12));
   EXPECT_GE(s2, std::max(ovl["simulated"]["compute_time_s"].get<double>(),
-                         ovl["simulated"]["communication_time_s"].get<double>()) * (1 - 1e-12));
+                         ovl["simulated"]["communication_time_s"].get<double>()) *
+                    (1 - 1e-12));
   EXPECT_NE(b.out.find(", overlapped)"), std::string::npos) << b.out;
   int tracks = 0, collectives_on_own_track = 0, collectives = 0;
   double end = 0;
@@ -147,8 +147,8 @@ TEST(RunProgress, OnlyOnATerminal) {
   // Under `script` stderr is a terminal: with the delay at 0 the progress line appears (and is erased at the end);
   // redirected to a file, nothing but errors is ever written to stderr.
   fs::path d = scratch("progress");
-  CmdResult tty = sh("GSPMD_PROGRESS_DELAY_MS=0 script -qec '" + std::string(GSPMD_BINARY_DIR) + "/bin/gspmd-onnx run " +
-                         kGpt + " --mesh 2x2 " + kMegatron + " >/dev/null' /dev/null",
+  CmdResult tty = sh("GSPMD_PROGRESS_DELAY_MS=0 script -qec '" + std::string(GSPMD_BINARY_DIR) +
+                         "/bin/gspmd-onnx run " + kGpt + " --mesh 2x2 " + kMegatron + " >/dev/null' /dev/null",
                      "progress_tty");
   ASSERT_EQ(tty.code, 0) << tty.err;
   EXPECT_NE(tty.out.find("run: 4 devices, node "), std::string::npos) << tty.out;

@@ -11,11 +11,11 @@ namespace {
 
 using namespace e2e;
 
-
 TEST(Targets, HostIsMeasuredAndReusableAsAFile) {
   fs::path d = scratch("targets_host");
-  CmdResult r = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --target host --report " +
-                        (d / "host.json").string(), "targets_host");
+  CmdResult r =
+      cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --target host --report " + (d / "host.json").string(),
+          "targets_host");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("target host (ring, device order data*model)"), std::string::npos) << r.out;
   nlohmann::json rep = read_json(d / "host.json");
@@ -52,7 +52,8 @@ TEST(Targets, DeviceOrderChangesTheRingsAndIsReported) {
   fs::path d = scratch("targets_order");
   CmdResult a = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --report " + (d / "a.json").string(), "ord_a");
   CmdResult b = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --device-order 'data*model' --report " +
-                        (d / "b.json").string(), "ord_b");
+                        (d / "b.json").string(),
+                    "ord_b");
   ASSERT_EQ(a.code, 0) << a.err;
   ASSERT_EQ(b.code, 0) << b.err;
   nlohmann::json ra = read_json(d / "a.json"), rb = read_json(d / "b.json");
@@ -94,9 +95,11 @@ TEST(Targets, Gpt3SizedDecoderAt2048Devices) {
   // (variables, as in the paper's training step) and the mask external data that does not exist. The paper's 2D
   // sharding on 64x32 (X = data = 64: batch and weights' d_model; Y = model = 32: heads / hidden / vocabulary).
   fs::path d = scratch("targets_gpt3");
-  CmdResult py = sh(debian_python() + " testdata/tools/make_decoder.py --layers 96 --d-model 12288 --heads 96 "
+  CmdResult py = sh(debian_python() +
+                        " testdata/tools/make_decoder.py --layers 96 --d-model 12288 --heads 96 "
                         "--vocab 50257 --batch 64 --seq 2048 --weights inputs --mesh 64x32 --name gpt3 --out " +
-                        d.string(), "gpt3_make");
+                        d.string(),
+                    "gpt3_make");
   ASSERT_EQ(py.code, 0) << py.err;
   ASSERT_FALSE(fs::exists(d / "gpt3.bin"));
   CmdResult r = cli("simulate " + (d / "gpt3.onnx").string() + " --mesh 64x32 --shardings " +

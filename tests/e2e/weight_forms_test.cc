@@ -43,7 +43,8 @@ const fs::path kGptDir = fs::path(GSPMD_SOURCE_DIR) / "testdata" / "gpt";
 const std::string kTool = "testdata/tools/weight_forms.py";
 
 // The GPT overrides: every bias (q/k/v/proj/fc_in/fc_out, the LayerNorm shifts) and every LayerNorm gain.
-const std::string kGptUniform = "--set-uniform '\\.bias$=0.03' --set-uniform '^(h\\.[0-9]+\\.ln_[0-9]|ln_f)\\.weight$=1.25'";
+const std::string kGptUniform =
+    "--set-uniform '\\.bias$=0.03' --set-uniform '^(h\\.[0-9]+\\.ln_[0-9]|ln_f)\\.weight$=1.25'";
 // mobilenet_v2: the biases (folded BatchNorm shifts) of blocks 1, 17 and 18; classifier.1.bias is already 0.
 const std::string kMobilenetUniform = "--set-uniform '^features\\.(1|17|18)\\..*\\.bias$=0.05'";
 
@@ -72,7 +73,8 @@ Inspect inspect(const fs::path& model) {
                            "  'cos': [n.output[0] for n in m.graph.node if n.op_type == 'ConstantOfShape'],\n"
                            "  'inputs': [i.name for i in m.graph.input],\n"
                            "  'inits': [t.name for t in m.graph.initializer]}))\n";
-  CmdResult r = sh(debian_python() + " -I " + script.string() + " " + model.string(), "wf_inspect_" + model.stem().string());
+  CmdResult r =
+      sh(debian_python() + " -I " + script.string() + " " + model.string(), "wf_inspect_" + model.stem().string());
   Inspect in;
   if (r.code != 0) {
     ADD_FAILURE() << "inspect " << model << ": " << r.out << r.err;
@@ -90,7 +92,8 @@ Inspect inspect(const fs::path& model) {
 fs::path rewrite(const fs::path& src, const std::string& name, const std::string& args) {
   fs::path out = work_dir() / (name + ".onnx");
   fs::remove(out);
-  CmdResult r = sh(debian_python() + " " + kTool + " " + src.string() + " -o " + out.string() + " " + args, "wf_" + name);
+  CmdResult r =
+      sh(debian_python() + " " + kTool + " " + src.string() + " -o " + out.string() + " " + args, "wf_" + name);
   if (r.code != 0 || !fs::exists(out)) {
     ADD_FAILURE() << kTool << " " << args << " failed (exit " << r.code << "):\n" << r.out << r.err;
     return {};
@@ -130,9 +133,9 @@ Outcome run_check(const fs::path& model, const Case& c, const fs::path& inputs, 
 std::vector<std::string> collectives(const nlohmann::json& rep) {
   std::vector<std::string> v;
   for (const auto& c : rep["collectives"])
-    v.push_back(c["kind"].get<std::string>() + " " + c["axes"].dump() + " " + std::to_string(c["bytes"].get<int64_t>()) +
-                " x" + std::to_string(c["count"].get<int>()) + " at " + c["node"].get<std::string>() + " (" +
-                c["value"].get<std::string>() + ")");
+    v.push_back(c["kind"].get<std::string>() + " " + c["axes"].dump() + " " +
+                std::to_string(c["bytes"].get<int64_t>()) + " x" + std::to_string(c["count"].get<int>()) + " at " +
+                c["node"].get<std::string>() + " (" + c["value"].get<std::string>() + ")");
   return v;
 }
 
@@ -245,8 +248,8 @@ const std::vector<std::string>& gpt_uniform_weights() {
     std::vector<std::string> w;
     for (int l = 0; l < 2; ++l) {
       std::string p = "h." + std::to_string(l) + ".";
-      for (std::string s : {"ln_1.weight", "ln_1.bias", "attn.q.bias", "attn.k.bias", "attn.v.bias",
-                            "attn.proj.bias", "ln_2.weight", "ln_2.bias", "mlp.fc_in.bias", "mlp.fc_out.bias"})
+      for (std::string s : {"ln_1.weight", "ln_1.bias", "attn.q.bias", "attn.k.bias", "attn.v.bias", "attn.proj.bias",
+                            "ln_2.weight", "ln_2.bias", "mlp.fc_in.bias", "mlp.fc_out.bias"})
         w.push_back(p + s);
     }
     w.push_back("ln_f.weight");
@@ -323,27 +326,28 @@ std::vector<Case> mobilenet_cases(const std::string& tag) {
     std::ofstream(p) << text;
     return p;
   };
-  const std::string conv_rule = R"("rules": [{"match": "^features\\..*\\.weight$", "spec": ["model", null, null, null]}])";
+  const std::string conv_rule =
+      R"("rules": [{"match": "^features\\..*\\.weight$", "spec": ["model", null, null, null]}])";
   return {
       // Data parallel over 4 devices; the ConstantOfShape biases are annotated replicated.
-      {"data", "2x2",
-       write("data", R"({"mesh": {"shape": [2, 2], "axes": ["data", "model"]}, "tensors": {
+      {"data", "2x2", write("data", R"({"mesh": {"shape": [2, 2], "axes": ["data", "model"]}, "tensors": {
   "input": [["data", "model"], null, null, null], "features.18.0.bias": [null], "classifier.1.bias": [null]}})")},
       // Channel parallel over 16: conv output channels over model; the classifier column-parallel.
       {"channel16", "4x4",
        write("channel16", R"({"mesh": {"shape": [4, 4], "axes": ["data", "model"]}, "tensors": {
   "input": ["data", null, null, null], "features.18.0.bias": ["model"], "features.17.conv.1.0.bias": ["model"],
-  "classifier.1.weight": ["model", null], "classifier.1.bias": ["model"]}, )" + conv_rule + "}")},
+  "classifier.1.weight": ["model", null], "classifier.1.bias": ["model"]}, )" +
+                              conv_rule + "}")},
       // Spatial over 16: H over x, W over y.
-      {"spatial16", "4x4",
-       write("spatial16", R"({"mesh": {"shape": [4, 4], "axes": ["x", "y"]}, "tensors": {
+      {"spatial16", "4x4", write("spatial16", R"({"mesh": {"shape": [4, 4], "axes": ["x", "y"]}, "tensors": {
   "input": [null, null, "x", "y"], "features.1.conv.1.bias": [null], "classifier.1.bias": [null]}})")},
       // Uneven over 6: channels (32, 16, 96, ... and 1280) over 3; the classifier row-parallel over 1280/3, so its
       // bias must be added on one tile of the partial sums only.
       {"uneven", "2x3",
        write("uneven", R"({"mesh": {"shape": [2, 3], "axes": ["data", "model"]}, "tensors": {
   "input": ["data", null, null, null], "features.18.0.bias": ["model"], "features.1.conv.1.bias": ["model"],
-  "classifier.1.weight": [null, "model"], "classifier.1.bias": [null]}, )" + conv_rule + "}")},
+  "classifier.1.weight": [null, "model"], "classifier.1.bias": [null]}, )" +
+                           conv_rule + "}")},
   };
 }
 
@@ -384,7 +388,8 @@ TEST(WeightForms, MobilenetIr3GraphInputs) {
   EXPECT_EQ(in.initializers.size(), 106u);
   EXPECT_EQ(in.inputs.size(), 107u);
   for (const std::string& w : in.initializers) EXPECT_TRUE(in.inputs.count(w)) << w;
-  auto outcomes = expect_same_as_reference(form, src, mobilenet_cases("ir3"), e.dir / "test_data_set_0", "mobilenet_ir3");
+  auto outcomes =
+      expect_same_as_reference(form, src, mobilenet_cases("ir3"), e.dir / "test_data_set_0", "mobilenet_ir3");
   EXPECT_EQ(outcomes.size(), 4u);
   // With torch's own weights the partitioned outputs equal torch's, within convolution rounding.
   gspmd::Tensor torch_out = gspmd::read_tensor_pb((e.dir / "test_data_set_0" / "output_0.pb").string());

@@ -77,9 +77,11 @@ TEST(ControlFlow, TripCountFromAnInputIsDataDependentUntilFrozen) {
   const std::string path = frontend_data("loop_dynamic.onnx");
   test::expect_input_error(
       [&] { load_model(path, load_opts()); },
-      path + ": value 'squares' (output of node 'loop' (Loop)) has a data-dependent shape: output shape depends on the "
-             "values of input 0 (the trip count), graph input 'M', which is known only at run time; make 'M' a constant (an "
-             "initializer) to bind it");
+      path +
+          ": value 'squares' (output of node 'loop' (Loop)) has a data-dependent shape: output shape depends on the "
+          "values of input 0 (the trip count), graph input 'M', which is known only at run time; make 'M' a constant "
+          "(an "
+          "initializer) to bind it");
   LoadOptions o = load_opts();
   o.frozen_inputs["M"] = Tensor::from_int64s({2}, /*scalar=*/true);
   Graph g = load_model(path, o);
@@ -90,9 +92,10 @@ TEST(ControlFlow, IfBranchesOfDifferentShapesNeedTheCondition) {
   const std::string path = frontend_data("if_shapes_differ.onnx");
   test::expect_input_error(
       [&] { load_model(path, load_opts()); },
-      path + ": value 'y' (output of node 'branch' (If)) has a data-dependent shape: output types depend on which "
-             "branch runs: then_branch gives (float32[2,3]), else_branch (float32[1,1]), 'positive', computed at run "
-             "time from graph input 'x'; make it a constant (an initializer) to bind it");
+      path +
+          ": value 'y' (output of node 'branch' (If)) has a data-dependent shape: output types depend on which "
+          "branch runs: then_branch gives (float32[2,3]), else_branch (float32[1,1]), 'positive', computed at run "
+          "time from graph input 'x'; make it a constant (an initializer) to bind it");
 }
 
 TEST(ControlFlow, NestedIfInsideLoop) {

@@ -24,7 +24,8 @@ struct TempDir {
   std::filesystem::path path;
   TempDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string("gspmd_frontend_") + (info ? info->test_suite_name() + std::string("_") + info->name() : "t");
+    std::string name =
+        std::string("gspmd_frontend_") + (info ? info->test_suite_name() + std::string("_") + info->name() : "t");
     path = std::filesystem::temp_directory_path() / name;
     std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);

@@ -1,7 +1,7 @@
 // load_model: parsing, dim binding, shape inference, folding, external data, error messages.
 #include <algorithm>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "tests/frontend/frontend_test_util.h"
@@ -15,7 +15,8 @@ using test::load_opts;
 using test::TempDir;
 
 int count_op(const Graph& g, const std::string& op) {
-  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return n.op_type == op; }));
+  return static_cast<int>(
+      std::count_if(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return n.op_type == op; }));
 }
 
 const Node& node_named(const Graph& g, const std::string& name) {
@@ -91,8 +92,11 @@ TEST(Loader, TruncatedFile) {
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (size_t cut : {bytes.size() / 2, bytes.size() - 3, size_t{0}}) {
     const std::string p = t.write("cut.onnx", bytes.substr(0, cut));
-    expect_input_error([&] { load_model(p, load_opts({{"batch", 1}})); },
-                       p + ": not a valid ONNX model (truncated or malformed protobuf)");
+    expect_input_error(
+        [&] {
+          load_model(p, load_opts({{"batch", 1}}));
+        },
+        p + ": not a valid ONNX model (truncated or malformed protobuf)");
   }
   const std::string p = t.write("text.onnx", "this is not a model\n");
   expect_input_error([&] { load_model(p, load_opts()); },
@@ -134,8 +138,8 @@ TEST(Loader, ExternalDataMissingFile) {
     load_model(p, load_opts());
     ADD_FAILURE() << "expected InputError";
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), p + ": initializer 'w': cannot open external data file '" +
-                                         t.file("external_data.bin") + "'");
+    EXPECT_EQ(std::string(e.what()),
+              p + ": initializer 'w': cannot open external data file '" + t.file("external_data.bin") + "'");
   }
   // Shapes only: the missing file is not needed.
   Graph g = load_model(p, load_opts({}, /*load_data=*/false));

@@ -21,7 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 struct Tally {
   int models = 0, skipped = 0, nodes = 0, ok = 0, no_rule = 0, not_expressible = 0;
   std::vector<std::string> builder_errors;
@@ -74,9 +73,10 @@ void survey_backend_test(const fs::path& dir, Tally& tally) {
 }
 
 void print(const char* what, const Tally& t) {
-  std::printf("%s: %d graphs (%d models skipped: no static load), %d nodes: %d with a rule, %d without (no rule "
-              "registered), %d not expressible, %zu builder errors\n",
-              what, t.models, t.skipped, t.nodes, t.ok, t.no_rule, t.not_expressible, t.builder_errors.size());
+  std::printf(
+      "%s: %d graphs (%d models skipped: no static load), %d nodes: %d with a rule, %d without (no rule "
+      "registered), %d not expressible, %zu builder errors\n",
+      what, t.models, t.skipped, t.nodes, t.ok, t.no_rule, t.not_expressible, t.builder_errors.size());
   for (const auto& [op, reasons] : t.not_expressible_by_op)
     for (const std::string& r : reasons) std::printf("  not expressible: %s: %s\n", op.c_str(), r.c_str());
   for (const std::string& e : t.builder_errors) std::printf("  BUILDER ERROR %s\n", e.c_str());

@@ -96,9 +96,13 @@ TEST(Sequences, LoopCarryingASequenceIsUnrolled) {
 
 TEST(Sequences, SequenceInputNeedsItsStructure) {
   const std::string path = frontend_data("seq_io.onnx");
-  test::expect_input_error([&] { load_model(path, load_opts({{"N", 4}})); },
-                           path + ": input 'xs' is a sequence: its structure (length, element shapes) must be known "
-                                  "at load; give its value (--inputs DIR)");
+  test::expect_input_error(
+      [&] {
+        load_model(path, load_opts({{"N", 4}}));
+      },
+      path +
+          ": input 'xs' is a sequence: its structure (length, element shapes) must be known "
+          "at load; give its value (--inputs DIR)");
   LoadOptions o = load_opts({{"N", 4}});
   o.structured_inputs["xs"] = OnnxValue::of(Tensor::from_floats({4}, iota(4)));
   test::expect_input_error([&] { load_model(path, o); },
@@ -120,17 +124,16 @@ TEST(Sequences, SequenceInputAndOutputAreFlattened) {
   EXPECT_EQ(ins, (std::vector<std::string>{"xs[0]", "xs[1]", "xs[2]", "b"}));
   EXPECT_EQ(outs, (std::vector<std::string>{"ys[0]", "ys[1]", "ys[2]"}));
   EXPECT_EQ(count_op(g, "Add"), 3);
-  EXPECT_NE(std::find(rep.rewrites.begin(), rep.rewrites.end(),
-                      "node 'map' (SequenceMap): body unrolled over 3 elements"),
-            rep.rewrites.end());
+  EXPECT_NE(
+      std::find(rep.rewrites.begin(), rep.rewrites.end(), "node 'map' (SequenceMap): body unrolled over 3 elements"),
+      rep.rewrites.end());
   ASSERT_EQ(rep.inputs.size(), 2u);
   EXPECT_EQ(rep.inputs[0].name, "xs");
   EXPECT_EQ(rep.inputs[0].values.size(), 3u);
   ASSERT_EQ(rep.outputs.size(), 1u);
   EXPECT_EQ(rep.outputs[0].structure.kind, ValueKind::kSequence);
 
-  const std::vector<Tensor> flat =
-      flatten_inputs(g, rep, {xs, OnnxValue::of(Tensor::from_floats({4}, {1, 2, 3, 4}))});
+  const std::vector<Tensor> flat = flatten_inputs(g, rep, {xs, OnnxValue::of(Tensor::from_floats({4}, {1, 2, 3, 4}))});
   const std::vector<OnnxValue> ys = unflatten_outputs(g, rep, run_single(g, flat).outputs);
   ASSERT_EQ(ys.size(), 1u);
   ASSERT_EQ(ys[0].tensors.size(), 3u);
@@ -145,9 +148,10 @@ TEST(Sequences, PositionIntoDifferentlyTypedElementsIsDataDependent) {
   const std::string path = frontend_data("seq_at_ragged.onnx");
   test::expect_input_error(
       [&] { load_model(path, load_opts()); },
-      path + ": value 'y' (output of node 'at' (SequenceAt)) has a data-dependent shape: the position 'k' into a "
-             "sequence of differently typed tensors must be known at load (a sequence is a static list of tensors), "
-             "graph input 'k', which is known only at run time; make 'k' a constant (an initializer) to bind it");
+      path +
+          ": value 'y' (output of node 'at' (SequenceAt)) has a data-dependent shape: the position 'k' into a "
+          "sequence of differently typed tensors must be known at load (a sequence is a static list of tensors), "
+          "graph input 'k', which is known only at run time; make 'k' a constant (an initializer) to bind it");
   LoadOptions o = load_opts();
   o.frozen_inputs["k"] = Tensor::from_int64s({1}, true);
   const Graph g = load_model(path, o);

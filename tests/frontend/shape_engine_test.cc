@@ -19,7 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 std::string types_str(const std::vector<TensorType>& ts) {
   std::string s;
   for (const auto& t : ts) s += (s.empty() ? "" : " ") + type_str(t.dtype, t.shape);
@@ -122,9 +121,10 @@ TEST(ShapeEngine, AgreesWithKernelsOnOnnxBackendTests) {
   if (dirs.empty()) GTEST_SKIP() << test::kBackendTestData << " is missing (apt-get install libonnx-testdata)";
   Tally tally;
   for (const auto& d : dirs) check_model(d, tally);
-  std::printf("shape engine: %d models checked (%d skipped: unreadable data or no static load), %d nodes, "
-              "%d data-dependent with constants only, %zu disagreements\n",
-              tally.models, tally.skipped, tally.nodes, tally.data_dependent, tally.disagreements.size());
+  std::printf(
+      "shape engine: %d models checked (%d skipped: unreadable data or no static load), %d nodes, "
+      "%d data-dependent with constants only, %zu disagreements\n",
+      tally.models, tally.skipped, tally.nodes, tally.data_dependent, tally.disagreements.size());
   for (const auto& d : tally.disagreements) std::printf("  %s\n", d.c_str());
   EXPECT_GE(tally.models, 950);  // the rest need folding (shape sub-graphs) or sequence data
   EXPECT_TRUE(tally.disagreements.empty()) << tally.disagreements.size() << " disagreements (listed above)";

@@ -140,7 +140,8 @@ TEST_F(ShardingFile, MissingAndMalformed) {
 TEST_F(ShardingFile, WriteReadRoundTrip) {
   DeviceMesh mesh{{2, 2}, {"data", "model"}};
   std::vector<TensorSharding> s(g_.values.size());
-  for (size_t v = 0; v < g_.values.size(); ++v) s[v] = TensorSharding::replicated(static_cast<int>(g_.values[v].shape.size()));
+  for (size_t v = 0; v < g_.values.size(); ++v)
+    s[v] = TensorSharding::replicated(static_cast<int>(g_.values[v].shape.size()));
   s[g_.at("x")].dims = {{0}, {}};
   s[g_.at("fc_in.weight")].dims = {{}, {1}};
   s[g_.at("h")].dims = {{0, 1}, {}};
@@ -172,7 +173,8 @@ TEST_F(ShardingFile, SubAxes) {
   EXPECT_EQ(a.by_value.at(g_.at("x")).sharding.to_partition_spec(a.mesh), R"([["data", "model"], null])");
   // written back on the user's mesh, with the sub-axes where no whole axis is used
   std::vector<TensorSharding> s(g_.values.size());
-  for (size_t v = 0; v < g_.values.size(); ++v) s[v] = TensorSharding::replicated(static_cast<int>(g_.values[v].shape.size()));
+  for (size_t v = 0; v < g_.values.size(); ++v)
+    s[v] = TensorSharding::replicated(static_cast<int>(g_.values[v].shape.size()));
   s[g_.at("h")] = a.by_value.at(g_.at("h")).sharding;
   s[g_.at("x")] = a.by_value.at(g_.at("x")).sharding;
   const std::string p = dir_.file("sub.sharding.json");
@@ -188,10 +190,12 @@ TEST_F(ShardingFile, SubAxes) {
   for (size_t v = 0; v < g_.values.size(); ++v)
     EXPECT_EQ(b.by_value.at(static_cast<int>(v)).sharding, s[v]) << g_.values[v].name;
   // errors
-  expect_error(write(R"({"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "tensors": {"h": ["model:(3)2", null]}})"),
-               "sub-axis 'model:(3)2' does not fit axis 'model' of size 4");
-  expect_error(write(R"({"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "tensors": {"h": ["model:(1)2", "model"]}})"),
-               "tensors.\"h\": mesh axis 'model:(1)2' is used twice");
+  expect_error(
+      write(R"({"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "tensors": {"h": ["model:(3)2", null]}})"),
+      "sub-axis 'model:(3)2' does not fit axis 'model' of size 4");
+  expect_error(
+      write(R"({"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "tensors": {"h": ["model:(1)2", "model"]}})"),
+      "tensors.\"h\": mesh axis 'model:(1)2' is used twice");
 }
 
 }  // namespace

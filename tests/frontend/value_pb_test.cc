@@ -263,8 +263,7 @@ struct Signature {
 TEST(StructuredIo, FlattenInputs) {
   Signature s;
   std::vector<OnnxValue> values;
-  values.push_back(sequence({Tensor::from_floats({2}, {1, 2}), Tensor::from_floats({3}, {3, 4, 5})},
-                            DType::kFloat32));
+  values.push_back(sequence({Tensor::from_floats({2}, {1, 2}), Tensor::from_floats({3}, {3, 4, 5})}, DType::kFloat32));
   values.push_back(OnnxValue::of(Tensor::from_floats({2}, {6, 7})));
   const std::byte* x1_data = values[0].tensors[1].bytes.data();
   std::vector<Tensor> flat = flatten_inputs(s.g, s.report, std::move(values));
@@ -277,8 +276,7 @@ TEST(StructuredIo, FlattenInputs) {
   // An empty optional maps to no graph input, whatever element kind the model declared for it.
   s.report.inputs.push_back(FlatValue{"o", {ValueKind::kOptional, false, true, DType::kFloat32}, {}});
   values.clear();
-  values.push_back(sequence({Tensor::from_floats({2}, {1, 2}), Tensor::from_floats({3}, {3, 4, 5})},
-                            DType::kFloat32));
+  values.push_back(sequence({Tensor::from_floats({2}, {1, 2}), Tensor::from_floats({3}, {3, 4, 5})}, DType::kFloat32));
   values.push_back(OnnxValue::of(Tensor::from_floats({2}, {6, 7})));
   values.push_back(optional({}, false, false, DType::kUndefined));
   EXPECT_EQ(flatten_inputs(s.g, s.report, std::move(values)).size(), 3u);
@@ -299,29 +297,40 @@ TEST(StructuredIo, FlattenInputsErrors) {
         flatten_inputs(s.g, s.report, std::move(one));
       },
       "1 input value, the model has 2 inputs");
-  expect_input_error([&] { flatten(OnnxValue::of(Tensor::from_floats({2}, {1, 2}))); },
-                     "input 'x': the model was loaded for a sequence but the value is a tensor");
+  expect_input_error(
+      [&] {
+        flatten(OnnxValue::of(Tensor::from_floats({2}, {1, 2})));
+      },
+      "input 'x': the model was loaded for a sequence but the value is a tensor");
   expect_input_error([&] { flatten(optional({}, false, false, DType::kUndefined)); },
                      "input 'x': the model was loaded for a sequence but the value is an empty optional");
-  expect_input_error([&] { flatten(sequence({Tensor::from_floats({2}, {1, 2})}, DType::kFloat32)); },
-                     "input 'x': the model was loaded for a sequence of 2 tensors but the value has 1");
   expect_input_error(
-      [&] { flatten(sequence({Tensor::from_floats({2}, {1, 2}), Tensor::from_int64s({3, 4, 5})}, DType::kFloat32)); },
+      [&] {
+        flatten(sequence({Tensor::from_floats({2}, {1, 2})}, DType::kFloat32));
+      },
+      "input 'x': the model was loaded for a sequence of 2 tensors but the value has 1");
+  expect_input_error(
+      [&] {
+        flatten(sequence({Tensor::from_floats({2}, {1, 2}), Tensor::from_int64s({3, 4, 5})}, DType::kFloat32));
+      },
       "input 'x' element 1: dtype int64, the model expects float32");
   expect_input_error(
       [&] {
         std::vector<OnnxValue> values;
-        values.push_back(sequence({Tensor::from_floats({2}, {1, 2}), Tensor::from_floats({3}, {3, 4, 5})},
-                                  DType::kFloat32));
+        values.push_back(
+            sequence({Tensor::from_floats({2}, {1, 2}), Tensor::from_floats({3}, {3, 4, 5})}, DType::kFloat32));
         values.push_back(OnnxValue::of(Tensor::from_int64s({6, 7})));
         flatten_inputs(s.g, s.report, std::move(values));
       },
       "input 'a': dtype int64, the model expects float32");
   // Optionals: present vs empty, tensor vs sequence.
   s.report.inputs[0].structure = {ValueKind::kOptional, true, true, DType::kFloat32};
-  expect_input_error([&] { flatten(optional({Tensor::from_floats({2}, {1, 2})}, true, false, DType::kFloat32)); },
-                     "input 'x': the model was loaded for an optional(sequence) but the value is an "
-                     "optional(tensor)");
+  expect_input_error(
+      [&] {
+        flatten(optional({Tensor::from_floats({2}, {1, 2})}, true, false, DType::kFloat32));
+      },
+      "input 'x': the model was loaded for an optional(sequence) but the value is an "
+      "optional(tensor)");
   expect_input_error([&] { flatten(optional({}, false, true, DType::kFloat32)); },
                      "input 'x': the model was loaded for an optional(sequence) but the value is an empty optional");
   // A signature that does not match the graph is a caller's bug.

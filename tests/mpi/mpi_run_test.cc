@@ -6,8 +6,8 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -68,21 +68,23 @@ void expect_same_outputs(const fs::path& got, const fs::path& want, double rtol 
 void print_comparison(const std::string& what, const nlohmann::json& r) {
   const auto& s = r["simulated"];
   const auto& m = r["measured"];
-  std::printf("[ timing   ] %s, target %s: simulated step %.3f ms (compute %.3f, communication %.3f); measured "
-              "step %.3f ms (compute %.3f, communication %.3f, mean over ranks; slowest rank's step %.3f ms)\n",
-              what.c_str(), r["target"].get<std::string>().c_str(), 1e3 * s["step_time_s"].get<double>(),
-              1e3 * s["compute_time_s"].get<double>(), 1e3 * s["communication_time_s"].get<double>(),
-              1e3 * (m["compute_time_s"].get<double>() + m["communication_time_s"].get<double>()),
-              1e3 * m["compute_time_s"].get<double>(), 1e3 * m["communication_time_s"].get<double>(),
-              1e3 * m["step_time_s"].get<double>());
+  std::printf(
+      "[ timing   ] %s, target %s: simulated step %.3f ms (compute %.3f, communication %.3f); measured "
+      "step %.3f ms (compute %.3f, communication %.3f, mean over ranks; slowest rank's step %.3f ms)\n",
+      what.c_str(), r["target"].get<std::string>().c_str(), 1e3 * s["step_time_s"].get<double>(),
+      1e3 * s["compute_time_s"].get<double>(), 1e3 * s["communication_time_s"].get<double>(),
+      1e3 * (m["compute_time_s"].get<double>() + m["communication_time_s"].get<double>()),
+      1e3 * m["compute_time_s"].get<double>(), 1e3 * m["communication_time_s"].get<double>(),
+      1e3 * m["step_time_s"].get<double>());
   for (const auto& pr : m["per_rank"]) {
     int rk = pr["rank"].get<int>();
     const auto& sd = s["per_device"][rk];
-    std::printf("[ timing   ]   rank %d: compute %.3f ms (simulated %.3f), communication %.3f ms (simulated %.3f), "
-                "step %.3f ms, CPU %.3f ms\n",
-                rk, 1e3 * pr["compute_s"].get<double>(), 1e3 * sd["compute_s"].get<double>(),
-                1e3 * pr["communication_s"].get<double>(), 1e3 * sd["communication_s"].get<double>(),
-                1e3 * pr["step_s"].get<double>(), 1e3 * pr["cpu_s"].get<double>());
+    std::printf(
+        "[ timing   ]   rank %d: compute %.3f ms (simulated %.3f), communication %.3f ms (simulated %.3f), "
+        "step %.3f ms, CPU %.3f ms\n",
+        rk, 1e3 * pr["compute_s"].get<double>(), 1e3 * sd["compute_s"].get<double>(),
+        1e3 * pr["communication_s"].get<double>(), 1e3 * sd["communication_s"].get<double>(),
+        1e3 * pr["step_s"].get<double>(), 1e3 * pr["cpu_s"].get<double>());
   }
 }
 
@@ -114,11 +116,13 @@ void expect_every_rank(const CmdResult& r, int ranks, F line) {
 
 TEST(MpiRun, GptMegatronFourRanksMatchesEmulator) {
   fs::path d = scratch("mpi_gpt");
-  CmdResult pod = cli("run " + kGpt + " --inputs testdata/gpt/test_data_set_0 --outputs " + (d / "pod").string(),
-                      "mpi_gpt_pod");
+  CmdResult pod =
+      cli("run " + kGpt + " --inputs testdata/gpt/test_data_set_0 --outputs " + (d / "pod").string(), "mpi_gpt_pod");
   ASSERT_EQ(pod.code, 0) << pod.err;
-  CmdResult r = mpi_run(4, kGpt + " --inputs testdata/gpt/test_data_set_0 --check --repeat 3 --outputs " +
-                               (d / "mpi").string() + " --report " + (d / "report.json").string(), "mpi_gpt");
+  CmdResult r = mpi_run(4,
+                        kGpt + " --inputs testdata/gpt/test_data_set_0 --check --repeat 3 --outputs " +
+                            (d / "mpi").string() + " --report " + (d / "report.json").string(),
+                        "mpi_gpt");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("mpi       4 ranks"), std::string::npos) << r.out;
@@ -153,9 +157,11 @@ TEST(MpiRun, GptFromDeviceFilesMatchesEmulator) {
   CmdResult pod = cli("run " + kGpt + " --inputs testdata/gpt/test_data_set_0 --outputs " + (d / "pod").string(),
                       "mpi_gpt_files_pod");
   ASSERT_EQ(pod.code, 0) << pod.err;
-  CmdResult r = mpi_run(4, kGpt + " --program " + (d / "prog").string() +
-                               " --inputs testdata/gpt/test_data_set_0 --outputs " + (d / "mpi").string() +
-                               " --report " + (d / "report.json").string(), "mpi_gpt_files");
+  CmdResult r =
+      mpi_run(4,
+              kGpt + " --program " + (d / "prog").string() + " --inputs testdata/gpt/test_data_set_0 --outputs " +
+                  (d / "mpi").string() + " --report " + (d / "report.json").string(),
+              "mpi_gpt_files");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   expect_same_outputs(d / "mpi", d / "pod");
   nlohmann::json rep = read_json(d / "report.json");
@@ -176,8 +182,8 @@ void cnn_case(const std::string& kind, int ranks) {
   CmdResult pod = cli("run " + args + " --outputs " + (d / "pod").string(), tag + "_pod");
   ASSERT_EQ(pod.code, 0) << pod.err;
   // --warmup 0: equivalence only (the timing comparison is MpiTiming's)
-  CmdResult r = mpi_run(ranks, args + " --warmup 0 --outputs " + (d / "mpi").string() + " --report " +
-                                   (d / "report.json").string(), tag);
+  CmdResult r = mpi_run(
+      ranks, args + " --warmup 0 --outputs " + (d / "mpi").string() + " --report " + (d / "report.json").string(), tag);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   expect_same_outputs(d / "mpi", d / "pod");
   expect_same_outputs(d / "mpi", e.dir / "test_data_set_0", 1e-3, 1e-3);
@@ -219,8 +225,7 @@ struct TwoHosts {
                " ip addr add " + ip + "/24 dev eth0; ip netns exec " + ns + " ip link set eth0 up; ip netns exec " +
                ns + " ip link set lo up";
       hosts += ip + " slots=2\n";
-      cases += "  " + ip + ") exec ip netns exec " + ns + " unshare --uts sh -c \"hostname " + names[h] +
-               "; $*\" ;;\n";
+      cases += "  " + ip + ") exec ip netns exec " + ns + " unshare --uts sh -c \"hostname " + names[h] + "; $*\" ;;\n";
     }
     std::ofstream(hostfile) << hosts;
     std::ofstream(agent) << "#!/bin/sh\n# rsh agent: runs the command as host $1\nhost=$1; shift\ncase \"$host\" in\n"
@@ -288,8 +293,7 @@ TEST(MpiTiming, DISABLED_HostTargetPredictsFourRankSteps) {
                             "mpi_timing_" + std::to_string(i) + "_" + std::to_string(run));
       ASSERT_EQ(r.code, 0) << r.err;
       nlohmann::json rep = read_json(rep_path);
-      const double ratio =
-          rep["simulated"]["step_time_s"].get<double>() / rep["measured"]["step_time_s"].get<double>();
+      const double ratio = rep["simulated"]["step_time_s"].get<double>() / rep["measured"]["step_time_s"].get<double>();
       runs.emplace_back(ratio, std::move(rep));
     }
     std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -340,13 +344,19 @@ TEST(MpiBadSetup, DeviceFileFromAnotherPartition) {
   fs::path d = scratch("mpi_bad_stale");
   ASSERT_EQ(cli("partition " + kGpt + " -o " + (d / "prog").string(), "mpi_bad_stale_partition").code, 0);
   ASSERT_EQ(cli("partition testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.dp.sharding.json -o " +
-                    (d / "other").string(), "mpi_bad_stale_partition2").code, 0);
+                    (d / "other").string(),
+                "mpi_bad_stale_partition2")
+                .code,
+            0);
   fs::copy_file(d / "other" / "device_1.onnx", d / "prog" / "device_1.onnx", fs::copy_options::overwrite_existing);
   CmdResult r = mpi_run(4, kGpt + " --program " + (d / "prog").string(), "mpi_bad_stale");
   EXPECT_EQ(r.code, 2) << r.err;
   const std::string file = (d / "prog" / "device_1.onnx").string();
-  EXPECT_NE(r.err.find("error: rank 1: " + file + ": partitioned from another model, sharding, mesh or target than "
-                       "this run (program fingerprint "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("error: rank 1: " + file +
+                       ": partitioned from another model, sharding, mesh or target than "
+                       "this run (program fingerprint "),
+            std::string::npos)
+      << r.err;
   expect_every_rank(r, 4, [&](int k) {
     return k == 1 ? std::string("error: rank 1: ") + file
                   : "error: rank " + std::to_string(k) + ": rank 1 failed: " + file + ": partitioned from another";
@@ -355,9 +365,11 @@ TEST(MpiBadSetup, DeviceFileFromAnotherPartition) {
 
 TEST(MpiBadSetup, RanksGivenDifferentModels) {
   // MPMD launch: ranks 0-1 get the opset-17 export, ranks 2-3 the opset-13 one (the same GPT, another program).
-  const std::string other = "testdata/gpt/gpt_opset13.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json";
-  CmdResult r = sh(mpirun(2) + kBin + " run " + kGpt + " --backend mpi : -np 2 " + kBin + " run " + other +
-                       " --backend mpi", "mpi_bad_models");
+  const std::string other =
+      "testdata/gpt/gpt_opset13.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json";
+  CmdResult r =
+      sh(mpirun(2) + kBin + " run " + kGpt + " --backend mpi : -np 2 " + kBin + " run " + other + " --backend mpi",
+         "mpi_bad_models");
   EXPECT_EQ(r.code, 2) << r.err;
   expect_every_rank(r, 4, [](int k) {
     return "error: rank " + std::to_string(k) + ": ranks were given different models: rank 2 has program fingerprint ";
@@ -368,15 +380,19 @@ TEST(MpiBadSetup, RanksGivenDifferentWeights) {
   // The same GPT with one weight changed: the same program, other weights (the fingerprint covers the weights).
   fs::path d = scratch("mpi_bad_weights");
   const std::string other = (d / "gpt_other.onnx").string();
-  CmdResult py = sh(debian_python() + " -c \"import onnx, numpy as np; from onnx import numpy_helper as nh; "
-                    "m = onnx.load('testdata/gpt/gpt_opset17.onnx'); "
-                    "t = [i for i in m.graph.initializer if i.name == 'h.0.attn.q.weight'][0]; "
-                    "a = nh.to_array(t) + np.float32(1); t.CopyFrom(nh.from_array(a, t.name)); "
-                    "onnx.save(m, '" + other + "')\"", "mpi_bad_weights_py");
+  CmdResult py = sh(debian_python() +
+                        " -c \"import onnx, numpy as np; from onnx import numpy_helper as nh; "
+                        "m = onnx.load('testdata/gpt/gpt_opset17.onnx'); "
+                        "t = [i for i in m.graph.initializer if i.name == 'h.0.attn.q.weight'][0]; "
+                        "a = nh.to_array(t) + np.float32(1); t.CopyFrom(nh.from_array(a, t.name)); "
+                        "onnx.save(m, '" +
+                        other + "')\"",
+                    "mpi_bad_weights_py");
   ASSERT_EQ(py.code, 0) << py.err;
   const std::string rest = " --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json --backend mpi";
-  CmdResult r = sh(mpirun(3) + kBin + " run testdata/gpt/gpt_opset17.onnx" + rest + " : -np 1 " + kBin + " run " +
-                       other + rest, "mpi_bad_weights");
+  CmdResult r =
+      sh(mpirun(3) + kBin + " run testdata/gpt/gpt_opset17.onnx" + rest + " : -np 1 " + kBin + " run " + other + rest,
+         "mpi_bad_weights");
   EXPECT_EQ(r.code, 2) << r.err;
   expect_every_rank(r, 4, [](int k) {
     return "error: rank " + std::to_string(k) + ": ranks were given different models: rank 3 has program fingerprint ";

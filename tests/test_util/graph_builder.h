@@ -147,10 +147,16 @@ inline std::string compare_tensors(const Tensor& got, const Tensor& ref) {
           ok = std::fabs(a - b) <= 1e-5 + 1e-4 * std::fabs(b);
         break;
       }
-      case DType::kInt64: a = static_cast<double>(got.data<int64_t>()[i]), b = static_cast<double>(ref.data<int64_t>()[i]), ok = got.data<int64_t>()[i] == ref.data<int64_t>()[i]; break;
+      case DType::kInt64:
+        a = static_cast<double>(got.data<int64_t>()[i]), b = static_cast<double>(ref.data<int64_t>()[i]),
+        ok = got.data<int64_t>()[i] == ref.data<int64_t>()[i];
+        break;
       case DType::kInt32: a = got.data<int32_t>()[i], b = ref.data<int32_t>()[i], ok = a == b; break;
       case DType::kBool: a = got.data<bool>()[i], b = ref.data<bool>()[i], ok = a == b; break;
-      default: ok = std::memcmp(got.bytes.data(), ref.bytes.data(), ref.nbytes()) == 0; i = n; break;
+      default:
+        ok = std::memcmp(got.bytes.data(), ref.bytes.data(), ref.nbytes()) == 0;
+        i = n;
+        break;
     }
     if (!ok) {
       if (first < 0) first = i, gv = a, rv = b;

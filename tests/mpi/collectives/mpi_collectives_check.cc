@@ -83,8 +83,9 @@ int main() {
       if (got.size() != 1 || got[0].dtype != w.dtype || got[0].shape != w.shape || got[0].bytes != w.bytes) {
         ++failures;
         std::fprintf(stderr, "rank %d: %s over axes {%s} %s%s: differs from the in-process result (got %s)\n", rank,
-                     what.c_str(), call.mesh_axes.size() == 2 ? (call.mesh_axes[0] ? "1,0" : "0,1")
-                                                              : std::to_string(call.mesh_axes[0]).c_str(),
+                     what.c_str(),
+                     call.mesh_axes.size() == 2 ? (call.mesh_axes[0] ? "1,0" : "0,1")
+                                                : std::to_string(call.mesh_axes[0]).c_str(),
                      std::string(dtype_name(t)).c_str(), shape_str(s).c_str(),
                      got.empty() ? "nothing" : shape_str(got[0].shape).c_str());
       }
