@@ -107,7 +107,8 @@ int cmd_simulate(const SimulateOptions& o);
 
 struct ExplainOptions {
   CommonOptions common;
-  std::string value;  // --value NAME ("" = all)
+  std::string value;         // --value NAME ("" = all)
+  bool constraints = false;  // --constraints: list every annotation, kept or resharded, and at what cost
 };
 int cmd_explain(const ExplainOptions& o);
 

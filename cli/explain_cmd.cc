@@ -76,6 +76,53 @@ void explain_loading(const LoadReport& r) {
   fmt::print("\n");
 }
 
+/// "[data, model] (FILE: tensors."w")": open dims marked "?" (Shardy's notation), a wholly open annotation "(open)".
+std::string annotation_str(const Annotation& a, const DeviceMesh& mesh) {
+  std::string spec = "[";
+  for (int d = 0; d < a.sharding.rank(); ++d) {
+    std::vector<std::string> names = mesh.axis_names(a.sharding.dims[d]);
+    if (a.dim_open(d)) names.push_back("?");
+    spec += (d ? ", " : "") + (names.empty() ? std::string("null") : fmt::format("{}", fmt::join(names, " ")));
+  }
+  spec += "]";
+  if (!a.sharding.unreduced.empty())
+    spec += fmt::format(" unreduced={{{}}}", fmt::join(mesh.axis_names(a.sharding.unreduced), ", "));
+  return fmt::format("{}{} ({})", spec, a.open ? " (open)" : "", a.source);
+}
+
+/// `explain --constraints`: every annotation, whether it is a constraint or open, what the program holds, and the
+/// collectives that reshard the value (after its producer, or for a consumer) with their simulated time.
+void explain_constraints(const Pipeline& p) {
+  const Graph& g = p.graph;
+  const DeviceMesh& mesh = p.program.mesh;
+  std::map<std::string, std::vector<const CollectiveRecord*>> by_value;
+  for (const CollectiveRecord& c : p.program.collectives) by_value[c.value].push_back(&c);
+  fmt::print("{} annotations\n", p.annotations.by_value.size());
+  for (const auto& [v, a] : p.annotations.by_value) {
+    const TensorSharding& held = p.program.final_shardings[v];
+    fmt::print("{} {}\n  annotated {}\n", g.values[v].name, shape_str(g.values[v].shape), annotation_str(a, mesh));
+    if (a.open)
+      fmt::print("  open      a starting point only: the program holds {}\n", held.to_partition_spec(mesh));
+    else if (!(held == a.sharding))
+      fmt::print("  open dims extended by propagation: the program holds {}\n", held.to_partition_spec(mesh));
+    const auto it = by_value.find(g.values[v].name);
+    if (it == by_value.end()) {
+      fmt::print("  kept      as computed; no collective reshards it\n");
+      continue;
+    }
+    double seconds = 0;
+    for (const CollectiveRecord* c : it->second) {
+      const double t = collective_time(c->kind, static_cast<double>(c->bytes), c->mesh_axes, mesh, p.target);
+      seconds += t;
+      fmt::print("  resharded {} over {{{}}}, {} bytes per device, {:.3g} s, for {}: {}\n", collective_name(c->kind),
+                 fmt::join(mesh.axis_names(c->mesh_axes), ","), c->bytes, t,
+                 c->for_node.empty() ? "graph output" : c->for_node, c->reason);
+    }
+    fmt::print("  cost      {} collective{}, {:.3g} s per step\n", it->second.size(), it->second.size() == 1 ? "" : "s",
+               seconds);
+  }
+}
+
 }  // namespace
 
 /// A picture of how a 1-D or 2-D value is laid out on the mesh, in the manner of
@@ -126,6 +173,10 @@ int cmd_explain(const ExplainOptions& o) {
   }
   fmt::print("mesh {} ({} devices){}\n\n", mesh.str(), mesh.num_devices(),
              p.sharding_file.empty() ? "" : ", annotations from " + p.sharding_file);
+  if (o.constraints) {
+    explain_constraints(p);
+    return 0;
+  }
   if (only < 0) explain_loading(p.load_report);
   if (p.auto_result) explain_auto(*p.auto_result, p.annotations.mesh.user());
   for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
@@ -137,6 +188,9 @@ int cmd_explain(const ExplainOptions& o) {
     if (!(s == p.plan.shardings[v]))
       fmt::print("  planned   {} (the partitioner kept it {})\n", p.plan.shardings[v].to_partition_spec(mesh),
                  s.unreduced.empty() ? "as computed" : "unreduced until a consumer needs it reduced");
+    if (auto a = p.annotations.by_value.find(v); a != p.annotations.by_value.end())
+      fmt::print("  annotated {}: {}\n", annotation_str(a->second, mesh),
+                 a->second.open ? "open, a starting point only" : "a constraint the program keeps");
     fmt::print("  origin    {}\n", origin_chain(g, p.plan, v));
     for (const LoadReport::Folded& f : p.load_report.folded)
       if (std::find(f.outputs.begin(), f.outputs.end(), val.name) != f.outputs.end())

@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
   auto* explain = app.add_subcommand("explain", "show every value's sharding, its origin, and every collective");
   add_common(explain, eo.common);
   explain->add_option("--value", eo.value, "only this value");
+  explain->add_flag("--constraints", eo.constraints,
+                    "list every annotation: open or a constraint, kept as computed or resharded, at what cost");
 
   try {
     app.parse(argc, argv);

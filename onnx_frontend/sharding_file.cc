@@ -16,6 +16,8 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
+const json kNull;  // an absent "axes": the dim is not split
+
 std::string quoted(const std::string& name) { return json(name).dump(); }
 
 std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
@@ -164,13 +166,23 @@ struct Reader {
   struct Entry {
     TensorSharding sharding;
     int priority = 0;
+    bool open = false;            // "open": true on the object form
+    std::vector<char> open_dims;  // per dim: {"axes": [...], "open": true}
   };
+
+  /// `j[name]` when present: true or false. Fails otherwise.
+  bool flag(const json& j, const char* name, const std::string& key) const {
+    if (!j.contains(name)) return false;
+    if (!j[name].is_boolean()) fail(key, fmt::format("\"{}\" must be true or false (got {})", name, j[name].dump()));
+    return j[name].get<bool>();
+  }
 
   Entry parse_entry(const json& j, const std::string& key) const {
     Entry e;
     const json* spec = &j;
     if (j.is_object()) {
-      check_keys(j, key, {"spec", "unreduced", "partial", "reduction", "priority"});
+      check_keys(j, key, {"spec", "unreduced", "partial", "reduction", "priority", "open"});
+      e.open = flag(j, "open", key);
       if (!j.contains("spec")) fail(key, "the object form needs a \"spec\" list");
       spec = &j["spec"];
       const char* ukey = j.contains("unreduced") ? "unreduced" : (j.contains("partial") ? "partial" : nullptr);
@@ -218,7 +230,15 @@ struct Reader {
                             spec->dump()));
     std::vector<int> used(e.sharding.unreduced);
     for (size_t d = 0; d < spec->size(); ++d) {
-      const json& entry = (*spec)[d];
+      const json* dim = &(*spec)[d];
+      bool open = false;
+      if (dim->is_object()) {  // {"axes": [...], "open": true}: Shardy's open dim
+        check_keys(*dim, key, {"axes", "open"});
+        open = flag(*dim, "open", key);
+        dim = dim->contains("axes") ? &(*dim)["axes"] : &kNull;
+      }
+      e.open_dims.push_back(open);
+      const json& entry = *dim;
       std::vector<int> axes;
       if (entry.is_null()) {
       } else if (entry.is_string()) {
@@ -227,8 +247,9 @@ struct Reader {
         for (const json& a : entry)
           for (int id : axis_ids(a, key)) axes.push_back(id);
       } else {
-        fail(key,
-             fmt::format("spec entry {} is {}; expected null, an axis name or a list of axis names", d, entry.dump()));
+        fail(key, fmt::format("spec entry {} is {}; expected null, an axis name, a list of axis names or "
+                              "{{\"axes\": [...], \"open\": true}}",
+                              d, entry.dump()));
       }
       for (int a : axes) {
         if (std::find(used.begin(), used.end(), a) != used.end())
@@ -237,6 +258,7 @@ struct Reader {
       }
       e.sharding.dims.push_back(std::move(axes));
     }
+    if (std::none_of(e.open_dims.begin(), e.open_dims.end(), [](char c) { return c; })) e.open_dims.clear();
     return e;
   }
 
@@ -278,7 +300,8 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
       if (id < 0) r.fail(key, fmt::format("no value named '{}' in the model", it.key()));
       auto e = r.parse_entry(it.value(), key);
       r.check_rank(e, g.values[id], key, "the tensor");
-      ann.by_value[id] = Annotation{std::move(e.sharding), e.priority, fmt::format("{}: {}", path, key)};
+      ann.by_value[id] =
+          Annotation{std::move(e.sharding), e.priority, fmt::format("{}: {}", path, key), e.open, e.open_dims};
     }
   }
   if (root.contains("rules")) {
@@ -306,8 +329,8 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
         if (claimed[v] || !std::regex_search(g.values[v].name, re)) continue;
         r.check_rank(e, g.values[v], key, fmt::format("'{}' (matched by {})", g.values[v].name, quoted(pattern)));
         claimed[v] = 1;
-        ann.by_value[static_cast<int>(v)] =
-            Annotation{e.sharding, e.priority, fmt::format("{}: {} ({})", path, key, quoted(pattern))};
+        ann.by_value[static_cast<int>(v)] = Annotation{
+            e.sharding, e.priority, fmt::format("{}: {} ({})", path, key, quoted(pattern)), e.open, e.open_dims};
       }
     }
   }

@@ -70,7 +70,10 @@ SpmdProgram Partitioner::run() {
     out_.inputs.push_back({lv, gv, s});
     bind(gv, s, lv);
   }
-  for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) lower(n);
+  for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
+    lower(n);
+    constrain_results(n);
+  }
   for (int gv : g_.outputs) {
     TensorSharding want = plan_.shardings[gv];
     want.unreduced.clear();
@@ -148,34 +151,99 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node, c
   for (const Local& l : avail_[gv])
     if (l.sharding == want) return l.id;
   const Value& v = g_.values[gv];
+  // Weights are sliced when loaded, so any sharding of an unannotated weight is free. An annotated weight is held
+  // in its annotated sharding only (a constraint: the 2D and FSDP pattern); other shardings of it are resharded
+  // from that one by collectives.
+  auto param = [&](const TensorSharding& s) {
+    int lv = new_value(v.name, v.dtype, s.local_shape(v.shape, mesh_));
+    P().values[lv].is_initializer = true;
+    out_.params.push_back({lv, gv, s});
+    return lv;
+  };
   if (avail_[gv].empty()) {
     if (!v.is_initializer) throw std::logic_error(fmt::format("value '{}' used before it is computed", v.name));
-    // Weights are sliced when loaded: any sharding is free.
-    int lv = new_value(v.name, v.dtype, want.local_shape(v.shape, mesh_));
-    P().values[lv].is_initializer = true;
-    out_.params.push_back({lv, gv, want});
-    bind(gv, want, lv);
-    return lv;
-  }
-  if (v.is_initializer && want.unreduced.empty()) {
-    int lv = new_value(v.name, v.dtype, want.local_shape(v.shape, mesh_));
-    P().values[lv].is_initializer = true;
-    out_.params.push_back({lv, gv, want});
+    const TensorSharding held = constrained(gv) ? constraint(gv) : want;
+    bind(gv, held, param(held));
+    if (held == want) return avail_[gv].front().id;
+  } else if (v.is_initializer && want.unreduced.empty() && !constrained(gv)) {
+    int lv = param(want);
     avail_[gv].push_back({want, lv});
     return lv;
   }
   const Local& from = avail_[gv].front();
-  int lv = reshard(gv, from.id, from.sharding, want, for_node, why);
+  std::string reason = why;
+  if (constrained(gv))
+    reason += fmt::format("; '{}' is held as annotated, {} ({})", v.name, from.sharding.to_partition_spec(mesh_),
+                          plan_.origins[gv].source);
+  int lv = reshard(gv, from.id, from.sharding, want, for_node, reason);
   avail_[gv].push_back({want, lv});
   return lv;
+}
+
+int Partitioner::make_partial(int gv, int x, const TensorSharding& cur, const TensorSharding& want,
+                              const std::vector<int>& extra, const std::string& for_node, const std::string& why,
+                              TensorSharding& partial) {
+  const Value& v = g_.values[gv];
+  if (!cur.unreduced.empty() && cur.reduction != want.reduction)
+    throw std::logic_error(fmt::format("'{}' is unreduced ({}) and cannot be made unreduced ({}) too", v.name,
+                                       reduction_name(cur.reduction), reduction_name(want.reduction)));
+  partial = cur;  // first gather the axes out of the dims they split
+  for (auto& axes : partial.dims) std::erase_if(axes, [&](int a) { return contains(extra, a); });
+  if (!(partial == cur)) x = reshard(gv, x, cur, partial, for_node, why);
+  // Whole over `extra`: every device holds the value. A max or min of copies is the value; a sum or product keeps
+  // it on the first tile of `extra` and the identity elsewhere.
+  if (want.reduction == ReductionKind::kSum || want.reduction == ReductionKind::kProd)
+    x = first_tile_only(x, extra, reduction_identity(want.reduction), v.name);
+  partial.unreduced.insert(partial.unreduced.end(), extra.begin(), extra.end());
+  std::sort(partial.unreduced.begin(), partial.unreduced.end());
+  partial.reduction = want.reduction;
+  return x;
+}
+
+bool Partitioner::constrained(int gv) const {
+  return static_cast<size_t>(gv) < plan_.origins.size() && plan_.origins[gv].constrained();
+}
+
+TensorSharding Partitioner::constraint(int gv) const {
+  TensorSharding s = plan_.shardings[gv];
+  if (s.unreduced.empty()) s.reduction = ReductionKind::kSum;
+  return s;
+}
+
+void Partitioner::constrain_results(int n) {
+  const Node& node = g_.nodes[n];
+  for (int gv : node.outputs) {
+    if (gv < 0 || !constrained(gv) || avail_[gv].empty()) continue;
+    const TensorSharding want = constraint(gv);
+    if (avail_[gv].front().sharding == want) continue;
+    const Value& v = g_.values[gv];
+    const std::string spec = want.to_partition_spec(mesh_);
+    int lv = -1;
+    try {
+      lv = get(gv, want, node.name,
+               fmt::format("'{}' is annotated {} ({}): a sharding constraint", v.name, spec, plan_.origins[gv].source));
+    } catch (const std::logic_error& e) {
+      throw InputError(fmt::format("{}: '{}' cannot have its annotated sharding {}: {}", plan_.origins[gv].source,
+                                   v.name, spec, e.what()));
+    }
+    // The constrained representation becomes the value's primary one: its consumers reshard from it.
+    auto it = std::find_if(avail_[gv].begin(), avail_[gv].end(), [&](const Local& l) { return l.id == lv; });
+    std::rotate(avail_[gv].begin(), it, it + 1);
+    out_.final_shardings[gv] = want;
+  }
 }
 
 int Partitioner::reshard(int gv, int x, const TensorSharding& cur, const TensorSharding& want,
                          const std::string& for_node, const std::string& why) {
   const Value& v = g_.values[gv];
+  std::vector<int> extra;  // axes `want` is unreduced over and `cur` is not
   for (int a : want.unreduced)
-    if (std::find(cur.unreduced.begin(), cur.unreduced.end(), a) == cur.unreduced.end())
-      throw std::logic_error(fmt::format("cannot make '{}' unreduced by resharding", v.name));
+    if (!contains(cur.unreduced, a)) extra.push_back(a);
+  if (!extra.empty()) {
+    TensorSharding partial;
+    x = make_partial(gv, x, cur, want, extra, for_node, why, partial);
+    return reshard(gv, x, partial, want, for_node, why);
+  }
   const ReshardPlan& plan = planner_.plan(v.shape, static_cast<int64_t>(dtype_size(v.dtype)), cur, want);
   TensorSharding at = cur;
   for (const ReshardStep& st : plan.steps) {
@@ -534,10 +602,20 @@ int Partitioner::keep_on_first_tile(int x, const OpShardingRule& rule, const Fac
   std::vector<int> axes = reduction_axes(rule, F);
   if (axes.empty()) return x;
   std::sort(axes.begin(), axes.end());
-  const int64_t rows = P().values[x].shape[0];
-  return emit(
-      gspmd_node(MaskPadAttrs{.axis = 0, .mesh_axes = axes, .full_size = rows, .value = 0.f, .base = 0, .step = rows}),
-      {x}, name + "/first_tile", P().values[x].dtype, P().values[x].shape);
+  return first_tile_only(x, axes, 0.f, name);
+}
+
+int Partitioner::first_tile_only(int x, const std::vector<int>& axes, float identity, const std::string& name) {
+  const DType dt = P().values[x].dtype;
+  const Shape shape = P().values[x].shape;
+  if (shape.empty()) {  // a scalar: mask it as a [1]
+    const int one = emit("Reshape", {x, int64_const("shape", {1})}, name + "/first_tile", dt, {1});
+    return emit("Reshape", {first_tile_only(one, axes, identity, name), int64_const("shape", {})}, name, dt, {});
+  }
+  const int64_t rows = shape[0];
+  return emit(gspmd_node(MaskPadAttrs{
+                  .axis = 0, .mesh_axes = axes, .full_size = rows, .value = identity, .base = 0, .step = rows}),
+              {x}, name + "/first_tile", dt, shape);
 }
 
 // ---- no rule ----------------------------------------------------------------------------------------------------

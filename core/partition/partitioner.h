@@ -155,6 +155,15 @@ class Partitioner {
   };
 
   // partition.cc
+  /// True when global value gv carries a constraint: an annotation that is not wholly open (Origin::constrained).
+  bool constrained(int gv) const;
+  /// The sharding a constrained value must have: its planned sharding (the annotation, extended on open dims).
+  TensorSharding constraint(int gv) const;
+  /// After node n is lowered: every constrained result whose computed sharding differs from its constraint is
+  /// resharded to it, and that representation becomes the value's primary one (its consumers reshard from it).
+  /// Throws InputError "SOURCE: 'v' cannot have its annotated sharding [...]: why" when no reshard reaches it (a
+  /// partial annotation on a value the program computes whole).
+  void constrain_results(int n);
   int reshard(int gv, int x, const TensorSharding& cur, const TensorSharding& want, const std::string& for_node,
               const std::string& why);
   void lower(int n);
@@ -171,6 +180,15 @@ class Partitioner {
   std::vector<int> reshard_operands(const Node& node, const OpShardingRule& rule, const FactorSharding& F,
                                     const Partials& partials, const std::vector<int>& bias_ops);
   int keep_on_first_tile(int x, const OpShardingRule& rule, const FactorSharding& F, const std::string& name);
+  /// Keeps local value `x` on the devices at tile 0 of mesh `axes` and sets it to `identity` on the others (MaskPad
+  /// along dim 0; a scalar is masked as a [1]): a whole value becomes a partial one over `axes`.
+  int first_tile_only(int x, const std::vector<int>& axes, float identity, const std::string& name);
+  /// Makes global value gv (local `x`, sharding `cur`) unreduced over `extra` as well, with want.reduction: first
+  /// gathers `extra` out of the dims they split, then first_tile_only for sum/prod (a max/min of copies is the
+  /// value). `partial` receives the resulting sharding. Throws std::logic_error when `cur` is unreduced with another
+  /// reduction kind.
+  int make_partial(int gv, int x, const TensorSharding& cur, const TensorSharding& want, const std::vector<int>& extra,
+                   const std::string& for_node, const std::string& why, TensorSharding& partial);
   void emit_local(const Node& node, const OpShardingRule& rule, const FactorSharding& F, const Partials& partials,
                   std::vector<int> inputs, const std::vector<Window>& windows, const OpHandler* handler);
 

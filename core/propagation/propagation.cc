@@ -53,9 +53,12 @@ class Propagator {
     for (int p : prios) {
       for (const auto& [v, a] : ann_.by_value) {
         if (a.priority != p) continue;
-        state_[v] = kFixed;
+        // A closed annotation is fixed; an open one (any open dim) takes more axes on its open dims only.
+        const bool any_open = a.open || std::any_of(a.open_dims.begin(), a.open_dims.end(), [](char c) { return c; });
+        state_[v] = any_open ? kOpen : kFixed;
+        if (any_open) open_ann_[v] = &a;
         plan_.shardings[v] = a.sharding;
-        plan_.origins[v] = Origin{Origin::kAnnotation, -1, -1, true};
+        plan_.origins[v] = Origin{Origin::kAnnotation, -1, -1, true, a.source, a.open};
       }
       // Op priorities (Shardy's op-priority strategy): a stage runs only when every earlier stage is at its
       // fixpoint, and any change sends propagation back to stage 0.
@@ -174,16 +177,26 @@ class Propagator {
       for (int a : cur.tiled_axes()) used[a] = 1;
       for (int a : cur.unreduced) used[a] = 1;
       int from = -1;
+      const auto open_it = open_ann_.find(r.v);
+      const Annotation* open = open_it == open_ann_.end() ? nullptr : open_it->second;
       for (int d = 0; d < cur.rank() && d < want.rank(); ++d) {
-        if (!cur.dims[d].empty() || want.dims[d].empty()) continue;
+        // An empty dim takes the axes it is offered; an open annotated dim also takes the axes offered after its
+        // own (Shardy's open dims), a closed annotated dim none.
+        const size_t have = cur.dims[d].size();
+        if (open && !open->dim_open(d)) continue;
+        if (have > 0 && !(open && want.dims[d].size() > have &&
+                          std::equal(cur.dims[d].begin(), cur.dims[d].end(), want.dims[d].begin())))
+          continue;
+        if (want.dims[d].empty()) continue;
         std::vector<int> take;
-        for (int a : want.dims[d]) {
+        for (size_t k = have; k < want.dims[d].size(); ++k) {
+          const int a = want.dims[d][k];
           if (used[a]) break;
           take.push_back(a);
         }
         if (take.empty()) continue;
         for (int a : take) used[a] = 1;
-        cur.dims[d] = std::move(take);
+        cur.dims[d].insert(cur.dims[d].end(), take.begin(), take.end());
         if (from < 0)
           for (int f : (*r.df)[d])
             if (src[f] >= 0) {
@@ -206,10 +219,11 @@ class Propagator {
   ShardingPlan plan_;
   std::vector<State> state_;
   const RuleTable& rules_;
-  std::vector<const Ref*> projected_;         // process()'s scratch (no allocation per call)
-  std::vector<int> src_;                      // process()'s scratch
-  std::vector<char> pass_through_op_;         // per node: stage-0 op
-  std::vector<std::vector<char>> broadcast_;  // per node, per operand: a broadcast operand
+  std::vector<const Ref*> projected_;          // process()'s scratch (no allocation per call)
+  std::vector<int> src_;                       // process()'s scratch
+  std::map<int, const Annotation*> open_ann_;  // annotated values with an open dim: their annotation
+  std::vector<char> pass_through_op_;          // per node: stage-0 op
+  std::vector<std::vector<char>> broadcast_;   // per node, per operand: a broadcast operand
 };
 
 std::string node_label(const Graph& g, int n) {

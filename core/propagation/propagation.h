@@ -13,11 +13,20 @@ namespace gspmd {
 
 class RuleTable;  // core/rules/rule.h
 
-/// A user annotation on one value (from the sharding file). Annotated values keep their sharding.
+/// A user annotation on one value (from the sharding file): a sharding constraint, as JAX's
+/// with_sharding_constraint and Shardy's sharding_constraint are. The value has exactly this sharding in the
+/// program (the partitioner reshards where a consumer needs another; docs/partitioning.md, "Annotations are
+/// constraints"), except where the annotation is open (Shardy's open dims): an open dim may receive more axes from
+/// propagation, after its annotated ones; a wholly open annotation is only a starting point that propagation and
+/// the partitioner may change.
 struct Annotation {
   TensorSharding sharding;
-  int priority = 0;    // lower runs earlier (Shardy p0, p1, ...)
-  std::string source;  // e.g. "gpt.sharding.json: tensors.\"h.0.mlp.fc_in.weight\"" for explain
+  int priority = 0;                  // lower runs earlier (Shardy p0, p1, ...)
+  std::string source;                // e.g. "gpt.sharding.json: tensors.\"h.0.mlp.fc_in.weight\"" for explain
+  bool open = false;                 // the whole annotation is open: a hint, not a constraint
+  std::vector<char> open_dims = {};  // per tensor dim, 1 = open (empty: every dim closed)
+  /// True when tensor dim d may receive more axes from propagation.
+  bool dim_open(int d) const { return open || (d < static_cast<int>(open_dims.size()) && open_dims[d]); }
 };
 
 /// Mesh + annotations keyed by value id.
@@ -32,6 +41,10 @@ struct Origin {
   int node = -1;        // kPropagated: the node whose rule carried the sharding
   int from_value = -1;  // kPropagated: the value it came from (walk from_value's origin for the chain)
   bool forward = true;  // kPropagated: operand->result (true) or result->operand
+  std::string source;   // kAnnotation: Annotation::source
+  bool open = false;    // kAnnotation: Annotation::open (a hint, not a constraint)
+  /// An annotation that is not wholly open: the value must have its planned sharding in the program.
+  bool constrained() const { return kind == kAnnotation && !open; }
 };
 
 /// Result of propagation: one sharding and origin per value id of the graph.

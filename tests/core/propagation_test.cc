@@ -83,6 +83,29 @@ TEST(Propagation, MegatronMlp) {
   EXPECT_TRUE(p.nodes_without_rule.empty());
 }
 
+// Open annotations (Shardy's open dims): a closed dim keeps exactly its axes, an open dim takes more after its own,
+// a wholly open annotation is a starting point; every annotated value keeps its origin and source.
+TEST(Propagation, OpenDimsTakeMoreAxesClosedDimsNone) {
+  for (const char* form : {"closed", "open dim 0", "open", "open dim 0 seeded"}) {
+    SCOPED_TRACE(form);
+    Model m;
+    int a = m.input("a", {8, 4});
+    int b = m.op("Relu", {a}, "b", {8, 4});
+    m.g.outputs = {b};
+    m.annotate(a, {"data,model", ""});
+    const std::string f = form;
+    m.annotate(b, {f == "open dim 0 seeded" ? "data" : "", ""});
+    if (f == "open") m.ann.by_value[b].open = true;
+    if (f.rfind("open dim 0", 0) == 0) m.ann.by_value[b].open_dims = {1, 0};
+    auto p = m.run();
+    const char* want = f == "closed" ? R"([null, null])" : R"([["data", "model"], null])";
+    EXPECT_EQ(m.spec(p, b), want);
+    EXPECT_EQ(p.origins[b].kind, Origin::kAnnotation);
+    EXPECT_EQ(p.origins[b].source, "test");
+    EXPECT_EQ(p.origins[b].constrained(), f != "open");
+  }
+}
+
 TEST(Propagation, MegatronWeightsInferred) {
   // Only the first weight is annotated; the second gets its split through the reduction factor of MatMul 2.
   Model m;

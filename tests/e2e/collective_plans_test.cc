@@ -373,21 +373,30 @@ TEST(CollectivePlans, Gspmd2DShardedTransformerLayerMatchesThePaper) {
           c("all-reduce", "Y", stat, ln1, name(L.x)),               // LayerNorm 1: variance
           c("all-gather", "Y", act, consumer(L.ln1), name(L.ln1)),  // shared by q, k and v
       };
-      if (weights_as_inputs)
-        for (int i = 0; i < 3; ++i)
-          want.push_back(c("all-gather", "X", w_attn, consumer(L.weights[i]), name(L.weights[i])));
-      if (weights_as_inputs) want.push_back(c("all-gather", "X", w_attn, consumer(L.weights[3]), name(L.weights[3])));
+      // The weights are annotated 2D-sharded: a constraint, so they stay [X, Y] in device memory and each use
+      // all-gathers them over X (the paper's weight all-gathers), whether they are graph inputs or initializers.
+      for (int i = 0; i < 4; ++i)
+        want.push_back(c("all-gather", "X", w_attn, consumer(L.weights[i]), name(L.weights[i])));
       want.push_back(c("reduce-scatter", "Y", act, consumer(L.attn), name(L.attn)));  // at the residual Add
       want.push_back(c("all-reduce", "Y", stat, ln2, name(L.h)));
       want.push_back(c("all-reduce", "Y", stat, ln2, name(L.h)));
       want.push_back(c("all-gather", "Y", act, consumer(L.ln2), name(L.ln2)));
-      if (weights_as_inputs) {
-        want.push_back(c("all-gather", "X", w_ffn, consumer(L.weights[4]), name(L.weights[4])));
-        want.push_back(c("all-gather", "X", w_ffn, consumer(L.weights[5]), name(L.weights[5])));
-      }
+      want.push_back(c("all-gather", "X", w_ffn, consumer(L.weights[4]), name(L.weights[4])));
+      want.push_back(c("all-gather", "X", w_ffn, consumer(L.weights[5]), name(L.weights[5])));
       want.push_back(c("reduce-scatter", "Y", act, consumer(L.ffn), name(L.ffn)));  // where b_out is added
-      EXPECT_EQ(plan_of(p), want);  // (b) exactly the paper's collectives (minus weight gathers for initializers)
-      EXPECT_EQ(p.collectives.size(), weights_as_inputs ? 14u : 8u);
+      EXPECT_EQ(plan_of(p), want);  // (b) exactly the paper's collectives
+      EXPECT_EQ(p.collectives.size(), 14u);
+      for (int w : L.weights) {  // every weight is held in its annotated sharding, and only in it
+        EXPECT_EQ(p.final_shardings[w], ann.at(w)) << name(w);
+        if (weights_as_inputs) continue;
+        int held = 0;
+        for (const ProgramBinding& b : p.params)
+          if (b.global == w) {
+            ++held;
+            EXPECT_EQ(b.sharding, ann.at(w)) << name(w);
+          }
+        EXPECT_EQ(held, 1) << name(w);
+      }
       EXPECT_TRUE(p.warnings.empty());
       // The residual stream keeps the paper's layout: [X, -, Y] after attention, and after the layer.
       EXPECT_EQ(p.final_shardings[L.h].dims, (std::vector<std::vector<int>>{{kX}, {}, {kY}}));

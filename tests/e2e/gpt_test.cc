@@ -196,6 +196,8 @@ TEST(GptExplain, ShowsNotationsOriginPictureAndCollectiveReasons) {
   EXPECT_NE(r.out.find("h.0.mlp.fc_in.weight float32 [128,512]\n"
                        "  sharding  [null, \"model\"]   hlo {devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}   "
                        "sbp (B, S(1))\n"
+                       "  annotated [null, model] (testdata/gpt/gpt.megatron.sharding.json: "
+                       "tensors.\"h.0.mlp.fc_in.weight\"): a constraint the program keeps\n"
                        "  origin    annotation h.0.mlp.fc_in.weight\n"
                        "┌─────┬─────┐\n"
                        "│ 0,2 │ 1,3 │\n"

@@ -1036,8 +1036,9 @@ TEST(OpsPartition, CollectiveCountsMatMulKSplit) {
 }
 
 TEST(OpsPartition, CollectiveCountsMatMulKSplitReduceScatter) {
-  // Y = A[6,4] @ B[4,5] with K split over x (Y pinned unsplit, so it stays unreduced over x); Z = Y + X with X split
-  // on M over x: the Add needs Y's full value split like X, i.e. exactly one reduce-scatter of 6*5*4 bytes.
+  // Y = A[6,4] @ B[4,5] with K split over x (Y hinted unsplit by an open annotation, so it stays unreduced over x);
+  // Z = Y + X with X split on M over x: the Add needs Y's full value split like X, i.e. exactly one reduce-scatter
+  // of 6*5*4 bytes. With a closed annotation, Y is a constraint: one all-reduce right after the MatMul instead.
   Builder B("MatMul K split -> Add X split on M");
   int A = B.fin("A", {6, 4});
   int W = B.fin("B", {4, 5});
@@ -1054,15 +1055,19 @@ TEST(OpsPartition, CollectiveCountsMatMulKSplitReduceScatter) {
     ann.mesh = mesh;
     ann.by_value[A] = Annotation{spec(2, {{}, {0}}), 0, "t"};
     ann.by_value[W] = Annotation{spec(2, {{0}, {}}), 0, "t"};
-    ann.by_value[Y] = Annotation{TensorSharding::replicated(2), 0, "t"};
     ann.by_value[X] = Annotation{spec(2, {{0}, {}}), 0, "t"};
-    SpmdProgram p;
-    std::string why = run_one(c, ann, inputs, ref, &p);
-    EXPECT_EQ(why, "") << describe(c, ann);
-    if (!why.empty()) continue;
-    ASSERT_EQ(p.collectives.size(), 1u) << describe(c, ann) << collectives_str(p);
-    EXPECT_EQ(collective_name(p.collectives[0].kind), "reduce-scatter") << describe(c, ann);
-    EXPECT_EQ(p.collectives[0].bytes, 6 * 5 * 4) << describe(c, ann);
+    for (bool open : {true, false}) {
+      ann.by_value[Y] = Annotation{TensorSharding::replicated(2), 0, "t", open};
+      SpmdProgram p;
+      std::string why = run_one(c, ann, inputs, ref, &p);
+      EXPECT_EQ(why, "") << describe(c, ann);
+      if (!why.empty()) continue;
+      ASSERT_EQ(p.collectives.size(), 1u) << describe(c, ann) << collectives_str(p);
+      EXPECT_EQ(collective_name(p.collectives[0].kind), open ? "reduce-scatter" : "all-reduce") << describe(c, ann);
+      EXPECT_EQ(p.collectives[0].bytes, 6 * 5 * 4) << describe(c, ann);
+      const TensorSharding y_final = open ? TensorSharding{{{}, {}}, {0}} : TensorSharding::replicated(2);
+      EXPECT_EQ(p.final_shardings[Y], y_final);
+    }
   }
 }
 

@@ -98,14 +98,21 @@ TEST_F(ShardingFile, Errors) {
   expect_error(with_tensors(R"("fc_in.weight": [null, "model", null])"),
                "tensors.\"fc_in.weight\": spec has 3 entries but the tensor has rank 2");
   expect_error(with_tensors(R"("fc_in.weight": [null, 3])"),
-               "tensors.\"fc_in.weight\": spec entry 1 is 3; expected null, an axis name or a list of axis names");
+               "tensors.\"fc_in.weight\": spec entry 1 is 3; expected null, an axis name, a list of axis names or "
+               "{\"axes\": [...], \"open\": true}");
   expect_error(with_tensors(R"("fc_in.weight": "model")"),
                "tensors.\"fc_in.weight\": expected a partition spec (a list with one entry per dimension) or an "
                "object with \"spec\" (got \"model\")");
   expect_error(with_tensors(R"("h": {"spec": [null, null], "priority": "high"})"),
                "tensors.\"h\": priority must be an integer (got \"high\")");
   expect_error(with_tensors(R"("h": {"spec": [null, null], "sepc": 1})"),
-               "tensors.\"h\": unknown key 'sepc' (expected spec, unreduced, partial, reduction, priority)");
+               "tensors.\"h\": unknown key 'sepc' (expected spec, unreduced, partial, reduction, priority, open)");
+  expect_error(with_tensors(R"("h": {"spec": [null, null], "open": 1})"),
+               "tensors.\"h\": \"open\" must be true or false (got 1)");
+  expect_error(with_tensors(R"("h": [{"axes": "data", "opne": true}, null])"),
+               "tensors.\"h\": unknown key 'opne' (expected axes, open)");
+  expect_error(with_tensors(R"("h": [{"axes": ["data"], "open": true}, "data"])"),
+               "tensors.\"h\": mesh axis 'data' is used twice");
   expect_error(with_tensors(R"("h": {"spec": [null, null], "unreduced": ["data"], "reduction": "mean"})"),
                "tensors.\"h\": reduction must be \"sum\", \"max\", \"min\" or \"prod\" (got \"mean\")");
   expect_error(write(R"({"mesh": {"shape": [2, 0], "axes": ["data", "model"]}})"),
@@ -126,6 +133,26 @@ TEST_F(ShardingFile, Errors) {
   expect_error(write(std::string("{") + kMesh + R"(, "rules": [{"spec": [null]}]})"),
                "rules[0]: needs \"match\": a regular expression");
   expect_error(write(R"({"version": 2})"), "version: unsupported version 2 (this tool reads version 1)");
+}
+
+TEST_F(ShardingFile, OpenDimsAndOpenAnnotations) {
+  auto f = with_tensors(R"("x": [{"axes": ["data"], "open": true}, null], "h": [{"open": true}, "model"],
+                           "fc_in.weight": {"spec": [null, "model"], "open": true}, "y": ["data", null])");
+  Annotations a = read_sharding_file(f, g_, nullptr);
+  const Annotation& x = a.by_value.at(g_.at("x"));
+  EXPECT_EQ(x.sharding.dims, (std::vector<std::vector<int>>{{0}, {}}));
+  EXPECT_FALSE(x.open);
+  EXPECT_TRUE(x.dim_open(0));
+  EXPECT_FALSE(x.dim_open(1));
+  const Annotation& h = a.by_value.at(g_.at("h"));
+  EXPECT_EQ(h.sharding.dims, (std::vector<std::vector<int>>{{}, {1}}));
+  EXPECT_TRUE(h.dim_open(0));
+  const Annotation& w = a.by_value.at(g_.at("fc_in.weight"));
+  EXPECT_TRUE(w.open);
+  EXPECT_TRUE(w.dim_open(1));
+  const Annotation& y = a.by_value.at(g_.at("y"));  // closed: no open dims recorded
+  EXPECT_FALSE(y.open);
+  EXPECT_TRUE(y.open_dims.empty());
 }
 
 TEST_F(ShardingFile, MissingAndMalformed) {

@@ -1,0 +1,142 @@
+// Annotations are constraints (docs/partitioning.md, "Annotations are constraints"): over every sharding file of
+// testdata/, every closed annotation appears unchanged in `partition`'s shardings.json; the GSPMD paper's 2D plan on
+// the bundled GPT keeps its weights sharded on both axes, all-gathers them where they are used, and runs exact.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "cnn_export.h"
+#include "e2e_util.h"
+
+using namespace e2e;
+
+namespace {
+
+/// One annotation or shardings.json entry, normalised: per dim the axis names, then the unreduced axes (sorted) and
+/// the reduction.
+std::string normal(const nlohmann::json& entry) {
+  const nlohmann::json& spec = entry.is_object() ? entry.at("spec") : entry;
+  std::string s = "[";
+  for (const auto& d : spec) {
+    s += "(";
+    if (d.is_string()) s += d.get<std::string>();
+    if (d.is_array())
+      for (const auto& a : d) s += a.get<std::string>() + " ";
+    s += ")";
+  }
+  s += "]";
+  if (entry.is_object()) {
+    std::vector<std::string> u;
+    for (const char* key : {"unreduced", "partial"})
+      if (entry.contains(key)) {
+        if (entry[key].is_string()) u.push_back(entry[key]);
+        for (const auto& a : entry[key].is_array() ? entry[key] : nlohmann::json::array()) u.push_back(a);
+      }
+    std::sort(u.begin(), u.end());
+    if (!u.empty()) s += " unreduced " + nlohmann::json(u).dump() + " " + entry.value("reduction", "sum");
+  }
+  return s;
+}
+
+/// Every value `file` annotates (its `tensors`, then its `rules`, first match wins, over the values `written` lists)
+/// has exactly that sharding in `written` (partition's shardings.json). Returns the mismatches, one per line.
+std::string kept(const fs::path& file, const fs::path& written) {
+  const nlohmann::json ann = read_json(file), out = read_json(written);
+  std::string bad;
+  auto check = [&](const std::string& name, const nlohmann::json& entry) {
+    if (!out["tensors"].contains(name))
+      bad += name + ": not in shardings.json\n";
+    else if (normal(entry) != normal(out["tensors"][name]))
+      bad += name + ": annotated " + entry.dump() + ", got " + out["tensors"][name].dump() + "\n";
+  };
+  for (const auto& [name, entry] : ann["tensors"].items()) check(name, entry);
+  for (const auto& [name, entry] : out["tensors"].items()) {
+    if (ann["tensors"].contains(name)) continue;
+    for (const auto& rule : ann.value("rules", nlohmann::json::array()))
+      if (std::regex_search(name, std::regex(rule["match"].get<std::string>()))) {
+        check(name, rule);
+        break;
+      }
+  }
+  return bad;
+}
+
+std::string mesh_of_file(const fs::path& file) {
+  const nlohmann::json j = read_json(file);
+  std::string m;
+  for (const auto& n : j["mesh"]["shape"]) m += (m.empty() ? "" : "x") + std::to_string(n.get<int>());
+  return m;
+}
+
+TEST(Constraints, EveryClosedAnnotationOfTestdataIsKeptInShardingsJson) {
+  std::vector<std::pair<std::string, fs::path>> plans;  // (model, sharding file)
+  for (const char* p : {"dp", "megatron", "2d", "paper2d"})
+    plans.push_back(
+        {"testdata/gpt/gpt_opset17.onnx", fs::path("testdata/gpt") / (std::string("gpt.") + p + ".sharding.json")});
+  plans.push_back({"testdata/bert/bert_opset17.onnx", "testdata/bert/bert.megatron.sharding.json"});
+  plans.push_back({"testdata/frontend/mlp_float16.onnx", "testdata/frontend/half_mlp.sharding.json"});
+  plans.push_back({"testdata/frontend/if_sharded.onnx", "testdata/frontend/if_sharded.sharding.json"});
+  for (const char* model : {"resnet18", "mobilenet_v2", "conv3x3"}) {
+    const Export& e = exported(model);
+    ASSERT_TRUE(e.error.empty()) << e.error;
+    for (const auto& f : fs::directory_iterator(kCnnDir))
+      if (f.path().filename().string().rfind(std::string(model) + ".", 0) == 0 && f.path().extension() == ".json")
+        plans.push_back({(e.dir / (std::string(model) + ".onnx")).string(), f.path()});
+  }
+  ASSERT_EQ(plans.size(), 4u + 1u + 2u + 17u);  // every sharding file of testdata/
+  for (const auto& [model, file] : plans) {
+    const fs::path dir = scratch("constraints_" + file.stem().string());
+    CmdResult r = cli("partition " + model + " --mesh " + mesh_of_file(file) + " --shardings " + file.string() +
+                          " -o " + (dir / "out").string(),
+                      "constraints_" + file.stem().string());
+    ASSERT_EQ(r.code, 0) << file << "\n" << r.out << r.err;
+    EXPECT_EQ(kept(file, dir / "out" / "shardings.json"), "") << file;
+  }
+}
+
+TEST(Constraints, Gspmd2DPlanKeepsWeightsShardedAndGathersThemWhereUsed) {
+  const fs::path dir = scratch("constraints_paper2d");
+  CmdResult r =
+      cli("run testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.paper2d.sharding.json "
+          "--inputs testdata/gpt/test_data_set_0 --check --report " +
+              (dir / "report.json").string(),
+          "constraints_paper2d");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const nlohmann::json rep = read_json(dir / "report.json");
+  EXPECT_TRUE(rep["check"]["passed"].get<bool>());
+  // Per block: q, k, v, proj, fc_in, fc_out are held [data, model] (or [model, data]) and all-gathered over data
+  // where used: the M side (128) whole, the other side split over model.
+  std::map<std::string, int64_t> gathered;
+  for (const auto& c : rep["collectives"])
+    if (c["kind"] == "all-gather" && c["axes"] == nlohmann::json::array({"data"}))
+      gathered[c["value"].get<std::string>()] = c["bytes"].get<int64_t>();
+  std::map<std::string, int64_t> want;
+  for (int l = 0; l < 2; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    for (const char* w : {"attn.q", "attn.k", "attn.v", "attn.proj"}) want[h + w + ".weight"] = 128 * 64 * 4;
+    for (const char* w : {"mlp.fc_in", "mlp.fc_out"}) want[h + w + ".weight"] = 128 * 256 * 4;
+  }
+  EXPECT_EQ(gathered, want);
+}
+
+TEST(Constraints, ExplainListsEveryAnnotationKeptOrReshardedWithItsCost) {
+  CmdResult r =
+      cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.paper2d.sharding.json "
+          "--constraints",
+          "constraints_explain");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("22 annotations\n"), std::string::npos) << r.out;
+  const std::string file = "testdata/gpt/gpt.paper2d.sharding.json";
+  EXPECT_NE(r.out.find("input_ids [8,64]\n  annotated [data, null] (" + file +
+                       ": tensors.\"input_ids\")\n  kept      as computed; no collective reshards it\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(
+      r.out.find("h.0.mlp.fc_in.weight [128,512]\n  annotated [data, model] (" + file +
+                 ": tensors.\"h.0.mlp.fc_in.weight\")\n  resharded all-gather over {data}, 131072 bytes per device"),
+      std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  cost      1 collective, "), std::string::npos) << r.out;
+}
+
+}  // namespace
