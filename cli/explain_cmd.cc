@@ -125,39 +125,76 @@ void explain_constraints(const Pipeline& p) {
 
 }  // namespace
 
-/// A picture of how a 1-D or 2-D value is laid out on the mesh, in the manner of
-/// jax.debug.visualize_array_sharding: one box per shard, listing the devices that hold it. Larger ranks (or more
-/// than 16x16 shards) get no picture.
-std::string sharding_picture(const Shape& shape, const TensorSharding& s, const DeviceMesh& mesh) {
-  if (shape.empty() || shape.size() > 2) return "";
-  const int64_t rows = shape.size() == 2 ? s.shards(0, mesh) : 1;
-  const int64_t cols = s.shards(static_cast<int>(shape.size()) - 1, mesh);
-  if (rows > 16 || cols > 16) return "";
-  std::vector<std::vector<std::vector<int64_t>>> cell(rows, std::vector<std::vector<int64_t>>(cols));
-  for (int64_t d = 0; d < mesh.num_devices(); ++d) {
-    int64_t r = shape.size() == 2 ? mesh.tile_index(d, s.dims[0]) : 0;
-    int64_t c = mesh.tile_index(d, s.dims.back());
-    cell[r][c].push_back(d);
-  }
+namespace {
+
+/// Boxes of `cell` (rows x cols, each the devices holding that shard), drawn as jax.debug.visualize_array_sharding
+/// does.
+std::string boxes(const std::vector<std::vector<std::vector<int64_t>>>& cell) {
+  const size_t rows = cell.size(), cols = cell[0].size();
   size_t width = 0;
   for (const auto& row : cell)
     for (const auto& c : row) width = std::max(width, device_list(c).size());
   width += 2;
   auto line = [&](const char* l, const char* m, const char* r) {
     std::string out = l;
-    for (int64_t c = 0; c < cols; ++c) {
+    for (size_t c = 0; c < cols; ++c) {
       for (size_t i = 0; i < width; ++i) out += "─";
       out += c + 1 < cols ? m : r;
     }
     return out + "\n";
   };
   std::string out = line("┌", "┬", "┐");
-  for (int64_t r = 0; r < rows; ++r) {
+  for (size_t r = 0; r < rows; ++r) {
     out += "│";
-    for (int64_t c = 0; c < cols; ++c) out += fmt::format("{:^{}}│", device_list(cell[r][c]), width);
+    for (size_t c = 0; c < cols; ++c) out += fmt::format("{:^{}}│", device_list(cell[r][c]), width);
     out += "\n";
     out += r + 1 < rows ? line("├", "┼", "┤") : line("└", "┴", "┘");
   }
+  return out;
+}
+
+}  // namespace
+
+/// A picture of how a value is laid out on the mesh, in the manner of jax.debug.visualize_array_sharding: one box
+/// per shard, listing the devices that hold it. A 1-D or 2-D value is drawn whole; a value of higher rank as 2-D
+/// slices over its last two split dims (or its last two dims when fewer are split), one picture per tile of its other
+/// split dims (at most 4). More than 16x16 shards get no picture.
+std::string sharding_picture(const Shape& shape, const TensorSharding& s, const DeviceMesh& mesh) {
+  const int rank = static_cast<int>(shape.size());
+  if (rank == 0) return "";
+  std::vector<int> split;
+  for (int d = 0; d < rank; ++d)
+    if (s.shards(d, mesh) > 1) split.push_back(d);
+  int row_dim = -1, col_dim = rank - 1;  // row_dim -1: one row
+  if (rank == 2) row_dim = 0;
+  if (rank > 2) {
+    if (split.size() >= 2) row_dim = split[split.size() - 2];
+    if (!split.empty()) col_dim = split.back();
+    if (split.size() < 2) row_dim = col_dim == rank - 1 ? rank - 2 : rank - 1;
+    if (row_dim > col_dim) std::swap(row_dim, col_dim);
+  }
+  const int64_t rows = row_dim < 0 ? 1 : s.shards(row_dim, mesh), cols = s.shards(col_dim, mesh);
+  if (rows > 16 || cols > 16) return "";
+  std::vector<int> others;  // split dims not drawn: one picture per tile of theirs
+  for (int d : split)
+    if (d != row_dim && d != col_dim) others.push_back(d);
+  std::vector<int> other_axes;
+  for (int d : others) other_axes.insert(other_axes.end(), s.dims[d].begin(), s.dims[d].end());
+  const int64_t slices = mesh.axes_size(other_axes);
+  std::string out;
+  for (int64_t t = 0; t < std::min<int64_t>(slices, 4); ++t) {
+    std::vector<std::vector<std::vector<int64_t>>> cell(rows, std::vector<std::vector<int64_t>>(cols));
+    for (int64_t d = 0; d < mesh.num_devices(); ++d)
+      if (mesh.tile_index(d, other_axes) == t)
+        cell[row_dim < 0 ? 0 : mesh.tile_index(d, s.dims[row_dim])][mesh.tile_index(d, s.dims[col_dim])].push_back(d);
+    if (rank > 2)
+      out +=
+          fmt::format("dims {} x {}{}\n", row_dim, col_dim,
+                      others.empty() ? std::string()
+                                     : fmt::format(", tile {} of {} over dims {}", t, slices, fmt::join(others, ",")));
+    out += boxes(cell);
+  }
+  if (slices > 4) out += fmt::format("({} more slices)\n", slices - 4);
   if (!s.unreduced.empty()) out += "(each box holds a partial value: the devices listed in a box sum to it)\n";
   return out;
 }
@@ -192,6 +229,8 @@ int cmd_explain(const ExplainOptions& o) {
       fmt::print("  annotated {}: {}\n", annotation_str(a->second, mesh),
                  a->second.open ? "open, a starting point only" : "a constraint the program keeps");
     fmt::print("  origin    {}\n", origin_chain(g, p.plan, v));
+    if (const std::string axes = axis_origins_str(g, p.plan, p.annotations.by_value, mesh, v); !axes.empty())
+      fmt::print("  axes      {}\n", axes);
     for (const LoadReport::Folded& f : p.load_report.folded)
       if (std::find(f.outputs.begin(), f.outputs.end(), val.name) != f.outputs.end())
         fmt::print("  folded    at load: node '{}' ({}) evaluated once on constants\n", f.node, f.op_type);

@@ -21,6 +21,7 @@ class Propagator {
     const size_t nv = g_.values.size();
     plan_.shardings.resize(nv);
     plan_.origins.assign(nv, Origin{});
+    plan_.axis_origins.assign(nv, std::vector<int>(static_cast<size_t>(mesh_.rank()), -1));
     for (size_t v = 0; v < nv; ++v)
       plan_.shardings[v] = TensorSharding::replicated(static_cast<int>(g_.values[v].shape.size()));
     state_.assign(nv, kOpen);
@@ -59,6 +60,8 @@ class Propagator {
         if (any_open) open_ann_[v] = &a;
         plan_.shardings[v] = a.sharding;
         plan_.origins[v] = Origin{Origin::kAnnotation, -1, -1, true, a.source, a.open};
+        for (int ax : a.sharding.tiled_axes()) plan_.axis_origins[v][ax] = v;
+        for (int ax : a.sharding.unreduced) plan_.axis_origins[v][ax] = v;
       }
       // Op priorities (Shardy's op-priority strategy): a stage runs only when every earlier stage is at its
       // fixpoint, and any change sends propagation back to stage 0.
@@ -195,7 +198,12 @@ class Propagator {
           take.push_back(a);
         }
         if (take.empty()) continue;
-        for (int a : take) used[a] = 1;
+        for (int a : take) {
+          used[a] = 1;
+          for (int f : (*r.df)[d])  // the annotation behind the factor's source gave this axis
+            if (src[f] >= 0 && std::find(fs[f].begin(), fs[f].end(), a) != fs[f].end())
+              plan_.axis_origins[r.v][a] = plan_.axis_origins[src[f]][a];
+        }
         cur.dims[d].insert(cur.dims[d].end(), take.begin(), take.end());
         if (from < 0)
           for (int f : (*r.df)[d])
@@ -263,6 +271,20 @@ std::string origin_chain(const Graph& g, const ShardingPlan& plan, int v) {
   for (auto it = hops.rbegin(); it != hops.rend(); ++it) {
     s += fmt::format(" -> {}{} -> {}", node_label(g, it->node), it->forward ? "" : " (backward)",
                      g.values.at(it->value).name);
+  }
+  return s;
+}
+
+std::string axis_origins_str(const Graph& g, const ShardingPlan& plan, const std::map<int, Annotation>& annotations,
+                             const DeviceMesh& mesh, int v) {
+  std::string s;
+  if (static_cast<size_t>(v) >= plan.axis_origins.size()) return s;
+  for (int a = 0; a < static_cast<int>(plan.axis_origins[v].size()); ++a) {
+    const int from = plan.axis_origins[v][a];
+    if (from < 0) continue;
+    const auto it = annotations.find(from);
+    s += fmt::format("{}{} from annotation {}{}", s.empty() ? "" : ", ", mesh.axis_names({a})[0],
+                     g.values.at(from).name, it == annotations.end() ? "" : " (" + it->second.source + ")");
   }
   return s;
 }

@@ -52,7 +52,15 @@ struct ShardingPlan {
   std::vector<TensorSharding> shardings;
   std::vector<Origin> origins;
   std::vector<int> nodes_without_rule;  // node ids that had no rule (did not propagate), for explain
+  /// Per value, per mesh axis: the annotated value whose annotation gave the value that axis (-1: the value does
+  /// not use the axis, or no annotation gave it), as Shardy's origin tracking does per axis (explain).
+  std::vector<std::vector<int>> axis_origins;
 };
+
+/// "data from annotation x (FILE: tensors."x"), model from annotation w (FILE: rules[0] ("weight$"))": which annotation
+/// gave value v each mesh axis it uses; "" when none did.
+std::string axis_origins_str(const Graph& g, const ShardingPlan& plan, const std::map<int, Annotation>& annotations,
+                             const DeviceMesh& mesh, int v);
 
 /// Propagates annotations to every value, to a fixpoint.
 /// - Annotated values keep exactly their sharding (user wins).

@@ -21,7 +21,8 @@
 
 Cells: `ok` (exit 0, --check passed, outputs match the references, and the collectives are the plan's exact ones
 where it names them), `ref✗` (exit 0 and --check passed but the outputs differ from a reference), `coll✗` (other
-collectives than the plan's exact ones), `check✗` (exit 1: partitioned != unpartitioned), `E2` / `E3` / `E4` (exit codes of
+collectives than the plan's exact ones), `ann✗` (a closed annotation of the plan's sharding file is not exactly
+what `partition` writes in shardings.json: annotations are constraints), `check✗` (exit 1: partitioned != unpartitioned), `E2` / `E3` / `E4` (exit codes of
 docs/cli.md: bad input / unsupported operator / internal error), `crash` (killed by a signal), `T/O` (timeout),
 `-` (not run because loading failed), `heavy` (loaded only; --heavy runs it). `fallbacks`: the largest number of report
 warnings over the plans, by kind and op type: R = computed replicated (no sharding rule), G = a split dim gathered
@@ -105,6 +106,51 @@ def compare(out_dir: Path, ref_dir: Path, n_out: int):
         err = float(np.max(np.abs(o[fin] - r[fin]))) / max(float(np.max(np.abs(r[fin]))), 1e-30)
         worst = max(worst, err)
     return worst, ""
+
+
+def _norm_entry(e):
+    """A sharding-file entry, normalised: per dim the axis names, then the unreduced axes and the reduction."""
+    spec = e["spec"] if isinstance(e, dict) else e
+    dims = []
+    for d in spec:
+        if isinstance(d, dict):
+            d = d.get("axes")
+        dims.append(tuple([d] if isinstance(d, str) else (d or [])))
+    unred = []
+    if isinstance(e, dict):
+        u = e.get("unreduced", e.get("partial", []))
+        unred = sorted([u] if isinstance(u, str) else u)
+    return dims, unred, (e.get("reduction", "sum") if isinstance(e, dict) and unred else "sum")
+
+
+def annotations_lost(sfile: Path, written: Path):
+    """The closed annotations of sharding file `sfile` (tensors, then rules: first match) that partition's
+    shardings.json `written` does not keep exactly (docs/partitioning.md, "Annotations are constraints")."""
+    ann = json.loads(sfile.read_text())
+    out = json.loads(written.read_text())["tensors"]
+    lost = []
+
+    def check(name, e):
+        if isinstance(e, dict) and e.get("open"):
+            return
+        if isinstance(e, dict) and any(isinstance(d, dict) and d.get("open") for d in e["spec"]):
+            return
+        if isinstance(e, list) and any(isinstance(d, dict) and d.get("open") for d in e):
+            return
+        if name not in out or _norm_entry(e) != _norm_entry(out[name]):
+            lost.append(f"{name}: annotated {json.dumps(e)}, got {json.dumps(out.get(name))}")
+
+    tensors = ann.get("tensors", {})
+    for name, e in tensors.items():
+        check(name, e)
+    for name in out:
+        if name in tensors:
+            continue
+        for rule in ann.get("rules", []):
+            if re.search(rule["match"], name):
+                check(name, {k: v for k, v in rule.items() if k != "match"})
+                break
+    return lost
 
 
 def collective_counts(report):
@@ -260,6 +306,16 @@ class Runner:
                 if bad:
                     cell = "ref✗"
                     row["errors"].append((pname, f"outputs differ from the reference: {', '.join(bad)}"))
+                if p.get("shardings"):  # every closed annotation is kept exactly in partition's shardings.json
+                    pdir = rdir / f"{pname}.partition"
+                    prc, _, pse, _ = self.sh([self.bin, "partition", model, "--mesh", p["mesh"], *dims, "--shardings",
+                                              d / p["shardings"], "-o", pdir], rdir / f"{pname}.partition",
+                                             self.a.timeout)
+                    lost = annotations_lost(d / p["shardings"], pdir / "shardings.json") if prc == 0 else \
+                        [f"partition failed: {first_error(pse)}"]
+                    if lost:
+                        cell = "ann✗"
+                        row["errors"].append((pname, f"{len(lost)} annotations not kept, e.g. {lost[0]}"))
                 want = p.get("collectives")  # the plan's exact collectives by kind, where known (GShard's MoE)
                 if want is not None:
                     got = collective_counts(rep)
@@ -305,7 +361,7 @@ def esc(s):
 def write_results(rows, out: Path, skipped, elapsed):
     lines = ["# gspmd-onnx real-model corpus", "",
              f"{len(rows)} models, {time.strftime('%Y-%m-%d %H:%M')}, {elapsed:.0f} s. Cells: ok, ref✗ (outputs differ "
-             "from torch/numpy/ORT), check✗ (exit 1), E2/E3/E4 (exit codes), T/O, `-` not run. `ref`: mesh-1 outputs "
+             "from torch/numpy/ORT), coll✗ (other collectives), ann✗ (an annotation not kept), check✗ (exit 1), E2/E3/E4 (exit codes), T/O, `-` not run. `ref`: mesh-1 outputs "
              "vs each reference (normwise). See testdata/corpus/README.md.", "",
              "| family | model | opset | load | mesh-1 | dp-2 | plan-4 | extra plans | fallbacks | ref (mesh-1) | first error |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -119,14 +119,18 @@ TEST(Constraints, Gspmd2DPlanKeepsWeightsShardedAndGathersThemWhereUsed) {
   EXPECT_EQ(gathered, want);
 }
 
+const std::string kPaper2D = "testdata/gpt/gpt.paper2d.sharding.json";
+
+/// `explain` of the bundled GPT with the paper's 2D plan on 2x2, plus `args`.
+CmdResult explain_paper2d(const std::string& args, const std::string& tag) {
+  return cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings " + kPaper2D + " " + args, tag);
+}
+
 TEST(Constraints, ExplainListsEveryAnnotationKeptOrReshardedWithItsCost) {
-  CmdResult r =
-      cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.paper2d.sharding.json "
-          "--constraints",
-          "constraints_explain");
+  CmdResult r = explain_paper2d("--constraints", "constraints_explain");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("22 annotations\n"), std::string::npos) << r.out;
-  const std::string file = "testdata/gpt/gpt.paper2d.sharding.json";
+  const std::string& file = kPaper2D;
   EXPECT_NE(r.out.find("input_ids [8,64]\n  annotated [data, null] (" + file +
                        ": tensors.\"input_ids\")\n  kept      as computed; no collective reshards it\n"),
             std::string::npos)
@@ -137,6 +141,24 @@ TEST(Constraints, ExplainListsEveryAnnotationKeptOrReshardedWithItsCost) {
       std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("  cost      1 collective, "), std::string::npos) << r.out;
+}
+
+// Shardy-style origins per mesh axis, and a 3-D value pictured as a 2-D slice over its split dims.
+TEST(Constraints, ExplainGivesEachAxisItsAnnotationAndPicturesThreeDimensionalValues) {
+  CmdResult r = explain_paper2d("--value /h.0/attn/q/MatMul_output_0", "constraints_explain_value");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string& file = kPaper2D;
+  EXPECT_NE(r.out.find("  axes      data from annotation input_ids (" + file +
+                       ": tensors.\"input_ids\"), model from annotation h.0.attn.q.weight (" + file +
+                       ": tensors.\"h.0.attn.q.weight\")\n"
+                       "dims 0 x 2\n"
+                       "┌───┬───┐\n"
+                       "│ 0 │ 1 │\n"
+                       "├───┼───┤\n"
+                       "│ 2 │ 3 │\n"
+                       "└───┴───┘\n"),
+            std::string::npos)
+      << r.out;
 }
 
 }  // namespace

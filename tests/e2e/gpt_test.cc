@@ -193,16 +193,19 @@ TEST(GptExplain, ShowsNotationsOriginPictureAndCollectiveReasons) {
           "--value h.0.mlp.fc_in.weight",
           "explain_fc_in");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("h.0.mlp.fc_in.weight float32 [128,512]\n"
-                       "  sharding  [null, \"model\"]   hlo {devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}   "
-                       "sbp (B, S(1))\n"
-                       "  annotated [null, model] (testdata/gpt/gpt.megatron.sharding.json: "
-                       "tensors.\"h.0.mlp.fc_in.weight\"): a constraint the program keeps\n"
-                       "  origin    annotation h.0.mlp.fc_in.weight\n"
-                       "┌─────┬─────┐\n"
-                       "│ 0,2 │ 1,3 │\n"
-                       "└─────┴─────┘\n"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find("h.0.mlp.fc_in.weight float32 [128,512]\n"
+                 "  sharding  [null, \"model\"]   hlo {devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}   "
+                 "sbp (B, S(1))\n"
+                 "  annotated [null, model] (testdata/gpt/gpt.megatron.sharding.json: "
+                 "tensors.\"h.0.mlp.fc_in.weight\"): a constraint the program keeps\n"
+                 "  origin    annotation h.0.mlp.fc_in.weight\n"
+                 "  axes      model from annotation h.0.mlp.fc_in.weight (testdata/gpt/gpt.megatron.sharding.json: "
+                 "tensors.\"h.0.mlp.fc_in.weight\")\n"
+                 "┌─────┬─────┐\n"
+                 "│ 0,2 │ 1,3 │\n"
+                 "└─────┴─────┘\n"),
+      std::string::npos)
       << r.out;
   CmdResult all =
       cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json",
