@@ -5,12 +5,15 @@
 // - partition.cc: the driver: values, resharding (the planner's steps as collectives) and the generic lowering of
 //   one node from its factor rule (choose factor shardings, decide what stays unreduced, reshard operands, emit the
 //   local op and its results);
+// - constraints.cc: annotations as constraints (an annotated value is resharded to its annotation after its
+//   producer; a whole value annotated partial becomes partial locally);
 // - handlers.cc: the op handler registry (the only place that names op types) and the small local rewrites;
 // - windowed.cc: Conv/pool dims split over devices: halo exchange (GSPMD §3.4);
 // - split_reduction.cc: Softmax/LogSoftmax and LayerNormalization over split dims (two passes of all-reduce);
 // - gather.cc: the masked (vocab-parallel) lookup of a Gather whose table is split on the looked-up axis.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +53,13 @@ const OpHandler* find_handler(const Node& node);
 
 /// ceil(a / b) for a >= 0, b > 0.
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Whether `v` holds `x`.
+inline bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+/// The identity of reduction `k` (0 for sum, 1 for prod, -inf for max, +inf for min): what padding and non-first
+/// tiles hold so that they do not change the reduced value.
+float reduction_identity(ReductionKind k);
 
 /// "{x, y}": the names of mesh axes `axes`, for collective reasons and warnings.
 std::string axes_str(const DeviceMesh& mesh, const std::vector<int>& axes);

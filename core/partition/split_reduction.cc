@@ -40,12 +40,13 @@ bool Partitioner::lower_softmax(int n, bool log) {
     return emit(gspmd_node(MaskPadAttrs{.axis = axis, .mesh_axes = A, .full_size = xv.shape[axis], .value = value}),
                 {v}, on + "/masked", DType::kFloat32, ls);
   };
-  auto reduce = [&](const std::string& op, int v, ReductionKind reduction) {
+  // ReduceSum reads its axes from an input since opset 13 (axes_input); ReduceMax from an attribute until opset 18.
+  auto reduce = [&](const std::string& op, bool axes_input, int v, ReductionKind reduction) {
     const std::string kind(reduction_name(reduction));
     std::vector<int> ins{v};
     std::map<std::string, AttrValue> attrs{{"keepdims", int64_t{1}}};
-    if (op == "ReduceSum")
-      ins.push_back(int64_const("axes", {axis}));  // opset 13+: axes is an input
+    if (axes_input)
+      ins.push_back(int64_const("axes", {axis}));
     else
       attrs["axes"] = std::vector<int64_t>{axis};
     int local = emit(op, ins, on + "/" + kind, DType::kFloat32, red, attrs);
@@ -54,10 +55,10 @@ bool Partitioner::lower_softmax(int n, bool log) {
                       fmt::format("{} ({}) over dim {} split over {}: global {}", node.name, node.op_type, axis,
                                   axes_str(mesh_, A), kind));
   };
-  int m = reduce("ReduceMax", mask(x, -std::numeric_limits<float>::infinity()), ReductionKind::kMax);
+  int m = reduce("ReduceMax", false, mask(x, -std::numeric_limits<float>::infinity()), ReductionKind::kMax);
   int shifted = emit("Sub", {x, m}, on + "/shifted", DType::kFloat32, ls);
   int e = emit("Exp", {shifted}, on + "/exp", DType::kFloat32, ls);
-  int sum = reduce("ReduceSum", mask(e, 0.f), ReductionKind::kSum);
+  int sum = reduce("ReduceSum", true, mask(e, 0.f), ReductionKind::kSum);
   int y =
       log ? emit("Sub", {shifted, emit("Log", {sum}, on + "/log_sum", DType::kFloat32, red)}, on, DType::kFloat32, ls)
           : emit("Div", {e, sum}, on, DType::kFloat32, ls);
