@@ -20,8 +20,8 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
                 "directory of input_<i>.pb (ONNX test-data layout): run's inputs; their shapes bind symbolic dims "
                 "and the structure of sequence and optional inputs");
   c->add_option("--target", o.target,
-                "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, host (this machine, "
-                "measured), or a JSON file");
+                "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, dgx-a100, dgx-h100 (8-GPU nodes), host (this "
+                "machine, measured), or a JSON file");
   c->add_option("--device-order", o.device_order,
                 "mesh axes per physical dim of the target's torus, e.g. \"y,x\" or \"data,model*expert\" "
                 "(default: axis i on dim i, extra axes folded onto the last)");
