@@ -48,8 +48,10 @@ int main(int argc, char** argv) {
   add_common(run, ro.common);
   run->add_option("--outputs", ro.outputs_dir, "write output_<i>.pb here");
   run->add_flag("--check", ro.check, "compare with the unpartitioned run (exit 1 on mismatch)");
-  run->add_option("--rtol", ro.rtol, "relative tolerance of --check (default 1e-4)");
-  run->add_option("--atol", ro.atol, "absolute tolerance of --check (default 1e-5)");
+  run->add_option("--expected", ro.expected_dir,
+                  "compare the outputs with DIR/output_<i>.pb (ONNX test-data layout; exit 1 on mismatch)");
+  run->add_option("--rtol", ro.rtol, "relative tolerance of --check and --expected (default 1e-4)");
+  run->add_option("--atol", ro.atol, "absolute tolerance of --check and --expected (default 1e-5)");
   run->add_option("--report", ro.report, "write the JSON report here");
   run->add_option("--seed", ro.seed, "seed of the pseudo-random inputs (without --inputs)");
   run->add_option("--trace", ro.trace, "write the simulated step as Chrome trace JSON (Perfetto) here");
