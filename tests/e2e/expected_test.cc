@@ -88,6 +88,41 @@ TEST(Expected, MissingOrExtraFilesAreBadInput) {
   EXPECT_FALSE(fs::exists(d / "out"));  // checked before the run: nothing written
 }
 
+TEST(Expected, SequenceOutputsCompareElementByElement) {
+  // An ONNX backend test whose output is a sequence of 4 int64 tensors (SequenceProto).
+  const fs::path t = "/usr/share/libonnx-testdata/data/node/test_sequence_insert_at_back";
+  if (!fs::exists(t / "model.onnx")) GTEST_SKIP() << "libonnx-testdata is not installed";
+  const std::string data = (t / "test_data_set_0").string();
+  const std::string run = "run " + (t / "model.onnx").string() + " --mesh 1 --inputs " + data + " --expected ";
+  CmdResult ok = cli(run + data, "expected_seq");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("expected  passed against " + data + "\n"), std::string::npos) << ok.out;
+
+  fs::path d = scratch("expected_seq");
+  fs::create_directories(d / "short");
+  fs::create_directories(d / "changed");
+  gspmd::OnnxValue v = gspmd::read_value_pb(data + "/output_0.pb", gspmd::ValueKind::kSequence);
+  ASSERT_EQ(v.tensors.size(), 4u);
+  gspmd::OnnxValue shorter = v;
+  shorter.tensors.pop_back();
+  gspmd::write_value_pb((d / "short" / "output_0.pb").string(), shorter, "output_sequence");
+  CmdResult count = cli(run + (d / "short").string(), "expected_seq_short");
+  EXPECT_EQ(count.code, 1) << count.err;
+  EXPECT_NE(count.out.find("expected  FAILED against " + (d / "short").string() +
+                           ": output 'output_sequence': 4 tensors vs expected 3\n"),
+            std::string::npos)
+      << count.out;
+  const int64_t was = v.tensors[1].data<int64_t>()[0];
+  v.tensors[1].data<int64_t>()[0] = was + 1;
+  gspmd::write_value_pb((d / "changed" / "output_0.pb").string(), v, "output_sequence");
+  CmdResult changed = cli(run + (d / "changed").string(), "expected_seq_changed");
+  EXPECT_EQ(changed.code, 1) << changed.err;
+  EXPECT_NE(changed.out.find(fmt::format("output 'output_sequence[1]' element 0: {} vs expected {}\n",
+                                         static_cast<double>(was), static_cast<double>(was + 1))),
+            std::string::npos)
+      << changed.out;
+}
+
 TEST(Progress, PartitionAndAutoOnlyOnATerminal) {
   // Under `script` stderr is a terminal: with the delay at 0 the search's and the export's lines appear.
   fs::path d = scratch("progress_partition");
