@@ -206,7 +206,9 @@ TEST(MpiRun, TraceHasEveryRanksMeasuredStepsAndExpectedOutputsPass) {
     ASSERT_EQ(at[k].size(), program.size());
     for (size_t i = 0; i < at[k].size(); ++i) {
       EXPECT_GE(at[k][i].second, 0);
-      if (i > 0) EXPECT_GE(at[k][i].first + 1e-3, at[k][i - 1].first + at[k][i - 1].second);  // in order, no overlap
+      if (i > 0) {  // in order, no overlap
+        EXPECT_GE(at[k][i].first + 1e-3, at[k][i - 1].first + at[k][i - 1].second);
+      }
     }
   }
 }
