@@ -29,6 +29,8 @@ struct CommonOptions {
   std::string memory_limit;       // --memory-limit BYTES for --auto ("" = the target's HBM)
   bool measure_host_ops = true;   // --target host: build_pipeline measures the program's ops (measure_program_ops)
   std::string inputs_dir;         // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
+  std::optional<bool> progress;   // show the --auto search's progress on stderr (nullopt: when it is a terminal;
+                                  // run --backend mpi: rank 0 only, cli/progress.h)
 };
 
 /// The loaded model and everything derived from it, in pipeline order.
@@ -71,16 +73,17 @@ int cmd_partition(const PartitionOptions& o);
 
 struct RunOptions {
   CommonOptions common;
-  std::string outputs_dir;  // --outputs DIR
-  bool check = false;       // --check
-  double rtol = 1e-4, atol = 1e-5;
-  std::string report;           // --report FILE
-  std::string trace;            // --trace FILE
-  uint64_t seed = 0;            // --seed
-  std::string backend = "pod";  // --backend: "pod" (the emulator) or "mpi" (one MPI rank per device, docs/mpi.md)
-  std::string program_dir;      // --program DIR (mpi only): every rank runs DIR/device_<rank>.onnx
-  int warmup = 1;               // --warmup N (mpi only): untimed executions before the measured one
-  int repeat = 1;               // --repeat N (mpi only): measured executions; the report describes the median one
+  std::string outputs_dir;          // --outputs DIR
+  bool check = false;               // --check
+  std::string expected_dir;         // --expected DIR: compare the outputs with DIR/output_<i>.pb
+  double rtol = 1e-4, atol = 1e-5;  // tolerance of --check and --expected
+  std::string report;               // --report FILE
+  std::string trace;                // --trace FILE
+  uint64_t seed = 0;                // --seed
+  std::string backend = "pod";      // --backend: "pod" (the emulator) or "mpi" (one MPI rank per device, docs/mpi.md)
+  std::string program_dir;          // --program DIR (mpi only): every rank runs DIR/device_<rank>.onnx
+  int warmup = 1;                   // --warmup N (mpi only): untimed executions before the measured one
+  int repeat = 1;                   // --repeat N (mpi only): measured executions; the report describes the median one
 };
 int cmd_run(const RunOptions& o);
 

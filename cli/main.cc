@@ -20,8 +20,8 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
                 "directory of input_<i>.pb (ONNX test-data layout): run's inputs; their shapes bind symbolic dims "
                 "and the structure of sequence and optional inputs");
   c->add_option("--target", o.target,
-                "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, host (this machine, "
-                "measured), or a JSON file");
+                "emulated pod: tpu-v3 (default), tpu-v4, tpu-v5e, dgx-a100, dgx-h100 (8-GPU nodes), host (this "
+                "machine, measured), or a JSON file");
   c->add_option("--device-order", o.device_order,
                 "mesh axes per physical dim of the target's torus, e.g. \"y,x\" or \"data,model*expert\" "
                 "(default: axis i on dim i, extra axes folded onto the last)");
@@ -48,8 +48,10 @@ int main(int argc, char** argv) {
   add_common(run, ro.common);
   run->add_option("--outputs", ro.outputs_dir, "write output_<i>.pb here");
   run->add_flag("--check", ro.check, "compare with the unpartitioned run (exit 1 on mismatch)");
-  run->add_option("--rtol", ro.rtol, "relative tolerance of --check (default 1e-4)");
-  run->add_option("--atol", ro.atol, "absolute tolerance of --check (default 1e-5)");
+  run->add_option("--expected", ro.expected_dir,
+                  "compare the outputs with DIR/output_<i>.pb (ONNX test-data layout; exit 1 on mismatch)");
+  run->add_option("--rtol", ro.rtol, "relative tolerance of --check and --expected (default 1e-4)");
+  run->add_option("--atol", ro.atol, "absolute tolerance of --check and --expected (default 1e-5)");
   run->add_option("--report", ro.report, "write the JSON report here");
   run->add_option("--seed", ro.seed, "seed of the pseudo-random inputs (without --inputs)");
   run->add_option("--trace", ro.trace, "write the simulated step as Chrome trace JSON (Perfetto) here");

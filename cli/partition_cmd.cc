@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/report.h"
 #include "onnx_frontend/frontend.h"
 
@@ -80,8 +81,12 @@ int cmd_partition(const PartitionOptions& o) {
   if (ec) throw InputError(fmt::format("{}: cannot create directory: {}", o.out_dir, ec.message()));
   try {
     const int64_t n = p.program.mesh.num_devices();
-    for (int64_t k = 0; k < n; ++k)
+    ProgressLine line;
+    for (int64_t k = 0; k < n; ++k) {
+      line.update([&] { return fmt::format("partition: writing device_{}.onnx ({}/{})", k, k + 1, n); });
       export_device(p.program, p.graph, k, (tmp / fmt::format("device_{}.onnx", k)).string());
+    }
+    line.finish();
     write_sharding_file((tmp / "shardings.json").string(), p.graph, p.program.mesh, p.program.final_shardings);
     if (p.auto_result) write_auto_sharding_file(tmp / "auto.sharding.json", p);
     CostReport cost = p.cost(o.common.overlap);

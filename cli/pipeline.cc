@@ -8,6 +8,7 @@
 #include "backend/kernels/kernels.h"
 #include "backend/profile/host_target.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/wiring.h"
 #include "onnx_frontend/frontend.h"
 
@@ -91,6 +92,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     ao.target = p.target;
     ao.overlap = o.overlap;
     ao.memory_limit_bytes = memory_limit;
+    ao.progress = o.progress ? auto_progress(*o.progress) : auto_progress();
     p.auto_result = auto_shard(p.graph, p.annotations, ao, &p.rules);
     p.annotations = p.auto_result->annotations;
   }

@@ -16,7 +16,7 @@ namespace {
 
 template <class T>
 void compare_typed(const Tensor& a, const Tensor& b, double rtol, double atol, const std::string& name,
-                   CheckResult& r) {
+                   std::string_view against, CheckResult& r) {
   const T* x = a.data<T>();
   const T* y = b.data<T>();
   double scale = 0, max_err = 0;
@@ -32,7 +32,7 @@ void compare_typed(const Tensor& a, const Tensor& b, double rtol, double atol, c
     max_err = std::max(max_err, err);
     if (!(err <= atol + rtol * std::fabs(yv)) && r.passed) {
       r.passed = false;
-      r.worst = fmt::format("output '{}' element {}: {} vs reference {}", name, i, xv, yv);
+      r.worst = fmt::format("output '{}' element {}: {} vs {} {}", name, i, xv, against, yv);
     }
   }
   r.max_abs_error = std::max(r.max_abs_error, max_err);
@@ -103,51 +103,54 @@ nlohmann::json auto_json(const AutoResult& a, const Graph& g, const DeviceMesh& 
 
 }  // namespace
 
+void compare_tensor(const Tensor& a, const Tensor& b, double rtol, double atol, const std::string& name,
+                    std::string_view against, CheckResult& r) {
+  if (a.shape != b.shape || a.dtype != b.dtype) {
+    if (r.passed)
+      r.worst = fmt::format("output '{}': {} {} vs {} {} {}", name, dtype_name(a.dtype), shape_str(a.shape), against,
+                            dtype_name(b.dtype), shape_str(b.shape));
+    r.passed = false;
+    r.max_abs_error = r.max_rel_error = INFINITY;
+    return;
+  }
+  switch (a.dtype) {
+    case DType::kFloat32: compare_typed<float>(a, b, rtol, atol, name, against, r); break;
+    case DType::kFloat64: compare_typed<double>(a, b, rtol, atol, name, against, r); break;
+    case DType::kFloat16:
+    case DType::kBFloat16: {
+      // 16-bit floats compare in float32 within 4 units of the type's rounding (bfloat16: 2^-8, float16: 2^-11),
+      // relative to each element and to the output's largest magnitude: partitioned sums round their partial
+      // results, which the unpartitioned run never does, and cancellation can leave a small sum of large parts.
+      const double tol = 4 * (a.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11);
+      const Tensor wa = widen_half(a), wb = widen_half(b);
+      double scale = 0;
+      for (int64_t i = 0; i < wb.numel(); ++i)
+        if (std::isfinite(wb.data<float>()[i])) scale = std::max(scale, std::fabs(double{wb.data<float>()[i]}));
+      compare_typed<float>(wa, wb, std::max(rtol, tol), std::max(atol, tol * scale), name, against, r);
+      break;
+    }
+    case DType::kInt64: compare_typed<int64_t>(a, b, 0, 0, name, against, r); break;
+    case DType::kInt32: compare_typed<int32_t>(a, b, 0, 0, name, against, r); break;
+    case DType::kBool:
+    case DType::kUInt8: compare_typed<uint8_t>(a, b, 0, 0, name, against, r); break;
+    default:
+      if (a.bytes != b.bytes) {
+        if (r.passed) r.worst = fmt::format("output '{}' differs", name);
+        r.passed = false;
+      }
+  }
+}
+
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
                             double rtol, double atol) {
   CheckResult r;
-  for (size_t o = 0; o < want.size(); ++o) {
-    const std::string& name = g.values[g.outputs[o]].name;
-    const Tensor& a = got[o];
-    const Tensor& b = want[o];
-    if (a.shape != b.shape || a.dtype != b.dtype) {
-      r.passed = false;
-      r.max_abs_error = r.max_rel_error = INFINITY;
-      r.worst = fmt::format("output '{}': {} {} vs reference {} {}", name, dtype_name(a.dtype), shape_str(a.shape),
-                            dtype_name(b.dtype), shape_str(b.shape));
-      continue;
-    }
-    switch (a.dtype) {
-      case DType::kFloat32: compare_typed<float>(a, b, rtol, atol, name, r); break;
-      case DType::kFloat64: compare_typed<double>(a, b, rtol, atol, name, r); break;
-      case DType::kFloat16:
-      case DType::kBFloat16: {
-        // 16-bit floats compare in float32 within 4 units of the type's rounding (bfloat16: 2^-8, float16: 2^-11),
-        // relative to each element and to the output's largest magnitude: partitioned sums round their partial
-        // results, which the unpartitioned run never does, and cancellation can leave a small sum of large parts.
-        const double tol = 4 * (a.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11);
-        const Tensor wa = widen_half(a), wb = widen_half(b);
-        double scale = 0;
-        for (int64_t i = 0; i < wb.numel(); ++i)
-          if (std::isfinite(wb.data<float>()[i])) scale = std::max(scale, std::fabs(double{wb.data<float>()[i]}));
-        compare_typed<float>(wa, wb, std::max(rtol, tol), std::max(atol, tol * scale), name, r);
-        break;
-      }
-      case DType::kInt64: compare_typed<int64_t>(a, b, 0, 0, name, r); break;
-      case DType::kInt32: compare_typed<int32_t>(a, b, 0, 0, name, r); break;
-      case DType::kBool:
-      case DType::kUInt8: compare_typed<uint8_t>(a, b, 0, 0, name, r); break;
-      default:
-        if (a.bytes != b.bytes) {
-          r.passed = false;
-          r.worst = fmt::format("output '{}' differs", name);
-        }
-    }
-  }
+  for (size_t o = 0; o < want.size(); ++o)
+    compare_tensor(got[o], want[o], rtol, atol, g.values[g.outputs[o]].name, "reference", r);
   return r;
 }
 
-nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check) {
+nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check,
+                           const ExpectedResult* expected) {
   using nlohmann::json;
   const Target& t = p.target;
   const DeviceMesh& mesh = p.program.mesh;
@@ -208,6 +211,17 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
     j["check"] = {
         {"passed", check->passed}, {"max_abs_error", check->max_abs_error}, {"max_rel_error", check->max_rel_error}};
     if (!check->passed) j["check"]["worst"] = check->worst;
+  }
+  if (expected) {
+    json outs = json::array();
+    for (const ExpectedResult::Output& o : expected->outputs)
+      outs.push_back({{"name", o.name},
+                      {"file", o.file},
+                      {"passed", o.check.passed},
+                      {"max_abs_error", o.check.max_abs_error},
+                      {"max_rel_error", o.check.max_rel_error}});
+    j["expected"] = {{"dir", expected->dir}, {"passed", expected->passed}, {"outputs", outs}};
+    if (!expected->passed) j["expected"]["worst"] = expected->worst;
   }
   return j;
 }
@@ -294,6 +308,17 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
     fmt::print("check     {} (max abs error {:.3g}, max rel error {:.3g}){}\n",
                c["passed"].get<bool>() ? "passed" : "FAILED", c["max_abs_error"].get<double>(),
                c["max_rel_error"].get<double>(), c.contains("worst") ? ": " + c["worst"].get<std::string>() : "");
+  }
+  if (r.contains("expected")) {
+    const auto& e = r["expected"];
+    // An infinite error (a shape or count mismatch) is null in JSON.
+    auto err = [](const nlohmann::json& x) { return x.is_number() ? fmt::format("{:.3g}", x.get<double>()) : "inf"; };
+    fmt::print("expected  {} against {}{}\n", e["passed"].get<bool>() ? "passed" : "FAILED",
+               e["dir"].get<std::string>(), e.contains("worst") ? ": " + e["worst"].get<std::string>() : "");
+    for (const auto& o : e["outputs"])
+      fmt::print("  {:<14} {:<24} max abs error {}, max rel error {}{}\n",
+                 std::filesystem::path(o["file"].get<std::string>()).filename().string(), o["name"].get<std::string>(),
+                 err(o["max_abs_error"]), err(o["max_rel_error"]), o["passed"].get<bool>() ? "" : "  FAILED");
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "backend/pod/pod.h"
 #include "cli/commands.h"
@@ -18,14 +19,50 @@ struct CheckResult {
   std::string worst;         // "output 'logits' element 123: 1.5 vs 1.49"
 };
 
-/// Compares outputs elementwise: passes when |a-b| <= atol + rtol*|b| everywhere (integers and bools: exactly).
+/// Compares `got` with `want` (output `name`) into `r`: passes when |a-b| <= atol + rtol*|b| everywhere (integers and
+/// bools: exactly; float16 / bfloat16 in float32 with rtol and atol raised to 4 units of the type's rounding,
+/// docs/cli.md). A dtype or shape difference fails with infinite errors. The first failure sets r.worst ("output
+/// 'logits' element 123: 1.5 vs <against> 1.49", `against` naming what `want` is: "reference", "expected");
+/// r.max_abs_error and r.max_rel_error (normwise: max |a-b| / max |b|) grow to cover this output.
+void compare_tensor(const Tensor& got, const Tensor& want, double rtol, double atol, const std::string& name,
+                    std::string_view against, CheckResult& r);
+
+/// --check: compare_tensor for every graph output of `g` against the unpartitioned run's `want`.
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
                             double rtol, double atol);
 
-/// Builds the report (docs/cli.md fields, plus "target_spec" and "device_order" from p.target). `run` and `check` may
-/// be null (partition, simulate: no measured fields). With --auto, "auto" holds the search: time, evaluations, the
-/// chosen plan's cost, the baselines' and every group's choice.
-nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check);
+/// Result of `run --expected DIR`: the run's outputs against DIR/output_<i>.pb.
+struct ExpectedResult {
+  struct Output {
+    std::string name;   // the ONNX graph output
+    std::string file;   // DIR/output_<i>.pb
+    CheckResult check;  // this output alone (a sequence: all its elements)
+  };
+  std::string dir;
+  std::vector<Output> outputs;  // one per ONNX graph output, in order
+  bool passed = true;
+  std::string worst;  // the first failure, as CheckResult::worst ("... vs expected ...")
+};
+
+/// Reads the reference outputs of `run --expected DIR`: DIR/output_<i>.pb for every ONNX output of `signature`, each
+/// as the model declares it (a TensorProto, SequenceProto or OptionalProto; read_value_pb). Throws InputError naming
+/// the directory or file: "DIR: no such directory (--expected)", "DIR/output_1.pb: no such file (--expected: the
+/// model has 2 outputs)", "DIR/output_2.pb: the model has 2 outputs, so --expected DIR holds output_0.pb ..
+/// output_1.pb only" (a count mismatch), or read_value_pb's error for an unreadable file.
+std::vector<OnnxValue> read_expected_outputs(const std::string& dir, const LoadReport& signature);
+
+/// Compares the run's `outputs` (one per g.outputs) with `expected` (read_expected_outputs) per ONNX output, with
+/// compare_tensor's tolerance (the --check rule and --rtol / --atol). A sequence or optional whose element count
+/// differs fails with infinite errors ("output 'x': 3 tensors vs expected 4").
+ExpectedResult compare_expected(const Graph& g, const LoadReport& signature, const std::vector<Tensor>& outputs,
+                                const std::vector<OnnxValue>& expected, const std::string& dir, double rtol,
+                                double atol);
+
+/// Builds the report (docs/cli.md fields, plus "target_spec" and "device_order" from p.target). `run`, `check` and
+/// `expected` may be null (partition, simulate: no measured fields). With --auto, "auto" holds the search: time,
+/// evaluations, the chosen plan's cost, the baselines' and every group's choice.
+nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check,
+                           const ExpectedResult* expected = nullptr);
 
 /// Writes each ONNX output of `signature` as DIR/output_<i>.pb (ONNX test-data layout, named as the output; a
 /// sequence or optional as its proto, from the graph's flattened `outputs`), creating DIR. Throws InputError naming

@@ -1,10 +1,6 @@
 // gspmd-onnx run: partition, run on the emulated pod, check, report.
-#include <unistd.h>
-
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <memory>
 #include <random>
 
 #include <fmt/format.h>
@@ -12,6 +8,7 @@
 #include "backend/pod/pod.h"
 #include "cli/commands.h"
 #include "cli/executor_env.h"
+#include "cli/progress.h"
 #include "cli/report.h"
 #include "cli/trace.h"
 #include "onnx_frontend/frontend.h"
@@ -109,35 +106,6 @@ std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, con
   return inputs;
 }
 
-namespace {
-
-/// Progress on stderr, only when it is a terminal and the run has taken more than a second (GSPMD_PROGRESS_DELAY_MS
-/// overrides; display only, docs/cli.md): "run: 16 devices, node 120/480 (25%)", rewritten in place at most 10 times
-/// a second and erased when the run ends.
-RunProgress progress_display(std::string what) {
-  if (!::isatty(STDERR_FILENO)) return {};
-  const char* env = std::getenv("GSPMD_PROGRESS_DELAY_MS");
-  const auto delay = std::chrono::milliseconds(env ? std::atoll(env) : 1000);
-  struct State {
-    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), last{};
-    bool shown = false;
-  };
-  auto st = std::make_shared<State>();
-  return [st, delay, what = std::move(what)](size_t done, size_t total) {
-    const auto now = std::chrono::steady_clock::now();
-    if (done == total) {
-      if (st->shown) fmt::print(stderr, "\r\033[K");
-      return;
-    }
-    if (now - st->start < delay || (st->shown && now - st->last < std::chrono::milliseconds(100))) return;
-    st->last = now;
-    st->shown = true;
-    fmt::print(stderr, "\rrun: {}, node {}/{} ({}%)\033[K", what, done, total, 100 * done / std::max<size_t>(total, 1));
-  };
-}
-
-}  // namespace
-
 int cmd_run(const RunOptions& o) {
   if (o.backend == "mpi") return cmd_run_mpi(o);
   if (!o.program_dir.empty()) throw InputError("--program: needs --backend mpi (the emulator runs the SPMD program)");
@@ -145,23 +113,29 @@ int cmd_run(const RunOptions& o) {
   if (o.repeat != 1) throw InputError("--repeat: needs --backend mpi (the emulator executes once)");
   Pipeline p = build_pipeline(o.common);
   std::vector<Tensor> inputs = make_inputs(p.graph, p.load_report, o);
+  std::vector<OnnxValue> expected;  // read before the run: a bad --expected is bad input (exit 2), found early
+  if (!o.expected_dir.empty()) expected = read_expected_outputs(o.expected_dir, p.load_report);
   const ExecutorOptions exec = executor_options_from_env();
   PodRun run = run_spmd(p.program, p.graph, inputs,
-                        progress_display(fmt::format("{} devices", p.program.mesh.num_devices())), exec);
+                        node_progress(fmt::format("run: {} devices", p.program.mesh.num_devices())), exec);
   if (const char* prof = std::getenv("GSPMD_PROFILE"); prof && *prof && std::string(prof) != "0")
     fmt::print(stderr, "host profile ({} devices):\n{}", p.program.mesh.num_devices(), format_profile(run));
   CheckResult check;
   if (o.check) {
-    PodRun ref = run_single(p.graph, inputs, progress_display("reference, 1 device"), exec);
+    PodRun ref = run_single(p.graph, inputs, node_progress("run: reference, 1 device"), exec);
     check = compare_outputs(p.graph, run.outputs, ref.outputs, o.rtol, o.atol);
   }
+  ExpectedResult exp;
+  if (!o.expected_dir.empty())
+    exp = compare_expected(p.graph, p.load_report, run.outputs, expected, o.expected_dir, o.rtol, o.atol);
   if (!o.outputs_dir.empty()) write_outputs(o.outputs_dir, p.graph, p.load_report, run.outputs);
   CostReport cost = p.cost(o.common.overlap);
-  nlohmann::json report = make_report(p, cost, &run, o.check ? &check : nullptr);
+  nlohmann::json report =
+      make_report(p, cost, &run, o.check ? &check : nullptr, o.expected_dir.empty() ? nullptr : &exp);
   if (!o.report.empty()) write_json(o.report, report);
   if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name);
   print_summary(report, o.common.model);
-  return o.check && !check.passed ? 1 : 0;
+  return (o.check && !check.passed) || !exp.passed ? 1 : 0;
 }
 
 }  // namespace gspmd::cli

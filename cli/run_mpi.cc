@@ -17,6 +17,7 @@
 #include "backend/mpi/mpi_backend.h"
 #include "backend/profile/host_target.h"
 #include "cli/executor_env.h"
+#include "cli/progress.h"
 #include "cli/report.h"
 #include "cli/trace.h"
 #include "cli/wiring.h"
@@ -146,7 +147,9 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
   Pipeline p;
   Graph device;
   std::vector<Tensor> inputs;
+  std::vector<OnnxValue> expected;  // rank 0, --expected
   const bool from_files = !o.program_dir.empty();
+  const bool terminal = rank == 0 && stderr_is_terminal(/*launched=*/true);  // progress: rank 0 only
 
   // Setup: every rank on its own; failures are agreed on, so every rank reports them and exits.
   std::optional<mpi::Failure> failure;
@@ -162,12 +165,14 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
     // with --program the weights come from the device files; rank 0 still needs them for --check
     CommonOptions common = o.common;
     common.measure_host_ops = false;  // rank 0 measures them below, for every rank
+    common.progress = terminal;
     p = build_pipeline(common, !from_files || (o.check && rank == 0));
     if (p.program.mesh.num_devices() != s.size())
       throw InputError(fmt::format("the mesh {} has {} devices but this MPI job has {} ranks", p.program.mesh.str(),
                                    p.program.mesh.num_devices(), s.size()));
     if (from_files) device = load_device_model(p, o.program_dir, rank);
     if (rank == 0) inputs = make_inputs(p.graph, p.load_report, o);
+    if (rank == 0 && !o.expected_dir.empty()) expected = read_expected_outputs(o.expected_dir, p.load_report);
   } catch (const std::exception& e) {
     failure = classify(e);
   }
@@ -177,11 +182,11 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
 
   // The run: a failure from here on may leave other ranks blocked in a collective, so it aborts the job.
   try {
-    RunProgress test_hook;
+    RunProgress progress = node_progress(fmt::format("run: rank {} of {} ranks", rank, s.size()), terminal);
     if (const char* env = std::getenv("GSPMD_MPI_TEST_DIE_RANK"); env && std::atoi(env) == rank)
-      test_hook = die_halfway(rank, from_files ? device.nodes.size() : p.program.program.nodes.size());
+      progress = die_halfway(rank, from_files ? device.nodes.size() : p.program.program.nodes.size());
     mpi::MpiRun run = mpi::run_mpi(s, p.program, p.graph, inputs, from_files ? &device : nullptr, o.warmup, o.repeat,
-                                   executor_options_from_env(), test_hook);
+                                   executor_options_from_env(), progress);
     if (rank != 0) return 0;
 
     PodRun pod;
@@ -217,12 +222,17 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
 
     CheckResult check;
     if (o.check) {
-      PodRun ref = run_single(p.graph, inputs, {}, executor_options_from_env());
+      PodRun ref =
+          run_single(p.graph, inputs, node_progress("run: reference, 1 device", terminal), executor_options_from_env());
       check = compare_outputs(p.graph, pod.outputs, ref.outputs, o.rtol, o.atol);
     }
+    ExpectedResult exp;
+    if (!o.expected_dir.empty())
+      exp = compare_expected(p.graph, p.load_report, pod.outputs, expected, o.expected_dir, o.rtol, o.atol);
     if (!o.outputs_dir.empty()) write_outputs(o.outputs_dir, p.graph, p.load_report, pod.outputs);
     CostReport cost = p.cost(o.common.overlap);
-    nlohmann::json report = make_report(p, cost, &pod, o.check ? &check : nullptr);
+    nlohmann::json report =
+        make_report(p, cost, &pod, o.check ? &check : nullptr, o.expected_dir.empty() ? nullptr : &exp);
     report["backend"] = "mpi";
     report["measured"] = {
         {"ranks", run.ranks.size()},
@@ -242,7 +252,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
         {"per_rank", per_rank},
     };
     if (!o.report.empty()) write_json(o.report, report);
-    if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name);
+    if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name, run.timelines);
     print_summary(report, o.common.model);
     fmt::print(
         "mpi       {} ranks, step {:.3f} ms measured (compute {:.3f} ms, communication {:.3f} ms, mean over "
@@ -250,7 +260,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
         run.ranks.size(), 1e3 * (sum_compute + sum_comm) / nr, 1e3 * sum_compute / nr, 1e3 * sum_comm / nr,
         1e3 * max_step);
     std::fflush(stdout);
-    return o.check && !check.passed ? 1 : 0;
+    return (o.check && !check.passed) || !exp.passed ? 1 : 0;
   } catch (const std::exception& e) {
     mpi::Failure f = classify(e);
     fmt::print(stderr, "error: rank {}: {}\n", rank, f.message);

@@ -10,7 +10,8 @@
 
 namespace gspmd::cli {
 
-void write_trace(const std::string& path, const SpmdProgram& p, const CostReport& cost, const std::string& target) {
+void write_trace(const std::string& path, const SpmdProgram& p, const CostReport& cost, const std::string& target,
+                 const std::vector<std::vector<ExecutedStep>>& measured) {
   const std::string tmp = path + ".tmp";  // written completely, then renamed: never a half-written trace
   std::ofstream f(tmp);
   if (!f) throw InputError(fmt::format("{}: cannot write", path));
@@ -60,6 +61,26 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
     for (size_t i = 0; i < body.size(); ++i)
       f << fmt::format(",\n{{\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.6f},\"dur\":{:.6f},{}}}",
                        on_comm[i] ? n + d : d, start[i], dur[i], body[i]);
+  }
+  // The measured steps of every MPI rank: a second process beside the simulated pod.
+  if (!measured.empty())
+    f << ",\n{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"measured: MPI ranks (wall "
+         "time)\"}}";
+  for (size_t r = 0; r < measured.size(); ++r) {
+    f << fmt::format(
+        ",\n{{\"ph\":\"M\",\"pid\":1,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"rank {}\"}}}}", r, r);
+    for (const ExecutedStep& st : measured[r]) {
+      std::string name, ops;
+      for (size_t k = 0; k < st.nodes.size(); ++k) {
+        name += (k ? " + " : "") + st.nodes[k];
+        ops += (k ? "+" : "") + st.ops[k];
+      }
+      const nlohmann::json args = {{"op", ops}, {"nodes", st.nodes}};
+      f << fmt::format(
+          ",\n{{\"ph\":\"X\",\"pid\":1,\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},\"name\":{},\"cat\":\"measured\","
+          "\"args\":{}}}",
+          r, st.start_s * 1e6, (st.end_s - st.start_s) * 1e6, nlohmann::json(name).dump(), args.dump());
+    }
   }
   f << "\n]}\n";
   f.close();

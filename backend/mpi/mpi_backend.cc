@@ -405,9 +405,11 @@ std::vector<std::vector<Tensor>> scatter_inputs(int rank, int N, const SpmdProgr
 /// Calls `execute` (one execution of this rank's device) `warmup_runs` times untimed, then `measured_runs` times
 /// timed, each after a barrier on MPI_COMM_WORLD; `progress` goes to the first execution only. Appends kStats numbers
 /// per measured execution to `rows` (compute, communication and wall seconds, peak bytes, FLOPs, run seconds, CPU
-/// seconds) and returns the last execution's result. Throws what `execute` throws, std::runtime_error on an MPI error.
+/// seconds) and its timeline to `timelines`, and returns the last execution's result. Throws what `execute` throws,
+/// std::runtime_error on an MPI error.
 LocalRun execute_runs(const std::function<LocalRun(const RunProgress&)>& execute, int warmup_runs, int measured_runs,
-                      const RunProgress& progress, std::vector<double>& rows) {
+                      const RunProgress& progress, std::vector<double>& rows,
+                      std::vector<std::vector<ExecutedStep>>& timelines) {
   // Warm-up executions (untimed): oneDNN creates and JIT-compiles its primitives on first use in each process.
   for (int w = 0; w < warmup_runs; ++w) {
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
@@ -425,8 +427,67 @@ LocalRun execute_runs(const std::function<LocalRun(const RunProgress&)>& execute
     const DeviceStats& d = lr.devices.at(0);
     rows.insert(rows.end(), {d.compute_wall_s, d.communication_wall_s, wall, static_cast<double>(d.peak_memory_bytes),
                              lr.host_flops, lr.run_s, cpu});
+    timelines.push_back(std::move(lr.timeline));
   }
   return lr;
+}
+
+/// Gathers every rank's `mine` (its steps of one execution) on rank 0 into r.timelines (indexed by rank); other
+/// ranks leave it empty. Per step, the times travel as doubles (start, end, node count) and the names as text
+/// (name, op type, each NUL-terminated). Collective; throws std::runtime_error on an MPI error.
+void gather_timelines(int rank, int N, const std::vector<ExecutedStep>& mine, MpiRun& r) {
+  std::vector<double> nums;
+  std::string text;
+  for (const ExecutedStep& st : mine) {
+    nums.insert(nums.end(), {st.start_s, st.end_s, static_cast<double>(st.nodes.size())});
+    for (size_t k = 0; k < st.nodes.size(); ++k) {
+      text.append(st.nodes[k]).push_back('\0');
+      text.append(st.ops[k]).push_back('\0');
+    }
+  }
+  const int sizes[2] = {count_of(nums.size(), "MPI_Gatherv (timeline)"),
+                        count_of(text.size(), "MPI_Gatherv (timeline)")};
+  std::vector<int> all_sizes(rank == 0 ? 2 * static_cast<size_t>(N) : 0);
+  check(MPI_Gather(sizes, 2, MPI_INT, all_sizes.data(), 2, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather (timeline sizes)");
+  std::vector<int> num_counts, num_displs, text_counts, text_displs;
+  size_t num_total = 0, text_total = 0;
+  for (int d = 0; d < (rank == 0 ? N : 0); ++d) {
+    num_counts.push_back(all_sizes[2 * d]);
+    num_displs.push_back(count_of(num_total, "MPI_Gatherv (timeline)"));
+    num_total += static_cast<size_t>(all_sizes[2 * d]);
+    text_counts.push_back(all_sizes[2 * d + 1]);
+    text_displs.push_back(count_of(text_total, "MPI_Gatherv (timeline)"));
+    text_total += static_cast<size_t>(all_sizes[2 * d + 1]);
+  }
+  std::vector<double> all_nums(num_total);
+  std::string all_text(text_total, '\0');
+  check(MPI_Gatherv(nums.data(), sizes[0], MPI_DOUBLE, all_nums.data(), num_counts.data(), num_displs.data(),
+                    MPI_DOUBLE, 0, MPI_COMM_WORLD),
+        "MPI_Gatherv (timeline times)");
+  check(MPI_Gatherv(text.data(), sizes[1], MPI_CHAR, all_text.data(), text_counts.data(), text_displs.data(), MPI_CHAR,
+                    0, MPI_COMM_WORLD),
+        "MPI_Gatherv (timeline names)");
+  if (rank != 0) return;
+  r.timelines.assign(static_cast<size_t>(N), {});
+  for (int d = 0; d < N; ++d) {
+    size_t at = static_cast<size_t>(text_displs[d]);
+    auto next = [&] {
+      const size_t end = all_text.find('\0', at);
+      std::string w = all_text.substr(at, end - at);
+      at = end + 1;
+      return w;
+    };
+    for (int i = num_displs[d]; i + 2 < num_displs[d] + num_counts[d]; i += 3) {
+      ExecutedStep st;
+      st.start_s = all_nums[static_cast<size_t>(i)];
+      st.end_s = all_nums[static_cast<size_t>(i) + 1];
+      for (int k = 0; k < static_cast<int>(all_nums[static_cast<size_t>(i) + 2]); ++k) {
+        st.nodes.push_back(next());
+        st.ops.push_back(next());
+      }
+      r.timelines[static_cast<size_t>(d)].push_back(std::move(st));
+    }
+  }
 }
 
 /// Gathers every rank's shard of each program output (lr.output_shards[k][0]) on rank 0, which appends the assembled
@@ -544,12 +605,17 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
                         : run_spmd_local(p, global, shards, {rank}, coll, prog_cb, options);
   };
   std::vector<double> rows_mine;
-  const LocalRun lr = execute_runs(execute, warmup_runs, measured_runs, progress, rows_mine);
+  std::vector<std::vector<ExecutedStep>> timelines;
+  const LocalRun lr = execute_runs(execute, warmup_runs, measured_runs, progress, rows_mine, timelines);
 
-  // Outputs: gather every device's shard on rank 0 and assemble; then the stats.
+  // Outputs: gather every device's shard on rank 0 and assemble; then the stats, and every rank's timeline of the
+  // execution the stats describe.
   auto t_gather = Clock::now();
   gather_outputs(rank, N, p, global, lr, r.outputs);
   gather_rank_stats(rank, N, measured_runs, rows_mine, r);
+  int median = r.median_run;
+  check(MPI_Bcast(&median, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast (median run)");
+  gather_timelines(rank, N, timelines.at(static_cast<size_t>(median)), r);
   r.gather_s = seconds_since(t_gather);
   return r;
 }

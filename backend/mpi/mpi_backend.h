@@ -134,7 +134,10 @@ struct MpiRun {
   std::vector<double> steps_s;   // rank 0: each measured execution's step (its slowest rank's run_s), in order
   int median_run = 0;            // rank 0: the execution `ranks` describes: the one with the median step
   double scatter_s = 0;          // this rank's wall time scattering the inputs
-  double gather_s = 0;           // this rank's wall time gathering the outputs and stats
+  double gather_s = 0;           // this rank's wall time gathering the outputs, stats and timelines
+  /// rank 0: per rank, its steps of the execution `ranks` describes (LocalRun::timeline: nodes, op types, start and
+  /// end), in seconds from the barrier that started that execution on the rank's own clock; other ranks: empty.
+  std::vector<std::vector<ExecutedStep>> timelines;
 };
 
 /// Runs `p` on the MPI job: world rank r executes partition id r. Collective over MPI_COMM_WORLD.
@@ -144,7 +147,8 @@ struct MpiRun {
 /// - `device_model`: nullptr = run the SPMD program with this rank's slices of `global`'s initializers; otherwise
 ///   run this loaded device model (`device_<rank>.onnx`), whose inputs/outputs must have the program's local
 ///   shapes (`p` still gives the shardings used to scatter and assemble).
-/// - Output shards are gathered on rank 0 (MPI_Gather) and assembled with assemble_tensor.
+/// - Output shards are gathered on rank 0 (MPI_Gather) and assembled with assemble_tensor; so are every rank's stats
+///   and its timeline of the median execution (MpiRun::timelines).
 /// - `warmup_runs` untimed executions come first (each rank's first execution pays oneDNN's primitive creation and
 ///   JIT compilation), then `measured_runs` (>= 1, else std::invalid_argument) measured ones, each after a barrier.
 ///   The stats are those of the measured execution whose step (its slowest rank's run_s) is the median (the upper

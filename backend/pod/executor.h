@@ -67,6 +67,10 @@ class Executor final : private FusionHost {
   /// Fused groups planned for the last run (for tests and the profile).
   size_t fused_groups() const { return groups_.size(); }
 
+  /// The steps of the last run() in order (a node, or a fused group), with their nodes' names and op types and their
+  /// host wall times in seconds since `origin`.
+  std::vector<ExecutedStep> timeline(Clock::time_point origin) const;
+
   /// Per local device: peak memory (bytes), compute and communication wall time (seconds).
   std::vector<DeviceStats>& stats() { return stats_; }
   /// FLOPs executed by all local devices so far (node_flops x devices).
@@ -159,6 +163,12 @@ class Executor final : private FusionHost {
   std::map<std::string, OpProfile> profile_;
   std::vector<pod::FusedGroup> groups_;
   std::vector<int> group_at_;  // per node: index into groups_ of the group starting there, or -1
+  /// When one step of the last run() ran: program nodes [first, last] (a node, or a fused group), host wall clock.
+  struct StepTime {
+    int first = 0, last = 0;
+    Clock::time_point start, end;
+  };
+  std::vector<StepTime> steps_;
 };
 
 }  // namespace gspmd::pod

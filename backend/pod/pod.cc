@@ -128,6 +128,7 @@ void Executor::run(const RunProgress& progress) {
       if (v >= 0) last_use_[v] = static_cast<int>(i);
   for (int64_t d = 0; d < n_; ++d) stats_[d].peak_memory_bytes = std::max(stats_[d].peak_memory_bytes, live_[d]);
   plan_fusion();
+  steps_.clear();
   for (size_t i = 0; i < prog_.nodes.size(); ++i) {
     const Node& n = prog_.nodes[i];
     auto t0 = Clock::now();
@@ -164,12 +165,30 @@ void Executor::run(const RunProgress& progress) {
     }
     host_flops_ += flops;
     OpProfile& op = profile_[g ? g->label : n.domain == kGspmdDomain ? "gspmd." + n.op_type : n.op_type];
+    const auto t1 = Clock::now();
+    steps_.push_back({static_cast<int>(i), static_cast<int>(last), t0, t1});
     op.nodes += 1;
-    op.wall_s += seconds_since(t0);
+    op.wall_s += std::chrono::duration<double>(t1 - t0).count();
     op.flops += flops;
     i = last;
     if (progress) progress(i + 1, prog_.nodes.size());
   }
+}
+
+std::vector<ExecutedStep> Executor::timeline(Clock::time_point origin) const {
+  std::vector<ExecutedStep> out;
+  out.reserve(steps_.size());
+  for (const StepTime& st : steps_) {
+    ExecutedStep e;
+    for (int i = st.first; i <= st.last; ++i) {
+      e.nodes.push_back(prog_.nodes[static_cast<size_t>(i)].name);
+      e.ops.push_back(prog_.nodes[static_cast<size_t>(i)].op_type);
+    }
+    e.start_s = std::chrono::duration<double>(st.start - origin).count();
+    e.end_s = std::chrono::duration<double>(st.end - origin).count();
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 void Executor::add_profile(const std::string& what, double wall_s) {

@@ -87,6 +87,14 @@ using RunProgress = std::function<void(size_t done, size_t total)>;
 PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Tensor>& inputs,
                 const RunProgress& progress = {}, const ExecutorOptions& options = {});
 
+/// One step of an execution as the host ran it (LocalRun::timeline): a program node, or a fused group of consecutive
+/// nodes run as one (docs/executor.md).
+struct ExecutedStep {
+  std::vector<std::string> nodes;  // the nodes' names, in program order (one unless fused)
+  std::vector<std::string> ops;    // their op types
+  double start_s = 0, end_s = 0;   // host wall time from the start of the run_* call (seconds)
+};
+
 /// One process's share of a run: the devices it holds (an MPI rank holds one; see backend/mpi).
 struct LocalRun {
   std::vector<std::vector<Tensor>> output_shards;  // [output k][local device j]: that device's shard of output k, on
@@ -96,6 +104,8 @@ struct LocalRun {
   double run_s = 0;                                // of which executing the program (weight and input binding excluded)
   double host_flops = 0;                           // FLOPs executed by the local devices
   std::vector<OpProfile> profile;                  // host time per op type, as PodRun::profile
+  std::vector<ExecutedStep> timeline;              // every step of the execution, in order (all local devices run
+                                                   // each step together)
 };
 
 /// Runs `p` for the devices `devices` only (global device ids on p.mesh, ascending), with the same interpreter,

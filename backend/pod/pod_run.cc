@@ -152,6 +152,7 @@ LocalRun run_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const
   r.devices = std::move(ex.stats());
   r.host_flops = ex.host_flops();
   r.profile = ex.profile();
+  r.timeline = ex.timeline(t_start);
   r.wall_s = seconds_since(t_start);
   return r;
 }
@@ -258,6 +259,7 @@ LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global, const std::ve
   r.devices = std::move(ex.stats());
   r.host_flops = ex.host_flops();
   r.profile = ex.profile();
+  r.timeline = ex.timeline(t_start);
   r.wall_s = seconds_since(t_start);
   return r;
 }

@@ -105,7 +105,18 @@ class Search {
   int model_axis_ = -1;                // the Megatron seed's model axis
   std::vector<bool> megatron_column_;  // per group: the Megatron seed splits it column-parallel
   int evaluations_ = 0;
+  Clock::time_point start_ = Clock::now();
+  AutoProgress progress_;  // what o_.progress is told (descent, sweep, group are set by run())
+  /// Calls o_.progress (when set) with progress_, updated with the evaluation count and the elapsed time.
+  void report_progress();
 };
+
+void Search::report_progress() {
+  if (!o_.progress) return;
+  progress_.evaluations = evaluations_;
+  progress_.elapsed_s = std::chrono::duration<double>(Clock::now() - start_).count();
+  o_.progress(progress_);
+}
 
 std::vector<int> Search::allowed_dims(int v, const std::vector<std::vector<int>>& consumers,
                                       bool pass_through_only) const {
@@ -296,6 +307,9 @@ AutoPlanCost Search::evaluate(const std::vector<int>& assign, bool rethrow) {
     c.error = e.what();
   }
   memo_[assign] = c;
+  if (c.valid && c.fits && (progress_.best_step_time_s == 0 || c.step_time_s < progress_.best_step_time_s))
+    progress_.best_step_time_s = c.step_time_s;
+  report_progress();
   return c;
 }
 
@@ -434,11 +448,19 @@ std::vector<int> Search::hybrid_seed(const std::vector<int>& dp, const std::vect
 }
 
 AutoResult Search::run() {
-  const auto start = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  start_ = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start_).count(); };
   if (o_.memory_limit_bytes < 0)
     throw InputError(fmt::format("--memory-limit: {} is not a positive number of bytes", o_.memory_limit_bytes));
   find_groups();
+  progress_.groups = static_cast<int>(groups_.size());
+  struct Done {  // the last progress call, however the search ends
+    Search& s;
+    ~Done() {
+      s.progress_.done = true;
+      s.report_progress();
+    }
+  } done{*this};
   AutoResult res;
   res.memory_limit_bytes = limit_;
   for (const Group& gr : groups_) res.variables += static_cast<int>(gr.members.size());
@@ -481,10 +503,13 @@ AutoResult Search::run() {
     if (st > 0 && (best.fits || elapsed() > o_.time_budget_s / 2)) break;
     std::vector<int> cur = starts[st].second;
     AutoPlanCost cur_cost = starts[st].first;
+    progress_.descent = static_cast<int>(st) + 1;
     for (int sweep = 0; sweep < o_.max_sweeps && !res.budget_exhausted; ++sweep) {
       ++res.sweeps;
+      progress_.sweep = sweep + 1;
       bool changed = false;
       for (size_t k = 0; k < groups_.size() && !res.budget_exhausted; ++k) {
+        progress_.group = static_cast<int>(k);
         int best_opt = cur[k];
         for (int opt = 0; opt < static_cast<int>(groups_[k].candidates.size()); ++opt) {
           if (opt == cur[k]) continue;

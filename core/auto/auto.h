@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,19 @@ namespace gspmd {
 
 class RuleTable;  // core/rules/rule.h
 
+/// Where the search is, passed to AutoOptions::progress (for a progress display; the library prints nothing).
+struct AutoProgress {
+  int evaluations = 0;          // pipeline evaluations so far (cache hits excluded): grows by one per call, except
+                                // for the last call (`done`), which repeats the final count
+  int descent = 0;              // the coordinate descent under way (1-based); 0 while the seeds are costed
+  int sweep = 0;                // its sweep (1-based); 0 while the seeds are costed
+  int group = 0;                // groups already visited in this sweep (0 .. groups)
+  int groups = 0;               // decisions (groups of tied variables) in all
+  double best_step_time_s = 0;  // the best plan so far that fits in memory (s); 0 while none fits
+  double elapsed_s = 0;         // wall time since the search started (s)
+  bool done = false;            // the search is over: the last call
+};
+
 /// Options of the search. Units: bytes, seconds.
 struct AutoOptions {
   Target target;                   // the pod whose simulated step time is minimised (--target)
@@ -45,6 +59,9 @@ struct AutoOptions {
   bool overlap = false;            // cost with overlapped collectives (--overlap)
   int max_sweeps = 4;              // coordinate-descent sweeps at most
   double time_budget_s = 50;       // stop the descent (keeping the best plan so far) once this much time is spent
+  /// Called on the searching thread after every pipeline evaluation and once more at the end (done = true), also
+  /// when the search then throws (so it must not throw itself). Empty: no calls.
+  std::function<void(const AutoProgress&)> progress;
 };
 
 /// One evaluated plan: the real pipeline's simulated step and static peak memory.

@@ -178,17 +178,19 @@ double node_bytes(const Graph& g, const Node& n) {
 namespace {
 
 struct AxisLink {
-  double n = 1;   // group size along this axis
-  double bw = 0;  // ring bandwidth per device (bytes/s)
+  double n = 1;    // group size along this axis (or level)
+  double bw = 0;   // ring bandwidth per device (bytes/s)
+  double lat = 0;  // per ring step (s)
 };
 
 // Ring of mesh axis `a`: its size and bandwidth from the target's placement of the axis (Target::placement).
 AxisLink axis_link(int a, const DeviceMesh& mesh, const Target& t) {
-  return AxisLink{static_cast<double>(mesh.shape.at(static_cast<size_t>(a))), t.placement(a, mesh).ring_bandwidth};
+  return AxisLink{static_cast<double>(mesh.shape.at(static_cast<size_t>(a))), t.placement(a, mesh).ring_bandwidth,
+                  t.link_latency};
 }
 
-// All-gather of a result of S bytes per device over the axes in the given order (first axis gathered first).
-double gather_stages(double S, const std::vector<AxisLink>& order, double lat) {
+// All-gather of a result of S bytes per device over the links in the given order (first link gathered first).
+double gather_stages(double S, const std::vector<AxisLink>& order) {
   // Before stage i the per-device size is S / prod(n_j for j >= i).
   double time = 0;
   double rest = 1;
@@ -196,10 +198,63 @@ double gather_stages(double S, const std::vector<AxisLink>& order, double lat) {
   double cur = S / rest;
   for (const auto& l : order) {
     double out = cur * l.n;
-    time += (l.n - 1) / l.n * out / l.bw + (l.n - 1) * lat;
+    time += (l.n - 1) / l.n * out / l.bw + (l.n - 1) * l.lat;
     cur = out;
   }
   return time;
+}
+
+// All-gather (or its mirror image, reduce-scatter) of S bytes over `links`, in the cheapest order (few links).
+double cheapest_gather(double S, const std::vector<AxisLink>& links) {
+  std::vector<size_t> perm(links.size());
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
+  double best = std::numeric_limits<double>::infinity();
+  do {
+    std::vector<AxisLink> order;
+    for (size_t i : perm) order.push_back(links[i]);
+    best = std::min(best, gather_stages(S, order));
+  } while (perm.size() <= 6 && std::next_permutation(perm.begin(), perm.end()));
+  return best;
+}
+
+// GPU clusters (Target::devices_per_node > 0): how the replica groups of a collective over `mesh_axes` lie on the
+// nodes. k: the most devices of one group on one node; m: the most nodes one group spans. Device ids are those of
+// DeviceMesh::replica_groups. O(devices).
+struct NodeSpread {
+  double k = 1, m = 1;
+};
+NodeSpread node_spread(const std::vector<int>& mesh_axes, const DeviceMesh& mesh, int64_t per_node) {
+  NodeSpread s;
+  std::unordered_map<int64_t, int64_t> on_node;  // node -> devices of the group on it
+  for (const std::vector<int64_t>& group : mesh.replica_groups(mesh_axes)) {
+    on_node.clear();
+    for (int64_t d : group) ++on_node[d / per_node];
+    s.m = std::max(s.m, static_cast<double>(on_node.size()));
+    for (const auto& [node, count] : on_node) s.k = std::max(s.k, static_cast<double>(count));
+  }
+  return s;
+}
+
+// A collective whose groups span nodes (docs/cost-model.md, "GPU clusters"): two levels, k devices per node on the
+// node's switch and m nodes on the network, one NIC per device (each of a node's k devices talks to its peers on
+// the other nodes over its own NIC, all in parallel).
+double across_nodes_time(Collective kind, double S, const NodeSpread& sp, const Target& t) {
+  const AxisLink node{sp.k, t.switch_bandwidth(), t.link_latency};
+  const AxisLink net{sp.m, t.network_bandwidth, t.network_latency};
+  std::vector<AxisLink> levels;
+  for (const AxisLink& l : {node, net})
+    if (l.n > 1) levels.push_back(l);
+  switch (kind) {
+    case Collective::kCollectivePermute: return S / net.bw + net.lat;
+    case Collective::kAllToAll:
+      // Of a device's S bytes, (k-1)/(k m) stay on its node and (m-1)/m leave it through its NIC.
+      return (node.n - 1) / (node.n * net.n) * S / node.bw + (node.n - 1) * node.lat +
+             (net.n - 1) / net.n * S / net.bw + (net.n - 1) * net.lat;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter: return cheapest_gather(S, levels);
+    case Collective::kAllReduce: return 2 * cheapest_gather(S, levels);
+  }
+  throw std::logic_error("collective_time: invalid Collective");
 }
 
 }  // namespace
@@ -214,29 +269,26 @@ double collective_time(Collective kind, double bytes, const std::vector<int>& me
     if (l.n > 1) links.push_back(l);
   }
   if (links.empty() || bytes <= 0) return 0;
-  const double lat = t.link_latency;
-  // all-gather / reduce-scatter (mirror image, same time): try every axis order (mesh rank is small).
-  auto gather = [&] {
-    std::vector<int> perm(links.size());
-    for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int>(i);
-    double best = std::numeric_limits<double>::infinity();
-    do {
-      std::vector<AxisLink> order;
-      for (int i : perm) order.push_back(links[i]);
-      best = std::min(best, gather_stages(bytes, order, lat));
-    } while (perm.size() <= 6 && std::next_permutation(perm.begin(), perm.end()));
-    return best;
-  };
+  if (t.devices_per_node > 0) {
+    const NodeSpread sp = node_spread(mesh_axes, mesh, t.devices_per_node);
+    if (sp.m > 1) return across_nodes_time(kind, bytes, sp, t);
+  }
+  const bool on_switch = t.torus_dims == 0;
   switch (kind) {
-    case Collective::kCollectivePermute: return bytes / t.link_bandwidth + lat;
+    case Collective::kCollectivePermute:
+      return bytes / (on_switch ? t.switch_bandwidth() : t.link_bandwidth) + t.link_latency;
     case Collective::kAllToAll: {
       double time = 0;
-      for (const auto& l : links) time += std::floor(l.n * l.n / 4) / l.n * bytes / l.bw + (l.n - 1) * lat;
+      for (const auto& l : links) {
+        // a ring: the traffic crossing its bisection; a switch: what each device sends to the others
+        const double share = on_switch ? (l.n - 1) / l.n : std::floor(l.n * l.n / 4) / l.n;
+        time += share * bytes / l.bw + (l.n - 1) * l.lat;
+      }
       return time;
     }
     case Collective::kAllGather:
-    case Collective::kReduceScatter: return gather();
-    case Collective::kAllReduce: return 2 * gather();
+    case Collective::kReduceScatter: return cheapest_gather(bytes, links);
+    case Collective::kAllReduce: return 2 * cheapest_gather(bytes, links);
   }
   throw std::logic_error("collective_time: invalid Collective");
 }

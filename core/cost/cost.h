@@ -29,6 +29,15 @@ double node_bytes(const Graph& g, const Node& node);
 ///   collective-permute: S / link_bandwidth + latency                    (one neighbour hop, one direction)
 /// Several axes: hierarchical, one axis after the other (all-gather: the stage over the axis done last moves the
 /// full S, the one before S/n_last, ...; the cheapest axis order is used); all-to-all: sum over axes with the full S.
+/// On a switch (t.torus_dims 0) every axis is a ring of bw = t.switch_bandwidth() wherever its devices are (several
+/// axes: hierarchical as above); all-to-all moves (n-1)/n * S per axis and collective-permute takes
+/// S / switch_bandwidth.
+/// GPU clusters (t.devices_per_node > 0), when a replica group (DeviceMesh::replica_groups) spans m > 1 nodes with at
+/// most k of its devices on one node: two levels, the node's switch (k, switch_bandwidth, link_latency) and the
+/// network (m, network_bandwidth, network_latency), in the cheapest order as above (all-reduce = intra-node
+/// reduce-scatter, inter-node all-reduce of S/k, intra-node all-gather); all-to-all (k-1)/(k m) * S over the switch
+/// plus (m-1)/m * S over the network; collective-permute S / network_bandwidth + network_latency. Groups inside one
+/// node use the switch alone. Cost O(devices) then (docs/cost-model.md, "GPU clusters").
 /// Axes of size 1 and an empty axis list cost 0. A mesh axis outside the mesh: std::invalid_argument.
 double collective_time(Collective kind, double bytes, const std::vector<int>& mesh_axes, const DeviceMesh& mesh,
                        const Target& t);

@@ -67,10 +67,49 @@ Target preset_v5e() {
   return t;
 }
 
-// A named preset: the built-in TPUs, then those registered by register_preset (the CLI's measured "host").
+// GPU nodes (docs/cost-model.md, "GPU clusters"): one device is one GPU; 8 GPUs per node on NVSwitch (every GPU's
+// NVLinks go to the switches: a "switch" topology with `nvlinks` links of 25 GB/s per direction, 50 GB/s both ways),
+// one InfiniBand NIC of `nic_bits` bits/s per GPU between nodes. Peaks are the datasheets' dense (not sparse)
+// tensor-core rates: bf16 = fp16, and true FP32 (no TF32); "80GB" is 80 GiB.
+Target gpu_node(const char* name, double bf16, double f32, double int8, double hbm_bandwidth, int nvlinks,
+                double nic_bits) {
+  Target t;
+  t.name = name;
+  t.peak_flops = t.peak_flops_bf16 = t.peak_flops_f16 = bf16;
+  t.peak_flops_f32 = f32;
+  t.peak_flops_int8 = int8;
+  t.hbm_bytes = 80 * kGiB;
+  t.hbm_bandwidth = hbm_bandwidth;
+  t.link_bandwidth = 25e9;
+  t.links_per_axis = nvlinks;
+  t.link_latency = 1e-6;
+  t.torus_dims = 0;  // NVSwitch
+  t.wraparound = true;
+  t.devices_per_node = 8;
+  t.network_bandwidth = nic_bits / 8;
+  t.network_latency = 5e-6;
+  return t;
+}
+
+// A100 80GB SXM: BF16 312 TFLOPS (624 with sparsity), FP32 19.5, INT8 624 TOPS (1248 sparse), HBM2e 2,039 GB/s,
+// 12 NVLink 3 links (600 GB/s both ways); DGX A100: one 200 Gb/s HDR ConnectX-6 per GPU.
+Target preset_dgx_a100() { return gpu_node("dgx-a100", 312e12, 19.5e12, 624e12, 2039e9, 12, 200e9); }
+
+// H100 SXM: BF16 1,979 TFLOPS with sparsity (half dense), FP32 67, INT8 3,958 TOPS sparse, HBM3 3.35 TB/s, 18 NVLink 4
+// links (900 GB/s both ways); DGX H100: one 400 Gb/s NDR ConnectX-7 per GPU.
+Target preset_dgx_h100() { return gpu_node("dgx-h100", 1979e12 / 2, 67e12, 3958e12 / 2, 3.35e12, 18, 400e9); }
+
+// A named preset: the built-in TPUs and GPU nodes, then those registered by register_preset (the CLI's measured
+// "host").
 struct PresetRegistry {
   std::vector<std::pair<std::string, std::function<Target()>>> entries;
-  PresetRegistry() { entries = {{"tpu-v3", preset_v3}, {"tpu-v4", preset_v4}, {"tpu-v5e", preset_v5e}}; }
+  PresetRegistry() {
+    entries = {{"tpu-v3", preset_v3},
+               {"tpu-v4", preset_v4},
+               {"tpu-v5e", preset_v5e},
+               {"dgx-a100", preset_dgx_a100},
+               {"dgx-h100", preset_dgx_h100}};
+  }
   const std::function<Target()>* find(const std::string& name) const {
     for (const auto& [n, f] : entries)
       if (n == name) return &f;
@@ -135,11 +174,18 @@ Target Target::from_json(const std::string& text, const std::string& path) {
     return d;
   };
   const std::vector<std::pair<const char*, double Target::*>> numbers = {
-      {"peak_flops", &Target::peak_flops},           {"peak_flops_f32", &Target::peak_flops_f32},
-      {"peak_flops_bf16", &Target::peak_flops_bf16}, {"peak_flops_f16", &Target::peak_flops_f16},
-      {"peak_flops_int8", &Target::peak_flops_int8}, {"hbm_bytes", &Target::hbm_bytes},
-      {"hbm_bandwidth", &Target::hbm_bandwidth},     {"link_bandwidth", &Target::link_bandwidth},
-      {"link_latency", &Target::link_latency},       {"op_overhead", &Target::op_overhead}};
+      {"peak_flops", &Target::peak_flops},
+      {"peak_flops_f32", &Target::peak_flops_f32},
+      {"peak_flops_bf16", &Target::peak_flops_bf16},
+      {"peak_flops_f16", &Target::peak_flops_f16},
+      {"peak_flops_int8", &Target::peak_flops_int8},
+      {"hbm_bytes", &Target::hbm_bytes},
+      {"hbm_bandwidth", &Target::hbm_bandwidth},
+      {"link_bandwidth", &Target::link_bandwidth},
+      {"link_latency", &Target::link_latency},
+      {"op_overhead", &Target::op_overhead},
+      {"network_bandwidth", &Target::network_bandwidth},
+      {"network_latency", &Target::network_latency}};
   for (const auto& [k, v] : js.items()) {
     if (k == "base") continue;
     auto it = std::find_if(numbers.begin(), numbers.end(), [&](const auto& e) { return k == e.first; });
@@ -173,6 +219,11 @@ Target Target::from_json(const std::string& text, const std::string& path) {
     } else if (k == "wraparound") {
       if (!v.is_boolean()) throw InputError(fmt::format("{}: 'wraparound' must be true or false", path));
       t.wraparound = v.get<bool>();
+    } else if (k == "devices_per_node") {
+      double d = num(k, v);
+      if (d != std::floor(d) || d > 1e9)
+        throw InputError(fmt::format("{}: field 'devices_per_node' must be an integer >= 0", path));
+      t.devices_per_node = static_cast<int64_t>(d);
     } else if (k == "links_per_axis" || k == "torus_dims") {
       double d = num(k, v);
       if (d < 1 || d != std::floor(d) || d > 64)
@@ -182,7 +233,10 @@ Target Target::from_json(const std::string& text, const std::string& path) {
       std::string s = v.is_string() ? v.get<std::string>() : "";
       int dims = 0;
       bool wrap = false;
-      if (s == "ring" || s == "line") {
+      if (s == "switch") {
+        dims = 0;
+        wrap = true;
+      } else if (s == "ring" || s == "line") {
         dims = 1;
         wrap = s == "ring";
       } else if (s.size() >= 4 && s[0] >= '1' && s[0] <= '9' && s[1] == 'd' &&
@@ -190,14 +244,14 @@ Target Target::from_json(const std::string& text, const std::string& path) {
         dims = s[0] - '0';
         wrap = s.substr(2) == "-torus";
       } else {
-        throw InputError(
-            fmt::format("{}: 'topology' must be \"ring\", \"line\", \"<n>d-torus\" or \"<n>d-mesh\"", path));
+        throw InputError(fmt::format(
+            "{}: 'topology' must be \"ring\", \"line\", \"<n>d-torus\", \"<n>d-mesh\" or \"switch\"", path));
       }
       t.torus_dims = dims;
       t.wraparound = wrap;
     } else {
       std::string known =
-          "name, base, topology, wraparound, links_per_axis, torus_dims, contraction_curve, "
+          "name, base, topology, wraparound, links_per_axis, torus_dims, devices_per_node, contraction_curve, "
           "conv_efficiency, measured_ops";
       for (const auto& e : numbers) known += std::string(", ") + e.first;
       throw InputError(fmt::format("{}: unknown field '{}' (known: {})", path, k, known));
@@ -206,6 +260,12 @@ Target Target::from_json(const std::string& text, const std::string& path) {
   if (!(t.peak_flops > 0)) throw InputError(fmt::format("{}: peak_flops must be > 0", path));
   if (!(t.hbm_bandwidth > 0)) throw InputError(fmt::format("{}: hbm_bandwidth must be > 0", path));
   if (!(t.link_bandwidth > 0)) throw InputError(fmt::format("{}: link_bandwidth must be > 0", path));
+  if (t.devices_per_node > 0 && !(t.network_bandwidth > 0))
+    throw InputError(fmt::format("{}: network_bandwidth must be > 0 when devices_per_node is set", path));
+  if (t.devices_per_node > 0 && t.torus_dims != 0)
+    throw InputError(fmt::format(
+        "{}: devices_per_node needs topology \"switch\" (the devices of a node share one switch), not \"{}\"", path,
+        t.topology()));
   return t;
 }
 
@@ -249,6 +309,11 @@ std::string Target::to_json() const {
   j["contraction_curve"] = contraction_curve;
   j["conv_efficiency"] = conv_efficiency;
   j["links_per_axis"] = links_per_axis;
+  if (devices_per_node > 0) {  // GPU clusters only: the TPU presets' files stay as they were
+    j["devices_per_node"] = devices_per_node;
+    j["network_bandwidth"] = network_bandwidth;
+    j["network_latency"] = network_latency;
+  }
   if (!measured_ops.empty()) j["measured_ops"] = measured_ops;
   return j.dump();
 }
@@ -285,6 +350,7 @@ double Target::contraction_rate(double flops, DType dtype, bool conv) const {
 }
 
 std::string Target::topology() const {
+  if (torus_dims == 0) return "switch";
   if (torus_dims <= 1) return wraparound ? "ring" : "line";
   return fmt::format("{}d-{}", torus_dims, wraparound ? "torus" : "mesh");
 }
@@ -392,6 +458,11 @@ AxisPlacement Target::placement(int a, const DeviceMesh& mesh) const {
     if (key(b) > key(a)) p.stride *= static_cast<double>(mesh.shape[static_cast<size_t>(b)]);
   }
   const double n = static_cast<double>(mesh.shape[static_cast<size_t>(a)]);
+  if (torus_dims == 0) {  // a switch: every device reaches every other with all its links, whatever the stride
+    p.wraparound = true;
+    p.ring_bandwidth = switch_bandwidth();
+    return p;
+  }
   p.wraparound = wraparound && n * p.stride == span_total;
   p.ring_bandwidth = link_bandwidth * std::max(1, links_per_axis) * (p.wraparound ? 1.0 : 0.5) / p.stride;
   return p;

@@ -2,6 +2,8 @@
 // the mesh's axes sit on its physical interconnect. Sources for every preset number: docs/cost-model.md.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -38,8 +40,18 @@ struct Target {
   double op_overhead = 0;      // fixed time per non-collective op (s): dispatch and launch; 0 on the TPU
                                // presets (XLA fuses ops; not modelled), measured for "host"
   bool wraparound = true;      // torus (true) or mesh (false) links
-  int links_per_axis = 2;      // links per device along one mesh axis (2 = both directions / neighbours)
-  int torus_dims = 2;          // physical torus/mesh dimensions: 1 = ring (or line), 2 for v3/v5e, 3 for v4
+  int links_per_axis = 2;      // links per device along one mesh axis (2 = both directions / neighbours); on a
+                               // switch, the device's links to the switch (12 NVLinks on an A100, 18 on an H100)
+  int torus_dims = 2;          // physical torus/mesh dimensions: 1 = ring (or line), 2 for v3/v5e, 3 for v4;
+                               // 0 = a switch (topology "switch", NVSwitch): every device reaches every other with
+                               // all its links, so an axis' bandwidth does not depend on where it lies
+  /// GPU clusters (docs/cost-model.md, "GPU clusters"): devices per node (0 = one interconnect for all devices, the
+  /// TPU presets). Device k is on node k / devices_per_node (k as DeviceMesh numbers devices); the devices of a node
+  /// share its switch (torus_dims 0), nodes are joined by a network of network_bandwidth per device.
+  int64_t devices_per_node = 0;
+  double network_bandwidth = 0;  // between nodes: one direction of one device's network link (bytes/s), e.g. one
+                                 // 400 Gb/s InfiniBand NIC per H100
+  double network_latency = 0;    // per step of a collective between nodes (s)
   /// Achieved FLOP/s of contractions (MatMul, Gemm, Einsum, Conv, ConvTranspose) by their FLOPs per op: points
   /// (flops, flop_per_s) in increasing flops, interpolated linearly in log(flops) and clamped at both ends. Empty:
   /// the peak (the TPU presets). Measured for "host", where small matmuls run far below the peak.
@@ -55,19 +67,21 @@ struct Target {
   /// axes fold onto one dim). Empty: the default, user axis i on physical dim min(i, torus_dims-1).
   std::vector<std::vector<std::string>> device_order;
 
-  /// A preset by name ("tpu-v3", "tpu-v4", "tpu-v5e", or one added with register_preset, e.g. the CLI's "host") or a
-  /// JSON file path. A string is read as a file when it is not a preset and names an existing file, ends in ".json"
-  /// or contains '/'. The file is one JSON object with the fields above (except device_order), plus optional
-  /// "base": "<preset>" to start from a preset (otherwise from the struct defaults) and "topology": "ring", "line",
-  /// "<n>d-torus" or "<n>d-mesh" (sets torus_dims and wraparound; not together with those two).
-  /// Throws InputError("--target: unknown target 'x' (known: tpu-v3, ...)"), and InputError("FILE: <why>") for
-  /// unreadable files, bad JSON, unknown fields, wrong types, negative numbers, non-positive peak_flops /
-  /// hbm_bandwidth / link_bandwidth.
+  /// A preset by name ("tpu-v3", "tpu-v4", "tpu-v5e", "dgx-a100", "dgx-h100", or one added with register_preset,
+  /// e.g. the CLI's "host") or a JSON file path. A string is read as a file when it is not a preset and names an
+  /// existing file, ends in ".json" or contains '/'. The file is one JSON object with the fields above (except
+  /// device_order), plus optional "base": "<preset>" to start from a preset (otherwise from the struct defaults) and
+  /// "topology": "ring", "line", "<n>d-torus", "<n>d-mesh" or "switch" (sets torus_dims and wraparound; not together
+  /// with those two). Throws InputError("--target: unknown target 'x' (known: tpu-v3, ...)"), and
+  /// InputError("FILE: <why>") for unreadable files, bad JSON, unknown fields, wrong types, negative numbers,
+  /// non-positive peak_flops / hbm_bandwidth / link_bandwidth, and devices_per_node without network_bandwidth or
+  /// on another topology than "switch".
   static Target load(const std::string& name_or_path);
   /// The same from JSON text; `origin` names it in errors (InputError("<origin>: <why>")), and its stem is the
   /// default name.
   static Target from_json(const std::string& text, const std::string& origin);
-  /// Names of the presets, built-in first ("tpu-v3", "tpu-v4", "tpu-v5e"), then registered ones in order.
+  /// Names of the presets, built-in first ("tpu-v3", "tpu-v4", "tpu-v5e", "dgx-a100", "dgx-h100"), then registered
+  /// ones in order.
   static std::vector<std::string> presets();
   /// Adds (or replaces) a named preset made on demand by `make` (called at most once per load). The backend's
   /// measured "host" preset is registered this way by the CLI, so core stays free of the kernels.
@@ -81,8 +95,11 @@ struct Target {
   /// FLOP/s of one contraction of `flops` FLOPs in `dtype`: min(peak_for(dtype), contraction_curve at flops),
   /// times conv_efficiency for convolutions.
   double contraction_rate(double flops, DType dtype, bool conv) const;
-  /// "ring", "line", "2d-torus", "3d-mesh", ...: torus_dims and wraparound as one word.
+  /// "ring", "line", "2d-torus", "3d-mesh", ..., "switch": torus_dims and wraparound as one word.
   std::string topology() const;
+  /// One direction of all of a device's links together (bytes/s): link_bandwidth * links_per_axis. On a switch
+  /// (torus_dims 0) every mesh axis and every collective inside a node runs at this bandwidth.
+  double switch_bandwidth() const { return link_bandwidth * std::max(1, links_per_axis); }
   /// Parses a --device-order text: physical dims separated by ',', axes folded onto one dim joined by '*' (major
   /// first), e.g. "y,x" or "data,model*expert". Throws InputError("--device-order: ...") on empty parts.
   static std::vector<std::vector<std::string>> parse_device_order(const std::string& text);
@@ -92,7 +109,8 @@ struct Target {
   /// Throws InputError("--device-order: ...") naming the axis or the count.
   void check_device_order(const DeviceMesh& mesh) const;
   /// Placement of (refined) mesh axis `axis`: its physical dim, its stride among the axes folded onto that dim, and
-  /// its ring bandwidth. The parts of a refined axis fold onto their parent's dim. O(mesh rank^2).
+  /// its ring bandwidth (on a switch: switch_bandwidth(), whatever the stride). The parts of a refined axis fold
+  /// onto their parent's dim. O(mesh rank^2).
   AxisPlacement placement(int axis, const DeviceMesh& mesh) const;
 };
 

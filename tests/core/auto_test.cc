@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 #include "core/auto/auto.h"
 #include "core/cost/cost.h"
@@ -84,6 +85,40 @@ TEST(AutoShard, RepeatedLayersAreOneDecisionAndTheCostIsThePipelines) {
   EXPECT_EQ(c.peak_memory_bytes, r.chosen.peak_memory_bytes);
   // Forward only, batch 64 over 4 devices: data parallelism needs no communication and is the optimum here.
   for (const AutoPlanCost& b : r.baselines) EXPECT_LE(r.chosen.step_time_s, b.step_time_s * (1 + 1e-9)) << b.name;
+}
+
+TEST(AutoShard, ProgressCountsEveryEvaluationInOrder) {
+  Graph g = mlp(2, 64, 256, 1024);
+  AutoOptions o = on_v3();
+  std::vector<AutoProgress> calls;
+  o.progress = [&](const AutoProgress& p) { calls.push_back(p); };
+  AutoResult r = auto_shard(g, on_2x2(), o);
+  // One call per evaluation, then the last one (done) with the final count.
+  ASSERT_EQ(calls.size(), static_cast<size_t>(r.evaluations) + 1);
+  for (size_t i = 0; i + 1 < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].evaluations, static_cast<int>(i) + 1);
+    EXPECT_FALSE(calls[i].done);
+    EXPECT_EQ(calls[i].groups, r.groups);
+    EXPECT_LE(calls[i].group, calls[i].groups);
+    if (i > 0) {  // where the search is only moves forward: (descent, sweep, group), and the elapsed time
+      const AutoProgress& a = calls[i - 1];
+      const AutoProgress& b = calls[i];
+      EXPECT_LE(std::make_tuple(a.descent, a.sweep, a.group), std::make_tuple(b.descent, b.sweep, b.group)) << i;
+      EXPECT_LE(a.elapsed_s, b.elapsed_s);
+      // the best fitting step only improves once a plan fits
+      if (a.best_step_time_s > 0) {
+        EXPECT_LE(b.best_step_time_s, a.best_step_time_s);
+      }
+    }
+  }
+  EXPECT_EQ(calls.front().descent, 0);  // the seeds come first
+  EXPECT_EQ(calls.back().evaluations, r.evaluations);
+  EXPECT_TRUE(calls.back().done);
+  EXPECT_GT(calls.back().best_step_time_s, 0);
+  EXPECT_LE(calls.back().best_step_time_s, r.chosen.step_time_s);  // the chosen plan was evaluated
+  EXPECT_EQ(calls.back().descent, r.starts);
+  ASSERT_EQ(r.starts, 1);                   // the first descent's plan fits: no other descent
+  EXPECT_EQ(calls.back().sweep, r.sweeps);  // so its sweeps are all the sweeps
 }
 
 TEST(AutoShard, ConstraintsAreKept) {

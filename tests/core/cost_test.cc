@@ -39,7 +39,7 @@ TEST(CostTarget, Presets) {
   expect_rel(v5e.peak_flops, 197e12);
   expect_rel(v5e.hbm_bandwidth, 819e9);
   expect_rel(v5e.link_bandwidth, 50e9);
-  EXPECT_EQ(Target::presets(), (std::vector<std::string>{"tpu-v3", "tpu-v4", "tpu-v5e"}));
+  EXPECT_EQ(Target::presets(), (std::vector<std::string>{"tpu-v3", "tpu-v4", "tpu-v5e", "dgx-a100", "dgx-h100"}));
 }
 
 TEST(CostTarget, UnknownName) {
@@ -47,7 +47,7 @@ TEST(CostTarget, UnknownName) {
     Target::load("tpu-v9");
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "--target: unknown target 'tpu-v9' (known: tpu-v3, tpu-v4, tpu-v5e)");
+    EXPECT_STREQ(e.what(), "--target: unknown target 'tpu-v9' (known: tpu-v3, tpu-v4, tpu-v5e, dgx-a100, dgx-h100)");
   }
 }
 
@@ -99,7 +99,7 @@ TEST(CostTarget, BadJsonFiles) {
   expect_input_error(write_tmp("bad4.json", R"({"hbm_bandwidth": 1, "link_bandwidth": 1})"), "peak_flops must be > 0");
   expect_input_error(write_tmp("bad5.json", R"([1, 2])"), "expected one JSON object");
   expect_input_error(write_tmp("bad6.json", R"({"topology": "3d-donut", "peak_flops": 1})"),
-                     "'topology' must be \"ring\", \"line\", \"<n>d-torus\" or \"<n>d-mesh\"");
+                     "'topology' must be \"ring\", \"line\", \"<n>d-torus\", \"<n>d-mesh\" or \"switch\"");
   expect_input_error(write_tmp("bad7.json", R"({"base": "tpu-v3", "topology": "ring", "torus_dims": 1})"),
                      "give 'topology' or 'torus_dims'/'wraparound', not both");
   expect_input_error(write_tmp("bad8.json", R"({"base": "tpu-v3", "peak_flops_int8": -1})"),
@@ -256,7 +256,8 @@ TEST(CostTarget, RegisteredPresets) {
     Target::load("tpu-v9");
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "--target: unknown target 'tpu-v9' (known: tpu-v3, tpu-v4, tpu-v5e, test-pod)");
+    EXPECT_STREQ(e.what(),
+                 "--target: unknown target 'tpu-v9' (known: tpu-v3, tpu-v4, tpu-v5e, dgx-a100, dgx-h100, test-pod)");
   }
   // a file may start from a registered preset
   EXPECT_EQ(Target::load(write_tmp("based.json", R"({"base": "test-pod", "link_latency": 2e-6})")).link_latency, 2e-6);

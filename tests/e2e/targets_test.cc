@@ -87,7 +87,8 @@ TEST(Targets, DeviceOrderChangesTheRingsAndIsReported) {
   EXPECT_EQ(few.err, "error: --device-order: mesh axis 'model' is missing (every axis must be placed once)\n");
   CmdResult tgt = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --target tpu-v9", "ord_tgt");
   EXPECT_EQ(tgt.code, 2);
-  EXPECT_EQ(tgt.err, "error: --target: unknown target 'tpu-v9' (known: tpu-v3, tpu-v4, tpu-v5e, host)\n");
+  EXPECT_EQ(tgt.err,
+            "error: --target: unknown target 'tpu-v9' (known: tpu-v3, tpu-v4, tpu-v5e, dgx-a100, dgx-h100, host)\n");
 }
 
 TEST(Targets, Gpt3SizedDecoderAt2048Devices) {
@@ -133,6 +134,44 @@ TEST(Targets, Gpt3SizedDecoderAt2048Devices) {
   EXPECT_LT(mem, 16.0 * (1 << 30));
   EXPECT_GT(rep["simulated"]["flops_utilization"].get<double>(), 0.2);
   EXPECT_LT(rep["simulated"]["flops_utilization"].get<double>(), 1.0);
+}
+
+TEST(Targets, GpuNodesPriceCollectivesInsideAndAcrossNodes) {
+  // dgx-h100, 16 GPUs = two 8-GPU nodes. Megatron on 2x8 (data, model): each model group of 8 is one node. With the
+  // axes swapped in the sidecar (model, data), each model group of 2 has one GPU on each node: InfiniBand.
+  fs::path d = scratch("targets_gpu");
+  std::string sidecar = read_file(fs::path(GSPMD_SOURCE_DIR) / "testdata/gpt/gpt.megatron.sharding.json");
+  const std::string from = R"("axes": ["data", "model"])";
+  ASSERT_NE(sidecar.find(from), std::string::npos);
+  sidecar.replace(sidecar.find(from), from.size(), R"("axes": ["model", "data"])");
+  std::ofstream(d / "across.sharding.json") << sidecar;
+  CmdResult in =
+      cli("simulate " + kGpt + " --mesh 2x8 " + kMegatron + " --target dgx-h100 --report " + (d / "in.json").string(),
+          "targets_gpu_in");
+  CmdResult across = cli("simulate " + kGpt + " --mesh 2x8 --shardings " + (d / "across.sharding.json").string() +
+                             " --target dgx-h100 --report " + (d / "across.json").string(),
+                         "targets_gpu_across");
+  ASSERT_EQ(in.code, 0) << in.err;
+  ASSERT_EQ(across.code, 0) << across.err;
+  EXPECT_NE(in.out.find("target dgx-h100 (switch, device order data*model)"), std::string::npos) << in.out;
+  nlohmann::json ri = read_json(d / "in.json"), ra = read_json(d / "across.json");
+  EXPECT_EQ(ri["target_spec"]["devices_per_node"], 8);
+  EXPECT_EQ(ri["target_spec"]["network_bandwidth"], 50e9);
+  // The attention projection's all-reduce over model, 128 KiB per GPU (batch 8 / 2, 64 tokens, 128 floats).
+  auto proj = [](const nlohmann::json& r) {
+    for (const auto& c : r["collectives"])
+      if (c["node"] == "/h.0/attn/proj/Add") return c;
+    return nlohmann::json();
+  };
+  // Inside a node: 8 GPUs on NVSwitch (18 x 25 GB/s), [4, 64, 128] floats per GPU (batch 8 over data = 2). The
+  // attention's reshape refines model into parts of 4 and 2 (docs/partitioning.md): two rings, 3 + 1 steps.
+  ASSERT_EQ(proj(ri)["axes"], nlohmann::json({"model"}));
+  ASSERT_EQ(proj(ri)["bytes"], 131072);
+  EXPECT_NEAR(proj(ri)["time_s"].get<double>(), 2 * (7.0 / 8 * 131072 / 450e9 + 4e-6), 1e-15);
+  // Across nodes: 2 GPUs, one per node, over their 400 Gb/s NICs; [1, 64, 128] per GPU (batch 8 over data = 8).
+  ASSERT_EQ(proj(ra)["axes"], nlohmann::json({"model"}));
+  ASSERT_EQ(proj(ra)["bytes"], 32768);
+  EXPECT_NEAR(proj(ra)["time_s"].get<double>(), 2 * (0.5 * 32768 / 50e9 + 5e-6), 1e-15);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <utility>
@@ -167,6 +168,59 @@ TEST(MpiRun, GptFromDeviceFilesMatchesEmulator) {
   nlohmann::json rep = read_json(d / "report.json");
   expect_measured(rep, 4);
   EXPECT_EQ(rep["measured"]["program"], "device files");
+}
+
+TEST(MpiRun, TraceHasEveryRanksMeasuredStepsAndExpectedOutputsPass) {
+  // GSPMD_FUSION=0: one measured step per program node, so every rank's steps name the program's nodes one by one.
+  fs::path d = scratch("mpi_gpt_trace");
+  CmdResult r = mpi_run(4,
+                        kGpt + " --inputs testdata/gpt/test_data_set_0 --expected testdata/gpt/test_data_set_0" +
+                            " --warmup 0 --trace " + (d / "trace.json").string(),
+                        "mpi_gpt_trace", "-x GSPMD_FUSION=0");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("expected  passed against testdata/gpt/test_data_set_0"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("run: rank 0 of 4 ranks"), std::string::npos) << "progress without a terminal:\n" << r.err;
+  nlohmann::json t = read_json(d / "trace.json");
+  std::vector<std::string> program;                          // the simulated track of device 0: the program's nodes
+  std::map<int, std::string> tracks;                         // measured: tid -> track name
+  std::map<int, std::vector<std::string>> measured;          // measured: tid -> its steps' nodes, in order
+  std::map<int, std::vector<std::pair<double, double>>> at;  // measured: tid -> its steps' (start, duration)
+  std::string process;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["pid"] == 0 && e["ph"] == "X" && e["tid"] == 0) program.push_back(e["name"].get<std::string>());
+    if (e["pid"] != 1) continue;
+    if (e["ph"] == "M" && e["name"] == "process_name") process = e["args"]["name"].get<std::string>();
+    if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int>()] = e["args"]["name"];
+    if (e["ph"] != "X") continue;
+    EXPECT_EQ(e["cat"], "measured");
+    for (const auto& n : e["args"]["nodes"]) measured[e["tid"].get<int>()].push_back(n.get<std::string>());
+    at[e["tid"].get<int>()].emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
+  }
+  EXPECT_EQ(process, "measured: MPI ranks (wall time)");
+  ASSERT_EQ(tracks.size(), 4u);
+  ASSERT_GT(program.size(), 50u);
+  for (int k = 0; k < 4; ++k) {
+    SCOPED_TRACE("rank " + std::to_string(k));
+    EXPECT_EQ(tracks[k], "rank " + std::to_string(k));
+    EXPECT_EQ(measured[k], program);
+    ASSERT_EQ(at[k].size(), program.size());
+    for (size_t i = 0; i < at[k].size(); ++i) {
+      EXPECT_GE(at[k][i].second, 0);
+      if (i > 0) {  // in order, no overlap
+        EXPECT_GE(at[k][i].first + 1e-3, at[k][i - 1].first + at[k][i - 1].second);
+      }
+    }
+  }
+}
+
+TEST(MpiRun, ProgressOnRankZeroWhenMpirunIsOnATerminal) {
+  // Under `script`, mpirun's stderr is a terminal (the ranks' are pipes to it): rank 0 shows its progress.
+  CmdResult r = sh("GSPMD_PROGRESS_DELAY_MS=0 script -qec '" + mpirun(4) + kBin + " run " + kGpt +
+                       " --backend mpi --warmup 0 >/dev/null' /dev/null",
+                   "mpi_progress_tty");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\rrun: rank 0 of 4 ranks, node "), std::string::npos) << r.out;
+  for (int k = 1; k < 4; ++k) EXPECT_EQ(r.out.find("rank " + std::to_string(k) + " of"), std::string::npos) << r.out;
 }
 
 // resnet18 with its input split spatially: halo exchanges (collective-permute) and, deeper in the network,
