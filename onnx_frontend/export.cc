@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/partition/reshard.h"
 #include "onnx_frontend/frontend.h"
@@ -378,6 +379,7 @@ struct Exporter {
     meta("gspmd.num_devices", std::to_string(p.mesh.num_devices()));
     meta("gspmd.mesh_shape", shape);
     meta("gspmd.mesh_axes", axes_s);
+    if (p.mesh.has_device_order()) meta("gspmd.mesh_devices", fmt::format("{}", fmt::join(p.mesh.devices, ",")));
     meta("gspmd.program_fingerprint", fmt::format("{:016x}", program_fingerprint(p)));
     {
       auto coords = p.mesh.coords(device);

@@ -148,18 +148,30 @@ ModelInfo read_model_info(const std::string& path);
 /// `report` (optional) receives what was folded and rewritten.
 Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* report = nullptr);
 
-/// Reads the sharding sidecar (docs/sharding-file.md, version 1; minimal form + `unreduced`/`priority` objects +
-/// `rules`). `cli_mesh` is the --mesh value (nullptr if absent): it gives the shape when the file has no mesh
-/// and overrides sizes otherwise (same axis count required).
+/// Reads the sharding sidecar (docs/sharding-file.md, version 1): the mesh (with an optional device order,
+/// `"devices"`), and per tensor or rule a PartitionSpec (list or `{"spec": ...}` object with `unreduced`/`priority`),
+/// XLA HLO sharding text (`{"hlo": "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"}`, sharding_from_hlo) or
+/// OneFlow nd-SBP (`{"sbp": ["S(0)", "B"]}`, sharding_from_sbp). `cli_mesh` is the --mesh value (nullptr if absent):
+/// it gives the shape when the file has no mesh and overrides sizes otherwise (same axis count required; a file's
+/// `devices` must then list as many devices as --mesh has).
 /// Throws InputError with one line naming the file, the key and the problem, e.g.
 ///   gpt.sharding.json: tensors."h.0.mlp.fc_in.weight": spec has 3 entries but the tensor has rank 2
-/// Covers malformed JSON, unknown value names, unknown axes, an axis used twice, wrong rank, mesh mismatch.
+/// Covers malformed JSON, unknown value names, unknown axes, an axis used twice, wrong rank, mesh mismatch, a device
+/// order that is not a permutation, and HLO / SBP text that is malformed or that the mesh cannot express.
 Annotations read_sharding_file(const std::string& path, const Graph& g, const DeviceMesh* cli_mesh);
 
-/// Writes the plan as a sharding file (every value, PartitionSpec form; unreduced values in the object form),
-/// readable back with read_sharding_file.
+/// The notation write_sharding_file writes each value's sharding in (docs/sharding-file.md, "Writing"):
+/// a PartitionSpec, XLA HLO sharding text or OneFlow nd-SBP.
+enum class ShardingNotation { kSpec, kHlo, kSbp };
+
+/// Writes the plan as a sharding file: the user's mesh (with its device order) and every value's sharding in
+/// `notation` (spec: the list, or the object form with `unreduced` for partial values; hlo: `{"hlo": TEXT}` with
+/// `reduction` for non-sum partial values; sbp: `{"sbp": [...]}`). A sharding the notation cannot express exactly
+/// (SBP has no sub-axes and orders the axes of a dim by mesh axis; HLO drops axes of size 1) is written as a spec.
+/// The file reads back with read_sharding_file to the same shardings. Written atomically.
 void write_sharding_file(const std::string& path, const Graph& g, const DeviceMesh& mesh,
-                         const std::vector<TensorSharding>& shardings);
+                         const std::vector<TensorSharding>& shardings,
+                         ShardingNotation notation = ShardingNotation::kSpec);
 
 /// Writes device `device`'s program as a standalone ONNX model: local shapes, that device's slices of the
 /// weights (from `global`'s initializers, sliced with shard_tensor), gspmd ops specialised for the device

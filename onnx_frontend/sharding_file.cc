@@ -1,6 +1,8 @@
 // The sharding sidecar (docs/sharding-file.md): read + write. The only frontend file that includes nlohmann/json.
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -19,6 +21,8 @@ using ojson = nlohmann::ordered_json;
 const json kNull;  // an absent "axes": the dim is not split
 
 std::string quoted(const std::string& name) { return json(name).dump(); }
+std::string tensor_key(const std::string& name) { return "tensors." + quoted(name); }
+std::string rule_key(size_t i) { return fmt::format("rules[{}]", i); }
 
 std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
   std::string s;
@@ -63,7 +67,7 @@ struct Reader {
     }
     const json& jm = root["mesh"];
     if (!jm.is_object()) fail("mesh", "expected an object like {\"shape\": [2, 2], \"axes\": [\"data\", \"model\"]}");
-    check_keys(jm, "mesh", {"shape", "axes"});
+    check_keys(jm, "mesh", {"shape", "axes", "devices"});
     std::vector<int64_t> shape;
     std::vector<std::string> axes;
     bool has_shape = jm.contains("shape"), has_axes = jm.contains("axes");
@@ -106,6 +110,27 @@ struct Reader {
       for (size_t i = 0; i < rank; ++i) axes.push_back(default_axis_name(i));
     mesh.shape = std::move(shape);
     mesh.axes = std::move(axes);
+    if (jm.contains("devices")) read_devices(jm["devices"], cli_mesh);
+  }
+
+  /// The mesh's device order: the device id at each mesh position, row-major (identity = none).
+  void read_devices(const json& jd, const DeviceMesh* cli_mesh) {
+    if (!jd.is_array() || jd.empty())
+      fail("mesh.devices", "expected a list of device ids, one per mesh position (row-major over shape)");
+    for (size_t i = 0; i < jd.size(); ++i) {
+      if (!jd[i].is_number_integer())
+        fail("mesh.devices", fmt::format("entry {} is {}, not a device id", i, jd[i].dump()));
+      mesh.devices.push_back(jd[i].get<int64_t>());
+    }
+    if (cli_mesh && static_cast<int64_t>(jd.size()) != cli_mesh->num_devices())
+      fail("mesh.devices", fmt::format("has {} entries but --mesh {} has {} devices", jd.size(),
+                                       mesh_text(cli_mesh->shape), cli_mesh->num_devices()));
+    try {
+      mesh.check_devices();
+    } catch (const std::invalid_argument& e) {
+      fail("mesh.devices", e.what());
+    }
+    if (!mesh.has_device_order()) mesh.devices.clear();
   }
 
   /// Parses "x:(pre)size" (Shardy's sub-axis of mesh axis x); false for any other string.
@@ -120,10 +145,29 @@ struct Reader {
     return *u >= 0;
   }
 
-  /// Refines the mesh with the sub-axes the file names anywhere (tensors, rules, unreduced lists).
+  /// Refines the mesh with the sub-axes the file names anywhere (tensors, rules, unreduced lists) and those its HLO
+  /// entries need (each decoded once, here, into decoded_hlo).
   void read_sub_axes(const json& root) {
     std::vector<std::vector<int64_t>> cuts(mesh.shape.size());
     bool any = false;
+    auto hlo_entry = [&](const json& j, const std::string& key) {
+      if (!j.is_object() || !j.contains("hlo")) return;
+      if (!j["hlo"].is_string()) fail(key, "\"hlo\" must be a string of XLA HLO sharding text");
+      try {
+        ParsedSharding p = sharding_from_hlo(j["hlo"].get<std::string>(), mesh);
+        const auto c = p.mesh.cuts();
+        for (size_t u = 0; u < c.size(); ++u) cuts[u].insert(cuts[u].end(), c[u].begin(), c[u].end());
+        any = any || p.mesh.is_refined();
+        decoded_hlo.emplace(key, std::move(p));
+      } catch (const std::invalid_argument& e) {
+        fail(key, fmt::format("hlo: {}", e.what()));
+      }
+    };
+    if (root.contains("tensors") && root["tensors"].is_object())
+      for (auto it = root["tensors"].begin(); it != root["tensors"].end(); ++it)
+        hlo_entry(it.value(), tensor_key(it.key()));
+    if (root.contains("rules") && root["rules"].is_array())
+      for (size_t i = 0; i < root["rules"].size(); ++i) hlo_entry(root["rules"][i], rule_key(i));
     std::function<void(const json&)> scan = [&](const json& j) {
       if (j.is_string()) {
         int u = -1;
@@ -162,12 +206,16 @@ struct Reader {
     fail(key, fmt::format("unknown mesh axis '{}' (mesh axes: {})", a, join(user.axes)));
   }
 
-  // A parsed entry before it meets a tensor: the per-dim axes, unreduced axes, reduction and priority.
+  // A parsed entry before it meets a tensor: the per-dim axes, unreduced axes, reduction and priority, in one of
+  // the notations.
   struct Entry {
-    TensorSharding sharding;
+    TensorSharding sharding;  // on `mesh`
     int priority = 0;
     bool open = false;            // "open": true on the object form
     std::vector<char> open_dims;  // per dim: {"axes": [...], "open": true}
+    const char* notation = "spec";
+    bool any_rank = false;  // hlo "{replicated}": replicated at the tensor's rank
+    bool min_rank = false;  // sbp: `sharding` has the rank its splits need; unsplit dims are added to the tensor's
   };
 
   /// `j[name]` when present: true or false. Fails otherwise.
@@ -179,11 +227,40 @@ struct Reader {
 
   Entry parse_entry(const json& j, const std::string& key) const {
     Entry e;
+    if (j.is_object() && (j.contains("hlo") || j.contains("sbp"))) {
+      if (j.contains("spec") + j.contains("hlo") + j.contains("sbp") > 1)
+        fail(key, "give one of \"spec\", \"hlo\" or \"sbp\"");
+      if (j.contains("hlo")) {
+        check_keys(j, key, {"hlo", "reduction", "priority", "open"});
+        const ParsedSharding& p = decoded_hlo.at(key);
+        e.notation = "hlo";
+        e.any_rank = p.any_rank;
+        e.sharding = p.any_rank ? p.sharding : remap(p.sharding, p.mesh, mesh);
+      } else {
+        check_keys(j, key, {"sbp", "priority", "open"});
+        const json& js = j["sbp"];
+        std::vector<std::string> sbp;
+        for (const json& x : js.is_array() ? js : json::array({nullptr})) {
+          if (!x.is_string()) fail(key, "\"sbp\" must be a list with one entry per mesh axis, like [\"S(0)\", \"B\"]");
+          sbp.push_back(x.get<std::string>());
+        }
+        try {
+          e.sharding = sharding_from_sbp(sbp, mesh);
+        } catch (const std::invalid_argument& ex) {
+          fail(key, fmt::format("sbp: {}", ex.what()));
+        }
+        e.notation = "sbp";
+        e.min_rank = true;
+      }
+      read_reduction_and_priority(j, key, e);
+      e.open = flag(j, "open", key);
+      return e;
+    }
     const json* spec = &j;
     if (j.is_object()) {
-      check_keys(j, key, {"spec", "unreduced", "partial", "reduction", "priority", "open"});
+      check_keys(j, key, {"spec", "hlo", "sbp", "unreduced", "partial", "reduction", "priority", "open"});
       e.open = flag(j, "open", key);
-      if (!j.contains("spec")) fail(key, "the object form needs a \"spec\" list");
+      if (!j.contains("spec")) fail(key, "the object form needs \"spec\", \"hlo\" or \"sbp\"");
       spec = &j["spec"];
       const char* ukey = j.contains("unreduced") ? "unreduced" : (j.contains("partial") ? "partial" : nullptr);
       if (ukey) {
@@ -203,26 +280,7 @@ struct Reader {
           }
         std::sort(e.sharding.unreduced.begin(), e.sharding.unreduced.end());
       }
-      if (j.contains("reduction")) {
-        const json& jr = j["reduction"];
-        std::string r = jr.is_string() ? jr.get<std::string>() : "";
-        if (r == "sum")
-          e.sharding.reduction = ReductionKind::kSum;
-        else if (r == "max")
-          e.sharding.reduction = ReductionKind::kMax;
-        else if (r == "min")
-          e.sharding.reduction = ReductionKind::kMin;
-        else if (r == "prod")
-          e.sharding.reduction = ReductionKind::kProd;
-        else
-          fail(key, fmt::format("reduction must be \"sum\", \"max\", \"min\" or \"prod\" (got {})", jr.dump()));
-      }
-      if (j.contains("priority")) {
-        const json& jp = j["priority"];
-        if (!jp.is_number_integer() || jp.get<int64_t>() < INT32_MIN || jp.get<int64_t>() > INT32_MAX)
-          fail(key, fmt::format("priority must be an integer (got {})", jp.dump()));
-        e.priority = static_cast<int>(jp.get<int64_t>());
-      }
+      read_reduction_and_priority(j, key, e);
     }
     if (!spec->is_array())
       fail(key, fmt::format("expected a partition spec (a list with one entry per dimension) or an object with "
@@ -262,10 +320,48 @@ struct Reader {
     return e;
   }
 
-  void check_rank(const Entry& e, const Value& v, const std::string& key, const std::string& who) const {
-    if (e.sharding.rank() != static_cast<int>(v.shape.size()))
-      fail(key, fmt::format("spec has {} entries but {} has rank {}", e.sharding.rank(), who, v.shape.size()));
+  void read_reduction_and_priority(const json& j, const std::string& key, Entry& e) const {
+    if (j.contains("reduction")) {
+      const json& jr = j["reduction"];
+      std::string r = jr.is_string() ? jr.get<std::string>() : "";
+      if (r == "sum")
+        e.sharding.reduction = ReductionKind::kSum;
+      else if (r == "max")
+        e.sharding.reduction = ReductionKind::kMax;
+      else if (r == "min")
+        e.sharding.reduction = ReductionKind::kMin;
+      else if (r == "prod")
+        e.sharding.reduction = ReductionKind::kProd;
+      else
+        fail(key, fmt::format("reduction must be \"sum\", \"max\", \"min\" or \"prod\" (got {})", jr.dump()));
+    }
+    if (j.contains("priority")) {
+      const json& jp = j["priority"];
+      if (!jp.is_number_integer() || jp.get<int64_t>() < INT32_MIN || jp.get<int64_t>() > INT32_MAX)
+        fail(key, fmt::format("priority must be an integer (got {})", jp.dump()));
+      e.priority = static_cast<int>(jp.get<int64_t>());
+    }
   }
+
+  /// The entry's sharding for value `v` (`who` names it in errors): checks or supplies the rank.
+  TensorSharding sharding_for(const Entry& e, const Value& v, const std::string& key, const std::string& who) const {
+    const int rank = static_cast<int>(v.shape.size());
+    TensorSharding s = e.sharding;
+    if (e.any_rank) {
+      s.dims.assign(static_cast<size_t>(rank), {});
+    } else if (e.min_rank) {
+      if (s.rank() > rank)
+        fail(key, fmt::format("sbp: S({}) splits dim {} but {} has rank {}", s.rank() - 1, s.rank() - 1, who, rank));
+      s.dims.resize(static_cast<size_t>(rank));
+    } else if (s.rank() != rank) {
+      fail(key, std::string(e.notation) == "hlo"
+                    ? fmt::format("hlo: the tile assignment has {} tensor dims but {} has rank {}", s.rank(), who, rank)
+                    : fmt::format("spec has {} entries but {} has rank {}", s.rank(), who, rank));
+    }
+    return s;
+  }
+
+  std::map<std::string, ParsedSharding> decoded_hlo;  // HLO entries by key (read_sub_axes)
 };
 
 }  // namespace
@@ -295,13 +391,12 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
     const json& jt = root["tensors"];
     if (!jt.is_object()) r.fail("tensors", "expected an object mapping value names to partition specs");
     for (auto it = jt.begin(); it != jt.end(); ++it) {
-      const std::string key = "tensors." + quoted(it.key());
+      const std::string key = tensor_key(it.key());
       int id = g.find(it.key());
       if (id < 0) r.fail(key, fmt::format("no value named '{}' in the model", it.key()));
       auto e = r.parse_entry(it.value(), key);
-      r.check_rank(e, g.values[id], key, "the tensor");
-      ann.by_value[id] =
-          Annotation{std::move(e.sharding), e.priority, fmt::format("{}: {}", path, key), e.open, e.open_dims};
+      TensorSharding s = r.sharding_for(e, g.values[id], key, "the tensor");
+      ann.by_value[id] = Annotation{std::move(s), e.priority, fmt::format("{}: {}", path, key), e.open, e.open_dims};
     }
   }
   if (root.contains("rules")) {
@@ -310,7 +405,7 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
     std::vector<char> claimed(g.values.size(), 0);
     for (const auto& [id, a] : ann.by_value) claimed[id] = 1;  // explicit entries win over rules
     for (size_t i = 0; i < jr.size(); ++i) {
-      const std::string key = fmt::format("rules[{}]", i);
+      const std::string key = rule_key(i);
       const json& rule = jr[i];
       if (!rule.is_object()) r.fail(key, "expected an object {\"match\": REGEX, \"spec\": [...]}");
       if (!rule.contains("match") || !rule["match"].is_string()) r.fail(key, "needs \"match\": a regular expression");
@@ -323,59 +418,112 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
       }
       json body = rule;
       body.erase("match");
-      if (!body.contains("spec")) r.fail(key, "needs \"spec\": a partition spec");
+      if (!body.contains("spec") && !body.contains("hlo") && !body.contains("sbp"))
+        r.fail(key, "needs \"spec\": a partition spec (or \"hlo\" or \"sbp\")");
       auto e = r.parse_entry(body, key);
       for (size_t v = 0; v < g.values.size(); ++v) {
         if (claimed[v] || !std::regex_search(g.values[v].name, re)) continue;
-        r.check_rank(e, g.values[v], key, fmt::format("'{}' (matched by {})", g.values[v].name, quoted(pattern)));
+        TensorSharding s =
+            r.sharding_for(e, g.values[v], key, fmt::format("'{}' (matched by {})", g.values[v].name, quoted(pattern)));
         claimed[v] = 1;
         ann.by_value[static_cast<int>(v)] = Annotation{
-            e.sharding, e.priority, fmt::format("{}: {} ({})", path, key, quoted(pattern)), e.open, e.open_dims};
+            std::move(s), e.priority, fmt::format("{}: {} ({})", path, key, quoted(pattern)), e.open, e.open_dims};
       }
     }
   }
   return ann;
 }
 
-void write_sharding_file(const std::string& path, const Graph& g, const DeviceMesh& mesh,
-                         const std::vector<TensorSharding>& shardings) {
-  if (shardings.size() != g.values.size())
-    throw std::invalid_argument(
-        fmt::format("write_sharding_file: {} shardings for {} values", shardings.size(), g.values.size()));
-  // A refined mesh is written as the user's mesh; its sub-axes print as "x:(pre)size" unless a whole axis is used.
+namespace {
+
+/// `s` as a partition spec: the list, or {"spec", "unreduced"[, "reduction"]} for a partial value. Sub-axes print as
+/// "x:(pre)size" unless a whole axis is used.
+ojson spec_entry(const TensorSharding& s, const DeviceMesh& mesh) {
   auto names = [&](const std::vector<int>& axes) {
     ojson list = ojson::array();
     for (const std::string& n : mesh.axis_names(axes)) list.push_back(n);
     return list;
   };
+  ojson spec = ojson::array();
+  for (const auto& dim : s.dims) {
+    ojson list = names(dim);
+    if (list.empty())
+      spec.push_back(nullptr);
+    else if (list.size() == 1)
+      spec.push_back(list[0]);
+    else
+      spec.push_back(list);
+  }
+  if (s.unreduced.empty()) return spec;
+  ojson entry = ojson::object();
+  entry["spec"] = spec;
+  entry["unreduced"] = names(s.unreduced);
+  if (s.reduction != ReductionKind::kSum) entry["reduction"] = std::string(reduction_name(s.reduction));
+  return entry;
+}
+
+bool same_sharding(const TensorSharding& a, const TensorSharding& b) {
+  return a.dims == b.dims && a.unreduced == b.unreduced;
+}
+
+/// {"hlo": TEXT[, "reduction"]}, or nothing when the text does not read back to `s` (axes of size 1).
+std::optional<ojson> hlo_entry(const TensorSharding& s, const DeviceMesh& mesh) {
+  const std::string text = s.to_hlo(mesh, /*iota=*/true);
+  const ParsedSharding p = sharding_from_hlo(text, mesh);
+  if (!same_sharding(p.any_rank ? TensorSharding::replicated(s.rank()) : remap(p.sharding, p.mesh, mesh), s))
+    return std::nullopt;
+  ojson entry = ojson::object();
+  entry["hlo"] = text;
+  if (!s.unreduced.empty() && s.reduction != ReductionKind::kSum)
+    entry["reduction"] = std::string(reduction_name(s.reduction));
+  return entry;
+}
+
+/// {"sbp": [...]}, one entry per user mesh axis from the role of its first part, or nothing when that does not read
+/// back to `s` (sub-axes, or a dim whose axes are not in mesh-axis order).
+std::optional<ojson> sbp_entry(const TensorSharding& s, const DeviceMesh& mesh) {
+  std::vector<std::string> sbp;
+  for (int u = 0; u < static_cast<int>(mesh.user().shape.size()); ++u) {
+    const int a = mesh.parts_of(u).front();
+    std::string e = "B";
+    for (int d = 0; d < s.rank(); ++d)
+      if (std::find(s.dims[d].begin(), s.dims[d].end(), a) != s.dims[d].end()) e = fmt::format("S({})", d);
+    if (std::find(s.unreduced.begin(), s.unreduced.end(), a) != s.unreduced.end())
+      e = s.reduction == ReductionKind::kSum ? "P" : fmt::format("P({})", reduction_name(s.reduction));
+    sbp.push_back(e);
+  }
+  TensorSharding back = sharding_from_sbp(sbp, mesh);
+  if (back.rank() > s.rank()) return std::nullopt;
+  back.dims.resize(static_cast<size_t>(s.rank()));
+  if (!same_sharding(back, s)) return std::nullopt;
+  ojson entry = ojson::object();
+  entry["sbp"] = sbp;
+  return entry;
+}
+
+}  // namespace
+
+void write_sharding_file(const std::string& path, const Graph& g, const DeviceMesh& mesh,
+                         const std::vector<TensorSharding>& shardings, ShardingNotation notation) {
+  if (shardings.size() != g.values.size())
+    throw std::invalid_argument(
+        fmt::format("write_sharding_file: {} shardings for {} values", shardings.size(), g.values.size()));
+  // A refined mesh is written as the user's mesh.
   std::string out = "{\n  \"mesh\": ";
   const DeviceMesh user = mesh.user();
   ojson jm;
   jm["shape"] = user.shape;
   jm["axes"] = user.axes;
+  if (user.has_device_order()) jm["devices"] = user.devices;
   out += jm.dump();
   out += ",\n  \"tensors\": {";
   for (size_t v = 0; v < g.values.size(); ++v) {
     const TensorSharding& s = shardings[v];
-    ojson spec = ojson::array();
-    for (const auto& dim : s.dims) {
-      ojson list = names(dim);
-      if (list.empty())
-        spec.push_back(nullptr);
-      else if (list.size() == 1)
-        spec.push_back(list[0]);
-      else
-        spec.push_back(list);
-    }
-    ojson entry = spec;
-    if (!s.unreduced.empty()) {
-      entry = ojson::object();
-      entry["spec"] = spec;
-      entry["unreduced"] = names(s.unreduced);
-      if (s.reduction != ReductionKind::kSum) entry["reduction"] = std::string(reduction_name(s.reduction));
-    }
+    std::optional<ojson> entry;
+    if (notation == ShardingNotation::kHlo) entry = hlo_entry(s, mesh);
+    if (notation == ShardingNotation::kSbp) entry = sbp_entry(s, mesh);
     out += v ? ",\n    " : "\n    ";
-    out += quoted(g.values[v].name) + ": " + entry.dump();
+    out += quoted(g.values[v].name) + ": " + (entry ? *entry : spec_entry(s, mesh)).dump();
   }
   out += g.values.empty() ? "}\n}\n" : "\n  }\n}\n";
   frontend::write_file_atomic(path, out);

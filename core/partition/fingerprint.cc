@@ -103,6 +103,7 @@ uint64_t program_fingerprint(const SpmdProgram& p) {
   Hasher h;
   h.vec(p.mesh.shape);
   h.vec(p.mesh.axes);
+  if (p.mesh.has_device_order()) h.vec(p.mesh.devices);  // the device order decides every device's slices and groups
   hash_graph(h, p.program);
   for (const auto* list : {&p.inputs, &p.params, &p.outputs}) {
     h.i(static_cast<int64_t>(list->size()));

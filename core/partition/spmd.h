@@ -67,9 +67,9 @@ SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh
 
 namespace gspmd {
 
-/// A 64-bit fingerprint (FNV-1a) of the program's structure: the mesh (shape, axis names), every value's name,
-/// dtype, local shape and initializer flag, every node (op type, domain, name, inputs, outputs, attributes, tensor
-/// attributes by content), and the input/param/output bindings with their shardings. Initializer data is NOT
+/// A 64-bit fingerprint (FNV-1a) of the program's structure: the mesh (shape, axis names, device order), every value's
+/// name, dtype, local shape and initializer flag, every node (op type, domain, name, inputs, outputs, attributes,
+/// tensor attributes by content), and the input/param/output bindings with their shardings. Initializer data is NOT
 /// included, so it is the same whether the model was loaded with or without its weights. Equal programs give equal
 /// fingerprints in every process and on every host (no pointer or hash-seed dependence); it identifies the program
 /// an exported device model belongs to (`gspmd.program_fingerprint`) and lets MPI ranks check they run the same one.

@@ -52,15 +52,49 @@ int DeviceMesh::axis_index(std::string_view name) const {
   return -1;
 }
 
-std::vector<int64_t> DeviceMesh::coords(int64_t device) const {
+int64_t DeviceMesh::device_at(int64_t pos) const {
+  if (pos < 0 || pos >= num_devices())
+    throw std::out_of_range(fmt::format("mesh position {} is not in mesh {}", pos, str()));
+  return devices.empty() ? pos : devices[static_cast<size_t>(pos)];
+}
+
+int64_t DeviceMesh::position_of(int64_t device) const {
   if (device < 0 || device >= num_devices())
     throw std::out_of_range(fmt::format("device {} is not in mesh {}", device, str()));
+  if (devices.empty()) return device;
+  auto it = std::find(devices.begin(), devices.end(), device);
+  if (it == devices.end()) throw std::out_of_range(fmt::format("device {} is not in mesh {}", device, str()));
+  return it - devices.begin();
+}
+
+std::vector<int64_t> DeviceMesh::coords(int64_t device) const {
+  int64_t pos = position_of(device);
   std::vector<int64_t> c(shape.size());
   for (int i = rank() - 1; i >= 0; --i) {
-    c[i] = device % shape[i];
-    device /= shape[i];
+    c[i] = pos % shape[i];
+    pos /= shape[i];
   }
   return c;
+}
+
+void DeviceMesh::check_devices() const {
+  if (devices.empty()) return;
+  const int64_t n = num_devices();
+  if (static_cast<int64_t>(devices.size()) != n)
+    throw std::invalid_argument(fmt::format("has {} entries but the mesh {} has {} devices", devices.size(), str(), n));
+  std::vector<char> seen(static_cast<size_t>(n), 0);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const int64_t d = devices[i];
+    if (d < 0 || d >= n) throw std::invalid_argument(fmt::format("entry {} is {}, not a device id 0..{}", i, d, n - 1));
+    if (seen[static_cast<size_t>(d)]) throw std::invalid_argument(fmt::format("device {} appears twice", d));
+    seen[static_cast<size_t>(d)] = 1;
+  }
+}
+
+bool DeviceMesh::has_device_order() const {
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (devices[i] != static_cast<int64_t>(i)) return true;
+  return false;
 }
 
 int64_t DeviceMesh::axes_size(const std::vector<int>& mesh_axes) const {
@@ -84,20 +118,24 @@ std::vector<std::vector<int64_t>> DeviceMesh::replica_groups(const std::vector<i
   std::vector<char> in_group(shape.size(), 0);
   for (int a : mesh_axes) in_group.at(a) = 1;
   std::vector<std::vector<int64_t>> groups(ngroups, std::vector<int64_t>(gsize));
-  std::vector<int64_t> c(shape.size(), 0);  // odometer over device ids, row-major
+  std::vector<int64_t> c(shape.size(), 0);  // odometer over mesh positions, row-major
   for (int64_t k = 0; k < n; ++k) {
-    // group = row-major index over the other axes (monotone in the group's smallest device id)
+    // group = row-major index over the other axes (monotone in the group's smallest device id without an order)
     int64_t g = 0;
     for (int i = 0; i < rank(); ++i)
       if (!in_group[i]) g = g * shape[i] + c[i];
     int64_t t = 0;
     for (int a : mesh_axes) t = t * shape[a] + c[a];
-    groups[g][t] = k;
+    groups[g][t] = devices.empty() ? k : devices[static_cast<size_t>(k)];
     for (int i = rank() - 1; i >= 0; --i) {
       if (++c[i] < shape[i]) break;
       c[i] = 0;
     }
   }
+  if (!devices.empty())
+    std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+      return *std::min_element(a.begin(), a.end()) < *std::min_element(b.begin(), b.end());
+    });
   return groups;
 }
 
@@ -114,6 +152,7 @@ DeviceMesh DeviceMesh::user() const {
   DeviceMesh m;
   m.shape = user_shape;
   m.axes = user_axes;
+  m.devices = devices;
   return m;
 }
 
@@ -144,6 +183,7 @@ DeviceMesh DeviceMesh::refine(const std::vector<std::vector<int64_t>>& more) con
   }
   if (!any) return u;
   DeviceMesh m;
+  m.devices = u.devices;  // refining splits axes into row-major parts: mesh positions keep their numbers
   m.user_shape = u.shape;
   m.user_axes = u.axes;
   for (int a = 0; a < u.rank(); ++a) {
@@ -334,7 +374,39 @@ std::string TensorSharding::to_partition_spec(const DeviceMesh& mesh) const {
   return s;
 }
 
-std::string TensorSharding::to_hlo(const DeviceMesh& mesh) const {
+namespace {
+
+/// The device ids of to_hlo's tile array, row-major over (tensor dims' tiles, [unreduced], [replicated]).
+std::vector<int64_t> tile_assignment(const TensorSharding& sh, const DeviceMesh& mesh, const std::vector<int64_t>& tile,
+                                     int64_t nu, int64_t nr, const std::vector<int>& rep_axes) {
+  const int r = sh.rank();
+  const auto& dims = sh.dims;
+  const auto& unreduced = sh.unreduced;
+  const int64_t n = mesh.num_devices();
+  std::vector<int64_t> arr(n);
+  std::vector<int64_t> c(mesh.shape.size(), 0);
+  auto fold = [&](const std::vector<int>& axes) {
+    int64_t t = 0;
+    for (int a : axes) t = t * mesh.shape[a] + c[a];
+    return t;
+  };
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t pos = 0;
+    for (int i = 0; i < r; ++i) pos = pos * tile[i] + fold(dims[i]);
+    if (nu > 1) pos = pos * nu + fold(unreduced);
+    if (nr > 1) pos = pos * nr + fold(rep_axes);
+    arr[pos] = mesh.device_at(k);
+    for (int i = mesh.rank() - 1; i >= 0; --i) {
+      if (++c[i] < mesh.shape[i]) break;
+      c[i] = 0;
+    }
+  }
+  return arr;
+}
+
+}  // namespace
+
+std::string TensorSharding::to_hlo(const DeviceMesh& mesh, bool iota) const {
   const int r = rank();
   // Tile dims: tensor dims, then [unreduced], then [replicated] (each trailing dim only if > 1 device).
   std::vector<char> role(mesh.shape.size(), 0);  // 0 replicated, 1 tiled, 2 unreduced
@@ -352,26 +424,19 @@ std::string TensorSharding::to_hlo(const DeviceMesh& mesh) const {
   std::vector<int64_t> tdims = tile;
   if (nu > 1) tdims.push_back(nu);
   if (nr > 1) tdims.push_back(nr);
-  const int64_t n = mesh.num_devices();
-  std::vector<int64_t> arr(n);
-  std::vector<int64_t> c(mesh.shape.size(), 0);
-  auto fold = [&](const std::vector<int>& axes) {
-    int64_t t = 0;
-    for (int a : axes) t = t * mesh.shape[a] + c[a];
-    return t;
-  };
-  for (int64_t k = 0; k < n; ++k) {
-    int64_t pos = 0;
-    for (int i = 0; i < r; ++i) pos = pos * tile[i] + fold(dims[i]);
-    if (nu > 1) pos = pos * nu + fold(unreduced);
-    if (nr > 1) pos = pos * nr + fold(rep_axes);
-    arr[pos] = k;
-    for (int i = mesh.rank() - 1; i >= 0; --i) {
-      if (++c[i] < mesh.shape[i]) break;
-      c[i] = 0;
-    }
+  std::string s = fmt::format("{{devices=[{}]", fmt::join(tdims, ","));
+  if (iota && !mesh.has_device_order()) {
+    // The iota mesh positions transposed to tile order: every axis, by the tile dim it feeds (unit axes anywhere).
+    std::vector<int> perm = tiled_axes();
+    perm.insert(perm.end(), unreduced.begin(), unreduced.end());
+    perm.insert(perm.end(), rep_axes.begin(), rep_axes.end());
+    if (std::is_sorted(perm.begin(), perm.end()))
+      s += fmt::format("<=[{}]", mesh.num_devices());
+    else
+      s += fmt::format("<=[{}]T({})", fmt::join(mesh.shape, ","), fmt::join(perm, ","));
+  } else {
+    s += fmt::format("{}", fmt::join(tile_assignment(*this, mesh, tile, nu, nr, rep_axes), ","));
   }
-  std::string s = fmt::format("{{devices=[{}]{}", fmt::join(tdims, ","), fmt::join(arr, ","));
   if (nu > 1 && nr > 1)
     s += " last_tile_dims={unreduced, replicated}";
   else if (nu > 1)

@@ -11,11 +11,17 @@
 
 namespace gspmd {
 
-/// A logical N-D mesh of devices with named axes. Devices are numbered 0..N-1 row-major over `shape`
-/// (device k sits at coordinate unravel(k, shape)), as in docs/sharding-file.md and jax.sharding.Mesh.
+/// A logical N-D mesh of devices with named axes (docs/sharding-file.md). Devices are numbered 0..N-1; by default
+/// device k sits at the mesh position with row-major index k (coordinate unravel(k, shape)). `devices` gives another
+/// order, like the device array of jax.sharding.Mesh or Shardy's device_ids: the device id at each mesh position,
+/// row-major over `shape`. Every function below that maps devices to coordinates (coords, tile_index,
+/// replica_groups, TensorSharding::to_hlo, shard_tensor) follows it.
 struct DeviceMesh {
   std::vector<int64_t> shape;     // size of each mesh axis, each >= 1
   std::vector<std::string> axes;  // unique axis names, same length as shape
+  /// devices[p] = id of the device at row-major mesh position p, a permutation of 0..N-1; empty = the identity
+  /// (0, 1, ..., N-1). A refined mesh keeps its user mesh's order (refining splits axes row-major).
+  std::vector<int64_t> devices = {};
 
   /// Sub-axes (Shardy's "x:(pre)size"). A refined mesh splits some of the user's axes into consecutive parts so
   /// that a reshape can give each part of a merged dim its own part of an axis ([8] over x=4 -> [2,4] over
@@ -35,15 +41,26 @@ struct DeviceMesh {
   int rank() const { return static_cast<int>(shape.size()); }
   /// Index of a named axis, or -1.
   int axis_index(std::string_view name) const;
-  /// Mesh coordinate of device k (0 <= k < num_devices()).
+  /// Id of the device at row-major mesh position `pos` (0 <= pos < num_devices()): devices[pos], or pos.
+  int64_t device_at(int64_t pos) const;
+  /// Row-major mesh position of `device` (the inverse of device_at). O(N) when `devices` is given, O(1) otherwise.
+  /// Throws std::out_of_range for a device not on the mesh.
+  int64_t position_of(int64_t device) const;
+  /// Mesh coordinate of device k (0 <= k < num_devices()): unravel(position_of(k), shape).
   std::vector<int64_t> coords(int64_t device) const;
+  /// Checks `devices`: empty, or a permutation of 0..N-1. Throws std::invalid_argument with the problem ("has 3
+  /// entries but the mesh {data=2, model=2} has 4 devices", "entry 2 is 7, not a device id 0..3", "device 1 appears
+  /// twice").
+  void check_devices() const;
+  /// True when `devices` is given and differs from the identity.
+  bool has_device_order() const;
   /// Product of the sizes of `mesh_axes` (1 for none).
   int64_t axes_size(const std::vector<int>& mesh_axes) const;
   /// The tile index of `device` along `mesh_axes`, major to minor: index_a * size_b + index_b.
   int64_t tile_index(int64_t device, const std::vector<int>& mesh_axes) const;
   /// Replica groups for a collective over `mesh_axes`: one group per coordinate of the other axes, each group
   /// listing its devices ordered by tile_index over `mesh_axes` (as XLA's replica_groups / iota groups).
-  /// Groups are ordered by their smallest device. Cost O(N).
+  /// Groups are ordered by their smallest device. Cost O(N) (O(N log N) with a device order).
   std::vector<std::vector<int64_t>> replica_groups(const std::vector<int>& mesh_axes) const;
   /// "{x=2, y=2}" (a refined mesh prints the user's axes).
   std::string str() const;
@@ -112,11 +129,41 @@ struct TensorSharding {
   std::string to_partition_spec(const DeviceMesh& mesh) const;
   /// GSPMD / HLO notation: "{replicated}" or "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}". HLO has no
   /// partial sharding; unreduced axes get their own trailing tile dim: "{devices=[2,1,2]0,2,1,3
-  /// last_tile_dims={unreduced}}" (with both: "last_tile_dims={unreduced, replicated}").
-  std::string to_hlo(const DeviceMesh& mesh) const;
+  /// last_tile_dims={unreduced}}" (with both: "last_tile_dims={unreduced, replicated}"). The device ids follow the
+  /// mesh's device order. `iota`: XLA's compact form for a mesh without a device order, the mesh positions
+  /// transposed into tile order ("{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}").
+  std::string to_hlo(const DeviceMesh& mesh, bool iota = false) const;
   /// SBP notation, one entry per mesh axis: "(S(0), B)"; P for unreduced (P(max) etc. for non-sum).
   std::string to_sbp(const DeviceMesh& mesh) const;
 };
+
+/// A sharding read from a notation (docs/sharding-file.md) together with the mesh its axis ids refer to.
+struct ParsedSharding {
+  TensorSharding sharding;  // on `mesh`
+  DeviceMesh mesh;          // the given mesh's user mesh, refined by the sub-axes the sharding needs (if any)
+  bool any_rank = false;    // "{replicated}": replicated at whatever rank the tensor has (`sharding` has rank 0)
+};
+
+/// Reads XLA's HLO sharding text (core/sharding/notation.cc, docs/sharding-file.md): "{replicated}", or
+/// "{devices=[t0,t1,...]<ids>}" with an explicit device list or XLA's iota form "<=[8]" / "<=[2,4]T(1,0)" (iota over
+/// the reshape dims, transposed by T, reshaped to the tile dims), optionally "last_tile_dim_replicate" or
+/// "last_tile_dims={replicated, unreduced, ...}" (trailing tile dims that replicate, or hold partial values: they
+/// become `unreduced` axes with reduction sum); "metadata={...}" is ignored. The tile assignment is read against
+/// `mesh`'s device order: the result is the named-axis sharding (which axes split which dim, major to minor, which
+/// are unreduced) whose device assignment equals the given one, using sub-axes "x:(pre)size" where a dim takes part
+/// of an axis. The tensor's rank is the number of tile dims minus the trailing ones.
+/// Throws std::invalid_argument with a one-line problem: malformed text, "{maximal device=N}" and "{manual}" (not
+/// supported), a tile assignment over another device count, or one no named-axis sharding of the mesh can express
+/// ("... cannot be expressed on mesh {data=2, model=2}: ...").
+ParsedSharding sharding_from_hlo(std::string_view text, const DeviceMesh& mesh);
+
+/// Reads OneFlow's nd-SBP: one entry per axis of the (user) mesh, in mesh-axis order: "S(d)" splits tensor dim d
+/// over that axis, "B" broadcasts (replicated), "P" holds partial sums ("P(max)", "P(min)", "P(prod)", "P(sum)": the
+/// reduction, the same for every P). Several axes splitting one dim are major to minor in mesh-axis order. The result
+/// is on `mesh` (a refined mesh gives each axis all its parts) and has the smallest rank its splits need (1 + the
+/// largest d; 0 without S): pad it with unsplit dims to the tensor's rank. Throws std::invalid_argument
+/// ("has 3 entries but the mesh has 2 axes (data, model)", "entry 1 is \"Q\"; expected S(dim), B, P or ...", ...).
+TensorSharding sharding_from_sbp(const std::vector<std::string>& sbp, const DeviceMesh& mesh);
 
 /// The same sharding expressed on `to`, a refinement (or the user's mesh) of `from`'s user mesh: every axis becomes
 /// the axes of `to` that cover it. Throws std::invalid_argument when `to` is coarser than an axis used.

@@ -105,8 +105,9 @@ TEST_F(ShardingFile, Errors) {
                "object with \"spec\" (got \"model\")");
   expect_error(with_tensors(R"("h": {"spec": [null, null], "priority": "high"})"),
                "tensors.\"h\": priority must be an integer (got \"high\")");
-  expect_error(with_tensors(R"("h": {"spec": [null, null], "sepc": 1})"),
-               "tensors.\"h\": unknown key 'sepc' (expected spec, unreduced, partial, reduction, priority, open)");
+  expect_error(
+      with_tensors(R"("h": {"spec": [null, null], "sepc": 1})"),
+      "tensors.\"h\": unknown key 'sepc' (expected spec, hlo, sbp, unreduced, partial, reduction, priority, open)");
   expect_error(with_tensors(R"("h": {"spec": [null, null], "open": 1})"),
                "tensors.\"h\": \"open\" must be true or false (got 1)");
   expect_error(with_tensors(R"("h": [{"axes": "data", "opne": true}, null])"),
@@ -223,6 +224,173 @@ TEST_F(ShardingFile, SubAxes) {
   expect_error(
       write(R"({"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "tensors": {"h": ["model:(1)2", "model"]}})"),
       "tensors.\"h\": mesh axis 'model:(1)2' is used twice");
+}
+
+TEST_F(ShardingFile, HloAndSbpNotations) {
+  auto f = write(std::string("{") + kMesh + R"j(, "tensors": {
+      "x": {"hlo": "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"},
+      "fc_in.weight": {"sbp": ["B", "S(1)"], "priority": 1},
+      "h": {"hlo": "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={unreduced}}", "reduction": "max", "priority": 2},
+      "y": {"sbp": ["P", "S(0)"]}},
+    "rules": [{"match": "weight$", "sbp": ["S(0)", "B"]}, {"match": ".*", "hlo": "{replicated}"}]})j");
+  Annotations a = read_sharding_file(f, g_, nullptr);
+  EXPECT_EQ(a.by_value.at(g_.at("x")).sharding.dims, (std::vector<std::vector<int>>{{0}, {}}));
+  const Annotation& w = a.by_value.at(g_.at("fc_in.weight"));
+  EXPECT_EQ(w.sharding.dims, (std::vector<std::vector<int>>{{}, {1}}));
+  EXPECT_EQ(w.priority, 1);
+  const Annotation& h = a.by_value.at(g_.at("h"));  // <=[2,2]T(1,0): tiles 0,2,1,3; model splits dim 1
+  EXPECT_EQ(h.sharding.dims, (std::vector<std::vector<int>>{{}, {1}}));
+  EXPECT_EQ(h.sharding.unreduced, (std::vector<int>{0}));
+  EXPECT_EQ(h.sharding.reduction, ReductionKind::kMax);
+  EXPECT_EQ(h.priority, 2);
+  const Annotation& y = a.by_value.at(g_.at("y"));
+  EXPECT_EQ(y.sharding.dims, (std::vector<std::vector<int>>{{1}, {}}));  // padded to the tensor's rank
+  EXPECT_EQ(y.sharding.unreduced, (std::vector<int>{0}));
+  const Annotation& w2 = a.by_value.at(g_.at("fc_out.weight"));  // rule 0
+  EXPECT_EQ(w2.sharding.dims, (std::vector<std::vector<int>>{{0}, {}}));
+  EXPECT_EQ(w2.source, f + ": rules[0] (\"weight$\")");
+  EXPECT_TRUE(a.by_value.at(g_.at("h_relu")).sharding.is_replicated());  // rule 1: any rank
+  EXPECT_EQ(a.by_value.at(g_.at("h_relu")).sharding.rank(), 2);
+}
+
+TEST_F(ShardingFile, NotationErrors) {
+  expect_error(with_tensors(R"("x": {"hlo": "{devices=[2,1,1,2]0,1,2,3 last_tile_dim_replicate}"})"),
+               "tensors.\"x\": hlo: the tile assignment has 3 tensor dims but the tensor has rank 2");
+  expect_error(with_tensors(R"("x": {"hlo": "{maximal device=0}"})"),
+               "tensors.\"x\": hlo: {maximal device=N} is not supported (one device holding the whole tensor): use "
+               "{replicated} or a tiled sharding");
+  expect_error(with_tensors(R"("x": {"hlo": "{devices=[4,1]0,3,1,2}"})"),
+               "tensors.\"x\": hlo: {devices=[4,1]0,3,1,2} cannot be expressed on mesh {data=2, model=2}: along tile "
+               "dim 0, device 3 follows device 0 but they differ on more than one mesh axis");
+  expect_error(with_tensors(R"("x": {"hlo": 3})"), "tensors.\"x\": \"hlo\" must be a string of XLA HLO sharding text");
+  expect_error(with_tensors(R"("x": {"hlo": "{replicated}", "unreduced": ["data"]})"),
+               "tensors.\"x\": unknown key 'unreduced' (expected hlo, reduction, priority, open)");
+  expect_error(with_tensors(R"("x": {"hlo": "{replicated}", "sbp": ["B", "B"]})"),
+               "tensors.\"x\": give one of \"spec\", \"hlo\" or \"sbp\"");
+  expect_error(with_tensors(R"j("x": {"sbp": ["B", "S(2)"]})j"),
+               "tensors.\"x\": sbp: S(2) splits dim 2 but the tensor has rank 2");
+  expect_error(with_tensors(R"j("x": {"sbp": ["S(0)"]})j"),
+               "tensors.\"x\": sbp: has 1 entries but the mesh has 2 axes (data, model)");
+  expect_error(with_tensors(R"j("x": {"sbp": "S(0)"})j"),
+               "tensors.\"x\": \"sbp\" must be a list with one entry per mesh axis, like [\"S(0)\", \"B\"]");
+  expect_error(with_tensors(R"("x": {"sbp": ["B", "B"], "reduction": "max"})"),
+               "tensors.\"x\": unknown key 'reduction' (expected sbp, priority, open)");
+  expect_error(with_tensors(R"("x": {"priority": 1})"),
+               "tensors.\"x\": the object form needs \"spec\", \"hlo\" or \"sbp\"");
+  expect_error(write(std::string("{") + kMesh + R"j(, "rules": [{"match": "^x$", "sbp": ["S(2)", "B"]}]})j"),
+               "rules[0]: sbp: S(2) splits dim 2 but 'x' (matched by \"^x$\") has rank 2");
+  expect_error(write(std::string("{") + kMesh + R"(, "rules": [{"match": "^x$", "hlo": "{devices=[4]<=[4]}"}]})"),
+               "rules[0]: hlo: the tile assignment has 1 tensor dims but 'x' (matched by \"^x$\") has rank 2");
+  expect_error(write(std::string("{") + kMesh + R"(, "rules": [{"match": "^x$"}]})"),
+               "rules[0]: needs \"spec\": a partition spec (or \"hlo\" or \"sbp\")");
+}
+
+TEST_F(ShardingFile, DeviceOrder) {
+  auto f = write(R"({"mesh": {"shape": [2, 2], "axes": ["data", "model"], "devices": [0, 2, 1, 3]},
+      "tensors": {"x": {"hlo": "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"}, "h": ["data", null]}})");
+  Annotations a = read_sharding_file(f, g_, nullptr);
+  EXPECT_EQ(a.mesh.devices, (std::vector<int64_t>{0, 2, 1, 3}));
+  // device 2 sits at mesh position 1 = (data 0, model 1): the HLO tiles go along model
+  EXPECT_EQ(a.by_value.at(g_.at("x")).sharding.dims, (std::vector<std::vector<int>>{{1}, {}}));
+  EXPECT_EQ(a.by_value.at(g_.at("h")).sharding.dims, (std::vector<std::vector<int>>{{0}, {}}));
+  // --mesh gives the sizes; an identity order is no order
+  const DeviceMesh cli{{2, 2}, {"x", "y"}};
+  auto iota = write(R"({"mesh": {"axes": ["data", "model"], "devices": [0, 1, 2, 3]}})");
+  EXPECT_TRUE(read_sharding_file(iota, g_, &cli).mesh.devices.empty());
+  auto with_devices = [&](const std::string& devices) {
+    return write(R"({"mesh": {"shape": [2, 2], "axes": ["data", "model"], "devices": )" + devices + "}}");
+  };
+  expect_error(with_devices("[0, 1, 2]"), "mesh.devices: has 3 entries but the mesh {data=2, model=2} has 4 devices");
+  expect_error(with_devices("[0, 1, 1, 3]"), "mesh.devices: device 1 appears twice");
+  expect_error(with_devices("[0, 1, 2, 9]"), "mesh.devices: entry 3 is 9, not a device id 0..3");
+  expect_error(with_devices("[0, \"1\", 2, 3]"), "mesh.devices: entry 1 is \"1\", not a device id");
+  expect_error(with_devices("\"0123\""),
+               "mesh.devices: expected a list of device ids, one per mesh position (row-major over shape)");
+  const DeviceMesh cli8{{2, 4}, {"x", "y"}};
+  expect_error(with_devices("[3, 2, 1, 0]"), "mesh.devices: has 4 entries but --mesh 2x4 has 8 devices", &cli8);
+  expect_error(write(R"({"mesh": {"shape": [2, 2], "device": [0, 1, 2, 3]}})"),
+               "mesh: unknown key 'device' (expected shape, axes, devices)");
+}
+
+std::string file_text(const std::string& path) {
+  std::stringstream ss;
+  ss << std::ifstream(path).rdbuf();
+  return ss.str();
+}
+
+// Written in any notation, a plan reads back to the same shardings: on a plain mesh, with a device order, and on a
+// mesh with sub-axes (which SBP cannot write: those values fall back to a spec).
+TEST_F(ShardingFile, EveryNotationReadsBack) {
+  auto replicated = [&] {
+    std::vector<TensorSharding> s(g_.values.size());
+    for (size_t v = 0; v < g_.values.size(); ++v)
+      s[v] = TensorSharding::replicated(static_cast<int>(g_.values[v].shape.size()));
+    return s;
+  };
+  struct Case {
+    DeviceMesh mesh;
+    std::vector<TensorSharding> s;
+  };
+  std::vector<Case> cases;
+  for (std::vector<int64_t> devices : {std::vector<int64_t>{}, std::vector<int64_t>{3, 0, 2, 1}}) {
+    Case c{DeviceMesh{{2, 2}, {"data", "model"}, devices}, replicated()};
+    c.s[g_.at("x")].dims = {{0}, {}};
+    c.s[g_.at("fc_in.weight")].dims = {{}, {1}};
+    c.s[g_.at("h")].dims = {{1, 0}, {}};  // not in mesh-axis order: a spec in SBP
+    c.s[g_.at("y")].dims = {{0}, {}};
+    c.s[g_.at("y")].unreduced = {1};
+    c.s[g_.at("h_relu")].unreduced = {0, 1};
+    c.s[g_.at("h_relu")].reduction = ReductionKind::kMax;
+    cases.push_back(c);
+  }
+  Case sub{DeviceMesh{{2, 4}, {"data", "model"}, {}}.refine({{}, {2}}), replicated()};  // data, model:(1)2, model:(2)2
+  sub.s[g_.at("x")].dims = {{1}, {0}};
+  sub.s[g_.at("fc_in.weight")].dims = {{2}, {1}};
+  sub.s[g_.at("h")].dims = {{1, 2}, {}};  // the whole of model
+  sub.s[g_.at("y")].unreduced = {2};
+  cases.push_back(sub);
+  for (const Case& c : cases) {
+    for (auto [notation, word] : {std::pair{ShardingNotation::kSpec, "spec"}, std::pair{ShardingNotation::kHlo, "hlo"},
+                                  std::pair{ShardingNotation::kSbp, "sbp"}}) {
+      const std::string p = dir_.file(std::string(word) + ".sharding.json");
+      write_sharding_file(p, g_, c.mesh, c.s, notation);
+      const std::string text = file_text(p);
+      Annotations a = read_sharding_file(p, g_, nullptr);
+      EXPECT_EQ(a.mesh.axes, c.mesh.axes) << text;
+      EXPECT_EQ(a.mesh.devices, c.mesh.devices) << text;
+      ASSERT_EQ(a.by_value.size(), g_.values.size());
+      for (size_t v = 0; v < g_.values.size(); ++v)
+        EXPECT_EQ(a.by_value.at(static_cast<int>(v)).sharding, c.s[v]) << word << " " << g_.values[v].name << "\n"
+                                                                       << text;
+      if (notation == ShardingNotation::kHlo) {
+        EXPECT_EQ(text.find("\"spec\""), std::string::npos) << text;
+        EXPECT_NE(text.find(R"("h_relu": {"hlo":)"), std::string::npos) << text;
+      }
+      if (notation == ShardingNotation::kHlo && !c.mesh.is_refined())
+        EXPECT_NE(text.find(R"("reduction":"max")"), std::string::npos) << text;
+      if (notation == ShardingNotation::kSbp && !c.mesh.is_refined()) {
+        EXPECT_NE(text.find(R"j("h_relu": {"sbp":["P(max)","P(max)"]})j"), std::string::npos) << text;
+        EXPECT_NE(text.find(R"("h": [["model","data"],null])"), std::string::npos) << text;
+      }
+      if (notation == ShardingNotation::kSbp && c.mesh.is_refined()) {
+        EXPECT_NE(text.find(R"j("h": {"sbp":["B","S(0)"]})j"), std::string::npos) << text;
+        EXPECT_NE(text.find(R"("x": ["model:(1)2","data"])"), std::string::npos) << text;
+      }
+    }
+  }
+  // the exact text of a few entries
+  const std::string p = dir_.file("hlo.sharding.json");
+  write_sharding_file(p, g_, cases[1].mesh, cases[1].s, ShardingNotation::kHlo);
+  const std::string ordered = file_text(p);
+  EXPECT_NE(ordered.find(R"("mesh": {"shape":[2,2],"axes":["data","model"],"devices":[3,0,2,1]})"), std::string::npos)
+      << ordered;
+  EXPECT_NE(ordered.find(R"("x": {"hlo":"{devices=[2,1,2]3,0,2,1 last_tile_dim_replicate}"})"), std::string::npos)
+      << ordered;
+  write_sharding_file(p, g_, cases[0].mesh, cases[0].s, ShardingNotation::kHlo);
+  const std::string plain = file_text(p);
+  EXPECT_NE(plain.find(R"j("fc_in.weight": {"hlo":"{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}"})j"),
+            std::string::npos)
+      << plain;
 }
 
 }  // namespace
