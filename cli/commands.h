@@ -67,7 +67,8 @@ int64_t parse_memory_limit(const std::string& text);
 
 struct PartitionOptions {
   CommonOptions common;
-  std::string out_dir;  // -o DIR
+  std::string out_dir;            // -o DIR
+  std::string notation = "spec";  // --notation spec|hlo|sbp: how shardings.json writes each sharding
 };
 int cmd_partition(const PartitionOptions& o);
 

@@ -208,7 +208,8 @@ int cmd_explain(const ExplainOptions& o) {
     only = g.find(o.value);
     if (only < 0) throw InputError(fmt::format("--value: no value named '{}' in the model", o.value));
   }
-  fmt::print("mesh {} ({} devices){}\n\n", mesh.str(), mesh.num_devices(),
+  fmt::print("mesh {} ({} devices{}){}\n\n", mesh.str(), mesh.num_devices(),
+             mesh.has_device_order() ? fmt::format(" in the order {}", fmt::join(mesh.devices, ",")) : "",
              p.sharding_file.empty() ? "" : ", annotations from " + p.sharding_file);
   if (o.constraints) {
     explain_constraints(p);

@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   auto* part = app.add_subcommand("partition", "infer shardings, partition, write one ONNX model per device");
   add_common(part, po.common);
   part->add_option("-o,--output", po.out_dir, "output directory")->required();
+  part->add_option("--notation", po.notation, "notation of shardings.json: spec (default), hlo or sbp")
+      ->check(CLI::IsMember({"spec", "hlo", "sbp"}));
 
   cli::RunOptions ro;
   auto* run = app.add_subcommand("run", "run the partitioned model on an emulated pod");

@@ -38,8 +38,9 @@ void write_auto_sharding_file(const fs::path& path, const Pipeline& p) {
     for (int x : axes) list.push_back(mesh.axes[x]);
     return list;
   };
-  std::string out =
-      "{\n  \"mesh\": " + nlohmann::json{{"shape", mesh.shape}, {"axes", mesh.axes}}.dump() + ",\n  \"tensors\": {";
+  nlohmann::json jm = {{"shape", mesh.shape}, {"axes", mesh.axes}};
+  if (mesh.has_device_order()) jm["devices"] = mesh.devices;
+  std::string out = "{\n  \"mesh\": " + jm.dump() + ",\n  \"tensors\": {";
   bool first = true;
   for (const auto& [v, ann] : a.by_value) {
     const TensorSharding& s = ann.sharding;
@@ -87,7 +88,11 @@ int cmd_partition(const PartitionOptions& o) {
       export_device(p.program, p.graph, k, (tmp / fmt::format("device_{}.onnx", k)).string());
     }
     line.finish();
-    write_sharding_file((tmp / "shardings.json").string(), p.graph, p.program.mesh, p.program.final_shardings);
+    const ShardingNotation notation = o.notation == "hlo"   ? ShardingNotation::kHlo
+                                      : o.notation == "sbp" ? ShardingNotation::kSbp
+                                                            : ShardingNotation::kSpec;
+    write_sharding_file((tmp / "shardings.json").string(), p.graph, p.program.mesh, p.program.final_shardings,
+                        notation);
     if (p.auto_result) write_auto_sharding_file(tmp / "auto.sharding.json", p);
     CostReport cost = p.cost(o.common.overlap);
     nlohmann::json report = make_report(p, cost, nullptr, nullptr);

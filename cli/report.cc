@@ -155,8 +155,9 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   const Target& t = p.target;
   const DeviceMesh& mesh = p.program.mesh;
   json j;
-  j["mesh"] = mesh.is_refined() ? nlohmann::json{{"shape", mesh.user_shape}, {"axes", mesh.user_axes}}
-                                : nlohmann::json{{"shape", mesh.shape}, {"axes", mesh.axes}};
+  const DeviceMesh user = mesh.user();
+  j["mesh"] = {{"shape", user.shape}, {"axes", user.axes}};
+  if (user.has_device_order()) j["mesh"]["devices"] = user.devices;
   j["devices"] = mesh.num_devices();
   j["target"] = t.name;
   j["target_spec"] = json::parse(t.to_json());   // every number the cost model used (loadable with --target FILE)

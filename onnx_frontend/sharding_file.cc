@@ -377,7 +377,7 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
     if (what.rfind("[json.exception", 0) == 0 && p != std::string::npos) what = what.substr(p + 2);
     throw InputError(fmt::format("{}: malformed JSON: {}", path, what));
   }
-  Reader r{path, g, {}};
+  Reader r{path, g, {}, {}};
   if (!root.is_object()) r.fail("", "expected a JSON object with \"mesh\" and \"tensors\"");
   r.check_keys(root, "", {"version", "mesh", "tensors", "rules"});
   if (root.contains("version") && root["version"] != 1)

@@ -5,22 +5,14 @@
 #include <functional>
 
 #include "core/sharding/sharding.h"
+#include "tests/core/sharding_test_util.h"
 
 namespace gspmd {
 namespace {
 
+using testing::mesh2x2;
+using testing::ts;
 using Groups = std::vector<std::vector<int64_t>>;
-
-DeviceMesh mesh2x2(std::vector<int64_t> devices = {}) { return DeviceMesh{{2, 2}, {"data", "model"}, devices}; }
-
-TensorSharding ts(std::vector<std::vector<int>> dims, std::vector<int> unreduced = {},
-                  ReductionKind k = ReductionKind::kSum) {
-  TensorSharding s;
-  s.dims = std::move(dims);
-  s.unreduced = std::move(unreduced);
-  s.reduction = k;
-  return s;
-}
 
 std::string hlo_error(std::string_view text, const DeviceMesh& mesh) {
   try {

@@ -5,19 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/core/sharding_test_util.h"
+
 namespace gspmd {
 namespace {
 
-DeviceMesh mesh2x2() { return DeviceMesh{{2, 2}, {"data", "model"}}; }
-
-TensorSharding ts(std::vector<std::vector<int>> dims, std::vector<int> unreduced = {},
-                  ReductionKind k = ReductionKind::kSum) {
-  TensorSharding s;
-  s.dims = std::move(dims);
-  s.unreduced = std::move(unreduced);
-  s.reduction = k;
-  return s;
-}
+using testing::mesh2x2;
+using testing::ts;
 
 TEST(DeviceMesh, Parse) {
   auto m = DeviceMesh::parse("4x4");

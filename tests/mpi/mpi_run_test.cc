@@ -223,6 +223,30 @@ TEST(MpiRun, ProgressOnRankZeroWhenMpirunIsOnATerminal) {
   for (int k = 1; k < 4; ++k) EXPECT_EQ(r.out.find("rank " + std::to_string(k) + " of"), std::string::npos) << r.out;
 }
 
+// A permuted device order (docs/sharding-file.md): rank k runs device k, which sits elsewhere on the mesh. The ranks'
+// communicators follow the order's replica groups and each rank runs its exported device_<k>.onnx (its own slices).
+TEST(MpiRun, GptDeviceOrderFromDeviceFilesMatchesEmulator) {
+  fs::path d = scratch("mpi_gpt_order");
+  nlohmann::json plan = read_json(std::string(GSPMD_SOURCE_DIR) + "/testdata/gpt/gpt.megatron.sharding.json");
+  plan["mesh"]["devices"] = {3, 1, 2, 0};
+  const std::string file = (d / "ordered.sharding.json").string();
+  std::ofstream(file) << plan.dump(1);
+  const std::string args = "testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings " + file;
+  CmdResult part = cli("partition " + args + " -o " + (d / "prog").string(), "mpi_gpt_order_partition");
+  ASSERT_EQ(part.code, 0) << part.err;
+  CmdResult pod = cli("run " + kGpt + " --inputs testdata/gpt/test_data_set_0 --outputs " + (d / "pod").string(),
+                      "mpi_gpt_order_pod");
+  ASSERT_EQ(pod.code, 0) << pod.err;
+  CmdResult r =
+      mpi_run(4,
+              args + " --program " + (d / "prog").string() +
+                  " --inputs testdata/gpt/test_data_set_0 --check --warmup 0 --outputs " + (d / "mpi").string(),
+              "mpi_gpt_order");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+  expect_same_outputs(d / "mpi", d / "pod");
+}
+
 // resnet18 with its input split spatially: halo exchanges (collective-permute) and, deeper in the network,
 // feature maps smaller than the device count (uneven shards with padding).
 void cnn_case(const std::string& kind, int ranks) {
