@@ -5,6 +5,7 @@
 #include <array>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "e2e_util.h"
 
@@ -106,6 +107,13 @@ TEST(DeviceOrder, RunsExactlyAndMovesSlicesAndGroups) {
   EXPECT_TRUE(rep["check"]["passed"].get<bool>());
   EXPECT_EQ(rep["mesh"]["devices"], nlohmann::json::array({3, 1, 2, 0}));
   EXPECT_EQ(count_collectives(rep, "all-reduce"), 5);
+  // explain: the order, the HLO text with its device ids, and which devices hold each column block
+  CmdResult ex = cli("explain " + kGpt + " --mesh 2x2 --shardings " + file + " --value h.0.mlp.fc_in.weight",
+                     "device_order_explain");
+  ASSERT_EQ(ex.code, 0) << ex.err;
+  EXPECT_NE(ex.out.find("mesh {data=2, model=2} (4 devices in the order 3,1,2,0)"), std::string::npos) << ex.out;
+  EXPECT_NE(ex.out.find("hlo {devices=[1,2,2]3,2,1,0 last_tile_dim_replicate}"), std::string::npos) << ex.out;
+  EXPECT_NE(ex.out.find("│ 2,3 │ 0,1 │"), std::string::npos) << ex.out;
 
   ASSERT_EQ(cli("partition " + kGpt + " --mesh 2x2 --shardings " + file + " -o " + (d / "ordered").string(),
                 "device_order_partition")
@@ -144,6 +152,43 @@ TEST(DeviceOrder, RunsExactlyAndMovesSlicesAndGroups) {
   EXPECT_EQ(ordered.substr(0, ordered.rfind(' ')), "[2, 0, 3, 1] 1,1 3,1,2,0 [1]") << py.out;
   EXPECT_EQ(plain.substr(0, plain.rfind(' ')), "[0, 1, 2, 3] 0,0 None [0]") << py.out;
   EXPECT_NE(ordered.substr(ordered.rfind(' ')), plain.substr(plain.rfind(' '))) << "the fingerprints must differ";
+}
+
+// On a GPU cluster (dgx-h100: 8 GPUs per node, device k on node k / 8) the order decides which groups cross nodes:
+// Megatron on 2x8 (data, model) keeps each model group of 8 on one node; with the devices listed column-major, each
+// model group holds 4 GPUs of each node, and the attention projection's reduction crosses InfiniBand.
+TEST(DeviceOrder, GpuNodesFollowTheOrder) {
+  const fs::path d = scratch("device_order_gpu");
+  nlohmann::json plan = read_json(std::string(GSPMD_SOURCE_DIR) + "/testdata/gpt/gpt.megatron.sharding.json");
+  plan["mesh"]["devices"] = nlohmann::json::array();
+  for (int p = 0; p < 16; ++p) plan["mesh"]["devices"].push_back(p % 8 * 2 + p / 8);
+  std::ofstream(d / "ordered.sharding.json") << plan.dump(1);
+  // the report, and the time of the collectives at the attention projection
+  auto simulate = [&](const std::string& shardings, const std::string& tag) {
+    CmdResult r = cli("simulate " + kGpt + " --mesh 2x8 " + shardings + " --target dgx-h100 --report " +
+                          (d / (tag + ".json")).string(),
+                      tag);
+    EXPECT_EQ(r.code, 0) << r.err;
+    nlohmann::json rep = read_json(d / (tag + ".json"));
+    double proj = 0;
+    int n = 0;
+    for (const auto& c : rep["collectives"]) {
+      if (c["node"] != "/h.0/attn/proj/Add") continue;
+      proj += c["time_s"].get<double>() * c["count"].get<int>();
+      ++n;
+    }
+    return std::tuple{rep, proj, n};
+  };
+  const auto [in, in_proj, in_n] = simulate(kMegatron, "device_order_gpu_in");
+  const auto [across, across_proj, across_n] =
+      simulate("--shardings " + (d / "ordered.sharding.json").string(), "device_order_gpu_across");
+  EXPECT_EQ(across["mesh"]["devices"].size(), 16u);
+  EXPECT_EQ(in_n, 1);  // one all-reduce over model on NVSwitch
+  EXPECT_NEAR(in_proj, 2 * (7.0 / 8 * 131072 / 450e9 + 4e-6), 1e-15);
+  EXPECT_GT(across_n, 0);
+  EXPECT_GT(across_proj, in_proj);  // over the NICs
+  EXPECT_GT(across["simulated"]["communication_time_s"].get<double>(),
+            in["simulated"]["communication_time_s"].get<double>());
 }
 
 TEST(DeviceOrder, BadInput) {

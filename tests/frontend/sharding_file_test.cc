@@ -231,7 +231,7 @@ TEST_F(ShardingFile, HloAndSbpNotations) {
       "x": {"hlo": "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"},
       "fc_in.weight": {"sbp": ["B", "S(1)"], "priority": 1},
       "h": {"hlo": "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={unreduced}}", "reduction": "max", "priority": 2},
-      "y": {"sbp": ["P", "S(0)"]}},
+      "y": {"sbp": ["P", "S(0)"], "open": true}},
     "rules": [{"match": "weight$", "sbp": ["S(0)", "B"]}, {"match": ".*", "hlo": "{replicated}"}]})j");
   Annotations a = read_sharding_file(f, g_, nullptr);
   EXPECT_EQ(a.by_value.at(g_.at("x")).sharding.dims, (std::vector<std::vector<int>>{{0}, {}}));
@@ -246,6 +246,8 @@ TEST_F(ShardingFile, HloAndSbpNotations) {
   const Annotation& y = a.by_value.at(g_.at("y"));
   EXPECT_EQ(y.sharding.dims, (std::vector<std::vector<int>>{{1}, {}}));  // padded to the tensor's rank
   EXPECT_EQ(y.sharding.unreduced, (std::vector<int>{0}));
+  EXPECT_TRUE(y.open);
+  EXPECT_FALSE(h.open);
   const Annotation& w2 = a.by_value.at(g_.at("fc_out.weight"));  // rule 0
   EXPECT_EQ(w2.sharding.dims, (std::vector<std::vector<int>>{{0}, {}}));
   EXPECT_EQ(w2.source, f + ": rules[0] (\"weight$\")");
@@ -366,8 +368,9 @@ TEST_F(ShardingFile, EveryNotationReadsBack) {
         EXPECT_EQ(text.find("\"spec\""), std::string::npos) << text;
         EXPECT_NE(text.find(R"("h_relu": {"hlo":)"), std::string::npos) << text;
       }
-      if (notation == ShardingNotation::kHlo && !c.mesh.is_refined())
+      if (notation == ShardingNotation::kHlo && !c.mesh.is_refined()) {
         EXPECT_NE(text.find(R"("reduction":"max")"), std::string::npos) << text;
+      }
       if (notation == ShardingNotation::kSbp && !c.mesh.is_refined()) {
         EXPECT_NE(text.find(R"j("h_relu": {"sbp":["P(max)","P(max)"]})j"), std::string::npos) << text;
         EXPECT_NE(text.find(R"("h": [["model","data"],null])"), std::string::npos) << text;
