@@ -430,7 +430,10 @@ std::string TensorSharding::to_hlo(const DeviceMesh& mesh, bool iota) const {
     std::vector<int> perm = tiled_axes();
     perm.insert(perm.end(), unreduced.begin(), unreduced.end());
     perm.insert(perm.end(), rep_axes.begin(), rep_axes.end());
-    if (std::is_sorted(perm.begin(), perm.end()))
+    std::vector<int> moved;  // the axes that are not units, in tile order: sorted = no transpose
+    for (int a : perm)
+      if (mesh.shape[a] > 1) moved.push_back(a);
+    if (std::is_sorted(moved.begin(), moved.end()))
       s += fmt::format("<=[{}]", mesh.num_devices());
     else
       s += fmt::format("<=[{}]T({})", fmt::join(mesh.shape, ","), fmt::join(perm, ","));

@@ -351,6 +351,11 @@ TEST_F(ShardingFile, EveryNotationReadsBack) {
   sub.s[g_.at("h")].dims = {{1, 2}, {}};  // the whole of model
   sub.s[g_.at("y")].unreduced = {2};
   cases.push_back(sub);
+  Case unit{DeviceMesh{{1, 4}, {"data", "model"}}, replicated()};  // HLO cannot name an axis of size 1: a spec
+  unit.s[g_.at("x")].dims = {{0}, {1}};
+  unit.s[g_.at("h")].unreduced = {0};
+  unit.s[g_.at("y")].dims = {{1}, {}};
+  cases.push_back(unit);
   for (const Case& c : cases) {
     for (auto [notation, word] : {std::pair{ShardingNotation::kSpec, "spec"}, std::pair{ShardingNotation::kHlo, "hlo"},
                                   std::pair{ShardingNotation::kSbp, "sbp"}}) {
@@ -364,14 +369,23 @@ TEST_F(ShardingFile, EveryNotationReadsBack) {
       for (size_t v = 0; v < g_.values.size(); ++v)
         EXPECT_EQ(a.by_value.at(static_cast<int>(v)).sharding, c.s[v]) << word << " " << g_.values[v].name << "\n"
                                                                        << text;
-      if (notation == ShardingNotation::kHlo) {
+      const bool unit_axis = c.mesh.shape[0] == 1;
+      if (notation == ShardingNotation::kHlo && unit_axis) {
+        EXPECT_NE(text.find(R"("x": ["data","model"])"), std::string::npos) << text;
+        EXPECT_NE(text.find(R"("h": {"spec":[null,null],"unreduced":["data"]})"), std::string::npos) << text;
+        EXPECT_NE(text.find(R"("y": {"hlo":"{devices=[4,1]<=[4]}"})"), std::string::npos) << text;
+      }
+      if (notation == ShardingNotation::kHlo && !unit_axis) {
         EXPECT_EQ(text.find("\"spec\""), std::string::npos) << text;
         EXPECT_NE(text.find(R"("h_relu": {"hlo":)"), std::string::npos) << text;
       }
-      if (notation == ShardingNotation::kHlo && !c.mesh.is_refined()) {
+      if (notation == ShardingNotation::kHlo && !c.mesh.is_refined() && !unit_axis) {
         EXPECT_NE(text.find(R"("reduction":"max")"), std::string::npos) << text;
       }
-      if (notation == ShardingNotation::kSbp && !c.mesh.is_refined()) {
+      if (notation == ShardingNotation::kSbp && unit_axis) {
+        EXPECT_NE(text.find(R"j("x": {"sbp":["S(0)","S(1)"]})j"), std::string::npos) << text;
+      }
+      if (notation == ShardingNotation::kSbp && !c.mesh.is_refined() && !unit_axis) {
         EXPECT_NE(text.find(R"j("h_relu": {"sbp":["P(max)","P(max)"]})j"), std::string::npos) << text;
         EXPECT_NE(text.find(R"("h": [["model","data"],null])"), std::string::npos) << text;
       }
