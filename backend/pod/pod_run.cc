@@ -115,6 +115,16 @@ void finish_binding(Executor& ex, const SpmdProgram& p, const std::vector<char>&
   for (const ProgramBinding& b : p.outputs) ex.keep(b.local);
 }
 
+/// Fills `r`'s stats, FLOPs, profile and timeline from the executor after a run that started at `t_start`, and its
+/// wall time (seconds) up to now.
+void finish_local_run(Executor& ex, Clock::time_point t_start, LocalRun& r) {
+  r.devices = std::move(ex.stats());
+  r.host_flops = ex.host_flops();
+  r.profile = ex.profile();
+  r.timeline = ex.timeline(t_start);
+  r.wall_s = seconds_since(t_start);
+}
+
 /// Runs a plain graph as `device` of `mesh`: initializers are shared resident constants, inputs shared.
 /// output_shards[k][0] is graph output k. Throws InputError on an input count, dtype or shape mismatch or an
 /// initializer without data, std::runtime_error when an output was not computed, and as Executor::run.
@@ -149,11 +159,7 @@ LocalRun run_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const
     r.output_shards.push_back({});
     r.output_shards.back().push_back(again ? *t : ex.take(0, v));
   }
-  r.devices = std::move(ex.stats());
-  r.host_flops = ex.host_flops();
-  r.profile = ex.profile();
-  r.timeline = ex.timeline(t_start);
-  r.wall_s = seconds_since(t_start);
+  finish_local_run(ex, t_start, r);
   return r;
 }
 }  // namespace
@@ -256,11 +262,7 @@ LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global, const std::ve
       r.output_shards.back().push_back(*ex.get(static_cast<int64_t>(d), b.local));
     }
   }
-  r.devices = std::move(ex.stats());
-  r.host_flops = ex.host_flops();
-  r.profile = ex.profile();
-  r.timeline = ex.timeline(t_start);
-  r.wall_s = seconds_since(t_start);
+  finish_local_run(ex, t_start, r);
   return r;
 }
 

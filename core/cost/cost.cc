@@ -127,10 +127,10 @@ double node_flops(const Graph& g, const Node& n) {
   auto in_numel = [&](size_t i) { return i < n.inputs.size() ? numel_of(g, n.inputs[i]) : 0.0; };
   const Value* a = n.inputs.empty() ? nullptr : val(g, n.inputs[0]);
   // Products of W's dims 1..: C/group * prod(kernel) for Conv (W = [O, C/group, k...]), O/group * prod(kernel) for
-  // ConvTranspose (W = [C, O/group, k...]).
-  auto per_weight = [&]() -> std::optional<double> {
+  // ConvTranspose (W = [C, O/group, k...]); 0 without a weight of rank >= 2.
+  auto per_weight = [&]() {
     const Value* w = n.inputs.size() > 1 ? val(g, n.inputs[1]) : nullptr;
-    if (!w || w->shape.size() < 2) return std::nullopt;
+    if (!w || w->shape.size() < 2) return 0.0;
     double per = 1;
     for (size_t i = 1; i < w->shape.size(); ++i) per *= static_cast<double>(w->shape[i]);
     return per;
@@ -142,8 +142,8 @@ double node_flops(const Graph& g, const Node& n) {
     case Flops::kGemm:
       if (!a || a->shape.size() != 2) return 0;
       return 2.0 * out_numel() * static_cast<double>(n.i("transA", 0) ? a->shape[0] : a->shape[1]);
-    case Flops::kConv: return per_weight() ? 2.0 * out_numel() * *per_weight() : 0.0;
-    case Flops::kConvTranspose: return per_weight() ? 2.0 * in_numel(0) * *per_weight() : 0.0;
+    case Flops::kConv: return 2.0 * out_numel() * per_weight();
+    case Flops::kConvTranspose: return 2.0 * in_numel(0) * per_weight();
     case Flops::kElementwise: return out_numel();
     case Flops::kVariadic:
       return n.inputs.size() > 2 ? out_numel() * static_cast<double>(n.inputs.size() - 1) : out_numel();
