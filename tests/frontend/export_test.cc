@@ -241,5 +241,39 @@ TEST(Export, ParamWithoutDataFails) {
   EXPECT_FALSE(std::filesystem::exists(d.file("d.onnx")));
 }
 
+// --collectives ort refuses what ONNX Runtime's collectives cannot carry, naming the node (docs/collectives.md).
+TEST(Export, OrtRefusesWhatItCannotCarry) {
+  for (auto [dtype, op, message] :
+       {std::tuple{DType::kUInt64, "AllGather",
+                   "--collectives ort: node 'c' (AllGather): ONNX Runtime's AllGather and AllToAll carry float16, "
+                   "float, double, int64 or bool tensors, not uint64"},
+        std::tuple{DType::kBool, "AllReduce",
+                   "--collectives ort: node 'c' (AllReduce): ONNX Runtime's collectives cannot reduce bool tensors"}}) {
+    Graph global;
+    int gx = add(global, "x", dtype, {4});
+    global.inputs = {gx};
+    global.outputs = {gx};
+    SpmdProgram p;
+    p.mesh = DeviceMesh{{2}, {"x"}};
+    Graph& g = p.program;
+    int x = add(g, "x", dtype, {2});
+    int y = add(g, "y", dtype, {std::string(op) == "AllGather" ? 4 : 2});
+    std::map<std::string, AttrValue> attrs{{"mesh_axes", std::vector<int64_t>{0}}};
+    if (std::string(op) == "AllGather") attrs["axis"] = int64_t{0};
+    node(g, "c", op, {x}, {y}, attrs, kGspmdDomain);
+    g.inputs = {x};
+    g.outputs = {y};
+    TensorSharding split = TensorSharding::replicated(1);
+    split.dims[0] = {0};
+    p.inputs = {ProgramBinding{x, gx, split}};
+    p.outputs = {ProgramBinding{y, gx, TensorSharding::replicated(1)}};
+    TempDir d;
+    ExportOptions ort;
+    ort.collectives = CollectiveFormat::kOrt;
+    test::expect_input_error([&] { export_device(p, global, 0, d.file("d.onnx"), ort); }, message);
+    EXPECT_FALSE(std::filesystem::exists(d.file("d.onnx")));
+  }
+}
+
 }  // namespace
 }  // namespace gspmd
