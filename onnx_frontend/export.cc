@@ -590,9 +590,60 @@ struct Exporter {
     if (out != y.name) cast(n, out, wire, y.dtype, y.shape, y.name);
   }
 
+  /// The partitioner writes the ops it adds (Slice, Unsqueeze, ReduceSum, ...) in their newest form, operands such as
+  /// `axes` as constant inputs; a model at an older opset takes them as attributes. Rewrites `pn` (node `n`) into the
+  /// form of this model's opset so that the file is valid ONNX (docs/collectives.md).
+  void opset_form(const Node& n, onnx::NodeProto* pn) {
+    if (!n.domain.empty() && n.domain != "ai.onnx") return;
+    struct Form {
+      const char* op;
+      int64_t since;                        // the opset from which the operands are inputs
+      std::vector<const char*> attributes;  // per input from 1: the attribute it was before (nullptr: must be ones)
+    };
+    static const Form kForms[] = {
+        {"Slice", 10, {"starts", "ends", "axes", nullptr}},
+        {"Unsqueeze", 13, {"axes"}},
+        {"Squeeze", 13, {"axes"}},
+        {"Split", 13, {"split"}},
+        {"ReduceSum", 13, {"axes"}},
+        {"ReduceMax", 18, {"axes"}},
+        {"ReduceMin", 18, {"axes"}},
+        {"ReduceMean", 18, {"axes"}},
+        {"ReduceProd", 18, {"axes"}},
+        {"ReduceSumSquare", 18, {"axes"}},
+        {"ReduceL1", 18, {"axes"}},
+        {"ReduceL2", 18, {"axes"}},
+        {"ReduceLogSum", 18, {"axes"}},
+        {"ReduceLogSumExp", 18, {"axes"}},
+    };
+    const Form* f = nullptr;
+    for (const Form& x : kForms)
+      if (n.op_type == x.op) f = &x;
+    if (!f || opset >= f->since || pn->input_size() < 2) return;
+    for (int k = 1; k < pn->input_size(); ++k) {
+      const int v = n.inputs.at(static_cast<size_t>(k));
+      if (v < 0) continue;  // an absent optional input
+      const Value& c = G.values.at(static_cast<size_t>(v));
+      if (!c.data || static_cast<size_t>(k - 1) >= f->attributes.size())
+        throw std::logic_error(
+            fmt::format("export: node '{}' ({}) at opset {}: input {} is not a constant it can "
+                        "take as an attribute",
+                        n.name, n.op_type, opset, k));
+      const std::vector<int64_t> values = c.data->as_int64s();
+      if (const char* name = f->attributes[static_cast<size_t>(k - 1)]) {
+        set_attr(pn->add_attribute(), name, values);
+      } else if (std::any_of(values.begin(), values.end(), [](int64_t x) { return x != 1; })) {
+        throw std::logic_error(
+            fmt::format("export: node '{}' (Slice) at opset {} has steps other than 1", n.name, opset));
+      }
+    }
+    pn->mutable_input()->DeleteSubrange(1, pn->input_size() - 1);
+  }
+
   void copy_node(const Node& n) {
     auto* pn = pg->add_node();
     write_node(n, pn, value_names_);
+    opset_form(n, pn);
     if (!n.domain.empty()) domains.insert(n.domain);
     if (is_collective(n)) {
       const CollectiveAttrs a = collective_attrs(n);
