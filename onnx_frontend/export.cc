@@ -559,8 +559,6 @@ struct Exporter {
           set_attr(aa->add_attribute(), "group_size", N);
         } else {
           // every member's x, then each one's chunk `tile` along split_axis
-          Shape all = x.shape;
-          all.insert(all.begin(), ng);
           rows = add_temp(n.name + "/chunks", wire, rows_shape);
           emit_slice(n.name, gather_rows(n, x, wire, members), rows, sa + 1, tile * c, (tile + 1) * c);
         }
