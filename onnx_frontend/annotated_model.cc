@@ -168,6 +168,16 @@ struct Reader {
       if (part && std::stoll(mt[2].str()) > 1) cuts[static_cast<size_t>(u)].push_back(std::stoll(mt[2].str()));
       user.shape[static_cast<size_t>(u)] *= listed.shape[i];
     }
+    const std::string devices_text = meta("gspmd.mesh_devices");
+    try {
+      for (size_t b = 0, e; !devices_text.empty() && b <= devices_text.size(); b = e + 1) {
+        e = std::min(devices_text.find(',', b), devices_text.size());
+        user.devices.push_back(std::stoll(devices_text.substr(b, e - b)));
+      }
+      user.check_devices();
+    } catch (const std::exception& e) {
+      fail(fmt::format("metadata gspmd.mesh_devices '{}' is not the mesh's device order: {}", devices_text, e.what()));
+    }
     try {
       mesh = user.refine(cuts);
     } catch (const std::invalid_argument& e) {
@@ -251,11 +261,11 @@ struct Reader {
       stride /= count;
       auto index = [&, count = count](int64_t k) { return shard[static_cast<size_t>(k)] / stride % count; };
       std::vector<std::pair<int64_t, int>> moves;
-      int64_t step = n;  // device-id distance between neighbours along axis a (row-major)
+      int64_t step = n;  // row-major mesh-position distance between neighbours along axis a
       for (int a = 0; a < mesh.rank(); ++a) {
         step /= mesh.shape[static_cast<size_t>(a)];
-        if (mesh.shape[static_cast<size_t>(a)] > 1 && index(step) != index(0))
-          moves.emplace_back(index(step) - index(0), a);
+        const int64_t moved = index(mesh.device_at(step)) - index(mesh.device_at(0));
+        if (mesh.shape[static_cast<size_t>(a)] > 1 && moved != 0) moves.emplace_back(moved, a);
       }
       std::sort(moves.rbegin(), moves.rend());
       for (const auto& [_, a] : moves) s.dims[static_cast<size_t>(d)].push_back(a);
@@ -327,14 +337,19 @@ bool has_sharding_annotations(const onnx::ModelProto& m) {
 }
 
 void set_mesh_metadata(onnx::ModelProto& m, const DeviceMesh& mesh) {
-  std::vector<std::string> axes = mesh.axes;
-  const std::map<std::string, std::string> values = {{"gspmd.mesh_shape", frontend::mesh_shape_text(mesh.shape)},
-                                                     {"gspmd.mesh_axes", fmt::format("{}", fmt::join(axes, ","))}};
+  std::vector<std::pair<std::string, std::string>> values = {
+      {"gspmd.mesh_shape", frontend::mesh_shape_text(mesh.shape)},
+      {"gspmd.mesh_axes", fmt::format("{}", fmt::join(mesh.axes, ","))}};
+  if (mesh.has_device_order())
+    values.emplace_back("gspmd.mesh_devices", fmt::format("{}", fmt::join(mesh.devices, ",")));
+  std::vector<onnx::StringStringEntryProto> kept;
+  for (const auto& e : m.metadata_props())
+    if (e.key() != "gspmd.mesh_shape" && e.key() != "gspmd.mesh_axes" && e.key() != "gspmd.mesh_devices")
+      kept.push_back(e);
+  m.clear_metadata_props();
+  for (const auto& e : kept) *m.add_metadata_props() = e;
   for (const auto& [key, value] : values) {
-    onnx::StringStringEntryProto* e = nullptr;
-    for (auto& x : *m.mutable_metadata_props())
-      if (x.key() == key) e = &x;
-    if (!e) e = m.add_metadata_props();
+    auto* e = m.add_metadata_props();
     e->set_key(key);
     e->set_value(value);
   }

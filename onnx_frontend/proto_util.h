@@ -27,8 +27,9 @@ void parse_model_file(const std::string& path, onnx::ModelProto* m);
 /// True when `m` carries ONNX's multi-device annotations (ModelProto.configuration or a top-level node's
 /// device_configurations; onnx 1.12 keeps them as unknown fields 26 and 10). annotated_model.cc.
 bool has_sharding_annotations(const onnx::ModelProto& m);
-/// Sets `m`'s metadata_props gspmd.mesh_shape ("2x2") and gspmd.mesh_axes ("data,model"; a refined mesh's parts as
-/// "x:(1)2") to `mesh`, replacing existing entries (docs/collectives.md). annotated_model.cc.
+/// Sets `m`'s metadata_props gspmd.mesh_shape ("2x2"), gspmd.mesh_axes ("data,model"; a refined mesh's parts as
+/// "x:(1)2") and, for a mesh with a device order, gspmd.mesh_devices ("0,2,1,3") to `mesh`, replacing existing
+/// entries (docs/collectives.md). annotated_model.cc.
 void set_mesh_metadata(onnx::ModelProto& m, const DeviceMesh& mesh);
 
 /// Converts a TensorProto (raw_data, typed fields, or external data resolved against `base_dir`) into a Tensor.

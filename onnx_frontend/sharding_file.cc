@@ -118,7 +118,7 @@ struct Reader {
     }
     if (cli_mesh && static_cast<int64_t>(jd.size()) != cli_mesh->num_devices())
       fail("mesh.devices", fmt::format("has {} entries but --mesh {} has {} devices", jd.size(),
-                                       mesh_text(cli_mesh->shape), cli_mesh->num_devices()));
+                                       frontend::mesh_shape_text(cli_mesh->shape), cli_mesh->num_devices()));
     try {
       mesh.check_devices();
     } catch (const std::invalid_argument& e) {

@@ -128,6 +128,27 @@ TEST(AnnotatedModel, RefinedMeshAndUnreducedValuesRoundTrip) {
   EXPECT_EQ(back.by_value.at(h).sharding.reduction, ReductionKind::kMax);
 }
 
+TEST(AnnotatedModel, DeviceOrderRoundTrips) {
+  // Mesh 2x2 whose positions hold devices 0, 2, 1, 3 (docs/sharding-file.md, "Device order"): the specs list those
+  // devices and read back to the same shardings on the same ordered mesh.
+  Gpt gpt;
+  DeviceMesh mesh = gpt.ann.mesh;
+  mesh.devices = {0, 2, 1, 3};
+  test::TempDir d;
+  const std::string out = d.file("ordered.onnx");
+  write_annotated_model(kGpt, gpt.g, mesh, gpt.plan.shardings, out);
+  const Annotations back = read_annotated_model(out, gpt.g, &gpt.mesh);
+  EXPECT_EQ(back.mesh.devices, mesh.devices);
+  for (const auto& [v, a] : back.by_value) EXPECT_EQ(a.sharding, gpt.plan.shardings[v]) << gpt.g.values[v].name;
+  // [null, "model"]: model's tile 0 holds positions (0,0) and (1,0): devices 0 and 1.
+  onnx::ModelProto m = test::read_onnx_model(out);
+  const auto configs = configs_of(*node_named(m, "/h.0/mlp/fc_in/MatMul"));
+  const md::ShardingSpecProto& w = configs.at(0).sharding_spec(1);
+  EXPECT_EQ(std::vector<int64_t>(w.index_to_device_group_map(0).value().begin(),
+                                 w.index_to_device_group_map(0).value().end()),
+            (std::vector<int64_t>{0, 1}));
+}
+
 TEST(AnnotatedModel, RejectsWhatItCannotRead) {
   Gpt gpt;
   test::TempDir d;
