@@ -20,7 +20,8 @@ namespace gspmd::cli {
 struct CommonOptions {
   std::string model;              // MODEL path
   std::string mesh;               // --mesh "4x4"
-  std::string shardings;          // --shardings FILE ("" = MODEL's sibling <stem>.sharding.json if present)
+  std::string shardings;          // --shardings FILE: a sharding file, or an annotated model (*.onnx); "" = MODEL's
+                                  // own annotations, or its sibling <stem>.sharding.json if present
   std::vector<std::string> dims;  // --dim NAME=VALUE
   std::string target = "tpu-v3";  // --target
   std::string device_order;       // --device-order "y,x" ("" = the default mapping; Target::parse_device_order)
@@ -67,8 +68,10 @@ int64_t parse_memory_limit(const std::string& text);
 
 struct PartitionOptions {
   CommonOptions common;
-  std::string out_dir;            // -o DIR
-  std::string notation = "spec";  // --notation spec|hlo|sbp: how shardings.json writes each sharding
+  std::string out_dir;                // -o DIR
+  std::string notation = "spec";      // --notation spec|hlo|sbp: how shardings.json writes each sharding
+  std::string collectives = "gspmd";  // --collectives: "gspmd" (domain gspmd) or "ort" (com.microsoft)
+  std::string annotated_model;        // --annotated-model FILE: MODEL with every value's sharding ("" = none)
 };
 int cmd_partition(const PartitionOptions& o);
 

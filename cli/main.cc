@@ -14,7 +14,9 @@ namespace {
 void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_option("model", o.model, "ONNX model file")->required();
   c->add_option("--mesh", o.mesh, "device mesh shape, e.g. 4x4, 16, 2x2x4")->required();
-  c->add_option("--shardings", o.shardings, "sharding file (default: MODEL's sibling <stem>.sharding.json)");
+  c->add_option("--shardings", o.shardings,
+                "sharding file, or an annotated model (.onnx) (default: MODEL's own annotations, or its sibling "
+                "<stem>.sharding.json)");
   c->add_option("--dim", o.dims, "bind a symbolic input dimension, NAME=VALUE (repeatable)");
   c->add_option("--inputs", o.inputs_dir,
                 "directory of input_<i>.pb (ONNX test-data layout): run's inputs; their shapes bind symbolic dims "
@@ -44,6 +46,13 @@ int main(int argc, char** argv) {
   part->add_option("-o,--output", po.out_dir, "output directory")->required();
   part->add_option("--notation", po.notation, "notation of shardings.json: spec (default), hlo or sbp")
       ->check(CLI::IsMember({"spec", "hlo", "sbp"}));
+  part->add_option("--collectives", po.collectives,
+                   "how device files write collectives: gspmd (default: domain gspmd) or ort (ONNX Runtime's "
+                   "com.microsoft AllReduce/AllGather/AllToAll)")
+      ->check(CLI::IsMember({"gspmd", "ort"}));
+  part->add_option("--annotated-model", po.annotated_model,
+                   "also write MODEL with every value's sharding as ONNX multi-device annotations (readable back "
+                   "in place of a sharding file)");
 
   cli::RunOptions ro;
   auto* run = app.add_subcommand("run", "run the partitioned model on an emulated pod");

@@ -74,6 +74,13 @@ int cmd_partition(const PartitionOptions& o) {
   if (out.filename().empty()) out = out.parent_path();
   if (fs::exists(out) && (!fs::is_directory(out) || !is_our_output(out)))
     throw InputError(fmt::format("{}: exists and is not a gspmd-onnx output directory; not overwriting", o.out_dir));
+  fs::path annotated;
+  if (!o.annotated_model.empty()) {
+    annotated = fs::absolute(o.annotated_model).lexically_normal();
+    if (annotated.parent_path() == out || annotated == out)
+      throw InputError(fmt::format("--annotated-model: {} is inside the output directory {}; write it elsewhere",
+                                   o.annotated_model, o.out_dir));
+  }
   Pipeline p = build_pipeline(o.common);
 
   fs::path tmp = out.parent_path() / fmt::format(".{}.tmp-{}", out.filename().string(), ::getpid());
@@ -82,10 +89,12 @@ int cmd_partition(const PartitionOptions& o) {
   if (ec) throw InputError(fmt::format("{}: cannot create directory: {}", o.out_dir, ec.message()));
   try {
     const int64_t n = p.program.mesh.num_devices();
+    ExportOptions eo;
+    if (o.collectives == "ort") eo.collectives = CollectiveFormat::kOrt;
     ProgressLine line;
     for (int64_t k = 0; k < n; ++k) {
       line.update([&] { return fmt::format("partition: writing device_{}.onnx ({}/{})", k, k + 1, n); });
-      export_device(p.program, p.graph, k, (tmp / fmt::format("device_{}.onnx", k)).string());
+      export_device(p.program, p.graph, k, (tmp / fmt::format("device_{}.onnx", k)).string(), eo);
     }
     line.finish();
     const ShardingNotation notation = o.notation == "hlo"   ? ShardingNotation::kHlo
@@ -94,14 +103,16 @@ int cmd_partition(const PartitionOptions& o) {
     write_sharding_file((tmp / "shardings.json").string(), p.graph, p.program.mesh, p.program.final_shardings,
                         notation);
     if (p.auto_result) write_auto_sharding_file(tmp / "auto.sharding.json", p);
+    if (!annotated.empty())  // before DIR appears: a failure leaves neither
+      write_annotated_model(o.common.model, p.graph, p.program.mesh, p.plan.shardings, annotated.string());
     CostReport cost = p.cost(o.common.overlap);
     nlohmann::json report = make_report(p, cost, nullptr, nullptr);
     write_json((tmp / "report.json").string(), report);
     if (fs::exists(out)) fs::remove_all(out);
     fs::rename(tmp, out);
     print_summary(report, o.common.model);
-    fmt::print("wrote     {}/device_{{0..{}}}.onnx, shardings.json, {}report.json\n", o.out_dir, n - 1,
-               p.auto_result ? "auto.sharding.json, " : "");
+    fmt::print("wrote     {}/device_{{0..{}}}.onnx, shardings.json, {}report.json{}\n", o.out_dir, n - 1,
+               p.auto_result ? "auto.sharding.json, " : "", annotated.empty() ? "" : ", " + o.annotated_model);
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

@@ -71,13 +71,22 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   lo.inputs_dir = o.inputs_dir;  // the given inputs' shapes bind symbolic dims (--dim must agree)
   p.graph = load_model(o.model, lo, &p.load_report);
 
+  // The annotations: --shardings FILE (a sharding file, or an annotated model *.onnx), else MODEL's own
+  // annotations or its sibling <stem>.sharding.json, not both (docs/cli.md).
   std::string file = o.shardings;
   if (file.empty()) {
     fs::path sibling = fs::path(o.model).replace_extension(".sharding.json");
-    if (fs::exists(sibling)) file = sibling.string();
+    if (p.load_report.sharding_annotations && fs::exists(sibling))
+      throw InputError(fmt::format("{}: carries sharding annotations and has a sibling {}: choose one with --shardings",
+                                   o.model, sibling.string()));
+    if (p.load_report.sharding_annotations)
+      file = o.model;
+    else if (fs::exists(sibling))
+      file = sibling.string();
   }
   if (!file.empty()) {
-    p.annotations = read_sharding_file(file, p.graph, &cli_mesh);
+    p.annotations = fs::path(file).extension() == ".onnx" ? read_annotated_model(file, p.graph, &cli_mesh)
+                                                          : read_sharding_file(file, p.graph, &cli_mesh);
     p.sharding_file = file;
   } else {
     p.annotations.mesh = cli_mesh;

@@ -14,10 +14,14 @@
 
 #include "core/partition/reshard.h"
 #include "onnx_frontend/frontend.h"
+#include "onnx_frontend/gspmd_schemas.h"
 #include "onnx_frontend/proto_util.h"
 
 namespace gspmd {
 namespace {
+
+/// The domain of ONNX Runtime's contrib ops, its collectives among them (docs/collectives.md, "ONNX Runtime").
+constexpr const char* kOrtDomain = "com.microsoft";
 
 template <class T>
 T clamp_to(double v) {
@@ -164,6 +168,7 @@ struct Exporter {
   const Graph& global;
   int64_t device;
   int64_t opset;
+  ExportOptions options;
   onnx::ModelProto m;
   onnx::GraphProto* pg = nullptr;
   std::unordered_set<std::string> names;  // value and node names in use
@@ -329,9 +334,314 @@ struct Exporter {
     emit_pad(n.name, tmp, y.name, x.dtype, x.shape.size(), axis, before, after, value);
   }
 
+  // ---- --collectives ort: ONNX Runtime's com.microsoft collectives (docs/collectives.md, "ONNX Runtime") ----
+  // They run over all ranks of one world communicator (rank r = device r) and have no group, reduction or split-axis
+  // attribute: AllReduce sums float tensors, AllGather concatenates along `axis` (group_size = all devices), AllToAll
+  // exchanges the N contiguous chunks of its input. Other collectives are lowered onto them and standard ONNX ops;
+  // every device's lowering of one collective is the same sequence of com.microsoft calls, so the ranks stay matched.
+
+  bool ort_used = false;
+
+  [[noreturn]] void ort_refuse(const Node& n, const std::string& why) const {
+    throw InputError(fmt::format("--collectives ort: node '{}' ({}): {}", n.name, n.op_type, why));
+  }
+
+  /// The type ORT's AllGather and AllToAll carry a `t` tensor as: their type constraint is float16, float, double,
+  /// int64 and bool; bfloat16 travels as float and narrower integers as int64 (both exact); kUndefined otherwise.
+  static DType ort_wire_type(DType t) {
+    switch (t) {
+      case DType::kFloat16:
+      case DType::kFloat32:
+      case DType::kFloat64:
+      case DType::kInt64:
+      case DType::kBool: return t;
+      case DType::kBFloat16: return DType::kFloat32;
+      case DType::kInt8:
+      case DType::kInt16:
+      case DType::kInt32:
+      case DType::kUInt8:
+      case DType::kUInt16:
+      case DType::kUInt32: return DType::kInt64;
+      default: return DType::kUndefined;
+    }
+  }
+
+  onnx::NodeProto* add_ms_node(const std::string& node, const std::string& op, const std::string& x,
+                               const std::string& y) {
+    ort_used = true;
+    auto* n = add_node(fresh(node + "/" + op), op, {x}, {y});
+    n->set_domain(kOrtDomain);
+    return n;
+  }
+
+  /// `x` (of type `from`) as type `to`: x itself or a Cast to a temp of `shape`, or to `out` when given.
+  std::string cast(const Node& n, const std::string& x, DType from, DType to, const Shape& shape,
+                   const std::string& out = "") {
+    if (from == to) return x;
+    if (opset < 6) ort_refuse(n, fmt::format("casting {} needs ai.onnx opset >= 6", dtype_name(from)));
+    std::string y = out.empty() ? add_temp(n.name + "/cast", to, shape) : out;
+    auto* c = add_node(fresh(n.name + "/Cast"), "Cast", {x}, {y});
+    set_attr(c->add_attribute(), "to", static_cast<int64_t>(to));
+    return y;
+  }
+
+  /// `x` reshaped to `to` (a temp, or `out`).
+  std::string reshape(const Node& n, const std::string& x, DType t, const Shape& to, const std::string& out = "") {
+    std::string y = out.empty() ? add_temp(n.name + "/reshaped", t, to) : out;
+    if (opset >= 5) {
+      add_node(fresh(n.name + "/Reshape"), "Reshape", {x, add_const(n.name + "/shape", Tensor::from_int64s(to))}, {y});
+    } else {
+      auto* r = add_node(fresh(n.name + "/Reshape"), "Reshape", {x}, {y});
+      set_attr(r->add_attribute(), "shape", to);
+    }
+    return y;
+  }
+
+  /// `x` of `shape` transposed by `perm` (a temp).
+  std::string transpose(const Node& n, const std::string& x, DType t, const Shape& shape,
+                        const std::vector<int64_t>& perm) {
+    Shape to;
+    for (int64_t a : perm) to.push_back(shape[static_cast<size_t>(a)]);
+    std::string y = add_temp(n.name + "/transposed", t, to);
+    auto* tr = add_node(fresh(n.name + "/Transpose"), "Transpose", {x}, {y});
+    set_attr(tr->add_attribute(), "perm", perm);
+    return y;
+  }
+
+  /// [members.size(), ...x] of type `wire`: the x of the devices `members` (global ids, in order), gathered from all
+  /// devices: x as [1, ...x], com.microsoft.AllGather along axis 0, then a Gather of the members' rows (none when
+  /// the members are all devices in order).
+  std::string gather_rows(const Node& n, const Value& x, DType wire, const std::vector<int64_t>& members) {
+    const int64_t N = p.mesh.num_devices();
+    Shape one = x.shape, all = x.shape, sel = x.shape;
+    one.insert(one.begin(), 1);
+    all.insert(all.begin(), N);
+    sel.insert(sel.begin(), static_cast<int64_t>(members.size()));
+    const std::string x1 = reshape(n, cast(n, x.name, x.dtype, wire, x.shape), wire, one);
+    const std::string g = add_temp(n.name + "/all", wire, all);
+    auto* ag = add_ms_node(n.name, "AllGather", x1, g);
+    set_attr(ag->add_attribute(), "axis", int64_t{0});
+    set_attr(ag->add_attribute(), "group_size", N);
+    bool identity = static_cast<int64_t>(members.size()) == N;
+    for (size_t k = 0; identity && k < members.size(); ++k) identity = members[k] == static_cast<int64_t>(k);
+    if (identity) return g;
+    const std::string rows = add_temp(n.name + "/members_x", wire, sel);
+    auto* ga = add_node(fresh(n.name + "/Gather"), "Gather",
+                        {g, add_const(n.name + "/members", Tensor::from_int64s(members))}, {rows});
+    set_attr(ga->add_attribute(), "axis", int64_t{0});
+    return rows;
+  }
+
+  /// The reduction of `rows` ([n, ...shape], type `wire`) over axis 0, into a temp of `shape` (or `out`).
+  std::string reduce_rows(const Node& n, const std::string& rows, DType wire, const Shape& shape, ReductionKind r,
+                          const std::string& out = "") {
+    if (wire == DType::kBool) ort_refuse(n, "ONNX Runtime's collectives cannot reduce bool tensors");
+    static const char* const kOps[] = {"ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"};
+    const std::string op = kOps[static_cast<int>(r)];
+    const std::string y = out.empty() ? add_temp(n.name + "/reduced", wire, shape) : out;
+    onnx::NodeProto* red = nullptr;
+    if (opset >= (r == ReductionKind::kSum ? 13 : 18)) {  // axes became an input (ReduceSum-13, the others 18)
+      red = add_node(fresh(n.name + "/" + op), op, {rows, add_const(n.name + "/axes", Tensor::from_int64s({0}))}, {y});
+    } else {
+      red = add_node(fresh(n.name + "/" + op), op, {rows}, {y});
+      set_attr(red->add_attribute(), "axes", std::vector<int64_t>{0});
+    }
+    set_attr(red->add_attribute(), "keepdims", int64_t{0});
+    return y;
+  }
+
+  /// `rows` ([count, ...shape]: count members' tensors in order) concatenated along `axis` of `shape` into `out`: the
+  /// leading axis moved in front of `axis` (Transpose), then merged with it (Reshape).
+  void merge_rows(const Node& n, const std::string& rows, int64_t count, DType wire, const Shape& shape, int64_t axis,
+                  const std::string& out) {
+    std::string x = rows;
+    if (axis > 0) {
+      Shape in = shape;
+      in.insert(in.begin(), count);
+      std::vector<int64_t> perm;
+      for (int64_t k = 1; k <= axis; ++k) perm.push_back(k);
+      perm.push_back(0);
+      for (int64_t k = axis + 1; k <= static_cast<int64_t>(shape.size()); ++k) perm.push_back(k);
+      x = transpose(n, rows, wire, in, perm);
+    }
+    Shape merged = shape;
+    merged[static_cast<size_t>(axis)] *= count;
+    reshape(n, x, wire, merged, out);
+  }
+
+  /// Writes collective `n` as ONNX Runtime's com.microsoft collectives and standard ops (ExportOptions).
+  void lower_ort(const Node& n) {
+    const CollectiveAttrs a = collective_attrs(n);
+    const std::vector<int>& axes = checked(n, a.mesh_axes);
+    const Value& x = G.values.at(n.inputs.at(0));
+    const Value& y = G.values.at(n.outputs.at(0));
+    const int64_t N = p.mesh.num_devices();
+    std::vector<int64_t> members;
+    for (auto& grp : p.mesh.replica_groups(axes))
+      if (std::find(grp.begin(), grp.end(), device) != grp.end()) members = grp;
+    const int64_t ng = static_cast<int64_t>(members.size()), tile = p.mesh.tile_index(device, axes);
+    // ORT's world: every device (enough for the sums), in device order (for what concatenates in rank order)
+    const bool world = ng == N;
+    bool in_order = world;
+    for (int64_t k = 0; in_order && k < ng; ++k) in_order = members[static_cast<size_t>(k)] == k;
+    const DType wire = ort_wire_type(x.dtype);
+    if (wire == DType::kUndefined)
+      ort_refuse(n, fmt::format("ONNX Runtime's AllGather and AllToAll carry float16, float, double, int64 or bool "
+                                "tensors, not {}",
+                                dtype_name(x.dtype)));
+    const bool floating = x.dtype == DType::kFloat16 || x.dtype == DType::kFloat32 || x.dtype == DType::kFloat64;
+    const size_t rank = x.shape.size();
+    // The result in the wire type: y itself, or a temp cast to y at the end.
+    const std::string out = wire == y.dtype ? y.name : add_temp(n.name + "/result", wire, y.shape);
+    auto slice_tile = [&](const std::string& full, int64_t axis, const Shape& full_shape, const std::string& to) {
+      const int64_t c = full_shape[static_cast<size_t>(axis)] / ng;
+      emit_slice(n.name, full, to, axis, tile * c, (tile + 1) * c);
+    };
+    switch (a.kind) {
+      case Collective::kAllReduce:
+        if (world && a.reduction == ReductionKind::kSum && floating) {
+          add_ms_node(n.name, "AllReduce", x.name, y.name);
+          return;
+        }
+        reduce_rows(n, gather_rows(n, x, wire, members), wire, x.shape, a.reduction, out);
+        break;
+      case Collective::kAllGather: {
+        const int64_t axis = norm_axis(n, a.axis, rank);
+        if (in_order) {
+          auto* ag = add_ms_node(n.name, "AllGather", cast(n, x.name, x.dtype, wire, x.shape), out);
+          set_attr(ag->add_attribute(), "axis", axis);
+          set_attr(ag->add_attribute(), "group_size", N);
+          break;
+        }
+        merge_rows(n, gather_rows(n, x, wire, members), ng, wire, x.shape, axis, out);
+        break;
+      }
+      case Collective::kReduceScatter: {
+        const int64_t axis = norm_axis(n, a.axis, rank);
+        std::string full;
+        if (world && a.reduction == ReductionKind::kSum && floating) {
+          full = add_temp(n.name + "/reduced", x.dtype, x.shape);
+          add_ms_node(n.name, "AllReduce", x.name, full);
+        } else {
+          full = reduce_rows(n, gather_rows(n, x, wire, members), wire, x.shape, a.reduction);
+        }
+        slice_tile(full, axis, x.shape, out);
+        break;
+      }
+      case Collective::kAllToAll: {
+        const int64_t sa = norm_axis(n, a.split_axis, rank), ca = norm_axis(n, a.concat_axis, rank);
+        const int64_t c = x.shape[static_cast<size_t>(sa)] / ng;
+        Shape chunk = x.shape;  // one member's chunk
+        chunk[static_cast<size_t>(sa)] = c;
+        Shape rows_shape = chunk;
+        rows_shape.insert(rows_shape.begin(), ng);
+        std::string rows;
+        if (in_order) {
+          std::string xi = cast(n, x.name, x.dtype, wire, x.shape);
+          if (sa == 0 && ca == 0) {
+            auto* aa = add_ms_node(n.name, "AllToAll", xi, out);
+            set_attr(aa->add_attribute(), "group_size", N);
+            break;
+          }
+          // x as [N, ...chunk]: split_axis cut into [N, c] and N moved to the front; AllToAll swaps the N chunks.
+          Shape cut = x.shape;
+          cut[static_cast<size_t>(sa)] = c;
+          cut.insert(cut.begin() + sa, N);
+          std::string front = reshape(n, xi, wire, cut);
+          if (sa > 0) {
+            std::vector<int64_t> perm{sa};
+            for (int64_t k = 0; k <= static_cast<int64_t>(rank); ++k)
+              if (k != sa) perm.push_back(k);
+            front = transpose(n, front, wire, cut, perm);
+          }
+          rows = add_temp(n.name + "/exchanged", wire, rows_shape);
+          auto* aa = add_ms_node(n.name, "AllToAll", front, rows);
+          set_attr(aa->add_attribute(), "group_size", N);
+        } else {
+          // every member's x, then each one's chunk `tile` along split_axis
+          rows = add_temp(n.name + "/chunks", wire, rows_shape);
+          emit_slice(n.name, gather_rows(n, x, wire, members), rows, sa + 1, tile * c, (tile + 1) * c);
+        }
+        merge_rows(n, rows, ng, wire, chunk, ca, out);
+        break;
+      }
+      case Collective::kCollectivePermute: {
+        const int64_t src = permute_sources(p.mesh, axes, a.shift, a.target_axes).at(static_cast<size_t>(tile));
+        Shape one = x.shape;
+        one.insert(one.begin(), 1);
+        if (src >= 0) {
+          reshape(n, gather_rows(n, x, wire, {members[static_cast<size_t>(src)]}), wire, x.shape, out);
+          break;
+        }
+        // No source: zeros, computed from the gathered rows so that this device still takes part in the AllGather.
+        const std::string own = gather_rows(n, x, wire, {device});
+        Shape none = one;
+        none[0] = 0;
+        const std::string empty = add_temp(n.name + "/empty", wire, none);
+        emit_slice(n.name, own, empty, 0, 0, 0);
+        const std::string zeros = add_temp(n.name + "/zeros", wire, one);
+        emit_pad(n.name, empty, zeros, wire, one.size(), 0, 0, 1, 0.0);
+        reshape(n, zeros, wire, x.shape, out);
+        break;
+      }
+    }
+    if (out != y.name) cast(n, out, wire, y.dtype, y.shape, y.name);
+  }
+
+  /// The partitioner writes the ops it adds (Slice, Unsqueeze, ReduceSum, ...) in their newest form, operands such as
+  /// `axes` as constant inputs; a model at an older opset takes them as attributes. Rewrites `pn` (node `n`) into the
+  /// form of this model's opset so that the file is valid ONNX (docs/collectives.md).
+  void opset_form(const Node& n, onnx::NodeProto* pn) {
+    if (!n.domain.empty() && n.domain != "ai.onnx") return;
+    struct Form {
+      const char* op;
+      int64_t since;                        // the opset from which the operands are inputs
+      std::vector<const char*> attributes;  // per input from 1: the attribute it was before (nullptr: must be ones)
+    };
+    static const Form kForms[] = {
+        {"Slice", 10, {"starts", "ends", "axes", nullptr}},
+        {"Unsqueeze", 13, {"axes"}},
+        {"Squeeze", 13, {"axes"}},
+        {"Split", 13, {"split"}},
+        {"ReduceSum", 13, {"axes"}},
+        {"ReduceMax", 18, {"axes"}},
+        {"ReduceMin", 18, {"axes"}},
+        {"ReduceMean", 18, {"axes"}},
+        {"ReduceProd", 18, {"axes"}},
+        {"ReduceSumSquare", 18, {"axes"}},
+        {"ReduceL1", 18, {"axes"}},
+        {"ReduceL2", 18, {"axes"}},
+        {"ReduceLogSum", 18, {"axes"}},
+        {"ReduceLogSumExp", 18, {"axes"}},
+    };
+    const Form* f = nullptr;
+    for (const Form& x : kForms)
+      if (n.op_type == x.op) f = &x;
+    if (!f || opset >= f->since || pn->input_size() < 2) return;
+    for (int k = 1; k < pn->input_size(); ++k) {
+      const int v = n.inputs.at(static_cast<size_t>(k));
+      if (v < 0) continue;  // an absent optional input
+      const Value& c = G.values.at(static_cast<size_t>(v));
+      if (!c.data || static_cast<size_t>(k - 1) >= f->attributes.size())
+        throw std::logic_error(
+            fmt::format("export: node '{}' ({}) at opset {}: input {} is not a constant it can "
+                        "take as an attribute",
+                        n.name, n.op_type, opset, k));
+      const std::vector<int64_t> values = c.data->as_int64s();
+      if (const char* name = f->attributes[static_cast<size_t>(k - 1)]) {
+        set_attr(pn->add_attribute(), name, values);
+      } else if (std::any_of(values.begin(), values.end(), [](int64_t x) { return x != 1; })) {
+        throw std::logic_error(
+            fmt::format("export: node '{}' (Slice) at opset {} has steps other than 1", n.name, opset));
+      }
+    }
+    pn->mutable_input()->DeleteSubrange(1, pn->input_size() - 1);
+  }
+
   void copy_node(const Node& n) {
     auto* pn = pg->add_node();
     write_node(n, pn, value_names_);
+    opset_form(n, pn);
     if (!n.domain.empty()) domains.insert(n.domain);
     if (is_collective(n)) {
       const CollectiveAttrs a = collective_attrs(n);
@@ -370,16 +680,9 @@ struct Exporter {
       e->set_key(k);
       e->set_value(v);
     };
-    std::string shape, axes_s;
-    for (size_t i = 0; i < p.mesh.shape.size(); ++i) {
-      shape += (i ? "x" : "") + std::to_string(p.mesh.shape[i]);
-      axes_s += (i ? "," : "") + p.mesh.axes[i];
-    }
     meta("gspmd.device", std::to_string(device));
     meta("gspmd.num_devices", std::to_string(p.mesh.num_devices()));
-    meta("gspmd.mesh_shape", shape);
-    meta("gspmd.mesh_axes", axes_s);
-    if (p.mesh.has_device_order()) meta("gspmd.mesh_devices", fmt::format("{}", fmt::join(p.mesh.devices, ",")));
+    frontend::set_mesh_metadata(m, p.mesh);
     meta("gspmd.program_fingerprint", fmt::format("{:016x}", program_fingerprint(p)));
     {
       auto coords = p.mesh.coords(device);
@@ -433,6 +736,8 @@ struct Exporter {
         throw std::runtime_error(fmt::format("export: node '{}': unknown gspmd op '{}'", n.name, n.op_type));
       if (op && !is_collective(*op))
         specialise(n, *op);
+      else if (op && options.collectives == CollectiveFormat::kOrt)
+        lower_ort(n);
       else
         copy_node(n);
       for (int o : n.outputs)
@@ -441,14 +746,24 @@ struct Exporter {
     auto* os = m.add_opset_import();
     os->set_domain("");
     os->set_version(opset);
-    auto* og = m.add_opset_import();
-    og->set_domain(kGspmdDomain);
-    og->set_version(1);
+    if (options.collectives == CollectiveFormat::kGspmd || domains.count(kGspmdDomain)) {
+      auto* og = m.add_opset_import();
+      og->set_domain(kGspmdDomain);
+      og->set_version(1);
+    }
+    if (ort_used) domains.insert(kOrtDomain);
     for (const auto& d : domains) {
       if (d == kGspmdDomain || d == "ai.onnx") continue;
       auto* o = m.add_opset_import();
       o->set_domain(d);
       o->set_version(1);
+    }
+    // What another ONNX tool would check: the checker and strict shape inference, the collectives by their gspmd
+    // schemas (gspmd_schemas.h). A failure is a bug of the exporter or the partitioner, not bad input.
+    try {
+      frontend::validate_model(m, path);
+    } catch (const InputError& e) {
+      throw std::logic_error(fmt::format("export: the device model fails ONNX validation: {}", e.what()));
     }
     const size_t size = m.ByteSizeLong();
     if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
@@ -463,8 +778,10 @@ struct Exporter {
 
 }  // namespace
 
-void export_device(const SpmdProgram& p, const Graph& global, int64_t device, const std::string& path) {
-  Exporter e{p, p.program, global, device, global.opset > 0 ? global.opset : p.program.opset, {}, nullptr, {}, {}, {}};
+void export_device(const SpmdProgram& p, const Graph& global, int64_t device, const std::string& path,
+                   const ExportOptions& options) {
+  Exporter e{p,       p.program, global, device, global.opset > 0 ? global.opset : p.program.opset, options, {},
+             nullptr, {},        {},     {}};
   e.run(path);
 }
 

@@ -3,8 +3,10 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "onnx_frontend/frontend.h"
 
@@ -17,6 +19,11 @@ std::string read_file(const std::string& path);
 void write_file_atomic(const std::string& path, const std::string& bytes);
 /// Directory part of a path ("" -> ".").
 std::string dir_of(const std::string& path);
+
+/// "2x2" for mesh shape {2, 2}, as --mesh takes it.
+inline std::string mesh_shape_text(const std::vector<int64_t>& shape) {
+  return fmt::format("{}", fmt::join(shape, "x"));
+}
 
 /// "1 tensor", "3 tensors".
 inline std::string count_str(size_t n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }

@@ -96,6 +96,8 @@ struct LoadReport {
                                         // "node 'c' (If): condition is constant true, then_branch inlined"
   std::vector<std::string> shape_disagreements;  // "value 'v' (node 'n' (Op)): shape function float32[2,3], ONNX
                                                  // inference float32[2,4]"
+  /// The model carries ONNX's multi-device sharding annotations (an annotated model: read_annotated_model).
+  bool sharding_annotations = false;
   /// The model's signature over the loaded graph: one entry per ONNX graph input (initializers and frozen inputs
   /// excluded) and per output, in order. Sequences and optionals are flattened (FlatValue).
   std::vector<FlatValue> inputs, outputs;
@@ -173,11 +175,51 @@ void write_sharding_file(const std::string& path, const Graph& g, const DeviceMe
                          const std::vector<TensorSharding>& shardings,
                          ShardingNotation notation = ShardingNotation::kSpec);
 
+/// Writes the model at `model_path` (the unpartitioned ONNX file `g` was loaded from) to `out_path` with every
+/// value's sharding attached as ONNX's multi-device annotations (onnx >= 1.18, IR version 11; docs/sharding-file.md,
+/// "Annotated models"): one DeviceConfigurationProto "gspmd" with mesh.num_devices() devices in
+/// ModelProto.configuration (field 26), and on every top-level node a NodeDeviceConfigurationProto "gspmd" with one
+/// ShardingSpecProto per input and output that `g` has (`shardings`, one per value of `g`, over `mesh`): each split
+/// dim one ShardedDimProto, each shard its device or a negative key of index_to_device_group_map listing the
+/// devices that replicate it. The messages travel as unknown fields with upstream's numbers (onnx 1.12 has none of
+/// them), so onnx 1.12 readers load the file and keep them. Metadata gspmd.mesh_shape / gspmd.mesh_axes name the
+/// mesh, gspmd.unreduced the unreduced values (JSON {"value": {"axes": [...], "reduction": "sum"}}; ONNX's specs
+/// have no partial state). Relative external-data locations are rewritten for out_path's directory. The file is
+/// written atomically. Throws InputError for an unreadable model, std::runtime_error when it cannot be written.
+void write_annotated_model(const std::string& model_path, const Graph& g, const DeviceMesh& mesh,
+                           const std::vector<TensorSharding>& shardings, const std::string& out_path);
+
+/// Reads an annotated model's shardings (write_annotated_model's, or another tool's ONNX multi-device annotations)
+/// into Annotations over `g`, the graph loaded from the same model: every sharding spec of the configuration (the
+/// model's only one, or "gspmd") on a value `g` has (values folded at load are skipped), decoded against the mesh of
+/// the gspmd.mesh_shape / gspmd.mesh_axes metadata, or --mesh (`cli_mesh`) without them; --mesh must have the
+/// metadata's shape. Each annotation's source is "FILE: node 'n': sharding_spec 'x'". Throws InputError("FILE: ...")
+/// for a file without annotations, a configuration whose device count is not the mesh's, a spec whose device
+/// assignment is not the mesh's tiling of some sharding, two nodes that annotate one value differently, ...
+/// (docs/sharding-file.md lists the messages).
+Annotations read_annotated_model(const std::string& path, const Graph& g, const DeviceMesh* cli_mesh);
+
+/// How export_device writes the program's collectives (`partition --collectives`, docs/collectives.md).
+enum class CollectiveFormat {
+  kGspmd,  // domain `gspmd` v1 nodes with replica_groups / group_size / source_target_pairs (the default)
+  kOrt,    // ONNX Runtime's com.microsoft AllReduce / AllGather / AllToAll, other collectives lowered onto them
+};
+
+/// export_device's choices.
+struct ExportOptions {
+  CollectiveFormat collectives = CollectiveFormat::kGspmd;
+};
+
 /// Writes device `device`'s program as a standalone ONNX model: local shapes, that device's slices of the
 /// weights (from `global`'s initializers, sliced with shard_tensor), gspmd ops specialised for the device
 /// (ShardSlice -> Slice/Pad, MaskPad -> Slice+Pad, PartitionOffset -> Constant) and collectives in domain
-/// `gspmd` v1 with replica_groups / group_size (docs/collectives.md). Throws std::runtime_error on I/O failure.
-void export_device(const SpmdProgram& p, const Graph& global, int64_t device, const std::string& path);
+/// `gspmd` v1 with replica_groups / group_size, or as ONNX Runtime's com.microsoft collectives
+/// (options.collectives; docs/collectives.md). The model is validated before it is written (onnx's checker and strict
+/// shape inference with the gspmd schemas, gspmd_schemas.h). Throws std::runtime_error on I/O failure,
+/// std::logic_error when the model fails validation (a bug), InputError("--collectives ort: node 'n' (Op): ...") for
+/// a collective ONNX Runtime cannot carry (a uint64 or string tensor, a bool reduction).
+void export_device(const SpmdProgram& p, const Graph& global, int64_t device, const std::string& path,
+                   const ExportOptions& options = {});
 
 /// Reads one serialized onnx.TensorProto (.pb, ONNX backend test-data layout). Throws InputError naming the file.
 Tensor read_tensor_pb(const std::string& path);

@@ -1,6 +1,5 @@
 // load_model: ONNX file -> core::Graph with static shapes (bind dims, shape inference, folding).
 #include <algorithm>
-#include <climits>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -9,12 +8,12 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
-#include <google/protobuf/io/coded_stream.h>
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
 #include "onnx_frontend/fold.h"
 #include "onnx_frontend/frontend.h"
+#include "onnx_frontend/gspmd_schemas.h"
 #include "onnx_frontend/proto_util.h"
 
 namespace gspmd {
@@ -63,13 +62,7 @@ struct Loader {
   [[noreturn]] void fail(const std::string& why) const { throw InputError(fmt::format("{}: {}", path, why)); }
 
   void parse() {
-    std::string bytes = frontend::read_file(path);
-    google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                              static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
-    in.SetTotalBytesLimit(INT_MAX);
-    if (bytes.size() > static_cast<size_t>(INT_MAX) || !m.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage() ||
-        !m.has_graph())
-      fail("not a valid ONNX model (truncated or malformed protobuf)");
+    frontend::parse_model_file(path, &m);
     for (const auto& op : m.opset_import())
       if (op.domain().empty() || op.domain() == "ai.onnx") opset = op.version();
     if (opset < 0) {
@@ -416,6 +409,7 @@ struct Loader {
     // Before IR 4, shape inference types only the initializers listed as graph inputs; the constants exposed here
     // (initializers, Constant outputs, folded values) are not, so the proto says IR 4 from here on.
     if (m.ir_version() < 4) m.set_ir_version(4);
+    register_gspmd_schemas();  // a device model's collectives are typed (and checked) by their schemas
     const onnx::ShapeInferenceOptions options(true, 1, true);
     try {
       onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), options);
@@ -690,6 +684,7 @@ struct Loader {
 Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* report) {
   Loader L{path, opts, frontend::dir_of(path), {}, -1, {}, {}, {}, {}};
   L.parse();
+  const bool annotated = frontend::has_sharding_annotations(L.m);
   L.prepare();
   L.sort_nodes();
   L.name_absent_outputs();
@@ -697,6 +692,7 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
   LoadReport local;
   LoadReport& rep = report ? *report : local;
   rep = {};
+  rep.sharding_annotations = annotated;
   L.infer();
   std::unordered_set<std::string> unknown;
   Graph g = L.convert(unknown);

@@ -1,9 +1,7 @@
 // read_model_info: a model's opset, node op types and graph inputs/outputs, without shape inference.
-#include <climits>
 #include <unordered_set>
 
 #include <fmt/format.h>
-#include <google/protobuf/io/coded_stream.h>
 
 #include "onnx_frontend/frontend.h"
 #include "onnx_frontend/proto_util.h"
@@ -45,14 +43,8 @@ ValueKind value_kind(const onnx::ValueInfoProto& vi) {
 }  // namespace
 
 ModelInfo read_model_info(const std::string& path) {
-  const std::string bytes = frontend::read_file(path);
   onnx::ModelProto m;
-  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                            static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
-  in.SetTotalBytesLimit(INT_MAX);
-  if (bytes.size() > static_cast<size_t>(INT_MAX) || !m.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage() ||
-      !m.has_graph())
-    throw InputError(fmt::format("{}: not a valid ONNX model (truncated or malformed protobuf)", path));
+  frontend::parse_model_file(path, &m);
   ModelInfo info;
   info.opset = m.opset_import_size() == 0 ? 1 : 0;
   for (const auto& op : m.opset_import())

@@ -7,6 +7,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "core/ir/ir.h"
+#include "core/sharding/sharding.h"
 #include "onnx_frontend/file_util.h"
 
 namespace gspmd::frontend {
@@ -17,6 +18,19 @@ bool is_external(const onnx::TensorProto& t);
 Shape proto_shape(const onnx::TensorProto& t);
 /// Element type of a TensorProto; throws InputError("WHAT: unsupported element type N") for unknown types.
 DType proto_dtype(int32_t data_type, const std::string& what);
+
+/// Parses the ONNX model file at `path` into `m` (models up to protobuf's 2 GiB limit). Throws
+/// InputError("PATH: cannot open file") or InputError("PATH: not a valid ONNX model (truncated or malformed
+/// protobuf)"), also for a message without a graph.
+void parse_model_file(const std::string& path, onnx::ModelProto* m);
+
+/// True when `m` carries ONNX's multi-device annotations (ModelProto.configuration or a top-level node's
+/// device_configurations; onnx 1.12 keeps them as unknown fields 26 and 10). annotated_model.cc.
+bool has_sharding_annotations(const onnx::ModelProto& m);
+/// Sets `m`'s metadata_props gspmd.mesh_shape ("2x2"), gspmd.mesh_axes ("data,model"; a refined mesh's parts as
+/// "x:(1)2") and, for a mesh with a device order, gspmd.mesh_devices ("0,2,1,3") to `mesh`, replacing existing
+/// entries (docs/collectives.md). annotated_model.cc.
+void set_mesh_metadata(onnx::ModelProto& m, const DeviceMesh& mesh);
 
 /// Converts a TensorProto (raw_data, typed fields, or external data resolved against `base_dir`) into a Tensor.
 /// `what` prefixes error messages (e.g. "model.onnx: initializer 'w'"). Throws InputError.

@@ -35,12 +35,6 @@ std::string default_axis_name(size_t i) {
   return i < 4 ? kNames[i] : fmt::format("a{}", i);
 }
 
-std::string mesh_text(const std::vector<int64_t>& shape) {
-  std::string s;
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
-  return s;
-}
-
 struct Reader {
   const std::string& path;
   const Graph& g;
@@ -99,8 +93,8 @@ struct Reader {
     if (cli_mesh) {
       if (static_cast<size_t>(cli_mesh->rank()) != rank) {
         std::string file_axes = has_axes ? fmt::format(" ({})", join(axes)) : "";
-        fail("mesh", fmt::format("--mesh {} has {} axes but the file's mesh has {}{}", mesh_text(cli_mesh->shape),
-                                 cli_mesh->rank(), rank, file_axes));
+        fail("mesh", fmt::format("--mesh {} has {} axes but the file's mesh has {}{}",
+                                 frontend::mesh_shape_text(cli_mesh->shape), cli_mesh->rank(), rank, file_axes));
       }
       shape = cli_mesh->shape;  // --mesh overrides the sizes
     } else if (!has_shape) {
@@ -124,7 +118,7 @@ struct Reader {
     }
     if (cli_mesh && static_cast<int64_t>(jd.size()) != cli_mesh->num_devices())
       fail("mesh.devices", fmt::format("has {} entries but --mesh {} has {} devices", jd.size(),
-                                       mesh_text(cli_mesh->shape), cli_mesh->num_devices()));
+                                       frontend::mesh_shape_text(cli_mesh->shape), cli_mesh->num_devices()));
     try {
       mesh.check_devices();
     } catch (const std::invalid_argument& e) {

@@ -1,7 +1,9 @@
 // Tensor <-> onnx.TensorProto, test-data .pb I/O, file helpers shared by the frontend.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <google/protobuf/io/coded_stream.h>
 
 #include "onnx_frontend/frontend.h"
 #include "onnx_frontend/proto_util.h"
@@ -55,6 +58,16 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 std::string dir_of(const std::string& path) {
   auto p = std::filesystem::path(path).parent_path();
   return p.empty() ? std::string(".") : p.string();
+}
+
+void parse_model_file(const std::string& path, onnx::ModelProto* m) {
+  const std::string bytes = read_file(path);
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
+  in.SetTotalBytesLimit(INT_MAX);
+  if (bytes.size() > static_cast<size_t>(INT_MAX) || !m->ParseFromCodedStream(&in) || !in.ConsumedEntireMessage() ||
+      !m->has_graph())
+    throw InputError(fmt::format("{}: not a valid ONNX model (truncated or malformed protobuf)", path));
 }
 
 bool is_external(const onnx::TensorProto& t) {

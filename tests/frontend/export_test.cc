@@ -241,5 +241,80 @@ TEST(Export, ParamWithoutDataFails) {
   EXPECT_FALSE(std::filesystem::exists(d.file("d.onnx")));
 }
 
+// --collectives ort refuses what ONNX Runtime's collectives cannot carry, naming the node (docs/collectives.md).
+TEST(Export, OrtRefusesWhatItCannotCarry) {
+  for (auto [dtype, op, message] :
+       {std::tuple{DType::kUInt64, "AllGather",
+                   "--collectives ort: node 'c' (AllGather): ONNX Runtime's AllGather and AllToAll carry float16, "
+                   "float, double, int64 or bool tensors, not uint64"},
+        std::tuple{DType::kBool, "AllReduce",
+                   "--collectives ort: node 'c' (AllReduce): ONNX Runtime's collectives cannot reduce bool tensors"}}) {
+    Graph global;
+    int gx = add(global, "x", dtype, {4});
+    global.inputs = {gx};
+    global.outputs = {gx};
+    SpmdProgram p;
+    p.mesh = DeviceMesh{{2}, {"x"}};
+    Graph& g = p.program;
+    int x = add(g, "x", dtype, {2});
+    int y = add(g, "y", dtype, {std::string(op) == "AllGather" ? 4 : 2});
+    std::map<std::string, AttrValue> attrs{{"mesh_axes", std::vector<int64_t>{0}}};
+    if (std::string(op) == "AllGather") attrs["axis"] = int64_t{0};
+    node(g, "c", op, {x}, {y}, attrs, kGspmdDomain);
+    g.inputs = {x};
+    g.outputs = {y};
+    TensorSharding split = TensorSharding::replicated(1);
+    split.dims[0] = {0};
+    p.inputs = {ProgramBinding{x, gx, split}};
+    p.outputs = {ProgramBinding{y, gx, TensorSharding::replicated(1)}};
+    TempDir d;
+    ExportOptions ort;
+    ort.collectives = CollectiveFormat::kOrt;
+    test::expect_input_error([&] { export_device(p, global, 0, d.file("d.onnx"), ort); }, message);
+    EXPECT_FALSE(std::filesystem::exists(d.file("d.onnx")));
+  }
+}
+
+// The ops the partitioner adds carry operands as constant inputs (Slice-10, Unsqueeze-13, ReduceSum-13); in a model
+// at an older opset the device file takes them as attributes, and passes onnx's checker (export validates it).
+TEST(Export, PartitionerOpsTakeTheModelOpsetsForm) {
+  Graph global;
+  int gx = add(global, "x", DType::kFloat32, {4, 4});
+  global.inputs = {gx};
+  global.outputs = {gx};
+  global.opset = 9;
+  SpmdProgram p;
+  p.mesh = DeviceMesh{{2}, {"x"}};
+  Graph& g = p.program;
+  auto constant = [&](const std::string& name, std::vector<int64_t> v) {
+    int c = add(g, name, DType::kInt64, {static_cast<int64_t>(v.size())}, true);
+    g.values[c].data = std::make_shared<const Tensor>(Tensor::from_int64s(v));
+    return c;
+  };
+  int x = add(g, "x", DType::kFloat32, {4, 4});
+  int s = add(g, "s", DType::kFloat32, {2, 4});
+  int u = add(g, "u", DType::kFloat32, {1, 2, 4});
+  int r = add(g, "r", DType::kFloat32, {1, 2});
+  node(g, "slice", "Slice", {x, constant("starts", {0}), constant("ends", {2}), constant("axes", {0})}, {s});
+  node(g, "unsqueeze", "Unsqueeze", {s, constant("uaxes", {0})}, {u});
+  node(g, "sum", "ReduceSum", {u, constant("raxes", {2})}, {r}, {{"keepdims", int64_t{0}}});
+  g.inputs = {x};
+  g.outputs = {r};
+  p.inputs = {ProgramBinding{x, gx, TensorSharding::replicated(2)}};
+  p.outputs = {ProgramBinding{r, gx, TensorSharding::replicated(2)}};
+  TempDir d;
+  export_device(p, global, 0, d.file("d.onnx"));
+  onnx::ModelProto m = parse(d.file("d.onnx"));
+  for (const auto& [op, name, want] :
+       {std::tuple{"Slice", "starts", std::vector<int64_t>{0}}, std::tuple{"Slice", "ends", std::vector<int64_t>{2}},
+        std::tuple{"Slice", "axes", std::vector<int64_t>{0}}, std::tuple{"Unsqueeze", "axes", std::vector<int64_t>{0}},
+        std::tuple{"ReduceSum", "axes", std::vector<int64_t>{2}}}) {
+    const onnx::NodeProto* n = find_node(m, op);
+    ASSERT_TRUE(n) << op;
+    EXPECT_EQ(n->input_size(), 1) << op;
+    EXPECT_EQ(ints(attr(*n, name)), want) << op << " " << name;
+  }
+}
+
 }  // namespace
 }  // namespace gspmd
