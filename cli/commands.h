@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/auto/auto.h"
+#include "core/autodiff/autodiff.h"
 #include "core/cost/cost.h"
 #include "core/ir/ir.h"
 #include "core/partition/spmd.h"
@@ -15,6 +16,17 @@
 #include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {
+
+/// --training and its flags (docs/training.md).
+struct TrainingFlags {
+  bool on = false;                // --training: partition / run / cost one training step, not the forward graph
+  std::string loss = "output";    // --loss output|mean|sum|cross-entropy:LABELS
+  std::string optimizer = "sgd";  // --optimizer sgd|momentum|adam
+  std::string trainable;          // --trainable REGEX over initializer names ("" = float initializers of >1 element)
+  double lr = 0.01;               // --lr
+  double momentum = 0.9;          // --momentum
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // --beta1, --beta2, --eps (adam)
+};
 
 /// Flags shared by partition, run, simulate and explain.
 struct CommonOptions {
@@ -30,6 +42,7 @@ struct CommonOptions {
   std::string memory_limit;       // --memory-limit BYTES for --auto ("" = the target's HBM)
   bool measure_host_ops = true;   // --target host: build_pipeline measures the program's ops (measure_program_ops)
   std::string inputs_dir;         // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
+  TrainingFlags training;         // --training ...
   std::optional<bool> progress;   // show the --auto search's progress on stderr (nullopt: when it is a terminal;
                                   // run --backend mpi: rank 0 only, cli/progress.h)
 };
@@ -49,6 +62,7 @@ struct Pipeline {
   struct StageTimes {
     double load = 0, propagate = 0, partition = 0, measure_ops = 0, cost = 0;
   } times;
+  std::optional<TrainingStep> training;   // --training: what the step graph computes (its graph is `graph`)
   std::optional<AutoResult> auto_result;  // --auto: the search's choices, cost and baselines
   LoadReport load_report;                 // what loading folded and rewrote (explain)
 
@@ -62,6 +76,10 @@ struct Pipeline {
 /// checked first, the device order again once the mesh is known; --memory-limit that is not a positive number of
 /// bytes; --auto when no plan fits in memory).
 Pipeline build_pipeline(const CommonOptions& o, bool load_data = true);
+/// The training-step options from the flags and the loaded forward graph: the trainable weights (--trainable REGEX
+/// over float initializers, default those of more than one element), the loss, the optimizer. Throws InputError for
+/// a bad --loss / --optimizer, a REGEX that is not a regular expression or matches no float initializer.
+TrainingOptions training_options(const TrainingFlags& f, const Graph& forward);
 /// --memory-limit text -> bytes: a positive decimal number ("8589934592", "8e9"); "" -> 0 (the target's HBM).
 /// Throws InputError("--memory-limit: 'x' is not a positive number of bytes").
 int64_t parse_memory_limit(const std::string& text);

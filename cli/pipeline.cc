@@ -2,6 +2,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <regex>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -44,6 +46,74 @@ int64_t parse_memory_limit(const std::string& text) {
   return static_cast<int64_t>(v);
 }
 
+TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
+  TrainingOptions t;
+  if (f.loss == "output") {
+    t.loss = LossKind::kOutput;
+  } else if (f.loss == "mean") {
+    t.loss = LossKind::kMean;
+  } else if (f.loss == "sum") {
+    t.loss = LossKind::kSum;
+  } else if (f.loss.rfind("cross-entropy:", 0) == 0 && f.loss.size() > 14) {
+    t.loss = LossKind::kCrossEntropy;
+    t.labels = f.loss.substr(14);
+  } else {
+    throw InputError(fmt::format("--loss: '{}' is not output, mean, sum or cross-entropy:LABELS", f.loss));
+  }
+  if (f.optimizer == "sgd") {
+    t.optimizer = OptimizerKind::kSgd;
+  } else if (f.optimizer == "momentum") {
+    t.optimizer = OptimizerKind::kMomentum;
+  } else if (f.optimizer == "adam") {
+    t.optimizer = OptimizerKind::kAdam;
+  } else {
+    throw InputError(fmt::format("--optimizer: '{}' is not sgd, momentum or adam", f.optimizer));
+  }
+  t.lr = f.lr;
+  t.momentum = f.momentum;
+  t.beta1 = f.beta1;
+  t.beta2 = f.beta2;
+  t.eps = f.eps;
+  std::optional<std::regex> re;
+  if (!f.trainable.empty()) {
+    try {
+      re.emplace(f.trainable);
+    } catch (const std::regex_error& e) {
+      throw InputError(fmt::format("--trainable: '{}' is not a regular expression: {}", f.trainable, e.what()));
+    }
+  }
+  for (const std::string& name : float_initializers(forward)) {
+    const Value& v = forward.values[static_cast<size_t>(forward.at(name))];
+    if (re ? std::regex_search(name, *re) : num_elements(v.shape) > 1) t.trainable.push_back(name);
+  }
+  if (t.trainable.empty())
+    throw InputError(f.trainable.empty() ? std::string("--training: the model has no float initializer to train")
+                                         : fmt::format("--trainable: '{}' matches no float initializer", f.trainable));
+  return t;
+}
+
+namespace {
+/// The load report's signature over the training step `g` of `forward`: the inputs found again by name (the step
+/// renumbers values), plus an added labels input; the outputs the step's (the loss, the updated weights and
+/// optimizer state: tensors).
+void training_signature(LoadReport& r, const Graph& forward, const Graph& g) {
+  std::set<int> seen;
+  for (FlatValue& fv : r.inputs)
+    for (int& v : fv.values) seen.insert(v = g.at(forward.values[static_cast<size_t>(v)].name));
+  auto tensor = [&](int v) {
+    FlatValue fv;
+    fv.name = g.values[static_cast<size_t>(v)].name;
+    fv.structure.elem_dtype = g.values[static_cast<size_t>(v)].dtype;
+    fv.values = {v};
+    return fv;
+  };
+  for (int v : g.inputs)
+    if (!seen.count(v)) r.inputs.push_back(tensor(v));
+  r.outputs.clear();
+  for (int v : g.outputs) r.outputs.push_back(tensor(v));
+}
+}  // namespace
+
 Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   DeviceMesh cli_mesh = DeviceMesh::parse(o.mesh);
   const int64_t memory_limit = parse_memory_limit(o.memory_limit);
@@ -70,6 +140,12 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   auto t0 = std::chrono::steady_clock::now();
   lo.inputs_dir = o.inputs_dir;  // the given inputs' shapes bind symbolic dims (--dim must agree)
   p.graph = load_model(o.model, lo, &p.load_report);
+  if (o.training.on) {
+    p.training = build_training_step(p.graph, training_options(o.training, p.graph), lo.shape_function);
+    training_signature(p.load_report, p.graph, p.training->graph);
+    p.graph = std::move(p.training->graph);
+    p.training->graph = Graph();
+  }
 
   // The annotations: --shardings FILE (a sharding file, or an annotated model *.onnx), else MODEL's own
   // annotations or its sibling <stem>.sharding.json, not both (docs/cli.md).
@@ -90,6 +166,22 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     p.sharding_file = file;
   } else {
     p.annotations.mesh = cli_mesh;
+  }
+  if (p.training) {
+    // A trained weight's gradient, its updated value and its optimizer state take the weight's annotation (GSPMD
+    // §5: the update is sharded like the weight), unless the file annotates them itself.
+    for (const TrainingStep::Weight& w : p.training->weights) {
+      auto it = p.annotations.by_value.find(p.graph.at(w.name));
+      if (it == p.annotations.by_value.end()) continue;
+      std::vector<std::string> follow{w.grad, w.updated};
+      follow.insert(follow.end(), w.state.begin(), w.state.end());
+      follow.insert(follow.end(), w.state_updated.begin(), w.state_updated.end());
+      for (const std::string& name : follow) {
+        Annotation a = it->second;
+        a.source = fmt::format("{} (--training: follows '{}')", it->second.source, w.name);
+        p.annotations.by_value.emplace(p.graph.at(name), std::move(a));
+      }
+    }
   }
   p.target.check_device_order(p.annotations.mesh);
   p.times.load = seconds_since(t0);

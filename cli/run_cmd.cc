@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 /// Upper bound for pseudo-random integer inputs: the indexed dim of the table when the input feeds Gather's
-/// indices (token ids stay in vocabulary), else 2.
+/// indices (token ids stay in vocabulary), OneHot's depth when it feeds OneHot's indices (training labels), else 2.
 int64_t int_bound(const Graph& g, int v, const std::vector<std::vector<int>>& consumers) {
   for (int n : consumers[v]) {
     const Node& node = g.nodes[n];
@@ -29,6 +29,10 @@ int64_t int_bound(const Graph& g, int v, const std::vector<std::vector<int>>& co
       int64_t axis = node.i("axis", 0);
       if (axis < 0) axis += static_cast<int64_t>(s.size());
       return s.at(axis);
+    }
+    if (node.op_type == "OneHot" && node.inputs.size() == 3 && node.inputs[0] == v) {  // labels stay in the classes
+      const Value& depth = g.values[node.inputs[1]];
+      if (depth.data) return std::max<int64_t>(1, depth.data->as_int64s().at(0));
     }
   }
   return 2;

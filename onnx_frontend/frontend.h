@@ -20,13 +20,6 @@ namespace gspmd {
 using ConstantEvaluator =
     std::function<std::vector<Tensor>(const Node& node, const std::vector<const Tensor*>& inputs, int64_t opset)>;
 
-/// Types one node's outputs from its input types (nullptr = absent) and the values of its constant inputs (nullptr =
-/// not constant): the backend's infer_types (kernels.h), injected like the evaluator. Throws DataDependentError when
-/// an output shape depends on a non-constant input's values, UnsupportedError for an op it does not know.
-using ShapeFunction =
-    std::function<std::vector<TensorType>(const Node& node, const std::vector<const TensorType*>& types,
-                                          const std::vector<const Tensor*>& values, int64_t opset)>;
-
 /// The structure of an ONNX value (onnx/IR.md, "Types"): a tensor, a sequence of tensors, or an optional.
 struct ValueStructure {
   ValueKind kind = ValueKind::kTensor;

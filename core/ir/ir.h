@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -192,6 +193,14 @@ class Graph {
  private:
   std::unordered_map<std::string, int> index_;
 };
+
+/// Types one node's outputs from its input types (nullptr = absent) and the values of its constant inputs (nullptr =
+/// not constant): the backend's infer_types (backend/kernels/kernels.h), injected by the CLI into the
+/// loader and the training-step builder (core/autodiff). Throws DataDependentError when
+/// an output shape depends on a non-constant input's values, UnsupportedError for an op it does not know.
+using ShapeFunction =
+    std::function<std::vector<TensorType>(const Node& node, const std::vector<const TensorType*>& types,
+                                          const std::vector<const Tensor*>& values, int64_t opset)>;
 
 /// Error for unusable input (bad model, bad sharding file, unknown names): the CLI prints
 /// "error: <what>: <why>" and exits 2.

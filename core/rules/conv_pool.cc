@@ -21,6 +21,7 @@
 // DepthToSpace/SpaceToDepth: n pass-through; C, H, W (input and output) need replication.
 #include <string>
 
+#include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
 
@@ -308,5 +309,7 @@ void register_conv_pool_rules() {
   add_builtin("DepthToSpace", depth_space_rule);
   add_builtin("SpaceToDepth", depth_space_rule);
 }
+
+void register_conv_pool_gradients() {}
 
 }  // namespace gspmd::rules_internal

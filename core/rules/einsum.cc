@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
 
@@ -152,5 +153,7 @@ RuleResult einsum_rule(const Graph& g, const Node& n) {
 }  // namespace
 
 void register_einsum_rules() { add_builtin("Einsum", einsum_rule); }
+
+void register_einsum_gradients() {}
 
 }  // namespace gspmd::rules_internal

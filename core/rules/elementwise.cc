@@ -2,6 +2,7 @@
 // a larger output dim has no factor.
 #include <set>
 
+#include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
 
@@ -89,6 +90,99 @@ void register_elementwise_rules() {
   // Data input only: ratio/training_mode and min/max operands are factorless (kept replicated).
   add_builtin("Dropout", elementwise(Operands::kFirstOnly, {0}));
   add_builtin("Clip", elementwise(Operands::kFirstOnly, {}));
+}
+
+// ---- gradients (vector-Jacobian products in ONNX ops; core/rules/gradient.h) ----
+namespace {
+
+using G = GradContext;
+
+/// Gives input i the gradient `d` (a gradient of the broadcast result) summed back to input i's shape.
+void give(G& c, size_t i, int d) {
+  if (c.wants(i)) c.set_dx(i, c.sum_to(d, c.value(c.x(i)).shape));
+}
+
+/// Unary ops: dx = dy * f'(x, y), f' built by `deriv` from x and y.
+GradRule unary(std::function<int(G&, int x, int y)> deriv) {
+  return [deriv](G& c) {
+    if (!c.wants(0) || c.dy(0) < 0) return;
+    c.set_dx(0, c.op("Mul", {c.dy(0), deriv(c, c.x(0), c.y(0))}));
+  };
+}
+
+int scalar_like(G& c, double v, int like) { return c.scalar(v, c.value(like).dtype); }
+
+}  // namespace
+
+void register_elementwise_gradients() {
+  add_builtin_gradient("Add", [](G& c) {
+    if (c.dy(0) < 0) return;
+    give(c, 0, c.dy(0));
+    give(c, 1, c.dy(0));
+  });
+  add_builtin_gradient("Sub", [](G& c) {
+    if (c.dy(0) < 0) return;
+    give(c, 0, c.dy(0));
+    if (c.wants(1)) give(c, 1, c.op("Neg", {c.dy(0)}));
+  });
+  add_builtin_gradient("Sum", [](G& c) {
+    if (c.dy(0) < 0) return;
+    for (size_t i = 0; i < c.node().inputs.size(); ++i) give(c, i, c.dy(0));
+  });
+  add_builtin_gradient("Mul", [](G& c) {
+    if (c.dy(0) < 0) return;
+    if (c.wants(0)) give(c, 0, c.op("Mul", {c.dy(0), c.x(1)}));
+    if (c.wants(1)) give(c, 1, c.op("Mul", {c.dy(0), c.x(0)}));
+  });
+  add_builtin_gradient("Div", [](G& c) {  // y = a / b: da = dy / b, db = -dy * y / b
+    if (c.dy(0) < 0) return;
+    if (c.wants(0)) give(c, 0, c.op("Div", {c.dy(0), c.x(1)}));
+    if (c.wants(1)) give(c, 1, c.op("Neg", {c.op("Div", {c.op("Mul", {c.dy(0), c.y(0)}), c.x(1)})}));
+  });
+  add_builtin_gradient("Pow", [](G& c) {  // y = a^b: da = dy * b * a^(b-1), db = dy * y * log(a)
+    if (c.dy(0) < 0) return;
+    if (c.wants(0)) {
+      const int b = c.cast(c.x(1), c.value(c.x(0)).dtype);
+      const int bm1 = c.op("Sub", {b, scalar_like(c, 1.0, c.x(0))});
+      give(c, 0, c.op("Mul", {c.dy(0), c.op("Mul", {b, c.op("Pow", {c.x(0), bm1})})}));
+    }
+    if (c.wants(1)) give(c, 1, c.op("Mul", {c.dy(0), c.op("Mul", {c.y(0), c.op("Log", {c.x(0)})})}));
+  });
+  for (const char* op : {"Identity", "Dropout"})  // Dropout at inference (the loaded graph's form): identity
+    add_builtin_gradient(op, [](G& c) {
+      if (c.wants(0) && c.dy(0) >= 0) c.set_dx(0, c.dy(0));
+    });
+  add_builtin_gradient("Neg", [](G& c) {
+    if (c.wants(0) && c.dy(0) >= 0) c.set_dx(0, c.op("Neg", {c.dy(0)}));
+  });
+  add_builtin_gradient("Cast", [](G& c) {  // float to float: cast the gradient back
+    if (c.wants(0) && c.dy(0) >= 0) c.set_dx(0, c.cast(c.dy(0), c.value(c.x(0)).dtype));
+  });
+  add_builtin_gradient("Where", [](G& c) {  // y = cond ? a : b
+    if (c.dy(0) < 0) return;
+    const int zero = c.scalar(0.0, c.value(c.y(0)).dtype);
+    if (c.wants(1)) give(c, 1, c.op("Where", {c.x(0), c.dy(0), zero}));
+    if (c.wants(2)) give(c, 2, c.op("Where", {c.x(0), zero, c.dy(0)}));
+  });
+  add_builtin_gradient("Relu", unary([](G& c, int x, int) {
+                         return c.cast(c.op("Greater", {x, scalar_like(c, 0.0, x)}), c.value(x).dtype);
+                       }));
+  add_builtin_gradient("Exp", unary([](G&, int, int y) { return y; }));
+  add_builtin_gradient("Log", unary([](G& c, int x, int) { return c.op("Reciprocal", {x}); }));
+  add_builtin_gradient("Sqrt", unary([](G& c, int, int y) {  // 1 / (2 sqrt(x))
+                         return c.op("Reciprocal", {c.op("Mul", {y, scalar_like(c, 2.0, y)})});
+                       }));
+  add_builtin_gradient("Reciprocal", unary([](G& c, int, int y) { return c.op("Neg", {c.op("Mul", {y, y})}); }));
+  add_builtin_gradient("Tanh", unary([](G& c, int, int y) {  // 1 - y^2
+                         return c.op("Sub", {scalar_like(c, 1.0, y), c.op("Mul", {y, y})});
+                       }));
+  add_builtin_gradient("Sigmoid", unary([](G& c, int, int y) {  // y (1 - y)
+                         return c.op("Mul", {y, c.op("Sub", {scalar_like(c, 1.0, y), y})});
+                       }));
+  add_builtin_gradient("Erf", unary([](G& c, int x, int) {  // 2/sqrt(pi) exp(-x^2)
+                         const int e = c.op("Exp", {c.op("Neg", {c.op("Mul", {x, x})})});
+                         return c.op("Mul", {e, scalar_like(c, 1.1283791670955126, x)});
+                       }));
 }
 
 }  // namespace gspmd::rules_internal

@@ -1,6 +1,7 @@
 // Gather(data[.., v, ..], indices[...]) -> data[:axis] + indices + data[axis+1:].
 // Every dim is pass-through except v, which is a *reduction* factor: with v split, each device looks up only its
 // range of v, masks the other rows to 0 and the result is unreduced (sum) — Megatron's vocab-parallel embedding.
+#include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
 
@@ -39,5 +40,7 @@ RuleResult gather_rule(const Graph& g, const Node& n) {
 }  // namespace
 
 void register_gather_rules() { add_builtin("Gather", gather_rule); }
+
+void register_gather_gradients() {}
 
 }  // namespace gspmd::rules_internal

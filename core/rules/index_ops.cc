@@ -18,6 +18,7 @@
 //     dims, without an axis); the condition is kept whole.
 #include <algorithm>
 
+#include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
 
@@ -381,5 +382,7 @@ void register_index_rules() {
   add_builtin("NonZero", whole_rule);
   add_builtin("Compress", compress_rule);
 }
+
+void register_index_gradients() {}
 
 }  // namespace gspmd::rules_internal

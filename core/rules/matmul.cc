@@ -1,6 +1,7 @@
 // MatMul (numpy semantics) and Gemm: batch, m, n pass-through; k reduction.
 #include <algorithm>
 
+#include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
 
@@ -73,6 +74,79 @@ RuleResult gemm_rule(const Graph& g, const Node& n) {
 void register_matmul_rules() {
   add_builtin("MatMul", matmul_rule);
   add_builtin("Gemm", gemm_rule);
+}
+
+// ---- gradients ----
+namespace {
+
+/// The last two dims of a rank-r tensor swapped (a matrix transpose of each batch entry).
+std::vector<int64_t> swap_last(size_t r) {
+  std::vector<int64_t> p;
+  for (size_t d = 0; d < r; ++d) p.push_back(static_cast<int64_t>(d));
+  std::swap(p[r - 2], p[r - 1]);
+  return p;
+}
+
+/// MatMul (numpy matmul semantics, onnx MatMul): Y = A B. dA = dY B^T, dB = A^T dY, each summed over the batch dims
+/// that broadcasting added. 1-D operands are promoted to matrices first (a row for A, a column for B).
+void matmul_grad(GradContext& c) {
+  const int dy = c.dy(0);
+  if (dy < 0) return;
+  const Shape a = c.value(c.x(0)).shape, b = c.value(c.x(1)).shape, y = c.value(c.y(0)).shape;
+  int A = c.x(0), B = c.x(1), dY = dy;
+  Shape a2 = a, b2 = b, y2 = y;
+  if (a.size() == 1) {
+    a2 = {1, a[0]};
+    y2.insert(y2.end() - (b.size() == 1 ? 0 : 1), 1);
+    A = c.reshape(A, a2);
+  }
+  if (b.size() == 1) {
+    b2 = {b[0], 1};
+    y2.push_back(1);
+    B = c.reshape(B, b2);
+  }
+  dY = c.reshape(dY, y2);
+  if (c.wants(0)) {
+    const int d = c.op("MatMul", {dY, c.transpose(B, swap_last(b2.size()))});
+    c.set_dx(0, c.reshape(c.sum_to(d, a2), a));
+  }
+  if (c.wants(1)) {
+    const int d = c.op("MatMul", {c.transpose(A, swap_last(a2.size())), dY});
+    c.set_dx(1, c.reshape(c.sum_to(d, b2), b));
+  }
+}
+
+/// Gemm: Y = alpha op(A) op(B) + beta C (op = transpose when transA / transB).
+void gemm_grad(GradContext& c) {
+  const int dy = c.dy(0);
+  if (dy < 0) return;
+  const Node& n = c.node();
+  const bool ta = n.i("transA", 0) != 0, tb = n.i("transB", 0) != 0;
+  const double alpha = n.f("alpha", 1.f), beta = n.f("beta", 1.f);
+  const DType dt = c.value(c.y(0)).dtype;
+  const int dY = alpha == 1.0 ? dy : c.op("Mul", {dy, c.scalar(alpha, dt)});
+  const std::vector<int64_t> t{1, 0};
+  if (c.wants(0)) {  // dA = dY op(B)^T, transposed back when transA
+    const int d = ta ? c.op("MatMul", {tb ? c.transpose(c.x(1), t) : c.x(1), c.transpose(dY, t)})
+                     : c.op("MatMul", {dY, tb ? c.x(1) : c.transpose(c.x(1), t)});
+    c.set_dx(0, d);
+  }
+  if (c.wants(1)) {  // dB = op(A)^T dY, transposed back when transB
+    const int d = tb ? c.op("MatMul", {c.transpose(dY, t), ta ? c.transpose(c.x(0), t) : c.x(0)})
+                     : c.op("MatMul", {ta ? c.x(0) : c.transpose(c.x(0), t), dY});
+    c.set_dx(1, d);
+  }
+  if (c.wants(2)) {
+    const int d = beta == 1.0 ? dy : c.op("Mul", {dy, c.scalar(beta, dt)});
+    c.set_dx(2, c.sum_to(d, c.value(c.x(2)).shape));
+  }
+}
+
+}  // namespace
+
+void register_matmul_gradients() {
+  add_builtin_gradient("MatMul", matmul_grad);
+  add_builtin_gradient("Gemm", gemm_grad);
 }
 
 }  // namespace gspmd::rules_internal

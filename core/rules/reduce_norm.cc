@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <variant>
 
+#include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
 
@@ -158,5 +159,7 @@ void register_reduce_norm_rules() {
   add_builtin("ArgMax", argmax_rule);
   add_builtin("ArgMin", argmax_rule);
 }
+
+void register_reduce_norm_gradients() {}
 
 }  // namespace gspmd::rules_internal

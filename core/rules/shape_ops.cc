@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
 
@@ -173,5 +174,7 @@ void register_shape_rules() {
   add_builtin("Shape", shape_rule);
   add_builtin("Size", shape_rule);
 }
+
+void register_shape_gradients() {}
 
 }  // namespace gspmd::rules_internal

@@ -1,0 +1,352 @@
+// The training-step builder (core/autodiff/autodiff.h): loss, reverse pass over the gradient rules, optimizer.
+#include "core/autodiff/autodiff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "core/rules/gradient.h"
+
+namespace gspmd {
+namespace {
+
+bool is_float(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat64;
+}
+
+/// The graph under construction and the GradContext the rules see.
+class StepBuilder final : public GradContext {
+ public:
+  StepBuilder(Graph g, const ShapeFunction& shapes) : g_(std::move(g)), shapes_(shapes) {}
+
+  Graph& g() { return g_; }
+  const Node& node() const override { return *node_; }
+  const Graph& graph() const override { return g_; }
+
+  int dy(size_t k) override {
+    const int v = y(k);
+    return v >= 0 && static_cast<size_t>(v) < grad_.size() ? grad_[static_cast<size_t>(v)] : -1;
+  }
+  bool wants(size_t i) const override {
+    const int v = x(i);
+    return v >= 0 && static_cast<size_t>(v) < requires_.size() && requires_[static_cast<size_t>(v)];
+  }
+  void set_dx(size_t i, int grad) override {
+    const int v = x(i);
+    if (v < 0) throw std::logic_error(fmt::format("gradient of node '{}': input {} is absent", node_->name, i));
+    accumulate(v, grad, fmt::format("gradient of node '{}' ({}) input {}", node_->name, node_->op_type, i));
+  }
+
+  std::vector<int> emit(const std::string& op, const std::vector<int>& inputs,
+                        const std::map<std::string, AttrValue>& attrs, size_t num_outputs) override {
+    Node n;
+    n.name = fresh_node_name(op);
+    n.op_type = op;
+    n.inputs = inputs;
+    n.attrs = attrs;
+    std::vector<const TensorType*> types;
+    std::vector<TensorType> storage(inputs.size());
+    std::vector<const Tensor*> values;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const int v = inputs[k];
+      if (v < 0) {
+        types.push_back(nullptr);
+        values.push_back(nullptr);
+        continue;
+      }
+      const Value& val = g_.values.at(static_cast<size_t>(v));
+      storage[k] = {val.dtype, val.shape};
+      types.push_back(&storage[k]);
+      values.push_back(val.is_initializer ? val.data.get() : nullptr);
+    }
+    std::vector<TensorType> out;
+    try {
+      out = shapes_(n, types, values, g_.opset);
+    } catch (const std::exception& e) {
+      throw std::logic_error(fmt::format("{}: emitted node '{}' ({}): {}", where(), n.name, op, e.what()));
+    }
+    if (out.size() < num_outputs)
+      throw std::logic_error(fmt::format("{}: emitted node '{}' ({}) has {} outputs, not {}", where(), n.name, op,
+                                         out.size(), num_outputs));
+    for (size_t k = 0; k < num_outputs; ++k)
+      n.outputs.push_back(g_.add_value_unique(n.name + ":" + std::to_string(k), out[k].dtype, out[k].shape));
+    const std::vector<int> ids = n.outputs;
+    g_.add_node(std::move(n));
+    return ids;
+  }
+
+  int constant(const Tensor& t) override {
+    Value v;
+    v.name = fresh_value_name("const");
+    v.dtype = t.dtype;
+    v.shape = t.shape;
+    v.is_initializer = true;
+    v.data = std::make_shared<const Tensor>(t);
+    return g_.add_value(std::move(v));
+  }
+
+  /// A new initializer named `name` of `like`'s type: zeros when `with_data`, else shapes only.
+  int zeros_like(const std::string& name, const Value& like, bool with_data) {
+    Value v;
+    v.name = unique_name(name);
+    v.dtype = like.dtype;
+    v.shape = like.shape;
+    v.is_initializer = true;
+    if (with_data) v.data = std::make_shared<const Tensor>(Tensor(like.dtype, like.shape));
+    return g_.add_value(std::move(v));
+  }
+
+  /// Gives the value `v` the extra gradient `grad` (summed with what it has).
+  void accumulate(int v, int grad, const std::string& what) {
+    const Value& x = g_.values.at(static_cast<size_t>(v));
+    const Value& gv = g_.values.at(static_cast<size_t>(grad));
+    if (gv.dtype != x.dtype || gv.shape != x.shape)
+      throw std::logic_error(fmt::format("{}: is {}, the value '{}' is {}", what, type_str(gv.dtype, gv.shape), x.name,
+                                         type_str(x.dtype, x.shape)));
+    if (grad_.size() < g_.values.size()) grad_.resize(g_.values.size(), -1);
+    int& slot = grad_[static_cast<size_t>(v)];
+    slot = slot < 0 ? grad : op("Add", {slot, grad});
+  }
+
+  /// Runs node `n`'s gradient rule.
+  void differentiate(const Node& n, const GradRule& rule) {
+    node_ = &n;
+    rule(*this);
+    node_ = nullptr;
+  }
+
+  std::vector<bool> requires_;  // per forward value: on a path from a trainable weight (and floating point)
+  std::vector<int> grad_;       // per value: its gradient's value id, or -1
+  std::string prefix = "grad";  // name prefix of emitted nodes
+
+ private:
+  std::string where() const {
+    return node_ ? fmt::format("gradient of node '{}' ({})", node_->name, node_->op_type)
+                 : std::string("training step");
+  }
+  std::string unique_name(const std::string& hint) {
+    std::string name = hint;
+    for (int k = 1; g_.find(name) >= 0; ++k) name = fmt::format("{}_{}", hint, k);
+    return name;
+  }
+  std::string fresh_value_name(const std::string& hint) {
+    return unique_name(fmt::format("{}/{}/{}", prefix, node_ ? node_->name : "step", hint));
+  }
+  std::string fresh_node_name(const std::string& op) {
+    return fmt::format("{}/{}/{}_{}", prefix, node_ ? node_->name : "step", op, ++counter_);
+  }
+
+  Graph g_;
+  const ShapeFunction& shapes_;
+  const Node* node_ = nullptr;
+  int64_t counter_ = 0;
+};
+
+/// The loss (a scalar) from output 0, per options.loss.
+int build_loss(StepBuilder& b, const TrainingOptions& o) {
+  Graph& g = b.g();
+  if (g.outputs.empty()) throw InputError("--training: the model has no output");
+  const int out = g.outputs[0];
+  const Value& y = g.values.at(static_cast<size_t>(out));
+  if (!is_float(y.dtype))
+    throw InputError(fmt::format("--training: output 0 '{}' is {}, not floating point", y.name, dtype_name(y.dtype)));
+  const auto all_axes = [&](int v) {
+    std::vector<int64_t> axes;
+    for (size_t d = 0; d < b.value(v).shape.size(); ++d) axes.push_back(static_cast<int64_t>(d));
+    return axes;
+  };
+  switch (o.loss) {
+    case LossKind::kOutput:
+      if (num_elements(y.shape) != 1 || !y.shape.empty())
+        throw InputError(
+            fmt::format("--training: output 0 '{}' is {}, not a scalar: choose --loss mean, sum or "
+                        "cross-entropy:LABELS",
+                        y.name, type_str(y.dtype, y.shape)));
+      return out;
+    case LossKind::kSum: return b.reduce_sum(out, all_axes(out), false);
+    case LossKind::kMean: {
+      const int s = b.reduce_sum(out, all_axes(out), false);
+      return b.op("Div", {s, b.scalar(static_cast<double>(num_elements(y.shape)), y.dtype)});
+    }
+    case LossKind::kCrossEntropy: {
+      if (y.shape.empty())
+        throw InputError(fmt::format("--loss cross-entropy: output 0 '{}' is a scalar, not logits", y.name));
+      const Shape logits_shape = y.shape;
+      const DType dt = y.dtype;
+      const int64_t classes = logits_shape.back();
+      const Shape label_shape(logits_shape.begin(), logits_shape.end() - 1);
+      int labels = g.find(o.labels);
+      if (labels < 0) {
+        labels = g.add_value(Value{o.labels, ValueKind::kTensor, DType::kInt64, label_shape, -1, false, nullptr});
+        g.inputs.push_back(labels);
+      } else {
+        const Value& l = g.values.at(static_cast<size_t>(labels));
+        const bool integer = l.dtype == DType::kInt64 || l.dtype == DType::kInt32;
+        if (!integer || l.shape != label_shape)
+          throw InputError(fmt::format("--loss cross-entropy:{}: the labels are {}, not int64{} (output 0 '{}' is {})",
+                                       o.labels, type_str(l.dtype, l.shape), shape_str(label_shape), y.name,
+                                       type_str(dt, logits_shape)));
+      }
+      const int64_t last = static_cast<int64_t>(logits_shape.size()) - 1;
+      const int logp = b.op("LogSoftmax", {out}, {{"axis", last}});
+      const int values = b.cast(b.constant(Tensor::from_floats({2}, {0.f, 1.f})), dt);
+      const int onehot = b.op("OneHot", {labels, b.scalar(static_cast<double>(classes), DType::kInt64), values},
+                              {{"axis", int64_t{-1}}});
+      const int picked = b.reduce_sum(b.op("Mul", {logp, onehot}), {last}, false);
+      const int total = b.reduce_sum(picked, all_axes(picked), false);
+      return b.op("Div", {total, b.scalar(-static_cast<double>(num_elements(label_shape)), dt)});
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::vector<std::string> float_initializers(const Graph& g, const std::vector<std::string>& candidates) {
+  std::unordered_set<std::string> wanted(candidates.begin(), candidates.end());
+  std::vector<std::string> out;
+  for (const Value& v : g.values)
+    if (v.is_initializer && is_float(v.dtype) && (wanted.empty() || wanted.count(v.name))) out.push_back(v.name);
+  return out;
+}
+
+TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o, const ShapeFunction& shapes) {
+  StepBuilder b(forward, shapes);
+  Graph& g = b.g();
+  const size_t forward_values = g.values.size(), forward_nodes = g.nodes.size();
+
+  // Trainable weights, and which forward values depend on them (requires grad).
+  std::vector<int> weights;
+  for (const std::string& name : o.trainable) {
+    const int v = g.find(name);
+    if (v < 0) throw InputError(fmt::format("--training: trainable weight '{}' is not a value of the model", name));
+    const Value& w = g.values[static_cast<size_t>(v)];
+    if (!w.is_initializer || !is_float(w.dtype))
+      throw InputError(fmt::format("--training: '{}' is not a floating-point initializer ({}{})", name,
+                                   type_str(w.dtype, w.shape), w.is_initializer ? "" : ", not an initializer"));
+    weights.push_back(v);
+  }
+  b.requires_.assign(forward_values, false);
+  for (int w : weights) b.requires_[static_cast<size_t>(w)] = true;
+  for (const Node& n : g.nodes) {
+    bool any = false;
+    for (int v : n.inputs) any = any || (v >= 0 && b.requires_[static_cast<size_t>(v)]);
+    if (!any) continue;
+    for (int v : n.outputs)
+      if (v >= 0) b.requires_[static_cast<size_t>(v)] = is_float(g.values[static_cast<size_t>(v)].dtype);
+  }
+
+  const int loss = build_loss(b, o);
+  b.requires_.resize(g.values.size(), false);
+  // The loss nodes (after the forward ones) are differentiated like any node.
+  for (size_t k = forward_nodes; k < g.nodes.size(); ++k)
+    for (int v : g.nodes[k].outputs) {
+      bool any = false;
+      for (int i : g.nodes[k].inputs) any = any || (i >= 0 && b.requires_[static_cast<size_t>(i)]);
+      b.requires_[static_cast<size_t>(v)] = any && is_float(g.values[static_cast<size_t>(v)].dtype);
+    }
+  const Value& lv = g.values[static_cast<size_t>(loss)];
+  if (!b.requires_[static_cast<size_t>(loss)]) throw InputError("--training: no trainable weight reaches the loss");
+  const size_t differentiated = g.nodes.size();
+  b.grad_.assign(g.values.size(), -1);
+  b.grad_[static_cast<size_t>(loss)] = b.scalar(1.0, lv.dtype);
+
+  // The reverse pass: nodes in reverse topological order; the copies of g.nodes stay valid while emit appends.
+  for (size_t k = differentiated; k-- > 0;) {
+    const Node n = g.nodes[k];
+    bool has_dy = false, wants = false;
+    for (int v : n.outputs) has_dy = has_dy || (v >= 0 && b.grad_.size() > static_cast<size_t>(v) && b.grad_[v] >= 0);
+    for (int v : n.inputs) wants = wants || (v >= 0 && b.requires_[static_cast<size_t>(v)]);
+    if (!has_dy || !wants) continue;
+    const GradRule* rule = find_gradient(n.domain, n.op_type);
+    if (!rule)
+      throw InputError(
+          fmt::format("--training: node '{}' ({}): no gradient rule for {}", n.name, n.op_type, n.op_type));
+    b.differentiate(n, *rule);
+  }
+
+  // The optimizer update, weight by weight.
+  TrainingStep step;
+  b.prefix = "update";
+  std::vector<int> outputs{loss};
+  std::vector<int> state_outputs;
+  for (int w : weights) {
+    const int grad = static_cast<size_t>(w) < b.grad_.size() ? b.grad_[static_cast<size_t>(w)] : -1;
+    const Value wv = g.values[static_cast<size_t>(w)];
+    if (grad < 0) {
+      step.unused.push_back(wv.name);
+      continue;
+    }
+    TrainingStep::Weight tw;
+    tw.name = wv.name;
+    const bool data = wv.data != nullptr;
+    const DType dt = wv.dtype;
+    const int lr = b.scalar(o.lr, dt);
+    int update = grad;  // what lr multiplies
+    switch (o.optimizer) {
+      case OptimizerKind::kSgd: break;
+      case OptimizerKind::kMomentum: {
+        const int v = b.zeros_like(wv.name + ".momentum", wv, data);
+        const int v1 = b.op("Add", {b.op("Mul", {v, b.scalar(o.momentum, dt)}), grad});
+        tw.state.push_back(g.values[static_cast<size_t>(v)].name);
+        state_outputs.push_back(v1);
+        update = v1;
+        break;
+      }
+      case OptimizerKind::kAdam: {
+        const int m = b.zeros_like(wv.name + ".adam_m", wv, data);
+        const int v = b.zeros_like(wv.name + ".adam_v", wv, data);
+        const int m1 =
+            b.op("Add", {b.op("Mul", {m, b.scalar(o.beta1, dt)}), b.op("Mul", {grad, b.scalar(1 - o.beta1, dt)})});
+        const int g2 = b.op("Mul", {grad, grad});
+        const int v1 =
+            b.op("Add", {b.op("Mul", {v, b.scalar(o.beta2, dt)}), b.op("Mul", {g2, b.scalar(1 - o.beta2, dt)})});
+        const double t = static_cast<double>(o.step);
+        const int mhat = b.op("Div", {m1, b.scalar(1 - std::pow(o.beta1, t), dt)});
+        const int vhat = b.op("Div", {v1, b.scalar(1 - std::pow(o.beta2, t), dt)});
+        update = b.op("Div", {mhat, b.op("Add", {b.op("Sqrt", {vhat}), b.scalar(o.eps, dt)})});
+        tw.state = {g.values[static_cast<size_t>(m)].name, g.values[static_cast<size_t>(v)].name};
+        state_outputs.push_back(m1);
+        state_outputs.push_back(v1);
+        break;
+      }
+    }
+    const int updated = b.op("Sub", {w, b.op("Mul", {update, lr})});
+    outputs.push_back(updated);
+    step.weights.push_back(std::move(tw));
+  }
+  if (step.weights.empty()) throw InputError("--training: no trainable weight reaches the loss");
+  outputs.insert(outputs.end(), state_outputs.begin(), state_outputs.end());
+
+  // Readable names for what the step computes: "loss", "<w>.grad", "<w>.updated", "<state>.updated" (a forward
+  // value keeps its name). One reindex at the end.
+  std::unordered_set<std::string> taken;
+  for (const Value& v : g.values) taken.insert(v.name);
+  auto rename = [&](int v, const std::string& name) {
+    Value& val = g.values[static_cast<size_t>(v)];
+    if (static_cast<size_t>(v) < forward_values) return val.name;
+    std::string n = name;
+    for (int k = 1; taken.count(n); ++k) n = fmt::format("{}_{}", name, k);
+    taken.insert(n);
+    val.name = n;
+    return n;
+  };
+  step.loss = rename(loss, "loss");
+  size_t s = 0;
+  for (auto& tw : step.weights) {
+    tw.grad = rename(b.grad_[static_cast<size_t>(g.find(tw.name))], tw.name + ".grad");
+    tw.updated = rename(outputs[1 + (&tw - step.weights.data())], tw.name + ".updated");
+    for (const std::string& st : tw.state) tw.state_updated.push_back(rename(state_outputs[s++], st + ".updated"));
+  }
+  g.reindex();
+  g.outputs = outputs;
+  g.prune();
+  g.verify();
+  step.graph = std::move(g);
+  return step;
+}
+
+}  // namespace gspmd

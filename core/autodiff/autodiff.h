@@ -1,0 +1,72 @@
+// core/autodiff: one training step as one graph (docs/training.md): the forward graph, a loss, the backward pass by
+// reverse-mode differentiation (each op's gradient rule, core/rules/gradient.h) and the optimizer update, all in
+// standard ONNX ops, so that propagation, the partitioner, the kernels, the cost model and the exporter treat the
+// step like any model (GSPMD paper §5: the training step is partitioned as one SPMD program).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/ir/ir.h"
+
+namespace gspmd {
+
+/// How the loss is formed from the model's output 0 (`--loss`).
+enum class LossKind {
+  kOutput,        // output 0 itself; it must be a scalar (the default)
+  kMean,          // the mean of all elements of output 0
+  kSum,           // the sum of all elements of output 0
+  kCrossEntropy,  // output 0 is logits [..., C]; labels [...] (int) in `labels`; mean over positions of
+                  // -log_softmax(logits)[label] (torch.nn.functional.cross_entropy with reduction "mean")
+};
+
+/// The optimizer (`--optimizer`), one step, following torch.optim's update formulas.
+enum class OptimizerKind {
+  kSgd,       // w - lr * g
+  kMomentum,  // v = momentum * v + g; w - lr * v (torch.optim.SGD with momentum, dampening 0)
+  kAdam,      // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+};
+
+/// `--training` choices (docs/training.md).
+struct TrainingOptions {
+  LossKind loss = LossKind::kOutput;
+  /// kCrossEntropy: the labels' graph input. An existing input (integer, output 0's shape minus its last dim) is
+  /// used; otherwise a new int64 graph input of that name and shape is added after the model's inputs.
+  std::string labels;
+  OptimizerKind optimizer = OptimizerKind::kSgd;
+  double lr = 0.01, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  int64_t step = 1;  // Adam's step number t (bias correction)
+  /// The weights to train: names of floating-point initializers of the forward graph. Weights that do not reach
+  /// the loss are left out (TrainingStep::unused).
+  std::vector<std::string> trainable;
+};
+
+/// The result of build_training_step: the step graph and the names of what it computes.
+struct TrainingStep {
+  /// Inputs: the forward graph's inputs (and the added labels input). Initializers: the weights, the optimizer
+  /// state (zeros, or no data when the weights have none) and constants. Outputs: the loss, then per weight its
+  /// updated value, then the updated optimizer state, weight by weight.
+  Graph graph;
+  std::string loss;
+  /// One trained weight: its value, its gradient, its updated value, and the optimizer state (before, after).
+  struct Weight {
+    std::string name, grad, updated;
+    std::vector<std::string> state, state_updated;
+  };
+  std::vector<Weight> weights;
+  std::vector<std::string> unused;  // trainable names that do not reach the loss (no gradient, not updated)
+};
+
+/// Builds one training step of `forward` (a loaded graph: static shapes, every node typed). `shapes` types the
+/// emitted nodes (the executor's shape functions). Throws InputError for: an unknown or non-float trainable name,
+/// a non-scalar output 0 with LossKind::kOutput, labels of the wrong type or shape, no trainable weight reaching the
+/// loss, and an op on a path from a weight to the loss without a gradient rule
+/// ("--training: node 'n' (Op): no gradient rule for Op"). Throws std::logic_error when a rule emits a gradient of
+/// the wrong dtype or shape (a bug). O(nodes + edges) plus the emitted nodes' shape functions.
+TrainingStep build_training_step(const Graph& forward, const TrainingOptions& options, const ShapeFunction& shapes);
+
+/// The float initializers of `g` named in `candidates` (or all float initializers when `candidates` is empty),
+/// in graph order: the default trainable set.
+std::vector<std::string> float_initializers(const Graph& g, const std::vector<std::string>& candidates = {});
+
+}  // namespace gspmd
