@@ -67,7 +67,8 @@ int GradContext::ints(const std::vector<int64_t>& v) { return constant(Tensor::f
 
 int GradContext::reshape(int v, const Shape& shape) {
   if (value(v).shape == shape) return v;
-  return op("Reshape", {v, ints(shape)});
+  const int target = ints(shape);  // before `shape` (possibly a value's) can move
+  return op("Reshape", {v, target});
 }
 
 int GradContext::transpose(int v, const std::vector<int64_t>& perm) {
@@ -83,8 +84,9 @@ int GradContext::reduce_sum(int v, const std::vector<int64_t>& axes, bool keepdi
   return op("ReduceSum", {v}, {{"axes", axes}, {"keepdims", int64_t{keepdims}}});
 }
 
-int GradContext::sum_to(int v, const Shape& shape) {
-  const Shape& from = value(v).shape;
+int GradContext::sum_to(int v, const Shape& target) {
+  // Copies: `target` may be a value's shape (c.value(c.x(i)).shape), and emitting grows the graph's values.
+  const Shape shape = target, from = value(v).shape;
   if (from == shape) return v;
   const size_t lead = from.size() - std::min(from.size(), shape.size());
   std::vector<int64_t> axes;
@@ -95,14 +97,15 @@ int GradContext::sum_to(int v, const Shape& shape) {
 
 int GradContext::expand(int v, const Shape& shape) {
   if (value(v).shape == shape) return v;
-  return op("Expand", {v, ints(shape)});
+  const int target = ints(shape);  // before `shape` (possibly a value's) can move
+  return op("Expand", {v, target});
 }
 
 int GradContext::dy_or_zeros(size_t k) {
   const int g = dy(k);
   if (g >= 0) return g;
-  const Value& out = value(y(k));
-  return expand(scalar(0.0, out.dtype), out.shape);
+  const Shape shape = value(y(k)).shape;  // copies: scalar() grows the graph's values
+  return expand(scalar(0.0, value(y(k)).dtype), shape);
 }
 
 int GradContext::cast(int v, DType t) {
