@@ -112,6 +112,9 @@ GradRule unary(std::function<int(G&, int x, int y)> deriv) {
 
 int scalar_like(G& c, double v, int like) { return c.scalar(v, c.value(like).dtype); }
 
+/// x > 0 (bool).
+int positive(G& c, int x) { return c.op("Greater", {x, scalar_like(c, 0.0, x)}); }
+
 }  // namespace
 
 void register_elementwise_gradients() {
@@ -183,6 +186,77 @@ void register_elementwise_gradients() {
                          const int e = c.op("Exp", {c.op("Neg", {c.op("Mul", {x, x})})});
                          return c.op("Mul", {e, scalar_like(c, 1.1283791670955126, x)});
                        }));
+  add_builtin_gradient("Sin", unary([](G& c, int x, int) { return c.op("Cos", {x}); }));
+  add_builtin_gradient("Cos", unary([](G& c, int x, int) { return c.op("Neg", {c.op("Sin", {x})}); }));
+  add_builtin_gradient("Abs", unary([](G& c, int x, int) { return c.op("Sign", {x}); }));  // 0 at 0 (torch sgn)
+  add_builtin_gradient("Softplus", unary([](G& c, int x, int) { return c.op("Sigmoid", {x}); }));
+  add_builtin_gradient("LeakyRelu", unary([](G& c, int x, int) {  // 1 for x > 0, else alpha (torch)
+                         const double alpha = c.node().f("alpha", 0.01f);
+                         return c.op("Where", {positive(c, x), scalar_like(c, 1.0, x), scalar_like(c, alpha, x)});
+                       }));
+  add_builtin_gradient(
+      "Elu", unary([](G& c, int x, int y) {  // 1 for x > 0, else y + alpha (= alpha exp(x))
+        const double alpha = c.node().f("alpha", 1.f);
+        return c.op("Where", {positive(c, x), scalar_like(c, 1.0, x), c.op("Add", {y, scalar_like(c, alpha, y)})});
+      }));
+  add_builtin_gradient("HardSigmoid",
+                       unary([](G& c, int, int y) {  // alpha where 0 < alpha x + beta < 1, i.e. 0 < y < 1
+                         const double alpha = c.node().f("alpha", 0.2f);
+                         const int inside = c.op("And", {positive(c, y), c.op("Less", {y, scalar_like(c, 1.0, y)})});
+                         return c.op("Where", {inside, scalar_like(c, alpha, y), scalar_like(c, 0.0, y)});
+                       }));
+  add_builtin_gradient(
+      "HardSwish", unary([](G& c, int x, int) {  // torch: 0 below -3, x/3 + 1/2 up to 3, then 1
+        const int mid = c.op("Add", {c.op("Mul", {x, scalar_like(c, 1.0 / 3.0, x)}), scalar_like(c, 0.5, x)});
+        const int upper = c.op("Where", {c.op("Greater", {x, scalar_like(c, 3.0, x)}), scalar_like(c, 1.0, x), mid});
+        return c.op("Where", {c.op("Less", {x, scalar_like(c, -3.0, x)}), scalar_like(c, 0.0, x), upper});
+      }));
+  add_builtin_gradient("Clip", [](G& c) {
+    // torch.clamp: dx = dy where min <= x <= max; dmin = sum of dy where x < min, dmax where x > max. Bounds are
+    // attributes before opset 11, optional scalar inputs after.
+    if (c.dy(0) < 0) return;
+    const Node& n = c.node();
+    const int x = c.x(0), dy = c.dy(0);
+    int lo = -1, hi = -1;
+    if (c.opset() < 11) {
+      if (n.has("min")) lo = scalar_like(c, n.f("min"), x);
+      if (n.has("max")) hi = scalar_like(c, n.f("max"), x);
+    } else {
+      lo = c.x(1);
+      hi = c.x(2);
+    }
+    const int zero = scalar_like(c, 0.0, x);
+    const int below = lo >= 0 ? c.op("Less", {x, lo}) : -1, above = hi >= 0 ? c.op("Greater", {x, hi}) : -1;
+    if (c.wants(0)) {
+      int out = -1;  // outside [min, max]
+      if (below >= 0 && above >= 0)
+        out = c.op("Or", {below, above});
+      else
+        out = below >= 0 ? below : above;
+      c.set_dx(0, out < 0 ? dy : c.op("Where", {out, zero, dy}));
+    }
+    if (c.opset() >= 11 && c.wants(1)) give(c, 1, c.op("Where", {below, dy, zero}));
+    if (c.opset() >= 11 && c.wants(2)) give(c, 2, c.op("Where", {above, dy, zero}));
+  });
+  for (const char* op : {"Max", "Min"})
+    add_builtin_gradient(op, [](G& c) {
+      // Each input equal to the result gets an equal share of dy (ties split evenly, as torch.maximum /
+      // torch.minimum do for two inputs), summed back over broadcasting.
+      if (c.dy(0) < 0) return;
+      const int y = c.y(0);
+      const DType dt = c.value(y).dtype;
+      const size_t count = c.node().inputs.size();
+      std::vector<int> hits(count, -1);
+      int total = -1;
+      for (size_t i = 0; i < count; ++i) {
+        if (c.x(i) < 0) continue;
+        hits[i] = c.cast(c.op("Equal", {c.x(i), y}), dt);  // [y's shape]
+        total = total < 0 ? hits[i] : c.op("Add", {total, hits[i]});
+      }
+      const int share = c.op("Div", {c.dy(0), total});
+      for (size_t i = 0; i < count; ++i)
+        if (c.wants(i)) give(c, i, c.op("Mul", {share, hits[i]}));
+    });
 }
 
 }  // namespace gspmd::rules_internal
