@@ -330,8 +330,9 @@ namespace {
 using G = GradContext;
 
 /// The window of a Conv or pool node: per spatial dim the input and output sizes, kernel, stride, dilation, left
-/// pad, and the right pad the last window actually reaches ((out-1)*s + ext - in - pl: above the `pads` entry with
-/// ceil_mode, negative when the last input rows are never read). auto_pad SAME_* splits as the kernels do.
+/// and declared right pad (pads / auto_pad; VALID: 0), and the right pad the last window actually reaches ((out-1)*s +
+/// ext - in - pl: above the `pads` entry with ceil_mode, negative when the last input rows are never read). auto_pad
+/// SAME_* splits as the kernels do.
 struct Geom {
   std::vector<int64_t> in, out, k, s, d, pl, pr, used_pr;
   size_t n() const { return in.size(); }
