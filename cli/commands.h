@@ -76,6 +76,9 @@ struct Pipeline {
 /// checked first, the device order again once the mesh is known; --memory-limit that is not a positive number of
 /// bytes; --auto when no plan fits in memory).
 Pipeline build_pipeline(const CommonOptions& o, bool load_data = true);
+/// Whether an initializer is a trainable weight under --trainable REGEX (default: floating point with more than one
+/// element). The loader keeps these unfolded. Throws InputError for a REGEX that is not a regular expression.
+std::function<bool(const Value&)> trainable_weights(const TrainingFlags& f);
 /// The training-step options from the flags and the loaded forward graph: the trainable weights (--trainable REGEX
 /// over float initializers, default those of more than one element), the loss, the optimizer. Throws InputError for
 /// a bad --loss / --optimizer, a REGEX that is not a regular expression or matches no float initializer.

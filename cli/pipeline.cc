@@ -46,6 +46,21 @@ int64_t parse_memory_limit(const std::string& text) {
   return static_cast<int64_t>(v);
 }
 
+std::function<bool(const Value&)> trainable_weights(const TrainingFlags& f) {
+  std::optional<std::regex> re;
+  if (!f.trainable.empty()) {
+    try {
+      re.emplace(f.trainable);
+    } catch (const std::regex_error& e) {
+      throw InputError(fmt::format("--trainable: '{}' is not a regular expression: {}", f.trainable, e.what()));
+    }
+  }
+  return [re](const Value& v) {
+    return v.is_initializer && is_floating(v.dtype) &&
+           (re ? std::regex_search(v.name, *re) : num_elements(v.shape) > 1);
+  };
+}
+
 TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
   TrainingOptions t;
   if (f.loss == "output") {
@@ -74,18 +89,9 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
   t.beta1 = f.beta1;
   t.beta2 = f.beta2;
   t.eps = f.eps;
-  std::optional<std::regex> re;
-  if (!f.trainable.empty()) {
-    try {
-      re.emplace(f.trainable);
-    } catch (const std::regex_error& e) {
-      throw InputError(fmt::format("--trainable: '{}' is not a regular expression: {}", f.trainable, e.what()));
-    }
-  }
-  for (const std::string& name : float_initializers(forward)) {
-    const Value& v = forward.values[static_cast<size_t>(forward.at(name))];
-    if (re ? std::regex_search(name, *re) : num_elements(v.shape) > 1) t.trainable.push_back(name);
-  }
+  const auto trainable = trainable_weights(f);
+  for (const std::string& name : float_initializers(forward))
+    if (trainable(forward.values[static_cast<size_t>(forward.at(name))])) t.trainable.push_back(name);
   if (t.trainable.empty())
     throw InputError(f.trainable.empty() ? std::string("--training: the model has no float initializer to train")
                                          : fmt::format("--trainable: '{}' matches no float initializer", f.trainable));
@@ -120,6 +126,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   if (memory_limit > 0 && !o.auto_search) throw InputError("--memory-limit: only used with --auto");
   LoadOptions lo = kernel_load_options();
   lo.load_data = load_data;
+  if (o.training.on) lo.variable = trainable_weights(o.training);
   for (const std::string& d : o.dims) {
     auto eq = d.find('=');
     int64_t v = 0;

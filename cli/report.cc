@@ -204,6 +204,17 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   }
   j["collectives"] = colls;
   j["warnings"] = p.program.warnings;
+  if (p.training) {
+    json weights = json::array();
+    int64_t bytes = 0;
+    for (const TrainingStep::Weight& w : p.training->weights) {
+      const Value& v = p.graph.values[static_cast<size_t>(p.graph.at(w.name))];
+      bytes += v.nbytes();
+      weights.push_back({{"name", w.name}, {"grad", w.grad}, {"updated", w.updated}, {"bytes", v.nbytes()}});
+    }
+    j["training"] = {
+        {"loss", p.training->loss}, {"weights", weights}, {"weight_bytes", bytes}, {"unused", p.training->unused}};
+  }
   if (p.auto_result) j["auto"] = auto_json(*p.auto_result, p.graph, p.annotations.mesh.user());
   if (run) {
     j["host"] = {{"wall_s", run->wall_s}, {"gflops", run->wall_s > 0 ? run->host_flops / run->wall_s / 1e9 : 0.0}};
@@ -251,6 +262,12 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
   fmt::print("mesh      {{{}}}: {} devices, target {} ({}, device order {})\n", fmt::join(mesh, ", "),
              r["devices"].get<int64_t>(), r["target"].get<std::string>(),
              r["target_spec"]["topology"].get<std::string>(), r["device_order"].get<std::string>());
+  if (r.contains("training"))
+    fmt::print("training  one step: loss '{}', {} weights ({}){}\n", r["training"]["loss"].get<std::string>(),
+               r["training"]["weights"].size(), human_bytes(r["training"]["weight_bytes"].get<double>()),
+               r["training"]["unused"].empty()
+                   ? std::string()
+                   : fmt::format(", {} not reaching the loss", r["training"]["unused"].size()));
   int64_t total = 0;
   double bytes = 0;
   for (const auto& c : r["collectives"]) {

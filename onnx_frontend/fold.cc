@@ -233,7 +233,7 @@ struct NodeInputs {
       types[k] = &storage[k];
       values[k] = v.data.get();
       if (v.data) const_bytes += static_cast<int64_t>(v.data->nbytes());
-      all_const = all_const && v.data != nullptr;
+      all_const = all_const && v.data != nullptr && !(v.is_initializer && p.opts.variable && p.opts.variable(v));
     }
   }
 };

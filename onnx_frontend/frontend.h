@@ -74,6 +74,10 @@ struct LoadOptions {
   /// dtypes and shapes, presence) is static in the loaded graph (docs/sequences.md); only that is read here, not the
   /// data. `inputs_dir` supplies the ones not given here.
   std::map<std::string, OnnxValue> structured_inputs;
+  /// Initializers that are variables, not constants (`--training`'s trainable weights): no node that reads one is
+  /// folded, so the weight and every computation on it stay in the graph (a folded wpe(arange(T)) would cut the
+  /// position table's gradient). Empty: every initializer is a constant.
+  std::function<bool(const Value&)> variable;
 };
 
 /// What loading did to the graph besides converting it, for `explain` (docs/loading.md).

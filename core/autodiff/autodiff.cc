@@ -13,10 +13,6 @@
 namespace gspmd {
 namespace {
 
-bool is_float(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat64;
-}
-
 /// The graph under construction and the GradContext the rules see.
 class StepBuilder final : public GradContext {
  public:
@@ -150,8 +146,8 @@ int build_loss(StepBuilder& b, const TrainingOptions& o) {
   Graph& g = b.g();
   if (g.outputs.empty()) throw InputError("--training: the model has no output");
   const int out = g.outputs[0];
-  const Value& y = g.values.at(static_cast<size_t>(out));
-  if (!is_float(y.dtype))
+  const Value y = g.values.at(static_cast<size_t>(out));  // a copy: emitting appends to g.values
+  if (!is_floating(y.dtype))
     throw InputError(fmt::format("--training: output 0 '{}' is {}, not floating point", y.name, dtype_name(y.dtype)));
   const auto all_axes = [&](int v) {
     std::vector<int64_t> axes;
@@ -160,7 +156,7 @@ int build_loss(StepBuilder& b, const TrainingOptions& o) {
   };
   switch (o.loss) {
     case LossKind::kOutput:
-      if (num_elements(y.shape) != 1 || !y.shape.empty())
+      if (num_elements(y.shape) != 1)
         throw InputError(
             fmt::format("--training: output 0 '{}' is {}, not a scalar: choose --loss mean, sum or "
                         "cross-entropy:LABELS",
@@ -209,7 +205,7 @@ std::vector<std::string> float_initializers(const Graph& g, const std::vector<st
   std::unordered_set<std::string> wanted(candidates.begin(), candidates.end());
   std::vector<std::string> out;
   for (const Value& v : g.values)
-    if (v.is_initializer && is_float(v.dtype) && (wanted.empty() || wanted.count(v.name))) out.push_back(v.name);
+    if (v.is_initializer && is_floating(v.dtype) && (wanted.empty() || wanted.count(v.name))) out.push_back(v.name);
   return out;
 }
 
@@ -224,7 +220,7 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
     const int v = g.find(name);
     if (v < 0) throw InputError(fmt::format("--training: trainable weight '{}' is not a value of the model", name));
     const Value& w = g.values[static_cast<size_t>(v)];
-    if (!w.is_initializer || !is_float(w.dtype))
+    if (!w.is_initializer || !is_floating(w.dtype))
       throw InputError(fmt::format("--training: '{}' is not a floating-point initializer ({}{})", name,
                                    type_str(w.dtype, w.shape), w.is_initializer ? "" : ", not an initializer"));
     weights.push_back(v);
@@ -236,7 +232,7 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
     for (int v : n.inputs) any = any || (v >= 0 && b.requires_[static_cast<size_t>(v)]);
     if (!any) continue;
     for (int v : n.outputs)
-      if (v >= 0) b.requires_[static_cast<size_t>(v)] = is_float(g.values[static_cast<size_t>(v)].dtype);
+      if (v >= 0) b.requires_[static_cast<size_t>(v)] = is_floating(g.values[static_cast<size_t>(v)].dtype);
   }
 
   const int loss = build_loss(b, o);
@@ -246,13 +242,13 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
     for (int v : g.nodes[k].outputs) {
       bool any = false;
       for (int i : g.nodes[k].inputs) any = any || (i >= 0 && b.requires_[static_cast<size_t>(i)]);
-      b.requires_[static_cast<size_t>(v)] = any && is_float(g.values[static_cast<size_t>(v)].dtype);
+      b.requires_[static_cast<size_t>(v)] = any && is_floating(g.values[static_cast<size_t>(v)].dtype);
     }
-  const Value& lv = g.values[static_cast<size_t>(loss)];
+  const Value lv = g.values[static_cast<size_t>(loss)];
   if (!b.requires_[static_cast<size_t>(loss)]) throw InputError("--training: no trainable weight reaches the loss");
   const size_t differentiated = g.nodes.size();
   b.grad_.assign(g.values.size(), -1);
-  b.grad_[static_cast<size_t>(loss)] = b.scalar(1.0, lv.dtype);
+  b.grad_[static_cast<size_t>(loss)] = b.reshape(b.scalar(1.0, lv.dtype), lv.shape);
 
   // The reverse pass: nodes in reverse topological order; the copies of g.nodes stay valid while emit appends.
   for (size_t k = differentiated; k-- > 0;) {
@@ -273,12 +269,18 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
   b.prefix = "update";
   std::vector<int> outputs{loss};
   std::vector<int> state_outputs;
+  std::unordered_set<int> own_grad;
   for (int w : weights) {
-    const int grad = static_cast<size_t>(w) < b.grad_.size() ? b.grad_[static_cast<size_t>(w)] : -1;
+    int grad = static_cast<size_t>(w) < b.grad_.size() ? b.grad_[static_cast<size_t>(w)] : -1;
     const Value wv = g.values[static_cast<size_t>(w)];
     if (grad < 0) {
       step.unused.push_back(wv.name);
       continue;
+    }
+    // Each weight's gradient is a value of its own (two weights added together share one), so it can be named.
+    if (!own_grad.insert(grad).second || static_cast<size_t>(grad) < forward_values) {
+      grad = b.op("Identity", {grad});
+      b.grad_[static_cast<size_t>(w)] = grad;
     }
     TrainingStep::Weight tw;
     tw.name = wv.name;

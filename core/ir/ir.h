@@ -42,6 +42,10 @@ enum class DType : int32_t {
 
 /// Bytes per element (bool = 1). Throws std::invalid_argument for kUndefined and kString.
 size_t dtype_size(DType t);
+/// True for the floating-point types (float16, bfloat16, float32, float64).
+inline bool is_floating(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat64;
+}
 /// ONNX-style lower-case name ("float32", "int64", ...).
 std::string_view dtype_name(DType t);
 

@@ -519,8 +519,9 @@ void Partitioner::emit_local(const Node& node, const OpShardingRule& rule, const
 
 /// A split reduction factor makes every device compute a partial result; an operand that does not index the factor
 /// would then be counted once per device. Bias operands (the rule's bias_operands: Gemm's C, Conv's B) are added, so
-/// they are kept on the first tile of the reduction axes only and zero elsewhere; for any other such operand the
-/// factor is not split. Returns the bias operands to mask.
+/// they are kept on the first tile of the reduction axes only and zero elsewhere; integer operands without factors
+/// (reduction axes) are parameters; for any other such operand the factor is not split. Returns the bias operands to
+/// mask.
 std::vector<int> Partitioner::plan_bias_operands(const Node& node, const OpShardingRule& rule,
                                                  FactorSharding& F) const {
   std::vector<int> bias;
@@ -531,6 +532,11 @@ std::vector<int> Partitioner::plan_bias_operands(const Node& node, const OpShard
       if (node.inputs[i] < 0 || df.empty()) continue;
       const bool indexes = std::any_of(df.begin(), df.end(), [&](const std::vector<int>& d) { return contains(d, f); });
       if (indexes) continue;
+      // An integer operand without factors (ReduceSum's axes from opset 13, ReduceMean's from 18) is a parameter of
+      // the op, not data that the partial results would count once per device.
+      const bool parameter = std::all_of(df.begin(), df.end(), [](const std::vector<int>& d) { return d.empty(); }) &&
+                             !is_floating(g_.values[static_cast<size_t>(node.inputs[i])].dtype);
+      if (parameter) continue;
       const bool is_bias = contains(rule.bias_operands, static_cast<int>(i)) && rule.reduction == ReductionKind::kSum;
       if (!is_bias)
         F[f].clear();

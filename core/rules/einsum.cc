@@ -9,6 +9,8 @@
 #include <map>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
@@ -154,6 +156,57 @@ RuleResult einsum_rule(const Graph& g, const Node& n) {
 
 void register_einsum_rules() { add_builtin("Einsum", einsum_rule); }
 
-void register_einsum_gradients() {}
+// ---- gradients ----
+namespace {
+
+/// Einsum with explicit output, no ellipsis and no label repeated within a term: the gradient of operand i is the
+/// einsum of dy with the other operands into operand i's labels ("ij,jk->ik": dA = "ik,jk->ij"), summed back over
+/// its size-1 broadcast dims. A label of operand i that is in no other term (summed over in i alone) is not supported.
+void einsum_grad(GradContext& c) {
+  if (c.dy(0) < 0) return;
+  const Node& n = c.node();
+  const std::string eq = [&] {
+    std::string e;
+    for (char ch : n.s("equation"))
+      if (ch != ' ') e += ch;
+    return e;
+  }();
+  const size_t arrow = eq.find("->");
+  auto fail = [&](const std::string& why) {
+    throw InputError(fmt::format("--training: node '{}' (Einsum): no gradient for equation '{}': {}", n.name, eq, why));
+  };
+  if (arrow == std::string::npos) fail("implicit output");
+  if (eq.find('.') != std::string::npos) fail("ellipsis");
+  std::vector<std::string> terms;
+  for (size_t b = 0, e; b <= arrow; b = e + 1) {
+    e = eq.find(',', b);
+    if (e == std::string::npos || e > arrow) e = arrow;
+    terms.push_back(eq.substr(b, e - b));
+  }
+  const std::string out = eq.substr(arrow + 2);
+  for (const std::string& t : terms)
+    for (char ch : t)
+      if (std::count(t.begin(), t.end(), ch) > 1) fail("a label repeated within a term");
+  for (size_t i = 0; i < terms.size(); ++i) {
+    if (!c.wants(i)) continue;
+    std::string others = out;
+    std::vector<int> inputs{c.dy(0)};
+    std::string lhs = out;
+    for (size_t j = 0; j < terms.size(); ++j) {
+      if (j == i) continue;
+      lhs += "," + terms[j];
+      others += terms[j];
+      inputs.push_back(c.x(j));
+    }
+    for (char ch : terms[i])
+      if (others.find(ch) == std::string::npos) fail(fmt::format("label '{}' is summed within one operand", ch));
+    const int d = c.op("Einsum", inputs, {{"equation", lhs + "->" + terms[i]}});
+    c.set_dx(i, c.sum_to(d, c.value(c.x(i)).shape));
+  }
+}
+
+}  // namespace
+
+void register_einsum_gradients() { add_builtin_gradient("Einsum", einsum_grad); }
 
 }  // namespace gspmd::rules_internal

@@ -1,6 +1,10 @@
 // Gather(data[.., v, ..], indices[...]) -> data[:axis] + indices + data[axis+1:].
 // Every dim is pass-through except v, which is a *reduction* factor: with v split, each device looks up only its
 // range of v, masks the other rows to 0 and the result is unreduced (sum) — Megatron's vocab-parallel embedding.
+#include <algorithm>
+
+#include <fmt/format.h>
+
 #include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
@@ -41,6 +45,46 @@ RuleResult gather_rule(const Graph& g, const Node& n) {
 
 void register_gather_rules() { add_builtin("Gather", gather_rule); }
 
-void register_gather_gradients() {}
+// ---- gradients ----
+namespace {
+
+/// Gather(data, indices, axis): dData[.., v, ..] = the sum of dy over the index positions that read row v. Written
+/// as a one-hot matmul (what TPUs do for embeddings, and what GSPMD's vocab-parallel embedding partitions): dy's
+/// index dims moved to the front and flattened to N, OneHot(indices) [N, V] transposed times dy [N, rest], then
+/// moved back to data's layout. Negative indices count from the end, as OneHot reads them.
+void gather_grad(GradContext& c) {
+  if (!c.wants(0) || c.dy(0) < 0) return;
+  const Value data = c.value(c.x(0));
+  const Shape ds = data.shape;
+  const Shape is = c.value(c.x(1)).shape;
+  const int64_t r = static_cast<int64_t>(ds.size()), q = static_cast<int64_t>(is.size());
+  const auto ax = norm_axis(c.node().i("axis", 0), static_cast<int>(r));
+  if (!ax) throw InputError(fmt::format("--training: node '{}' (Gather): axis out of range", c.node().name));
+  const int64_t a = *ax, V = ds[static_cast<size_t>(a)], N = num_elements(is);
+  // dy: [pre (a dims), idx (q dims), post] -> [idx, pre, post]
+  std::vector<int64_t> perm;
+  for (int64_t k = 0; k < q; ++k) perm.push_back(a + k);
+  for (int64_t k = 0; k < a; ++k) perm.push_back(k);
+  for (int64_t k = a + q; k < r - 1 + q; ++k) perm.push_back(k);
+  const int64_t rest = num_elements(ds) / std::max<int64_t>(1, V);
+  const int dy2 = c.reshape(c.transpose(c.dy(0), perm), {N, rest});
+  const int idx = c.reshape(c.x(1), {N});
+  const int onoff = c.cast(c.constant(Tensor::from_floats({2}, {0.f, 1.f})), data.dtype);
+  const int onehot = c.op("OneHot", {idx, c.constant(Tensor::from_int64s({V}, true)), onoff}, {{"axis", int64_t{-1}}});
+  const int d = c.op("MatMul", {c.transpose(onehot, {1, 0}), dy2});  // [V, rest]
+  // [V, pre, post] -> data's [pre, V, post]
+  Shape vpp{V};
+  for (int64_t k = 0; k < r; ++k)
+    if (k != a) vpp.push_back(ds[static_cast<size_t>(k)]);
+  std::vector<int64_t> back;
+  for (int64_t k = 1; k <= a; ++k) back.push_back(k);
+  back.push_back(0);
+  for (int64_t k = a + 1; k < r; ++k) back.push_back(k);
+  c.set_dx(0, c.transpose(c.reshape(d, vpp), back));
+}
+
+}  // namespace
+
+void register_gather_gradients() { add_builtin_gradient("Gather", gather_grad); }
 
 }  // namespace gspmd::rules_internal

@@ -65,10 +65,9 @@ int GradContext::scalar(double v, DType t) {
 
 int GradContext::ints(const std::vector<int64_t>& v) { return constant(Tensor::from_int64s(v)); }
 
-int GradContext::reshape(int v, const Shape& shape) {
+int GradContext::reshape(int v, Shape shape) {
   if (value(v).shape == shape) return v;
-  const int target = ints(shape);  // before `shape` (possibly a value's) can move
-  return op("Reshape", {v, target});
+  return op("Reshape", {v, ints(shape)});
 }
 
 int GradContext::transpose(int v, const std::vector<int64_t>& perm) {
@@ -84,9 +83,8 @@ int GradContext::reduce_sum(int v, const std::vector<int64_t>& axes, bool keepdi
   return op("ReduceSum", {v}, {{"axes", axes}, {"keepdims", int64_t{keepdims}}});
 }
 
-int GradContext::sum_to(int v, const Shape& target) {
-  // Copies: `target` may be a value's shape (c.value(c.x(i)).shape), and emitting grows the graph's values.
-  const Shape shape = target, from = value(v).shape;
+int GradContext::sum_to(int v, Shape shape) {
+  const Shape from = value(v).shape;
   if (from == shape) return v;
   const size_t lead = from.size() - std::min(from.size(), shape.size());
   std::vector<int64_t> axes;
@@ -95,17 +93,16 @@ int GradContext::sum_to(int v, const Shape& target) {
   return reshape(reduce_sum(v, axes, true), shape);
 }
 
-int GradContext::expand(int v, const Shape& shape) {
+int GradContext::expand(int v, Shape shape) {
   if (value(v).shape == shape) return v;
-  const int target = ints(shape);  // before `shape` (possibly a value's) can move
-  return op("Expand", {v, target});
+  return op("Expand", {v, ints(shape)});
 }
 
 int GradContext::dy_or_zeros(size_t k) {
   const int g = dy(k);
   if (g >= 0) return g;
-  const Shape shape = value(y(k)).shape;  // copies: scalar() grows the graph's values
-  return expand(scalar(0.0, value(y(k)).dtype), shape);
+  const Value out = value(y(k));
+  return expand(scalar(0.0, out.dtype), out.shape);
 }
 
 int GradContext::cast(int v, DType t) {

@@ -29,8 +29,9 @@ class GradContext {
   virtual const Node& node() const = 0;
   /// The graph being built (forward values and the backward values emitted so far).
   virtual const Graph& graph() const = 0;
-  /// The value `id` (forward or emitted).
-  const Value& value(int id) const { return graph().values.at(static_cast<size_t>(id)); }
+  /// The value `id` (forward or emitted), by copy: emitting appends to the graph's values, which would leave a
+  /// reference dangling.
+  Value value(int id) const { return graph().values.at(static_cast<size_t>(id)); }
   /// The forward node's input i (a value id; -1 for an absent optional input) and output k.
   int x(size_t i) const { return i < node().inputs.size() ? node().inputs[i] : -1; }
   int y(size_t k) const { return node().outputs.at(k); }
@@ -65,16 +66,16 @@ class GradContext {
   /// A 1-D int64 constant.
   int ints(const std::vector<int64_t>& v);
   /// Reshape of `v` to `shape`.
-  int reshape(int v, const Shape& shape);
+  int reshape(int v, Shape shape);
   /// Transpose of `v` by `perm`.
   int transpose(int v, const std::vector<int64_t>& perm);
   /// ReduceSum of `v` over `axes` (non-negative), in the opset's form.
   int reduce_sum(int v, const std::vector<int64_t>& axes, bool keepdims);
   /// Unbroadcast: `v` (a gradient of a broadcast result) summed over the dims that numpy broadcasting added or
   /// stretched to reach v's shape from `shape`, then reshaped to `shape`. Returns v when the shapes are equal.
-  int sum_to(int v, const Shape& shape);
+  int sum_to(int v, Shape shape);
   /// Expand of `v` to `shape` (numpy broadcasting).
-  int expand(int v, const Shape& shape);
+  int expand(int v, Shape shape);
   /// The gradient of output k, or a zero tensor of its dtype and shape when it has none.
   int dy_or_zeros(size_t k);
   /// Cast of `v` to `t` (v itself when it already has that dtype).

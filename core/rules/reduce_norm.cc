@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <variant>
 
+#include <fmt/format.h>
+
 #include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
@@ -160,6 +162,111 @@ void register_reduce_norm_rules() {
   add_builtin("ArgMin", argmax_rule);
 }
 
-void register_reduce_norm_gradients() {}
+// ---- gradients ----
+namespace {
+
+/// x's shape with the reduced dims of Reduce* node `c.node()` set to 1 (the keepdims shape), from its axes.
+Shape kept_shape(GradContext& c) {
+  const Shape x = c.value(c.x(0)).shape;
+  auto dims = reduced_dims(c.graph(), c.node(), static_cast<int>(x.size()));
+  if (auto* why = std::get_if<NotExpressible>(&dims))
+    throw InputError(fmt::format("--training: node '{}' ({}): {}", c.node().name, c.node().op_type, why->reason));
+  Shape kept = x;
+  const auto& red = std::get<std::vector<char>>(dims);
+  for (size_t d = 0; d < x.size(); ++d)
+    if (red[d]) kept[d] = 1;
+  return kept;
+}
+
+/// dy of a Reduce* node broadcast back to x's shape.
+int spread(GradContext& c) { return c.expand(c.reshape(c.dy(0), kept_shape(c)), c.value(c.x(0)).shape); }
+
+/// ReduceMean over `axes` with keepdims, as ReduceSum times 1/count.
+int mean_over(GradContext& c, int v, const std::vector<int64_t>& axes) {
+  int64_t count = 1;
+  for (int64_t a : axes) count *= c.value(v).shape[static_cast<size_t>(a)];
+  return c.op("Mul", {c.reduce_sum(v, axes, true), c.scalar(1.0 / static_cast<double>(count), c.value(v).dtype)});
+}
+
+/// The axes Softmax / LogSoftmax normalise over: `axis` (opset >= 13), or every dim from `axis` on (before 13 the
+/// input is coerced to 2-D at `axis`, default 1).
+std::vector<int64_t> softmax_axes(GradContext& c) {
+  const int r = static_cast<int>(c.value(c.x(0)).shape.size());
+  const auto a = norm_axis(c.node().i("axis", c.opset() >= 13 ? -1 : 1), r);
+  if (!a)
+    throw InputError(fmt::format("--training: node '{}' ({}): axis out of range", c.node().name, c.node().op_type));
+  std::vector<int64_t> axes{*a};
+  if (c.opset() < 13)
+    for (int d = *a + 1; d < r; ++d) axes.push_back(d);
+  return axes;
+}
+
+/// LayerNormalization (ONNX opset 17): Y = (X - mean) * rstd * Scale + B over the dims from `axis` on. Recomputes
+/// mean and rstd (the loaded graph rarely keeps the Mean / InvStdDev outputs) and returns dX, dScale, dB as
+/// torch.nn.functional.layer_norm's backward does.
+void layernorm_grad(GradContext& c) {
+  const int dy = c.dy(0);
+  if (dy < 0) return;
+  const Value xv = c.value(c.x(0));
+  const int r = static_cast<int>(xv.shape.size());
+  const auto a = norm_axis(c.node().i("axis", -1), r);
+  if (!a) throw InputError(fmt::format("--training: node '{}' (LayerNormalization): axis out of range", c.node().name));
+  std::vector<int64_t> axes;
+  for (int d = *a; d < r; ++d) axes.push_back(d);
+  const DType dt = xv.dtype;
+  const int x = c.x(0);
+  const int xc = c.op("Sub", {x, mean_over(c, x, axes)});
+  const int var = mean_over(c, c.op("Mul", {xc, xc}), axes);
+  const int rstd = c.op("Reciprocal", {c.op("Sqrt", {c.op("Add", {var, c.scalar(c.node().f("epsilon", 1e-5f), dt)})})});
+  const int xhat = c.op("Mul", {xc, rstd});
+  if (c.wants(1)) c.set_dx(1, c.sum_to(c.op("Mul", {dy, xhat}), c.value(c.x(1)).shape));
+  if (c.wants(2)) c.set_dx(2, c.sum_to(dy, c.value(c.x(2)).shape));
+  if (c.wants(0)) {
+    const int g = c.op("Mul", {dy, c.x(1)});  // d xhat
+    const int t = c.op("Sub", {c.op("Sub", {g, mean_over(c, g, axes)}),
+                               c.op("Mul", {xhat, mean_over(c, c.op("Mul", {g, xhat}), axes)})});
+    c.set_dx(0, c.op("Mul", {t, rstd}));
+  }
+}
+
+}  // namespace
+
+void register_reduce_norm_gradients() {
+  add_builtin_gradient("ReduceSum", [](GradContext& c) {
+    if (c.wants(0) && c.dy(0) >= 0) c.set_dx(0, spread(c));
+  });
+  add_builtin_gradient("ReduceMean", [](GradContext& c) {
+    if (!c.wants(0) || c.dy(0) < 0) return;
+    const double n = static_cast<double>(num_elements(c.value(c.x(0)).shape)) /
+                     static_cast<double>(std::max<int64_t>(1, num_elements(c.value(c.y(0)).shape)));
+    c.set_dx(0, c.op("Mul", {spread(c), c.scalar(1.0 / n, c.value(c.x(0)).dtype)}));
+  });
+  // ReduceMax / ReduceMin: the gradient goes to the elements equal to the result, split evenly between ties
+  // (torch.amax / amin).
+  for (const char* op : {"ReduceMax", "ReduceMin"})
+    add_builtin_gradient(op, [](GradContext& c) {
+      if (!c.wants(0) || c.dy(0) < 0) return;
+      const Shape xs = c.value(c.x(0)).shape;
+      const DType dt = c.value(c.x(0)).dtype;
+      const Shape kept = kept_shape(c);
+      const int hit = c.cast(c.op("Equal", {c.x(0), c.reshape(c.y(0), kept)}), dt);
+      std::vector<int64_t> axes;
+      for (size_t d = 0; d < xs.size(); ++d)
+        if (kept[d] != xs[d] || (xs[d] == 1 && kept[d] == 1)) axes.push_back(static_cast<int64_t>(d));
+      const int ties = c.reduce_sum(hit, axes, true);
+      c.set_dx(0, c.op("Mul", {c.op("Div", {hit, ties}), spread(c)}));
+    });
+  add_builtin_gradient("Softmax", [](GradContext& c) {  // dx = y (dy - sum(dy y))
+    if (!c.wants(0) || c.dy(0) < 0) return;
+    const int dyy = c.op("Mul", {c.dy(0), c.y(0)});
+    c.set_dx(0, c.op("Sub", {dyy, c.op("Mul", {c.y(0), c.reduce_sum(dyy, softmax_axes(c), true)})}));
+  });
+  add_builtin_gradient("LogSoftmax", [](GradContext& c) {  // dx = dy - exp(y) sum(dy)
+    if (!c.wants(0) || c.dy(0) < 0) return;
+    const int s = c.reduce_sum(c.dy(0), softmax_axes(c), true);
+    c.set_dx(0, c.op("Sub", {c.dy(0), c.op("Mul", {c.op("Exp", {c.y(0)}), s})}));
+  });
+  add_builtin_gradient("LayerNormalization", layernorm_grad);
+}
 
 }  // namespace gspmd::rules_internal

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
@@ -175,6 +177,102 @@ void register_shape_rules() {
   add_builtin("Size", shape_rule);
 }
 
-void register_shape_gradients() {}
+// ---- gradients ----
+namespace {
+
+/// `v` sliced to [start, end) along `axis` (step 1), in the opset's form.
+int slice(GradContext& c, int v, int64_t axis, int64_t start, int64_t end) {
+  if (c.opset() >= 10) return c.op("Slice", {v, c.ints({start}), c.ints({end}), c.ints({axis})});
+  return c.op("Slice", {v},
+              {{"starts", std::vector<int64_t>{start}},
+               {"ends", std::vector<int64_t>{end}},
+               {"axes", std::vector<int64_t>{axis}}});
+}
+
+/// `v` zero-padded by `before` / `after` per dim, in the opset's form.
+int pad(GradContext& c, int v, const std::vector<int64_t>& before, const std::vector<int64_t>& after) {
+  std::vector<int64_t> pads = before;
+  pads.insert(pads.end(), after.begin(), after.end());
+  if (c.opset() >= 11) return c.op("Pad", {v, c.ints(pads)});
+  return c.op("Pad", {v}, {{"pads", pads}});
+}
+
+/// Slice(data, starts, ends, axes, steps) (attributes before opset 10): dy zero-padded back to data's shape. Only
+/// steps of 1 (the slices the models here use).
+void slice_grad(GradContext& c) {
+  if (!c.wants(0) || c.dy(0) < 0) return;
+  const Node& n = c.node();
+  const Shape xs = c.value(c.x(0)).shape;
+  const int r = static_cast<int>(xs.size());
+  auto list = [&](int input, const char* attr, std::vector<int64_t> def) -> std::vector<int64_t> {
+    if (c.opset() < 10) return n.has(attr) ? n.ints(attr) : def;
+    if (!present(n, static_cast<size_t>(input))) return def;
+    const Tensor* t = constant_input(c.graph(), n, input);
+    if (!t) throw InputError(fmt::format("--training: node '{}' (Slice): input {} is not a constant", n.name, input));
+    return t->as_int64s();
+  };
+  const std::vector<int64_t> starts = list(1, "starts", {}), ends = list(2, "ends", {});
+  std::vector<int64_t> all(starts.size());
+  for (size_t k = 0; k < all.size(); ++k) all[k] = static_cast<int64_t>(k);
+  const std::vector<int64_t> axes = list(3, "axes", all),
+                             steps = list(4, "steps", std::vector<int64_t>(starts.size(), 1));
+  std::vector<int64_t> before(static_cast<size_t>(r), 0), after(static_cast<size_t>(r), 0);
+  for (size_t k = 0; k < starts.size(); ++k) {
+    if (steps.at(k) != 1)
+      throw InputError(fmt::format("--training: node '{}' (Slice): no gradient for steps other than 1", n.name));
+    const auto a = norm_axis(axes.at(k), r);
+    if (!a) throw InputError(fmt::format("--training: node '{}' (Slice): axis out of range", n.name));
+    const int64_t dim = xs[static_cast<size_t>(*a)];
+    auto clamp = [dim](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
+    const int64_t b = clamp(starts[k]), e = std::max(b, clamp(ends.at(k)));
+    before[static_cast<size_t>(*a)] = b;
+    after[static_cast<size_t>(*a)] = dim - e;
+  }
+  c.set_dx(0, pad(c, c.dy(0), before, after));
+}
+
+}  // namespace
+
+void register_shape_gradients() {
+  for (const char* op : {"Reshape", "Unsqueeze", "Squeeze", "Flatten"})
+    add_builtin_gradient(op, [](GradContext& c) {
+      if (c.wants(0) && c.dy(0) >= 0) c.set_dx(0, c.reshape(c.dy(0), c.value(c.x(0)).shape));
+    });
+  add_builtin_gradient("Transpose", [](GradContext& c) {
+    if (!c.wants(0) || c.dy(0) < 0) return;
+    const size_t r = c.value(c.x(0)).shape.size();
+    std::vector<int64_t> perm = c.node().ints("perm");
+    if (perm.empty())
+      for (size_t d = 0; d < r; ++d) perm.push_back(static_cast<int64_t>(r - 1 - d));
+    std::vector<int64_t> inverse(r);
+    for (size_t d = 0; d < r; ++d) inverse[static_cast<size_t>(perm[d])] = static_cast<int64_t>(d);
+    c.set_dx(0, c.transpose(c.dy(0), inverse));
+  });
+  add_builtin_gradient("Expand", [](GradContext& c) {
+    if (c.wants(0) && c.dy(0) >= 0) c.set_dx(0, c.sum_to(c.dy(0), c.value(c.x(0)).shape));
+  });
+  add_builtin_gradient("Concat", [](GradContext& c) {
+    if (c.dy(0) < 0) return;
+    const int r = static_cast<int>(c.value(c.y(0)).shape.size());
+    const int64_t axis = norm_axis(c.node().i("axis", 0), r).value_or(0);
+    int64_t at = 0;
+    for (size_t i = 0; i < c.node().inputs.size(); ++i) {
+      if (c.x(i) < 0) continue;
+      const int64_t len = c.value(c.x(i)).shape[static_cast<size_t>(axis)];
+      if (c.wants(i)) c.set_dx(i, slice(c, c.dy(0), axis, at, at + len));
+      at += len;
+    }
+  });
+  add_builtin_gradient("Split", [](GradContext& c) {
+    if (!c.wants(0)) return;
+    const int r = static_cast<int>(c.value(c.x(0)).shape.size());
+    std::vector<int> parts;
+    for (size_t k = 0; k < c.node().outputs.size(); ++k) parts.push_back(c.dy_or_zeros(k));
+    c.set_dx(0, parts.size() == 1
+                    ? parts[0]
+                    : c.op("Concat", parts, {{"axis", int64_t{norm_axis(c.node().i("axis", 0), r).value_or(0)}}}));
+  });
+  add_builtin_gradient("Slice", slice_grad);
+}
 
 }  // namespace gspmd::rules_internal

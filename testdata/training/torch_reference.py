@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""Reference training steps from torch autograd, for `run --training` (docs/training.md, tests/e2e/training_test.cc).
+
+Run with Debian's interpreter (torch 1.13, onnx 1.12, numpy):
+
+    /usr/bin/python3 testdata/training/torch_reference.py make DIR [--opset 13|17] [--fold] [--optimizer sgd|adam]
+        exports a small GPT (testdata/gpt/export_gpt.py's architecture) to DIR/model.onnx, its run inputs to
+        DIR/inputs/input_0.pb (input_ids) and input_1.pb (labels), and torch's training step to DIR/torch/:
+        loss.pb and, per parameter p, p.grad.pb and p.updated.pb (one torch.optim step with lr --lr)
+    /usr/bin/python3 testdata/training/torch_reference.py compare DIR OUT
+        compares `run --training --outputs OUT` (output_<i>.pb, named loss / <p>.updated) with DIR/torch: the loss,
+        and every updated parameter (sgd: the implied gradient (p - p.updated) / lr against p.grad). Prints one
+        line per value and exits 1 when a normwise relative error exceeds --tol (default 1e-4) or a parameter is
+        missing.
+"""
+import argparse
+import glob
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "gpt"))
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+sys.dont_write_bytecode = True
+from export_gpt import GPT, init_weights  # noqa: E402
+
+VOCAB, D, HEADS, LAYERS, BATCH, SEQ = 64, 32, 2, 2, 4, 8
+
+
+def save(path, arr, name):
+    with open(path, "wb") as f:
+        f.write(onnx.numpy_helper.from_array(np.asarray(arr), name).SerializeToString())
+
+
+def make(a):
+    torch.manual_seed(0)
+    model = GPT(VOCAB, SEQ, D, HEADS, 4 * D, LAYERS)
+    init_weights(model, 0.2)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ), dtype=torch.long, generator=gen)
+    labels = torch.randint(0, VOCAB, (BATCH, SEQ), dtype=torch.long, generator=gen)
+    os.makedirs(os.path.join(a.dir, "inputs"), exist_ok=True)
+    os.makedirs(os.path.join(a.dir, "torch"), exist_ok=True)
+    model.eval()
+    torch.onnx.export(model, (ids,), os.path.join(a.dir, "model.onnx"), opset_version=a.opset,
+                      do_constant_folding=a.fold, input_names=["input_ids"], output_names=["logits"])
+    save(os.path.join(a.dir, "inputs", "input_0.pb"), ids.numpy(), "input_ids")
+    save(os.path.join(a.dir, "inputs", "input_1.pb"), labels.numpy(), "labels")
+
+    logits = model(ids)
+    loss = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1))
+    loss.backward()
+    save(os.path.join(a.dir, "torch", "loss.pb"), loss.detach().numpy(), "loss")
+    params = dict(model.named_parameters())
+    for name, p in params.items():
+        save(os.path.join(a.dir, "torch", f"{name}.grad.pb"), p.grad.numpy(), f"{name}.grad")
+    opt = (torch.optim.SGD(model.parameters(), lr=a.lr) if a.optimizer == "sgd" else
+           torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8))
+    before = {n: p.detach().clone() for n, p in params.items()}
+    opt.step()
+    for name, p in params.items():
+        save(os.path.join(a.dir, "torch", f"{name}.updated.pb"), p.detach().numpy(), f"{name}.updated")
+        save(os.path.join(a.dir, "torch", f"{name}.pb"), before[name].numpy(), name)
+    with open(os.path.join(a.dir, "torch", "optimizer.txt"), "w") as f:
+        f.write(f"{a.optimizer} {a.lr}\n")
+    print("ok:", a.dir, f"loss {loss.item():.6f}")
+
+
+def load(path):
+    t = onnx.load_tensor(path)
+    return t.name, onnx.numpy_helper.to_array(t).astype(np.float64)
+
+
+def compare(a):
+    optimizer, lr = open(os.path.join(a.dir, "torch", "optimizer.txt")).read().split()
+    lr = float(lr)
+    ours = dict(load(p) for p in glob.glob(os.path.join(a.out, "output_*.pb")))
+    ref = os.path.join(a.dir, "torch")
+    bad, rows = 0, []
+
+    def rel(x, y, floor=1e-30):  # normwise relative error
+        return float(np.linalg.norm(x - y) / max(np.linalg.norm(y), floor))
+
+    e = rel(ours["loss"], load(os.path.join(ref, "loss.pb"))[1]) if "loss" in ours else float("inf")
+    rows.append(("loss", e))
+    model = onnx.load(os.path.join(a.dir, "model.onnx"))
+    initializers = {t.name for t in model.graph.initializer}
+    for path in sorted(glob.glob(os.path.join(ref, "*.updated.pb"))):
+        name = os.path.basename(path)[: -len(".updated.pb")]
+        grad = load(os.path.join(ref, name + ".grad.pb"))[1]
+        w = load(os.path.join(ref, name + ".pb"))[1]
+        if name not in initializers:  # folded by torch's exporter (wpe(arange(T)) with --fold): not a weight
+            print(f"{'skipped':8s} {name:32s} not an initializer of the model")
+            continue
+        zero = np.linalg.norm(grad) < 1e-6 * np.linalg.norm(w)  # 0 in exact arithmetic (attention's key bias)
+        if zero and optimizer != "sgd":
+            print(f"{'skipped':8s} {name:32s} gradient 0 in exact arithmetic: adam normalises rounding noise")
+            continue
+        if name + ".updated" not in ours:
+            rows.append((name, float("inf")))
+            continue
+        if optimizer == "sgd":  # the implied gradient
+            g = (w - ours[name + ".updated"]) / lr
+            # A gradient that is 0 in exact arithmetic is rounding noise on both sides: it must stay below 1e-5 |p|.
+            rows.append((name + ".grad", np.linalg.norm(g) / (1e-5 * np.linalg.norm(w) / lr) * a.tol if zero
+                         else rel(g, grad)))
+        else:  # adam's first step moves every weight by about lr: compare the step
+            rows.append((name + ".updated", rel(w - ours[name + ".updated"], w - load(path)[1])))
+    for name, e in rows:
+        flag = e > a.tol
+        bad += flag
+        print(f"{'MISMATCH' if flag else 'ok':8s} {name:32s} rel {e:.3e}")
+    print(f"{len(rows) - bad}/{len(rows)} within {a.tol:g}")
+    return 1 if bad else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("dir")
+    m.add_argument("--opset", type=int, default=13)
+    m.add_argument("--fold", action="store_true")
+    m.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    m.add_argument("--lr", type=float, default=1.0)
+    c = sub.add_parser("compare")
+    c.add_argument("dir")
+    c.add_argument("out")
+    c.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+    return make(a) if a.cmd == "make" else compare(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main() or 0)

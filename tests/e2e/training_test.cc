@@ -1,0 +1,157 @@
+// --training end to end (docs/training.md): one training step (forward, cross-entropy loss, backward, optimizer
+// update) partitioned as one SPMD program. Checked three ways: run --check against the unpartitioned step, torch
+// autograd and torch.optim (testdata/training/torch_reference.py), and the data-parallel plan's collectives counted
+// by hand. Bad training flags are one-line errors with exit code 2.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "tests/e2e/e2e_util.h"
+
+namespace e2e {
+namespace {
+
+const std::string kTrain = " --training --loss cross-entropy:labels";
+
+std::string plan(const std::string& name) { return " --shardings testdata/gpt/gpt." + name + ".sharding.json"; }
+
+struct Case {
+  std::string plan, mesh, extra;
+};
+
+class GptTraining : public ::testing::TestWithParam<Case> {};
+
+// The bundled GPT's training step equals the unpartitioned step under every plan (2D 4x4 shards 4 heads and a batch
+// of 8 over 4 devices per axis; paper2d holds the FFN weights sharded on both axes and all-gathers them).
+TEST_P(GptTraining, RunCheckPasses) {
+  const Case& c = GetParam();
+  CmdResult r = cli("run " + kGpt + " --mesh " + c.mesh + plan(c.plan) + kTrain + c.extra + " --check",
+                    "train_" + c.plan + std::to_string(c.extra.size()));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("training  one step: loss 'loss', "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, GptTraining,
+                         ::testing::Values(Case{"dp", "2x2", ""}, Case{"megatron", "2x2", ""}, Case{"2d", "4x4", ""},
+                                           Case{"paper2d", "2x2", ""},
+                                           Case{"megatron", "2x2", " --optimizer momentum --lr 0.1"},
+                                           // Adam divides by sqrt(v): with a tiny eps, rounding noise in a gradient
+                                           // near 0 (attention's key bias is 0 exactly) becomes a step of lr
+                                           Case{"paper2d", "2x2", " --optimizer adam --lr 0.001 --eps 1e-3"}),
+                         [](const auto& info) {
+                           std::string n = info.param.plan + (info.param.extra.empty() ? "" : "_optimizer");
+                           return n + (info.param.extra.find("adam") != std::string::npos ? "_adam" : "");
+                         });
+
+// Data parallel: every weight's gradient is a partial sum over the batch axes, all-reduced once where the update
+// needs it (the gradient itself, or lr times it: the reduction is deferred through the linear Mul), with the weight's
+// bytes; the loss (a mean over the batch) is all-reduced once (4 bytes). Nothing else.
+TEST(Training, DataParallelAllReducesEachGradientOnce) {
+  fs::path d = scratch("train_dp_report");
+  CmdResult r = cli("run " + kGpt + " --mesh 2x2" + plan("dp") + kTrain + " --report " + (d / "r.json").string(),
+                    "train_dp_report");
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json j = read_json(d / "r.json");
+  std::multiset<int64_t> weight_bytes, reduced_bytes;
+  for (const auto& w : j["training"]["weights"]) weight_bytes.insert(w["bytes"].get<int64_t>());
+  ASSERT_EQ(weight_bytes.size(), 37u);  // 2 layers x 16, wte, the folded position table, ln_f x 2, lm_head
+  weight_bytes.insert(4);               // the loss
+  for (const auto& c : j["collectives"]) {
+    EXPECT_EQ(c["kind"], "all-reduce") << c.dump();
+    EXPECT_EQ(c["axes"], (nlohmann::json{"data", "model"})) << c.dump();
+    for (int k = 0; k < c["count"]; ++k) reduced_bytes.insert(c["bytes"].get<int64_t>());
+  }
+  EXPECT_EQ(reduced_bytes, weight_bytes);
+}
+
+// torch autograd and torch.optim on the same small GPT (2 layers, d 32, 2 heads, vocab 64), exported by
+// testdata/training/torch_reference.py: the loss and every updated weight (for sgd: the gradient it implies) within
+// 1e-4 normwise, partitioned Megatron 2x2 and 2D 4x4 (uneven: 2 heads over 4 devices).
+class TorchReference : public ::testing::Test {
+ protected:
+  static fs::path make(const std::string& name, const std::string& args) {
+    fs::path d = scratch("torch_ref_" + name);
+    CmdResult r = sh(debian_python() + " testdata/training/torch_reference.py make " + d.string() + args,
+                     "torch_ref_make_" + name);
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    return d;
+  }
+  static void run_and_compare(const fs::path& d, const std::string& args, const std::string& tag) {
+    const fs::path out = d / ("out_" + tag);
+    CmdResult r = cli("run " + (d / "model.onnx").string() + kTrain + " --inputs " + (d / "inputs").string() +
+                          " --outputs " + out.string() + args,
+                      "torch_ref_run_" + tag);
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    CmdResult c =
+        sh(debian_python() + " testdata/training/torch_reference.py compare " + d.string() + " " + out.string(),
+           "torch_ref_cmp_" + tag);
+    EXPECT_EQ(c.code, 0) << c.out << c.err;
+    EXPECT_NE(c.out.find("within 0.0001"), std::string::npos) << c.out;
+  }
+};
+
+TEST_F(TorchReference, SgdGradientsMatchTorchAutograd) {
+  const fs::path d = make("sgd", " --opset 13");  // no folding: Slice, Concat, Pow, ReduceMean, Sqrt, the wpe Gather
+  run_and_compare(d, " --mesh 2x2" + plan("megatron") + " --lr 1", "sgd_megatron");
+  run_and_compare(d, " --mesh 4x4" + plan("2d") + " --lr 1", "sgd_2d");
+}
+
+TEST_F(TorchReference, AdamStepMatchesTorchOptim) {
+  const fs::path d = make("adam", " --opset 17 --fold --optimizer adam --lr 0.01");  // LayerNormalization
+  run_and_compare(d, " --mesh 2x2" + plan("paper2d") + " --optimizer adam --lr 0.01", "adam_paper2d");
+}
+
+// Bad training flags: one line naming the flag and the problem, exit 2.
+TEST(Training, BadFlagsAreOneLineErrors) {
+  struct Bad {
+    std::string args, message;
+  };
+  const std::vector<Bad> cases = {
+      {" --training",
+       "error: --training: output 0 'logits' is float32[8,64,512], not a scalar: choose --loss mean, sum or "
+       "cross-entropy:LABELS\n"},
+      {" --training --loss median", "error: --loss: 'median' is not output, mean, sum or cross-entropy:LABELS\n"},
+      {kTrain + " --optimizer lamb", "error: --optimizer: 'lamb' is not sgd, momentum or adam\n"},
+      {kTrain + " --trainable nothing_matches", "error: --trainable: 'nothing_matches' matches no float initializer\n"},
+      {kTrain + " --trainable '('",
+       "error: --trainable: '(' is not a regular expression: Mismatched '(' and ')' in regular expression\n"},
+      {" --training --loss cross-entropy:input_ids --trainable wte",
+       ""},  // input_ids is int64 [8,64]: valid labels (predict the input)
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    CmdResult r = cli("run " + kGpt + " --mesh 1" + cases[k].args, "train_bad_" + std::to_string(k));
+    if (cases[k].message.empty()) {
+      EXPECT_EQ(r.code, 0) << cases[k].args << r.err;
+      continue;
+    }
+    EXPECT_EQ(r.code, 2) << cases[k].args;
+    EXPECT_EQ(r.err, cases[k].message) << cases[k].args;
+  }
+}
+
+// An op on the path from a weight to the loss without a gradient rule is named.
+TEST(Training, OpWithoutGradientRuleIsNamed) {
+  fs::path d = scratch("train_no_rule");
+  const std::string py =
+      "import onnx, numpy as np\n"
+      "from onnx import helper as h, TensorProto as T, numpy_helper as nh\n"
+      "w = nh.from_array(np.ones((4, 4), np.float32), 'w')\n"
+      "n = [h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'), h.make_node('Hardmax', ['m'], ['y'], name='hm')]\n"
+      "g = h.make_graph(n, 'g', [h.make_tensor_value_info('x', T.FLOAT, [2, 4])],\n"
+      "                 [h.make_tensor_value_info('y', T.FLOAT, [2, 4])], [w])\n"
+      "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), '" +
+      (d / "m.onnx").string() + "')\n";
+  {
+    std::ofstream f(d / "make.py");
+    f << py;
+  }
+  ASSERT_EQ(sh(debian_python() + " " + (d / "make.py").string(), "train_no_rule_py").code, 0);
+  CmdResult r = cli("run " + (d / "m.onnx").string() + " --mesh 1 --training --loss sum", "train_no_rule");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: --training: node 'hm' (Hardmax): no gradient rule for Hardmax\n");
+}
+
+}  // namespace
+}  // namespace e2e
