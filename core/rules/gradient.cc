@@ -24,6 +24,7 @@ std::map<Key, GradRule>& registry() {
     rules_internal::register_gather_gradients();
     rules_internal::register_conv_pool_gradients();
     rules_internal::register_index_gradients();
+    rules_internal::register_misc_gradients();
     return true;
   }();
   (void)init;

@@ -101,6 +101,7 @@ void register_reduce_norm_gradients();  // reduce_norm.cc
 void register_gather_gradients();       // gather.cc
 void register_conv_pool_gradients();    // conv_pool.cc
 void register_index_gradients();        // index_ops.cc
+void register_misc_gradients();         // misc_ops.cc
 }  // namespace rules_internal
 
 }  // namespace gspmd

@@ -9,6 +9,7 @@
 // - NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss: N and the trailing dims are pass-through with
 //   reduction "none", sum-reduction factors with "sum", a mean ("mean" without weights nor ignore_index: the loss is
 //   then a plain mean); the class dim and, for a weighted or ignore_index mean, everything needs replication.
+#include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
 
@@ -211,6 +212,16 @@ void register_misc_rules() {
   add_builtin("DequantizeLinear", quantize_rule);
   add_builtin("NegativeLogLikelihoodLoss", loss_rule);
   add_builtin("SoftmaxCrossEntropyLoss", loss_rule);
+}
+
+void register_misc_gradients() {
+  // Trilu keeps one triangle and zeroes the rest: the gradient is the same triangle of dy (the same k and upper).
+  add_builtin_gradient("Trilu", [](GradContext& c) {
+    if (!c.wants(0) || c.dy(0) < 0) return;
+    std::vector<int> in{c.dy(0)};
+    if (c.x(1) >= 0) in.push_back(c.x(1));
+    c.set_dx(0, c.op("Trilu", in, {{"upper", c.node().i("upper", 1)}}));
+  });
 }
 
 }  // namespace gspmd::rules_internal

@@ -12,7 +12,10 @@
    - dp-2:   the same on --mesh 2 with the data-parallel sharding file (input batch over 2);
    - plan-4: the model-parallel / spatial / expert plan on 4 devices;
    - with --all-plans, the extra plans too (CNN channel split; MoE expert x data and expert x model; they also run
-     by default for the moe family).
+     by default for the moe family);
+   - train:  one training step (`run --training --loss mean --check`, docs/training.md) under the plan-4 plan (else
+     dp-2, else mesh 1): `ok`, `check✗`, or `no rule: Op` when an op on the path from a weight to the loss has no
+     gradient rule yet (reported, not a failure of --strict).
    Symbolic input dims are bound with --dim NAME=V from the input tensors.
    Every run's outputs are compared with the references (torch eager or numpy in test_data_set_0/, ONNX Runtime in
    ref_ort/): normwise max|a-b| / max|ref| <= --ref-rtol (default 1e-3; the model's meta may loosen it).
@@ -323,6 +326,20 @@ class Runner:
                         cell = "coll✗"
                         row["errors"].append((pname, f"collectives {got}, expected exactly {want}"))
             row["plans"][pname] = cell
+        tplan = next((k for k in ("plan4", "dp2", "mesh1") if k in plans), "mesh1")
+        if row["plans"].get(tplan) == "ok":
+            p = plans[tplan]
+            cmd = [self.bin, "run", model, "--mesh", p["mesh"], *dims, "--inputs", d / "test_data_set_0", "--check",
+                   "--training", "--loss", "mean"]
+            if p.get("shardings"):
+                cmd += ["--shardings", d / p["shardings"]]
+            if fam == "torchvision":
+                cmd += ["--rtol", "1e-3", "--atol", "1e-4"]
+            rc, so, se, _ = self.sh(cmd, rdir / "train", self.a.timeout)
+            m = re.search(r"no gradient rule for (\S+)", se)
+            row["train"] = "ok" if rc == 0 else f"no rule: {m.group(1)}" if rc == 2 and m else self.code(rc)
+            if rc != 0 and not m:
+                row["errors"].append(("train", first_error(se) if rc != 1 else "training step: check failed"))
         if fb_best is not None:
             n, ops = fb_best
             row["fallbacks"] = fallback_cell(n, ops)
@@ -363,15 +380,16 @@ def write_results(rows, out: Path, skipped, elapsed):
              f"{len(rows)} models, {time.strftime('%Y-%m-%d %H:%M')}, {elapsed:.0f} s. Cells: ok, ref✗ (outputs differ "
              "from torch/numpy/ORT), coll✗ (other collectives), ann✗ (an annotation not kept), check✗ (exit 1), E2/E3/E4 (exit codes), T/O, `-` not run. `ref`: mesh-1 outputs "
              "vs each reference (normwise). See testdata/corpus/README.md.", "",
-             "| family | model | opset | load | mesh-1 | dp-2 | plan-4 | extra plans | fallbacks | ref (mesh-1) | first error |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| family | model | opset | load | mesh-1 | dp-2 | plan-4 | extra plans | train | fallbacks | ref (mesh-1) | "
+             "first error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r["plans"]
         extra = " ".join(f"{k}:{v}" for k, v in p.items() if k not in PLAN_ORDER)
         load = r["load"] if r["gen"] == "ok" else r["gen"].replace(" failed", "✗")
         lines.append("| " + " | ".join(esc(x) for x in [
             r["family"], r["model"], r["opset"], load, p.get("mesh1", "-"), p.get("dp2", "-"), p.get("plan4", "-"),
-            extra, r["fallbacks"], r["ref"], r["error"][:220]]) + " |")
+            extra, r.get("train", "-"), r["fallbacks"], r["ref"], r["error"][:220]]) + " |")
     # summary
     tot = Counter()
     for r in rows:
@@ -379,8 +397,9 @@ def write_results(rows, out: Path, skipped, elapsed):
         tot["loads"] += r["load"] == "ok"
         for k in PLAN_ORDER:
             tot[k] += r["plans"].get(k) == "ok"
+        tot["train"] += r.get("train") == "ok"
     lines += ["", f"**Summary**: {tot['models']} models; load ok {tot['loads']}; mesh-1 ok {tot['mesh1']}; "
-              f"dp-2 ok {tot['dp2']}; plan-4 ok {tot['plan4']}.", "", "## First errors, grouped", "",
+              f"dp-2 ok {tot['dp2']}; plan-4 ok {tot['plan4']}; train ok {tot['train']}.", "", "## First errors, grouped", "",
               "| count | error (names and numbers elided) | models |", "|---|---|---|"]
     groups = OrderedDict()
     for r in rows:
@@ -505,7 +524,8 @@ def main():
     print(text)
     if a.strict:
         bad = [f"{x['family']}/{x['model']}: {x['error'] or 'not ok'}" for x in rows
-               if x["load"] != "ok" or any(v not in ("ok", "heavy") for v in x["plans"].values())]
+               if x["load"] != "ok" or any(v not in ("ok", "heavy") for v in x["plans"].values())
+               or not (x.get("train", "ok") == "ok" or x["train"].startswith("no rule"))]
         for b in bad:
             print(f"corpus: FAILED {b}")
         print(f"{len(rows) - len(bad)} passed, {len(bad)} failed")

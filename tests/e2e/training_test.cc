@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 
+#include "tests/e2e/cnn_export.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace e2e {
@@ -44,6 +45,33 @@ INSTANTIATE_TEST_SUITE_P(Plans, GptTraining,
                            std::string n = info.param.plan + (info.param.extra.empty() ? "" : "_optimizer");
                            return n + (info.param.extra.find("adam") != std::string::npos ? "_adam" : "");
                          });
+
+// Other models' training steps: BERT (Megatron plan; data parallel through the batch of its three inputs), resnet18
+// (data parallel, and spatial: the backward convolutions exchange halos like the forward ones). Mean of the output.
+TEST(Training, BertAndResnet18RunCheckPasses) {
+  const std::string bert = " testdata/bert/bert_opset13.onnx --mesh 2x2 --training --loss mean --check";
+  CmdResult r = cli("run" + bert + " --shardings testdata/bert/bert.megatron.sharding.json", "train_bert_megatron");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  fs::path d = scratch("train_bert_dp");
+  {
+    std::ofstream f(d / "dp.json");
+    f << R"({"mesh": {"shape": [2, 2], "axes": ["data", "model"]},
+             "tensors": {"input_ids": [["data", "model"], null], "attention_mask": [["data", "model"], null],
+                         "token_type_ids": [["data", "model"], null]}})";
+  }
+  r = cli("run" + bert + " --shardings " + (d / "dp.json").string(), "train_bert_dp");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+
+  const Export& e = exported("resnet18");
+  ASSERT_TRUE(e.error.empty()) << e.error;
+  for (const std::string& plan : {std::string("data"), std::string("spatial")}) {
+    r = cli("run " + (e.dir / "resnet18.onnx").string() + " --mesh " + (plan == "data" ? "2x2" : "4") +
+                " --shardings testdata/cnn/resnet18." + plan + ".sharding.json --training --loss mean --check",
+            "train_resnet18_" + plan);
+    EXPECT_EQ(r.code, 0) << plan << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("training  one step: loss 'loss', 42 weights"), std::string::npos) << r.out;
+  }
+}
 
 // Data parallel: every weight's gradient is a partial sum over the batch axes, all-reduced once where the update
 // needs it (the gradient itself, or lr times it: the reduction is deferred through the linear Mul), with the weight's
