@@ -36,6 +36,9 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_option("--optimizer", t.optimizer, "--training: sgd (default), momentum or adam");
   c->add_option("--trainable", t.trainable,
                 "--training: regex over initializer names (default: float initializers of more than one element)");
+  c->add_option("--shard-update", t.shard_update,
+                "--training: shard the weight update and optimizer state over mesh axis AXIS: reduce-scatter the "
+                "gradient, update the shard, all-gather the weight (weight-update sharding, ZeRO-1/2)");
   c->add_option("--lr", t.lr, "--training: learning rate (default 0.01)");
   c->add_option("--momentum", t.momentum, "--optimizer momentum: momentum (default 0.9)");
   c->add_option("--beta1", t.beta1, "--optimizer adam: beta1 (default 0.9)");

@@ -89,6 +89,7 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
   t.beta1 = f.beta1;
   t.beta2 = f.beta2;
   t.eps = f.eps;
+  t.shard_update = !f.shard_update.empty();
   const auto trainable = trainable_weights(f);
   for (const std::string& name : float_initializers(forward))
     if (trainable(forward.values[static_cast<size_t>(forward.at(name))])) t.trainable.push_back(name);
@@ -118,6 +119,69 @@ void training_signature(LoadReport& r, const Graph& forward, const Graph& g) {
   r.outputs.clear();
   for (int v : g.outputs) r.outputs.push_back(tensor(v));
 }
+/// The sharding of a trained weight's gradient, update and optimizer state under --shard-update AXIS: the weight's
+/// own sharding `w` with AXIS added (minor) to its largest dim that can take it; `w` itself when the weight already
+/// uses AXIS or no dim is at least size(AXIS) long.
+TensorSharding update_sharding(const TensorSharding& w, const Shape& shape, const DeviceMesh& mesh, int axis) {
+  for (int a : w.tiled_axes())
+    if (a == axis) return w;
+  int best = -1;
+  for (int d = 0; d < w.rank(); ++d) {
+    const int64_t per_shard = (shape[static_cast<size_t>(d)] + w.shards(d, mesh) - 1) / w.shards(d, mesh);
+    if (per_shard >= mesh.shape[static_cast<size_t>(axis)] &&
+        (best < 0 || shape[static_cast<size_t>(d)] > shape[static_cast<size_t>(best)]))
+      best = d;
+  }
+  TensorSharding s = w;
+  if (best >= 0) s.dims[static_cast<size_t>(best)].push_back(axis);
+  return s;
+}
+
+/// Annotations of the training step's values (docs/training.md): a trained weight's gradient, updated value and
+/// optimizer state take the weight's annotation, unless the file annotates them itself. With --shard-update AXIS
+/// the gradient, the update and the state are sharded over AXIS too (update_sharding) and the updated weight keeps
+/// the weight's sharding: the program reduce-scatters the gradient, updates the shard and all-gathers the weight.
+void annotate_training(Pipeline& p, const std::string& shard_update) {
+  const DeviceMesh& mesh = p.annotations.mesh;
+  int axis = -1;
+  if (!shard_update.empty()) {
+    axis = mesh.axis_index(shard_update);
+    if (axis < 0)
+      throw InputError(fmt::format("--shard-update: '{}' is not an axis of the mesh {}", shard_update, mesh.str()));
+  }
+  for (const TrainingStep::Weight& w : p.training->weights) {
+    const int wid = p.graph.at(w.name);
+    auto it = p.annotations.by_value.find(wid);
+    if (it == p.annotations.by_value.end() && axis < 0) continue;
+    Annotation base;
+    if (it != p.annotations.by_value.end()) {
+      base = it->second;
+    } else {
+      base.sharding =
+          TensorSharding::replicated(static_cast<int>(p.graph.values[static_cast<size_t>(wid)].shape.size()));
+      base.source = fmt::format("--shard-update {}: '{}' is not annotated, held replicated", shard_update, w.name);
+    }
+    Annotation shard = base;
+    if (axis >= 0)
+      shard.sharding = update_sharding(base.sharding, p.graph.values[static_cast<size_t>(wid)].shape, mesh, axis);
+    auto follow = [&](const std::string& name, const Annotation& a, const char* why) {
+      if (name.empty()) return;
+      Annotation x = a;
+      x.source = fmt::format("{} (--training: {} '{}')", base.source, why, w.name);
+      p.annotations.by_value.emplace(p.graph.at(name), std::move(x));
+    };
+    // An unannotated weight is replicated: held so, or propagation would carry the update's sharding back into
+    // the weight and every forward use would all-gather it (that would be ZeRO-3, not weight-update sharding).
+    if (it == p.annotations.by_value.end()) p.annotations.by_value.emplace(wid, base);
+    const char* sharded = axis >= 0 ? "the update of" : "follows";
+    follow(w.grad, shard, sharded);
+    follow(w.update_shard, shard, sharded);
+    for (const std::string& s : w.state) follow(s, shard, sharded);
+    for (const std::string& s : w.state_updated) follow(s, shard, sharded);
+    follow(w.updated, base, "follows");
+  }
+}
+
 }  // namespace
 
 Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
@@ -127,6 +191,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   LoadOptions lo = kernel_load_options();
   lo.load_data = load_data;
   if (o.training.on) lo.variable = trainable_weights(o.training);
+  if (!o.training.on && !o.training.shard_update.empty()) throw InputError("--shard-update: only used with --training");
   for (const std::string& d : o.dims) {
     auto eq = d.find('=');
     int64_t v = 0;
@@ -174,22 +239,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   } else {
     p.annotations.mesh = cli_mesh;
   }
-  if (p.training) {
-    // A trained weight's gradient, its updated value and its optimizer state take the weight's annotation (GSPMD
-    // §5: the update is sharded like the weight), unless the file annotates them itself.
-    for (const TrainingStep::Weight& w : p.training->weights) {
-      auto it = p.annotations.by_value.find(p.graph.at(w.name));
-      if (it == p.annotations.by_value.end()) continue;
-      std::vector<std::string> follow{w.grad, w.updated};
-      follow.insert(follow.end(), w.state.begin(), w.state.end());
-      follow.insert(follow.end(), w.state_updated.begin(), w.state_updated.end());
-      for (const std::string& name : follow) {
-        Annotation a = it->second;
-        a.source = fmt::format("{} (--training: follows '{}')", it->second.source, w.name);
-        p.annotations.by_value.emplace(p.graph.at(name), std::move(a));
-      }
-    }
-  }
+  if (p.training) annotate_training(p, o.training.shard_update);
   p.target.check_device_order(p.annotations.mesh);
   p.times.load = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();

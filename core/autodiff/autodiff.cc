@@ -270,6 +270,7 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
   std::vector<int> outputs{loss};
   std::vector<int> state_outputs;
   std::unordered_set<int> own_grad;
+  std::vector<int> update_shards;  // shard_update: per weight, the update before the Identity
   for (int w : weights) {
     int grad = static_cast<size_t>(w) < b.grad_.size() ? b.grad_[static_cast<size_t>(w)] : -1;
     const Value wv = g.values[static_cast<size_t>(w)];
@@ -316,7 +317,11 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
         break;
       }
     }
-    const int updated = b.op("Sub", {w, b.op("Mul", {update, lr})});
+    int updated = b.op("Sub", {w, b.op("Mul", {update, lr})});
+    if (o.shard_update) {
+      update_shards.push_back(updated);
+      updated = b.op("Identity", {updated});
+    }
     outputs.push_back(updated);
     step.weights.push_back(std::move(tw));
   }
@@ -340,7 +345,9 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
   size_t s = 0;
   for (auto& tw : step.weights) {
     tw.grad = rename(b.grad_[static_cast<size_t>(g.find(tw.name))], tw.name + ".grad");
-    tw.updated = rename(outputs[1 + (&tw - step.weights.data())], tw.name + ".updated");
+    const size_t k = static_cast<size_t>(&tw - step.weights.data());
+    tw.updated = rename(outputs[1 + k], tw.name + ".updated");
+    if (o.shard_update) tw.update_shard = rename(update_shards[k], tw.name + ".update_shard");
     for (const std::string& st : tw.state) tw.state_updated.push_back(rename(state_outputs[s++], st + ".updated"));
   }
   g.reindex();

@@ -36,6 +36,10 @@ struct TrainingOptions {
   OptimizerKind optimizer = OptimizerKind::kSgd;
   double lr = 0.01, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   int64_t step = 1;  // Adam's step number t (bias correction)
+  /// Weight-update sharding (`--shard-update`): each update is computed into its own value `<w>.update_shard`,
+  /// then copied (Identity) to `<w>.updated`, so the caller can shard the update and the optimizer state while the
+  /// updated weight keeps the weight's sharding (Xu et al. 2020; ZeRO stage 1/2).
+  bool shard_update = false;
   /// The weights to train: names of floating-point initializers of the forward graph. Weights that do not reach
   /// the loss are left out (TrainingStep::unused).
   std::vector<std::string> trainable;
@@ -51,6 +55,7 @@ struct TrainingStep {
   /// One trained weight: its value, its gradient, its updated value, and the optimizer state (before, after).
   struct Weight {
     std::string name, grad, updated;
+    std::string update_shard;  // with shard_update: the update before it is copied to `updated` ("" otherwise)
     std::vector<std::string> state, state_updated;
   };
   std::vector<Weight> weights;

@@ -94,6 +94,49 @@ TEST(Training, DataParallelAllReducesEachGradientOnce) {
   EXPECT_EQ(reduced_bytes, weight_bytes);
 }
 
+// Weight-update sharding (--shard-update data, Xu et al. 2020; ZeRO-1/2) on a data-parallel mesh of 4: per weight
+// exactly one reduce-scatter of its gradient and one all-gather of its updated value, each of the weight's bytes,
+// plus the loss's all-reduce; Adam's two state tensors per weight are held as shards, so the peak memory per
+// device drops; the step still equals the unpartitioned one.
+TEST(Training, ShardUpdateReduceScattersAndAllGathersEachWeight) {
+  fs::path d = scratch("train_shard_update");
+  {
+    std::ofstream f(d / "dp4.json");
+    f << R"({"mesh": {"shape": [4], "axes": ["data"]}, "tensors": {"input_ids": ["data", null]}})";
+  }
+  const std::string base = "run " + kGpt + " --mesh 4 --shardings " + (d / "dp4.json").string() + kTrain +
+                           " --optimizer adam --eps 1e-3 --check --report ";
+  CmdResult r = cli(base + (d / "sharded.json").string() + " --shard-update data", "train_shard_update");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  CmdResult plain = cli(base + (d / "plain.json").string(), "train_shard_update_plain");
+  ASSERT_EQ(plain.code, 0) << plain.out << plain.err;
+  nlohmann::json j = read_json(d / "sharded.json"), p = read_json(d / "plain.json");
+  std::multiset<int64_t> weight_bytes, scattered, gathered;
+  for (const auto& w : j["training"]["weights"]) weight_bytes.insert(w["bytes"].get<int64_t>());
+  ASSERT_EQ(weight_bytes.size(), 37u);
+  int reduces = 0;
+  for (const auto& c : j["collectives"]) {
+    EXPECT_EQ(c["axes"], nlohmann::json{"data"}) << c.dump();
+    for (int k = 0; k < c["count"]; ++k) {
+      if (c["kind"] == "reduce-scatter") scattered.insert(c["bytes"].get<int64_t>());
+      if (c["kind"] == "all-gather") {
+        gathered.insert(c["bytes"].get<int64_t>());
+        EXPECT_TRUE(c["value"].get<std::string>().ends_with(".updated")) << c.dump();
+      }
+      if (c["kind"] == "all-reduce") EXPECT_EQ(c["bytes"], 4) << c.dump();
+      reduces += c["kind"] == "all-reduce";
+    }
+  }
+  EXPECT_EQ(scattered, weight_bytes);
+  EXPECT_EQ(gathered, weight_bytes);
+  EXPECT_EQ(reduces, 1);
+  EXPECT_LT(j["simulated"]["per_device"][0]["peak_memory_bytes"].get<int64_t>(),
+            p["simulated"]["per_device"][0]["peak_memory_bytes"].get<int64_t>());
+  CmdResult bad = cli("run " + kGpt + " --mesh 4" + kTrain + " --shard-update model", "train_shard_update_bad");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err, "error: --shard-update: 'model' is not an axis of the mesh {x=4}\n");
+}
+
 // torch autograd and torch.optim on the same small GPT (2 layers, d 32, 2 heads, vocab 64), exported by
 // testdata/training/torch_reference.py: the loss and every updated weight (for sgd: the gradient it implies) within
 // 1e-4 normwise, partitioned Megatron 2x2 and 2D 4x4 (uneven: 2 heads over 4 devices).
