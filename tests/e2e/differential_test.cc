@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "tests/e2e/random_graph.h"
@@ -38,6 +39,51 @@ TEST_P(Differential, RandomGraphsMatchSingleDevice) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, Differential, ::testing::Range(0, kShards));
+
+// The same random graphs as training steps (docs/training.md): loss = the sum of the first float output, the
+// generator's weights trained by one SGD step, backward pass and update partitioned with the case's annotations,
+// compared with the unpartitioned step (loss and every updated weight). Cases without a weight on the way to a float
+// output are skipped; an op without a gradient rule is counted and listed.
+constexpr uint64_t kTrainingSeedBase = 20261124;
+constexpr int kTrainingShards = 4;
+constexpr int kTrainingCasesPerShard = 1500;
+
+class TrainingDifferential : public ::testing::TestWithParam<int> {};
+
+TEST_P(TrainingDifferential, RandomTrainingStepsMatchSingleDevice) {
+  const uint64_t base = kTrainingSeedBase + static_cast<uint64_t>(GetParam()) * kTrainingCasesPerShard;
+  int passed = 0, skipped = 0, unsupported = 0;
+  std::map<std::string, int> no_rule;
+  std::ostringstream failures;
+  int failed = 0;
+  for (int i = 0; i < kTrainingCasesPerShard; ++i) {
+    const uint64_t seed = base + static_cast<uint64_t>(i);
+    std::string why;
+    std::optional<RandomCase> t = training_case(generate_case(seed), &why);
+    if (!t) {
+      ++skipped;
+      const size_t at = why.find("no gradient rule for ");
+      if (at != std::string::npos) ++no_rule[why.substr(at + 21)];
+      continue;
+    }
+    CheckResult r = check_case(t->g, t->ann, t->inputs);
+    if (r.status == CheckResult::kPass) {
+      ++passed;
+    } else if (r.status == CheckResult::kUnsupported) {
+      ++unsupported;
+    } else if (++failed <= kMaxReports) {
+      failures << "\nseed " << seed << ": " << r.why << "\n" << dump(t->g, t->ann);
+    }
+  }
+  std::cout << "[difftest] training shard " << GetParam() << ": " << passed << " passed, " << failed << " failed, "
+            << skipped << " skipped, " << unsupported << " unsupported; ops without a gradient rule:";
+  for (const auto& [op, n] : no_rule) std::cout << " " << op << " x" << n;
+  std::cout << "\n";
+  EXPECT_GT(passed, kTrainingCasesPerShard / 3);  // about half the cases have a weight on the way
+  EXPECT_EQ(failed, 0) << failures.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Shards, TrainingDifferential, ::testing::Range(0, kTrainingShards));
 
 TEST(DifferentialGenerator, IsDeterministicAndWellFormed) {
   for (uint64_t seed : {1u, 2u, 3u, 77u, 1000u}) {

@@ -25,7 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/kernels/kernels.h"
 #include "backend/pod/pod.h"
+#include "core/autodiff/autodiff.h"
 #include "core/partition/spmd.h"
 #include "core/propagation/propagation.h"
 #include "core/sharding/sharding.h"
@@ -1345,6 +1347,49 @@ class Generator {
 /// Generates the case of `seed` (deterministic).
 inline RandomCase generate_case(uint64_t seed, const GenOptions& opt = {}) {
   return detail::Generator(seed, opt).run();
+}
+
+/// The training step of case `c` (docs/training.md): the loss is the sum of its first floating-point output, the
+/// weights are its float weights (the generator's "w..." initializers), the annotations are carried over by name and
+/// the step's inputs are the case's. nullopt when there is no float output or no weight reaches it, or when an op
+/// on the way has no gradient rule (`why` says which).
+inline std::optional<RandomCase> training_case(const RandomCase& c, std::string* why = nullptr) {
+  Graph g = c.g;
+  int out = -1;
+  for (int o : g.outputs)
+    if (out < 0 && is_floating(g.values[static_cast<size_t>(o)].dtype)) out = o;
+  if (out < 0) return std::nullopt;
+  g.outputs = {out};
+  TrainingOptions o;
+  o.loss = LossKind::kSum;
+  for (const Value& v : g.values)
+    if (v.is_initializer && is_floating(v.dtype) && !v.name.empty() && v.name[0] == 'w') o.trainable.push_back(v.name);
+  if (o.trainable.empty()) return std::nullopt;
+  RandomCase t;
+  try {
+    TrainingStep step = build_training_step(
+        g, o,
+        [](const Node& n, const std::vector<const TensorType*>& types, const std::vector<const Tensor*>& values,
+           int64_t opset) { return infer_types(n, types, values, opset); });
+    t.g = std::move(step.graph);
+  } catch (const InputError& e) {
+    if (why) *why = e.what();
+    return std::nullopt;
+  }
+  t.seed = c.seed;
+  t.ann.mesh = c.ann.mesh;
+  for (const auto& [v, a] : c.ann.by_value) {
+    const int id = t.g.find(c.g.values[static_cast<size_t>(v)].name);
+    if (id >= 0) t.ann.by_value.emplace(id, a);
+  }
+  for (int v : t.g.inputs) {
+    const std::string& name = t.g.values[static_cast<size_t>(v)].name;
+    for (size_t k = 0; k < c.g.inputs.size(); ++k)
+      if (c.g.values[static_cast<size_t>(c.g.inputs[k])].name == name) t.inputs.push_back(c.inputs[k]);
+  }
+  t.tags = c.tags;
+  t.tags.push_back("training");
+  return t;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
