@@ -75,13 +75,24 @@ class StepBuilder final : public GradContext {
   }
 
   int constant(const Tensor& t) override {
+    // Small constants (scalars, axes, shapes) are shared by value: the backward pass asks for the same few many
+    // times, and every value costs propagation and partitioning.
+    std::string key;
+    if (t.nbytes() <= 64) {
+      key = fmt::format("{}:{}:", static_cast<int>(t.dtype), shape_str(t.shape));
+      key.append(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
+      auto it = constants_.find(key);
+      if (it != constants_.end()) return it->second;
+    }
     Value v;
     v.name = fresh_value_name("const");
     v.dtype = t.dtype;
     v.shape = t.shape;
     v.is_initializer = true;
     v.data = std::make_shared<const Tensor>(t);
-    return g_.add_value(std::move(v));
+    const int id = g_.add_value(std::move(v));
+    if (!key.empty()) constants_.emplace(std::move(key), id);
+    return id;
   }
 
   /// A new initializer named `name` of `like`'s type: zeros when `with_data`, else shapes only.
@@ -129,7 +140,7 @@ class StepBuilder final : public GradContext {
     return name;
   }
   std::string fresh_value_name(const std::string& hint) {
-    return unique_name(fmt::format("{}/{}/{}", prefix, node_ ? node_->name : "step", hint));
+    return unique_name(fmt::format("{}/{}/{}_{}", prefix, node_ ? node_->name : "step", hint, ++counter_));
   }
   std::string fresh_node_name(const std::string& op) {
     return fmt::format("{}/{}/{}_{}", prefix, node_ ? node_->name : "step", op, ++counter_);
@@ -139,6 +150,7 @@ class StepBuilder final : public GradContext {
   const ShapeFunction& shapes_;
   const Node* node_ = nullptr;
   int64_t counter_ = 0;
+  std::unordered_map<std::string, int> constants_;  // small constants by dtype, shape and bytes
 };
 
 /// The loss (a scalar) from output 0, per options.loss.

@@ -127,8 +127,14 @@ int Graph::add_value(Value v) {
 }
 
 int Graph::add_value_unique(const std::string& hint, DType t, const Shape& s) {
+  // Suffixes continue from the last one given for this hint: probing from 1 each time would make k values with
+  // one hint (the partitioner's "shape" constants) cost O(k^2) lookups.
   std::string name = hint;
-  for (int k = 1; index_.count(name); ++k) name = fmt::format("{}_{}", hint, k);
+  if (index_.count(name)) {
+    int& k = next_suffix_[hint];
+    do name = fmt::format("{}_{}", hint, ++k);
+    while (index_.count(name));
+  }
   Value v;
   v.name = std::move(name);
   v.dtype = t;

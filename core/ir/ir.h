@@ -196,6 +196,7 @@ class Graph {
 
  private:
   std::unordered_map<std::string, int> index_;
+  std::unordered_map<std::string, int> next_suffix_;  // add_value_unique: the last suffix given per hint
 };
 
 /// Types one node's outputs from its input types (nullptr = absent) and the values of its constant inputs (nullptr =
