@@ -151,6 +151,22 @@ TEST(MpiRun, GptMegatronFourRanksMatchesEmulator) {
   print_comparison("gpt megatron 2x2, 4 ranks", rep);
 }
 
+// One training step (docs/training.md) as 4 ranks: the loss and every updated weight equal the emulator's, and
+// --check (against the unpartitioned step) passes on rank 0.
+TEST(MpiRun, GptTrainingStepFourRanksMatchesEmulator) {
+  fs::path d = scratch("mpi_gpt_training");
+  const std::string train = " --training --loss cross-entropy:labels --optimizer momentum --lr 0.1 --outputs ";
+  CmdResult pod = cli("run " + kGpt + train + (d / "pod").string(), "mpi_gpt_training_pod");
+  ASSERT_EQ(pod.code, 0) << pod.err;
+  CmdResult r = mpi_run(4, kGpt + train + (d / "mpi").string() + " --check", "mpi_gpt_training");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+  // the loss, 37 updated weights, 37 momentum buffers
+  EXPECT_TRUE(fs::exists(d / "mpi" / "output_74.pb"));
+  EXPECT_FALSE(fs::exists(d / "mpi" / "output_75.pb"));
+  expect_same_outputs(d / "mpi", d / "pod");
+}
+
 TEST(MpiRun, GptFromDeviceFilesMatchesEmulator) {
   fs::path d = scratch("mpi_gpt_files");
   CmdResult part = cli("partition " + kGpt + " -o " + (d / "prog").string(), "mpi_gpt_files_partition");
