@@ -91,8 +91,8 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
   t.eps = f.eps;
   t.shard_update = !f.shard_update.empty();
   const auto trainable = trainable_weights(f);
-  for (const std::string& name : float_initializers(forward))
-    if (trainable(forward.values[static_cast<size_t>(forward.at(name))])) t.trainable.push_back(name);
+  for (const Value& v : forward.values)
+    if (trainable(v)) t.trainable.push_back(v.name);
   if (t.trainable.empty())
     throw InputError(f.trainable.empty() ? std::string("--training: the model has no float initializer to train")
                                          : fmt::format("--trainable: '{}' matches no float initializer", f.trainable));

@@ -194,9 +194,9 @@ int build_loss(StepBuilder& b, const TrainingOptions& o) {
         const Value& l = g.values.at(static_cast<size_t>(labels));
         const bool integer = l.dtype == DType::kInt64 || l.dtype == DType::kInt32;
         if (!integer || l.shape != label_shape)
-          throw InputError(fmt::format("--loss cross-entropy:{}: the labels are {}, not int64{} (output 0 '{}' is {})",
-                                       o.labels, type_str(l.dtype, l.shape), shape_str(label_shape), y.name,
-                                       type_str(dt, logits_shape)));
+          throw InputError(fmt::format(
+              "--loss cross-entropy:{}: the labels are {}, not int64 or int32 {} (output 0 '{}' is {})", o.labels,
+              type_str(l.dtype, l.shape), shape_str(label_shape), y.name, type_str(dt, logits_shape)));
       }
       const int64_t last = static_cast<int64_t>(logits_shape.size()) - 1;
       const int logp = b.op("LogSoftmax", {out}, {{"axis", last}});
@@ -213,18 +213,10 @@ int build_loss(StepBuilder& b, const TrainingOptions& o) {
 
 }  // namespace
 
-std::vector<std::string> float_initializers(const Graph& g, const std::vector<std::string>& candidates) {
-  std::unordered_set<std::string> wanted(candidates.begin(), candidates.end());
-  std::vector<std::string> out;
-  for (const Value& v : g.values)
-    if (v.is_initializer && is_floating(v.dtype) && (wanted.empty() || wanted.count(v.name))) out.push_back(v.name);
-  return out;
-}
-
 TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o, const ShapeFunction& shapes) {
   StepBuilder b(forward, shapes);
   Graph& g = b.g();
-  const size_t forward_values = g.values.size(), forward_nodes = g.nodes.size();
+  const size_t forward_values = g.values.size();
 
   // Trainable weights, and which forward values depend on them (requires grad).
   std::vector<int> weights;
@@ -237,25 +229,23 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
                                    type_str(w.dtype, w.shape), w.is_initializer ? "" : ", not an initializer"));
     weights.push_back(v);
   }
+  // requires_[v]: v is floating point and computed from a weight. Marked for nodes [from, end), in order.
+  auto mark = [&](size_t from) {
+    b.requires_.resize(g.values.size(), false);
+    for (size_t k = from; k < g.nodes.size(); ++k) {
+      bool any = false;
+      for (int v : g.nodes[k].inputs) any = any || (v >= 0 && b.requires_[static_cast<size_t>(v)]);
+      if (!any) continue;
+      for (int v : g.nodes[k].outputs)
+        if (v >= 0) b.requires_[static_cast<size_t>(v)] = is_floating(g.values[static_cast<size_t>(v)].dtype);
+    }
+  };
   b.requires_.assign(forward_values, false);
   for (int w : weights) b.requires_[static_cast<size_t>(w)] = true;
-  for (const Node& n : g.nodes) {
-    bool any = false;
-    for (int v : n.inputs) any = any || (v >= 0 && b.requires_[static_cast<size_t>(v)]);
-    if (!any) continue;
-    for (int v : n.outputs)
-      if (v >= 0) b.requires_[static_cast<size_t>(v)] = is_floating(g.values[static_cast<size_t>(v)].dtype);
-  }
-
+  mark(0);
+  const size_t forward_nodes = g.nodes.size();
   const int loss = build_loss(b, o);
-  b.requires_.resize(g.values.size(), false);
-  // The loss nodes (after the forward ones) are differentiated like any node.
-  for (size_t k = forward_nodes; k < g.nodes.size(); ++k)
-    for (int v : g.nodes[k].outputs) {
-      bool any = false;
-      for (int i : g.nodes[k].inputs) any = any || (i >= 0 && b.requires_[static_cast<size_t>(i)]);
-      b.requires_[static_cast<size_t>(v)] = any && is_floating(g.values[static_cast<size_t>(v)].dtype);
-    }
+  mark(forward_nodes);  // the loss's nodes are differentiated like any node
   const Value lv = g.values[static_cast<size_t>(loss)];
   if (!b.requires_[static_cast<size_t>(loss)]) throw InputError("--training: no trainable weight reaches the loss");
   const size_t differentiated = g.nodes.size();

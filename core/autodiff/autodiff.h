@@ -70,8 +70,4 @@ struct TrainingStep {
 /// the wrong dtype or shape (a bug). O(nodes + edges) plus the emitted nodes' shape functions.
 TrainingStep build_training_step(const Graph& forward, const TrainingOptions& options, const ShapeFunction& shapes);
 
-/// The float initializers of `g` named in `candidates` (or all float initializers when `candidates` is empty),
-/// in graph order: the default trainable set.
-std::vector<std::string> float_initializers(const Graph& g, const std::vector<std::string>& candidates = {});
-
 }  // namespace gspmd
