@@ -18,6 +18,8 @@
 //     dims, without an axis); the condition is kept whole.
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"
@@ -383,6 +385,48 @@ void register_index_rules() {
   add_builtin("Compress", compress_rule);
 }
 
-void register_index_gradients() {}
+// ---- gradients ----
+namespace {
+
+/// Resize / Upsample in "nearest" mode by whole-number factors s, where output i reads input floor(i / s): Upsample,
+/// Resize with asymmetric coordinates and nearest_mode floor, and Resize with half_pixel / pytorch_half_pixel
+/// coordinates and a rounding nearest_mode (i / s + (1/s - 1) / 2 then lies within 1/2 of floor(i / s)). Each
+/// input element is copied to an s0 x s1 x ... block, so dX is dy reshaped to [d0, s0, d1, s1, ...] and summed over
+/// the s axes. Other modes and fractional factors have no rule yet (one-line error).
+void nearest_resize_grad(GradContext& c) {
+  if (!c.wants(0) || c.dy(0) < 0) return;
+  const Node& n = c.node();
+  const Shape in = c.value(c.x(0)).shape, out = c.value(c.y(0)).shape;
+  auto refuse = [&](const std::string& why) {
+    throw InputError(
+        fmt::format("--training: node '{}' ({}): no gradient rule for {} {}", n.name, n.op_type, n.op_type, why));
+  };
+  if (n.s("mode", "nearest") != "nearest") refuse("in mode '" + n.s("mode") + "'");
+  if (n.op_type == "Resize") {
+    const std::string coords = n.s("coordinate_transformation_mode", "half_pixel");
+    const std::string rounding = n.s("nearest_mode", "round_prefer_floor");
+    const bool blocks =
+        ((coords == "half_pixel" || coords == "pytorch_half_pixel") && rounding.rfind("round", 0) == 0) ||
+        (coords == "asymmetric" && rounding == "floor");
+    if (!blocks) refuse("with coordinate_transformation_mode '" + coords + "' and nearest_mode '" + rounding + "'");
+  }
+  if (in.size() != out.size()) refuse("that changes the rank");
+  Shape split;
+  std::vector<int64_t> block_axes;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (in[d] == 0 || out[d] % in[d] != 0) refuse("by a fractional factor");
+    split.push_back(in[d]);
+    split.push_back(out[d] / in[d]);
+    block_axes.push_back(static_cast<int64_t>(2 * d + 1));
+  }
+  c.set_dx(0, c.reduce_sum(c.reshape(c.dy(0), split), block_axes, false));
+}
+
+}  // namespace
+
+void register_index_gradients() {
+  add_builtin_gradient("Resize", nearest_resize_grad);
+  add_builtin_gradient("Upsample", nearest_resize_grad);
+}
 
 }  // namespace gspmd::rules_internal

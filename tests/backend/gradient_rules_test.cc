@@ -510,6 +510,30 @@ TEST(GradientRules, BatchNormalization) {
   }
 }
 
+/// Nearest upsampling by whole factors: Upsample (opset 9, scales input), Resize (opset 13, sizes input: half_pixel
+/// with the default rounding, asymmetric with floor). Each input element's gradient is the sum of its block.
+TEST(GradientRules, NearestResize) {
+  auto floats = [](const std::vector<float>& v) { return Tensor::from_floats({static_cast<int64_t>(v.size())}, v); };
+  {
+    Net n(DType::kFloat32, 9);
+    check(n,
+          n.op("Upsample", {n.w("x", {1, 2, 3, 2}), n.init("scales", floats({1, 1, 2, 3}))},
+               {{"mode", std::string("nearest")}}),
+          1e-3, 1e-3);
+  }
+  for (const auto& [mode, rounding] : {std::pair<std::string, std::string>{"half_pixel", "round_prefer_floor"},
+                                       std::pair<std::string, std::string>{"asymmetric", "floor"}}) {
+    SCOPED_TRACE(mode);
+    Net n(DType::kFloat32, 13);
+    const int x = n.w("x", {1, 2, 2, 3});
+    check(
+        n,
+        n.op("Resize", {x, -1, -1, n.init("sizes", Tensor::from_int64s({1, 2, 6, 6}))},
+             {{"mode", std::string("nearest")}, {"coordinate_transformation_mode", mode}, {"nearest_mode", rounding}}),
+        1e-3, 1e-3);
+  }
+}
+
 /// A resnet stem: Conv -> BatchNormalization -> Relu -> MaxPool -> GlobalAveragePool -> 1x1 Conv.
 TEST(GradientRules, ResnetStem) {
   Net n;
