@@ -39,7 +39,7 @@ class StepBuilder final : public GradContext {
   std::vector<int> emit(const std::string& op, const std::vector<int>& inputs,
                         const std::map<std::string, AttrValue>& attrs, size_t num_outputs) override {
     Node n;
-    n.name = fresh_node_name(op);
+    n.name = fresh_name(op);
     n.op_type = op;
     n.inputs = inputs;
     n.attrs = attrs;
@@ -84,26 +84,15 @@ class StepBuilder final : public GradContext {
       auto it = constants_.find(key);
       if (it != constants_.end()) return it->second;
     }
-    Value v;
-    v.name = fresh_value_name("const");
-    v.dtype = t.dtype;
-    v.shape = t.shape;
-    v.is_initializer = true;
-    v.data = std::make_shared<const Tensor>(t);
-    const int id = g_.add_value(std::move(v));
+    const int id = initializer(fresh_name("const"), t.dtype, t.shape, std::make_shared<const Tensor>(t));
     if (!key.empty()) constants_.emplace(std::move(key), id);
     return id;
   }
 
   /// A new initializer named `name` of `like`'s type: zeros when `with_data`, else shapes only.
   int zeros_like(const std::string& name, const Value& like, bool with_data) {
-    Value v;
-    v.name = unique_name(name);
-    v.dtype = like.dtype;
-    v.shape = like.shape;
-    v.is_initializer = true;
-    if (with_data) v.data = std::make_shared<const Tensor>(Tensor(like.dtype, like.shape));
-    return g_.add_value(std::move(v));
+    return initializer(name, like.dtype, like.shape,
+                       with_data ? std::make_shared<const Tensor>(Tensor(like.dtype, like.shape)) : nullptr);
   }
 
   /// Gives the value `v` the extra gradient `grad` (summed with what it has).
@@ -134,16 +123,16 @@ class StepBuilder final : public GradContext {
     return node_ ? fmt::format("gradient of node '{}' ({})", node_->name, node_->op_type)
                  : std::string("training step");
   }
-  std::string unique_name(const std::string& hint) {
-    std::string name = hint;
-    for (int k = 1; g_.find(name) >= 0; ++k) name = fmt::format("{}_{}", hint, k);
-    return name;
+  /// "<prefix>/<node>/<what>_<k>": unique within the step's nodes (values go through add_value_unique).
+  std::string fresh_name(const std::string& what) {
+    return fmt::format("{}/{}/{}_{}", prefix, node_ ? node_->name : "step", what, ++counter_);
   }
-  std::string fresh_value_name(const std::string& hint) {
-    return unique_name(fmt::format("{}/{}/{}_{}", prefix, node_ ? node_->name : "step", hint, ++counter_));
-  }
-  std::string fresh_node_name(const std::string& op) {
-    return fmt::format("{}/{}/{}_{}", prefix, node_ ? node_->name : "step", op, ++counter_);
+  /// A new initializer named `hint` (made unique) holding `data` (null: shapes only).
+  int initializer(const std::string& hint, DType t, const Shape& s, std::shared_ptr<const Tensor> data) {
+    const int id = g_.add_value_unique(hint, t, s);
+    g_.values[static_cast<size_t>(id)].is_initializer = true;
+    g_.values[static_cast<size_t>(id)].data = std::move(data);
+    return id;
   }
 
   Graph g_;

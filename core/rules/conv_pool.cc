@@ -391,24 +391,6 @@ int filled(G& c, DType t, const Shape& shape, const std::vector<double>& v) {
   return c.cast(c.constant(d), t);
 }
 
-/// Slice of `v` along `axes` to [starts, ends), in the opset's form (attributes before opset 10).
-int slice(G& c, int v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
-          const std::vector<int64_t>& axes) {
-  if (c.opset() >= 10) return c.op("Slice", {v, c.ints(starts), c.ints(ends), c.ints(axes)});
-  return c.op("Slice", {v}, {{"starts", starts}, {"ends", ends}, {"axes", axes}});
-}
-
-/// Constant-mode Pad of `v` by `pads` (ONNX order: all begins, then all ends) with `value`, in the opset's form.
-int pad(G& c, int v, const std::vector<int64_t>& pads, double value) {
-  bool any = false;
-  for (int64_t p : pads) any = any || p != 0;
-  if (!any) return v;
-  if (c.opset() >= 11) return c.op("Pad", {v, c.ints(pads), c.scalar(value, c.value(v).dtype)});
-  // The attribute is a float: clamp to its range (a float64 tensor padded with float's lowest still never wins a max).
-  const double lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
-  return c.op("Pad", {v}, {{"pads", pads}, {"value", static_cast<float>(std::clamp(value, lo, hi))}});
-}
-
 /// [d0, .., dk] with `mid` inserted at position `at`.
 Shape with(const Shape& s, size_t at, const std::vector<int64_t>& mid) {
   Shape r(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(at));
@@ -443,7 +425,7 @@ void conv_grad(G& c) {
     if (crop) {
       std::vector<int64_t> starts(sp, 0), axes;
       for (size_t i = 0; i < sp; ++i) axes.push_back(static_cast<int64_t>(2 + i));
-      xs = slice(c, xs, starts, ends, axes);
+      xs = c.slice(xs, starts, ends, axes);
     }
     Shape xc = c.value(xs).shape;  // [N, C, D..] (cropped)
     std::vector<int64_t> perm{2, 1, 0};
@@ -498,7 +480,7 @@ void maxpool_grad(G& c) {
   const double lowest = dt == DType::kFloat64   ? std::numeric_limits<double>::lowest()
                         : dt == DType::kFloat32 ? static_cast<double>(std::numeric_limits<float>::lowest())
                                                 : -65504.0;  // float16's lowest (also fine for bfloat16)
-  const int xp = pad(c, c.x(0), pads, lowest);
+  const int xp = c.pad(c.x(0), pads, lowest);
   const int taps = one_hot_taps(c, dt, C, g.k);
   const int v = c.op("Conv", {xp, taps}, {{"strides", g.s}, {"dilations", g.d}, {"group", C}});
   const Shape out(y.begin() + 2, y.end());

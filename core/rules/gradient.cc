@@ -2,6 +2,7 @@
 #include "core/rules/gradient.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 namespace gspmd {
@@ -82,6 +83,20 @@ int GradContext::reduce_sum(int v, const std::vector<int64_t>& axes, bool keepdi
   if (axes.empty()) return v;
   if (opset() >= 13) return op("ReduceSum", {v, ints(axes)}, {{"keepdims", int64_t{keepdims}}});
   return op("ReduceSum", {v}, {{"axes", axes}, {"keepdims", int64_t{keepdims}}});
+}
+
+int GradContext::slice(int v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                       const std::vector<int64_t>& axes) {
+  if (opset() >= 10) return op("Slice", {v, ints(starts), ints(ends), ints(axes)});
+  return op("Slice", {v}, {{"starts", starts}, {"ends", ends}, {"axes", axes}});
+}
+
+int GradContext::pad(int v, const std::vector<int64_t>& pads, double fill) {
+  if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) return v;
+  if (opset() >= 11) return op("Pad", {v, ints(pads), scalar(fill, value(v).dtype)});
+  // The attribute is a float: clamp to its range (a float64 tensor padded with float's lowest still never wins a max).
+  const double lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
+  return op("Pad", {v}, {{"pads", pads}, {"value", static_cast<float>(std::clamp(fill, lo, hi))}});
 }
 
 int GradContext::sum_to(int v, Shape shape) {

@@ -71,6 +71,12 @@ class GradContext {
   int transpose(int v, const std::vector<int64_t>& perm);
   /// ReduceSum of `v` over `axes` (non-negative), in the opset's form.
   int reduce_sum(int v, const std::vector<int64_t>& axes, bool keepdims);
+  /// Slice of `v` along `axes` to [starts, ends) (step 1), in the opset's form (attributes before opset 10).
+  int slice(int v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+            const std::vector<int64_t>& axes);
+  /// Constant-mode Pad of `v` by `pads` (ONNX order: all begins, then all ends) with `fill`, in the opset's form
+  /// (attributes before opset 11, where the value is a float clamped to float's range). `v` itself when no pad.
+  int pad(int v, const std::vector<int64_t>& pads, double fill = 0.0);
   /// Unbroadcast: `v` (a gradient of a broadcast result) summed over the dims that numpy broadcasting added or
   /// stretched to reach v's shape from `shape`, then reshaped to `shape`. Returns v when the shapes are equal.
   int sum_to(int v, Shape shape);

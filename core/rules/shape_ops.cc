@@ -180,23 +180,6 @@ void register_shape_rules() {
 // ---- gradients ----
 namespace {
 
-/// `v` sliced to [start, end) along `axis` (step 1), in the opset's form.
-int slice(GradContext& c, int v, int64_t axis, int64_t start, int64_t end) {
-  if (c.opset() >= 10) return c.op("Slice", {v, c.ints({start}), c.ints({end}), c.ints({axis})});
-  return c.op("Slice", {v},
-              {{"starts", std::vector<int64_t>{start}},
-               {"ends", std::vector<int64_t>{end}},
-               {"axes", std::vector<int64_t>{axis}}});
-}
-
-/// `v` zero-padded by `before` / `after` per dim, in the opset's form.
-int pad(GradContext& c, int v, const std::vector<int64_t>& before, const std::vector<int64_t>& after) {
-  std::vector<int64_t> pads = before;
-  pads.insert(pads.end(), after.begin(), after.end());
-  if (c.opset() >= 11) return c.op("Pad", {v, c.ints(pads)});
-  return c.op("Pad", {v}, {{"pads", pads}});
-}
-
 /// Slice(data, starts, ends, axes, steps) (attributes before opset 10): dy zero-padded back to data's shape. Only
 /// steps of 1 (the slices the models here use).
 void slice_grad(GradContext& c) {
@@ -228,7 +211,8 @@ void slice_grad(GradContext& c) {
     before[static_cast<size_t>(*a)] = b;
     after[static_cast<size_t>(*a)] = dim - e;
   }
-  c.set_dx(0, pad(c, c.dy(0), before, after));
+  before.insert(before.end(), after.begin(), after.end());
+  c.set_dx(0, c.pad(c.dy(0), before));
 }
 
 }  // namespace
@@ -259,7 +243,7 @@ void register_shape_gradients() {
     for (size_t i = 0; i < c.node().inputs.size(); ++i) {
       if (c.x(i) < 0) continue;
       const int64_t len = c.value(c.x(i)).shape[static_cast<size_t>(axis)];
-      if (c.wants(i)) c.set_dx(i, slice(c, c.dy(0), axis, at, at + len));
+      if (c.wants(i)) c.set_dx(i, c.slice(c.dy(0), {at}, {at + len}, {axis}));
       at += len;
     }
   });
