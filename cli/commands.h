@@ -63,11 +63,13 @@ struct Pipeline {
   struct StageTimes {
     double load = 0, propagate = 0, partition = 0, measure_ops = 0, cost = 0;
   } times;
-  std::optional<TrainingStep> training;   // --training: what the step graph computes (its graph is `graph`)
-  std::optional<AutoResult> auto_result;  // --auto: the search's choices, cost and baselines
-  LoadReport load_report;                 // what loading folded and rewrote (explain)
+  std::optional<TrainingStep> training;     // --training: what the step graph computes (its graph is `graph`)
+  std::optional<MemoryRoles> memory_roles;  // --training: the step's memory roles; the program's donated params
+                                            // (the weights and optimizer state) follow them
+  std::optional<AutoResult> auto_result;    // --auto: the search's choices, cost and baselines
+  LoadReport load_report;                   // what loading folded and rewrote (explain)
 
-  /// simulate_cost of the program on `target`, timed into times.cost.
+  /// simulate_cost of the program on `target` (with the memory roles), timed into times.cost.
   CostReport cost(bool overlap);
 };
 

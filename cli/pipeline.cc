@@ -26,7 +26,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 CostReport Pipeline::cost(bool overlap) {
   auto t0 = std::chrono::steady_clock::now();
-  CostReport r = simulate_cost(graph, program, target, overlap);
+  CostReport r = simulate_cost(graph, program, target, overlap, memory_roles ? &*memory_roles : nullptr);
   times.cost = seconds_since(t0);
   return r;
 }
@@ -239,7 +239,10 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   } else {
     p.annotations.mesh = cli_mesh;
   }
-  if (p.training) annotate_training(p, o.training.shard_update);
+  if (p.training) {
+    annotate_training(p, o.training.shard_update);
+    p.memory_roles = training_memory_roles(p.graph, *p.training);
+  }
   p.target.check_device_order(p.annotations.mesh);
   p.times.load = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
@@ -250,6 +253,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     ao.target = p.target;
     ao.overlap = o.overlap;
     ao.memory_limit_bytes = memory_limit;
+    ao.memory_roles = p.memory_roles ? &*p.memory_roles : nullptr;
     ao.progress = o.progress ? auto_progress(*o.progress) : auto_progress();
     p.auto_result = auto_shard(p.graph, p.annotations, ao, &p.rules);
     p.annotations = p.auto_result->annotations;
@@ -260,6 +264,8 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   p.times.propagate = rules_s + seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   p.program = partition(p.graph, p.plan, p.annotations.mesh, p.target, &p.rules);
+  if (p.memory_roles)
+    for (ProgramBinding& b : p.program.params) b.donated = p.memory_roles->donated[static_cast<size_t>(b.global)];
   p.times.partition = seconds_since(t0);
   if (o.target == "host" && o.measure_host_ops) {
     t0 = std::chrono::steady_clock::now();

@@ -181,6 +181,20 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
                     {"communication_time_s", cost.communication_time_s},
                     {"flops_utilization", cost.flops_utilization},
                     {"per_device", per_device}};
+  {
+    json at_peak, total;
+    for (size_t k = 0; k < kMemoryKinds; ++k) {
+      const std::string name(memory_kind_name(static_cast<MemoryKind>(k)));
+      at_peak[name] = cost.memory.at_peak[k];
+      if (static_cast<MemoryKind>(k) != MemoryKind::kTransient) total[name] = cost.memory.total[k];
+    }
+    const int pn = cost.memory.peak_node;
+    j["simulated"]["memory"] = {
+        {"peak_bytes", cost.memory.peak_bytes},
+        {"peak_node", pn >= 0 ? p.program.program.nodes[static_cast<size_t>(pn)].name : std::string()},
+        {"at_peak", at_peak},
+        {"total", total}};
+  }
   // One entry per (kind, node, value, axes, bytes, reason), with its count.
   std::map<std::tuple<Collective, std::string, std::string, std::vector<int>, int64_t, std::string>, int> groups;
   std::vector<decltype(groups)::key_type> order;
@@ -287,9 +301,17 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
              human_time(s["step_time_s"].get<double>()), human_time(s["compute_time_s"].get<double>()),
              human_time(s["communication_time_s"].get<double>()), s.value("overlap", false) ? ", overlapped" : "",
              100 * s["flops_utilization"].get<double>(), r["model_flops"].get<double>());
-  if (!r.contains("host") && !s["per_device"].empty() && s["per_device"][0].contains("peak_memory_bytes"))
-    fmt::print("memory    {} per device at peak (static estimate: weight slices, constants, live activations)\n",
-               human_bytes(s["per_device"][0]["peak_memory_bytes"].get<double>()));
+  if (!r.contains("host") && !s["per_device"].empty() && s["per_device"][0].contains("peak_memory_bytes")) {
+    std::vector<std::string> parts;  // what is live at the peak, by kind
+    for (size_t k = 0; k < kMemoryKinds && s.contains("memory"); ++k) {
+      const std::string kind(memory_kind_name(static_cast<MemoryKind>(k)));
+      const double b = s["memory"]["at_peak"].value(kind, 0.0);
+      if (b > 0) parts.push_back(fmt::format("{} {}", kind, human_bytes(b)));
+    }
+    fmt::print("memory    {} per device at peak (static estimate{}{})\n",
+               human_bytes(s["per_device"][0]["peak_memory_bytes"].get<double>()), parts.empty() ? "" : ": ",
+               fmt::join(parts, ", "));
+  }
   if (r.contains("auto")) {
     const auto& a = r["auto"];
     fmt::print(

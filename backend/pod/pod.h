@@ -5,7 +5,9 @@
 // a CollectiveExecutor (collective_executor.h): backend/mpi runs one device per MPI rank that way.
 //
 // Memory accounting (docs/cost-model.md): params (each device's weight shard) and program constants are resident for
-// the whole run (replicated ones are shared on the host but counted on every device); input shards and intermediates
+// the whole run (replicated ones are shared on the host but counted on every device), except donated params
+// (ProgramBinding::donated: a training step's weights and optimizer state), freed after their last reader; input
+// shards and intermediates
 // live from their production to their last use; program outputs until the end. The peak is sampled after a node's
 // outputs exist and before its dead operands are freed. The accounting uses each value's declared bytes, so it does not
 // depend on how the host executes a node (in place, as a view, fused with its neighbours: docs/executor.md).

@@ -49,9 +49,10 @@ void bind_weights(Executor& ex, const SpmdProgram& p, const Graph& global, const
       bound[v] = 1;
     }
   }
-  // Params: resident. Replicated params share the global data. Otherwise every distinct slice is cut once (devices
-  // whose coordinates differ only on mesh axes the param is replicated over hold the same slice) and shared by the
-  // local devices that hold it; the slices are cut concurrently. Every device still accounts its slice.
+  // Params: resident, except donated ones (ProgramBinding::donated). Replicated params share the global data. Otherwise
+  // every distinct slice is cut once (devices whose coordinates differ only on mesh axes the param is replicated over
+  // hold the same slice) and shared by the local devices that hold it; the slices are cut concurrently. Every device
+  // still accounts its slice.
   struct SliceJob {
     const Tensor* full;
     const TensorSharding* sharding;
@@ -63,7 +64,7 @@ void bind_weights(Executor& ex, const SpmdProgram& p, const Graph& global, const
   for (const ProgramBinding& b : p.params) {
     const Value& gv = global.values.at(b.global);
     if (!gv.data) throw InputError(fmt::format("initializer '{}' has no data", gv.name));
-    ex.mark_resident(b.local);
+    if (!b.donated) ex.mark_resident(b.local);  // a donated weight slice is freed after its last reader
     bound[b.local] = 1;
     if (b.sharding.is_replicated() && prog.values.at(b.local).shape == gv.shape) {
       for (int64_t d = 0; d < n; ++d) ex.set_shared(d, b.local, gv.data.get(), gv.data);

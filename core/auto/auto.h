@@ -1,7 +1,7 @@
 // core/auto: automatic sharding search (`--auto`). The user's annotations are hard constraints; the search chooses
 // annotations for the other weights and graph inputs so that the program that propagate -> partition ->
 // simulate_cost produces has the smallest simulated step time on the target while its static per-device peak memory
-// (static_peak_memory) stays within a limit. Design and its reasons: docs/auto.md.
+// (memory_breakdown) stays within a limit. Design and its reasons: docs/auto.md.
 //
 // In short (OneFlow's auto-parallel and Alpa's intra-op pass choose per-op strategies; we choose annotations and let
 // Shardy-style propagation and the partitioner derive every op's strategy, so what is costed is exactly what runs):
@@ -22,7 +22,7 @@
 //    is kept; sweeps repeat until one changes nothing (or the time budget is spent); while no plan fits, the descent
 //    is repeated from the next best distinct seed (three starts at most).
 // Every evaluation is the real pipeline (refine_for_reshapes, propagate, partition with the reshard planner,
-// simulate_cost, static_peak_memory); O(groups * candidates * sweeps) evaluations, each linear in the graph size.
+// simulate_cost, memory_breakdown); O(groups * candidates * sweeps) evaluations, each linear in the graph size.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cost/cost.h"
 #include "core/cost/target.h"
 #include "core/ir/ir.h"
 #include "core/propagation/propagation.h"
@@ -54,11 +55,13 @@ struct AutoProgress {
 
 /// Options of the search. Units: bytes, seconds.
 struct AutoOptions {
-  Target target;                   // the pod whose simulated step time is minimised (--target)
-  int64_t memory_limit_bytes = 0;  // per-device peak limit; 0 = target.hbm_bytes (--memory-limit)
-  bool overlap = false;            // cost with overlapped collectives (--overlap)
-  int max_sweeps = 4;              // coordinate-descent sweeps at most
-  double time_budget_s = 50;       // stop the descent (keeping the best plan so far) once this much time is spent
+  Target target;                              // the pod whose simulated step time is minimised (--target)
+  int64_t memory_limit_bytes = 0;             // per-device peak limit; 0 = target.hbm_bytes (--memory-limit)
+  bool overlap = false;                       // cost with overlapped collectives (--overlap)
+  const MemoryRoles* memory_roles = nullptr;  // a training step's memory roles (memory_breakdown), or null; must
+                                              // outlive the search
+  int max_sweeps = 4;                         // coordinate-descent sweeps at most
+  double time_budget_s = 50;  // stop the descent (keeping the best plan so far) once this much time is spent
   /// Called on the searching thread after every pipeline evaluation and once more at the end (done = true), also
   /// when the search then throws (so it must not throw itself). Empty: no calls.
   std::function<void(const AutoProgress&)> progress;
@@ -71,7 +74,7 @@ struct AutoPlanCost {
   double step_time_s = 0;           // simulate_cost(...).step_time_s (s)
   double compute_time_s = 0;        // (s)
   double communication_time_s = 0;  // (s)
-  int64_t peak_memory_bytes = 0;    // static_peak_memory of the program, per device (bytes)
+  int64_t peak_memory_bytes = 0;    // memory_breakdown of the program, per device (bytes)
   bool fits = false;                // peak_memory_bytes <= the limit
   std::string error;
 };

@@ -345,8 +345,31 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
   g.outputs = outputs;
   g.prune();
   g.verify();
+  step.forward_nodes = g.values[static_cast<size_t>(g.at(step.loss))].producer + 1;
   step.graph = std::move(g);
   return step;
+}
+
+MemoryRoles training_memory_roles(const Graph& g, const TrainingStep& step) {
+  MemoryRoles r;
+  r.kind.assign(g.values.size(), MemoryKind::kTransient);
+  r.donated.assign(g.values.size(), 0);
+  r.forward_nodes = step.forward_nodes;
+  const auto set = [&](const std::string& name, MemoryKind k, bool donated = false) {
+    if (name.empty()) return;
+    const size_t v = static_cast<size_t>(g.at(name));
+    r.kind[v] = k;
+    r.donated[v] = donated;
+  };
+  for (const TrainingStep::Weight& w : step.weights) {
+    set(w.name, MemoryKind::kWeights, true);
+    set(w.updated, MemoryKind::kWeights);
+    set(w.update_shard, MemoryKind::kWeights);
+    set(w.grad, MemoryKind::kGradients);
+    for (const std::string& s : w.state) set(s, MemoryKind::kOptimizerState, true);
+    for (const std::string& s : w.state_updated) set(s, MemoryKind::kOptimizerState);
+  }
+  return r;
 }
 
 }  // namespace gspmd

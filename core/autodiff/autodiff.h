@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cost/cost.h"
 #include "core/ir/ir.h"
 
 namespace gspmd {
@@ -60,6 +61,9 @@ struct TrainingStep {
   };
   std::vector<Weight> weights;
   std::vector<std::string> unused;  // trainable names that do not reach the loss (no gradient, not updated)
+  /// Nodes [0, forward_nodes) of `graph` compute the forward pass and the loss; the backward pass and the update
+  /// follow.
+  int forward_nodes = 0;
 };
 
 /// Builds one training step of `forward` (a loaded graph: static shapes, every node typed). `shapes` types the
@@ -68,6 +72,12 @@ struct TrainingStep {
 /// loss, and an op on a path from a weight to the loss without a gradient rule
 /// ("--training: node 'n' (Op): no gradient rule for Op"). Throws std::logic_error when a rule emits a gradient of
 /// the wrong dtype or shape (a bug). O(nodes + edges) plus the emitted nodes' shape functions.
+/// The memory roles of the step's values (core/cost/cost.h, memory_breakdown), over `g` (the step's graph, or a
+/// graph with the same value names): weights and updated weights kWeights, gradients kGradients, optimizer state
+/// kOptimizerState; the weights and the state are donated (their updated values replace them, as with XLA's
+/// input-output aliasing). Throws std::out_of_range when a named value is not in `g`.
+MemoryRoles training_memory_roles(const Graph& g, const TrainingStep& step);
+
 TrainingStep build_training_step(const Graph& forward, const TrainingOptions& options, const ShapeFunction& shapes);
 
 }  // namespace gspmd

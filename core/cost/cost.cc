@@ -364,42 +364,118 @@ double node_time(const Graph& program, const Node& n, const DeviceMesh& mesh, co
   return std::max(rate > 0 ? f / rate : 0.0, t.hbm_bandwidth > 0 ? b / t.hbm_bandwidth : 0.0) + t.op_overhead;
 }
 
-int64_t static_peak_memory(const Graph& program) {
-  const auto bytes = [&](int v) { return program.values[static_cast<size_t>(v)].nbytes(); };
+std::string_view memory_kind_name(MemoryKind k) {
+  switch (k) {
+    case MemoryKind::kWeights: return "weights";
+    case MemoryKind::kGradients: return "gradients";
+    case MemoryKind::kOptimizerState: return "optimizer_state";
+    case MemoryKind::kSavedActivations: return "saved_activations";
+    case MemoryKind::kInputs: return "inputs";
+    case MemoryKind::kTransient: return "transient";
+  }
+  return "transient";
+}
+
+MemoryBreakdown memory_breakdown(const SpmdProgram& p, const MemoryRoles* roles) {
+  const Graph& program = p.program;
+  const size_t nv = program.values.size();
   const int n = static_cast<int>(program.nodes.size());
-  std::vector<int> last(program.values.size(), -1);  // index of the last node reading each value; n = kept to the end
+  const auto bytes = [&](int v) { return program.values[static_cast<size_t>(v)].nbytes(); };
+  const auto origin = [&](int v) { return static_cast<size_t>(v) < p.value_origin.size() ? p.value_origin[v] : -1; };
+  const auto node_origin = [&](int i) { return static_cast<size_t>(i) < p.node_origin.size() ? p.node_origin[i] : -1; };
+  const auto backward = [&](int i) {  // node i belongs to the backward pass or the update
+    return roles && node_origin(i) >= roles->forward_nodes;
+  };
+  std::vector<int> last(nv, -1);  // index of the last node reading each value; n = kept to the end
+  std::vector<char> read_late(nv, 0), param(nv, 0), donated(nv, 0);
   for (int i = 0; i < n; ++i)
     for (int v : program.nodes[static_cast<size_t>(i)].inputs)
-      if (v >= 0) last[static_cast<size_t>(v)] = i;
-  for (int v : program.outputs) last[static_cast<size_t>(v)] = n;
-  int64_t live = 0;
-  for (size_t v = 0; v < program.values.size(); ++v)
-    if (program.values[v].is_initializer) {
-      live += bytes(static_cast<int>(v));
-      last[v] = n;  // weights and constants stay resident
+      if (v >= 0) {
+        last[static_cast<size_t>(v)] = i;
+        read_late[static_cast<size_t>(v)] |= static_cast<char>(backward(i));
+      }
+  for (const ProgramBinding& b : p.params) {
+    param[static_cast<size_t>(b.local)] = 1;
+    donated[static_cast<size_t>(b.local)] =
+        roles && b.global < static_cast<int>(roles->donated.size()) && roles->donated[static_cast<size_t>(b.global)];
+  }
+  std::vector<MemoryKind> kind(nv, MemoryKind::kTransient);
+  for (size_t v = 0; v < nv; ++v) {
+    const Value& val = program.values[v];
+    const int o = origin(static_cast<int>(v));
+    const MemoryKind role = roles && o >= 0 && static_cast<size_t>(o) < roles->kind.size()
+                                ? roles->kind[static_cast<size_t>(o)]
+                                : MemoryKind::kTransient;
+    if (val.is_initializer) {
+      kind[v] = MemoryKind::kWeights;
+      if (role == MemoryKind::kOptimizerState) kind[v] = role;
+    } else if (role == MemoryKind::kGradients || role == MemoryKind::kOptimizerState) {
+      kind[v] = role;
+    } else if (role == MemoryKind::kWeights && !param[v] && o >= 0 && !roles->donated[static_cast<size_t>(o)]) {
+      kind[v] = MemoryKind::kWeights;  // an updated weight (a weight's other copies are transient)
+    } else if (val.producer >= 0 && roles && !backward(val.producer) && read_late[v]) {
+      kind[v] = MemoryKind::kSavedActivations;
     }
-  for (int v : program.inputs) live += bytes(v);
-  int64_t peak = live;
+  }
+  for (int v : program.inputs) kind[static_cast<size_t>(v)] = MemoryKind::kInputs;
+
+  MemoryBreakdown r;
+  std::array<int64_t, kMemoryKinds> live{};
+  const auto add = [&](int v, int sign) { live[static_cast<size_t>(kind[static_cast<size_t>(v)])] += sign * bytes(v); };
+  for (int v : program.outputs) last[static_cast<size_t>(v)] = n;
+  // Totals: the trained weights' and optimizer state's params (every weight and constant without roles), each
+  // gradient once (its first program value), the saved activations and the inputs.
+  const auto total = [&](MemoryKind k) -> int64_t& { return r.total[static_cast<size_t>(k)]; };
+  for (const ProgramBinding& b : p.params) {
+    const MemoryKind role = roles ? roles->kind[static_cast<size_t>(b.global)] : MemoryKind::kWeights;
+    if (role == MemoryKind::kWeights || role == MemoryKind::kOptimizerState) total(role) += bytes(b.local);
+  }
+  std::vector<char> counted(roles ? roles->kind.size() : 0, 0);
+  for (size_t v = 0; v < nv; ++v) {
+    const int o = origin(static_cast<int>(v));
+    if (kind[v] == MemoryKind::kGradients && !counted[static_cast<size_t>(o)]++)
+      total(MemoryKind::kGradients) += bytes(static_cast<int>(v));
+    if (kind[v] == MemoryKind::kSavedActivations || kind[v] == MemoryKind::kInputs)
+      total(kind[v]) += bytes(static_cast<int>(v));
+  }
+  for (size_t v = 0; v < nv; ++v) {
+    if (!program.values[v].is_initializer) continue;
+    add(static_cast<int>(v), 1);
+    if (!donated[v]) last[v] = n;  // weights and constants stay resident
+  }
+  for (int v : program.inputs) add(v, 1);
+  const auto sum = [](const std::array<int64_t, kMemoryKinds>& a) {
+    int64_t t = 0;
+    for (int64_t x : a) t += x;
+    return t;
+  };
+  r.at_peak = live;
+  r.peak_bytes = sum(live);
   for (int i = 0; i < n; ++i) {
     const Node& node = program.nodes[static_cast<size_t>(i)];
     for (int o : node.outputs)
-      if (o >= 0) live += bytes(o);
-    peak = std::max(peak, live);
+      if (o >= 0) add(o, 1);
+    if (const int64_t now = sum(live); now > r.peak_bytes) {
+      r.peak_bytes = now;
+      r.at_peak = live;
+      r.peak_node = i;
+    }
     for (int o : node.outputs)  // results nobody reads are dropped at once
-      if (o >= 0 && last[static_cast<size_t>(o)] < 0) live -= bytes(o);
+      if (o >= 0 && last[static_cast<size_t>(o)] < 0) add(o, -1);
     for (size_t k = 0; k < node.inputs.size(); ++k) {
       const int v = node.inputs[k];
       if (v < 0 || last[static_cast<size_t>(v)] != i) continue;
       if (std::find(node.inputs.begin(), node.inputs.begin() + static_cast<long>(k), v) !=
           node.inputs.begin() + static_cast<long>(k))
         continue;  // read twice by this node: freed once
-      live -= bytes(v);
+      add(v, -1);
     }
   }
-  return peak;
+  return r;
 }
 
-CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t, bool overlap) {
+CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t, bool overlap,
+                         const MemoryRoles* roles) {
   CostReport r;
   r.overlap = overlap;
   r.model_flops = graph_flops(g);
@@ -428,7 +504,8 @@ CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t, 
     end = std::max(end, start + dt);
   }
   r.step_time_s = overlap ? end : r.compute_time_s + r.communication_time_s;
-  r.peak_memory_bytes = static_peak_memory(p.program);
+  r.memory = memory_breakdown(p, roles);
+  r.peak_memory_bytes = r.memory.peak_bytes;
   double devices = static_cast<double>(p.mesh.num_devices());
   if (r.step_time_s > 0 && t.peak_flops > 0)
     r.flops_utilization = r.model_flops / (devices * t.peak_flops * r.step_time_s);

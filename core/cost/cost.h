@@ -3,7 +3,10 @@
 // physical links (bidirectional with wraparound on a torus). Sources for every target number are in docs/cost-model.md.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/cost/target.h"
@@ -54,6 +57,51 @@ std::string op_signature(const Graph& g, const Node& node);
 /// first input), node_bytes / hbm_bandwidth) + op_overhead.
 double node_time(const Graph& program, const Node& node, const DeviceMesh& mesh, const Target& t);
 
+/// What a buffer of the step holds, for the memory breakdown (docs/training.md, "Memory").
+enum class MemoryKind : uint8_t {
+  kWeights,           // initializers (trained weights, frozen weights, constants) and the updated weights
+  kGradients,         // the trained weights' gradients and their resharded copies
+  kOptimizerState,    // momentum / Adam moments, before and after the update, and their copies
+  kSavedActivations,  // computed by the forward pass and read by the backward pass (kept across the boundary)
+  kInputs,            // the step's graph inputs (data, labels)
+  kTransient,         // everything else: intermediates, collective buffers, copies of weights
+};
+inline constexpr size_t kMemoryKinds = 6;
+/// "weights", "gradients", "optimizer_state", "saved_activations", "inputs", "transient" (report keys).
+std::string_view memory_kind_name(MemoryKind k);
+
+/// The roles of a training step's global values (built by training_memory_roles, core/autodiff/autodiff.h).
+/// Without roles, a step is a forward graph: initializers are weights, graph inputs inputs, the rest transient.
+struct MemoryRoles {
+  std::vector<MemoryKind> kind;  // per global value: kWeights (trained weight or updated weight), kGradients,
+                                 // kOptimizerState (state or updated state); kTransient for everything else
+  std::vector<char> donated;     // per global value: an initializer the step may free after its last reader
+  int forward_nodes = 0;         // global nodes [0, forward_nodes) are the forward pass and the loss
+};
+
+/// Per-device memory of one step: the peak and what is live at that moment, by kind.
+struct MemoryBreakdown {
+  int64_t peak_bytes = 0;                       // as static peak memory (bytes)
+  std::array<int64_t, kMemoryKinds> at_peak{};  // live bytes by MemoryKind at the peak; sums to peak_bytes
+  /// What each kind needs over the whole step (bytes): weights and optimizer state: their params (the trained
+  /// weights' slices, or every weight and constant without roles; the updated values replace them); gradients: each
+  /// weight's gradient once, at its local shape; saved activations and inputs: every such program value; transient
+  /// 0.
+  std::array<int64_t, kMemoryKinds> total{};
+  int peak_node = -1;  // program node at whose results the peak is sampled (-1: before
+                       // the first node)
+};
+
+/// Peak bytes one device holds while running `p.program` in node order (a static estimate, no data needed): weights,
+/// constants and inputs for the whole step, except donated params (roles->donated; ProgramBinding::donated says the
+/// same to the emulator), freed after their last reader; every other value from the node that makes it to its last
+/// reader (graph outputs to the end; a result nobody reads is dropped at once). The emulator's measured peak
+/// (PodRun::peak_memory_bytes) follows the same rules. A program value's kind is its origin's
+/// (SpmdProgram::value_origin) per `roles`, except that a copy of a weight that is not a param is transient, and a
+/// value made by a forward node (node_origin < roles->forward_nodes) and read by a later one is a saved activation.
+/// O(nodes + values).
+MemoryBreakdown memory_breakdown(const SpmdProgram& p, const MemoryRoles* roles = nullptr);
+
 /// Simulated cost of one step of the program on the target (every device runs the same program, so per-device
 /// numbers are equal except for memory).
 struct CostReport {
@@ -65,20 +113,17 @@ struct CostReport {
   std::vector<double> node_time_s;   // per program node id: node_time (without overlap they sum to step_time_s)
   std::vector<double> node_start_s;  // per program node id: when it starts in the step (s)
   bool overlap = false;              // collectives overlapped with independent compute (simulate_cost's option)
-  int64_t peak_memory_bytes = 0;     // static_peak_memory of the program: the same on every device (bytes)
+  int64_t peak_memory_bytes = 0;     // memory.peak_bytes: the same on every device (bytes)
+  MemoryBreakdown memory;            // memory_breakdown of the program
 };
-
-/// Peak bytes one device holds while running `program` in node order (a static estimate, no data needed): weights,
-/// constants and inputs for the whole step; every other value from the node that makes it to its last reader (graph
-/// outputs to the end; a result nobody reads is dropped at once). The emulator's measured peak
-/// (PodRun::peak_memory_bytes) follows the same rules. O(nodes + values).
-int64_t static_peak_memory(const Graph& program);
 
 /// Costs `p` (the global graph `g` gives model FLOPs). O(program nodes), independent of device count.
 /// With `overlap`, collectives run on a communication stream beside the compute stream: every node starts once its
 /// operands are ready and its stream is free, in program order per stream (a list schedule); step_time_s is then
 /// the makespan, which is at most compute + communication. Off by default (the GSPMD paper's numbers do not assume
 /// overlap).
-CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t, bool overlap = false);
+/// `roles`: a training step's memory roles (memory_breakdown), null for a forward graph.
+CostReport simulate_cost(const Graph& g, const SpmdProgram& p, const Target& t, bool overlap = false,
+                         const MemoryRoles* roles = nullptr);
 
 }  // namespace gspmd

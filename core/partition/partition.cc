@@ -71,6 +71,7 @@ SpmdProgram Partitioner::run() {
   for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
     lower(n);
     constrain_results(n);
+    out_.node_origin.resize(P().nodes.size(), n);
   }
   for (int gv : g_.outputs) {
     TensorSharding want = plan_.shardings[gv];
@@ -80,6 +81,8 @@ SpmdProgram Partitioner::run() {
     P().outputs.push_back(lv);
     out_.outputs.push_back({lv, gv, want});
   }
+  out_.node_origin.resize(P().nodes.size(), -1);
+  out_.value_origin.resize(P().values.size(), -1);
   return std::move(out_);
 }
 
@@ -98,6 +101,12 @@ int Partitioner::int64_const(const std::string& hint, const std::vector<int64_t>
 
 void Partitioner::bind(int gv, const TensorSharding& s, int lv) {
   if (avail_[gv].empty()) out_.final_shardings[gv] = s;
+  add_copy(gv, s, lv);
+}
+
+void Partitioner::add_copy(int gv, const TensorSharding& s, int lv) {
+  if (out_.value_origin.size() <= static_cast<size_t>(lv)) out_.value_origin.resize(P().values.size(), -1);
+  out_.value_origin[static_cast<size_t>(lv)] = gv;
   avail_[gv].push_back({s, lv});
 }
 
@@ -165,7 +174,7 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node, c
     if (held == want) return avail_[gv].front().id;
   } else if (v.is_initializer && want.unreduced.empty() && !constrained(gv)) {
     int lv = param(want);
-    avail_[gv].push_back({want, lv});
+    add_copy(gv, want, lv);
     return lv;
   }
   const Local& from = avail_[gv].front();
@@ -174,7 +183,7 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node, c
     reason += fmt::format("; '{}' is held as annotated, {} ({})", v.name, from.sharding.to_partition_spec(mesh_),
                           plan_.origins[gv].source);
   int lv = reshard(gv, from.id, from.sharding, want, for_node, reason);
-  avail_[gv].push_back({want, lv});
+  add_copy(gv, want, lv);
   return lv;
 }
 

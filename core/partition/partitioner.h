@@ -89,6 +89,8 @@ class Partitioner {
   /// Records that program value `lv` holds global value `gv` with sharding `s` (the first one recorded is gv's
   /// primary representation and its final sharding).
   void bind(int gv, const TensorSharding& s, int lv);
+  /// Records another program copy `lv` of `gv` (sharding `s`; a reshard or another param slice) and its origin.
+  void add_copy(int gv, const TensorSharding& s, int lv);
   /// The sharding global value gv has now (its primary representation), or the plan's for unmaterialised
   /// initializers (never unreduced).
   TensorSharding current(int gv) const;

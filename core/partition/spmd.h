@@ -25,6 +25,11 @@ struct ProgramBinding {
   int local = -1;   // value id in SpmdProgram::program
   int global = -1;  // value id in the unpartitioned graph
   TensorSharding sharding;
+  /// Params only: the step may free this weight slice after its last reader (a training step's weights and
+  /// optimizer state, whose updated values are outputs: XLA's input-output aliasing, JAX's donate_argnums). Not set
+  /// by partition; set by the caller (cli: --training). The emulator and memory_breakdown (core/cost/cost.h) then
+  /// free it after its last use instead of keeping it resident; export writes it as a graph input.
+  bool donated = false;
 };
 
 /// One collective of the program, for the report and explain (docs/architecture.md, invariant 5).
@@ -49,6 +54,10 @@ struct SpmdProgram {
   std::vector<CollectiveRecord> collectives;
   std::vector<std::string> warnings;            // replication fallbacks etc., each naming the node and tensor
   std::vector<TensorSharding> final_shardings;  // per global value: the sharding it actually has in the program
+  std::vector<int> value_origin;  // per program value: the global value it holds a shard or copy of, -1 for
+                                  // temporaries (index shapes, partition-id arithmetic, halo pieces)
+  std::vector<int> node_origin;   // per program node: the global node it was emitted for, -1 for the reshards of
+                                  // the graph outputs
 };
 
 /// Partitions `g` with the shardings of `plan` (one per value) over `mesh` (GSPMD §3.4): per node, operands are

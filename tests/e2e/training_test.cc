@@ -21,6 +21,8 @@ struct Case {
   std::string plan, mesh, extra;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.plan << " on " << c.mesh << c.extra; }
+
 class GptTraining : public ::testing::TestWithParam<Case> {};
 
 // The bundled GPT's training step equals the unpartitioned step under every plan (2D 4x4 shards 4 heads and a batch
@@ -135,6 +137,76 @@ TEST(Training, ShardUpdateReduceScattersAndAllGathersEachWeight) {
   CmdResult bad = cli("run " + kGpt + " --mesh 4" + kTrain + " --shard-update model", "train_shard_update_bad");
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err, "error: --shard-update: 'model' is not an axis of the mesh {x=4}\n");
+}
+
+// The memory breakdown of one decoder layer (testdata/tools/make_decoder.py: vocab 0, D 64, 4 heads, MLP 4D, batch 4,
+// sequence 16, its causal mask a float initializer), data parallel over 2 devices, Adam, checked by hand. Per device:
+//   trained weights P floats: q, k, v, proj 4(D^2 + D), fc_in D*4D + 4D, fc_out 4D*D + D, three LayerNorms 3*2D, the
+//   mask S^2 -> 50368 floats, replicated: weights 4P bytes, gradients 4P, Adam's m and v 8P (updated in place:
+//   donated); --shard-update data halves the gradients and the state (every dim divides by 2);
+//   inputs: x [B/2, S, D]; saved activations, T = B/2 * S tokens: 8 [T, D] values (LN_1's output, Q, K, V, the
+//   attention output before proj, the residual after attention, LN_2's output, the last residual), the softmax
+//   probabilities [T, H*S], and the Erf-form GELU's four [T, 4D] values (h/sqrt2, 1 + erf, h/2, its output).
+// The peak is the sum of what is live then, and the emulator measures the same peak as the static estimate.
+TEST(Training, MemoryBreakdownOfOneLayerByHand) {
+  fs::path d = scratch("train_memory");
+  CmdResult g = sh(debian_python() +
+                       " testdata/tools/make_decoder.py --layers 1 --d-model 64 --heads 4 --vocab 0 --batch 4 --seq 16"
+                       " --weights random --name l1 --out " +
+                       d.string(),
+                   "train_memory_make");
+  ASSERT_EQ(g.code, 0) << g.out << g.err;
+  {
+    std::ofstream f(d / "dp.json");
+    f << R"({"mesh": {"shape": [2], "axes": ["data"]}, "tensors": {"x": ["data", null, null]}})";
+  }
+  const int64_t D = 64, H = 4, S = 16, T = 2 * S;
+  const int64_t P = 4 * (D * D + D) + (D * 4 * D + 4 * D) + (4 * D * D + D) + 3 * 2 * D + S * S;
+  ASSERT_EQ(P, 50368);
+  const std::string base = "simulate " + (d / "l1.onnx").string() + " --mesh 2 --shardings " +
+                           (d / "dp.json").string() + " --training --loss mean --optimizer adam --report ";
+  for (const bool sharded : {false, true}) {
+    const fs::path rep = d / (sharded ? "sharded.json" : "plain.json");
+    CmdResult r = cli(base + rep.string() + (sharded ? " --shard-update data" : ""), "train_memory_simulate");
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    const nlohmann::json m = read_json(rep)["simulated"]["memory"];
+    EXPECT_EQ(m["total"]["weights"], 4 * P) << m.dump();
+    EXPECT_EQ(m["total"]["gradients"], 4 * P / (sharded ? 2 : 1)) << m.dump();
+    EXPECT_EQ(m["total"]["optimizer_state"], 8 * P / (sharded ? 2 : 1)) << m.dump();
+    EXPECT_EQ(m["total"]["inputs"], 4 * T * D) << m.dump();
+    EXPECT_EQ(m["total"]["saved_activations"], 4 * T * (8 * D + H * S + 4 * 4 * D)) << m.dump();
+    int64_t sum = 0;
+    for (const auto& [kind, bytes] : m["at_peak"].items()) sum += bytes.get<int64_t>();
+    EXPECT_EQ(sum, m["peak_bytes"]) << m.dump();
+    EXPECT_GE(m["at_peak"]["optimizer_state"], 8 * P / (sharded ? 2 : 1)) << m.dump();  // held all step
+    EXPECT_NE(r.out.find("memory    "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" per device at peak (static estimate: weights "), std::string::npos) << r.out;
+  }
+  // The emulator frees the donated weights and state after their last reader too: its measured peak is the same.
+  const fs::path run_rep = d / "run.json";
+  CmdResult r = cli("run " + (d / "l1.onnx").string() + " --mesh 2 --shardings " + (d / "dp.json").string() +
+                        " --training --loss mean --optimizer adam --check --report " + run_rep.string(),
+                    "train_memory_run");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const nlohmann::json run = read_json(run_rep), sim = read_json(d / "plain.json");
+  for (const auto& dev : run["simulated"]["per_device"])
+    EXPECT_EQ(dev["peak_memory_bytes"], sim["simulated"]["memory"]["peak_bytes"]) << dev.dump();
+}
+
+// --auto with --training costs the training step's memory (donated weights and state, gradients, saved
+// activations): under a limit no seed plan meets, it finds one that does, and its peak is the report's.
+TEST(Training, AutoChoosesByTrainingStepMemory) {
+  fs::path d = scratch("train_auto");
+  CmdResult r = cli("simulate " + kGpt + " --mesh 2x2 --training --loss mean --optimizer adam --auto --memory-limit " +
+                        "7000000 --report " + (d / "r.json").string(),
+                    "train_auto");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const nlohmann::json j = read_json(d / "r.json");
+  const int64_t chosen = j["auto"]["chosen"]["peak_memory_bytes"].get<int64_t>();
+  EXPECT_LE(chosen, 7000000);
+  EXPECT_EQ(chosen, j["simulated"]["memory"]["peak_bytes"]);
+  for (const auto& b : j["auto"]["baselines"]) EXPECT_GT(b["peak_memory_bytes"].get<int64_t>(), 7000000) << b.dump();
+  EXPECT_GT(j["simulated"]["memory"]["at_peak"]["optimizer_state"].get<int64_t>(), 0);
 }
 
 // torch autograd and torch.optim on the same small GPT (2 layers, d 32, 2 heads, vocab 64), exported by
