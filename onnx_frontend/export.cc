@@ -703,6 +703,10 @@ struct Exporter {
       set_value_info(pg->add_input(), G.values.at(v));
       io.insert(v);
     }
+    // A training step's donated params (its weights and optimizer state) are inputs too, after the data inputs;
+    // their initializers are the default values (ONNX IR >= 4). The updated values are outputs.
+    for (const ProgramBinding& b : p.params)
+      if (b.donated) set_value_info(pg->add_input(), G.values.at(b.local));
     for (int v : G.outputs) {
       set_value_info(pg->add_output(), G.values.at(v));
       io.insert(v);

@@ -211,7 +211,9 @@ struct ExportOptions {
 /// weights (from `global`'s initializers, sliced with shard_tensor), gspmd ops specialised for the device
 /// (ShardSlice -> Slice/Pad, MaskPad -> Slice+Pad, PartitionOffset -> Constant) and collectives in domain
 /// `gspmd` v1 with replica_groups / group_size, or as ONNX Runtime's com.microsoft collectives
-/// (options.collectives; docs/collectives.md). The model is validated before it is written (onnx's checker and strict
+/// (options.collectives; docs/collectives.md). Donated params (ProgramBinding::donated: a training step's weights and
+/// optimizer state) are also graph inputs, after the data inputs, with their slices as default initializers; their
+/// updated values are among the outputs (docs/training.md, "Export"). The model is validated before it is written (onnx's checker and strict
 /// shape inference with the gspmd schemas, gspmd_schemas.h). Throws std::runtime_error on I/O failure,
 /// std::logic_error when the model fails validation (a bug), InputError("--collectives ort: node 'n' (Op): ...") for
 /// a collective ONNX Runtime cannot carry (a uint64 or string tensor, a bool reduction).

@@ -209,6 +209,29 @@ TEST(Training, AutoChoosesByTrainingStepMemory) {
   EXPECT_GT(j["simulated"]["memory"]["at_peak"]["optimizer_state"].get<int64_t>(), 0);
 }
 
+// partition --training writes one training-step model per device: after the data inputs, every weight slice and
+// optimizer-state slice is an input (its initializer the default), paired by name with its updated output.
+TEST(Training, DeviceFilesTakeWeightsAndStateAsInputs) {
+  fs::path d = scratch("train_export");
+  CmdResult r = cli("partition " + kGpt + " --mesh 2x2" + plan("megatron") + kTrain + " --optimizer adam --output " +
+                        (d / "out").string(),
+                    "train_export");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  CmdResult py = sh(debian_python() +
+                        " -c \"import onnx, sys\n"
+                        "g = onnx.load(sys.argv[1]).graph\n"
+                        "ins = [i.name for i in g.input]; outs = {o.name for o in g.output}\n"
+                        "inits = {i.name for i in g.initializer}\n"
+                        "state = ins[2:]\n"
+                        "print(ins[:2], len(state), len(outs))\n"
+                        "print(sum(s + '.updated' in outs and s in inits for s in state))\" " +
+                        (d / "out" / "device_3.onnx").string(),
+                    "train_export_inspect");
+  ASSERT_EQ(py.code, 0) << py.out << py.err;
+  // 37 weights, each with Adam's m and v: 111 state inputs, all paired; outputs: the loss and 111 updated values.
+  EXPECT_EQ(py.out, "['input_ids', 'labels'] 111 112\n111\n");
+}
+
 // torch autograd and torch.optim on the same small GPT (2 layers, d 32, 2 heads, vocab 64), exported by
 // testdata/training/torch_reference.py: the loss and every updated weight (for sgd: the gradient it implies) within
 // 1e-4 normwise, partitioned Megatron 2x2 and 2D 4x4 (uneven: 2 heads over 4 devices).
