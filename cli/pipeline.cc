@@ -6,6 +6,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backend/kernels/kernels.h"
 #include "backend/profile/host_target.h"
@@ -27,6 +28,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 CostReport Pipeline::cost(bool overlap) {
   auto t0 = std::chrono::steady_clock::now();
   CostReport r = simulate_cost(graph, program, target, overlap, memory_roles ? &*memory_roles : nullptr);
+  if (training && training->recomputed_flops > 0 && r.model_flops > 0) {
+    // Model FLOPs exclude rematerialization (as MFU counts them): the recomputed nodes are work the model does not
+    // need; their time stays in the step.
+    const double model = r.model_flops - training->recomputed_flops;
+    r.flops_utilization *= model / r.model_flops;
+    r.model_flops = model;
+  }
   times.cost = seconds_since(t0);
   return r;
 }
@@ -61,6 +69,21 @@ std::function<bool(const Value&)> trainable_weights(const TrainingFlags& f) {
   };
 }
 
+namespace {
+/// The choice named `text` among `choices` (in order), or InputError("FLAG: 'text' is not a, b or c").
+template <class T>
+T pick(const std::string& text, const char* flag, std::initializer_list<std::pair<const char*, T>> choices) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : choices) {
+    if (text == name) return value;
+    names.push_back(name);
+  }
+  const std::string last = names.back();
+  names.pop_back();
+  throw InputError(fmt::format("{}: '{}' is not {} or {}", flag, text, fmt::join(names, ", "), last));
+}
+}  // namespace
+
 TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
   TrainingOptions t;
   if (f.loss == "output") {
@@ -75,15 +98,11 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
   } else {
     throw InputError(fmt::format("--loss: '{}' is not output, mean, sum or cross-entropy:LABELS", f.loss));
   }
-  if (f.optimizer == "sgd") {
-    t.optimizer = OptimizerKind::kSgd;
-  } else if (f.optimizer == "momentum") {
-    t.optimizer = OptimizerKind::kMomentum;
-  } else if (f.optimizer == "adam") {
-    t.optimizer = OptimizerKind::kAdam;
-  } else {
-    throw InputError(fmt::format("--optimizer: '{}' is not sgd, momentum or adam", f.optimizer));
-  }
+  t.optimizer = pick<OptimizerKind>(
+      f.optimizer, "--optimizer",
+      {{"sgd", OptimizerKind::kSgd}, {"momentum", OptimizerKind::kMomentum}, {"adam", OptimizerKind::kAdam}});
+  t.remat = pick<RematPolicy>(
+      f.remat, "--remat", {{"none", RematPolicy::kNone}, {"full", RematPolicy::kFull}, {"dots", RematPolicy::kDots}});
   t.lr = f.lr;
   t.momentum = f.momentum;
   t.beta1 = f.beta1;
@@ -192,6 +211,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   lo.load_data = load_data;
   if (o.training.on) lo.variable = trainable_weights(o.training);
   if (!o.training.on && !o.training.shard_update.empty()) throw InputError("--shard-update: only used with --training");
+  if (!o.training.on && o.training.remat != "none") throw InputError("--remat: only used with --training");
   for (const std::string& d : o.dims) {
     auto eq = d.find('=');
     int64_t v = 0;

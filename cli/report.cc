@@ -226,8 +226,13 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
       bytes += v.nbytes();
       weights.push_back({{"name", w.name}, {"grad", w.grad}, {"updated", w.updated}, {"bytes", v.nbytes()}});
     }
-    j["training"] = {
-        {"loss", p.training->loss}, {"weights", weights}, {"weight_bytes", bytes}, {"unused", p.training->unused}};
+    j["training"] = {{"loss", p.training->loss},
+                     {"weights", weights},
+                     {"weight_bytes", bytes},
+                     {"unused", p.training->unused},
+                     {"remat", remat_name(p.training->remat)},
+                     {"recomputed_nodes", p.training->recomputed_nodes},
+                     {"recomputed_flops", p.training->recomputed_flops}};
   }
   if (p.auto_result) j["auto"] = auto_json(*p.auto_result, p.graph, p.annotations.mesh.user());
   if (run) {
@@ -282,6 +287,12 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
                r["training"]["unused"].empty()
                    ? std::string()
                    : fmt::format(", {} not reaching the loss", r["training"]["unused"].size()));
+  if (r.contains("training") && r["training"].value("recomputed_nodes", 0) > 0)
+    fmt::print(
+        "remat     {}: {} forward nodes recomputed in the backward pass ({:.3g} FLOPs, {:.1f}% of the model FLOPs)\n",
+        r["training"]["remat"].get<std::string>(), r["training"]["recomputed_nodes"].get<int>(),
+        r["training"]["recomputed_flops"].get<double>(),
+        100 * r["training"]["recomputed_flops"].get<double>() / std::max(1.0, r["model_flops"].get<double>()));
   int64_t total = 0;
   double bytes = 0;
   for (const auto& c : r["collectives"]) {

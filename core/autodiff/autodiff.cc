@@ -23,15 +23,33 @@ class StepBuilder final : public GradContext {
   const Graph& graph() const override { return g_; }
 
   int dy(size_t k) override {
-    const int v = y(k);
+    const int v = node_->outputs.at(k);
     return v >= 0 && static_cast<size_t>(v) < grad_.size() ? grad_[static_cast<size_t>(v)] : -1;
   }
   bool wants(size_t i) const override {
-    const int v = x(i);
+    const int v = i < node_->inputs.size() ? node_->inputs[i] : -1;
     return v >= 0 && static_cast<size_t>(v) < requires_.size() && requires_[static_cast<size_t>(v)];
   }
+  int activation(int v) override {
+    if (v < 0 || static_cast<size_t>(v) >= saved_.size() || saved_[static_cast<size_t>(v)]) return v;
+    if (recomputed_[static_cast<size_t>(v)] >= 0) return recomputed_[static_cast<size_t>(v)];
+    // A copy of v's producer, reading the saved or recomputed copies of its inputs; its outputs typed as the
+    // originals (the same computation).
+    Node copy = g_.nodes.at(static_cast<size_t>(g_.values[static_cast<size_t>(v)].producer));
+    for (int& in : copy.inputs) in = activation(in);
+    copy.name = "remat/" + copy.name;
+    for (int& o : copy.outputs) {
+      if (o < 0) continue;
+      const Value val = g_.values[static_cast<size_t>(o)];
+      const int r = g_.add_value_unique(val.name + ".remat", val.dtype, val.shape);
+      recomputed_[static_cast<size_t>(o)] = r;
+      o = r;
+    }
+    g_.add_node(std::move(copy));
+    return recomputed_[static_cast<size_t>(v)];
+  }
   void set_dx(size_t i, int grad) override {
-    const int v = x(i);
+    const int v = i < node_->inputs.size() ? node_->inputs[i] : -1;
     if (v < 0) throw std::logic_error(fmt::format("gradient of node '{}': input {} is absent", node_->name, i));
     accumulate(v, grad, fmt::format("gradient of node '{}' ({}) input {}", node_->name, node_->op_type, i));
   }
@@ -114,9 +132,11 @@ class StepBuilder final : public GradContext {
     node_ = nullptr;
   }
 
-  std::vector<bool> requires_;  // per forward value: on a path from a trainable weight (and floating point)
-  std::vector<int> grad_;       // per value: its gradient's value id, or -1
-  std::string prefix = "grad";  // name prefix of emitted nodes
+  std::vector<bool> requires_;   // per forward value: on a path from a trainable weight (and floating point)
+  std::vector<int> grad_;        // per value: its gradient's value id, or -1
+  std::vector<char> saved_;      // --remat: per forward value, whether the backward pass reads it as is (empty: all)
+  std::vector<int> recomputed_;  // --remat: per forward value, its recomputed copy, or -1
+  std::string prefix = "grad";   // name prefix of emitted nodes
 
  private:
   std::string where() const {
@@ -200,6 +220,47 @@ int build_loss(StepBuilder& b, const TrainingOptions& o) {
   return -1;
 }
 
+/// --remat: which values of `g` (forward nodes [0, forward_nodes) with the loss) the backward pass reads as they are
+/// (RematPolicy). Cut values by a sweep over the forward nodes: the weight-dependent values open after each node
+/// (made at or before it, read after it), counted with a difference array. O(nodes + edges).
+std::vector<char> remat_saved(const Graph& g, size_t forward_nodes, const std::vector<bool>& needs_grad,
+                              RematPolicy policy) {
+  static const std::unordered_set<std::string> kNondeterministic = {
+      "Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"};
+  static const std::unordered_set<std::string> kContractions = {
+      "MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose", "FusedMatMul", "MatMulInteger", "ConvInteger"};
+  const size_t nv = g.values.size();
+  std::vector<char> saved(nv, 1);
+  std::vector<int> last(nv, -1);  // last forward reader
+  for (size_t i = 0; i < forward_nodes; ++i)
+    for (int v : g.nodes[i].inputs)
+      if (v >= 0) last[static_cast<size_t>(v)] = static_cast<int>(i);
+  const auto recomputable = [&](int v) {
+    return v >= 0 && static_cast<size_t>(v) < needs_grad.size() && needs_grad[static_cast<size_t>(v)] &&
+           g.values[static_cast<size_t>(v)].producer >= 0;
+  };
+  std::vector<int> open_delta(forward_nodes + 1, 0);
+  for (size_t i = 0; i < forward_nodes; ++i)
+    for (int v : g.nodes[i].outputs)
+      if (recomputable(v) && last[static_cast<size_t>(v)] > static_cast<int>(i)) {
+        ++open_delta[i];
+        --open_delta[static_cast<size_t>(last[static_cast<size_t>(v)])];
+      }
+  int open = 0;
+  for (size_t i = 0; i < forward_nodes; ++i) {
+    const Node& n = g.nodes[i];
+    open += open_delta[i];
+    int mine = 0;  // this node's results still read later
+    for (int v : n.outputs) mine += recomputable(v) && last[static_cast<size_t>(v)] > static_cast<int>(i);
+    const bool cut = mine > 0 && open == mine;
+    const bool keep =
+        cut || kNondeterministic.count(n.op_type) || (policy == RematPolicy::kDots && kContractions.count(n.op_type));
+    for (int v : n.outputs)
+      if (recomputable(v) && !keep) saved[static_cast<size_t>(v)] = 0;
+  }
+  return saved;
+}
+
 }  // namespace
 
 TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o, const ShapeFunction& shapes) {
@@ -238,6 +299,10 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
   const Value lv = g.values[static_cast<size_t>(loss)];
   if (!b.requires_[static_cast<size_t>(loss)]) throw InputError("--training: no trainable weight reaches the loss");
   const size_t differentiated = g.nodes.size();
+  if (o.remat != RematPolicy::kNone) {
+    b.saved_ = remat_saved(g, differentiated, b.requires_, o.remat);
+    b.recomputed_.assign(g.values.size(), -1);
+  }
   b.grad_.assign(g.values.size(), -1);
   b.grad_[static_cast<size_t>(loss)] = b.reshape(b.scalar(1.0, lv.dtype), lv.shape);
 
@@ -346,8 +411,23 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
   g.prune();
   g.verify();
   step.forward_nodes = g.values[static_cast<size_t>(g.at(step.loss))].producer + 1;
+  step.remat = o.remat;
+  for (const Node& n : g.nodes)
+    if (n.name.starts_with("remat/")) {
+      ++step.recomputed_nodes;
+      step.recomputed_flops += node_flops(g, n);
+    }
   step.graph = std::move(g);
   return step;
+}
+
+std::string_view remat_name(RematPolicy p) {
+  switch (p) {
+    case RematPolicy::kNone: return "none";
+    case RematPolicy::kFull: return "full";
+    case RematPolicy::kDots: return "dots";
+  }
+  return "none";
 }
 
 MemoryRoles training_memory_roles(const Graph& g, const TrainingStep& step) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/cost/cost.h"
@@ -28,6 +29,22 @@ enum class OptimizerKind {
   kAdam,      // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
 };
 
+/// Rematerialization (`--remat`): which forward values the backward pass keeps; the others it recomputes from the kept
+/// ones, by copies of their producers emitted where the backward first reads them (jax.checkpoint; Chen et al.
+/// 2016). Segment boundaries are the forward graph's cut values: a value computed from the weights after which
+/// nothing computed from the weights before it is still read (the residual stream between and inside transformer
+/// blocks, a CNN's block outputs). Values not computed from a weight, graph inputs, initializers and the outputs of
+/// nondeterministic ops are always kept.
+enum class RematPolicy {
+  kNone,  // keep everything the backward reads (the default)
+  kFull,  // keep only the cut values: each segment is recomputed once in the backward (Megatron's "full" recompute)
+  kDots,  // also keep the outputs of contractions (MatMul, Gemm, Einsum, Conv...), recompute the rest
+          // (jax.checkpoint_policies.dots_saveable)
+};
+
+/// "none", "full", "dots" (the --remat spelling).
+std::string_view remat_name(RematPolicy p);
+
 /// `--training` choices (docs/training.md).
 struct TrainingOptions {
   LossKind loss = LossKind::kOutput;
@@ -41,6 +58,7 @@ struct TrainingOptions {
   /// then copied (Identity) to `<w>.updated`, so the caller can shard the update and the optimizer state while the
   /// updated weight keeps the weight's sharding (Xu et al. 2020; ZeRO stage 1/2).
   bool shard_update = false;
+  RematPolicy remat = RematPolicy::kNone;  // `--remat`
   /// The weights to train: names of floating-point initializers of the forward graph. Weights that do not reach
   /// the loss are left out (TrainingStep::unused).
   std::vector<std::string> trainable;
@@ -64,6 +82,9 @@ struct TrainingStep {
   /// Nodes [0, forward_nodes) of `graph` compute the forward pass and the loss; the backward pass and the update
   /// follow.
   int forward_nodes = 0;
+  RematPolicy remat = RematPolicy::kNone;
+  int recomputed_nodes = 0;     // --remat: forward nodes copied into the backward pass (named "remat/<node>")
+  double recomputed_flops = 0;  // their FLOPs (node_flops, core/cost/cost.h), in the unpartitioned step
 };
 
 /// Builds one training step of `forward` (a loaded graph: static shapes, every node typed). `shapes` types the

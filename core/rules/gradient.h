@@ -19,7 +19,8 @@
 namespace gspmd {
 
 /// What a gradient rule sees and emits. Value ids are ids of the graph being built (the forward graph's values keep
-/// their ids, so x(i) and y(k) are the forward node's operands and results, i.e. saved activations).
+/// their ids, so x(i) and y(k) are the forward node's operands and results: saved activations, or their recomputed
+/// copies under --remat).
 /// Implemented by the autodiff driver (core/autodiff/autodiff.cc).
 class GradContext {
  public:
@@ -32,9 +33,13 @@ class GradContext {
   /// The value `id` (forward or emitted), by copy: emitting appends to the graph's values, which would leave a
   /// reference dangling.
   Value value(int id) const { return graph().values.at(static_cast<size_t>(id)); }
-  /// The forward node's input i (a value id; -1 for an absent optional input) and output k.
-  int x(size_t i) const { return i < node().inputs.size() ? node().inputs[i] : -1; }
-  int y(size_t k) const { return node().outputs.at(k); }
+  /// The forward node's input i (a value id; -1 for an absent optional input) and output k, as the rule reads them:
+  /// the saved activation, or under rematerialization its recomputed copy (emitted on first use).
+  int x(size_t i) { return i < node().inputs.size() ? activation(node().inputs[i]) : -1; }
+  int y(size_t k) { return activation(node().outputs.at(k)); }
+  /// The forward value `v` (or -1) as the backward pass reads it: `v` itself when it is saved; otherwise (--remat) a
+  /// copy recomputed from saved values by copies of its producers, emitted once and reused.
+  virtual int activation(int v) = 0;
   /// The ai.onnx opset the graph is at: emit ops in that opset's form (e.g. ReduceSum's axes are an attribute
   /// before 13; the helpers below choose).
   int64_t opset() const { return graph().opset; }

@@ -52,14 +52,26 @@ class TrainingDifferential : public ::testing::TestWithParam<int> {};
 
 TEST_P(TrainingDifferential, RandomTrainingStepsMatchSingleDevice) {
   const uint64_t base = kTrainingSeedBase + static_cast<uint64_t>(GetParam()) * kTrainingCasesPerShard;
-  int passed = 0, skipped = 0, unsupported = 0;
+  int passed = 0, skipped = 0, unsupported = 0, rematerialized = 0;
   std::map<std::string, int> no_rule;
   std::ostringstream failures;
   int failed = 0;
   for (int i = 0; i < kTrainingCasesPerShard; ++i) {
     const uint64_t seed = base + static_cast<uint64_t>(i);
     std::string why;
-    std::optional<RandomCase> t = training_case(generate_case(seed), &why);
+    const RematPolicy remat = static_cast<RematPolicy>(seed % 3);  // none, full, dots in turn
+    const RandomCase c = generate_case(seed);
+    std::optional<RandomCase> t = training_case(c, &why, remat);
+    const std::optional<RandomCase> plain = t && remat != RematPolicy::kNone ? training_case(c) : std::nullopt;
+    if (plain && plain->g.nodes.size() != t->g.nodes.size()) {
+      // Recomputing is exact: the step with remat equals the step without, unpartitioned.
+      ++rematerialized;
+      const std::vector<Tensor> a = run_single(t->g, t->inputs).outputs,
+                                b = run_single(plain->g, plain->inputs).outputs;
+      for (size_t o = 0; o < a.size(); ++o)
+        if (const std::string d = testing::compare_tensors(a[o], b[o]); !d.empty() && ++failed <= kMaxReports)
+          failures << "\nseed " << seed << ": --remat " << remat_name(remat) << " output " << o << ": " << d;
+    }
     if (!t) {
       ++skipped;
       const size_t at = why.find("no gradient rule for ");
@@ -76,10 +88,12 @@ TEST_P(TrainingDifferential, RandomTrainingStepsMatchSingleDevice) {
     }
   }
   std::cout << "[difftest] training shard " << GetParam() << ": " << passed << " passed, " << failed << " failed, "
-            << skipped << " skipped, " << unsupported << " unsupported; ops without a gradient rule:";
+            << skipped << " skipped, " << unsupported << " unsupported, " << rematerialized
+            << " recomputing forward nodes (equal to the step without remat); ops without a gradient rule:";
   for (const auto& [op, n] : no_rule) std::cout << " " << op << " x" << n;
   std::cout << "\n";
-  EXPECT_GT(passed, kTrainingCasesPerShard / 3);  // about half the cases have a weight on the way
+  EXPECT_GT(passed, kTrainingCasesPerShard / 3);           // about half the cases have a weight on the way
+  EXPECT_GT(rematerialized, kTrainingCasesPerShard / 30);  // about 1 in 20 cases recompute something
   EXPECT_EQ(failed, 0) << failures.str();
 }
 

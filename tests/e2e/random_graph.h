@@ -1352,8 +1352,9 @@ inline RandomCase generate_case(uint64_t seed, const GenOptions& opt = {}) {
 /// The training step of case `c` (docs/training.md): the loss is the sum of its first floating-point output, the
 /// weights are its float weights (the generator's "w..." initializers), the annotations are carried over by name and
 /// the step's inputs are the case's. nullopt when there is no float output or no weight reaches it, or when an op
-/// on the way has no gradient rule (`why` says which).
-inline std::optional<RandomCase> training_case(const RandomCase& c, std::string* why = nullptr) {
+/// on the way has no gradient rule (`why` says which). `remat`: the step's rematerialization policy (tag "remat-...").
+inline std::optional<RandomCase> training_case(const RandomCase& c, std::string* why = nullptr,
+                                               RematPolicy remat = RematPolicy::kNone) {
   Graph g = c.g;
   int out = -1;
   for (int o : g.outputs)
@@ -1362,6 +1363,7 @@ inline std::optional<RandomCase> training_case(const RandomCase& c, std::string*
   g.outputs = {out};
   TrainingOptions o;
   o.loss = LossKind::kSum;
+  o.remat = remat;
   for (const Value& v : g.values)
     if (v.is_initializer && is_floating(v.dtype) && !v.name.empty() && v.name[0] == 'w') o.trainable.push_back(v.name);
   if (o.trainable.empty()) return std::nullopt;
@@ -1389,6 +1391,7 @@ inline std::optional<RandomCase> training_case(const RandomCase& c, std::string*
   }
   t.tags = c.tags;
   t.tags.push_back("training");
+  if (remat != RematPolicy::kNone) t.tags.push_back("remat-" + std::string(remat_name(remat)));
   return t;
 }
 

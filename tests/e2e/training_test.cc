@@ -232,6 +232,38 @@ TEST(Training, DeviceFilesTakeWeightsAndStateAsInputs) {
   EXPECT_EQ(py.out, "['input_ids', 'labels'] 111 112\n111\n");
 }
 
+// --remat on the bundled GPT (Megatron 2x2): the step still equals the unpartitioned one; keeping only the cut
+// values (full) or also the matmul outputs (dots) saves fewer activations and lowers the peak, at the price of
+// recomputed FLOPs; only what the backward reads is recomputed, so no forward all-reduce is repeated.
+TEST(Training, RematTradesSavedActivationsForRecompute) {
+  fs::path d = scratch("train_remat");
+  std::map<std::string, nlohmann::json> rep;
+  for (const std::string policy : {"none", "full", "dots"}) {
+    CmdResult r = cli("run " + kGpt + " --mesh 2x2" + plan("megatron") + kTrain + " --remat " + policy +
+                          " --check --report " + (d / (policy + ".json")).string(),
+                      "train_remat_" + policy);
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("remat     ") != std::string::npos, policy != "none") << r.out;
+    rep[policy] = read_json(d / (policy + ".json"));
+  }
+  const auto saved = [&](const std::string& p) {
+    return rep[p]["simulated"]["memory"]["total"]["saved_activations"].get<int64_t>();
+  };
+  const auto peak = [&](const std::string& p) { return rep[p]["simulated"]["memory"]["peak_bytes"].get<int64_t>(); };
+  const auto flops = [&](const std::string& p) { return rep[p]["training"]["recomputed_flops"].get<double>(); };
+  EXPECT_LT(saved("full"), saved("dots"));
+  EXPECT_LT(saved("dots"), saved("none"));
+  EXPECT_LT(peak("full"), peak("none"));
+  EXPECT_EQ(flops("none"), 0);
+  EXPECT_GT(flops("full"), flops("dots"));
+  EXPECT_GT(flops("dots"), 0);
+  for (const std::string p : {"full", "dots"}) {
+    EXPECT_EQ(rep[p]["model_flops"], rep["none"]["model_flops"]) << p;  // recomputation is not model work
+    EXPECT_EQ(count_collectives(rep[p], "all-reduce"), count_collectives(rep["none"], "all-reduce")) << p;
+  }
+}
+
 // torch autograd and torch.optim on the same small GPT (2 layers, d 32, 2 heads, vocab 64), exported by
 // testdata/training/torch_reference.py: the loss and every updated weight (for sgd: the gradient it implies) within
 // 1e-4 normwise, partitioned Megatron 2x2 and 2D 4x4 (uneven: 2 heads over 4 devices).
@@ -280,6 +312,8 @@ TEST(Training, BadFlagsAreOneLineErrors) {
        "cross-entropy:LABELS\n"},
       {" --training --loss median", "error: --loss: 'median' is not output, mean, sum or cross-entropy:LABELS\n"},
       {kTrain + " --optimizer lamb", "error: --optimizer: 'lamb' is not sgd, momentum or adam\n"},
+      {kTrain + " --remat some", "error: --remat: 'some' is not none, full or dots\n"},
+      {" --remat full", "error: --remat: only used with --training\n"},
       {kTrain + " --trainable nothing_matches", "error: --trainable: 'nothing_matches' matches no float initializer\n"},
       {kTrain + " --trainable '('",
        "error: --trainable: '(' is not a regular expression: Mismatched '(' and ')' in regular expression\n"},
