@@ -64,12 +64,82 @@ TEST(Training, BertAndResnet18RunCheckPasses) {
 
   const Export& e = exported("resnet18");
   ASSERT_TRUE(e.error.empty()) << e.error;
-  for (const std::string& plan : {std::string("data"), std::string("spatial")}) {
-    r = cli("run " + (e.dir / "resnet18.onnx").string() + " --mesh " + (plan == "data" ? "2x2" : "4") +
+  // channel: batch over data, every conv's output channels over model (model parallel)
+  for (const std::string& plan : {std::string("data"), std::string("spatial"), std::string("channel")}) {
+    r = cli("run " + (e.dir / "resnet18.onnx").string() + " --mesh " + (plan == "spatial" ? "4" : "2x2") +
                 " --shardings testdata/cnn/resnet18." + plan + ".sharding.json --training --loss mean --check",
             "train_resnet18_" + plan);
     EXPECT_EQ(r.code, 0) << plan << "\n" << r.out << r.err;
     EXPECT_NE(r.out.find("training  one step: loss 'loss', 42 weights"), std::string::npos) << r.out;
+  }
+}
+
+// A small torchvision VisionTransformer (testdata/training/export_models.py: 32x32 images, patches 8, 2 layers, 4
+// heads, hidden 64, MLP 128), data parallel over 4 and Megatron (each encoder MLP's first Linear column-, second
+// row-split over model): the step equals the unpartitioned one, and under Megatron each layer's MLP output is
+// all-reduced over model in the forward pass (the plan does split the MLPs).
+TEST(Training, VitRunCheckPasses) {
+  const Export& e = exported_for_training("vit");
+  ASSERT_TRUE(e.error.empty()) << e.error;
+  fs::path d = scratch("train_vit");
+  for (const std::string& plan : {std::string("data"), std::string("megatron")}) {
+    const fs::path report = d / (plan + ".json");
+    CmdResult r = cli("run " + (e.dir / "vit.onnx").string() + " --mesh 2x2 --shardings " +
+                          (e.dir / (plan + ".plan.json")).string() + " --training --loss mean --check --report " +
+                          report.string(),
+                      "train_vit_" + plan);
+    ASSERT_EQ(r.code, 0) << plan << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("training  one step: loss 'loss', 32 weights"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+    if (plan != "megatron") continue;
+    std::set<std::string> reduced;
+    const nlohmann::json j = read_json(report);
+    for (const auto& c : j["collectives"])
+      if (c["kind"] == "all-reduce" && c["axes"] == nlohmann::json{"model"})
+        reduced.insert(c["value"].get<std::string>());
+    for (int k = 0; k < 2; ++k)
+      EXPECT_TRUE(reduced.count("/encoder/layers/encoder_layer_" + std::to_string(k) + "/mlp/mlp.3/MatMul_output_0"))
+          << k;
+  }
+}
+
+// testdata/corpus/gen_moe.py's GShard top-2 MoE LM, small (export_models.py: G 4, S 8, M 16, E 4, C 4), under plan
+// (a): groups and experts over one axis `expert` (4), with GShard's dispatch / combine annotations; and plan (b),
+// expert x data 2x2. The integer routing (ArgMax, OneHot, the capacity CumSum over masks, comparisons) carries no
+// gradient; the gates do (Softmax, the combine Einsum). Under (a) the forward's two all-to-alls stay, the expert
+// weights' gradients need no collective (each device holds its expert's), and every other gradient is all-reduced
+// once over `expert`, with its weight's bytes, plus the loss.
+TEST(Training, MoeExpertPlanRunCheckPasses) {
+  const Export& e = exported_for_training("moe");
+  ASSERT_TRUE(e.error.empty()) << e.error;
+  fs::path d = scratch("train_moe");
+  for (const auto& [plan, mesh] : {std::pair<std::string, std::string>{"expert4", "4"}, {"expert_data", "2x2"}}) {
+    const fs::path report = d / (plan + ".json");
+    CmdResult r = cli("run " + (e.dir / "moe.onnx").string() + " --mesh " + mesh + " --shardings " +
+                          (e.dir / (plan + ".plan.json")).string() + " --training --loss mean --check --report " +
+                          report.string(),
+                      "train_moe_" + plan);
+    ASSERT_EQ(r.code, 0) << plan << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("training  one step: loss 'loss', 20 weights"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+    if (plan != "expert4") continue;
+    nlohmann::json j = read_json(report);
+    std::multiset<int64_t> dense_bytes{4}, reduced_bytes;  // 4: the loss
+    for (const auto& w : j["training"]["weights"])
+      if (w["name"] != "h.1.moe.wi" && w["name"] != "h.1.moe.wo") dense_bytes.insert(w["bytes"].get<int64_t>());
+    ASSERT_EQ(dense_bytes.size(), 19u);
+    std::set<std::string> exchanged;
+    for (const auto& c : j["collectives"]) {
+      EXPECT_EQ(c["axes"], nlohmann::json{"expert"}) << c.dump();
+      for (const char* w : {"h.1.moe.wi", "h.1.moe.wo"})
+        EXPECT_EQ(c["value"].get<std::string>().rfind(w, 0), std::string::npos) << c.dump();
+      if (c["kind"] == "all-to-all") exchanged.insert(c["value"].get<std::string>());
+      if (c["kind"] == "all-reduce")
+        for (int k = 0; k < c["count"]; ++k) reduced_bytes.insert(c["bytes"].get<int64_t>());
+    }
+    EXPECT_EQ(reduced_bytes, dense_bytes);
+    EXPECT_TRUE(exchanged.count("/h.1/moe/Einsum_1_output_0"));   // dispatch: G split -> E split
+    EXPECT_TRUE(exchanged.count("/h.1/moe/Reshape_1_output_0"));  // expert outputs back to G split
   }
 }
 
