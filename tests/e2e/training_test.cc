@@ -40,10 +40,15 @@ INSTANTIATE_TEST_SUITE_P(Plans, GptTraining,
                                            Case{"megatron", "2x2", " --optimizer momentum --lr 0.1"},
                                            // Adam divides by sqrt(v): with a tiny eps, rounding noise in a gradient
                                            // near 0 (attention's key bias is 0 exactly) becomes a step of lr
-                                           Case{"paper2d", "2x2", " --optimizer adam --lr 0.001 --eps 1e-3"}),
+                                           Case{"paper2d", "2x2", " --optimizer adam --lr 0.001 --eps 1e-3"},
+                                           // Adafactor too (g / sqrt(g^2 + eps)): eps 1e-6 keeps the noise small
+                                           Case{"paper2d", "2x2", " --optimizer adafactor --lr 0.01 --eps 1e-6"}),
                          [](const auto& info) {
                            std::string n = info.param.plan + (info.param.extra.empty() ? "" : "_optimizer");
-                           return n + (info.param.extra.find("adam") != std::string::npos ? "_adam" : "");
+                           for (const char* o : {"adam", "adafactor"})
+                             if (info.param.extra.find(std::string(" --optimizer ") + o + " ") != std::string::npos)
+                               n += std::string("_") + o;
+                           return n;
                          });
 
 // Other models' training steps: BERT (Megatron plan; data parallel through the batch of its three inputs), resnet18
@@ -244,6 +249,46 @@ TEST_F(TorchReference, AdamStepMatchesTorchOptim) {
   run_and_compare(d, " --mesh 2x2" + plan("paper2d") + " --optimizer adam --lr 0.01", "adam_paper2d");
 }
 
+// Adafactor against the numpy transcription of HF transformers' Adafactor (torch 1.13 has none; torch autograd's
+// gradients), partitioned by the GSPMD paper's 2D plan. Clipping is active for most matrices (RMS of the update
+// 1.01 - 1.13) and not for the embeddings (0.65, 0.95).
+TEST_F(TorchReference, AdafactorStepMatchesNumpyReference) {
+  const fs::path d = make("adafactor", " --opset 17 --fold --optimizer adafactor --lr 0.01");
+  run_and_compare(d, " --mesh 2x2" + plan("paper2d") + " --optimizer adafactor --lr 0.01", "adafactor_paper2d");
+}
+
+// Adafactor's factored accumulators take their weight's sharding without the dim they average over: fc_in.weight
+// [128, 512] is [null, model] under Megatron, so its row accumulator [128] is replicated and its column accumulator
+// [512] split over model; a bias's unfactored accumulator is sharded like the bias. With --shard-update data each
+// accumulator is also split over data by its own shape, and the step still equals the unpartitioned one.
+TEST(Training, AdafactorStateFollowsTheWeightWithoutTheAveragedDim) {
+  const std::string adafactor = kTrain + " --optimizer adafactor";
+  const std::string megatron = "explain " + kGpt + " --mesh 2x2" + plan("megatron") + adafactor + " --value ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"h.0.mlp.fc_in.weight.adafactor_row", "[null]"},
+      {"h.0.mlp.fc_in.weight.adafactor_col.updated", "[\"model\"]"},
+      {"h.0.mlp.fc_out.weight.adafactor_row.updated", "[\"model\"]"},  // [512, 128] is [model, null]
+      {"h.0.mlp.fc_in.bias.adafactor_v", "[\"model\"]"}};
+  for (size_t k = 0; k < cases.size(); ++k) {
+    CmdResult r = cli(megatron + cases[k].first, "train_adafactor_explain_" + std::to_string(k));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find(cases[k].first + " float32 "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("  sharding  " + cases[k].second + " "), std::string::npos) << cases[k].first << "\n" << r.out;
+  }
+  fs::path d = scratch("train_adafactor_shard_update");
+  {
+    std::ofstream f(d / "dp4.json");
+    f << R"({"mesh": {"shape": [4], "axes": ["data"]}, "tensors": {"input_ids": ["data", null]}})";
+  }
+  const std::string dp4 = " --mesh 4 --shardings " + (d / "dp4.json").string() + adafactor + " --shard-update data";
+  CmdResult r = cli("explain " + kGpt + dp4 + " --value h.0.mlp.fc_in.weight.adafactor_row", "train_adafactor_su_x");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("  sharding  [\"data\"] "), std::string::npos) << r.out;
+  r = cli("run " + kGpt + dp4 + " --eps 1e-6 --check", "train_adafactor_su");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+}
+
 // Bad training flags: one line naming the flag and the problem, exit 2.
 TEST(Training, BadFlagsAreOneLineErrors) {
   struct Bad {
@@ -254,7 +299,7 @@ TEST(Training, BadFlagsAreOneLineErrors) {
        "error: --training: output 0 'logits' is float32[8,64,512], not a scalar: choose --loss mean, sum or "
        "cross-entropy:LABELS\n"},
       {" --training --loss median", "error: --loss: 'median' is not output, mean, sum or cross-entropy:LABELS\n"},
-      {kTrain + " --optimizer lamb", "error: --optimizer: 'lamb' is not sgd, momentum or adam\n"},
+      {kTrain + " --optimizer lamb", "error: --optimizer: 'lamb' is not sgd, momentum, adam or adafactor\n"},
       {kTrain + " --trainable nothing_matches", "error: --trainable: 'nothing_matches' matches no float initializer\n"},
       {kTrain + " --trainable '('",
        "error: --trainable: '(' is not a regular expression: Mismatched '(' and ')' in regular expression\n"},
