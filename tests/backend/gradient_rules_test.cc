@@ -547,17 +547,19 @@ TEST(GradientRules, CumSum) {
     }
 }
 
-/// TopK's values (largest and smallest, on the last axis and on axis 0): dX is dy at the chosen elements and 0
-/// elsewhere (random inputs have no ties, so the choice does not change within h).
+/// TopK's values (largest and smallest, on the last axis and on axis 0; with the indices output, and without it
+/// as loading leaves a TopK whose indices are unused): dX is dy at the chosen elements and 0 elsewhere (random
+/// inputs have no ties, so the choice does not change within h).
 TEST(GradientRules, TopK) {
-  for (const auto& [axis, largest] : {std::pair<int64_t, int64_t>{-1, 1}, std::pair<int64_t, int64_t>{0, 0}}) {
-    SCOPED_TRACE(fmt::format("axis {} largest {}", axis, largest));
-    Net n;
-    const int x = n.w("x", {4, 3, 5});
-    const std::vector<int> out =
-        n.node("TopK", {x, n.init("k", Tensor::from_int64s({2}))}, {{"axis", axis}, {"largest", largest}}, 2);
-    check(n, out[0]);
-  }
+  for (const auto& [axis, largest] : {std::pair<int64_t, int64_t>{-1, 1}, std::pair<int64_t, int64_t>{0, 0}})
+    for (size_t outputs : {2, 1}) {
+      SCOPED_TRACE(fmt::format("axis {} largest {} outputs {}", axis, largest, outputs));
+      Net n;
+      const int x = n.w("x", {4, 3, 5});
+      const std::vector<int> out =
+          n.node("TopK", {x, n.init("k", Tensor::from_int64s({2}))}, {{"axis", axis}, {"largest", largest}}, outputs);
+      check(n, out[0]);
+    }
 }
 
 /// A resnet stem: Conv -> BatchNormalization -> Relu -> MaxPool -> GlobalAveragePool -> 1x1 Conv.
