@@ -21,13 +21,14 @@ namespace gspmd::cli {
 struct TrainingFlags {
   bool on = false;                // --training: partition / run / cost one training step, not the forward graph
   std::string loss = "output";    // --loss output|mean|sum|cross-entropy:LABELS
-  std::string optimizer = "sgd";  // --optimizer sgd|momentum|adam
+  std::string optimizer = "sgd";  // --optimizer sgd|momentum|adam|adafactor
   std::string shard_update;       // --shard-update AXIS: shard each update and its optimizer state over AXIS
   std::string remat = "none";     // --remat none|full|dots
   std::string trainable;          // --trainable REGEX over initializer names ("" = float initializers of >1 element)
   double lr = 0.01;               // --lr
   double momentum = 0.9;          // --momentum
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // --beta1, --beta2, --eps (adam)
+  double beta1 = 0.9, beta2 = 0.999;  // --beta1, --beta2 (adam)
+  std::optional<double> eps;          // --eps (default: adam 1e-8, adafactor 1e-30)
 };
 
 /// Flags shared by partition, run, simulate and explain.

@@ -33,7 +33,7 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   auto& t = o.training;
   c->add_flag("--training", t.on, "one training step: forward, loss, backward, optimizer update (docs/training.md)");
   c->add_option("--loss", t.loss, "--training: output (a scalar output 0, default), mean, sum or cross-entropy:LABELS");
-  c->add_option("--optimizer", t.optimizer, "--training: sgd (default), momentum or adam");
+  c->add_option("--optimizer", t.optimizer, "--training: sgd (default), momentum, adam or adafactor");
   c->add_option("--trainable", t.trainable,
                 "--training: regex over initializer names (default: float initializers of more than one element)");
   c->add_option("--shard-update", t.shard_update,
@@ -46,7 +46,9 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_option("--momentum", t.momentum, "--optimizer momentum: momentum (default 0.9)");
   c->add_option("--beta1", t.beta1, "--optimizer adam: beta1 (default 0.9)");
   c->add_option("--beta2", t.beta2, "--optimizer adam: beta2 (default 0.999)");
-  c->add_option("--eps", t.eps, "--optimizer adam: epsilon (default 1e-8)");
+  c->add_option("--eps", t.eps,
+                "--optimizer adam: epsilon (default 1e-8); adafactor: eps1, added to the squared gradient (default "
+                "1e-30)");
 }
 
 }  // namespace

@@ -98,16 +98,18 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
   } else {
     throw InputError(fmt::format("--loss: '{}' is not output, mean, sum or cross-entropy:LABELS", f.loss));
   }
-  t.optimizer = pick<OptimizerKind>(
-      f.optimizer, "--optimizer",
-      {{"sgd", OptimizerKind::kSgd}, {"momentum", OptimizerKind::kMomentum}, {"adam", OptimizerKind::kAdam}});
+  t.optimizer = pick<OptimizerKind>(f.optimizer, "--optimizer",
+                                    {{"sgd", OptimizerKind::kSgd},
+                                     {"momentum", OptimizerKind::kMomentum},
+                                     {"adam", OptimizerKind::kAdam},
+                                     {"adafactor", OptimizerKind::kAdafactor}});
   t.remat = pick<RematPolicy>(
       f.remat, "--remat", {{"none", RematPolicy::kNone}, {"full", RematPolicy::kFull}, {"dots", RematPolicy::kDots}});
   t.lr = f.lr;
   t.momentum = f.momentum;
   t.beta1 = f.beta1;
   t.beta2 = f.beta2;
-  t.eps = f.eps;
+  t.eps = f.eps ? *f.eps : t.optimizer == OptimizerKind::kAdafactor ? 1e-30 : 1e-8;
   t.shard_update = !f.shard_update.empty();
   const auto trainable = trainable_weights(f);
   for (const Value& v : forward.values)
@@ -195,8 +197,20 @@ void annotate_training(Pipeline& p, const std::string& shard_update) {
     const char* sharded = axis >= 0 ? "the update of" : "follows";
     follow(w.grad, shard, sharded);
     follow(w.update_shard, shard, sharded);
-    for (const std::string& s : w.state) follow(s, shard, sharded);
-    for (const std::string& s : w.state_updated) follow(s, shard, sharded);
+    for (size_t k = 0; k < w.state.size(); ++k) {
+      // A state tensor that lacks a weight dim (Adafactor's row and column accumulators) takes the weight's
+      // sharding without that dim, sharded over AXIS by its own shape.
+      Annotation st = shard;
+      if (const int d = w.state_reduced_dim[k]; d >= 0) {
+        st = base;
+        st.sharding.dims.erase(st.sharding.dims.begin() + d);
+        if (axis >= 0)
+          st.sharding = update_sharding(st.sharding, p.graph.values[static_cast<size_t>(p.graph.at(w.state[k]))].shape,
+                                        mesh, axis);
+      }
+      follow(w.state[k], st, sharded);
+      follow(w.state_updated[k], st, sharded);
+    }
     follow(w.updated, base, "follows");
   }
 }

@@ -261,6 +261,69 @@ std::vector<char> remat_saved(const Graph& g, size_t forward_nodes, const std::v
   return saved;
 }
 
+/// Adafactor's update U of weight `w` (what lr multiplies) from its gradient `grad`, one step (t = o.step):
+/// Shazeer & Stern 2018, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost", as HF transformers'
+/// `Adafactor(scale_parameter=False, relative_step=False, warmup_init=False, beta1=None)` computes it (factored over
+/// the last two dims, clip_threshold 1, decay_rate -0.8, eps[0] = o.eps; docs/training.md):
+///   G = g^2 + eps;  beta2_t = 1 - t^-0.8
+///   rank >= 2:  R = beta2_t R + (1-beta2_t) mean_{-1}(G);  C = beta2_t C + (1-beta2_t) mean_{-2}(G)
+///               U = g * rsqrt(R / mean_{-1}(R))[..., :, None] * rsqrt(C)[..., None, :]
+///   otherwise:  V = beta2_t V + (1-beta2_t) G;  U = g * rsqrt(V)
+///   U = U / max(1, RMS(U) / 1.0)
+/// The accumulators (zeros before the step) are added to `tw` and their new values to `state_outputs`.
+int adafactor_update(StepBuilder& b, const TrainingOptions& o, const Value& w, int grad, bool data,
+                     TrainingStep::Weight& tw, std::vector<int>& state_outputs) {
+  constexpr double kDecayRate = 0.8, kClipThreshold = 1.0;
+  const DType dt = w.dtype;
+  const double beta2 = 1 - std::pow(static_cast<double>(o.step), -kDecayRate);
+  const auto mean = [&](int v, int64_t axis, bool keepdims) {
+    const int64_t n = b.value(v).shape.at(static_cast<size_t>(axis));
+    return b.op("Div", {b.reduce_sum(v, {axis}, keepdims), b.scalar(static_cast<double>(n), dt)});
+  };
+  const auto average = [&](int state, int fresh) {  // beta2_t * state + (1 - beta2_t) * fresh
+    return b.op("Add", {b.op("Mul", {state, b.scalar(beta2, dt)}), b.op("Mul", {fresh, b.scalar(1 - beta2, dt)})});
+  };
+  const auto rsqrt = [&](int v) { return b.op("Reciprocal", {b.op("Sqrt", {v})}); };
+  const auto state = [&](const std::string& suffix, Shape shape, int reduced_dim) {
+    Value like = w;
+    like.shape = std::move(shape);
+    const int s = b.zeros_like(w.name + suffix, like, data);
+    tw.state.push_back(b.value(s).name);
+    tw.state_reduced_dim.push_back(reduced_dim);
+    return s;
+  };
+  const int g2 = b.op("Add", {b.op("Mul", {grad, grad}), b.scalar(o.eps, dt)});
+  int update = -1;
+  const int64_t rank = static_cast<int64_t>(w.shape.size());
+  if (rank >= 2) {
+    Shape row_shape(w.shape.begin(), w.shape.end() - 1), col_shape = w.shape;
+    col_shape.erase(col_shape.end() - 2);
+    const int r = state(".adafactor_row", row_shape, static_cast<int>(rank - 1));
+    const int c = state(".adafactor_col", col_shape, static_cast<int>(rank - 2));
+    const int r1 = average(r, mean(g2, rank - 1, false)), c1 = average(c, mean(g2, rank - 2, false));
+    state_outputs.push_back(r1);
+    state_outputs.push_back(c1);
+    Shape r_unsq = row_shape, c_unsq = col_shape;  // [..., n, 1] and [..., 1, m]
+    r_unsq.push_back(1);
+    c_unsq.insert(c_unsq.end() - 1, 1);
+    const int r_factor = b.reshape(rsqrt(b.op("Div", {r1, mean(r1, rank - 2, true)})), r_unsq);
+    const int c_factor = b.reshape(rsqrt(c1), c_unsq);
+    update = b.op("Mul", {b.op("Mul", {grad, r_factor}), c_factor});
+  } else {
+    const int v = state(".adafactor_v", w.shape, -1);
+    const int v1 = average(v, g2);
+    state_outputs.push_back(v1);
+    update = b.op("Mul", {grad, rsqrt(v1)});
+  }
+  std::vector<int64_t> all(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) all[static_cast<size_t>(d)] = d;
+  const int mean_sq = b.op("Div", {b.reduce_sum(b.op("Mul", {update, update}), all, false),
+                                   b.scalar(static_cast<double>(num_elements(w.shape)), dt)});
+  const int clip =
+      b.op("Max", {b.op("Div", {b.op("Sqrt", {mean_sq}), b.scalar(kClipThreshold, dt)}), b.scalar(1.0, dt)});
+  return b.op("Div", {update, clip});
+}
+
 }  // namespace
 
 TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o, const ShapeFunction& shapes) {
@@ -372,7 +435,9 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
         state_outputs.push_back(v1);
         break;
       }
+      case OptimizerKind::kAdafactor: update = adafactor_update(b, o, wv, grad, data, tw, state_outputs); break;
     }
+    tw.state_reduced_dim.resize(tw.state.size(), -1);
     int updated = b.op("Sub", {w, b.op("Mul", {update, lr})});
     if (o.shard_update) {
       update_shards.push_back(updated);

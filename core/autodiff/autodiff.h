@@ -22,11 +22,15 @@ enum class LossKind {
                   // -log_softmax(logits)[label] (torch.nn.functional.cross_entropy with reduction "mean")
 };
 
-/// The optimizer (`--optimizer`), one step, following torch.optim's update formulas.
+/// The optimizer (`--optimizer`), one step, following torch.optim's update formulas (Adafactor: HF transformers').
 enum class OptimizerKind {
   kSgd,       // w - lr * g
   kMomentum,  // v = momentum * v + g; w - lr * v (torch.optim.SGD with momentum, dampening 0)
   kAdam,      // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+  // Shazeer & Stern 2018 as HF transformers' Adafactor (scale_parameter, relative_step, warmup_init off, no first
+  // moment): second moments of g^2 + eps factored over the last two dims, beta2_t = 1 - t^-0.8, the update clipped
+  // to RMS 1; w - lr * update (docs/training.md gives the formula)
+  kAdafactor,
 };
 
 /// Rematerialization (`--remat`): which forward values the backward pass keeps; the others it recomputes from the kept
@@ -52,8 +56,8 @@ struct TrainingOptions {
   /// used; otherwise a new int64 graph input of that name and shape is added after the model's inputs.
   std::string labels;
   OptimizerKind optimizer = OptimizerKind::kSgd;
-  double lr = 0.01, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  int64_t step = 1;  // Adam's step number t (bias correction)
+  double lr = 0.01, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // eps: Adam's, or Adafactor's eps1
+  int64_t step = 1;  // the step number t (Adam's bias correction, Adafactor's beta2_t)
   /// Weight-update sharding (`--shard-update`): each update is computed into its own value `<w>.update_shard`,
   /// then copied (Identity) to `<w>.updated`, so the caller can shard the update and the optimizer state while the
   /// updated weight keeps the weight's sharding (Xu et al. 2020; ZeRO stage 1/2).
@@ -76,6 +80,9 @@ struct TrainingStep {
     std::string name, grad, updated;
     std::string update_shard;  // with shard_update: the update before it is copied to `updated` ("" otherwise)
     std::vector<std::string> state, state_updated;
+    /// Per state tensor: the weight dim it lacks (Adafactor's factored accumulators are means over the last or
+    /// the second-to-last dim), or -1 when it has the weight's shape. Parallel to `state`.
+    std::vector<int> state_reduced_dim;
   };
   std::vector<Weight> weights;
   std::vector<std::string> unused;  // trainable names that do not reach the loss (no gradient, not updated)

@@ -422,11 +422,43 @@ void nearest_resize_grad(GradContext& c) {
   c.set_dx(0, c.reduce_sum(c.reshape(c.dy(0), split), block_axes, false));
 }
 
+/// CumSum: each input element reaches the outputs after it (before it with `reverse`), itself excluded with
+/// `exclusive`, so dX is the cumulative sum of dy the other way round, with the same `exclusive` and axis input.
+void cumsum_grad(GradContext& c) {
+  if (!c.wants(0) || c.dy(0) < 0) return;
+  const Node& n = c.node();
+  c.set_dx(0, c.op("CumSum", {c.dy(0), c.x(1)},
+                   {{"exclusive", n.i("exclusive", 0)}, {"reverse", int64_t{n.i("reverse", 0) == 0}}}));
+}
+
+/// TopK: the values are X's elements at the indices (output 1, distinct within each slice), so dX is dy sent back
+/// to them: OneHot(indices, n) inserts X's axis after the k axis, dy is broadcast over it, and the k axis is
+/// summed (the one-hot form of Gather's gradient; no scatter op is needed). The indices carry no gradient. When
+/// loading dropped the unused indices output, the rule runs the TopK again for them.
+void topk_grad(GradContext& c) {
+  if (!c.wants(0) || c.dy(0) < 0) return;
+  const Node& n = c.node();
+  const Value x = c.value(c.x(0));
+  const int indices =
+      n.outputs.size() > 1 && n.outputs[1] >= 0 ? n.outputs[1] : c.emit("TopK", n.inputs, n.attrs, 2)[1];
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  const int64_t axis = n.i("axis", -1) < 0 ? n.i("axis", -1) + rank : n.i("axis", -1);
+  const int onoff = c.cast(c.constant(Tensor::from_floats({2}, {0.f, 1.f})), x.dtype);
+  const int onehot =
+      c.op("OneHot", {indices, c.scalar(static_cast<double>(x.shape[static_cast<size_t>(axis)]), DType::kInt64), onoff},
+           {{"axis", axis + 1}});  // [..., k, n, ...]
+  Shape dy_shape = c.value(c.dy(0)).shape;
+  dy_shape.insert(dy_shape.begin() + axis + 1, 1);
+  c.set_dx(0, c.reduce_sum(c.op("Mul", {onehot, c.reshape(c.dy(0), dy_shape)}), {axis}, false));
+}
+
 }  // namespace
 
 void register_index_gradients() {
   add_builtin_gradient("Resize", nearest_resize_grad);
   add_builtin_gradient("Upsample", nearest_resize_grad);
+  add_builtin_gradient("CumSum", cumsum_grad);
+  add_builtin_gradient("TopK", topk_grad);
 }
 
 }  // namespace gspmd::rules_internal

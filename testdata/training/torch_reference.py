@@ -3,10 +3,12 @@
 
 Run with Debian's interpreter (torch 1.13, onnx 1.12, numpy):
 
-    /usr/bin/python3 testdata/training/torch_reference.py make DIR [--opset 13|17] [--fold] [--optimizer sgd|adam]
+    /usr/bin/python3 testdata/training/torch_reference.py make DIR [--opset 13|17] [--fold]
+                                                              [--optimizer sgd|adam|adafactor]
         exports a small GPT (testdata/gpt/export_gpt.py's architecture) to DIR/model.onnx, its run inputs to
         DIR/inputs/input_0.pb (input_ids) and input_1.pb (labels), and torch's training step to DIR/torch/:
-        loss.pb and, per parameter p, p.grad.pb and p.updated.pb (one torch.optim step with lr --lr)
+        loss.pb and, per parameter p, p.grad.pb and p.updated.pb (one torch.optim step with lr --lr; torch 1.13
+        has no Adafactor: adafactor_step below, in numpy float64 from torch's gradients)
     /usr/bin/python3 testdata/training/torch_reference.py compare DIR OUT
         compares `run --training --outputs OUT` (output_<i>.pb, named loss / <p>.updated) with DIR/torch: the loss,
         and every updated parameter (sgd: the implied gradient (p - p.updated) / lr against p.grad). Prints one
@@ -38,6 +40,24 @@ def save(path, arr, name):
         f.write(onnx.numpy_helper.from_array(np.asarray(arr), name).SerializeToString())
 
 
+def adafactor_step(w, g, lr, eps=1e-30, t=1, clip_threshold=1.0, decay_rate=-0.8):
+    """One Adafactor step from zero state, as HF transformers' `Adafactor(lr=lr, scale_parameter=False,
+    relative_step=False, warmup_init=False, beta1=None, clip_threshold=1.0, decay_rate=-0.8, eps=(1e-30, 1e-3),
+    weight_decay=0.0)` computes it (Shazeer & Stern 2018; factored over the last two dims), in float64."""
+    g = g.astype(np.float64)
+    beta2t = 1.0 - t ** decay_rate
+    sq = g * g + eps
+    if g.ndim >= 2:
+        row = beta2t * 0.0 + (1.0 - beta2t) * sq.mean(axis=-1)  # the running averages start at zero
+        col = beta2t * 0.0 + (1.0 - beta2t) * sq.mean(axis=-2)
+        r_factor = 1.0 / np.sqrt(row / row.mean(axis=-1, keepdims=True))
+        u = g * r_factor[..., :, None] * (1.0 / np.sqrt(col))[..., None, :]
+    else:
+        u = g / np.sqrt(beta2t * 0.0 + (1.0 - beta2t) * sq)
+    u = u / max(1.0, np.sqrt(np.mean(u * u)) / clip_threshold)
+    return w.astype(np.float64) - lr * u
+
+
 def make(a):
     torch.manual_seed(0)
     model = GPT(VOCAB, SEQ, D, HEADS, 4 * D, LAYERS)
@@ -60,12 +80,16 @@ def make(a):
     params = dict(model.named_parameters())
     for name, p in params.items():
         save(os.path.join(a.dir, "torch", f"{name}.grad.pb"), p.grad.numpy(), f"{name}.grad")
-    opt = (torch.optim.SGD(model.parameters(), lr=a.lr) if a.optimizer == "sgd" else
-           torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8))
     before = {n: p.detach().clone() for n, p in params.items()}
-    opt.step()
-    for name, p in params.items():
-        save(os.path.join(a.dir, "torch", f"{name}.updated.pb"), p.detach().numpy(), f"{name}.updated")
+    if a.optimizer == "adafactor":
+        updated = {n: adafactor_step(p.detach().numpy(), p.grad.numpy(), a.lr) for n, p in params.items()}
+    else:
+        opt = (torch.optim.SGD(model.parameters(), lr=a.lr) if a.optimizer == "sgd" else
+               torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8))
+        opt.step()
+        updated = {n: p.detach().numpy() for n, p in params.items()}
+    for name in params:
+        save(os.path.join(a.dir, "torch", f"{name}.updated.pb"), updated[name], f"{name}.updated")
         save(os.path.join(a.dir, "torch", f"{name}.pb"), before[name].numpy(), name)
     with open(os.path.join(a.dir, "torch", "optimizer.txt"), "w") as f:
         f.write(f"{a.optimizer} {a.lr}\n")
@@ -100,7 +124,7 @@ def compare(a):
             continue
         zero = np.linalg.norm(grad) < 1e-6 * np.linalg.norm(w)  # 0 in exact arithmetic (attention's key bias)
         if zero and optimizer != "sgd":
-            print(f"{'skipped':8s} {name:32s} gradient 0 in exact arithmetic: adam normalises rounding noise")
+            print(f"{'skipped':8s} {name:32s} gradient 0 in exact arithmetic: {optimizer} normalises rounding noise")
             continue
         if name + ".updated" not in ours:
             rows.append((name, float("inf")))
@@ -110,7 +134,7 @@ def compare(a):
             # A gradient that is 0 in exact arithmetic is rounding noise on both sides: it must stay below 1e-5 |p|.
             rows.append((name + ".grad", np.linalg.norm(g) / (1e-5 * np.linalg.norm(w) / lr) * a.tol if zero
                          else rel(g, grad)))
-        else:  # adam's first step moves every weight by about lr: compare the step
+        else:  # adam's and adafactor's first steps move every weight by about lr: compare the step
             rows.append((name + ".updated", rel(w - ours[name + ".updated"], w - load(path)[1])))
     for name, e in rows:
         flag = e > a.tol
@@ -127,7 +151,7 @@ def main():
     m.add_argument("dir")
     m.add_argument("--opset", type=int, default=13)
     m.add_argument("--fold", action="store_true")
-    m.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    m.add_argument("--optimizer", choices=["sgd", "adam", "adafactor"], default="sgd")
     m.add_argument("--lr", type=float, default=1.0)
     c = sub.add_parser("compare")
     c.add_argument("dir")

@@ -534,6 +534,34 @@ TEST(GradientRules, NearestResize) {
   }
 }
 
+/// CumSum along an axis (an int32 or int64 input), every exclusive / reverse combination: dX is dy summed the other
+/// way round.
+TEST(GradientRules, CumSum) {
+  for (int64_t exclusive : {0, 1})
+    for (int64_t reverse : {0, 1}) {
+      SCOPED_TRACE(fmt::format("exclusive {} reverse {}", exclusive, reverse));
+      Net n;
+      const int x = n.w("x", {2, 5, 3});
+      check(n, n.op("CumSum", {x, n.init("axis", Tensor::from_int64s({-2}))},
+                    {{"exclusive", exclusive}, {"reverse", reverse}}));
+    }
+}
+
+/// TopK's values (largest and smallest, on the last axis and on axis 0; with the indices output, and without it
+/// as loading leaves a TopK whose indices are unused): dX is dy at the chosen elements and 0 elsewhere (random
+/// inputs have no ties, so the choice does not change within h).
+TEST(GradientRules, TopK) {
+  for (const auto& [axis, largest] : {std::pair<int64_t, int64_t>{-1, 1}, std::pair<int64_t, int64_t>{0, 0}})
+    for (size_t outputs : {2, 1}) {
+      SCOPED_TRACE(fmt::format("axis {} largest {} outputs {}", axis, largest, outputs));
+      Net n;
+      const int x = n.w("x", {4, 3, 5});
+      const std::vector<int> out =
+          n.node("TopK", {x, n.init("k", Tensor::from_int64s({2}))}, {{"axis", axis}, {"largest", largest}}, outputs);
+      check(n, out[0]);
+    }
+}
+
 /// A resnet stem: Conv -> BatchNormalization -> Relu -> MaxPool -> GlobalAveragePool -> 1x1 Conv.
 TEST(GradientRules, ResnetStem) {
   Net n;

@@ -42,14 +42,35 @@ INSTANTIATE_TEST_SUITE_P(Plans, GptTraining,
                                            Case{"megatron", "2x2", " --optimizer momentum --lr 0.1"},
                                            // Adam divides by sqrt(v): with a tiny eps, rounding noise in a gradient
                                            // near 0 (attention's key bias is 0 exactly) becomes a step of lr
-                                           Case{"paper2d", "2x2", " --optimizer adam --lr 0.001 --eps 1e-3"}),
+                                           Case{"paper2d", "2x2", " --optimizer adam --lr 0.001 --eps 1e-3"},
+                                           // Adafactor too (g / sqrt(g^2 + eps)): eps 1e-6 keeps the noise small
+                                           Case{"paper2d", "2x2", " --optimizer adafactor --lr 0.01 --eps 1e-6"}),
                          [](const auto& info) {
                            std::string n = info.param.plan + (info.param.extra.empty() ? "" : "_optimizer");
-                           return n + (info.param.extra.find("adam") != std::string::npos ? "_adam" : "");
+                           for (const char* o : {"adam", "adafactor"})
+                             if (info.param.extra.find(std::string(" --optimizer ") + o + " ") != std::string::npos)
+                               n += std::string("_") + o;
+                           return n;
                          });
 
+/// `run MODEL --mesh MESH --shardings PLAN --training --loss mean --check`: expects exit 0, `weights` weights
+/// trained and the check passed; returns the report (null when the run failed).
+nlohmann::json run_check_mean_loss(const fs::path& model, const std::string& mesh, const fs::path& plan, int weights,
+                                   const std::string& tag) {
+  const fs::path report = scratch(tag) / "report.json";
+  CmdResult r = cli("run " + model.string() + " --mesh " + mesh + " --shardings " + plan.string() +
+                        " --training --loss mean --check --report " + report.string(),
+                    tag);
+  EXPECT_EQ(r.code, 0) << tag << "\n" << r.out << r.err;
+  EXPECT_NE(r.out.find("training  one step: loss 'loss', " + std::to_string(weights) + " weights"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+  return r.code == 0 ? read_json(report) : nlohmann::json();
+}
+
 // Other models' training steps: BERT (Megatron plan; data parallel through the batch of its three inputs), resnet18
-// (data parallel, and spatial: the backward convolutions exchange halos like the forward ones). Mean of the output.
+// (data parallel; spatial: the backward convolutions exchange halos like the forward ones; channel: the batch over
+// data and every conv's output channels over model, model parallel). Mean of the output.
 TEST(Training, BertAndResnet18RunCheckPasses) {
   const std::string bert = " testdata/bert/bert_opset13.onnx --mesh 2x2 --training --loss mean --check";
   CmdResult r = cli("run" + bert + " --shardings testdata/bert/bert.megatron.sharding.json", "train_bert_megatron");
@@ -66,12 +87,61 @@ TEST(Training, BertAndResnet18RunCheckPasses) {
 
   const Export& e = exported("resnet18");
   ASSERT_TRUE(e.error.empty()) << e.error;
-  for (const std::string& plan : {std::string("data"), std::string("spatial")}) {
-    r = cli("run " + (e.dir / "resnet18.onnx").string() + " --mesh " + (plan == "data" ? "2x2" : "4") +
-                " --shardings testdata/cnn/resnet18." + plan + ".sharding.json --training --loss mean --check",
-            "train_resnet18_" + plan);
-    EXPECT_EQ(r.code, 0) << plan << "\n" << r.out << r.err;
-    EXPECT_NE(r.out.find("training  one step: loss 'loss', 42 weights"), std::string::npos) << r.out;
+  for (const std::string& plan : {std::string("data"), std::string("spatial"), std::string("channel")})
+    run_check_mean_loss(e.dir / "resnet18.onnx", plan == "spatial" ? "4" : "2x2",
+                        "testdata/cnn/resnet18." + plan + ".sharding.json", 42, "train_resnet18_" + plan);
+}
+
+// A small torchvision VisionTransformer (testdata/training/export_models.py: 32x32 images, patches 8, 2 layers, 4
+// heads, hidden 64, MLP 128), data parallel over 4 and Megatron (each encoder MLP's first Linear column-, second
+// row-split over model): the step equals the unpartitioned one, and under Megatron each layer's MLP output is
+// all-reduced over model in the forward pass (the plan does split the MLPs).
+TEST(Training, VitRunCheckPasses) {
+  const Export& e = exported_for_training("vit");
+  ASSERT_TRUE(e.error.empty()) << e.error;
+  for (const std::string& plan : {std::string("data"), std::string("megatron")}) {
+    const nlohmann::json j =
+        run_check_mean_loss(e.dir / "vit.onnx", "2x2", e.dir / (plan + ".plan.json"), 32, "train_vit_" + plan);
+    if (plan != "megatron" || j.is_null()) continue;
+    std::set<std::string> reduced;
+    for (const auto& c : j["collectives"])
+      if (c["kind"] == "all-reduce" && c["axes"] == nlohmann::json{"model"})
+        reduced.insert(c["value"].get<std::string>());
+    for (int k = 0; k < 2; ++k)
+      EXPECT_TRUE(reduced.count("/encoder/layers/encoder_layer_" + std::to_string(k) + "/mlp/mlp.3/MatMul_output_0"))
+          << k;
+  }
+}
+
+// testdata/corpus/gen_moe.py's GShard top-2 MoE LM, small (export_models.py: G 4, S 8, M 16, E 4, C 4), under plan
+// (a): groups and experts over one axis `expert` (4), with GShard's dispatch / combine annotations; and plan (b),
+// expert x data 2x2. The integer routing (ArgMax, OneHot, the capacity CumSum over masks, comparisons) carries no
+// gradient; the gates do (Softmax, the combine Einsum). Under (a) the forward's two all-to-alls stay, the expert
+// weights' gradients need no collective (each device holds its expert's), and every other gradient is all-reduced
+// once over `expert`, with its weight's bytes, plus the loss.
+TEST(Training, MoeExpertPlanRunCheckPasses) {
+  const Export& e = exported_for_training("moe");
+  ASSERT_TRUE(e.error.empty()) << e.error;
+  for (const auto& [plan, mesh] : {std::pair<std::string, std::string>{"expert4", "4"}, {"expert_data", "2x2"}}) {
+    const nlohmann::json j =
+        run_check_mean_loss(e.dir / "moe.onnx", mesh, e.dir / (plan + ".plan.json"), 20, "train_moe_" + plan);
+    if (plan != "expert4" || j.is_null()) continue;
+    std::multiset<int64_t> dense_bytes{4}, reduced_bytes;  // 4: the loss
+    for (const auto& w : j["training"]["weights"])
+      if (w["name"] != "h.1.moe.wi" && w["name"] != "h.1.moe.wo") dense_bytes.insert(w["bytes"].get<int64_t>());
+    ASSERT_EQ(dense_bytes.size(), 19u);
+    std::set<std::string> exchanged;
+    for (const auto& c : j["collectives"]) {
+      EXPECT_EQ(c["axes"], nlohmann::json{"expert"}) << c.dump();
+      for (const char* w : {"h.1.moe.wi", "h.1.moe.wo"})
+        EXPECT_EQ(c["value"].get<std::string>().rfind(w, 0), std::string::npos) << c.dump();
+      if (c["kind"] == "all-to-all") exchanged.insert(c["value"].get<std::string>());
+      if (c["kind"] == "all-reduce")
+        for (int k = 0; k < c["count"]; ++k) reduced_bytes.insert(c["bytes"].get<int64_t>());
+    }
+    EXPECT_EQ(reduced_bytes, dense_bytes);
+    EXPECT_TRUE(exchanged.count("/h.1/moe/Einsum_1_output_0"));   // dispatch: G split -> E split
+    EXPECT_TRUE(exchanged.count("/h.1/moe/Reshape_1_output_0"));  // expert outputs back to G split
   }
 }
 
@@ -301,6 +371,46 @@ TEST_F(TorchReference, AdamStepMatchesTorchOptim) {
   run_and_compare(d, " --mesh 2x2" + plan("paper2d") + " --optimizer adam --lr 0.01", "adam_paper2d");
 }
 
+// Adafactor against the numpy transcription of HF transformers' Adafactor (torch 1.13 has none; torch autograd's
+// gradients), partitioned by the GSPMD paper's 2D plan. Clipping is active for most matrices (RMS of the update
+// 1.01 - 1.13) and not for the embeddings (0.65, 0.95).
+TEST_F(TorchReference, AdafactorStepMatchesNumpyReference) {
+  const fs::path d = make("adafactor", " --opset 17 --fold --optimizer adafactor --lr 0.01");
+  run_and_compare(d, " --mesh 2x2" + plan("paper2d") + " --optimizer adafactor --lr 0.01", "adafactor_paper2d");
+}
+
+// Adafactor's factored accumulators take their weight's sharding without the dim they average over: fc_in.weight
+// [128, 512] is [null, model] under Megatron, so its row accumulator [128] is replicated and its column accumulator
+// [512] split over model; a bias's unfactored accumulator is sharded like the bias. With --shard-update data each
+// accumulator is also split over data by its own shape, and the step still equals the unpartitioned one.
+TEST(Training, AdafactorStateFollowsTheWeightWithoutTheAveragedDim) {
+  const std::string adafactor = kTrain + " --optimizer adafactor";
+  const std::string megatron = "explain " + kGpt + " --mesh 2x2" + plan("megatron") + adafactor + " --value ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"h.0.mlp.fc_in.weight.adafactor_row", "[null]"},
+      {"h.0.mlp.fc_in.weight.adafactor_col.updated", "[\"model\"]"},
+      {"h.0.mlp.fc_out.weight.adafactor_row.updated", "[\"model\"]"},  // [512, 128] is [model, null]
+      {"h.0.mlp.fc_in.bias.adafactor_v", "[\"model\"]"}};
+  for (size_t k = 0; k < cases.size(); ++k) {
+    CmdResult r = cli(megatron + cases[k].first, "train_adafactor_explain_" + std::to_string(k));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find(cases[k].first + " float32 "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("  sharding  " + cases[k].second + " "), std::string::npos) << cases[k].first << "\n" << r.out;
+  }
+  fs::path d = scratch("train_adafactor_shard_update");
+  {
+    std::ofstream f(d / "dp4.json");
+    f << R"({"mesh": {"shape": [4], "axes": ["data"]}, "tensors": {"input_ids": ["data", null]}})";
+  }
+  const std::string dp4 = " --mesh 4 --shardings " + (d / "dp4.json").string() + adafactor + " --shard-update data";
+  CmdResult r = cli("explain " + kGpt + dp4 + " --value h.0.mlp.fc_in.weight.adafactor_row", "train_adafactor_su_x");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("  sharding  [\"data\"] "), std::string::npos) << r.out;
+  r = cli("run " + kGpt + dp4 + " --eps 1e-6 --check", "train_adafactor_su");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+}
+
 // Bad training flags: one line naming the flag and the problem, exit 2.
 TEST(Training, BadFlagsAreOneLineErrors) {
   struct Bad {
@@ -311,7 +421,7 @@ TEST(Training, BadFlagsAreOneLineErrors) {
        "error: --training: output 0 'logits' is float32[8,64,512], not a scalar: choose --loss mean, sum or "
        "cross-entropy:LABELS\n"},
       {" --training --loss median", "error: --loss: 'median' is not output, mean, sum or cross-entropy:LABELS\n"},
-      {kTrain + " --optimizer lamb", "error: --optimizer: 'lamb' is not sgd, momentum or adam\n"},
+      {kTrain + " --optimizer lamb", "error: --optimizer: 'lamb' is not sgd, momentum, adam or adafactor\n"},
       {kTrain + " --remat some", "error: --remat: 'some' is not none, full or dots\n"},
       {" --remat full", "error: --remat: only used with --training\n"},
       {kTrain + " --trainable nothing_matches", "error: --trainable: 'nothing_matches' matches no float initializer\n"},
