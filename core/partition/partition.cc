@@ -50,7 +50,13 @@ std::string axes_str(const DeviceMesh& mesh, const std::vector<int>& axes) {
 
 Partitioner::Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
                          const RuleTable& rules)
-    : g_(g), plan_(plan), mesh_(mesh), rules_(rules), planner_(mesh, target), avail_(g.values.size()) {
+    : g_(g),
+      plan_(plan),
+      mesh_(mesh),
+      rules_(rules),
+      planner_(mesh, target),
+      avail_(g.values.size()),
+      consumers_(g.consumers()) {
   out_.mesh = mesh;
   P().name = g.name;
   P().opset = g.opset;
@@ -422,9 +428,29 @@ Partitioner::Partials Partitioner::decide_partials(const Node& node, const OpSha
       static_cast<size_t>(std::count_if(node.inputs.begin(), node.inputs.end(), [](int v) { return v >= 0; }));
   const bool shape_ok = rule.additive ? p.operands.size() == tensor_operands : p.operands.size() == 1;
   const bool axes_free = std::none_of(first.unreduced.begin(), first.unreduced.end(), [&](int a) { return used[a]; });
-  if (same && linear && shape_ok && axes_free && !is_split_reduction(rule, F)) p.keep_unreduced = first.unreduced;
+  const bool sole =
+      std::all_of(p.operands.begin(), p.operands.end(), [&](int i) { return linear_in_all_consumers(node.inputs[i]); });
+  if (same && linear && shape_ok && axes_free && sole && !is_split_reduction(rule, F))
+    p.keep_unreduced = first.unreduced;
   for (int a : p.keep_unreduced) used[a] = 1;
   return p;
+}
+
+bool Partitioner::linear_in_all_consumers(int gv) const {
+  if (std::find(g_.outputs.begin(), g_.outputs.end(), gv) != g_.outputs.end()) return false;  // needed whole
+  for (int c : consumers_[static_cast<size_t>(gv)]) {
+    const OpShardingRule* r = rules_.rule(c);
+    if (!r) return false;
+    const std::vector<int>& in = g_.nodes[static_cast<size_t>(c)].inputs;
+    int reads = 0;
+    for (size_t k = 0; k < in.size(); ++k) {
+      if (in[k] != gv) continue;
+      ++reads;
+      if (k >= r->linear_operands.size() || !r->linear_operands[k]) return false;
+    }
+    if (reads > 1 && !r->additive) return false;
+  }
+  return true;
 }
 
 /// Every operand resharded to what F needs (factorless or rank-mismatched operands replicated, kept partials

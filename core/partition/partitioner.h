@@ -188,6 +188,10 @@ class Partitioner {
   double reshard_seconds(const Node& node, const OpShardingRule& rule, const FactorSharding& F);
   Partials decide_partials(const Node& node, const OpShardingRule& rule, const FactorSharding& F,
                            std::vector<char>& used) const;
+  /// Whether every consumer of global value `gv` is linear in it (its rule's linear_operands at each position it
+  /// reads gv; read once unless the op is additive): only then does deferring gv's reduction through a consumer
+  /// not cost a second reduction for another consumer that needs gv whole.
+  bool linear_in_all_consumers(int gv) const;
   std::vector<int> plan_bias_operands(const Node& node, const OpShardingRule& rule, FactorSharding& F) const;
   std::vector<int> reshard_operands(const Node& node, const OpShardingRule& rule, const FactorSharding& F,
                                     const Partials& partials, const std::vector<int>& bias_ops);
@@ -220,7 +224,8 @@ class Partitioner {
   const RuleTable& rules_;
   SpmdProgram out_;
   ReshardPlanner planner_;
-  std::vector<std::vector<Local>> avail_;  // per global value: its local representations, first = primary
+  std::vector<std::vector<Local>> avail_;    // per global value: its local representations, first = primary
+  std::vector<std::vector<int>> consumers_;  // per global value: the nodes reading it (Graph::consumers)
   int counter_ = 0;
 };
 
