@@ -9,9 +9,13 @@ testdata/tools/make_decoder.py, applies the paper's 2D sharding, and simulates o
 step, utilization, peak memory per device and the communication broken down by collective and axis, first as the
 model is (float32 everywhere), then with --overlap, then with bfloat16 bytes (float32 FLOPs, half the bytes on
 every link and HBM access: a target file with doubled bandwidths, which is exactly equivalent in this cost model).
+With --training (docs/training.md) it then simulates one training step of the same model (weights as initializers
+held in the same 2D sharding, so a weight is all-gathered where it is used and its gradient reduce-scattered; the
+causal mask is not trained; mean loss; Adafactor, as GShard and Lingvo train these models): the step, the peak
+memory split by kind, and the collectives by phase (forward, backward, update).
 See docs/paper-reproduction.md for the discussion.
 
-    /usr/bin/python3 bench/paper.py [--meshes 8x16 16x16 32x16 32x32 64x32] [--bin PATH]
+    /usr/bin/python3 bench/paper.py [--meshes 8x16 16x16 32x16 32x32 64x32] [--training] [--bin PATH]
 """
 import argparse
 import collections
@@ -34,6 +38,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--meshes", nargs="+", default=["8x16", "16x16", "32x16", "32x32", "64x32"])
     ap.add_argument("--layers", type=int, default=96)
+    ap.add_argument("--training", action="store_true", help="also simulate one training step (docs/training.md)")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin", "gspmd-onnx"))
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="gspmd-bench-paper.")
@@ -75,6 +80,60 @@ def main():
     print()
     print("| mesh | collective | axis | count | GiB per device | time (s) | share of communication |")
     print("|---|---|---|---:|---:|---:|---:|")
+    print("\n".join(breakdown))
+    if args.training:
+        training(args, work, bf16)
+
+
+def phase(node):
+    """The step phase of a collective's global node (docs/training.md names: grad/..., update/...)."""
+    if node.startswith("update/"):
+        return "update"
+    if node.startswith("grad/") and not node.startswith("grad/step/"):
+        return "backward"
+    return "forward"
+
+
+def training(args, work, bf16):
+    train = ["--training", "--loss", "mean", "--optimizer", "adafactor", "--trainable", "^(?!attn_mask$)"]
+    rows, breakdown = [], []
+    for mesh in args.meshes:
+        x, y = (int(s) for s in mesh.split("x"))
+        d = os.path.join(work, "train_" + mesh)
+        subprocess.run([sys.executable, os.path.join(ROOT, "testdata", "tools", "make_decoder.py"), "--layers",
+                        str(args.layers), "--d-model", "12288", "--heads", "96", "--vocab", "50257", "--batch",
+                        str(2 * x), "--seq", "2048", "--weights", "absent", "--mesh", mesh, "--out", d, "--name",
+                        "gpt3"], check=True, stdout=subprocess.DEVNULL)
+        model, side = os.path.join(d, "gpt3.onnx"), os.path.join(d, "gpt3.2d.sharding.json")
+        plain = simulate(args.bin, model, mesh, side, os.path.join(d, "a.json"), train)
+        over = simulate(args.bin, model, mesh, side, os.path.join(d, "b.json"), train + ["--overlap"])
+        half = simulate(args.bin, model, mesh, side, os.path.join(d, "c.json"), train + ["--overlap", "--target", bf16])
+        s = plain["simulated"]
+        m = s["memory"]["at_peak"]
+        gib = lambda b: f"{b / 2**30:.2f}"  # noqa: E731
+        rows.append(f"| {mesh} | {x * y} | {2 * x} | {plain['model_flops']:.3g} | {s['compute_time_s']:.3f} | "
+                    f"{s['communication_time_s']:.3f} | {s['step_time_s']:.3f} | "
+                    f"{100 * s['flops_utilization']:.1f}% | {100 * over['simulated']['flops_utilization']:.1f}% | "
+                    f"{100 * half['simulated']['flops_utilization']:.1f}% | {gib(s['memory']['peak_bytes'])} | "
+                    f"{gib(m['weights'])} | {gib(m['gradients'])} | {gib(m['optimizer_state'])} | "
+                    f"{gib(m['saved_activations'])} | {gib(m['transient'])} |")
+        by = collections.defaultdict(lambda: [0, 0.0, 0.0])
+        for c in plain["collectives"]:
+            e = by[(phase(c["node"]), c["kind"], ",".join(c["axes"]))]
+            e[0] += c["count"]
+            e[1] += c["count"] * c["bytes"]
+            e[2] += c["count"] * c["time_s"]
+        for (ph, kind, axes), (n, b, t) in sorted(by.items(), key=lambda kv: (kv[0][0] != "forward", -kv[1][2])):
+            breakdown.append(f"| {mesh} | {ph} | {kind} | {axes} | {n} | {b / 2**30:.2f} | {t:.3f} |")
+    print()
+    print("| mesh (X x Y) | cores | batch | model FLOPs | compute (s) | communication (s) | step (s) | utilization |"
+          " with --overlap | overlap + bf16 bytes | peak/core (GiB) | weights | gradients | optimizer state |"
+          " saved activations | transient |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(rows))
+    print()
+    print("| mesh | phase | collective | axis | count | GiB per device | time (s) |")
+    print("|---|---|---|---|---:|---:|---:|")
     print("\n".join(breakdown))
 
 

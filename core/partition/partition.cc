@@ -312,8 +312,10 @@ FactorSharding Partitioner::choose_factors(const OpShardingRule& rule, const Nod
   order.insert(order.end(), then.begin(), then.end());
   p.proj.merge_first_come(order, F, used);
   sanitize(rule, F);
-  // Ops whose operands carry no factor (Range, ConstantOfShape) generate their whole result: keep it whole.
-  if (std::all_of(rule.operands.begin(), rule.operands.end(), [](const DimFactors& df) {
+  // Ops whose operands carry no factor (Range, ConstantOfShape) generate their whole result: keep it whole. With a
+  // shape operand (Expand of a broadcast value) the local op makes the local result itself: uniform along the
+  // broadcast dims, so any shard of it is computed in place (the mean loss's gradient is one).
+  if (rule.shape_operand < 0 && std::all_of(rule.operands.begin(), rule.operands.end(), [](const DimFactors& df) {
         return std::all_of(df.begin(), df.end(), [](const std::vector<int>& d) { return d.empty(); });
       }))
     for (auto& axes : F) axes.clear();

@@ -118,5 +118,23 @@ TEST(Constraints, AConstraintNoReshardMeetsIsAnInputError) {
   }
 }
 
+// Expand of a broadcast value (the mean loss's gradient: a scalar to the logits' shape) is computed on each device's
+// shard: the local Expand makes the local shape (uniform along the broadcast dims), with no full copy sliced after.
+TEST(Constraints, ExpandOfABroadcastValueIsComputedOnTheShard) {
+  GraphBuilder b;
+  const int x = b.input("x", {}), y = b.input("y", {4, 6});
+  const int r = b.g.nodes[b.node("Reshape", {x, b.ints("one", {1, 1})}, {1, 1})].outputs[0];
+  const int e = b.g.nodes[b.node("Expand", {r, b.ints("shape", {4, 6})}, {4, 6})].outputs[0];
+  b.g.outputs = {b.g.nodes[b.node("Mul", {e, y}, {4, 6})].outputs[0]};
+  Annotations ann{testing::mesh_of({2, 2}), {}};
+  ann.by_value[y] = Annotation{spec({{0}, {1}}), 0, "t: y"};
+  const SpmdProgram p = partition_with(b.g, ann);
+  EXPECT_EQ(p.final_shardings[static_cast<size_t>(e)], spec({{0}, {1}}));
+  for (const Node& n : p.program.nodes) {
+    EXPECT_NE(n.op_type, "ShardSlice") << n.name;
+    if (n.op_type == "Expand") EXPECT_EQ(p.program.values[static_cast<size_t>(n.outputs[0])].shape, (Shape{2, 3}));
+  }
+}
+
 }  // namespace
 }  // namespace gspmd
