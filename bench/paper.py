@@ -34,6 +34,17 @@ def simulate(binary, model, mesh, side, report, extra):
     return json.load(open(report))
 
 
+def group_collectives(report, key):
+    """The report's collectives summed per key(c): [count, bytes, time_s]."""
+    by = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    for c in report["collectives"]:
+        e = by[key(c)]
+        e[0] += c["count"]
+        e[1] += c["count"] * c["bytes"]
+        e[2] += c["count"] * c["time_s"]
+    return by
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--meshes", nargs="+", default=["8x16", "16x16", "32x16", "32x32", "64x32"])
@@ -64,12 +75,7 @@ def main():
                     f"{100 * s['flops_utilization']:.1f}% | {100 * over['simulated']['flops_utilization']:.1f}% | "
                     f"{100 * half['simulated']['flops_utilization']:.1f}% | "
                     f"{s['per_device'][0]['peak_memory_bytes'] / 2**30:.2f} |")
-        by = collections.defaultdict(lambda: [0, 0.0, 0.0])
-        for c in plain["collectives"]:
-            e = by[(c["kind"], ",".join(c["axes"]))]
-            e[0] += c["count"]
-            e[1] += c["count"] * c["bytes"]
-            e[2] += c["count"] * c["time_s"]
+        by = group_collectives(plain, lambda c: (c["kind"], ",".join(c["axes"])))
         for (kind, axes), (n, b, t) in sorted(by.items(), key=lambda kv: -kv[1][2]):
             breakdown.append(f"| {mesh} | {kind} | {axes} | {n} | {b / 2**30:.2f} | {t:.3f} | "
                              f"{100 * t / s['communication_time_s']:.0f}% |")
@@ -117,12 +123,7 @@ def training(args, work, bf16):
                     f"{100 * half['simulated']['flops_utilization']:.1f}% | {gib(s['memory']['peak_bytes'])} | "
                     f"{gib(m['weights'])} | {gib(m['gradients'])} | {gib(m['optimizer_state'])} | "
                     f"{gib(m['saved_activations'])} | {gib(m['transient'])} |")
-        by = collections.defaultdict(lambda: [0, 0.0, 0.0])
-        for c in plain["collectives"]:
-            e = by[(phase(c["node"]), c["kind"], ",".join(c["axes"]))]
-            e[0] += c["count"]
-            e[1] += c["count"] * c["bytes"]
-            e[2] += c["count"] * c["time_s"]
+        by = group_collectives(plain, lambda c: (phase(c["node"]), c["kind"], ",".join(c["axes"])))
         for (ph, kind, axes), (n, b, t) in sorted(by.items(), key=lambda kv: (kv[0][0] != "forward", -kv[1][2])):
             breakdown.append(f"| {mesh} | {ph} | {kind} | {axes} | {n} | {b / 2**30:.2f} | {t:.3f} |")
     print()

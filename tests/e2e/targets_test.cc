@@ -136,6 +136,59 @@ TEST(Targets, Gpt3SizedDecoderAt2048Devices) {
   EXPECT_LT(rep["simulated"]["flops_utilization"].get<double>(), 1.0);
 }
 
+// One training step of the paper's setting (docs/paper-reproduction.md, "Training step"): 2 GPT-3-sized layers on
+// 64x32, weights held in the 2D sharding (initializers, the mask not trained), mean loss, Adafactor. The backward
+// pass is the forward pass's mirror image plus the weight gradients: per layer the 6 weights are all-gathered over
+// data again and their gradients reduce-scattered over data (each a weight shard's bytes); over model, the forward's
+// 2 all-gathers become reduce-scatters and its 2 reduce-scatters all-gathers, plus 4 all-gathers of the saved
+// activations each weight gradient contracts (LayerNorm 1's and 2's outputs, the attention output, the GELU's) and
+// 2 more reduce-scatters (q, k and v's input gradients are reduced one by one); the LayerNorm backward doubles its
+// 4 all-reduces.
+TEST(Targets, Gpt3SizedTrainingStepMirrorsTheForwardCollectives) {
+  fs::path d = scratch("targets_gpt3_training");
+  CmdResult py = sh(debian_python() +
+                        " testdata/tools/make_decoder.py --layers 2 --d-model 12288 --heads 96 --vocab 50257 "
+                        "--batch 64 --seq 2048 --weights absent --mesh 64x32 --name gpt3 --out " +
+                        d.string(),
+                    "gpt3_training_make");
+  ASSERT_EQ(py.code, 0) << py.err;
+  CmdResult r = cli("simulate " + (d / "gpt3.onnx").string() + " --mesh 64x32 --shardings " +
+                        (d / "gpt3.2d.sharding.json").string() +
+                        " --training --loss mean --optimizer adafactor --trainable '^(?!attn_mask$)' --report " +
+                        (d / "r.json").string(),
+                    "gpt3_training_sim");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json rep = read_json(d / "r.json");
+  EXPECT_TRUE(rep["warnings"].empty()) << rep["warnings"];
+  std::map<std::string, int> by;
+  for (const auto& c : rep["collectives"]) {
+    const std::string node = c["node"].get<std::string>();
+    const bool backward = node.starts_with("grad/") && !node.starts_with("grad/step/");
+    if (!backward && !node.starts_with("update/"))  // the forward pass and the loss
+      by["forward " + c["kind"].get<std::string>() + " " + c["axes"].dump()] += c["count"].get<int>();
+    if (backward) by["backward " + c["kind"].get<std::string>() + " " + c["axes"].dump()] += c["count"].get<int>();
+    if (backward && c["kind"] == "reduce-scatter" && c["axes"] == nlohmann::json{"data"})
+      EXPECT_EQ(c["bytes"].get<int64_t>() % (12288 / 32), 0) << c.dump();  // a [D/X.., D/Y] weight gradient
+  }
+  const int L = 2;
+  EXPECT_EQ(by, (std::map<std::string, int>{{"forward all-gather [\"data\"]", 6 * L},
+                                            {"forward all-gather [\"model\"]", 2 * L + 1},
+                                            {"forward reduce-scatter [\"model\"]", 2 * L + 1},
+                                            {"forward all-reduce [\"model\"]", 4 * L + 2},
+                                            {"forward all-reduce [\"data\",\"model\"]", 1},
+                                            {"backward all-gather [\"data\"]", 6 * L},
+                                            {"backward reduce-scatter [\"data\"]", 6 * L},
+                                            {"backward reduce-scatter [\"model\"]", 2 * L + 2 * L + 1},
+                                            {"backward all-gather [\"model\"]", 2 * L + 4 * L + 2},
+                                            {"backward all-reduce [\"model\"]", 8 * L + 4},
+                                            {"backward all-reduce [\"data\"]", 4 * L + 1}}));
+  // The memory report splits the peak, and Adafactor's state is factored (far below the weights').
+  const nlohmann::json m = rep["simulated"]["memory"];
+  EXPECT_LT(m["total"]["optimizer_state"].get<int64_t>(), m["total"]["weights"].get<int64_t>() / 100);
+  EXPECT_GT(m["total"]["saved_activations"].get<int64_t>(), 0);
+  EXPECT_LT(m["peak_bytes"].get<double>(), 16.0 * (1 << 30));  // a v3 core's HBM
+}
+
 TEST(Targets, GpuNodesPriceCollectivesInsideAndAcrossNodes) {
   // dgx-h100, 16 GPUs = two 8-GPU nodes. Megatron on 2x8 (data, model): each model group of 8 is one node. With the
   // axes swapped in the sidecar (model, data), each model group of 2 has one GPU on each node: InfiniBand.
