@@ -161,9 +161,13 @@ int Partitioner::collective(const CollectiveAttrs& a, int x, Shape out_shape, co
 
 int Partitioner::get(int gv, TensorSharding want, const std::string& for_node, const std::string& why) {
   if (want.unreduced.empty()) want.reduction = ReductionKind::kSum;  // a full value has no reduction kind
-  for (const Local& l : avail_[gv])
-    if (l.sharding == want) return l.id;
   const Value& v = g_.values[gv];
+  // A recomputed forward node (--remat: "remat/<node>", docs/training.md) gathers the weights it reads again rather
+  // than reusing the forward pass's gathered copies, which would keep them alive until the backward pass (XLA
+  // rematerializes the all-gathers with the activations).
+  const bool regather = v.is_initializer && for_node.starts_with("remat/");
+  for (const Local& l : avail_[gv])
+    if (l.sharding == want && (!regather || P().values[static_cast<size_t>(l.id)].is_initializer)) return l.id;
   // Weights are sliced when loaded, so any sharding of an unannotated weight is free. An annotated weight is held
   // in its annotated sharding only (a constraint: the 2D and FSDP pattern); other shardings of it are resharded
   // from that one by collectives.

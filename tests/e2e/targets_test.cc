@@ -187,6 +187,25 @@ TEST(Targets, Gpt3SizedTrainingStepMirrorsTheForwardCollectives) {
   EXPECT_LT(m["total"]["optimizer_state"].get<int64_t>(), m["total"]["weights"].get<int64_t>() / 100);
   EXPECT_GT(m["total"]["saved_activations"].get<int64_t>(), 0);
   EXPECT_LT(m["peak_bytes"].get<double>(), 16.0 * (1 << 30));  // a v3 core's HBM
+
+  // --remat full keeps only the residual stream: the 2L + 2 cut values (each layer's input and the residual after
+  // attention, the last residual, the final LayerNorm's output), each [B/X, S, D/Y] = [1, 2048, 384] floats; the
+  // recomputed q, k, v and fc_in matmuls gather their weights over data again (4 per layer) instead of keeping the
+  // forward's copies alive.
+  r = cli("simulate " + (d / "gpt3.onnx").string() + " --mesh 64x32 --shardings " +
+              (d / "gpt3.2d.sharding.json").string() +
+              " --training --loss mean --optimizer adafactor --trainable '^(?!attn_mask$)' --remat full --report " +
+              (d / "remat.json").string(),
+          "gpt3_training_remat");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json remat = read_json(d / "remat.json");
+  EXPECT_EQ(remat["simulated"]["memory"]["total"]["saved_activations"], (2 * L + 2) * 2048 * 384 * 4);
+  int regathered = 0;
+  for (const auto& c : remat["collectives"])
+    if (c["node"].get<std::string>().starts_with("remat/") && c["kind"] == "all-gather" &&
+        c["axes"] == nlohmann::json{"data"})
+      regathered += c["count"].get<int>();
+  EXPECT_EQ(regathered, 4 * L);
 }
 
 TEST(Targets, GpuNodesPriceCollectivesInsideAndAcrossNodes) {
