@@ -1,6 +1,7 @@
 #include "core/propagation/propagation.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <set>
 
@@ -25,6 +26,10 @@ class Propagator {
     for (size_t v = 0; v < nv; ++v)
       plan_.shardings[v] = TensorSharding::replicated(static_cast<int>(g_.values[v].shape.size()));
     state_.assign(nv, kOpen);
+    numel_.resize(nv);
+    for (size_t v = 0; v < nv; ++v) numel_[v] = num_elements(g_.values[v].shape);
+    changed_at_.assign(nv, 0);
+    for (auto& at : visited_at_) at.assign(g_.nodes.size(), 0);
 
     for (const auto& [v, a] : ann_.by_value) {
       if (v < 0 || v >= static_cast<int>(nv))
@@ -59,6 +64,7 @@ class Propagator {
         state_[v] = any_open ? kOpen : kFixed;
         if (any_open) open_ann_[v] = &a;
         plan_.shardings[v] = a.sharding;
+        changed_at_[v] = ++clock_;
         plan_.origins[v] = Origin{Origin::kAnnotation, -1, -1, true, a.source, a.open};
         for (int ax : a.sharding.tiled_axes()) plan_.axis_origins[v][ax] = v;
         for (int ax : a.sharding.unreduced) plan_.axis_origins[v][ax] = v;
@@ -108,15 +114,30 @@ class Propagator {
     }
   }
 
-  // One forward and one backward pass over the nodes taking part in `stage`.
+  // One forward and one backward pass over the nodes taking part in `stage`. A node is skipped when none of its
+  // values changed since process() last looked at it in this stage and found nothing to do: process() reads only
+  // its values' shardings and states, so it would again change nothing (the fixpoint and the order of changes are
+  // those of processing every node).
   bool sweep(int stage) {
     bool changed = false;
     const int nn = static_cast<int>(g_.nodes.size());
     for (int n = 0; n < nn; ++n)
-      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
+      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n]) && !settled(n, stage)) changed |= process(n, stage);
     for (int n = nn - 1; n >= 0; --n)
-      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
+      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n]) && !settled(n, stage)) changed |= process(n, stage);
     return changed;
+  }
+
+  // True when process(n, stage) ran and no value of node n changed since it started.
+  bool settled(int n, int stage) const {
+    const uint64_t at = visited_at_[static_cast<size_t>(stage)][static_cast<size_t>(n)];
+    if (at == 0) return false;
+    const Node& node = g_.nodes[static_cast<size_t>(n)];
+    for (int v : node.inputs)
+      if (v >= 0 && changed_at_[static_cast<size_t>(v)] > at) return false;
+    for (int v : node.outputs)
+      if (v >= 0 && changed_at_[static_cast<size_t>(v)] > at) return false;
+    return true;
   }
 
   struct Ref {
@@ -128,20 +149,20 @@ class Propagator {
   };
 
   bool process(int n, int stage) {
+    visited_at_[static_cast<size_t>(stage)][static_cast<size_t>(n)] = ++clock_;
     const Node& node = g_.nodes[n];
     const OpShardingRule& rule = *rules_.rule(n);
     const int nf = rule.num_factors();
-    std::vector<Ref> refs;
+    std::vector<Ref>& refs = refs_;
+    refs.clear();
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       int v = node.inputs[i];
       if (v >= 0 && state_[v] != kFrozen)
-        refs.push_back(
-            {v, false, &rule.operands[i], num_elements(g_.values[v].shape), stage < 2 && broadcast_[n][i] != 0});
+        refs.push_back({v, false, &rule.operands[i], numel_[v], stage < 2 && broadcast_[n][i] != 0});
     }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       int v = node.outputs[i];
-      if (v >= 0 && state_[v] != kFrozen)
-        refs.push_back({v, true, &rule.results[i], num_elements(g_.values[v].shape), false});
+      if (v >= 0 && state_[v] != kFrozen) refs.push_back({v, true, &rule.results[i], numel_[v], false});
     }
 
     // 1. Merge: project each tensor onto the factors, larger tensors first (ties: earlier operand); dims that cannot
@@ -205,6 +226,7 @@ class Propagator {
               plan_.axis_origins[r.v][a] = plan_.axis_origins[src[f]][a];
         }
         cur.dims[d].insert(cur.dims[d].end(), take.begin(), take.end());
+        changed_at_[r.v] = ++clock_;
         if (from < 0)
           for (int f : (*r.df)[d])
             if (src[f] >= 0) {
@@ -227,11 +249,16 @@ class Propagator {
   ShardingPlan plan_;
   std::vector<State> state_;
   const RuleTable& rules_;
-  std::vector<const Ref*> projected_;          // process()'s scratch (no allocation per call)
-  std::vector<int> src_;                       // process()'s scratch
-  std::map<int, const Annotation*> open_ann_;  // annotated values with an open dim: their annotation
-  std::vector<char> pass_through_op_;          // per node: stage-0 op
-  std::vector<std::vector<char>> broadcast_;   // per node, per operand: a broadcast operand
+  std::vector<Ref> refs_;                                  // process()'s scratch (no allocation per call)
+  std::vector<const Ref*> projected_;                      // process()'s scratch
+  std::vector<int> src_;                                   // process()'s scratch
+  std::vector<int64_t> numel_;                             // per value: its element count
+  uint64_t clock_ = 0;                                     // counts process() calls and sharding changes
+  std::vector<uint64_t> changed_at_;                       // per value: clock_ at its last sharding change (0: never)
+  std::array<std::vector<uint64_t>, kStages> visited_at_;  // per stage, per node: clock_ at its last process()
+  std::map<int, const Annotation*> open_ann_;              // annotated values with an open dim: their annotation
+  std::vector<char> pass_through_op_;                      // per node: stage-0 op
+  std::vector<std::vector<char>> broadcast_;               // per node, per operand: a broadcast operand
 };
 
 std::string node_label(const Graph& g, int n) {
