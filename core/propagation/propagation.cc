@@ -45,12 +45,14 @@ class Propagator {
 
     pass_through_op_.assign(g_.nodes.size(), 0);
     broadcast_.assign(g_.nodes.size(), {});
+    same_as_.assign(g_.nodes.size(), {0, 1, 2});
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       if (!rules_.rule(static_cast<int>(n))) {
         plan_.nodes_without_rule.push_back(static_cast<int>(n));
         continue;
       }
       classify(static_cast<int>(n));
+      classify_stages(static_cast<int>(n));
     }
 
     std::set<int> prios;
@@ -114,6 +116,21 @@ class Propagator {
     }
   }
 
+  // The stages in which process(n, stage) does the same thing, given the same shardings: stage 0 and 1 differ only
+  // on windowed factors, 1 and 2 only on reduction factors and broadcast operands. same_as_[n][stage] is the first
+  // such stage; a node settled there is settled in `stage` too.
+  void classify_stages(int n) {
+    const OpShardingRule& rule = *rules_.rule(n);
+    const auto has = [&](FactorKind k) {
+      return std::find(rule.factor_kinds.begin(), rule.factor_kinds.end(), k) != rule.factor_kinds.end();
+    };
+    const bool broadcast = std::any_of(broadcast_[n].begin(), broadcast_[n].end(), [](char c) { return c != 0; });
+    std::array<char, kStages>& same = same_as_[static_cast<size_t>(n)];
+    same[0] = 0;
+    same[1] = has(FactorKind::kWindowed) ? 1 : same[0];
+    same[2] = has(FactorKind::kReduction) || broadcast ? 2 : same[1];
+  }
+
   // One forward and one backward pass over the nodes taking part in `stage`. A node is skipped when none of its
   // values changed since process() last looked at it in this stage and found nothing to do: process() reads only
   // its values' shardings and states, so it would again change nothing (the fixpoint and the order of changes are
@@ -128,9 +145,11 @@ class Propagator {
     return changed;
   }
 
-  // True when process(n, stage) ran and no value of node n changed since it started.
+  // True when process(n, stage) (or process(n, s) of a stage s that does the same) ran and no value of node n
+  // changed since it started.
   bool settled(int n, int stage) const {
-    const uint64_t at = visited_at_[static_cast<size_t>(stage)][static_cast<size_t>(n)];
+    const int same = same_as_[static_cast<size_t>(n)][static_cast<size_t>(stage)];
+    const uint64_t at = visited_at_[static_cast<size_t>(same)][static_cast<size_t>(n)];
     if (at == 0) return false;
     const Node& node = g_.nodes[static_cast<size_t>(n)];
     for (int v : node.inputs)
@@ -149,7 +168,8 @@ class Propagator {
   };
 
   bool process(int n, int stage) {
-    visited_at_[static_cast<size_t>(stage)][static_cast<size_t>(n)] = ++clock_;
+    visited_at_[static_cast<size_t>(same_as_[static_cast<size_t>(n)][static_cast<size_t>(stage)])]
+               [static_cast<size_t>(n)] = ++clock_;
     const Node& node = g_.nodes[n];
     const OpShardingRule& rule = *rules_.rule(n);
     const int nf = rule.num_factors();
@@ -173,7 +193,11 @@ class Propagator {
     for (const Ref& r : refs)
       if (plan_.shardings[r.v].is_tiled() && !r.target_only) projected.push_back(&r);
     if (projected.empty()) return false;  // nothing to give
-    FactorProjection proj(rule, mesh_, projected.size());
+    if (proj_)
+      proj_->reset(rule);
+    else
+      proj_.emplace(rule, mesh_);
+    FactorProjection& proj = *proj_;
     for (const Ref* r : projected) proj.add(plan_.shardings[r->v], *r->df, r->numel);
     const FactorProjection::Merged merged = proj.merge_largest_first([&](int t, int f) {
       const FactorKind k = rule.factor_kinds[f];
@@ -252,13 +276,16 @@ class Propagator {
   std::vector<Ref> refs_;                                  // process()'s scratch (no allocation per call)
   std::vector<const Ref*> projected_;                      // process()'s scratch
   std::vector<int> src_;                                   // process()'s scratch
+  std::optional<FactorProjection> proj_;                   // process()'s, reset per node (keeps its memory)
   std::vector<int64_t> numel_;                             // per value: its element count
   uint64_t clock_ = 0;                                     // counts process() calls and sharding changes
   std::vector<uint64_t> changed_at_;                       // per value: clock_ at its last sharding change (0: never)
   std::array<std::vector<uint64_t>, kStages> visited_at_;  // per stage, per node: clock_ at its last process()
   std::map<int, const Annotation*> open_ann_;              // annotated values with an open dim: their annotation
   std::vector<char> pass_through_op_;                      // per node: stage-0 op
-  std::vector<std::vector<char>> broadcast_;               // per node, per operand: a broadcast operand
+  std::vector<std::vector<char>> broadcast_;
+  std::vector<std::array<char, kStages>> same_as_;  // per node, per stage: the first stage that does the same // per
+                                                    // node, per operand: a broadcast operand
 };
 
 std::string node_label(const Graph& g, int n) {
