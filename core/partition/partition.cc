@@ -144,7 +144,8 @@ int Partitioner::collective(const CollectiveAttrs& a, int x, Shape out_shape, co
 
 // ---- resharding -------------------------------------------------------------------------------------------
 
-int Partitioner::get(int gv, TensorSharding want, const std::string& for_node, const std::string& why) {
+int Partitioner::get(int gv, TensorSharding want, const std::string& for_node,
+                     const std::function<std::string()>& why) {
   if (want.unreduced.empty()) want.reduction = ReductionKind::kSum;  // a full value has no reduction kind
   for (const Local& l : avail_[gv])
     if (l.sharding == want) return l.id;
@@ -169,7 +170,7 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node, c
     return lv;
   }
   const Local& from = avail_[gv].front();
-  std::string reason = why;
+  std::string reason = why();
   if (constrained(gv))
     reason += fmt::format("; '{}' is held as annotated, {} ({})", v.name, from.sharding.to_partition_spec(mesh_),
                           plan_.origins[gv].source);
@@ -437,9 +438,9 @@ std::vector<int> Partitioner::reshard_operands(const Node& node, const OpShardin
                               : sharding_from_factors(F, df);
     if (!partials.keep_unreduced.empty() && contains(partials.operands, static_cast<int>(i)))
       want.unreduced = partials.keep_unreduced;
-    std::string why =
-        fmt::format("{} ({}) needs operand {} as {}", node.name, node.op_type, i, want.to_partition_spec(mesh_));
-    int lv = get(gv, want, node.name, why);
+    int lv = get(gv, want, node.name, [&] {
+      return fmt::format("{} ({}) needs operand {} as {}", node.name, node.op_type, i, want.to_partition_spec(mesh_));
+    });
     for (size_t d = 0; d < df.size(); ++d)
       for (int f : df[d])
         if (rule.factor_kinds[f] == FactorKind::kReduction && !F[f].empty() && v.shape[d] % mesh_.axes_size(F[f]) != 0)

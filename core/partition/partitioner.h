@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -104,8 +105,12 @@ class Partitioner {
                  const std::string& reason);
   /// Local id of global value gv with sharding `want`, inserting collectives and local slices as needed (memoised
   /// per sharding). Initializers are sliced when loaded, so any sharding of one is free. Throws std::logic_error
-  /// when gv is not computed yet or `want` is unreduced over axes gv is not.
-  int get(int gv, TensorSharding want, const std::string& for_node, const std::string& why);
+  /// when gv is not computed yet or `want` is unreduced over axes gv is not. `why` gives the collectives' reason; it
+  /// is called only when one is needed.
+  int get(int gv, TensorSharding want, const std::string& for_node, const std::function<std::string()>& why);
+  int get(int gv, TensorSharding want, const std::string& for_node, const std::string& why) {
+    return get(gv, std::move(want), for_node, [&] { return why; });
+  }
 
   // ---- handlers (windowed.cc, split_reduction.cc, gather.cc, handlers.cc) -------------------------------------
 
