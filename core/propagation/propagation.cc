@@ -28,7 +28,23 @@ class Propagator {
     state_.assign(nv, kOpen);
     numel_.resize(nv);
     for (size_t v = 0; v < nv; ++v) numel_[v] = num_elements(g_.values[v].shape);
-    changed_at_.assign(nv, 0);
+    touched_at_.assign(g_.nodes.size(), 0);
+    users_start_.assign(nv + 1, 0);  // the nodes that read or write each value, flattened
+    for (const Node& node : g_.nodes) {
+      for (int v : node.inputs)
+        if (v >= 0) ++users_start_[static_cast<size_t>(v) + 1];
+      for (int v : node.outputs)
+        if (v >= 0) ++users_start_[static_cast<size_t>(v) + 1];
+    }
+    for (size_t v = 0; v < nv; ++v) users_start_[v + 1] += users_start_[v];
+    users_.resize(users_start_[nv]);
+    std::vector<int> fill(users_start_.begin(), users_start_.end() - 1);
+    for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
+      for (int v : g_.nodes[static_cast<size_t>(n)].inputs)
+        if (v >= 0) users_[static_cast<size_t>(fill[static_cast<size_t>(v)]++)] = n;
+      for (int v : g_.nodes[static_cast<size_t>(n)].outputs)
+        if (v >= 0) users_[static_cast<size_t>(fill[static_cast<size_t>(v)]++)] = n;
+    }
     for (auto& at : visited_at_) at.assign(g_.nodes.size(), 0);
 
     for (const auto& [v, a] : ann_.by_value) {
@@ -66,7 +82,7 @@ class Propagator {
         state_[v] = any_open ? kOpen : kFixed;
         if (any_open) open_ann_[v] = &a;
         plan_.shardings[v] = a.sharding;
-        changed_at_[v] = ++clock_;
+        touch(v);
         plan_.origins[v] = Origin{Origin::kAnnotation, -1, -1, true, a.source, a.open};
         for (int ax : a.sharding.tiled_axes()) plan_.axis_origins[v][ax] = v;
         for (int ax : a.sharding.unreduced) plan_.axis_origins[v][ax] = v;
@@ -150,13 +166,14 @@ class Propagator {
   bool settled(int n, int stage) const {
     const int same = same_as_[static_cast<size_t>(n)][static_cast<size_t>(stage)];
     const uint64_t at = visited_at_[static_cast<size_t>(same)][static_cast<size_t>(n)];
-    if (at == 0) return false;
-    const Node& node = g_.nodes[static_cast<size_t>(n)];
-    for (int v : node.inputs)
-      if (v >= 0 && changed_at_[static_cast<size_t>(v)] > at) return false;
-    for (int v : node.outputs)
-      if (v >= 0 && changed_at_[static_cast<size_t>(v)] > at) return false;
-    return true;
+    return at != 0 && touched_at_[static_cast<size_t>(n)] < at;
+  }
+
+  // Records a change of value v's sharding (or state) for the nodes that read or write it.
+  void touch(int v) {
+    const uint64_t now = ++clock_;
+    for (int i = users_start_[static_cast<size_t>(v)]; i < users_start_[static_cast<size_t>(v) + 1]; ++i)
+      touched_at_[static_cast<size_t>(users_[static_cast<size_t>(i)])] = now;
   }
 
   struct Ref {
@@ -250,7 +267,7 @@ class Propagator {
               plan_.axis_origins[r.v][a] = plan_.axis_origins[src[f]][a];
         }
         cur.dims[d].insert(cur.dims[d].end(), take.begin(), take.end());
-        changed_at_[r.v] = ++clock_;
+        touch(r.v);
         if (from < 0)
           for (int f : (*r.df)[d])
             if (src[f] >= 0) {
@@ -273,13 +290,14 @@ class Propagator {
   ShardingPlan plan_;
   std::vector<State> state_;
   const RuleTable& rules_;
-  std::vector<Ref> refs_;                                  // process()'s scratch (no allocation per call)
-  std::vector<const Ref*> projected_;                      // process()'s scratch
-  std::vector<int> src_;                                   // process()'s scratch
-  std::optional<FactorProjection> proj_;                   // process()'s, reset per node (keeps its memory)
-  std::vector<int64_t> numel_;                             // per value: its element count
-  uint64_t clock_ = 0;                                     // counts process() calls and sharding changes
-  std::vector<uint64_t> changed_at_;                       // per value: clock_ at its last sharding change (0: never)
+  std::vector<Ref> refs_;                 // process()'s scratch (no allocation per call)
+  std::vector<const Ref*> projected_;     // process()'s scratch
+  std::vector<int> src_;                  // process()'s scratch
+  std::optional<FactorProjection> proj_;  // process()'s, reset per node (keeps its memory)
+  std::vector<int64_t> numel_;            // per value: its element count
+  uint64_t clock_ = 0;                    // counts process() calls and sharding changes
+  std::vector<uint64_t> touched_at_;      // per node: clock_ at the last change of one of its values (0: never)
+  std::vector<int> users_start_, users_;  // users_[users_start_[v] ..): the nodes that read or write value v
   std::array<std::vector<uint64_t>, kStages> visited_at_;  // per stage, per node: clock_ at its last process()
   std::map<int, const Annotation*> open_ann_;              // annotated values with an open dim: their annotation
   std::vector<char> pass_through_op_;                      // per node: stage-0 op
