@@ -269,7 +269,7 @@ void Partitioner::sanitize(const OpShardingRule& rule, FactorSharding& F) const 
 Partitioner::NodeProjection Partitioner::project(const Node& node, const OpShardingRule& rule) const {
   NodeProjection p{FactorProjection(rule, mesh_, node.inputs.size() + node.outputs.size()), {}, {}};
   for (size_t i = 0; i < node.inputs.size(); ++i)
-    if (node.inputs[i] >= 0) p.operands.push_back(p.proj.add(current(node.inputs[i]), rule.operands[i]));
+    if (node.inputs[i] >= 0) p.operands.push_back(p.proj.add(current_dims(node.inputs[i]), rule.operands[i]));
   for (size_t r = 0; r < node.outputs.size(); ++r)
     if (node.outputs[r] >= 0) p.results.push_back(p.proj.add(plan_.shardings[node.outputs[r]], rule.results[r]));
   return p;
@@ -316,8 +316,9 @@ FactorSharding Partitioner::choose_factors(const OpShardingRule& rule, const Nod
 FactorSharding Partitioner::choose_strategy(const Node& node, const OpShardingRule& rule, std::vector<char>& used) {
   const NodeProjection projection = project(node, rule);
   FactorSharding F = choose_factors(rule, projection, /*results_first=*/true, used);
-  const bool partial = std::any_of(node.inputs.begin(), node.inputs.end(),
-                                   [&](int v) { return v >= 0 && !current(v).unreduced.empty(); });
+  const bool partial = std::any_of(node.inputs.begin(), node.inputs.end(), [&](int v) {
+    return v >= 0 && !avail_[v].empty() && !avail_[v].front().sharding.unreduced.empty();
+  });
   if (partial || std::any_of(rule.factor_kinds.begin(), rule.factor_kinds.end(),
                              [](FactorKind k) { return k == FactorKind::kWindowed; }))
     return F;

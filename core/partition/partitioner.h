@@ -93,6 +93,10 @@ class Partitioner {
   /// The sharding global value gv has now (its primary representation), or the plan's for unmaterialised
   /// initializers (never unreduced).
   TensorSharding current(int gv) const;
+  /// current(gv)'s dims without a copy (its unreduced axes are those of the available local value, if any).
+  const TensorSharding& current_dims(int gv) const {
+    return avail_[gv].empty() ? plan_.shardings[gv] : avail_[gv].front().sharding;
+  }
   /// Appends `n` (op type, domain and attributes set) reading `inputs`, with one new output value of type t[s];
   /// returns the output's id.
   int emit(Node n, std::vector<int> inputs, const std::string& out_hint, DType t, Shape s);
