@@ -8,9 +8,11 @@
 namespace gspmd::cli {
 
 int cmd_simulate(const SimulateOptions& o) {
-  Pipeline p = build_pipeline(o.common, /*load_data=*/false);
+  // The pipeline and the report are left for the process's exit to release, not freed object by object: on a
+  // training step of the 96-layer decoder (20k nodes), freeing them took as long as partitioning (bench/README.md).
+  Pipeline& p = *new Pipeline(build_pipeline(o.common, /*load_data=*/false));
   CostReport cost = p.cost(o.common.overlap);
-  nlohmann::json report = make_report(p, cost, nullptr, nullptr);
+  nlohmann::json& report = *new nlohmann::json(make_report(p, cost, nullptr, nullptr));
   for (auto& d : report["simulated"]["per_device"]) d["peak_memory_bytes"] = cost.peak_memory_bytes;
   if (!o.report.empty()) write_json(o.report, report);
   if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name);

@@ -450,14 +450,13 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
   outputs.insert(outputs.end(), state_outputs.begin(), state_outputs.end());
 
   // Readable names for what the step computes: "loss", "<w>.grad", "<w>.updated", "<state>.updated" (a forward
-  // value keeps its name). One reindex at the end.
-  std::unordered_set<std::string> taken;
-  for (const Value& v : g.values) taken.insert(v.name);
+  // value keeps its name). The index keeps the names from before renaming until prune() rebuilds it at the end.
+  std::unordered_set<std::string> taken;  // the names given here
   auto rename = [&](int v, const std::string& name) {
     Value& val = g.values[static_cast<size_t>(v)];
     if (static_cast<size_t>(v) < forward_values) return val.name;
     std::string n = name;
-    for (int k = 1; taken.count(n); ++k) n = fmt::format("{}_{}", name, k);
+    for (int k = 1; g.find(n) >= 0 || taken.count(n); ++k) n = fmt::format("{}_{}", name, k);
     taken.insert(n);
     val.name = n;
     return n;
@@ -471,7 +470,6 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
     if (o.shard_update) tw.update_shard = rename(update_shards[k], tw.name + ".update_shard");
     for (const std::string& st : tw.state) tw.state_updated.push_back(rename(state_outputs[s++], st + ".updated"));
   }
-  g.reindex();
   g.outputs = outputs;
   g.prune();
   g.verify();

@@ -119,27 +119,28 @@ bool Node::has_body() const {
 }
 
 int Graph::add_value(Value v) {
-  if (index_.count(v.name)) throw std::invalid_argument(fmt::format("duplicate value name '{}'", v.name));
-  int id = static_cast<int>(values.size());
-  index_.emplace(v.name, id);
+  const int id = static_cast<int>(values.size());
+  if (!index_.try_emplace(v.name, id).second)
+    throw std::invalid_argument(fmt::format("duplicate value name '{}'", v.name));
   values.push_back(std::move(v));
   return id;
 }
 
 int Graph::add_value_unique(const std::string& hint, DType t, const Shape& s) {
   // Suffixes continue from the last one given for this hint: probing from 1 each time would make k values with
-  // one hint (the partitioner's "shape" constants) cost O(k^2) lookups.
-  std::string name = hint;
-  if (index_.count(name)) {
-    int& k = next_suffix_[hint];
-    do name = fmt::format("{}_{}", hint, ++k);
-    while (index_.count(name));
-  }
+  // one hint (the partitioner's "shape" constants) cost O(k^2) lookups. Each probe inserts when the name is free.
+  const int id = static_cast<int>(values.size());
   Value v;
-  v.name = std::move(name);
+  v.name = hint;
+  if (!index_.try_emplace(hint, id).second) {
+    int& k = next_suffix_[hint];
+    do v.name = fmt::format("{}_{}", hint, ++k);
+    while (!index_.try_emplace(v.name, id).second);
+  }
   v.dtype = t;
   v.shape = s;
-  return add_value(std::move(v));
+  values.push_back(std::move(v));
+  return id;
 }
 
 int Graph::add_node(Node n) {
@@ -150,7 +151,7 @@ int Graph::add_node(Node n) {
 }
 
 int Graph::find(std::string_view name) const {
-  auto it = index_.find(std::string(name));
+  auto it = index_.find(name);
   return it == index_.end() ? -1 : it->second;
 }
 
@@ -232,6 +233,7 @@ void Graph::prune() {
 
 void Graph::reindex() {
   index_.clear();
+  index_.reserve(values.size());
   for (int v = 0; v < static_cast<int>(values.size()); ++v) {
     if (!index_.emplace(values[v].name, v).second)
       throw std::invalid_argument(fmt::format("duplicate value name '{}'", values[v].name));

@@ -195,7 +195,11 @@ class Graph {
   void reindex();
 
  private:
-  std::unordered_map<std::string, int> index_;
+  struct NameHash {  // lets find() look up a string_view without building a std::string
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, int, NameHash, std::equal_to<>> index_;
   std::unordered_map<std::string, int> next_suffix_;  // add_value_unique: the last suffix given per hint
 };
 

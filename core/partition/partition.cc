@@ -159,7 +159,8 @@ int Partitioner::collective(const CollectiveAttrs& a, int x, Shape out_shape, co
 
 // ---- resharding -------------------------------------------------------------------------------------------
 
-int Partitioner::get(int gv, TensorSharding want, const std::string& for_node, const std::string& why) {
+int Partitioner::get(int gv, TensorSharding want, const std::string& for_node,
+                     const std::function<std::string()>& why) {
   if (want.unreduced.empty()) want.reduction = ReductionKind::kSum;  // a full value has no reduction kind
   const Value& v = g_.values[gv];
   // A recomputed forward node (--remat: "remat/<node>", docs/training.md) gathers the weights it reads again rather
@@ -188,7 +189,7 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node, c
     return lv;
   }
   const Local& from = avail_[gv].front();
-  std::string reason = why;
+  std::string reason = why();
   if (constrained(gv))
     reason += fmt::format("; '{}' is held as annotated, {} ({})", v.name, from.sharding.to_partition_spec(mesh_),
                           plan_.origins[gv].source);
@@ -287,7 +288,7 @@ void Partitioner::sanitize(const OpShardingRule& rule, FactorSharding& F) const 
 Partitioner::NodeProjection Partitioner::project(const Node& node, const OpShardingRule& rule) const {
   NodeProjection p{FactorProjection(rule, mesh_, node.inputs.size() + node.outputs.size()), {}, {}};
   for (size_t i = 0; i < node.inputs.size(); ++i)
-    if (node.inputs[i] >= 0) p.operands.push_back(p.proj.add(current(node.inputs[i]), rule.operands[i]));
+    if (node.inputs[i] >= 0) p.operands.push_back(p.proj.add(current_dims(node.inputs[i]), rule.operands[i]));
   for (size_t r = 0; r < node.outputs.size(); ++r)
     if (node.outputs[r] >= 0) p.results.push_back(p.proj.add(plan_.shardings[node.outputs[r]], rule.results[r]));
   return p;
@@ -336,8 +337,9 @@ FactorSharding Partitioner::choose_factors(const OpShardingRule& rule, const Nod
 FactorSharding Partitioner::choose_strategy(const Node& node, const OpShardingRule& rule, std::vector<char>& used) {
   const NodeProjection projection = project(node, rule);
   FactorSharding F = choose_factors(rule, projection, /*results_first=*/true, used);
-  const bool partial = std::any_of(node.inputs.begin(), node.inputs.end(),
-                                   [&](int v) { return v >= 0 && !current(v).unreduced.empty(); });
+  const bool partial = std::any_of(node.inputs.begin(), node.inputs.end(), [&](int v) {
+    return v >= 0 && !avail_[v].empty() && !avail_[v].front().sharding.unreduced.empty();
+  });
   if (partial || std::any_of(rule.factor_kinds.begin(), rule.factor_kinds.end(),
                              [](FactorKind k) { return k == FactorKind::kWindowed; }))
     return F;
@@ -478,9 +480,9 @@ std::vector<int> Partitioner::reshard_operands(const Node& node, const OpShardin
                               : sharding_from_factors(F, df);
     if (!partials.keep_unreduced.empty() && contains(partials.operands, static_cast<int>(i)))
       want.unreduced = partials.keep_unreduced;
-    std::string why =
-        fmt::format("{} ({}) needs operand {} as {}", node.name, node.op_type, i, want.to_partition_spec(mesh_));
-    int lv = get(gv, want, node.name, why);
+    int lv = get(gv, want, node.name, [&] {
+      return fmt::format("{} ({}) needs operand {} as {}", node.name, node.op_type, i, want.to_partition_spec(mesh_));
+    });
     for (size_t d = 0; d < df.size(); ++d)
       for (int f : df[d])
         if (rule.factor_kinds[f] == FactorKind::kReduction && !F[f].empty() && v.shape[d] % mesh_.axes_size(F[f]) != 0)

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,10 @@ class Partitioner {
   /// The sharding global value gv has now (its primary representation), or the plan's for unmaterialised
   /// initializers (never unreduced).
   TensorSharding current(int gv) const;
+  /// current(gv)'s dims without a copy (its unreduced axes are those of the available local value, if any).
+  const TensorSharding& current_dims(int gv) const {
+    return avail_[gv].empty() ? plan_.shardings[gv] : avail_[gv].front().sharding;
+  }
   /// Appends `n` (op type, domain and attributes set) reading `inputs`, with one new output value of type t[s];
   /// returns the output's id.
   int emit(Node n, std::vector<int> inputs, const std::string& out_hint, DType t, Shape s);
@@ -106,8 +111,12 @@ class Partitioner {
                  const std::string& reason);
   /// Local id of global value gv with sharding `want`, inserting collectives and local slices as needed (memoised
   /// per sharding). Initializers are sliced when loaded, so any sharding of one is free. Throws std::logic_error
-  /// when gv is not computed yet or `want` is unreduced over axes gv is not.
-  int get(int gv, TensorSharding want, const std::string& for_node, const std::string& why);
+  /// when gv is not computed yet or `want` is unreduced over axes gv is not. `why` gives the collectives' reason; it
+  /// is called only when one is needed.
+  int get(int gv, TensorSharding want, const std::string& for_node, const std::function<std::string()>& why);
+  int get(int gv, TensorSharding want, const std::string& for_node, const std::string& why) {
+    return get(gv, std::move(want), for_node, [&] { return why; });
+  }
 
   // ---- handlers (windowed.cc, split_reduction.cc, gather.cc, handlers.cc) -------------------------------------
 

@@ -1,6 +1,7 @@
 #include "core/propagation/propagation.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <set>
 
@@ -25,6 +26,26 @@ class Propagator {
     for (size_t v = 0; v < nv; ++v)
       plan_.shardings[v] = TensorSharding::replicated(static_cast<int>(g_.values[v].shape.size()));
     state_.assign(nv, kOpen);
+    numel_.resize(nv);
+    for (size_t v = 0; v < nv; ++v) numel_[v] = num_elements(g_.values[v].shape);
+    touched_at_.assign(g_.nodes.size(), 0);
+    users_start_.assign(nv + 1, 0);  // the nodes that read or write each value, flattened
+    for (const Node& node : g_.nodes) {
+      for (int v : node.inputs)
+        if (v >= 0) ++users_start_[static_cast<size_t>(v) + 1];
+      for (int v : node.outputs)
+        if (v >= 0) ++users_start_[static_cast<size_t>(v) + 1];
+    }
+    for (size_t v = 0; v < nv; ++v) users_start_[v + 1] += users_start_[v];
+    users_.resize(users_start_[nv]);
+    std::vector<int> fill(users_start_.begin(), users_start_.end() - 1);
+    for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
+      for (int v : g_.nodes[static_cast<size_t>(n)].inputs)
+        if (v >= 0) users_[static_cast<size_t>(fill[static_cast<size_t>(v)]++)] = n;
+      for (int v : g_.nodes[static_cast<size_t>(n)].outputs)
+        if (v >= 0) users_[static_cast<size_t>(fill[static_cast<size_t>(v)]++)] = n;
+    }
+    for (auto& at : visited_at_) at.assign(g_.nodes.size(), 0);
 
     for (const auto& [v, a] : ann_.by_value) {
       if (v < 0 || v >= static_cast<int>(nv))
@@ -40,12 +61,14 @@ class Propagator {
 
     pass_through_op_.assign(g_.nodes.size(), 0);
     broadcast_.assign(g_.nodes.size(), {});
+    same_as_.assign(g_.nodes.size(), {0, 1, 2});
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       if (!rules_.rule(static_cast<int>(n))) {
         plan_.nodes_without_rule.push_back(static_cast<int>(n));
         continue;
       }
       classify(static_cast<int>(n));
+      classify_stages(static_cast<int>(n));
     }
 
     std::set<int> prios;
@@ -59,6 +82,7 @@ class Propagator {
         state_[v] = any_open ? kOpen : kFixed;
         if (any_open) open_ann_[v] = &a;
         plan_.shardings[v] = a.sharding;
+        touch(v);
         plan_.origins[v] = Origin{Origin::kAnnotation, -1, -1, true, a.source, a.open};
         for (int ax : a.sharding.tiled_axes()) plan_.axis_origins[v][ax] = v;
         for (int ax : a.sharding.unreduced) plan_.axis_origins[v][ax] = v;
@@ -108,15 +132,48 @@ class Propagator {
     }
   }
 
-  // One forward and one backward pass over the nodes taking part in `stage`.
+  // The stages in which process(n, stage) does the same thing, given the same shardings: stage 0 and 1 differ only
+  // on windowed factors, 1 and 2 only on reduction factors and broadcast operands. same_as_[n][stage] is the first
+  // such stage; a node settled there is settled in `stage` too.
+  void classify_stages(int n) {
+    const OpShardingRule& rule = *rules_.rule(n);
+    const auto has = [&](FactorKind k) {
+      return std::find(rule.factor_kinds.begin(), rule.factor_kinds.end(), k) != rule.factor_kinds.end();
+    };
+    const bool broadcast = std::any_of(broadcast_[n].begin(), broadcast_[n].end(), [](char c) { return c != 0; });
+    std::array<char, kStages>& same = same_as_[static_cast<size_t>(n)];
+    same[0] = 0;
+    same[1] = has(FactorKind::kWindowed) ? 1 : same[0];
+    same[2] = has(FactorKind::kReduction) || broadcast ? 2 : same[1];
+  }
+
+  // One forward and one backward pass over the nodes taking part in `stage`. A node is skipped when none of its
+  // values changed since process() last looked at it in this stage and found nothing to do: process() reads only
+  // its values' shardings and states, so it would again change nothing (the fixpoint and the order of changes are
+  // those of processing every node).
   bool sweep(int stage) {
     bool changed = false;
     const int nn = static_cast<int>(g_.nodes.size());
     for (int n = 0; n < nn; ++n)
-      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
+      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n]) && !settled(n, stage)) changed |= process(n, stage);
     for (int n = nn - 1; n >= 0; --n)
-      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n])) changed |= process(n, stage);
+      if (rules_.rule(n) && (stage > 0 || pass_through_op_[n]) && !settled(n, stage)) changed |= process(n, stage);
     return changed;
+  }
+
+  // True when process(n, stage) (or process(n, s) of a stage s that does the same) ran and no value of node n
+  // changed since it started.
+  bool settled(int n, int stage) const {
+    const int same = same_as_[static_cast<size_t>(n)][static_cast<size_t>(stage)];
+    const uint64_t at = visited_at_[static_cast<size_t>(same)][static_cast<size_t>(n)];
+    return at != 0 && touched_at_[static_cast<size_t>(n)] < at;
+  }
+
+  // Records a change of value v's sharding (or state) for the nodes that read or write it.
+  void touch(int v) {
+    const uint64_t now = ++clock_;
+    for (int i = users_start_[static_cast<size_t>(v)]; i < users_start_[static_cast<size_t>(v) + 1]; ++i)
+      touched_at_[static_cast<size_t>(users_[static_cast<size_t>(i)])] = now;
   }
 
   struct Ref {
@@ -128,20 +185,21 @@ class Propagator {
   };
 
   bool process(int n, int stage) {
+    visited_at_[static_cast<size_t>(same_as_[static_cast<size_t>(n)][static_cast<size_t>(stage)])]
+               [static_cast<size_t>(n)] = ++clock_;
     const Node& node = g_.nodes[n];
     const OpShardingRule& rule = *rules_.rule(n);
     const int nf = rule.num_factors();
-    std::vector<Ref> refs;
+    std::vector<Ref>& refs = refs_;
+    refs.clear();
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       int v = node.inputs[i];
       if (v >= 0 && state_[v] != kFrozen)
-        refs.push_back(
-            {v, false, &rule.operands[i], num_elements(g_.values[v].shape), stage < 2 && broadcast_[n][i] != 0});
+        refs.push_back({v, false, &rule.operands[i], numel_[v], stage < 2 && broadcast_[n][i] != 0});
     }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       int v = node.outputs[i];
-      if (v >= 0 && state_[v] != kFrozen)
-        refs.push_back({v, true, &rule.results[i], num_elements(g_.values[v].shape), false});
+      if (v >= 0 && state_[v] != kFrozen) refs.push_back({v, true, &rule.results[i], numel_[v], false});
     }
 
     // 1. Merge: project each tensor onto the factors, larger tensors first (ties: earlier operand); dims that cannot
@@ -152,7 +210,11 @@ class Propagator {
     for (const Ref& r : refs)
       if (plan_.shardings[r.v].is_tiled() && !r.target_only) projected.push_back(&r);
     if (projected.empty()) return false;  // nothing to give
-    FactorProjection proj(rule, mesh_, projected.size());
+    if (proj_)
+      proj_->reset(rule);
+    else
+      proj_.emplace(rule, mesh_);
+    FactorProjection& proj = *proj_;
     for (const Ref* r : projected) proj.add(plan_.shardings[r->v], *r->df, r->numel);
     const FactorProjection::Merged merged = proj.merge_largest_first([&](int t, int f) {
       const FactorKind k = rule.factor_kinds[f];
@@ -205,6 +267,7 @@ class Propagator {
               plan_.axis_origins[r.v][a] = plan_.axis_origins[src[f]][a];
         }
         cur.dims[d].insert(cur.dims[d].end(), take.begin(), take.end());
+        touch(r.v);
         if (from < 0)
           for (int f : (*r.df)[d])
             if (src[f] >= 0) {
@@ -227,11 +290,20 @@ class Propagator {
   ShardingPlan plan_;
   std::vector<State> state_;
   const RuleTable& rules_;
-  std::vector<const Ref*> projected_;          // process()'s scratch (no allocation per call)
-  std::vector<int> src_;                       // process()'s scratch
-  std::map<int, const Annotation*> open_ann_;  // annotated values with an open dim: their annotation
-  std::vector<char> pass_through_op_;          // per node: stage-0 op
-  std::vector<std::vector<char>> broadcast_;   // per node, per operand: a broadcast operand
+  std::vector<Ref> refs_;                 // process()'s scratch (no allocation per call)
+  std::vector<const Ref*> projected_;     // process()'s scratch
+  std::vector<int> src_;                  // process()'s scratch
+  std::optional<FactorProjection> proj_;  // process()'s, reset per node (keeps its memory)
+  std::vector<int64_t> numel_;            // per value: its element count
+  uint64_t clock_ = 0;                    // counts process() calls and sharding changes
+  std::vector<uint64_t> touched_at_;      // per node: clock_ at the last change of one of its values (0: never)
+  std::vector<int> users_start_, users_;  // users_[users_start_[v] ..): the nodes that read or write value v
+  std::array<std::vector<uint64_t>, kStages> visited_at_;  // per stage, per node: clock_ at its last process()
+  std::map<int, const Annotation*> open_ann_;              // annotated values with an open dim: their annotation
+  std::vector<char> pass_through_op_;                      // per node: stage-0 op
+  std::vector<std::vector<char>> broadcast_;
+  std::vector<std::array<char, kStages>> same_as_;  // per node, per stage: the first stage that does the same // per
+                                                    // node, per operand: a broadcast operand
 };
 
 std::string node_label(const Graph& g, int n) {

@@ -6,12 +6,16 @@
 namespace gspmd {
 
 int FactorProjection::add(const TensorSharding& s, const DimFactors& df, int64_t weight) {
-  Projected p{&df, FactorSharding(static_cast<size_t>(rule_.num_factors())), true, weight};
+  if (count_ == tensors_.size()) tensors_.emplace_back();
+  Projected& p = tensors_[count_++];
+  p.df = &df;
+  p.weight = weight;
+  p.factors.resize(static_cast<size_t>(rule_->num_factors()));
+  for (std::vector<int>& f : p.factors) f.clear();
   if (!df.empty() && static_cast<int>(df.size()) == s.rank())
-    p.exact = project_to_factors(s, df, rule_, mesh_, p.factors);
+    p.exact = project_to_factors(s, df, *rule_, mesh_, p.factors);
   else
     p.exact = !s.is_tiled();
-  tensors_.push_back(std::move(p));
   return size() - 1;
 }
 
@@ -46,7 +50,7 @@ void FactorProjection::merge_first_come(const std::vector<int>& order, FactorSha
 }
 
 std::vector<int> FactorProjection::largest_first() const {
-  std::vector<int> order(tensors_.size());
+  std::vector<int> order(count_);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return tensors_[static_cast<size_t>(a)].weight > tensors_[static_cast<size_t>(b)].weight;
@@ -71,7 +75,7 @@ void FactorProjection::extend(int t, int f, std::vector<int>& owner, Merged& m) 
 
 TensorSharding FactorProjection::tensor_sharding(const FactorSharding& fs, const DimFactors& df,
                                                  bool expressible_only) const {
-  return expressible_only ? sharding_from_factors(fs, df, rule_, mesh_) : sharding_from_factors(fs, df);
+  return expressible_only ? sharding_from_factors(fs, df, *rule_, mesh_) : sharding_from_factors(fs, df);
 }
 
 }  // namespace gspmd

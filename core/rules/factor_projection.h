@@ -27,8 +27,16 @@ namespace gspmd {
 class FactorProjection {
  public:
   /// `rule` and `mesh` must outlive the projection; `expected`: how many tensors will be added (capacity).
-  FactorProjection(const OpShardingRule& rule, const DeviceMesh& mesh, size_t expected = 0) : rule_(rule), mesh_(mesh) {
+  FactorProjection(const OpShardingRule& rule, const DeviceMesh& mesh, size_t expected = 0)
+      : rule_(&rule), mesh_(mesh) {
     tensors_.reserve(expected);
+  }
+
+  /// Forgets the tensors added so far and starts over with `rule` (which must outlive the projection), on the same
+  /// mesh, keeping the memory: for a caller that projects one node after another (propagation).
+  void reset(const OpShardingRule& rule) {
+    rule_ = &rule;
+    count_ = 0;
   }
 
   /// Projects `s`, the sharding of a tensor whose dims index the factors `df` (one of rule.operands / rule.results,
@@ -37,7 +45,7 @@ class FactorProjection {
   /// there). Returns the tensor's index: 0, 1, ... in order of addition. O(rank * mesh rank).
   int add(const TensorSharding& s, const DimFactors& df, int64_t weight = 0);
 
-  int size() const { return static_cast<int>(tensors_.size()); }
+  int size() const { return static_cast<int>(count_); }
   /// Tensor t's axes per factor (rule.num_factors() entries; empty for a factor t leaves unsplit or does not index).
   const FactorSharding& factors(int t) const { return tensors_.at(static_cast<size_t>(t)).factors; }
   /// The dims of factors tensor t was added with.
@@ -93,14 +101,15 @@ class FactorProjection {
   /// merge_largest_first's step for factor f of tensor t: extend m's assignment by the tensor's axes.
   void extend(int t, int f, std::vector<int>& owner, Merged& m) const;
 
-  const OpShardingRule& rule_;
+  const OpShardingRule* rule_;
   const DeviceMesh& mesh_;
-  std::vector<Projected> tensors_;
+  std::vector<Projected> tensors_;  // the first count_ are the tensors added (the rest: memory kept by reset)
+  size_t count_ = 0;
 };
 
 template <class Accept>
 FactorProjection::Merged FactorProjection::merge_largest_first(const Accept& accept) const {
-  const auto nf = static_cast<size_t>(rule_.num_factors());
+  const auto nf = static_cast<size_t>(rule_->num_factors());
   Merged m{FactorSharding(nf), std::vector<int>(nf, -1), false};
   std::vector<int> owner(static_cast<size_t>(mesh_.rank()), -1);
   for (int t : largest_first())

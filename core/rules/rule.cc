@@ -266,29 +266,33 @@ bool project_to_factors(const TensorSharding& s, const DimFactors& df, const OpS
       if (!axes.empty()) ok = false;
       continue;
     }
+    if (fs.size() == 1) {  // a single-factor dim: any split (uneven too) is the factor's split
+      out[fs[0]].assign(axes.begin(), axes.end());
+      continue;
+    }
+    if (axes.empty()) {
+      for (int f : fs) out[f].clear();
+      continue;
+    }
     std::vector<std::vector<int>> assign(fs.size());
-    if (fs.size() == 1) {
-      assign[0] = axes;  // a single-factor dim: any split (uneven too) is the factor's split
-    } else {
-      size_t fi = 0;
-      int64_t cap = rule.factor_sizes.at(fs[0]);
-      bool good = true;
-      for (int a : axes) {
-        int64_t n = mesh.shape.at(a);
-        while (fi < fs.size() && cap == 1 && n > 1) {  // major factor fully split: move on
-          if (++fi < fs.size()) cap = rule.factor_sizes.at(fs[fi]);
-        }
-        if (fi >= fs.size() || cap % n != 0) {
-          good = false;
-          break;
-        }
-        assign[fi].push_back(a);
-        cap /= n;
+    size_t fi = 0;
+    int64_t cap = rule.factor_sizes.at(fs[0]);
+    bool good = true;
+    for (int a : axes) {
+      int64_t n = mesh.shape.at(a);
+      while (fi < fs.size() && cap == 1 && n > 1) {  // major factor fully split: move on
+        if (++fi < fs.size()) cap = rule.factor_sizes.at(fs[fi]);
       }
-      if (!good) {
-        ok = false;
-        continue;
+      if (fi >= fs.size() || cap % n != 0) {
+        good = false;
+        break;
       }
+      assign[fi].push_back(a);
+      cap /= n;
+    }
+    if (!good) {
+      ok = false;
+      continue;
     }
     for (size_t j = 0; j < fs.size(); ++j) out[fs[j]] = std::move(assign[j]);
   }
