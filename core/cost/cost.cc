@@ -424,20 +424,23 @@ MemoryBreakdown memory_breakdown(const SpmdProgram& p, const MemoryRoles* roles)
   const auto add = [&](int v, int sign) { live[static_cast<size_t>(kind[static_cast<size_t>(v)])] += sign * bytes(v); };
   for (int v : program.outputs) last[static_cast<size_t>(v)] = n;
   // Totals: the trained weights' and optimizer state's params (every weight and constant without roles), each
-  // gradient once (its first program value), the saved activations and the inputs.
+  // gradient once (its smallest copy), the saved activations and the inputs.
   const auto total = [&](MemoryKind k) -> int64_t& { return r.total[static_cast<size_t>(k)]; };
   for (const ProgramBinding& b : p.params) {
     const MemoryKind role = roles ? roles->kind[static_cast<size_t>(b.global)] : MemoryKind::kWeights;
     if (role == MemoryKind::kWeights || role == MemoryKind::kOptimizerState) total(role) += bytes(b.local);
   }
-  std::vector<char> counted(roles ? roles->kind.size() : 0, 0);
+  std::vector<int64_t> smallest(roles ? roles->kind.size() : 0, -1);  // per gradient: its smallest copy's bytes
   for (size_t v = 0; v < nv; ++v) {
     const int o = origin(static_cast<int>(v));
-    if (kind[v] == MemoryKind::kGradients && !counted[static_cast<size_t>(o)]++)
-      total(MemoryKind::kGradients) += bytes(static_cast<int>(v));
+    if (kind[v] == MemoryKind::kGradients) {
+      int64_t& b = smallest[static_cast<size_t>(o)];
+      b = b < 0 ? bytes(static_cast<int>(v)) : std::min(b, bytes(static_cast<int>(v)));
+    }
     if (kind[v] == MemoryKind::kSavedActivations || kind[v] == MemoryKind::kInputs)
       total(kind[v]) += bytes(static_cast<int>(v));
   }
+  for (int64_t b : smallest) total(MemoryKind::kGradients) += std::max<int64_t>(b, 0);
   for (size_t v = 0; v < nv; ++v) {
     if (!program.values[v].is_initializer) continue;
     add(static_cast<int>(v), 1);

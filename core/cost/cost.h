@@ -85,7 +85,8 @@ struct MemoryBreakdown {
   std::array<int64_t, kMemoryKinds> at_peak{};  // live bytes by MemoryKind at the peak; sums to peak_bytes
   /// What each kind needs over the whole step (bytes): weights and optimizer state: their params (the trained
   /// weights' slices, or every weight and constant without roles; the updated values replace them); gradients: each
-  /// weight's gradient once, at its local shape; saved activations and inputs: every such program value; transient
+  /// weight's gradient once, at its smallest local copy (the sharded gradient the update reads; a partial sum before
+  /// its reduce-scatter is a larger copy); saved activations and inputs: every such program value; transient
   /// 0.
   std::array<int64_t, kMemoryKinds> total{};
   int peak_node = -1;  // program node at whose results the peak is sampled (-1: before

@@ -106,6 +106,9 @@ int GradContext::sum_to(int v, Shape shape) {
   std::vector<int64_t> axes;
   for (size_t d = 0; d < from.size(); ++d)
     if (d < lead || (shape[d - lead] == 1 && from[d] != 1)) axes.push_back(static_cast<int64_t>(d));
+  // One node when the sum alone makes `shape`: only added leading dims (dropped), or only stretched ones (kept as 1).
+  if (axes.back() < static_cast<int64_t>(lead)) return reduce_sum(v, axes, false);
+  if (lead == 0) return reduce_sum(v, axes, true);
   return reshape(reduce_sum(v, axes, true), shape);
 }
 
