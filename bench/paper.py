@@ -34,6 +34,20 @@ def simulate(binary, model, mesh, side, report, extra):
     return json.load(open(report))
 
 
+def three_ways(args, d, mesh, weights, extra, bf16):
+    """Builds the GPT-3-sized decoder for `mesh` (2 sequences per data row, --weights `weights`) in `d` and simulates
+    it with the paper's 2D sharding and `extra` flags: as is, with --overlap, and with --overlap and bf16 bytes."""
+    x = int(mesh.split("x")[0])
+    subprocess.run([sys.executable, os.path.join(ROOT, "testdata", "tools", "make_decoder.py"), "--layers",
+                    str(args.layers), "--d-model", "12288", "--heads", "96", "--vocab", "50257", "--batch", str(2 * x),
+                    "--seq", "2048", "--weights", weights, "--mesh", mesh, "--out", d, "--name", "gpt3"],
+                   check=True, stdout=subprocess.DEVNULL)
+    model, side = os.path.join(d, "gpt3.onnx"), os.path.join(d, "gpt3.2d.sharding.json")
+    return (simulate(args.bin, model, mesh, side, os.path.join(d, "a.json"), extra),
+            simulate(args.bin, model, mesh, side, os.path.join(d, "b.json"), extra + ["--overlap"]),
+            simulate(args.bin, model, mesh, side, os.path.join(d, "c.json"), extra + ["--overlap", "--target", bf16]))
+
+
 def group_collectives(report, key):
     """The report's collectives summed per key(c): [count, bytes, time_s]."""
     by = collections.defaultdict(lambda: [0, 0.0, 0.0])
@@ -59,15 +73,7 @@ def main():
     rows, breakdown = [], []
     for mesh in args.meshes:
         x, y = (int(s) for s in mesh.split("x"))
-        d = os.path.join(work, mesh)
-        subprocess.run([sys.executable, os.path.join(ROOT, "testdata", "tools", "make_decoder.py"), "--layers",
-                        str(args.layers), "--d-model", "12288", "--heads", "96", "--vocab", "50257", "--batch",
-                        str(2 * x), "--seq", "2048", "--weights", "inputs", "--mesh", mesh, "--out", d, "--name",
-                        "gpt3"], check=True, stdout=subprocess.DEVNULL)
-        model, side = os.path.join(d, "gpt3.onnx"), os.path.join(d, "gpt3.2d.sharding.json")
-        plain = simulate(args.bin, model, mesh, side, os.path.join(d, "a.json"), [])
-        over = simulate(args.bin, model, mesh, side, os.path.join(d, "b.json"), ["--overlap"])
-        half = simulate(args.bin, model, mesh, side, os.path.join(d, "c.json"), ["--overlap", "--target", bf16])
+        plain, over, half = three_ways(args, os.path.join(work, mesh), mesh, "inputs", [], bf16)
         s = plain["simulated"]
         ideal = plain["model_flops"] / (x * y * plain["target_spec"]["peak_flops"])
         rows.append(f"| {mesh} | {x * y} | {2 * x} | {plain['model_flops']:.3g} | {ideal:.3f} | "
@@ -105,15 +111,7 @@ def training(args, work, bf16):
     rows, breakdown = [], []
     for mesh in args.meshes:
         x, y = (int(s) for s in mesh.split("x"))
-        d = os.path.join(work, "train_" + mesh)
-        subprocess.run([sys.executable, os.path.join(ROOT, "testdata", "tools", "make_decoder.py"), "--layers",
-                        str(args.layers), "--d-model", "12288", "--heads", "96", "--vocab", "50257", "--batch",
-                        str(2 * x), "--seq", "2048", "--weights", "absent", "--mesh", mesh, "--out", d, "--name",
-                        "gpt3"], check=True, stdout=subprocess.DEVNULL)
-        model, side = os.path.join(d, "gpt3.onnx"), os.path.join(d, "gpt3.2d.sharding.json")
-        plain = simulate(args.bin, model, mesh, side, os.path.join(d, "a.json"), train)
-        over = simulate(args.bin, model, mesh, side, os.path.join(d, "b.json"), train + ["--overlap"])
-        half = simulate(args.bin, model, mesh, side, os.path.join(d, "c.json"), train + ["--overlap", "--target", bf16])
+        plain, over, half = three_ways(args, os.path.join(work, "train_" + mesh), mesh, "absent", train, bf16)
         s = plain["simulated"]
         m = s["memory"]["at_peak"]
         gib = lambda b: f"{b / 2**30:.2f}"  # noqa: E731

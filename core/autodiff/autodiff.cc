@@ -37,7 +37,7 @@ class StepBuilder final : public GradContext {
     // originals (the same computation).
     Node copy = g_.nodes.at(static_cast<size_t>(g_.values[static_cast<size_t>(v)].producer));
     for (int& in : copy.inputs) in = activation(in);
-    copy.name = "remat/" + copy.name;
+    copy.name = std::string(kRematPrefix) + copy.name;
     for (int& o : copy.outputs) {
       if (o < 0) continue;
       const Value val = g_.values[static_cast<size_t>(o)];
@@ -209,9 +209,7 @@ int build_loss(StepBuilder& b, const TrainingOptions& o) {
       }
       const int64_t last = static_cast<int64_t>(logits_shape.size()) - 1;
       const int logp = b.op("LogSoftmax", {out}, {{"axis", last}});
-      const int values = b.cast(b.constant(Tensor::from_floats({2}, {0.f, 1.f})), dt);
-      const int onehot = b.op("OneHot", {labels, b.scalar(static_cast<double>(classes), DType::kInt64), values},
-                              {{"axis", int64_t{-1}}});
+      const int onehot = b.one_hot(labels, classes, -1, dt);
       const int picked = b.reduce_sum(b.op("Mul", {logp, onehot}), {last}, false);
       const int total = b.reduce_sum(picked, all_axes(picked), false);
       return b.op("Div", {total, b.scalar(-static_cast<double>(num_elements(label_shape)), dt)});
@@ -476,7 +474,7 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
   step.forward_nodes = g.values[static_cast<size_t>(g.at(step.loss))].producer + 1;
   step.remat = o.remat;
   for (const Node& n : g.nodes)
-    if (n.name.starts_with("remat/")) {
+    if (n.name.starts_with(kRematPrefix)) {
       ++step.recomputed_nodes;
       step.recomputed_flops += node_flops(g, n);
     }

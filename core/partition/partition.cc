@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "core/partition/partitioner.h"
+#include "core/rules/gradient.h"
 
 namespace gspmd {
 namespace partition_internal {
@@ -56,7 +57,9 @@ Partitioner::Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceM
       rules_(rules),
       planner_(mesh, target),
       avail_(g.values.size()),
-      consumers_(g.consumers()) {
+      consumers_(g.consumers()),
+      is_output_(g.values.size(), 0) {
+  for (int v : g.outputs) is_output_[static_cast<size_t>(v)] = 1;
   out_.mesh = mesh;
   P().name = g.name;
   P().opset = g.opset;
@@ -163,10 +166,10 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node,
                      const std::function<std::string()>& why) {
   if (want.unreduced.empty()) want.reduction = ReductionKind::kSum;  // a full value has no reduction kind
   const Value& v = g_.values[gv];
-  // A recomputed forward node (--remat: "remat/<node>", docs/training.md) gathers the weights it reads again rather
-  // than reusing the forward pass's gathered copies, which would keep them alive until the backward pass (XLA
-  // rematerializes the all-gathers with the activations).
-  const bool regather = v.is_initializer && for_node.starts_with("remat/");
+  // A recomputed forward node (--remat: kRematPrefix, core/rules/gradient.h; docs/training.md) gathers the weights it
+  // reads again rather than reusing the forward pass's gathered copies, which would keep them alive until the backward
+  // pass (XLA rematerializes the all-gathers with the activations).
+  const bool regather = v.is_initializer && for_node.starts_with(kRematPrefix);
   for (const Local& l : avail_[gv])
     if (l.sharding == want && (!regather || P().values[static_cast<size_t>(l.id)].is_initializer)) return l.id;
   // Weights are sliced when loaded, so any sharding of an unannotated weight is free. An annotated weight is held
@@ -445,7 +448,7 @@ Partitioner::Partials Partitioner::decide_partials(const Node& node, const OpSha
 }
 
 bool Partitioner::linear_in_all_consumers(int gv) const {
-  if (std::find(g_.outputs.begin(), g_.outputs.end(), gv) != g_.outputs.end()) return false;  // needed whole
+  if (is_output_[static_cast<size_t>(gv)]) return false;  // needed whole
   for (int c : consumers_[static_cast<size_t>(gv)]) {
     const OpShardingRule* r = rules_.rule(c);
     if (!r) return false;

@@ -235,6 +235,7 @@ class Partitioner {
   ReshardPlanner planner_;
   std::vector<std::vector<Local>> avail_;    // per global value: its local representations, first = primary
   std::vector<std::vector<int>> consumers_;  // per global value: the nodes reading it (Graph::consumers)
+  std::vector<char> is_output_;              // per global value: a graph output
   int counter_ = 0;
 };
 

@@ -69,8 +69,7 @@ void gather_grad(GradContext& c) {
   const int64_t rest = num_elements(ds) / std::max<int64_t>(1, V);
   const int dy2 = c.reshape(c.transpose(c.dy(0), perm), {N, rest});
   const int idx = c.reshape(c.x(1), {N});
-  const int onoff = c.cast(c.constant(Tensor::from_floats({2}, {0.f, 1.f})), data.dtype);
-  const int onehot = c.op("OneHot", {idx, c.constant(Tensor::from_int64s({V}, true)), onoff}, {{"axis", int64_t{-1}}});
+  const int onehot = c.one_hot(idx, V, -1, data.dtype);
   const int d = c.op("MatMul", {c.transpose(onehot, {1, 0}), dy2});  // [V, rest]
   // [V, pre, post] -> data's [pre, V, post]
   Shape vpp{V};

@@ -129,4 +129,9 @@ int GradContext::cast(int v, DType t) {
   return op("Cast", {v}, {{"to", static_cast<int64_t>(t)}});
 }
 
+int GradContext::one_hot(int indices, int64_t depth, int64_t axis, DType t) {
+  const int onoff = cast(constant(Tensor::from_floats({2}, {0.f, 1.f})), t);
+  return op("OneHot", {indices, scalar(static_cast<double>(depth), DType::kInt64), onoff}, {{"axis", axis}});
+}
+
 }  // namespace gspmd

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/ir/ir.h"
@@ -91,7 +92,14 @@ class GradContext {
   int dy_or_zeros(size_t k);
   /// Cast of `v` to `t` (v itself when it already has that dtype).
   int cast(int v, DType t);
+  /// OneHot of the integer `indices` over `depth` classes, inserted at `axis`, with 0 and 1 of dtype `t` (ONNX
+  /// OneHot): the dense form of a gather's or a label's gradient.
+  int one_hot(int indices, int64_t depth, int64_t axis, DType t);
 };
+
+/// The name prefix of the forward nodes the backward pass recomputes under --remat ("remat/<node>"): the partitioner
+/// gathers their weights again (core/partition), and the step counts them (core/autodiff).
+inline constexpr std::string_view kRematPrefix = "remat/";
 
 /// One op type's gradient rule: sets the gradients of the inputs that wants(), from the outputs' dy.
 using GradRule = std::function<void(GradContext&)>;

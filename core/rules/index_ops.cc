@@ -443,10 +443,7 @@ void topk_grad(GradContext& c) {
       n.outputs.size() > 1 && n.outputs[1] >= 0 ? n.outputs[1] : c.emit("TopK", n.inputs, n.attrs, 2)[1];
   const int64_t rank = static_cast<int64_t>(x.shape.size());
   const int64_t axis = n.i("axis", -1) < 0 ? n.i("axis", -1) + rank : n.i("axis", -1);
-  const int onoff = c.cast(c.constant(Tensor::from_floats({2}, {0.f, 1.f})), x.dtype);
-  const int onehot =
-      c.op("OneHot", {indices, c.scalar(static_cast<double>(x.shape[static_cast<size_t>(axis)]), DType::kInt64), onoff},
-           {{"axis", axis + 1}});  // [..., k, n, ...]
+  const int onehot = c.one_hot(indices, x.shape[static_cast<size_t>(axis)], axis + 1, x.dtype);  // [..., k, n, ...]
   Shape dy_shape = c.value(c.dy(0)).shape;
   dy_shape.insert(dy_shape.begin() + axis + 1, 1);
   c.set_dx(0, c.reduce_sum(c.op("Mul", {onehot, c.reshape(c.dy(0), dy_shape)}), {axis}, false));

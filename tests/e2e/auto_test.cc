@@ -35,11 +35,7 @@ Sim simulate(const std::string& model, const std::string& args, const std::strin
 fs::path decoder(const std::string& name, const std::string& flags, const std::string& mesh) {
   fs::path d = fs::path(GSPMD_BINARY_DIR) / "e2e-scratch" / "auto-models";
   fs::create_directories(d);
-  CmdResult r = sh(debian_python() + " testdata/tools/make_decoder.py " + flags + " --weights absent --mesh " + mesh +
-                       " --name " + name + " --out " + d.string(),
-                   "auto_make_" + name);
-  EXPECT_EQ(r.code, 0) << r.out << r.err;
-  return d / (name + ".onnx");
+  return make_decoder(d, name, flags + " --weights absent --mesh " + mesh, "auto_make_" + name);
 }
 
 struct DecoderCase {

@@ -73,4 +73,14 @@ inline int count_collectives(const nlohmann::json& report, const std::string& ki
 /// True if python3 with onnx (Debian's) is available for cross-checks.
 inline std::string debian_python() { return "/usr/bin/python3"; }
 
+/// Runs testdata/tools/make_decoder.py with `flags` (sizes, --weights, --mesh) into `out` as `<name>.onnx` plus its
+/// sharding sidecars, tagged `tag`; returns the model's path. A failure is reported (EXPECT) and leaves no model.
+inline fs::path make_decoder(const fs::path& out, const std::string& name, const std::string& flags,
+                             const std::string& tag) {
+  CmdResult r = sh(
+      debian_python() + " testdata/tools/make_decoder.py " + flags + " --name " + name + " --out " + out.string(), tag);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  return out / (name + ".onnx");
+}
+
 }  // namespace e2e

@@ -91,17 +91,15 @@ TEST(Targets, DeviceOrderChangesTheRingsAndIsReported) {
             "error: --target: unknown target 'tpu-v9' (known: tpu-v3, tpu-v4, tpu-v5e, dgx-a100, dgx-h100, host)\n");
 }
 
+// GPT-3 175B's shapes for testdata/tools/make_decoder.py (add --layers, --weights and --mesh).
+const std::string kGpt3 = "--d-model 12288 --heads 96 --vocab 50257 --batch 64 --seq 2048";
+
 TEST(Targets, Gpt3SizedDecoderAt2048Devices) {
   // 96 layers, d_model 12288, 96 heads, vocab 50257: 3,269 nodes, 174.6 G parameters, all weights graph inputs
   // (variables, as in the paper's training step) and the mask external data that does not exist. The paper's 2D
   // sharding on 64x32 (X = data = 64: batch and weights' d_model; Y = model = 32: heads / hidden / vocabulary).
   fs::path d = scratch("targets_gpt3");
-  CmdResult py = sh(debian_python() +
-                        " testdata/tools/make_decoder.py --layers 96 --d-model 12288 --heads 96 "
-                        "--vocab 50257 --batch 64 --seq 2048 --weights inputs --mesh 64x32 --name gpt3 --out " +
-                        d.string(),
-                    "gpt3_make");
-  ASSERT_EQ(py.code, 0) << py.err;
+  ASSERT_TRUE(fs::exists(make_decoder(d, "gpt3", kGpt3 + " --layers 96 --weights inputs --mesh 64x32", "gpt3_make")));
   ASSERT_FALSE(fs::exists(d / "gpt3.bin"));
   CmdResult r = cli("simulate " + (d / "gpt3.onnx").string() + " --mesh 64x32 --shardings " +
                         (d / "gpt3.2d.sharding.json").string() + " --report " + (d / "r.json").string(),
@@ -146,12 +144,8 @@ TEST(Targets, Gpt3SizedDecoderAt2048Devices) {
 // 4 all-reduces.
 TEST(Targets, Gpt3SizedTrainingStepMirrorsTheForwardCollectives) {
   fs::path d = scratch("targets_gpt3_training");
-  CmdResult py = sh(debian_python() +
-                        " testdata/tools/make_decoder.py --layers 2 --d-model 12288 --heads 96 --vocab 50257 "
-                        "--batch 64 --seq 2048 --weights absent --mesh 64x32 --name gpt3 --out " +
-                        d.string(),
-                    "gpt3_training_make");
-  ASSERT_EQ(py.code, 0) << py.err;
+  ASSERT_TRUE(
+      fs::exists(make_decoder(d, "gpt3", kGpt3 + " --layers 2 --weights absent --mesh 64x32", "gpt3_training_make")));
   CmdResult r = cli("simulate " + (d / "gpt3.onnx").string() + " --mesh 64x32 --shardings " +
                         (d / "gpt3.2d.sharding.json").string() +
                         " --training --loss mean --optimizer adafactor --trainable '^(?!attn_mask$)' --report " +
