@@ -13,6 +13,10 @@
 namespace gspmd {
 namespace {
 
+/// The name prefix of the forward nodes the backward pass recomputes under --remat ("remat/<node>"), by which the
+/// step counts them.
+constexpr std::string_view kRematPrefix = "remat/";
+
 /// The graph under construction and the GradContext the rules see.
 class StepBuilder final : public GradContext {
  public:
@@ -61,11 +65,25 @@ class StepBuilder final : public GradContext {
     n.op_type = op;
     n.inputs = inputs;
     n.attrs = attrs;
+    const std::vector<TensorType> out = types_of(n, "emitted");
+    if (out.size() < num_outputs)
+      throw std::logic_error(fmt::format("{}: emitted node '{}' ({}) has {} outputs, not {}", where(), n.name, op,
+                                         out.size(), num_outputs));
+    for (size_t k = 0; k < num_outputs; ++k)
+      n.outputs.push_back(g_.add_value_unique(n.name + ":" + std::to_string(k), out[k].dtype, out[k].shape));
+    const std::vector<int> ids = n.outputs;
+    g_.add_node(std::move(n));
+    return ids;
+  }
+
+  /// The output types of node `n` (its inputs are values of the graph) by the shape function; throws
+  /// std::logic_error naming the node (`what` it is) when the function rejects it.
+  std::vector<TensorType> types_of(const Node& n, std::string_view what) const {
     std::vector<const TensorType*> types;
-    std::vector<TensorType> storage(inputs.size());
+    std::vector<TensorType> storage(n.inputs.size());
     std::vector<const Tensor*> values;
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      const int v = inputs[k];
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int v = n.inputs[k];
       if (v < 0) {
         types.push_back(nullptr);
         values.push_back(nullptr);
@@ -76,20 +94,32 @@ class StepBuilder final : public GradContext {
       types.push_back(&storage[k]);
       values.push_back(val.is_initializer ? val.data.get() : nullptr);
     }
-    std::vector<TensorType> out;
     try {
-      out = shapes_(n, types, values, g_.opset);
+      return shapes_(n, types, values, g_.opset);
     } catch (const std::exception& e) {
-      throw std::logic_error(fmt::format("{}: emitted node '{}' ({}): {}", where(), n.name, op, e.what()));
+      throw std::logic_error(fmt::format("{}: {} node '{}' ({}): {}", where(), what, n.name, n.op_type, e.what()));
     }
-    if (out.size() < num_outputs)
-      throw std::logic_error(fmt::format("{}: emitted node '{}' ({}) has {} outputs, not {}", where(), n.name, op,
-                                         out.size(), num_outputs));
-    for (size_t k = 0; k < num_outputs; ++k)
-      n.outputs.push_back(g_.add_value_unique(n.name + ":" + std::to_string(k), out[k].dtype, out[k].shape));
-    const std::vector<int> ids = n.outputs;
-    g_.add_node(std::move(n));
-    return ids;
+  }
+
+  /// Gives forward node `k` the outputs its gradient rule reads beyond the model's (SavedOutputs, gradient.h),
+  /// named "<node>:<output index>".
+  void add_saved_outputs(size_t k) {
+    Node& n = g_.nodes[k];
+    const SavedOutputs* saved = find_saved_outputs(n.domain, n.op_type);
+    const size_t want = saved ? (*saved)(g_, n) : 0;
+    bool missing = false;
+    for (size_t o = 0; o < want; ++o) missing = missing || o >= n.outputs.size() || n.outputs[o] < 0;
+    if (!missing) return;
+    Node typed = n;
+    typed.outputs.resize(std::max(want, n.outputs.size()), 0);
+    const std::vector<TensorType> types = types_of(typed, "forward");
+    if (types.size() < want) return;  // the shape function gives fewer: keep the model's outputs
+    n.outputs.resize(typed.outputs.size(), -1);
+    for (size_t o = 0; o < want; ++o) {
+      if (n.outputs[o] >= 0) continue;
+      n.outputs[o] = g_.add_value_unique(fmt::format("{}:{}", n.name, o), types[o].dtype, types[o].shape);
+      g_.values[static_cast<size_t>(n.outputs[o])].producer = static_cast<int>(k);
+    }
   }
 
   int constant(const Tensor& t) override {
@@ -355,6 +385,11 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
   for (int w : weights) b.requires_[static_cast<size_t>(w)] = true;
   mark(0);
   const size_t forward_nodes = g.nodes.size();
+  for (size_t k = 0; k < forward_nodes; ++k)  // before the reverse pass and --remat's choice of saved values
+    if (std::any_of(g.nodes[k].inputs.begin(), g.nodes[k].inputs.end(),
+                    [&](int v) { return v >= 0 && b.requires_[static_cast<size_t>(v)]; }))
+      b.add_saved_outputs(k);
+  mark(0);  // the added outputs depend on the weights like their nodes' others
   const int loss = build_loss(b, o);
   mark(forward_nodes);  // the loss's nodes are differentiated like any node
   const Value lv = g.values[static_cast<size_t>(loss)];

@@ -21,7 +21,8 @@ namespace {
 /// How the cost model counts one op (docs/cost-model.md, "FLOPs"): its FLOPs formula and whether it runs on the
 /// matrix unit (a contraction: the target's contraction curve applies) or at the vector peak.
 enum class Flops {
-  kNone,           // data movement (Reshape, Transpose, Gather, ...), unknown ops, Einsum (not modelled)
+  kNone,           // data movement (Reshape, Transpose, Gather, ...), unknown ops
+  kEinsum,         // 2 * (operands - 1) per point of the label space; one operand: 1 per input element
   kMatMul,         // 2*K per output element, K = A's last dim
   kGemm,           // 2*K per output element, K from transA; the bias add is not counted
   kConv,           // 2 * prod(W dims 1..) per output element
@@ -83,7 +84,7 @@ const std::unordered_map<std::string, OpCost>& op_costs() {
     m["MatMul"] = m["MatMulInteger"] = {Flops::kMatMul, Unit::kMatrix};
     m["FusedMatMul"] = {Flops::kMatMul, Unit::kVector};  // counted like MatMul, priced at the vector peak
     m["Gemm"] = {Flops::kGemm, Unit::kMatrix};
-    m["Einsum"] = {Flops::kNone, Unit::kMatrix};
+    m["Einsum"] = {Flops::kEinsum, Unit::kMatrix};
     m["Conv"] = {Flops::kConv, Unit::kConvolution};
     m["ConvTranspose"] = {Flops::kConvTranspose, Unit::kConvolution};
     m["BatchNormalization"] = {Flops::kBatchNorm, Unit::kVector};
@@ -119,6 +120,36 @@ double bytes_of(const Graph& g, int id) {
   return static_cast<double>(num_elements(v->shape)) * static_cast<double>(es);
 }
 
+/// The number of points of an Einsum's label space: the product of its labels' sizes (ONNX Einsum; an ellipsis
+/// stands for the operands' right-aligned leading dims, a size-1 dim broadcasts). 0 when the equation does not parse.
+double einsum_points(const Graph& g, const Node& n) {
+  std::string eq;
+  for (char ch : n.s("equation"))
+    if (ch != ' ') eq += ch;
+  const std::string lhs = eq.substr(0, eq.find("->"));
+  std::unordered_map<int, int64_t> size;  // letter, or 256 + position from the right of an ellipsis dim
+  size_t begin = 0;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const size_t end = std::min(lhs.find(',', begin), lhs.size());
+    const Value* v = val(g, n.inputs[i]);
+    if (!v || begin > lhs.size()) return 0;
+    const std::string term = lhs.substr(begin, end - begin);
+    begin = end + 1;
+    const size_t dots = term.find("...");
+    const size_t letters = term.size() - (dots == std::string::npos ? 0 : 3);
+    if (v->shape.size() < letters) return 0;
+    const size_t ell = v->shape.size() - letters, after = dots == std::string::npos ? term.size() : dots;
+    size_t d = 0;
+    auto take = [&](int label) { size[label] = std::max(size[label], v->shape[d++]); };
+    for (size_t k = 0; k < after; ++k) take(static_cast<unsigned char>(term[k]));
+    for (size_t e = 0; e < ell; ++e) take(256 + static_cast<int>(ell - e));
+    for (size_t k = after + 3; k < term.size(); ++k) take(static_cast<unsigned char>(term[k]));
+  }
+  double points = 1;
+  for (const auto& [label, s] : size) points *= static_cast<double>(s);
+  return points;
+}
+
 }  // namespace
 
 double node_flops(const Graph& g, const Node& n) {
@@ -137,6 +168,8 @@ double node_flops(const Graph& g, const Node& n) {
   };
   switch (op_cost(n).flops) {
     case Flops::kNone: return 0;
+    case Flops::kEinsum:
+      return n.inputs.size() < 2 ? in_numel(0) : 2.0 * static_cast<double>(n.inputs.size() - 1) * einsum_points(g, n);
     case Flops::kMatMul:  // out[..., M, N] = A[..., M, K] x B[..., K, N]; 1-D A: K = A.shape[0]
       return a && !a->shape.empty() ? 2.0 * out_numel() * static_cast<double>(a->shape.back()) : 0.0;
     case Flops::kGemm:

@@ -13,7 +13,6 @@
 #include <fmt/ranges.h>
 
 #include "core/partition/partitioner.h"
-#include "core/rules/gradient.h"
 
 namespace gspmd {
 namespace partition_internal {
@@ -50,7 +49,7 @@ std::string axes_str(const DeviceMesh& mesh, const std::vector<int>& axes) {
 }
 
 Partitioner::Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
-                         const RuleTable& rules)
+                         const RuleTable& rules, int forward_nodes)
     : g_(g),
       plan_(plan),
       mesh_(mesh),
@@ -58,7 +57,8 @@ Partitioner::Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceM
       planner_(mesh, target),
       avail_(g.values.size()),
       consumers_(g.consumers()),
-      is_output_(g.values.size(), 0) {
+      is_output_(g.values.size(), 0),
+      forward_nodes_(forward_nodes) {
   for (int v : g.outputs) is_output_[static_cast<size_t>(v)] = 1;
   out_.mesh = mesh;
   P().name = g.name;
@@ -78,10 +78,12 @@ SpmdProgram Partitioner::run() {
     bind(gv, s, lv);
   }
   for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
+    node_ = n;
     lower(n);
     constrain_results(n);
     out_.node_origin.resize(P().nodes.size(), n);
   }
+  node_ = static_cast<int>(g_.nodes.size());
   for (int gv : g_.outputs) {
     TensorSharding want = plan_.shardings[gv];
     want.unreduced.clear();
@@ -116,7 +118,13 @@ void Partitioner::bind(int gv, const TensorSharding& s, int lv) {
 void Partitioner::add_copy(int gv, const TensorSharding& s, int lv) {
   if (out_.value_origin.size() <= static_cast<size_t>(lv)) out_.value_origin.resize(P().values.size(), -1);
   out_.value_origin[static_cast<size_t>(lv)] = gv;
-  avail_[gv].push_back({s, lv});
+  // A copy larger than the primary (a gather), made for a forward node of a training step: not reused after the
+  // forward pass (partition() in spmd.h).
+  const bool fenced = node_ >= 0 && node_ < forward_nodes_ && !avail_[gv].empty() &&
+                      !P().values[static_cast<size_t>(lv)].is_initializer &&
+                      num_elements(P().values[static_cast<size_t>(lv)].shape) >
+                          num_elements(P().values[static_cast<size_t>(avail_[gv].front().id)].shape);
+  avail_[gv].push_back({s, lv, fenced});
 }
 
 TensorSharding Partitioner::current(int gv) const {
@@ -166,12 +174,9 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node,
                      const std::function<std::string()>& why) {
   if (want.unreduced.empty()) want.reduction = ReductionKind::kSum;  // a full value has no reduction kind
   const Value& v = g_.values[gv];
-  // A recomputed forward node (--remat: kRematPrefix, core/rules/gradient.h; docs/training.md) gathers the weights it
-  // reads again rather than reusing the forward pass's gathered copies, which would keep them alive until the backward
-  // pass (XLA rematerializes the all-gathers with the activations).
-  const bool regather = v.is_initializer && for_node.starts_with(kRematPrefix);
+  const bool past_forward = node_ >= forward_nodes_;
   for (const Local& l : avail_[gv])
-    if (l.sharding == want && (!regather || P().values[static_cast<size_t>(l.id)].is_initializer)) return l.id;
+    if (l.sharding == want && !(l.fenced && past_forward)) return l.id;
   // Weights are sliced when loaded, so any sharding of an unannotated weight is free. An annotated weight is held
   // in its annotated sharding only (a constraint: the 2D and FSDP pattern); other shardings of it are resharded
   // from that one by collectives.
@@ -626,11 +631,11 @@ void Partitioner::lower_replicated(int n, const std::string& why) {
 }  // namespace partition_internal
 
 SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
-                      const RuleTable* rules) {
+                      const RuleTable* rules, int forward_nodes) {
   if (plan.shardings.size() != g.values.size())
     throw std::invalid_argument("partition: the plan has no sharding for some values");
   std::optional<RuleTable> own;
-  return partition_internal::Partitioner(g, plan, mesh, target, rules_for(g, rules, own)).run();
+  return partition_internal::Partitioner(g, plan, mesh, target, rules_for(g, rules, own), forward_nodes).run();
 }
 
 }  // namespace gspmd

@@ -73,7 +73,7 @@ class Partitioner {
   /// `g`, `plan` (one sharding per value of g), `mesh` and `rules` (built for g) must outlive the partitioner;
   /// `target` prices the reshard plans.
   Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
-              const RuleTable& rules);
+              const RuleTable& rules, int forward_nodes = 0);
 
   /// Lowers the whole graph. Throws UnsupportedError for an op that can be neither partitioned nor replicated.
   SpmdProgram run();
@@ -162,6 +162,7 @@ class Partitioner {
   struct Local {
     TensorSharding sharding;
     int id;
+    bool fenced = false;  // a forward pass's gathered copy: not reused past forward_nodes_ (partition() in spmd.h)
   };
   /// The node's present operands (their current shardings) and results (their planned shardings) projected onto
   /// the factors of its rule; `operands` and `results` hold their tensor indices in the projection.
@@ -236,6 +237,8 @@ class Partitioner {
   std::vector<std::vector<Local>> avail_;    // per global value: its local representations, first = primary
   std::vector<std::vector<int>> consumers_;  // per global value: the nodes reading it (Graph::consumers)
   std::vector<char> is_output_;              // per global value: a graph output
+  int forward_nodes_ = 0;                    // a training step's forward nodes [0, forward_nodes_); 0: no phases
+  int node_ = -1;                            // the global node being lowered (-1: inputs, nodes.size(): outputs)
   int counter_ = 0;
 };
 

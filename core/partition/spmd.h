@@ -66,11 +66,18 @@ struct SpmdProgram {
 /// a consumer needs the full value. Ops without a rule fall back to all-gather + full computation, with a warning.
 /// Reshards are the cheapest step sequences on `target` (ReshardPlanner, core/partition/reshard.h).
 /// `rules`: the graph's rule table (core/rules/rule.h RuleTable, shared with propagation); built here when null.
+/// `forward_nodes` > 0 marks a training step whose nodes [0, forward_nodes) are the forward pass and the loss
+/// (MemoryRoles::forward_nodes): a copy that a reshard made larger than the value's primary shard (an all-gather)
+/// for a forward node is not reused after them, so the backward pass and the recomputed (--remat) nodes gather
+/// again, the mirror image of the forward's gathers (GSPMD §5), instead of keeping every layer's gathered weights
+/// and activations alive from the forward to the backward. Copies are reused freely within a phase, and loaded
+/// weight slices always.
 /// Throws UnsupportedError when an op can be neither partitioned nor replicated, std::invalid_argument when `rules`
 /// was built for another graph.
 class RuleTable;
 SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
-                      const Target& target = Target::load("tpu-v3"), const RuleTable* rules = nullptr);
+                      const Target& target = Target::load("tpu-v3"), const RuleTable* rules = nullptr,
+                      int forward_nodes = 0);
 
 }  // namespace gspmd
 

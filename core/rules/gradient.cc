@@ -15,6 +15,11 @@ std::map<Key, GradRule>& raw_registry() {
   return m;
 }
 
+std::map<Key, SavedOutputs>& saved_outputs_registry() {
+  static std::map<Key, SavedOutputs> m;
+  return m;
+}
+
 std::map<Key, GradRule>& registry() {
   static const bool init = [] {
     rules_internal::register_elementwise_gradients();
@@ -46,8 +51,19 @@ const GradRule* find_gradient(const std::string& domain, const std::string& op_t
   return it == r.end() ? nullptr : &it->second;
 }
 
+const SavedOutputs* find_saved_outputs(const std::string& domain, const std::string& op_type) {
+  (void)registry();  // the builtin registrations
+  auto& r = saved_outputs_registry();
+  auto it = r.find({domain_key(domain), op_type});
+  return it == r.end() ? nullptr : &it->second;
+}
+
 void rules_internal::add_builtin_gradient(const std::string& op_type, GradRule rule) {
   raw_registry()[{std::string(), op_type}] = std::move(rule);
+}
+
+void rules_internal::add_builtin_saved_outputs(const std::string& op_type, SavedOutputs saved) {
+  saved_outputs_registry()[{std::string(), op_type}] = std::move(saved);
 }
 
 // ---- GradContext helpers ----
@@ -83,6 +99,11 @@ int GradContext::reduce_sum(int v, const std::vector<int64_t>& axes, bool keepdi
   if (axes.empty()) return v;
   if (opset() >= 13) return op("ReduceSum", {v, ints(axes)}, {{"keepdims", int64_t{keepdims}}});
   return op("ReduceSum", {v}, {{"axes", axes}, {"keepdims", int64_t{keepdims}}});
+}
+
+int GradContext::reduce_mean(int v, const std::vector<int64_t>& axes, bool keepdims) {
+  if (opset() >= 18) return op("ReduceMean", {v, ints(axes)}, {{"keepdims", int64_t{keepdims}}});
+  return op("ReduceMean", {v}, {{"axes", axes}, {"keepdims", int64_t{keepdims}}});
 }
 
 int GradContext::slice(int v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,

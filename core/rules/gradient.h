@@ -12,7 +12,6 @@
 #include <functional>
 #include <map>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "core/ir/ir.h"
@@ -77,6 +76,8 @@ class GradContext {
   int transpose(int v, const std::vector<int64_t>& perm);
   /// ReduceSum of `v` over `axes` (non-negative), in the opset's form.
   int reduce_sum(int v, const std::vector<int64_t>& axes, bool keepdims);
+  /// ReduceMean of `v` over `axes` (non-negative, at least one), in the opset's form (axes an attribute before 18).
+  int reduce_mean(int v, const std::vector<int64_t>& axes, bool keepdims);
   /// Slice of `v` along `axes` to [starts, ends) (step 1), in the opset's form (attributes before opset 10).
   int slice(int v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
             const std::vector<int64_t>& axes);
@@ -97,22 +98,28 @@ class GradContext {
   int one_hot(int indices, int64_t depth, int64_t axis, DType t);
 };
 
-/// The name prefix of the forward nodes the backward pass recomputes under --remat ("remat/<node>"): the partitioner
-/// gathers their weights again (core/partition), and the step counts them (core/autodiff).
-inline constexpr std::string_view kRematPrefix = "remat/";
-
 /// One op type's gradient rule: sets the gradients of the inputs that wants(), from the outputs' dy.
 using GradRule = std::function<void(GradContext&)>;
+
+/// How many outputs an op's gradient rule wants its forward node to compute, given the node: more than a loaded model
+/// may ask for when the op has optional outputs that the backward pass reads (LayerNormalization's Mean and
+/// InvStdDev, which torch's layer_norm saves for its backward too). The step builder adds the missing outputs, typed
+/// by the shape function, before the reverse pass, so they are saved (or recomputed under --remat) like any
+/// activation. Returning the node's own count (or fewer) adds nothing.
+using SavedOutputs = std::function<size_t(const Graph&, const Node&)>;
 
 /// Registers (or replaces) the gradient rule of (domain, op_type); called by the family files.
 void register_gradient(const std::string& domain, const std::string& op_type, GradRule rule);
 /// The rule of (domain, op_type), or nullptr. Registers the builtin rules on first use.
 const GradRule* find_gradient(const std::string& domain, const std::string& op_type);
+/// The SavedOutputs of (domain, op_type), or nullptr (the rule reads only what the model computes).
+const SavedOutputs* find_saved_outputs(const std::string& domain, const std::string& op_type);
 
 /// The family files' gradient registrations (each beside its factor rules). Not for use outside core/rules.
 namespace rules_internal {
 void add_builtin_gradient(const std::string& op_type, GradRule rule);  // ai.onnx, without triggering registration
-void register_elementwise_gradients();                                 // elementwise.cc
+void add_builtin_saved_outputs(const std::string& op_type, SavedOutputs saved);  // likewise
+void register_elementwise_gradients();                                           // elementwise.cc
 void register_matmul_gradients();       // matmul.cc (MatMul, Gemm), einsum.cc adds Einsum
 void register_einsum_gradients();       // einsum.cc
 void register_shape_gradients();        // shape_ops.cc

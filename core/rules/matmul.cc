@@ -87,11 +87,33 @@ std::vector<int64_t> swap_last(size_t r) {
   return p;
 }
 
+/// MatMul's two gradients as one Einsum each when the operands are matrices or batches of them whose batch dims are
+/// the result's trailing batch dims, unstretched (the usual X[..., K] x W[K, N] and batched attention products):
+/// dA = einsum(dY, B) and dB = einsum(A, dY) contract and sum the batch dims in one node, with no transposed copies
+/// (as XLA's dot gradients: a dot_general with the contracting and batch dims named). False when they are not such.
+bool matmul_grad_as_einsum(GradContext& c) {
+  const Shape a = c.value(c.x(0)).shape, b = c.value(c.x(1)).shape, y = c.value(c.y(0)).shape;
+  if (c.opset() < 12 || a.size() < 2 || b.size() < 2 || y.size() > 10) return false;
+  const size_t batch = y.size() - 2;  // y = [batch..., M, N]
+  auto fits = [&](const Shape& s) {   // s's batch dims are y's last ones, unstretched
+    for (size_t d = 0; d + 2 < s.size(); ++d)
+      if (s[d] != y[batch - (s.size() - 2) + d]) return false;
+    return true;
+  };
+  if (!fits(a) || !fits(b)) return false;
+  const std::string labels = "abcdefgh";  // batch labels; m, k, n are the matrix dims
+  auto term = [&](size_t rank, const char* last2) { return labels.substr(batch - (rank - 2), rank - 2) + last2; };
+  const std::string ta = term(a.size(), "mk"), tb = term(b.size(), "kn"), ty = term(y.size(), "mn");
+  if (c.wants(0)) c.set_dx(0, c.op("Einsum", {c.dy(0), c.x(1)}, {{"equation", ty + "," + tb + "->" + ta}}));
+  if (c.wants(1)) c.set_dx(1, c.op("Einsum", {c.x(0), c.dy(0)}, {{"equation", ta + "," + ty + "->" + tb}}));
+  return true;
+}
+
 /// MatMul (numpy matmul semantics, onnx MatMul): Y = A B. dA = dY B^T, dB = A^T dY, each summed over the batch dims
 /// that broadcasting added. 1-D operands are promoted to matrices first (a row for A, a column for B).
 void matmul_grad(GradContext& c) {
   const int dy = c.dy(0);
-  if (dy < 0) return;
+  if (dy < 0 || matmul_grad_as_einsum(c)) return;
   const Shape a = c.value(c.x(0)).shape, b = c.value(c.x(1)).shape, y = c.value(c.y(0)).shape;
   int A = c.x(0), B = c.x(1), dY = dy;
   Shape a2 = a, b2 = b, y2 = y;

@@ -181,13 +181,6 @@ Shape kept_shape(GradContext& c) {
 /// dy of a Reduce* node broadcast back to x's shape.
 int spread(GradContext& c) { return c.expand(c.reshape(c.dy(0), kept_shape(c)), c.value(c.x(0)).shape); }
 
-/// ReduceMean over `axes` with keepdims, as ReduceSum times 1/count.
-int mean_over(GradContext& c, int v, const std::vector<int64_t>& axes) {
-  int64_t count = 1;
-  for (int64_t a : axes) count *= c.value(v).shape[static_cast<size_t>(a)];
-  return c.op("Mul", {c.reduce_sum(v, axes, true), c.scalar(1.0 / static_cast<double>(count), c.value(v).dtype)});
-}
-
 /// The axes Softmax / LogSoftmax normalise over: `axis` (opset >= 13), or every dim from `axis` on (before 13 the
 /// input is coerced to 2-D at `axis`, default 1).
 std::vector<int64_t> softmax_axes(GradContext& c) {
@@ -201,30 +194,49 @@ std::vector<int64_t> softmax_axes(GradContext& c) {
   return axes;
 }
 
-/// LayerNormalization (ONNX opset 17): Y = (X - mean) * rstd * Scale + B over the dims from `axis` on. Recomputes
-/// mean and rstd (the loaded graph rarely keeps the Mean / InvStdDev outputs) and returns dX, dScale, dB as
-/// torch.nn.functional.layer_norm's backward does.
+/// The number of outputs LayerNormalization's gradient wants its forward node to compute: Y, Mean and InvStdDev
+/// (ONNX opset 17), read instead of recomputed, when X is float32 (the stash type of the statistics, as the kernel
+/// and the split lowering compute them).
+size_t layernorm_saved_outputs(const Graph& g, const Node& n) {
+  return g.opset >= 17 && !n.inputs.empty() && n.inputs[0] >= 0 &&
+                 g.values[static_cast<size_t>(n.inputs[0])].dtype == DType::kFloat32
+             ? 3
+             : 0;
+}
+
+/// LayerNormalization (ONNX opset 17): Y = (X - mean) * rstd * Scale + B over the dims from `axis` on. Reads the
+/// node's Mean and InvStdDev (layernorm_saved_outputs), or recomputes them when it has none, and returns dX, dScale
+/// and dB as torch.nn.functional.layer_norm's backward does:
+/// dX = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dY * Scale.
 void layernorm_grad(GradContext& c) {
   const int dy = c.dy(0);
   if (dy < 0) return;
+  const Node& n = c.node();
   const Value xv = c.value(c.x(0));
   const int r = static_cast<int>(xv.shape.size());
-  const auto a = norm_axis(c.node().i("axis", -1), r);
-  if (!a) throw InputError(fmt::format("--training: node '{}' (LayerNormalization): axis out of range", c.node().name));
+  const auto a = norm_axis(n.i("axis", -1), r);
+  if (!a) throw InputError(fmt::format("--training: node '{}' (LayerNormalization): axis out of range", n.name));
   std::vector<int64_t> axes;
   for (int d = *a; d < r; ++d) axes.push_back(d);
   const DType dt = xv.dtype;
   const int x = c.x(0);
-  const int xc = c.op("Sub", {x, mean_over(c, x, axes)});
-  const int var = mean_over(c, c.op("Mul", {xc, xc}), axes);
-  const int rstd = c.op("Reciprocal", {c.op("Sqrt", {c.op("Add", {var, c.scalar(c.node().f("epsilon", 1e-5f), dt)})})});
+  int mean = -1, rstd = -1;
+  if (n.outputs.size() >= 3 && n.outputs[1] >= 0 && n.outputs[2] >= 0) {
+    mean = c.y(1);
+    rstd = c.y(2);
+  }
+  const int xc = c.op("Sub", {x, mean >= 0 ? mean : c.reduce_mean(x, axes, true)});
+  if (rstd < 0) {
+    const int var = c.reduce_mean(c.op("Mul", {xc, xc}), axes, true);
+    rstd = c.op("Reciprocal", {c.op("Sqrt", {c.op("Add", {var, c.scalar(n.f("epsilon", 1e-5f), dt)})})});
+  }
   const int xhat = c.op("Mul", {xc, rstd});
   if (c.wants(1)) c.set_dx(1, c.sum_to(c.op("Mul", {dy, xhat}), c.value(c.x(1)).shape));
   if (c.wants(2)) c.set_dx(2, c.sum_to(dy, c.value(c.x(2)).shape));
   if (c.wants(0)) {
-    const int g = c.op("Mul", {dy, c.x(1)});  // d xhat
-    const int t = c.op("Sub", {c.op("Sub", {g, mean_over(c, g, axes)}),
-                               c.op("Mul", {xhat, mean_over(c, c.op("Mul", {g, xhat}), axes)})});
+    const int g = c.x(1) >= 0 ? c.op("Mul", {dy, c.x(1)}) : dy;  // d xhat
+    const int t = c.op("Sub", {c.op("Sub", {g, c.reduce_mean(g, axes, true)}),
+                               c.op("Mul", {xhat, c.reduce_mean(c.op("Mul", {g, xhat}), axes, true)})});
     c.set_dx(0, c.op("Mul", {t, rstd}));
   }
 }
@@ -267,6 +279,7 @@ void register_reduce_norm_gradients() {
     c.set_dx(0, c.op("Sub", {c.dy(0), c.op("Mul", {c.op("Exp", {c.y(0)}), s})}));
   });
   add_builtin_gradient("LayerNormalization", layernorm_grad);
+  add_builtin_saved_outputs("LayerNormalization", layernorm_saved_outputs);
 }
 
 }  // namespace gspmd::rules_internal
