@@ -121,13 +121,14 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
 }
 
 namespace {
-/// The load report's signature over the training step `g` of `forward`: the inputs found again by name (the step
-/// renumbers values), plus an added labels input; the outputs the step's (the loss, the updated weights and
-/// optimizer state: tensors).
-void training_signature(LoadReport& r, const Graph& forward, const Graph& g) {
+/// The load report's signature over the training step `g`: the forward's inputs found again by name (`names`, in
+/// the order of the report's inputs' flat values: the step renumbers values), plus an added labels input; the
+/// outputs the step's (the loss, the updated weights and optimizer state: tensors).
+void training_signature(LoadReport& r, const std::vector<std::string>& names, const Graph& g) {
   std::set<int> seen;
+  size_t k = 0;
   for (FlatValue& fv : r.inputs)
-    for (int& v : fv.values) seen.insert(v = g.at(forward.values[static_cast<size_t>(v)].name));
+    for (int& v : fv.values) seen.insert(v = g.at(names.at(k++)));
   auto tensor = [&](int v) {
     FlatValue fv;
     fv.name = g.values[static_cast<size_t>(v)].name;
@@ -247,8 +248,12 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   lo.inputs_dir = o.inputs_dir;  // the given inputs' shapes bind symbolic dims (--dim must agree)
   p.graph = load_model(o.model, lo, &p.load_report);
   if (o.training.on) {
-    p.training = build_training_step(p.graph, training_options(o.training, p.graph), lo.shape_function);
-    training_signature(p.load_report, p.graph, p.training->graph);
+    std::vector<std::string> input_names;
+    for (const FlatValue& fv : p.load_report.inputs)
+      for (int v : fv.values) input_names.push_back(p.graph.values[static_cast<size_t>(v)].name);
+    TrainingOptions to = training_options(o.training, p.graph);
+    p.training = build_training_step(std::move(p.graph), to, lo.shape_function);
+    training_signature(p.load_report, input_names, p.training->graph);
     p.graph = std::move(p.training->graph);
     p.training->graph = Graph();
   }

@@ -354,8 +354,8 @@ int adafactor_update(StepBuilder& b, const TrainingOptions& o, const Value& w, i
 
 }  // namespace
 
-TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o, const ShapeFunction& shapes) {
-  StepBuilder b(forward, shapes);
+TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const ShapeFunction& shapes) {
+  StepBuilder b(std::move(forward), shapes);
   Graph& g = b.g();
   const size_t forward_values = g.values.size();
 
@@ -483,15 +483,12 @@ TrainingStep build_training_step(const Graph& forward, const TrainingOptions& o,
   outputs.insert(outputs.end(), state_outputs.begin(), state_outputs.end());
 
   // Readable names for what the step computes: "loss", "<w>.grad", "<w>.updated", "<state>.updated" (a forward
-  // value keeps its name). The index keeps the names from before renaming until prune() rebuilds it at the end.
-  std::unordered_set<std::string> taken;  // the names given here
+  // value keeps its name).
   auto rename = [&](int v, const std::string& name) {
-    Value& val = g.values[static_cast<size_t>(v)];
-    if (static_cast<size_t>(v) < forward_values) return val.name;
+    if (static_cast<size_t>(v) < forward_values) return g.values[static_cast<size_t>(v)].name;
     std::string n = name;
-    for (int k = 1; g.find(n) >= 0 || taken.count(n); ++k) n = fmt::format("{}_{}", name, k);
-    taken.insert(n);
-    val.name = n;
+    for (int k = 1; g.find(n) >= 0; ++k) n = fmt::format("{}_{}", name, k);
+    g.rename(v, n);
     return n;
   };
   step.loss = rename(loss, "loss");

@@ -94,18 +94,19 @@ struct TrainingStep {
   double recomputed_flops = 0;  // their FLOPs (node_flops, core/cost/cost.h), in the unpartitioned step
 };
 
-/// Builds one training step of `forward` (a loaded graph: static shapes, every node typed). `shapes` types the
-/// emitted nodes (the executor's shape functions). Throws InputError for: an unknown or non-float trainable name,
-/// a non-scalar output 0 with LossKind::kOutput, labels of the wrong type or shape, no trainable weight reaching the
-/// loss, and an op on a path from a weight to the loss without a gradient rule
-/// ("--training: node 'n' (Op): no gradient rule for Op"). Throws std::logic_error when a rule emits a gradient of
-/// the wrong dtype or shape (a bug). O(nodes + edges) plus the emitted nodes' shape functions.
 /// The memory roles of the step's values (core/cost/cost.h, memory_breakdown), over `g` (the step's graph, or a
 /// graph with the same value names): weights and updated weights kWeights, gradients kGradients, optimizer state
 /// kOptimizerState; the weights and the state are donated (their updated values replace them, as with XLA's
 /// input-output aliasing). Throws std::out_of_range when a named value is not in `g`.
 MemoryRoles training_memory_roles(const Graph& g, const TrainingStep& step);
 
-TrainingStep build_training_step(const Graph& forward, const TrainingOptions& options, const ShapeFunction& shapes);
+/// Builds one training step of `forward` (a loaded graph: static shapes, every node typed; taken by value, so a
+/// caller that no longer needs it moves it in). `shapes` types the emitted nodes (the executor's shape functions).
+/// Throws InputError for: an unknown or non-float trainable name, a non-scalar output 0 with LossKind::kOutput,
+/// labels of the wrong type or shape, no trainable weight reaching the loss, and an op on a path from a weight to
+/// the loss without a gradient rule ("--training: node 'n' (Op): no gradient rule for Op"). Throws
+/// std::logic_error when a rule emits a gradient of the wrong dtype or shape (a bug). O(nodes + edges) plus the
+/// emitted nodes' shape functions.
+TrainingStep build_training_step(Graph forward, const TrainingOptions& options, const ShapeFunction& shapes);
 
 }  // namespace gspmd

@@ -150,6 +150,21 @@ int Graph::add_node(Node n) {
   return id;
 }
 
+void Graph::rename(int v, const std::string& name) {
+  std::string& old = values.at(static_cast<size_t>(v)).name;
+  if (old == name) return;
+  if (!index_.try_emplace(name, v).second)
+    throw std::invalid_argument(fmt::format("rename: value name '{}' is taken", name));
+  index_.erase(old);
+  old = name;
+}
+
+void Graph::reserve(size_t nv, size_t nn) {
+  values.reserve(nv);
+  nodes.reserve(nn);
+  index_.reserve(nv);
+}
+
 int Graph::find(std::string_view name) const {
   auto it = index_.find(name);
   return it == index_.end() ? -1 : it->second;
@@ -208,6 +223,9 @@ void Graph::prune() {
     for (int i : nodes[n].inputs)
       if (i >= 0) live_v[i] = 1;
   }
+  if (std::all_of(live_v.begin(), live_v.end(), [](char c) { return c != 0; }) &&
+      std::all_of(live_n.begin(), live_n.end(), [](char c) { return c != 0; }))
+    return;
   std::vector<int> remap(values.size(), -1);
   std::vector<Value> nvals;
   for (size_t v = 0; v < values.size(); ++v)

@@ -180,6 +180,11 @@ class Graph {
   int add_value_unique(const std::string& hint, DType t, const Shape& s);
   /// Adds a node at the end (caller keeps topological order) and sets its outputs' producer. Returns its id.
   int add_node(Node n);
+  /// Renames value v, keeping the name index; throws std::invalid_argument when another value has `name`.
+  void rename(int v, const std::string& name);
+  /// Reserves room for `values` values (and their names in the index) and `nodes` nodes, for a builder that knows
+  /// about how many it will add.
+  void reserve(size_t values, size_t nodes);
   /// Value id by name, or -1.
   int find(std::string_view name) const;
   /// Value id by name; throws std::out_of_range("unknown value 'x'") when missing.
@@ -189,7 +194,8 @@ class Graph {
   /// Checks ids in range, unique names, one producer per value, topological order, outputs produced.
   /// Throws std::runtime_error naming the first problem.
   void verify() const;
-  /// Drops nodes whose outputs reach no graph output, and values nothing uses; renumbers ids.
+  /// Drops nodes whose outputs reach no graph output, and values nothing uses; renumbers ids. Changes nothing (ids
+  /// and index kept) when everything is used.
   void prune();
   /// Rebuilds the name index after values were edited in place.
   void reindex();

@@ -62,6 +62,7 @@ Partitioner::Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceM
   for (int v : g.outputs) is_output_[static_cast<size_t>(v)] = 1;
   out_.mesh = mesh;
   P().name = g.name;
+  P().reserve(2 * g.values.size(), 2 * g.nodes.size());  // a program has about 1.5x the graph's values and nodes
   P().opset = g.opset;
   out_.final_shardings.resize(g.values.size());
   for (size_t v = 0; v < g.values.size(); ++v)
