@@ -2,6 +2,7 @@
 
 #include <map>
 #include <numeric>
+#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -87,22 +88,102 @@ std::string RuleResult::describe() const {
   return "";
 }
 
+namespace {
+
+/// Everything a rule builder reads of node `n` (op, domain, attributes, the opset, each operand's and result's
+/// presence, dtype and shape, the values of constant operands), as bytes: equal keys give equal rules. False for a
+/// node whose rule is not shared: one with a graph attribute, or a constant operand larger than 64 KiB.
+bool rule_key(const Graph& g, const Node& n, std::string& key) {
+  key.clear();
+  auto put = [&](const void* p, size_t size) { key.append(static_cast<const char*>(p), size); };
+  auto num = [&](int64_t v) { put(&v, sizeof v); };
+  auto str = [&](const std::string& s) {
+    num(static_cast<int64_t>(s.size()));
+    key += s;
+  };
+  auto shape = [&](const Shape& s) {
+    num(static_cast<int64_t>(s.size()));
+    if (!s.empty()) put(s.data(), s.size() * sizeof(int64_t));
+  };
+  str(n.domain);
+  str(n.op_type);
+  num(g.opset);
+  for (const auto& [name, a] : n.attrs) {
+    str(name);
+    num(static_cast<int64_t>(a.index()));
+    if (const auto* i = std::get_if<int64_t>(&a))
+      num(*i);
+    else if (const auto* f = std::get_if<float>(&a))
+      put(f, sizeof *f);
+    else if (const auto* s = std::get_if<std::string>(&a))
+      str(*s);
+    else if (const auto* is = std::get_if<std::vector<int64_t>>(&a))
+      shape(*is);
+    else if (const auto* fs = std::get_if<std::vector<float>>(&a)) {
+      num(static_cast<int64_t>(fs->size()));
+      if (!fs->empty()) put(fs->data(), fs->size() * sizeof(float));
+    } else if (const auto* ss = std::get_if<std::vector<std::string>>(&a)) {
+      num(static_cast<int64_t>(ss->size()));
+      for (const std::string& s : *ss) str(s);
+    } else if (const auto* t = std::get_if<Tensor>(&a)) {
+      if (t->bytes.size() > 65536) return false;
+      num(static_cast<int64_t>(t->dtype));
+      shape(t->shape);
+      str(std::string(reinterpret_cast<const char*>(t->bytes.data()), t->bytes.size()));
+    } else {
+      return false;  // a body
+    }
+  }
+  auto value = [&](int v) {
+    num(v < 0 ? -1 : static_cast<int64_t>(g.values.at(static_cast<size_t>(v)).dtype));
+    if (v >= 0) shape(g.values[static_cast<size_t>(v)].shape);
+  };
+  num(static_cast<int64_t>(n.inputs.size()));
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    value(n.inputs[i]);
+    const Tensor* t = rules_internal::constant_input(g, n, static_cast<int>(i));
+    if (t && t->bytes.size() > 65536) return false;
+    num(t ? static_cast<int64_t>(t->bytes.size()) : -1);
+    if (t) put(t->bytes.data(), t->bytes.size());
+  }
+  num(static_cast<int64_t>(n.outputs.size()));
+  for (int v : n.outputs) value(v);
+  return true;
+}
+
+}  // namespace
+
 RuleTable::RuleTable(const Graph& g) {
-  results_.reserve(g.nodes.size());
-  for (const Node& n : g.nodes) results_.push_back(get_rule(g, n));
+  index_.reserve(g.nodes.size());
+  std::unordered_map<std::string, size_t> built;  // rule_key -> its result in results_ (accepted rules only)
+  std::string key;
+  for (const Node& n : g.nodes) {
+    const bool keyed = rule_key(g, n, key);
+    if (keyed) {
+      auto it = built.find(key);
+      if (it != built.end()) {
+        index_.push_back(it->second);
+        continue;
+      }
+    }
+    index_.push_back(results_.size());
+    results_.push_back(get_rule(g, n));
+    // Only accepted rules are shared: a rejection's reason may name the node.
+    if (keyed && results_.back().status == RuleResult::kOk) built.emplace(key, results_.size() - 1);
+  }
 }
 
 std::vector<int> RuleTable::builder_errors() const {
   std::vector<int> out;
   for (int n = 0; n < size(); ++n)
-    if (results_[static_cast<size_t>(n)].status == RuleResult::kBuilderError) out.push_back(n);
+    if ((*this)[n].status == RuleResult::kBuilderError) out.push_back(n);
   return out;
 }
 
 void RuleTable::check_graph(const Graph& g) const {
-  if (results_.size() != g.nodes.size())
+  if (index_.size() != g.nodes.size())
     throw std::invalid_argument(
-        fmt::format("rule table of {} nodes used for graph '{}' of {} nodes", results_.size(), g.name, g.nodes.size()));
+        fmt::format("rule table of {} nodes used for graph '{}' of {} nodes", index_.size(), g.name, g.nodes.size()));
 }
 
 const RuleTable& rules_for(const Graph& g, const RuleTable* rules, std::optional<RuleTable>& storage) {

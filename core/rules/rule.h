@@ -153,20 +153,23 @@ RuleResult get_rule(const Graph& g, const Node& node);
 class RuleTable {
  public:
   RuleTable() = default;
-  /// get_rule of every node of `g`, in node order. O(nodes).
+  /// get_rule of every node of `g`, in node order. A rule is built once per distinct node instance: nodes with the
+  /// same op, attributes, operand and result types and constant operand values (the repeated layers of a model)
+  /// share the first one's rule, since a builder reads nothing else. O(nodes) plus one build per distinct instance.
   explicit RuleTable(const Graph& g);
   /// Node n's result. Throws std::out_of_range for a node id outside the table.
-  const RuleResult& operator[](int n) const { return results_.at(static_cast<size_t>(n)); }
+  const RuleResult& operator[](int n) const { return results_.at(index_.at(static_cast<size_t>(n))); }
   /// Node n's rule, or nullptr when it has none.
   const OpShardingRule* rule(int n) const { return (*this)[n] ? &*(*this)[n] : nullptr; }
-  int size() const { return static_cast<int>(results_.size()); }
+  int size() const { return static_cast<int>(index_.size()); }
   /// Node ids whose builder failed (kBuilderError), in node order: empty unless a rule builder has a bug.
   std::vector<int> builder_errors() const;
   /// Throws std::invalid_argument unless the table has one entry per node of `g` (it was built for another graph).
   void check_graph(const Graph& g) const;
 
  private:
-  std::vector<RuleResult> results_;
+  std::vector<RuleResult> results_;  // the distinct results
+  std::vector<size_t> index_;        // per node: its result in results_
 };
 
 /// `rules` when given (after check_graph), else a table built into `storage` for `g`: how the entry points that take
