@@ -352,11 +352,9 @@ FactorSharding Partitioner::choose_strategy(const Node& node, const OpShardingRu
   if (partial || std::any_of(rule.factor_kinds.begin(), rule.factor_kinds.end(),
                              [](FactorKind k) { return k == FactorKind::kWindowed; }))
     return F;
-  const double f_seconds = reshard_seconds(node, rule, F);
-  if (f_seconds == 0) return F;  // nothing to move: no strategy does better
   std::vector<char> used_g;
   FactorSharding G = choose_factors(rule, projection, /*results_first=*/false, used_g);
-  if (G != F && reshard_seconds(node, rule, G) < 0.999 * f_seconds) {
+  if (G != F && reshard_seconds(node, rule, G) < 0.999 * reshard_seconds(node, rule, F)) {
     used = std::move(used_g);
     return G;
   }

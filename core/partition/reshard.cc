@@ -243,7 +243,20 @@ std::string_view step_name(ReshardStep::Kind k) {
 
 const ReshardPlan& ReshardPlanner::plan(const Shape& global, int64_t elem_bytes, const TensorSharding& from,
                                         const TensorSharding& to) {
-  std::string key = fmt::format("{}:{}:{}>{}", fmt::join(global, ","), elem_bytes, key_of(from), key_of(to));
+  // The key as bytes (every partitioned node asks, for each operand and result: it must be cheap to build): the dims,
+  // the element size, then both shardings' axes with dim separators.
+  std::string key;
+  key.reserve(8 * global.size() + 64);
+  key.append(reinterpret_cast<const char*>(global.data()), global.size() * sizeof(int64_t));
+  key.append(reinterpret_cast<const char*>(&elem_bytes), sizeof elem_bytes);
+  for (const TensorSharding* s : {&from, &to}) {
+    for (const auto& d : s->dims) {
+      for (int a : d) key += static_cast<char>(a);
+      key += '\xff';
+    }
+    for (int a : s->unreduced) key += static_cast<char>(a);
+    key += static_cast<char>(0xf0 + static_cast<int>(s->reduction));
+  }
   auto it = cache_.find(key);
   if (it != cache_.end()) {
     ++hits_;

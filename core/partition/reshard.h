@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/cost/target.h"
@@ -77,7 +78,7 @@ class ReshardPlanner {
 
   DeviceMesh mesh_;
   Target target_;
-  std::map<std::string, ReshardPlan> cache_;
+  std::unordered_map<std::string, ReshardPlan> cache_;  // node-based: plan() hands out references into it
   int64_t searches_ = 0;
   int64_t hits_ = 0;
 };
