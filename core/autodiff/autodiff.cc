@@ -575,7 +575,6 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
     if (o.shard_update) tw.update_shard = rename(update_shards[k], tw.name + ".update_shard");
     for (const std::string& st : tw.state) tw.state_updated.push_back(rename(state_outputs[s++], st + ".updated"));
   }
-  g.outputs = outputs;
   g.prune();
   g.verify();
   step.forward_nodes = g.values[static_cast<size_t>(g.at(step.loss))].producer + 1;
