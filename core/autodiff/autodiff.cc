@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/ir/cuts.h"
 #include "core/rules/gradient.h"
 
 namespace gspmd {
@@ -322,40 +323,23 @@ void fold_transposes(Graph& g, size_t first, bool forward_too) {
 }
 
 /// --remat: which values of `g` (forward nodes [0, forward_nodes) with the loss) the backward pass reads as they are
-/// (RematPolicy). Cut values by a sweep over the forward nodes: the weight-dependent values open after each node
-/// (made at or before it, read after it), counted with a difference array. O(nodes + edges).
+/// (RematPolicy): the results of the cut points over the weight-dependent values (core/ir/cuts.h). O(nodes + edges).
 std::vector<char> remat_saved(const Graph& g, size_t forward_nodes, const std::vector<bool>& needs_grad,
                               RematPolicy policy) {
   static const std::unordered_set<std::string> kNondeterministic = {
       "Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"};
   static const std::unordered_set<std::string> kContractions = {
       "MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose", "FusedMatMul", "MatMulInteger", "ConvInteger"};
-  const size_t nv = g.values.size();
-  std::vector<char> saved(nv, 1);
-  std::vector<int> last(nv, -1);  // last forward reader
-  for (size_t i = 0; i < forward_nodes; ++i)
-    for (int v : g.nodes[i].inputs)
-      if (v >= 0) last[static_cast<size_t>(v)] = static_cast<int>(i);
+  std::vector<char> saved(g.values.size(), 1);
   const auto recomputable = [&](int v) {
     return v >= 0 && static_cast<size_t>(v) < needs_grad.size() && needs_grad[static_cast<size_t>(v)] &&
            g.values[static_cast<size_t>(v)].producer >= 0;
   };
-  std::vector<int> open_delta(forward_nodes + 1, 0);
-  for (size_t i = 0; i < forward_nodes; ++i)
-    for (int v : g.nodes[i].outputs)
-      if (recomputable(v) && last[static_cast<size_t>(v)] > static_cast<int>(i)) {
-        ++open_delta[i];
-        --open_delta[static_cast<size_t>(last[static_cast<size_t>(v)])];
-      }
-  int open = 0;
+  const std::vector<char> cut = cut_points(g, forward_nodes, recomputable, /*graph_outputs_read=*/false);
   for (size_t i = 0; i < forward_nodes; ++i) {
     const Node& n = g.nodes[i];
-    open += open_delta[i];
-    int mine = 0;  // this node's results still read later
-    for (int v : n.outputs) mine += recomputable(v) && last[static_cast<size_t>(v)] > static_cast<int>(i);
-    const bool cut = mine > 0 && open == mine;
-    const bool keep =
-        cut || kNondeterministic.count(n.op_type) || (policy == RematPolicy::kDots && kContractions.count(n.op_type));
+    const bool keep = cut[i] || kNondeterministic.count(n.op_type) ||
+                      (policy == RematPolicy::kDots && kContractions.count(n.op_type));
     for (int v : n.outputs)
       if (recomputable(v) && !keep) saved[static_cast<size_t>(v)] = 0;
   }

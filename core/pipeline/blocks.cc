@@ -1,0 +1,364 @@
+// The repeated layer blocks of a forward graph (core/pipeline/blocks.h).
+#include "core/pipeline/blocks.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+#include <type_traits>
+#include <variant>
+
+#include <fmt/format.h>
+
+#include "core/auto/auto.h"
+#include "core/ir/cuts.h"
+
+namespace gspmd {
+namespace {
+
+/// A layer weight: its layer index and the key that ties it to its copies in the other layers.
+struct LayerWeight {
+  int64_t layer;
+  std::string key;
+};
+
+/// The first whole numeric component of `name` (the layer_key separators), or nullopt.
+std::optional<int64_t> first_number(const std::string& name) {
+  auto is_sep = [](char c) { return c == '.' || c == '/' || c == '_' || c == ':' || c == '-'; };
+  for (size_t i = 0; i < name.size();) {
+    size_t j = i;
+    while (j < name.size() && !is_sep(name[j])) ++j;
+    if (j > i && j - i < 18 &&
+        std::all_of(name.begin() + static_cast<long>(i), name.begin() + static_cast<long>(j),
+                    [](char c) { return c >= '0' && c <= '9'; }))
+      return std::stoll(name.substr(i, j - i));
+    i = j + 1;
+  }
+  return std::nullopt;
+}
+
+/// Per value: its LayerWeight, for the layer weights (see find_layer_blocks).
+std::vector<std::optional<LayerWeight>> layer_weights(const Graph& g, const std::string& layers) {
+  std::vector<std::optional<LayerWeight>> w(g.values.size());
+  if (!layers.empty()) {
+    std::regex re;
+    try {
+      re = std::regex(layers);
+    } catch (const std::regex_error& e) {
+      throw InputError(fmt::format("--layers: '{}' is not a regular expression: {}", layers, e.what()));
+    }
+    if (re.mark_count() < 1)
+      throw InputError(fmt::format("--layers: '{}' has no capture group for the layer index", layers));
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      const Value& val = g.values[v];
+      std::smatch m;
+      if (!val.is_initializer || !std::regex_search(val.name, m, re) || !m[1].matched) continue;
+      int64_t index = 0;
+      try {
+        index = std::stoll(m[1].str());
+      } catch (const std::exception&) {
+        throw InputError(
+            fmt::format("--layers: '{}' captures '{}' in '{}', not a layer number", layers, m[1].str(), val.name));
+      }
+      w[v] = LayerWeight{index, val.name.substr(0, static_cast<size_t>(m.position(1))) + "#" +
+                                    val.name.substr(static_cast<size_t>(m.position(1) + m.length(1)))};
+    }
+    return w;
+  }
+  // By name: per layer_key the layer indices that carry it; the layers are the index set most keys share.
+  // Float initializers of more than one element, as --training's default trainable set: a per-layer scalar (a
+  // folded Constant like /h.3/attn/Constant_output_0) is a constant that every layer must have equal.
+  auto candidate = [](const Value& val) {
+    return val.is_initializer && is_floating(val.dtype) && num_elements(val.shape) > 1;
+  };
+  std::map<std::string, std::set<int64_t>> indices;
+  for (const Value& val : g.values)
+    if (candidate(val))
+      if (auto n = first_number(val.name)) indices[layer_key(val.name)].insert(*n);
+  std::map<std::set<int64_t>, int> sets;
+  for (const auto& [key, s] : indices)
+    if (s.size() >= 2) ++sets[s];
+  const std::set<int64_t>* best = nullptr;
+  int most = 0;
+  for (const auto& [s, count] : sets)
+    if (count > most) best = &s, most = count;
+  if (!best) return w;
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const Value& val = g.values[v];
+    if (!candidate(val)) continue;
+    const auto n = first_number(val.name);
+    const std::string key = layer_key(val.name);
+    if (n && indices[key] == *best) w[v] = LayerWeight{*n, key};
+  }
+  return w;
+}
+
+bool same_attrs(const std::map<std::string, AttrValue>& a, const std::map<std::string, AttrValue>& b) {
+  if (a.size() != b.size()) return false;
+  for (auto i = a.begin(), j = b.begin(); i != a.end(); ++i, ++j) {
+    if (i->first != j->first || i->second.index() != j->second.index()) return false;
+    const bool same = std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          const T& y = std::get<T>(j->second);
+          if constexpr (std::is_same_v<T, Tensor>)
+            return x.dtype == y.dtype && x.shape == y.shape && x.bytes == y.bytes;
+          else
+            return x == y;  // a body: the same graph object
+        },
+        i->second);
+    if (!same) return false;
+  }
+  return true;
+}
+
+bool same_tensor(const Value& a, const Value& b) {
+  if (a.dtype != b.dtype || a.shape != b.shape) return false;
+  if (!a.data || !b.data) return !a.data && !b.data && a.is_initializer == b.is_initializer;
+  return a.data->bytes == b.data->bytes;
+}
+
+}  // namespace
+
+LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
+  const std::vector<std::optional<LayerWeight>> lw = layer_weights(g, layers);
+  const size_t nv = g.values.size(), nn = g.nodes.size();
+  auto node_name = [&](size_t k) { return fmt::format("'{}' ({})", g.nodes[k].name, g.nodes[k].op_type); };
+
+  // dep[v]: computed from a layer weight; segments end at the cut points over these values (core/ir/cuts.h, as
+  // --remat full's).
+  std::vector<char> dep(nv, 0);
+  std::vector<std::set<int64_t>> reads(nn);  // per node: the layers whose weights it reads
+  for (size_t k = 0; k < nn; ++k) {
+    bool d = false;
+    for (int v : g.nodes[k].inputs) {
+      if (v < 0) continue;
+      if (lw[static_cast<size_t>(v)]) reads[k].insert(lw[static_cast<size_t>(v)]->layer);
+      d = d || dep[static_cast<size_t>(v)] || lw[static_cast<size_t>(v)];
+    }
+    for (int v : g.nodes[k].outputs)
+      if (v >= 0) dep[static_cast<size_t>(v)] = d;
+  }
+  std::vector<char> computes_from_layers(nn, 0);  // node k reads a layer weight or a value computed from one
+  for (size_t k = 0; k < nn; ++k)
+    for (int v : g.nodes[k].inputs)
+      computes_from_layers[k] |= v >= 0 && (dep[static_cast<size_t>(v)] || lw[static_cast<size_t>(v)]);
+  std::vector<int> last(nv, -1);  // the last reader (nn: a graph output)
+  for (size_t k = 0; k < nn; ++k)
+    for (int v : g.nodes[k].inputs)
+      if (v >= 0) last[static_cast<size_t>(v)] = static_cast<int>(k);
+  for (int v : g.outputs) last[static_cast<size_t>(v)] = static_cast<int>(nn);
+  const std::vector<char> cut = cut_points(
+      g, nn, [&](int v) { return dep[static_cast<size_t>(v)] != 0; }, true);
+
+  // Segments between cuts, each owned by the one layer whose weights it reads (or none).
+  LayerBlocks out;
+  std::vector<int> tail;  // nodes after the last block seen so far that read no layer weights
+  std::map<int64_t, size_t> block_of_layer;
+  size_t begin = 0;
+  std::set<int64_t> seg_layers;
+  auto close_segment = [&](size_t end) {  // nodes [begin, end]
+    if (seg_layers.size() > 1)
+      throw InputError(
+          fmt::format("--pipeline: nodes {} .. {} read the weights of layers {} and {}: they cannot be "
+                      "split into layer blocks",
+                      node_name(begin), node_name(end), *seg_layers.begin(), *seg_layers.rbegin()));
+    // A segment that reads no layer weights belongs to the block before it (the end of a layer: its reshapes and
+    // residual adds), or to the prefix before the first block; after the last block it is held back (`tail`) until
+    // the end decides how much of it is that block's.
+    std::vector<int>* into = nullptr;
+    if (seg_layers.empty()) {
+      into = out.blocks.empty() ? &out.prefix : &tail;
+    } else {
+      const int64_t layer = *seg_layers.begin();
+      if (!out.blocks.empty()) {
+        out.blocks.back().nodes.insert(out.blocks.back().nodes.end(), tail.begin(), tail.end());
+        tail.clear();
+      }
+      if (out.blocks.empty() || out.blocks.back().layer != layer) {
+        if (block_of_layer.count(layer))
+          throw InputError(fmt::format("--pipeline: node {} reads layer {}'s weights after layer {}'s", node_name(end),
+                                       layer, out.blocks.back().layer));
+        // A new layer starts at its first node that reads a layer weight or a value computed from one; the nodes
+        // before it (the embedding before layer 0) end the previous block, or are the prefix.
+        std::vector<int>& before = out.blocks.empty() ? out.prefix : out.blocks.back().nodes;
+        for (; begin <= end && !computes_from_layers[begin]; ++begin) before.push_back(static_cast<int>(begin));
+        block_of_layer[layer] = out.blocks.size();
+        out.blocks.emplace_back().layer = layer;
+      }
+      into = &out.blocks.back().nodes;
+    }
+    for (size_t k = begin; k <= end; ++k) into->push_back(static_cast<int>(k));
+    seg_layers.clear();
+    begin = end + 1;
+  };
+  for (size_t k = 0; k < nn; ++k) {
+    seg_layers.insert(reads[k].begin(), reads[k].end());
+    if (cut[k] || k + 1 == nn) close_segment(k);
+  }
+  // After the last block: as many nodes as make it block 0's size are its own (its residual add), the rest the
+  // suffix (the final norm and the head); the comparison below checks the split.
+  if (!out.blocks.empty()) {
+    const size_t own = out.blocks.size() < 2 || out.blocks[0].nodes.size() < out.blocks.back().nodes.size()
+                           ? 0
+                           : std::min(tail.size(), out.blocks[0].nodes.size() - out.blocks.back().nodes.size());
+    out.blocks.back().nodes.insert(out.blocks.back().nodes.end(), tail.begin(), tail.begin() + static_cast<long>(own));
+    out.suffix.assign(tail.begin() + static_cast<long>(own), tail.end());
+  }
+  if (out.blocks.size() < 2)
+    throw InputError(
+        fmt::format("--pipeline: the model has {} layer block{} (layers are found by the whole numbers "
+                    "in the weights' names, or by --layers REGEX): nothing to pipeline",
+                    out.blocks.size(), out.blocks.size() == 1 ? "" : "s"));
+
+  // Nodes in a block that compute, from no layer weight, values other blocks read too (an attention mask made from
+  // the input) are computed once before the pipeline: they and what they are computed from move to the prefix.
+  {
+    std::vector<int> block_of(nn, -1);
+    for (size_t b = 0; b < out.blocks.size(); ++b)
+      for (int k : out.blocks[b].nodes) block_of[static_cast<size_t>(k)] = static_cast<int>(b);
+    std::vector<char> hoist(nn, 0);
+    std::vector<int> work;
+    const std::vector<std::vector<int>> readers = g.consumers();
+    for (size_t k = 0; k < nn; ++k) {
+      if (block_of[k] < 0 || computes_from_layers[k]) continue;
+      for (int v : g.nodes[k].outputs) {
+        if (v < 0) continue;
+        for (int c : readers[static_cast<size_t>(v)])
+          if (block_of[static_cast<size_t>(c)] != block_of[k] && !hoist[k]) {
+            hoist[k] = 1;
+            work.push_back(static_cast<int>(k));
+          }
+      }
+    }
+    while (!work.empty()) {  // and the block nodes they read from
+      const int k = work.back();
+      work.pop_back();
+      for (int v : g.nodes[static_cast<size_t>(k)].inputs) {
+        const int p = v >= 0 ? g.values[static_cast<size_t>(v)].producer : -1;
+        if (p >= 0 && block_of[static_cast<size_t>(p)] >= 0 && !hoist[static_cast<size_t>(p)]) {
+          if (computes_from_layers[static_cast<size_t>(p)])
+            throw InputError(fmt::format("--pipeline: node {} is shared by layers but computed from layer {}'s weights",
+                                         node_name(static_cast<size_t>(k)),
+                                         out.blocks[static_cast<size_t>(block_of[static_cast<size_t>(p)])].layer));
+          hoist[static_cast<size_t>(p)] = 1;
+          work.push_back(p);
+        }
+      }
+    }
+    for (LayerBlocks::Block& blk : out.blocks)
+      std::erase_if(blk.nodes, [&](int k) { return hoist[static_cast<size_t>(k)] != 0; });
+    for (size_t k = 0; k < nn; ++k)
+      if (hoist[k]) out.prefix.push_back(static_cast<int>(k));
+    std::sort(out.prefix.begin(), out.prefix.end());
+  }
+
+  // Each block's stream output: the one value it makes that a later node (or the graph's output) reads.
+  std::vector<int> block_at(nn, -1);
+  for (size_t b = 0; b < out.blocks.size(); ++b)
+    for (int k : out.blocks[b].nodes) block_at[static_cast<size_t>(k)] = static_cast<int>(b);
+  for (size_t b = 0; b < out.blocks.size(); ++b) {
+    LayerBlocks::Block& blk = out.blocks[b];
+    for (int k : blk.nodes)
+      for (int v : g.nodes[static_cast<size_t>(k)].outputs) {
+        if (v < 0 || last[static_cast<size_t>(v)] <= blk.nodes.back()) continue;
+        if (!dep[static_cast<size_t>(v)])
+          throw InputError(
+              fmt::format("--pipeline: layer {}'s node {} computes '{}' for later layers: shared "
+                          "values must be computed before the first layer",
+                          blk.layer, node_name(static_cast<size_t>(k)), g.values[static_cast<size_t>(v)].name));
+        if (blk.output >= 0 && blk.output != v)
+          throw InputError(fmt::format("--pipeline: layer {} passes two values on, '{}' and '{}'", blk.layer,
+                                       g.values[static_cast<size_t>(blk.output)].name,
+                                       g.values[static_cast<size_t>(v)].name));
+        blk.output = v;
+      }
+  }
+
+  // Block i against block 0, node by node: the same op, attributes and wiring. An operand is internal (the same
+  // node position and output), the stream (block 0: the value at the positions where block 1 reads block 0's
+  // output; block i > 0: block i-1's output), a layer weight (the same key, type and shape), or a side input (the
+  // same value, or an equal constant).
+  const LayerBlocks::Block& b0 = out.blocks[0];
+  std::map<int, std::pair<size_t, size_t>> pos0;  // block 0's values: (node position, output index)
+  for (size_t p = 0; p < b0.nodes.size(); ++p)
+    for (size_t o = 0; o < g.nodes[static_cast<size_t>(b0.nodes[p])].outputs.size(); ++o)
+      pos0[g.nodes[static_cast<size_t>(b0.nodes[p])].outputs[o]] = {p, o};
+  std::set<int> side_seen;
+  for (size_t b = 1; b < out.blocks.size(); ++b) {
+    LayerBlocks::Block& bi = out.blocks[b];
+    auto differ = [&](size_t p, const std::string& why) {
+      const size_t at = p < bi.nodes.size() ? static_cast<size_t>(bi.nodes[p]) : static_cast<size_t>(bi.nodes.back());
+      return InputError(fmt::format("--pipeline: layer {} differs from layer {} at node {}: {}", bi.layer, b0.layer,
+                                    node_name(at), why));
+    };
+    if (bi.nodes.size() != b0.nodes.size())
+      throw differ(0, fmt::format("{} nodes against {}", bi.nodes.size(), b0.nodes.size()));
+    std::map<int, std::pair<size_t, size_t>> posi;
+    for (size_t p = 0; p < bi.nodes.size(); ++p) {
+      const Node& n0 = g.nodes[static_cast<size_t>(b0.nodes[p])];
+      const Node& ni = g.nodes[static_cast<size_t>(bi.nodes[p])];
+      if (ni.op_type != n0.op_type || ni.domain != n0.domain)
+        throw differ(p, fmt::format("{} where layer {} has {}", ni.op_type, b0.layer, n0.op_type));
+      if (ni.has_body()) throw differ(p, "control flow in a layer block is not supported");
+      if (!same_attrs(ni.attrs, n0.attrs)) throw differ(p, "other attributes");
+      if (ni.inputs.size() != n0.inputs.size() || ni.outputs.size() != n0.outputs.size())
+        throw differ(p, "another number of inputs or outputs");
+      for (size_t i = 0; i < ni.inputs.size(); ++i) {
+        const int v0 = n0.inputs[i], vi = ni.inputs[i];
+        if ((v0 < 0) != (vi < 0)) throw differ(p, fmt::format("input {} is present in one layer only", i));
+        if (v0 < 0) continue;
+        const Value &x0 = g.values[static_cast<size_t>(v0)], &xi = g.values[static_cast<size_t>(vi)];
+        const std::string what = fmt::format("input {} ('{}' against '{}')", i, xi.name, x0.name);
+        if (auto it = pos0.find(v0); it != pos0.end()) {
+          auto jt = posi.find(vi);
+          if (jt == posi.end() || jt->second != it->second) throw differ(p, what + " is wired differently");
+        } else if (vi == bi.input || (bi.input < 0 && vi == out.blocks[b - 1].output)) {
+          if (b == 1) {
+            if (out.blocks[0].input >= 0 && out.blocks[0].input != v0)
+              throw differ(p, what + ": layer " + std::to_string(b0.layer) + " reads two stream values");
+            out.blocks[0].input = v0;
+          } else if (v0 != out.blocks[0].input) {
+            throw differ(p, what + " is wired differently");
+          }
+          bi.input = vi;
+        } else if (lw[static_cast<size_t>(v0)] || lw[static_cast<size_t>(vi)]) {
+          if (!lw[static_cast<size_t>(v0)] || !lw[static_cast<size_t>(vi)] ||
+              lw[static_cast<size_t>(v0)]->key != lw[static_cast<size_t>(vi)]->key || x0.dtype != xi.dtype ||
+              x0.shape != xi.shape)
+            throw differ(p, what + " are not the same weight of two layers");
+          if (b == 1 && std::find(b0.weights.begin(), b0.weights.end(), v0) == b0.weights.end())
+            out.blocks[0].weights.push_back(v0);
+          if (std::find(bi.weights.begin(), bi.weights.end(), vi) == bi.weights.end()) bi.weights.push_back(vi);
+        } else if (v0 == vi || same_tensor(x0, xi)) {
+          if (b == 1 && v0 == vi && side_seen.insert(v0).second) out.side_inputs.push_back(v0);
+        } else {
+          throw differ(p, what + " differ");
+        }
+      }
+      for (size_t o = 0; o < ni.outputs.size(); ++o) {
+        const int v0 = n0.outputs[o], vi = ni.outputs[o];
+        if ((v0 < 0) != (vi < 0)) throw differ(p, fmt::format("output {} is present in one layer only", o));
+        if (v0 < 0) continue;
+        const Value &y0 = g.values[static_cast<size_t>(v0)], &yi = g.values[static_cast<size_t>(vi)];
+        if (y0.dtype != yi.dtype || y0.shape != yi.shape)
+          throw differ(p, fmt::format("output {} is {}, layer {}'s {}", o, type_str(yi.dtype, yi.shape), b0.layer,
+                                      type_str(y0.dtype, y0.shape)));
+        posi[vi] = {p, o};
+      }
+    }
+    if (bi.input < 0)
+      throw InputError(fmt::format("--pipeline: layer {} does not read layer {}'s output '{}'", bi.layer,
+                                   out.blocks[b - 1].layer,
+                                   g.values[static_cast<size_t>(out.blocks[b - 1].output)].name));
+    if (pos0.count(b0.output) == 0 || posi.count(bi.output) == 0 || pos0[b0.output] != posi[bi.output])
+      throw differ(bi.nodes.size() - 1,
+                   "its output is not the same node's as layer " + std::to_string(b0.layer) + "'s");
+  }
+  if (out.blocks[0].input < 0)
+    throw InputError(fmt::format("--pipeline: layer {} reads no stream value", out.blocks[0].layer));
+  return out;
+}
+
+}  // namespace gspmd

@@ -1,0 +1,122 @@
+// core/pipeline's layer blocks (find_layer_blocks) on models no test here built to pass: the torch-exported GPT and
+// BERT, and make_decoder's graphs of other depths; and the one-line refusals.
+#include <gtest/gtest.h>
+
+#include "core/pipeline/blocks.h"
+#include "tests/e2e/e2e_util.h"
+#include "tests/frontend/frontend_test_util.h"
+
+namespace gspmd {
+namespace {
+
+using e2e::make_decoder;
+using e2e::scratch;
+namespace fs = std::filesystem;
+
+std::vector<std::string> names(const Graph& g, const std::vector<int>& values) {
+  std::vector<std::string> out;
+  for (int v : values) out.push_back(g.values[static_cast<size_t>(v)].name);
+  return out;
+}
+
+std::string g_name(const Graph& g, int node) { return g.nodes[static_cast<size_t>(node)].name; }
+
+std::string error_of(const Graph& g, const std::string& layers = "") {
+  try {
+    find_layer_blocks(g, layers);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The bundled GPT (torch export, 2 layers): the embedding is the prefix, each h.<i> a block of the same nodes whose
+// stream is the residual, the final LayerNorm and the head the suffix.
+TEST(PipelineBlocks, TorchGptHasTwoAlikeLayers) {
+  const Graph g = load_model("testdata/gpt/gpt_opset17.onnx", test::load_opts({}, false));
+  const LayerBlocks b = find_layer_blocks(g);
+  ASSERT_EQ(b.blocks.size(), 2u);
+  EXPECT_EQ(b.blocks[0].layer, 0);
+  EXPECT_EQ(b.blocks[1].layer, 1);
+  EXPECT_EQ(b.blocks[0].nodes.size(), b.blocks[1].nodes.size());
+  EXPECT_EQ(b.prefix.size() + 2 * b.blocks[0].nodes.size() + b.suffix.size(), g.nodes.size());
+  std::vector<std::string> prefix, suffix;
+  for (int k : b.prefix) prefix.push_back(g.nodes[static_cast<size_t>(k)].op_type);
+  for (int k : b.suffix) suffix.push_back(g.nodes[static_cast<size_t>(k)].op_type);
+  EXPECT_EQ(prefix, (std::vector<std::string>{"Gather", "Add"})) << testing::PrintToString(prefix);
+  EXPECT_EQ(suffix, (std::vector<std::string>{"LayerNormalization", "MatMul"})) << testing::PrintToString(suffix);
+  EXPECT_EQ(g.nodes[static_cast<size_t>(b.blocks[1].nodes.front())].name, "/h.1/ln_1/LayerNormalization");
+  EXPECT_EQ(g.values[static_cast<size_t>(b.blocks[0].input)].name, "/Add_output_0");  // token + position embedding
+  EXPECT_EQ(b.blocks[1].input, b.blocks[0].output);
+  // Each block's 16 weights, in the order the block reads them, tied by name.
+  ASSERT_EQ(b.blocks[0].weights.size(), 16u) << testing::PrintToString(names(g, b.blocks[0].weights));
+  EXPECT_EQ(names(g, b.blocks[0].weights)[0], "h.0.ln_1.weight");
+  EXPECT_EQ(names(g, b.blocks[1].weights)[0], "h.1.ln_1.weight");
+  for (size_t w = 0; w < 16; ++w) {
+    std::string n0 = names(g, b.blocks[0].weights)[w], n1 = names(g, b.blocks[1].weights)[w];
+    EXPECT_EQ(n0.replace(0, 3, "h.#"), n1.replace(0, 3, "h.#"));
+  }
+  // Each layer reads its own folded copy of the causal mask and of the attention scale: equal constants, so no
+  // side input is shared.
+  EXPECT_TRUE(b.side_inputs.empty()) << testing::PrintToString(names(g, b.side_inputs));
+  const Node& last = g.nodes[static_cast<size_t>(b.suffix.back())];
+  EXPECT_EQ(g.values[static_cast<size_t>(last.outputs[0])].name, "logits");
+}
+
+// The torch-exported BERT encoder and make_decoder at 5 layers (a count no stage number divides evenly).
+TEST(PipelineBlocks, BertAndAFiveLayerDecoder) {
+  const Graph bert = load_model("testdata/bert/bert_opset17.onnx", test::load_opts({}, false));
+  const LayerBlocks b = find_layer_blocks(bert);
+  ASSERT_EQ(b.blocks.size(), 2u);
+  EXPECT_EQ(b.blocks[0].nodes.size(), b.blocks[1].nodes.size());
+  // The attention mask, computed from the input mask after the embedding's LayerNorm, is computed once before the
+  // blocks (hoisted out of layer 0's nodes), and both layers read it.
+  bool mask_in_prefix = false;
+  for (int k : b.prefix) mask_in_prefix |= g_name(bert, k) == "/Mul";
+  EXPECT_TRUE(mask_in_prefix);
+  ASSERT_EQ(b.side_inputs.size(), 1u);
+  EXPECT_EQ(bert.values[static_cast<size_t>(b.side_inputs[0])].name, "/Mul_output_0");
+
+  const fs::path d = scratch("pipeline_blocks");
+  const fs::path model = make_decoder(d, "d5",
+                                      "--layers 5 --d-model 64 --heads 4 --vocab 128 --batch 2 --seq 8 "
+                                      "--weights absent",
+                                      "pipeline_blocks_make");
+  const Graph g = load_model(model.string(), test::load_opts({}, false));
+  const LayerBlocks five = find_layer_blocks(g);
+  ASSERT_EQ(five.blocks.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(five.blocks[i].layer, static_cast<int64_t>(i));
+  for (size_t i = 1; i < 5; ++i) EXPECT_EQ(five.blocks[i].input, five.blocks[i - 1].output);
+  // The causal mask and the shape and scalar constants every layer reads.
+  EXPECT_EQ(names(g, five.side_inputs),
+            (std::vector<std::string>{"shape_bshd", "attn_scale", "attn_mask", "shape_bsd", "half", "sqrt2", "one"}));
+  // --layers names the index explicitly; a regex without a capture group is refused.
+  EXPECT_EQ(find_layer_blocks(g, "^h\\.(\\d+)\\.").blocks.size(), 5u);
+  EXPECT_EQ(error_of(g, "^h\\."), "--layers: '^h\\.' has no capture group for the layer index");
+  EXPECT_TRUE(error_of(g, "([").starts_with("--layers: '([' is not a regular expression: ")) << error_of(g, "([");
+}
+
+// Models without two alike layers are refused in one line that says why.
+TEST(PipelineBlocks, RefusalsNameTheProblem) {
+  // An MLP's weights carry no layer numbers that layers share: nothing to pipeline.
+  const Graph mlp = load_model("testdata/frontend/mlp.onnx", test::load_opts({{"batch", 2}}, false));
+  EXPECT_EQ(error_of(mlp),
+            "--pipeline: the model has 0 layer blocks (layers are found by the whole numbers in the weights' names, or "
+            "by --layers REGEX): nothing to pipeline");
+  // The GPT with its layer 1 made different: one attribute changed.
+  Graph g = load_model("testdata/gpt/gpt_opset17.onnx", test::load_opts({}, false));
+  const LayerBlocks b = find_layer_blocks(g);
+  for (int k : b.blocks[1].nodes) {
+    Node& n = g.nodes[static_cast<size_t>(k)];
+    if (n.op_type == "LayerNormalization") {
+      n.attrs["epsilon"] = 1e-3f;
+      break;
+    }
+  }
+  EXPECT_EQ(error_of(g),
+            "--pipeline: layer 1 differs from layer 0 at node '/h.1/ln_1/LayerNormalization' (LayerNormalization): "
+            "other attributes");
+}
+
+}  // namespace
+}  // namespace gspmd
