@@ -349,6 +349,7 @@ FactorSharding Partitioner::choose_strategy(const Node& node, const OpShardingRu
   const bool partial = std::any_of(node.inputs.begin(), node.inputs.end(), [&](int v) {
     return v >= 0 && !avail_[v].empty() && !avail_[v].front().sharding.unreduced.empty();
   });
+  if (partial) sum_partials_first(node, rule, F, used);
   if (partial || std::any_of(rule.factor_kinds.begin(), rule.factor_kinds.end(),
                              [](FactorKind k) { return k == FactorKind::kWindowed; }))
     return F;
@@ -359,6 +360,28 @@ FactorSharding Partitioner::choose_strategy(const Node& node, const OpShardingRu
     return G;
   }
   return F;
+}
+
+/// An additive op (Add, Sub, Sum) whose operands are all partial sums over the same axes U, each read only linearly:
+/// the sum of the partials is the partial of the sum, so the op runs on the partials as they are, with U taken off
+/// F's factors, and its result stays unreduced over U; one reduction later replaces one per operand (XLA's
+/// reassociation of all-reduces through adds). The gradients of a value read three times (q, k and v read the
+/// same LayerNorm output) are summed before they are reduce-scattered once.
+void Partitioner::sum_partials_first(const Node& node, const OpShardingRule& rule, FactorSharding& F,
+                                     std::vector<char>& used) const {
+  if (!rule.additive) return;
+  std::vector<int> U;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const int v = node.inputs[i];
+    if (v < 0) continue;
+    const TensorSharding s = current(v);
+    if (s.unreduced.empty() || s.reduction != ReductionKind::kSum || !linear_in_all_consumers(v) ||
+        (!U.empty() && s.unreduced != U) || i >= rule.linear_operands.size() || !rule.linear_operands[i])
+      return;
+    U = s.unreduced;
+  }
+  for (std::vector<int>& axes : F) std::erase_if(axes, [&](int a) { return contains(U, a); });
+  for (int a : U) used[static_cast<size_t>(a)] = 0;
 }
 
 /// Estimated seconds of the reshards that computing `node` with factor shardings F needs: every operand from its

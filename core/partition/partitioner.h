@@ -194,6 +194,9 @@ class Partitioner {
   NodeProjection project(const Node& node, const OpShardingRule& rule) const;
   FactorSharding choose_factors(const OpShardingRule& rule, const NodeProjection& p, bool results_first,
                                 std::vector<char>& used);
+  /// choose_strategy's case for an additive op on partial sums: F without their unreduced axes (partition.cc).
+  void sum_partials_first(const Node& node, const OpShardingRule& rule, FactorSharding& F,
+                          std::vector<char>& used) const;
   FactorSharding choose_strategy(const Node& node, const OpShardingRule& rule, std::vector<char>& used);
   double reshard_seconds(const Node& node, const OpShardingRule& rule, const FactorSharding& F);
   Partials decide_partials(const Node& node, const OpShardingRule& rule, const FactorSharding& F,
