@@ -189,6 +189,8 @@ void register_elementwise_gradients() {
   add_builtin_gradient("Sin", unary([](G& c, int x, int) { return c.op("Cos", {x}); }));
   add_builtin_gradient("Cos", unary([](G& c, int x, int) { return c.op("Neg", {c.op("Sin", {x})}); }));
   add_builtin_gradient("Abs", unary([](G& c, int x, int) { return c.op("Sign", {x}); }));  // 0 at 0 (torch sgn)
+  // Piecewise constant: no gradient flows back (zero almost everywhere; torch gives zeros, at the steps too).
+  for (const char* op : {"Floor", "Ceil", "Round", "Sign"}) add_builtin_gradient(op, [](G&) {});
   add_builtin_gradient("Softplus", unary([](G& c, int x, int) { return c.op("Sigmoid", {x}); }));
   add_builtin_gradient("LeakyRelu", unary([](G& c, int x, int) {  // 1 for x > 0, else alpha (torch)
                          const double alpha = c.node().f("alpha", 0.01f);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -247,6 +248,18 @@ TEST(GradientRules, Unary) {
     n.seed = 7;
     const int x = n.w("x", {3, 5}, u.lo, u.hi, u.gap);
     check(n, n.op(u.op, {x}, u.attrs));
+  }
+}
+
+// Piecewise-constant ops have no gradient (zero almost everywhere, as in torch): x * op(x) has the derivative op(x),
+// away from the steps (each range stays between two of them).
+TEST(GradientRules, PiecewiseConstant) {
+  for (const auto& [op, lo, hi] : std::vector<std::tuple<const char*, double, double>>{
+           {"Floor", 1.2, 1.8}, {"Ceil", 1.2, 1.8}, {"Round", 1.6, 2.4}, {"Sign", 0.2, 1.0}}) {
+    SCOPED_TRACE(op);
+    Net n;
+    const int x = n.w("x", {3, 4}, lo, hi);
+    check(n, n.op("Mul", {x, n.op(op, {x})}));
   }
 }
 
