@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/ir/cuts.h"
+#include "core/ir/typing.h"
 #include "core/rules/gradient.h"
 
 namespace gspmd {
@@ -80,23 +81,8 @@ class StepBuilder final : public GradContext {
   /// The output types of node `n` (its inputs are values of the graph) by the shape function; throws
   /// std::logic_error naming the node (`what` it is) when the function rejects it.
   std::vector<TensorType> types_of(const Node& n, std::string_view what) const {
-    std::vector<const TensorType*> types;
-    std::vector<TensorType> storage(n.inputs.size());
-    std::vector<const Tensor*> values;
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      const int v = n.inputs[k];
-      if (v < 0) {
-        types.push_back(nullptr);
-        values.push_back(nullptr);
-        continue;
-      }
-      const Value& val = g_.values.at(static_cast<size_t>(v));
-      storage[k] = {val.dtype, val.shape};
-      types.push_back(&storage[k]);
-      values.push_back(val.is_initializer ? val.data.get() : nullptr);
-    }
     try {
-      return shapes_(n, types, values, g_.opset);
+      return node_types(g_, n, shapes_);
     } catch (const std::exception& e) {
       throw std::logic_error(fmt::format("{}: {} node '{}' ({}): {}", where(), what, n.name, n.op_type, e.what()));
     }

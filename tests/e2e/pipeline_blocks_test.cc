@@ -2,7 +2,9 @@
 // BERT, and make_decoder's graphs of other depths; and the one-line refusals.
 #include <gtest/gtest.h>
 
+#include "backend/pod/pod.h"
 #include "core/pipeline/blocks.h"
+#include "core/pipeline/vectorize.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/frontend/frontend_test_util.h"
 
@@ -116,6 +118,73 @@ TEST(PipelineBlocks, RefusalsNameTheProblem) {
   EXPECT_EQ(error_of(g),
             "--pipeline: layer 1 differs from layer 0 at node '/h.1/ln_1/LayerNormalization' (LayerNormalization): "
             "other attributes");
+}
+
+// Two layers stacked over a stage dim (GSPMD §3.3's vectorized layer) compute, stage by stage, what the two layers
+// compute in the model: the torch GPT's and BERT's layers, run on the emulator against the unpartitioned model's own
+// block inputs and outputs.
+TEST(PipelineBlocks, StackedLayersComputeWhatEachLayerComputes) {
+  const fs::path d = scratch("pipeline_stack");
+  const fs::path dec = make_decoder(d, "d4",
+                                    "--layers 4 --d-model 32 --heads 4 --vocab 64 --batch 2 --seq 8 "
+                                    "--weights random",
+                                    "pipeline_stack_make");
+  for (const std::string& path :
+       std::vector<std::string>{"testdata/gpt/gpt_opset17.onnx", "testdata/bert/bert_opset17.onnx", dec.string()}) {
+    SCOPED_TRACE(path);
+    Graph g = load_model(path, test::load_opts());
+    const LayerBlocks b = find_layer_blocks(g);
+    // Two layers: the decoder's layers 1 and 2 (its shared shape constants and causal mask are side inputs).
+    const size_t first = b.blocks.size() == 4 ? 1 : 0;
+    ASSERT_EQ(b.blocks.size(), first == 1 ? 4u : 2u);
+    // The reference: the model itself, with its block boundaries as outputs.
+    std::vector<Tensor> inputs;
+    for (int v : g.inputs) {
+      const Value& val = g.values[static_cast<size_t>(v)];
+      Tensor t(val.dtype, val.shape);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        if (val.dtype == DType::kInt64) t.data<int64_t>()[i] = (i * 7) % 2;  // valid ids, token types and masks
+        if (val.dtype == DType::kFloat32) t.data<float>()[i] = static_cast<float>((i * 13) % 17) / 17.f;
+      }
+      inputs.push_back(std::move(t));
+    }
+    Graph ref = g;
+    ref.outputs = {b.blocks[first].input, b.blocks[first].output, b.blocks[first + 1].output};
+    const PodRun want = run_single(ref, inputs);
+    // The two layers as one stacked layer, fed both layers' inputs.
+    const Graph stacked = stack_blocks(g, b, first, 2, test::load_opts().shape_function);
+    // Computed side inputs (BERT's mask) are inputs of the stacked layer; constant ones (the decoder's) are copied.
+    std::vector<int> computed;
+    for (int v : b.side_inputs)
+      if (!g.values[static_cast<size_t>(v)].is_initializer) computed.push_back(v);
+    ASSERT_EQ(stacked.inputs.size(), 1u + computed.size());
+    const Tensor& x0 = want.outputs[0];
+    const Tensor& x1 = want.outputs[1];
+    Shape ss{2};
+    ss.insert(ss.end(), x0.shape.begin(), x0.shape.end());
+    Tensor state(x0.dtype, ss);
+    std::memcpy(state.bytes.data(), x0.bytes.data(), x0.bytes.size());
+    std::memcpy(state.bytes.data() + x0.bytes.size(), x1.bytes.data(), x1.bytes.size());
+    std::vector<Tensor> stacked_inputs{state};
+    const PodRun side = [&] {
+      Graph s = g;
+      s.outputs = computed;
+      return computed.empty() ? PodRun{} : run_single(s, inputs);
+    }();
+    for (const Tensor& t : side.outputs) stacked_inputs.push_back(t);
+    const PodRun got = run_single(stacked, stacked_inputs);
+    ASSERT_EQ(got.outputs.size(), 1u);
+    const Tensor& y = got.outputs[0];
+    const Tensor& y0 = want.outputs[1];
+    const Tensor& y1 = want.outputs[2];
+    ASSERT_EQ(y.numel(), y0.numel() + y1.numel());
+    double worst = 0;
+    for (int64_t i = 0; i < y0.numel(); ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(y.data<float>()[i] - y0.data<float>()[i])));
+      worst = std::max(worst, std::fabs(static_cast<double>(y.data<float>()[y0.numel() + i] - y1.data<float>()[i])));
+    }
+    EXPECT_LT(worst, 1e-4);
+  }
 }
 
 }  // namespace
