@@ -199,9 +199,12 @@ class Stacker {
 
 }  // namespace
 
-Graph stack_blocks(const Graph& g, const LayerBlocks& b, size_t first, int64_t stages, const ShapeFunction& shapes) {
-  if (stages < 1 || first + static_cast<size_t>(stages) > b.blocks.size())
-    throw std::out_of_range(fmt::format("stack_blocks: blocks {}..{} of {}", first, first + stages, b.blocks.size()));
+Graph stack_blocks(const Graph& g, const LayerBlocks& b, const std::vector<size_t>& blocks,
+                   const ShapeFunction& shapes) {
+  const int64_t stages = static_cast<int64_t>(blocks.size());
+  for (size_t k : blocks)
+    if (k >= b.blocks.size()) throw std::out_of_range(fmt::format("stack_blocks: block {} of {}", k, b.blocks.size()));
+  if (blocks.empty()) throw std::out_of_range("stack_blocks: no block");
   const LayerBlocks::Block& b0 = b.blocks[0];
   Stacker s(g, stages, shapes);
   Graph& out = s.out();
@@ -211,7 +214,7 @@ Graph stack_blocks(const Graph& g, const LayerBlocks& b, size_t first, int64_t s
   const int state = out.add_value_unique("state", in.dtype, state_shape);
   out.inputs.push_back(state);
   s.map()[b0.input] = {state, true};
-  for (size_t k = 0; k < b0.weights.size(); ++k) {  // block 0's weights, stacked over blocks first..first+stages-1
+  for (size_t k = 0; k < b0.weights.size(); ++k) {  // block 0's weights, stacked over `blocks`
     const Value& w = g.values[static_cast<size_t>(b0.weights[k])];
     Shape shape{stages};
     shape.insert(shape.end(), w.shape.begin(), w.shape.end());
@@ -219,14 +222,14 @@ Graph stack_blocks(const Graph& g, const LayerBlocks& b, size_t first, int64_t s
     out.values[static_cast<size_t>(id)].is_initializer = true;
     bool data = true;
     for (int64_t st = 0; st < stages; ++st)
-      data = data && g.values[static_cast<size_t>(b.blocks[first + static_cast<size_t>(st)].weights[k])].data;
+      data = data && g.values[static_cast<size_t>(b.blocks[blocks[static_cast<size_t>(st)]].weights[k])].data;
     if (data) {
       Tensor t(w.dtype, shape);
       const size_t bytes = static_cast<size_t>(w.nbytes());
       for (int64_t st = 0; st < stages; ++st)
         std::memcpy(
             t.bytes.data() + static_cast<size_t>(st) * bytes,
-            g.values[static_cast<size_t>(b.blocks[first + static_cast<size_t>(st)].weights[k])].data->bytes.data(),
+            g.values[static_cast<size_t>(b.blocks[blocks[static_cast<size_t>(st)]].weights[k])].data->bytes.data(),
             bytes);
       out.values[static_cast<size_t>(id)].data = std::make_shared<const Tensor>(std::move(t));
     }

@@ -134,9 +134,11 @@ TEST(PipelineBlocks, StackedLayersComputeWhatEachLayerComputes) {
     SCOPED_TRACE(path);
     Graph g = load_model(path, test::load_opts());
     const LayerBlocks b = find_layer_blocks(g);
-    // Two layers: the decoder's layers 1 and 2 (its shared shape constants and causal mask are side inputs).
-    const size_t first = b.blocks.size() == 4 ? 1 : 0;
-    ASSERT_EQ(b.blocks.size(), first == 1 ? 4u : 2u);
+    // Two layers: the decoder's layers 1 and 3 (strided, as GPipe's slots; its shared shape constants and causal
+    // mask are side inputs), the others' 0 and 1.
+    const bool decoder = b.blocks.size() == 4;
+    const std::vector<size_t> which = decoder ? std::vector<size_t>{1, 3} : std::vector<size_t>{0, 1};
+    ASSERT_EQ(b.blocks.size(), decoder ? 4u : 2u);
     // The reference: the model itself, with its block boundaries as outputs.
     std::vector<Tensor> inputs;
     for (int v : g.inputs) {
@@ -149,10 +151,11 @@ TEST(PipelineBlocks, StackedLayersComputeWhatEachLayerComputes) {
       inputs.push_back(std::move(t));
     }
     Graph ref = g;
-    ref.outputs = {b.blocks[first].input, b.blocks[first].output, b.blocks[first + 1].output};
+    ref.outputs = {b.blocks[which[0]].input, b.blocks[which[1]].input, b.blocks[which[0]].output,
+                   b.blocks[which[1]].output};
     const PodRun want = run_single(ref, inputs);
     // The two layers as one stacked layer, fed both layers' inputs.
-    const Graph stacked = stack_blocks(g, b, first, 2, test::load_opts().shape_function);
+    const Graph stacked = stack_blocks(g, b, which, test::load_opts().shape_function);
     // Computed side inputs (BERT's mask) are inputs of the stacked layer; constant ones (the decoder's) are copied.
     std::vector<int> computed;
     for (int v : b.side_inputs)
@@ -175,8 +178,8 @@ TEST(PipelineBlocks, StackedLayersComputeWhatEachLayerComputes) {
     const PodRun got = run_single(stacked, stacked_inputs);
     ASSERT_EQ(got.outputs.size(), 1u);
     const Tensor& y = got.outputs[0];
-    const Tensor& y0 = want.outputs[1];
-    const Tensor& y1 = want.outputs[2];
+    const Tensor& y0 = want.outputs[2];
+    const Tensor& y1 = want.outputs[3];
     ASSERT_EQ(y.numel(), y0.numel() + y1.numel());
     double worst = 0;
     for (int64_t i = 0; i < y0.numel(); ++i) {
