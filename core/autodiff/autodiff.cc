@@ -342,10 +342,16 @@ std::vector<char> remat_saved(const Graph& g, size_t forward_nodes, const std::v
 ///   otherwise:  V = beta2_t V + (1-beta2_t) G;  U = g * rsqrt(V)
 ///   U = U / max(1, RMS(U) / 1.0)
 /// The accumulators (zeros before the step) are added to `tw` and their new values to `state_outputs`.
-int adafactor_update(StepBuilder& b, const TrainingOptions& o, const Value& w, int grad, bool data,
+/// The dtype of an adaptive optimizer's state and arithmetic for a weight of dtype `t`: float32 for 16-bit floats,
+/// as mixed-precision training keeps its optimizer math in float32 (HF's Adafactor casts the gradient to float32;
+/// in float16 the default epsilons, 1e-8 and 1e-30, are 0 and a zero gradient's update is 0/0).
+DType optimizer_dtype(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16 ? DType::kFloat32 : t; }
+
+int adafactor_update(StepBuilder& b, const TrainingOptions& o, const Value& w, int grad16, bool data,
                      TrainingStep::Weight& tw, std::vector<int>& state_outputs) {
   constexpr double kDecayRate = 0.8, kClipThreshold = 1.0;
-  const DType dt = w.dtype;
+  const DType dt = optimizer_dtype(w.dtype);
+  const int grad = b.cast(grad16, dt);
   const double beta2 = 1 - std::pow(static_cast<double>(o.step), -kDecayRate);
   const auto mean = [&](int v, int64_t axis, bool keepdims) {
     const int64_t n = b.value(v).shape.at(static_cast<size_t>(axis));
@@ -358,6 +364,7 @@ int adafactor_update(StepBuilder& b, const TrainingOptions& o, const Value& w, i
   const auto state = [&](const std::string& suffix, Shape shape, int reduced_dim) {
     Value like = w;
     like.shape = std::move(shape);
+    like.dtype = dt;
     const int s = b.zeros_like(w.name + suffix, like, data);
     tw.state.push_back(b.value(s).name);
     tw.state_reduced_dim.push_back(reduced_dim);
@@ -392,7 +399,7 @@ int adafactor_update(StepBuilder& b, const TrainingOptions& o, const Value& w, i
                                    b.scalar(static_cast<double>(num_elements(w.shape)), dt)});
   const int clip =
       b.op("Max", {b.op("Div", {b.op("Sqrt", {mean_sq}), b.scalar(kClipThreshold, dt)}), b.scalar(1.0, dt)});
-  return b.op("Div", {update, clip});
+  return b.cast(b.op("Div", {update, clip}), w.dtype);
 }
 
 }  // namespace
@@ -495,17 +502,21 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
         break;
       }
       case OptimizerKind::kAdam: {
-        const int m = b.zeros_like(wv.name + ".adam_m", wv, data);
-        const int v = b.zeros_like(wv.name + ".adam_v", wv, data);
+        const DType ct = optimizer_dtype(dt);
+        Value like = wv;
+        like.dtype = ct;
+        const int gc = b.cast(grad, ct);
+        const int m = b.zeros_like(wv.name + ".adam_m", like, data);
+        const int v = b.zeros_like(wv.name + ".adam_v", like, data);
         const int m1 =
-            b.op("Add", {b.op("Mul", {m, b.scalar(o.beta1, dt)}), b.op("Mul", {grad, b.scalar(1 - o.beta1, dt)})});
-        const int g2 = b.op("Mul", {grad, grad});
+            b.op("Add", {b.op("Mul", {m, b.scalar(o.beta1, ct)}), b.op("Mul", {gc, b.scalar(1 - o.beta1, ct)})});
+        const int g2 = b.op("Mul", {gc, gc});
         const int v1 =
-            b.op("Add", {b.op("Mul", {v, b.scalar(o.beta2, dt)}), b.op("Mul", {g2, b.scalar(1 - o.beta2, dt)})});
+            b.op("Add", {b.op("Mul", {v, b.scalar(o.beta2, ct)}), b.op("Mul", {g2, b.scalar(1 - o.beta2, ct)})});
         const double t = static_cast<double>(o.step);
-        const int mhat = b.op("Div", {m1, b.scalar(1 - std::pow(o.beta1, t), dt)});
-        const int vhat = b.op("Div", {v1, b.scalar(1 - std::pow(o.beta2, t), dt)});
-        update = b.op("Div", {mhat, b.op("Add", {b.op("Sqrt", {vhat}), b.scalar(o.eps, dt)})});
+        const int mhat = b.op("Div", {m1, b.scalar(1 - std::pow(o.beta1, t), ct)});
+        const int vhat = b.op("Div", {v1, b.scalar(1 - std::pow(o.beta2, t), ct)});
+        update = b.cast(b.op("Div", {mhat, b.op("Add", {b.op("Sqrt", {vhat}), b.scalar(o.eps, ct)})}), dt);
         tw.state = {g.values[static_cast<size_t>(m)].name, g.values[static_cast<size_t>(v)].name};
         state_outputs.push_back(m1);
         state_outputs.push_back(v1);

@@ -4,9 +4,13 @@
 // by hand. Bad training flags are one-line errors with exit code 2.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 
+#include <fmt/format.h>
+
+#include "onnx_frontend/frontend.h"
 #include "tests/e2e/cnn_export.h"
 #include "tests/e2e/e2e_util.h"
 
@@ -465,6 +469,38 @@ TEST(Training, OpWithoutGradientRuleIsNamed) {
   CmdResult r = cli("run " + (d / "m.onnx").string() + " --mesh 1 --training --loss sum", "train_no_rule");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "error: --training: node 'hm' (Hardmax): no gradient rule for Hardmax\n");
+}
+
+// Adam and Adafactor on float16 weights keep their state and arithmetic in float32 (mixed precision's optimizer):
+// in float16 their default epsilons are 0, and a zero gradient's update was 0/0. The step is finite, its state
+// float32, its weights float16 and moved; and the sharded step equals the single-device one (--check).
+TEST(Training, AdaptiveOptimizersOnFloat16WeightsStayFinite) {
+  for (const char* opt : {"adam", "adafactor"}) {
+    SCOPED_TRACE(opt);
+    const fs::path out = scratch(std::string("train_fp16_") + opt);
+    fs::remove_all(out);
+    CmdResult r = cli(std::string("run testdata/frontend/mlp_float16.onnx --mesh 2 --dim batch=4 --training --loss "
+                                  "mean --check --optimizer ") +
+                          opt + " --outputs " + out.string(),
+                      "train_fp16");
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+    // The step's outputs: the loss, the 5 updated weights, then the updated optimizer state (docs/training.md).
+    int weights = 0, states = 0;
+    for (int k = 0; fs::exists(out / fmt::format("output_{}.pb", k)); ++k) {
+      const gspmd::Tensor t = gspmd::read_tensor_pb((out / fmt::format("output_{}.pb", k)).string());
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const double x =
+            t.dtype == gspmd::DType::kFloat16 ? gspmd::half_to_float(t.data<uint16_t>()[i]) : t.data<float>()[i];
+        ASSERT_TRUE(std::isfinite(x)) << "output " << k << " [" << i << "]";
+      }
+      EXPECT_EQ(t.dtype, k <= 5 ? gspmd::DType::kFloat16 : gspmd::DType::kFloat32) << "output " << k;
+      if (k >= 1 && k <= 5) ++weights;
+      if (k > 5) ++states;
+    }
+    EXPECT_EQ(weights, 5);
+    EXPECT_GE(states, 5);
+  }
 }
 
 }  // namespace
