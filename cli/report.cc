@@ -141,6 +141,30 @@ void compare_tensor(const Tensor& a, const Tensor& b, double rtol, double atol, 
   }
 }
 
+std::vector<std::string> nonfinite_warnings(const Graph& g, const std::vector<Tensor>& outputs) {
+  std::vector<std::string> out;
+  for (size_t o = 0; o < outputs.size() && o < g.outputs.size(); ++o) {
+    const Tensor& t = outputs[o];
+    int64_t nan = 0, inf = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      double x = 0;
+      switch (t.dtype) {
+        case DType::kFloat32: x = t.data<float>()[i]; break;
+        case DType::kFloat64: x = t.data<double>()[i]; break;
+        case DType::kFloat16: x = half_to_float(t.data<uint16_t>()[i]); break;
+        case DType::kBFloat16: x = bf16_to_float(t.data<uint16_t>()[i]); break;
+        default: i = t.numel(); continue;
+      }
+      nan += std::isnan(x);
+      inf += std::isinf(x);
+    }
+    if (nan + inf > 0)
+      out.push_back(fmt::format("output '{}' holds {} NaN and {} infinite values of {}",
+                                g.values[static_cast<size_t>(g.outputs[o])].name, nan, inf, t.numel()));
+  }
+  return out;
+}
+
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
                             double rtol, double atol) {
   CheckResult r;

@@ -27,6 +27,10 @@ struct CheckResult {
 void compare_tensor(const Tensor& got, const Tensor& want, double rtol, double atol, const std::string& name,
                     std::string_view against, CheckResult& r);
 
+/// One warning per floating-point graph output of `g` that holds NaN or infinite values in `outputs` (the run's full
+/// values), with the counts: a check compares such values equal in both runs, so the summary says so.
+std::vector<std::string> nonfinite_warnings(const Graph& g, const std::vector<Tensor>& outputs);
+
 /// --check: compare_tensor for every graph output of `g` against the unpartitioned run's `want`.
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
                             double rtol, double atol);

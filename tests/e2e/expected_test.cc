@@ -139,4 +139,25 @@ TEST(Progress, PartitionAndAutoOnlyOnATerminal) {
   EXPECT_EQ(file.err, "");
 }
 
+// A run whose outputs hold NaN says so: --check passes (both runs compute the same NaN), the summary warns.
+TEST(Expected, NonFiniteOutputsAreWarnedAbout) {
+  const fs::path d = scratch("nonfinite");
+  const fs::path model = d / "sqrt.onnx";
+  CmdResult make = sh(debian_python() +
+                          " -c \"import onnx; from onnx import helper as h, TensorProto as T; "
+                          "g = h.make_graph([h.make_node('Sqrt', ['x'], ['y'])], 'g', "
+                          "[h.make_tensor_value_info('x', T.FLOAT, [8])], "
+                          "[h.make_tensor_value_info('y', T.FLOAT, [8])]); "
+                          "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), '" +
+                          model.string() + "')\"",
+                      "nonfinite_make");
+  ASSERT_EQ(make.code, 0) << make.err;
+  CmdResult r = cli("run " + model.string() + " --mesh 2 --check", "nonfinite_run");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+  // The inputs are pseudo-random N(0, 1) from seed 0: some are negative.
+  EXPECT_NE(r.out.find("warning   output 'y' holds "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" NaN and 0 infinite values of 8\n"), std::string::npos) << r.out;
+}
+
 }  // namespace
