@@ -129,21 +129,17 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
   // dep[v]: computed from a layer weight; segments end at the cut points over these values (core/ir/cuts.h, as
   // --remat full's).
   std::vector<char> dep(nv, 0);
-  std::vector<std::set<int64_t>> reads(nn);  // per node: the layers whose weights it reads
+  std::vector<char> computes_from_layers(nn, 0);  // node k reads a layer weight or a value computed from one
+  std::vector<std::set<int64_t>> reads(nn);       // per node: the layers whose weights it reads
   for (size_t k = 0; k < nn; ++k) {
-    bool d = false;
     for (int v : g.nodes[k].inputs) {
       if (v < 0) continue;
       if (lw[static_cast<size_t>(v)]) reads[k].insert(lw[static_cast<size_t>(v)]->layer);
-      d = d || dep[static_cast<size_t>(v)] || lw[static_cast<size_t>(v)];
+      computes_from_layers[k] |= dep[static_cast<size_t>(v)] || lw[static_cast<size_t>(v)];
     }
     for (int v : g.nodes[k].outputs)
-      if (v >= 0) dep[static_cast<size_t>(v)] = d;
+      if (v >= 0) dep[static_cast<size_t>(v)] = computes_from_layers[k];
   }
-  std::vector<char> computes_from_layers(nn, 0);  // node k reads a layer weight or a value computed from one
-  for (size_t k = 0; k < nn; ++k)
-    for (int v : g.nodes[k].inputs)
-      computes_from_layers[k] |= v >= 0 && (dep[static_cast<size_t>(v)] || lw[static_cast<size_t>(v)]);
   std::vector<int> last(nv, -1);  // the last reader (nn: a graph output)
   for (size_t k = 0; k < nn; ++k)
     for (int v : g.nodes[k].inputs)
@@ -255,9 +251,6 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
   }
 
   // Each block's stream output: the one value it makes that a later node (or the graph's output) reads.
-  std::vector<int> block_at(nn, -1);
-  for (size_t b = 0; b < out.blocks.size(); ++b)
-    for (int k : out.blocks[b].nodes) block_at[static_cast<size_t>(k)] = static_cast<int>(b);
   for (size_t b = 0; b < out.blocks.size(); ++b) {
     LayerBlocks::Block& blk = out.blocks[b];
     for (int k : blk.nodes)

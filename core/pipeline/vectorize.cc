@@ -163,17 +163,12 @@ class Stacker {
         const Shape& norm = g_.values[static_cast<size_t>(n.inputs[1])].shape;
         Tensor ones(out_.values[static_cast<size_t>(ids[0])].dtype, norm);
         for (int64_t k = 0; k < ones.numel(); ++k) ones.data<float>()[k] = 1.f;
-        std::vector<int> ln{ids[0], constant(n.name + "/unit_scale", std::move(ones)), -1};
-        if (in.size() > 2 && !bias_stacked) ln[2] = ids[2];
-        while (ln.back() < 0) ln.pop_back();
-        std::vector<int> y = emit(n, op, ln, attrs, n.outputs.size(), n.name);
+        std::vector<int> y =
+            emit(n, op, {ids[0], constant(n.name + "/unit_scale", std::move(ones))}, attrs, n.outputs.size(), n.name);
         const size_t rank = orig_rank(in[0]);
-        int r = y[0];
-        if (scale_stacked)
-          r = emit(n, "Mul", {r, widen(n, ids[1], rank)}, {}, 1, n.name + "/scale")[0];
-        else
-          r = emit(n, "Mul", {r, ids[1]}, {}, 1, n.name + "/scale")[0];
-        if (bias_stacked) r = emit(n, "Add", {r, widen(n, ids[2], rank)}, {}, 1, n.name + "/bias")[0];
+        auto lined_up = [&](size_t i) { return in[i].stacked ? widen(n, ids[i], rank) : ids[i]; };
+        int r = emit(n, "Mul", {y[0], lined_up(1)}, {}, 1, n.name + "/scale")[0];  // x̂ · Scale, then + B
+        if (in.size() > 2 && ids[2] >= 0) r = emit(n, "Add", {r, lined_up(2)}, {}, 1, n.name + "/bias")[0];
         y[0] = r;
         bind(n, y, true);
         return;
