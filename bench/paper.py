@@ -48,6 +48,15 @@ def three_ways(args, d, mesh, weights, extra, bf16):
             simulate(args.bin, model, mesh, side, os.path.join(d, "c.json"), extra + ["--overlap", "--target", bf16]))
 
 
+def table(header, text_columns, rows):
+    """Prints a markdown table: `header`, its separator (the first `text_columns` left-aligned, the rest right-aligned)
+    and `rows`."""
+    n = header.count("|") - 1
+    print(header)
+    print("|" + "|".join("---" if i < text_columns else "---:" for i in range(n)) + "|")
+    print("\n".join(rows))
+
+
 def group_collectives(report, key):
     """The report's collectives summed per key(c): [count, bytes, time_s]."""
     by = collections.defaultdict(lambda: [0, 0.0, 0.0])
@@ -85,14 +94,10 @@ def main():
         for (kind, axes), (n, b, t) in sorted(by.items(), key=lambda kv: -kv[1][2]):
             breakdown.append(f"| {mesh} | {kind} | {axes} | {n} | {b / 2**30:.2f} | {t:.3f} | "
                              f"{100 * t / s['communication_time_s']:.0f}% |")
-    print("| mesh (X x Y) | cores | batch | model FLOPs | ideal step (s) | compute (s) | communication (s) | step (s) |"
-          " utilization | with --overlap | overlap + bf16 bytes | memory/core (GiB) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    print("\n".join(rows))
+    table("| mesh (X x Y) | cores | batch | model FLOPs | ideal step (s) | compute (s) | communication (s) | step (s) |"
+          " utilization | with --overlap | overlap + bf16 bytes | memory/core (GiB) |", 1, rows)
     print()
-    print("| mesh | collective | axis | count | GiB per device | time (s) | share of communication |")
-    print("|---|---|---|---:|---:|---:|---:|")
-    print("\n".join(breakdown))
+    table("| mesh | collective | axis | count | GiB per device | time (s) | share of communication |", 3, breakdown)
     if args.training:
         training(args, work, bf16)
 
@@ -125,15 +130,11 @@ def training(args, work, bf16):
         for (ph, kind, axes), (n, b, t) in sorted(by.items(), key=lambda kv: (kv[0][0] != "forward", -kv[1][2])):
             breakdown.append(f"| {mesh} | {ph} | {kind} | {axes} | {n} | {b / 2**30:.2f} | {t:.3f} |")
     print()
-    print("| mesh (X x Y) | cores | batch | model FLOPs | compute (s) | communication (s) | step (s) | utilization |"
+    table("| mesh (X x Y) | cores | batch | model FLOPs | compute (s) | communication (s) | step (s) | utilization |"
           " with --overlap | overlap + bf16 bytes | peak/core (GiB) | weights | gradients | optimizer state |"
-          " saved activations | transient |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    print("\n".join(rows))
+          " saved activations | transient |", 1, rows)
     print()
-    print("| mesh | phase | collective | axis | count | GiB per device | time (s) |")
-    print("|---|---|---|---|---:|---:|---:|")
-    print("\n".join(breakdown))
+    table("| mesh | phase | collective | axis | count | GiB per device | time (s) |", 4, breakdown)
 
 
 if __name__ == "__main__":

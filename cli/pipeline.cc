@@ -302,10 +302,8 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   p.plan = propagate(p.graph, p.annotations, &p.rules);
   p.times.propagate = rules_s + seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  p.program = partition(p.graph, p.plan, p.annotations.mesh, p.target, &p.rules,
-                        p.memory_roles ? p.memory_roles->forward_nodes : 0);
-  if (p.memory_roles)
-    for (ProgramBinding& b : p.program.params) b.donated = p.memory_roles->donated[static_cast<size_t>(b.global)];
+  p.program =
+      partition(p.graph, p.plan, p.annotations.mesh, p.target, &p.rules, p.memory_roles ? &*p.memory_roles : nullptr);
   p.times.partition = seconds_since(t0);
   if (o.target == "host" && o.measure_host_ops) {
     t0 = std::chrono::steady_clock::now();

@@ -293,8 +293,7 @@ AutoPlanCost Search::evaluate(const std::vector<int>& assign, bool rethrow) {
   try {
     Annotations refined = refine_for_reshapes(g_, annotations(assign), &rules_);
     ShardingPlan plan = propagate(g_, refined, &rules_);
-    SpmdProgram p =
-        partition(g_, plan, refined.mesh, o_.target, &rules_, o_.memory_roles ? o_.memory_roles->forward_nodes : 0);
+    SpmdProgram p = partition(g_, plan, refined.mesh, o_.target, &rules_, o_.memory_roles);
     CostReport r = simulate_cost(g_, p, o_.target, o_.overlap, o_.memory_roles);
     c.valid = true;
     c.step_time_s = r.step_time_s;

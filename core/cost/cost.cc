@@ -429,8 +429,7 @@ MemoryBreakdown memory_breakdown(const SpmdProgram& p, const MemoryRoles* roles)
       }
   for (const ProgramBinding& b : p.params) {
     param[static_cast<size_t>(b.local)] = 1;
-    donated[static_cast<size_t>(b.local)] =
-        roles && b.global < static_cast<int>(roles->donated.size()) && roles->donated[static_cast<size_t>(b.global)];
+    donated[static_cast<size_t>(b.local)] = b.donated;
   }
   std::vector<MemoryKind> kind(nv, MemoryKind::kTransient);
   for (size_t v = 0; v < nv; ++v) {

@@ -94,10 +94,10 @@ struct MemoryBreakdown {
 };
 
 /// Peak bytes one device holds while running `p.program` in node order (a static estimate, no data needed): weights,
-/// constants and inputs for the whole step, except donated params (roles->donated; ProgramBinding::donated says the
-/// same to the emulator), freed after their last reader; every other value from the node that makes it to its last
-/// reader (graph outputs to the end; a result nobody reads is dropped at once). The emulator's measured peak
-/// (PodRun::peak_memory_bytes) follows the same rules. A program value's kind is its origin's
+/// constants and inputs for the whole step, except donated params (ProgramBinding::donated, which partition sets
+/// from the roles; the emulator reads the same flag), freed after their last reader; every other value from the node
+/// that makes it to its last reader (graph outputs to the end; a result nobody reads is dropped at once). The
+/// emulator's measured peak (PodRun::peak_memory_bytes) follows the same rules. A program value's kind is its origin's
 /// (SpmdProgram::value_origin) per `roles`, except that a copy of a weight that is not a param is transient, and a
 /// value made by a forward node (node_origin < roles->forward_nodes) and read by a later one is a saved activation.
 /// O(nodes + values).

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/cost/cost.h"
 #include "core/partition/partitioner.h"
 
 namespace gspmd {
@@ -49,7 +50,7 @@ std::string axes_str(const DeviceMesh& mesh, const std::vector<int>& axes) {
 }
 
 Partitioner::Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
-                         const RuleTable& rules, int forward_nodes)
+                         const RuleTable& rules, const MemoryRoles* roles)
     : g_(g),
       plan_(plan),
       mesh_(mesh),
@@ -58,7 +59,8 @@ Partitioner::Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceM
       avail_(g.values.size()),
       consumers_(g.consumers()),
       is_output_(g.values.size(), 0),
-      forward_nodes_(forward_nodes) {
+      roles_(roles),
+      forward_nodes_(roles ? roles->forward_nodes : 0) {
   for (int v : g.outputs) is_output_[static_cast<size_t>(v)] = 1;
   out_.mesh = mesh;
   P().name = g.name;
@@ -185,6 +187,7 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node,
     int lv = new_value(v.name, v.dtype, s.local_shape(v.shape, mesh_));
     P().values[lv].is_initializer = true;
     out_.params.push_back({lv, gv, s});
+    out_.params.back().donated = roles_ && roles_->donated[static_cast<size_t>(gv)];
     return lv;
   };
   if (avail_[gv].empty()) {
@@ -655,11 +658,11 @@ void Partitioner::lower_replicated(int n, const std::string& why) {
 }  // namespace partition_internal
 
 SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
-                      const RuleTable* rules, int forward_nodes) {
+                      const RuleTable* rules, const MemoryRoles* roles) {
   if (plan.shardings.size() != g.values.size())
     throw std::invalid_argument("partition: the plan has no sharding for some values");
   std::optional<RuleTable> own;
-  return partition_internal::Partitioner(g, plan, mesh, target, rules_for(g, rules, own), forward_nodes).run();
+  return partition_internal::Partitioner(g, plan, mesh, target, rules_for(g, rules, own), roles).run();
 }
 
 }  // namespace gspmd

@@ -73,7 +73,7 @@ class Partitioner {
   /// `g`, `plan` (one sharding per value of g), `mesh` and `rules` (built for g) must outlive the partitioner;
   /// `target` prices the reshard plans.
   Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, const Target& target,
-              const RuleTable& rules, int forward_nodes = 0);
+              const RuleTable& rules, const MemoryRoles* roles = nullptr);
 
   /// Lowers the whole graph. Throws UnsupportedError for an op that can be neither partitioned nor replicated.
   SpmdProgram run();
@@ -240,6 +240,7 @@ class Partitioner {
   std::vector<std::vector<Local>> avail_;    // per global value: its local representations, first = primary
   std::vector<std::vector<int>> consumers_;  // per global value: the nodes reading it (Graph::consumers)
   std::vector<char> is_output_;              // per global value: a graph output
+  const MemoryRoles* roles_;                 // a training step's roles (partition() in spmd.h), or null
   int forward_nodes_ = 0;                    // a training step's forward nodes [0, forward_nodes_); 0: no phases
   int node_ = -1;                            // the global node being lowered (-1: inputs, nodes.size(): outputs)
   int counter_ = 0;

@@ -26,9 +26,9 @@ struct ProgramBinding {
   int global = -1;  // value id in the unpartitioned graph
   TensorSharding sharding;
   /// Params only: the step may free this weight slice after its last reader (a training step's weights and
-  /// optimizer state, whose updated values are outputs: XLA's input-output aliasing, JAX's donate_argnums). Not set
-  /// by partition; set by the caller (cli: --training). The emulator and memory_breakdown (core/cost/cost.h) then
-  /// free it after its last use instead of keeping it resident; export writes it as a graph input.
+  /// optimizer state, whose updated values are outputs: XLA's input-output aliasing, JAX's donate_argnums). Set by
+  /// partition from the step's MemoryRoles::donated. The emulator and memory_breakdown (core/cost/cost.h) then free
+  /// it after its last use instead of keeping it resident; export writes it as a graph input.
   bool donated = false;
 };
 
@@ -66,18 +66,20 @@ struct SpmdProgram {
 /// a consumer needs the full value. Ops without a rule fall back to all-gather + full computation, with a warning.
 /// Reshards are the cheapest step sequences on `target` (ReshardPlanner, core/partition/reshard.h).
 /// `rules`: the graph's rule table (core/rules/rule.h RuleTable, shared with propagation); built here when null.
-/// `forward_nodes` > 0 marks a training step whose nodes [0, forward_nodes) are the forward pass and the loss
-/// (MemoryRoles::forward_nodes): a copy that a reshard made larger than the value's primary shard (an all-gather)
-/// for a forward node is not reused after them, so the backward pass and the recomputed (--remat) nodes gather
+/// `roles` (a training step's, core/cost/cost.h; null for a forward graph) marks the donated weights and state, whose
+/// params get ProgramBinding::donated, and the step's forward nodes [0, roles->forward_nodes) (the forward pass and
+/// the loss): a copy that a reshard made larger than the value's primary shard (an all-gather) for a forward node is
+/// not reused after them, so the backward pass and the recomputed (--remat) nodes gather
 /// again, the mirror image of the forward's gathers (GSPMD §5), instead of keeping every layer's gathered weights
 /// and activations alive from the forward to the backward. Copies are reused freely within a phase, and loaded
 /// weight slices always.
 /// Throws UnsupportedError when an op can be neither partitioned nor replicated, std::invalid_argument when `rules`
 /// was built for another graph.
 class RuleTable;
+struct MemoryRoles;
 SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
                       const Target& target = Target::load("tpu-v3"), const RuleTable* rules = nullptr,
-                      int forward_nodes = 0);
+                      const MemoryRoles* roles = nullptr);
 
 }  // namespace gspmd
 

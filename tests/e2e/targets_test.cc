@@ -148,13 +148,18 @@ TEST(Targets, Gpt3SizedTrainingStepMirrorsTheForwardCollectives) {
   fs::path d = scratch("targets_gpt3_training");
   ASSERT_TRUE(
       fs::exists(make_decoder(d, "gpt3", kGpt3 + " --layers 2 --weights absent --mesh 64x32", "gpt3_training_make")));
-  CmdResult r = cli("simulate " + (d / "gpt3.onnx").string() + " --mesh 64x32 --shardings " +
-                        (d / "gpt3.2d.sharding.json").string() +
-                        " --training --loss mean --optimizer adafactor --trainable '^(?!attn_mask$)' --report " +
-                        (d / "r.json").string(),
-                    "gpt3_training_sim");
-  ASSERT_EQ(r.code, 0) << r.err;
-  const nlohmann::json rep = read_json(d / "r.json");
+  // One simulated training step (plus `extra` flags), its report written to d/`report`.
+  auto step = [&](const std::string& extra, const std::string& report) {
+    CmdResult r = cli("simulate " + (d / "gpt3.onnx").string() + " --mesh 64x32 --shardings " +
+                          (d / "gpt3.2d.sharding.json").string() +
+                          " --training --loss mean --optimizer adafactor --trainable '^(?!attn_mask$)'" + extra +
+                          " --report " + (d / report).string(),
+                      "gpt3_training_" + report);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? read_json(d / report) : nlohmann::json();
+  };
+  const nlohmann::json rep = step("", "r.json");
+  ASSERT_FALSE(rep.is_null());
   EXPECT_TRUE(rep["warnings"].empty()) << rep["warnings"];
   std::map<std::string, int> by;
   for (const auto& c : rep["collectives"]) {
@@ -186,16 +191,10 @@ TEST(Targets, Gpt3SizedTrainingStepMirrorsTheForwardCollectives) {
 
   // --remat full keeps only the residual stream: the 2L + 2 cut values (each layer's input and the residual after
   // attention, the last residual, the final LayerNorm's output), each [B/X, S, D/Y] = [1, 2048, 384] floats, and
-  // with the final LayerNorm's output its Mean and InvStdDev ([1, 2048, 1] each); the
-  // recomputed q, k, v and fc_in matmuls gather their weights over data again (4 per layer) instead of keeping the
-  // forward's copies alive.
-  r = cli("simulate " + (d / "gpt3.onnx").string() + " --mesh 64x32 --shardings " +
-              (d / "gpt3.2d.sharding.json").string() +
-              " --training --loss mean --optimizer adafactor --trainable '^(?!attn_mask$)' --remat full --report " +
-              (d / "remat.json").string(),
-          "gpt3_training_remat");
-  ASSERT_EQ(r.code, 0) << r.err;
-  const nlohmann::json remat = read_json(d / "remat.json");
+  // with the final LayerNorm's output its Mean and InvStdDev ([1, 2048, 1] each); the recomputed q, k, v and fc_in
+  // matmuls gather their weights over data again (4 per layer) instead of keeping the forward's copies alive.
+  const nlohmann::json remat = step(" --remat full", "remat.json");
+  ASSERT_FALSE(remat.is_null());
   EXPECT_EQ(remat["simulated"]["memory"]["total"]["saved_activations"], (2 * L + 2) * 2048 * 384 * 4 + 2 * 2048 * 4);
   int regathered = 0;
   for (const auto& c : remat["collectives"])
