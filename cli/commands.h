@@ -11,6 +11,7 @@
 #include "core/cost/cost.h"
 #include "core/ir/ir.h"
 #include "core/partition/spmd.h"
+#include "core/pipeline/schedule.h"
 #include "core/propagation/propagation.h"
 #include "core/rules/rule.h"
 #include "onnx_frontend/frontend.h"
@@ -31,6 +32,14 @@ struct TrainingFlags {
   std::optional<double> eps;          // --eps (default: adam 1e-8, adafactor 1e-30)
 };
 
+/// --pipeline and its flags (docs/pipeline.md).
+struct PipelineFlags {
+  std::string axis;                // --pipeline AXIS ("" = no pipeline)
+  int64_t microbatches = 0;        // --microbatches M (0 = as many as stages)
+  std::string schedule = "gpipe";  // --schedule gpipe|circular
+  std::string layers;              // --layers REGEX (the layer index is its first capture group)
+};
+
 /// Flags shared by partition, run, simulate and explain.
 struct CommonOptions {
   std::string model;              // MODEL path
@@ -46,6 +55,7 @@ struct CommonOptions {
   bool measure_host_ops = true;   // --target host: build_pipeline measures the program's ops (measure_program_ops)
   std::string inputs_dir;         // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
   TrainingFlags training;         // --training ...
+  PipelineFlags pipeline;         // --pipeline ...
   std::optional<bool> progress;   // show the --auto search's progress on stderr (nullopt: when it is a terminal;
                                   // run --backend mpi: rank 0 only, cli/progress.h)
 };
@@ -69,6 +79,10 @@ struct Pipeline {
   std::optional<MemoryRoles> memory_roles;  // --training: the step's memory roles; the program's donated params
                                             // (the weights and optimizer state) follow them
   std::optional<AutoResult> auto_result;    // --auto: the search's choices, cost and baselines
+  std::optional<PipelineLayout> pipeline;   // --pipeline: what the pipeline transformation built (`graph` is its
+                                            // pipelined graph)
+  std::string pipeline_axis;                // --pipeline AXIS
+  std::optional<Graph> reference;           // --pipeline: the model as loaded, which run --check compares with
   LoadReport load_report;                   // what loading folded and rewrote (explain)
 
   /// simulate_cost of the program on `target` (with the memory roles), timed into times.cost.

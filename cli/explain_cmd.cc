@@ -123,6 +123,29 @@ void explain_constraints(const Pipeline& p) {
   }
 }
 
+/// --pipeline: what the transformation built (docs/pipeline.md).
+void explain_pipeline(const PipelineLayout& l, const std::string& axis) {
+  fmt::print(
+      "pipeline: {} over '{}', {} stages, {} microbatches of {} rows (batch rows i*{} + m), {} iterations, "
+      "bubble {:.1f}%\n",
+      schedule_name(l.schedule), axis, l.stages, l.microbatches, l.microbatch, l.microbatches, l.iterations,
+      100 * l.bubble);
+  for (size_t s = 0; s < l.stage_layers.size(); ++s) {
+    std::vector<std::string> layers;
+    for (int64_t k : l.stage_layers[s]) layers.push_back(k < 0 ? "padding" : std::to_string(k));
+    fmt::print("  stage {} runs layers {}\n", s, fmt::join(layers, ", "));
+  }
+  fmt::print(
+      "  {} stacked weights (stage dim over '{}'), e.g. '{}'; a shift per iteration (a collective-permute "
+      "over '{}')\n",
+      l.weights.size(), axis, l.weights.empty() ? "" : l.weights.front().name, axis);
+  fmt::print(
+      "  the prefix ({} nodes, before layer {}) and the suffix ({} nodes) run replicated over '{}'; the last "
+      "stage's results are all-reduced over '{}' where the suffix reads them\n\n",
+      l.prefix_nodes, l.stage_layers.empty() || l.stage_layers[0].empty() ? 0 : l.stage_layers[0][0], l.suffix_nodes,
+      axis, axis);
+}
+
 }  // namespace
 
 namespace {
@@ -216,6 +239,7 @@ int cmd_explain(const ExplainOptions& o) {
     return 0;
   }
   if (only < 0) explain_loading(p.load_report);
+  if (only < 0 && p.pipeline) explain_pipeline(*p.pipeline, p.pipeline_axis);
   if (p.auto_result) explain_auto(*p.auto_result, p.annotations.mesh.user());
   for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
     if (only >= 0 && v != only) continue;

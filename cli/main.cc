@@ -46,6 +46,20 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_option("--momentum", t.momentum, "--optimizer momentum: momentum (default 0.9)");
   c->add_option("--beta1", t.beta1, "--optimizer adam: beta1 (default 0.9)");
   c->add_option("--beta2", t.beta2, "--optimizer adam: beta2 (default 0.999)");
+  auto& pl = o.pipeline;
+  c->add_option("--pipeline", pl.axis,
+                "pipeline parallelism over mesh axis AXIS: the repeated layers become stages, one per device along "
+                "AXIS, run as one stacked layer with a collective-permute shift per iteration (docs/pipeline.md)");
+  c->add_option("--microbatches", pl.microbatches,
+                "--pipeline: microbatches the batch is split into (default: the "
+                "number of stages)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--schedule", pl.schedule,
+                "--pipeline: gpipe (default: consecutive layers per stage) or circular (stage s runs layers s, s+S, "
+                "...: a smaller bubble)");
+  c->add_option("--layers", pl.layers,
+                "--pipeline: regex over initializer names whose first capture group is the layer index (default: "
+                "layers found by weight names)");
   c->add_option("--eps", t.eps,
                 "--optimizer adam: epsilon (default 1e-8); adafactor: eps1, added to the squared gradient (default "
                 "1e-30)");

@@ -28,6 +28,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 CostReport Pipeline::cost(bool overlap) {
   auto t0 = std::chrono::steady_clock::now();
   CostReport r = simulate_cost(graph, program, target, overlap, memory_roles ? &*memory_roles : nullptr);
+  if (reference && r.model_flops > 0) {
+    // Model FLOPs are the model's (as MFU counts them): the pipelined graph also computes the bubble's and the
+    // padding slots' idle work and selects the circular rounds' weights; their time stays in the step.
+    const double model = graph_flops(*reference);
+    r.flops_utilization *= model / r.model_flops;
+    r.model_flops = model;
+  }
   if (training && training->recomputed_flops > 0 && r.model_flops > 0) {
     // Model FLOPs exclude rematerialization (as MFU counts them): the recomputed nodes are work the model does not
     // need; their time stays in the step.
@@ -216,6 +223,46 @@ void annotate_training(Pipeline& p, const std::string& shard_update) {
   }
 }
 
+/// The annotations: --shardings FILE (a sharding file, or an annotated model *.onnx), else MODEL's own annotations
+/// or its sibling <stem>.sharding.json, not both (docs/cli.md); "" for none.
+std::string sharding_file_of(const CommonOptions& o, const LoadReport& r) {
+  if (!o.shardings.empty()) return o.shardings;
+  fs::path sibling = fs::path(o.model).replace_extension(".sharding.json");
+  if (r.sharding_annotations && fs::exists(sibling))
+    throw InputError(fmt::format("{}: carries sharding annotations and has a sibling {}: choose one with --shardings",
+                                 o.model, sibling.string()));
+  if (r.sharding_annotations) return o.model;
+  return fs::exists(sibling) ? sibling.string() : std::string();
+}
+
+/// --pipeline AXIS: replaces p.graph by its pipelined form (core/pipeline/schedule.h), keeping the model as loaded in
+/// p.reference for run --check, and returns the annotations `a` (read against the model) carried over to it.
+Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, const ShapeFunction& shapes) {
+  if (o.training.on)
+    throw InputError("--pipeline: --training through the pipeline is not supported yet; pipeline the forward graph");
+  const int axis = a.mesh.axis_index(o.pipeline.axis);
+  if (axis < 0)
+    throw InputError(fmt::format("--pipeline: '{}' is not an axis of the mesh {}", o.pipeline.axis, a.mesh.str()));
+  PipelineOptions po;
+  po.stages = a.mesh.shape[static_cast<size_t>(axis)];
+  po.microbatches = o.pipeline.microbatches > 0 ? o.pipeline.microbatches : po.stages;
+  po.schedule =
+      pick<PipelineSchedule>(o.pipeline.schedule, "--schedule",
+                             {{"gpipe", PipelineSchedule::kGpipe}, {"circular", PipelineSchedule::kCircular}});
+  po.layers = o.pipeline.layers;
+  PipelinedGraph pg = pipeline_graph(p.graph, po, shapes);
+  Annotations out = pipeline_annotations(p.graph, a, pg, axis);
+  // The signature's values, found again by name (the pipelined graph keeps the inputs' and outputs' names).
+  for (auto* side : {&p.load_report.inputs, &p.load_report.outputs})
+    for (FlatValue& fv : *side)
+      for (int& v : fv.values) v = pg.graph.at(p.graph.values[static_cast<size_t>(v)].name);
+  p.reference = std::move(p.graph);
+  p.graph = std::move(pg.graph);
+  p.pipeline = std::move(pg.layout);
+  p.pipeline_axis = o.pipeline.axis;
+  return out;
+}
+
 }  // namespace
 
 Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
@@ -247,6 +294,24 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   auto t0 = std::chrono::steady_clock::now();
   lo.inputs_dir = o.inputs_dir;  // the given inputs' shapes bind symbolic dims (--dim must agree)
   p.graph = load_model(o.model, lo, &p.load_report);
+  const std::string file = sharding_file_of(o, p.load_report);
+  auto read_annotations = [&](const Graph& g) {
+    if (file.empty()) {
+      Annotations a;
+      a.mesh = cli_mesh;
+      return a;
+    }
+    return fs::path(file).extension() == ".onnx" ? read_annotated_model(file, g, &cli_mesh)
+                                                 : read_sharding_file(file, g, &cli_mesh);
+  };
+  std::optional<Annotations> pipelined;
+  if (!o.pipeline.axis.empty()) {
+    pipelined = pipeline(p, o, read_annotations(p.graph), lo.shape_function);
+  } else {
+    if (o.pipeline.microbatches != 0) throw InputError("--microbatches: only used with --pipeline");
+    if (o.pipeline.schedule != "gpipe") throw InputError("--schedule: only used with --pipeline");
+    if (!o.pipeline.layers.empty()) throw InputError("--layers: only used with --pipeline");
+  }
   if (o.training.on) {
     std::vector<std::string> input_names;
     for (const FlatValue& fv : p.load_report.inputs)
@@ -258,26 +323,8 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     p.training->graph = Graph();
   }
 
-  // The annotations: --shardings FILE (a sharding file, or an annotated model *.onnx), else MODEL's own
-  // annotations or its sibling <stem>.sharding.json, not both (docs/cli.md).
-  std::string file = o.shardings;
-  if (file.empty()) {
-    fs::path sibling = fs::path(o.model).replace_extension(".sharding.json");
-    if (p.load_report.sharding_annotations && fs::exists(sibling))
-      throw InputError(fmt::format("{}: carries sharding annotations and has a sibling {}: choose one with --shardings",
-                                   o.model, sibling.string()));
-    if (p.load_report.sharding_annotations)
-      file = o.model;
-    else if (fs::exists(sibling))
-      file = sibling.string();
-  }
-  if (!file.empty()) {
-    p.annotations = fs::path(file).extension() == ".onnx" ? read_annotated_model(file, p.graph, &cli_mesh)
-                                                          : read_sharding_file(file, p.graph, &cli_mesh);
-    p.sharding_file = file;
-  } else {
-    p.annotations.mesh = cli_mesh;
-  }
+  p.annotations = pipelined ? std::move(*pipelined) : read_annotations(p.graph);
+  p.sharding_file = file;
   if (p.training) {
     annotate_training(p, o.training.shard_update);
     p.memory_roles = training_memory_roles(p.graph, *p.training);

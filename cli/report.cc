@@ -283,6 +283,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
     tr["recomputed_flops"] = p.training->recomputed_flops;
   }
   if (p.auto_result) j["auto"] = auto_json(*p.auto_result, p.graph, p.annotations.mesh.user());
+  if (p.pipeline) j["pipeline"] = pipeline_json(*p.pipeline, p.pipeline_axis);
   if (run) {
     j["host"] = {{"wall_s", run->wall_s}, {"gflops", run->wall_s > 0 ? run->host_flops / run->wall_s / 1e9 : 0.0}};
   }
@@ -302,6 +303,27 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
     j["expected"] = {{"dir", expected->dir}, {"passed", expected->passed}, {"outputs", outs}};
     if (!expected->passed) j["expected"]["worst"] = expected->worst;
   }
+  return j;
+}
+
+nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis) {
+  nlohmann::json j;
+  j["axis"] = axis;
+  j["schedule"] = schedule_name(l.schedule);
+  j["stages"] = l.stages;
+  j["microbatches"] = l.microbatches;
+  j["microbatch"] = l.microbatch;
+  j["layers"] = l.layers;
+  j["rounds"] = l.rounds;
+  j["layers_per_iteration"] = l.slots;
+  j["iterations"] = l.iterations;
+  j["padding_slots"] = l.padded;
+  j["bubble_fraction"] = l.bubble;
+  j["stage_layers"] = l.stage_layers;
+  j["shifts"] = l.shifts.size();
+  j["prefix_nodes"] = l.prefix_nodes;
+  j["suffix_nodes"] = l.suffix_nodes;
+  j["prefix_and_suffix"] = fmt::format("replicated over {}", axis);
   return j;
 }
 
@@ -341,6 +363,16 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
         r["training"]["remat"].get<std::string>(), r["training"]["recomputed_nodes"].get<int>(),
         r["training"]["recomputed_flops"].get<double>(),
         100 * r["training"]["recomputed_flops"].get<double>() / std::max(1.0, r["model_flops"].get<double>()));
+  if (r.contains("pipeline")) {
+    const auto& pl = r["pipeline"];
+    fmt::print(
+        "pipeline  {} over {}: {} stages of {} layer(s), {} microbatches of {}, {} iterations, bubble {:.1f}%{}\n",
+        pl["schedule"].get<std::string>(), pl["axis"].get<std::string>(), pl["stages"].get<int64_t>(),
+        pl["rounds"].get<int64_t>() * pl["layers_per_iteration"].get<int64_t>(), pl["microbatches"].get<int64_t>(),
+        pl["microbatch"].get<int64_t>(), pl["iterations"].get<int64_t>(), 100 * pl["bubble_fraction"].get<double>(),
+        pl["padding_slots"].get<int64_t>() > 0 ? fmt::format(" ({} padding slots)", pl["padding_slots"].get<int64_t>())
+                                               : std::string());
+  }
   int64_t total = 0;
   double bytes = 0;
   for (const auto& c : r["collectives"]) {

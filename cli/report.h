@@ -68,6 +68,10 @@ ExpectedResult compare_expected(const Graph& g, const LoadReport& signature, con
 nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check,
                            const ExpectedResult* expected = nullptr);
 
+/// The report's "pipeline" section (docs/pipeline.md): the schedule, stages, microbatches, iterations, padding slots,
+/// the bubble fraction and the layers each stage runs, for a pipeline over mesh axis `axis`.
+nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis);
+
 /// Writes each ONNX output of `signature` as DIR/output_<i>.pb (ONNX test-data layout, named as the output; a
 /// sequence or optional as its proto, from the graph's flattened `outputs`), creating DIR. Throws InputError naming
 /// the file when it cannot be written.

@@ -126,7 +126,9 @@ int cmd_run(const RunOptions& o) {
     fmt::print(stderr, "host profile ({} devices):\n{}", p.program.mesh.num_devices(), format_profile(run));
   CheckResult check;
   if (o.check) {
-    PodRun ref = run_single(p.graph, inputs, node_progress("run: reference, 1 device"), exec);
+    // The unpartitioned model as loaded (with --pipeline, not its pipelined form).
+    PodRun ref =
+        run_single(p.reference ? *p.reference : p.graph, inputs, node_progress("run: reference, 1 device"), exec);
     check = compare_outputs(p.graph, run.outputs, ref.outputs, o.rtol, o.atol);
   }
   ExpectedResult exp;

@@ -566,7 +566,7 @@ struct Exporter {
         break;
       }
       case Collective::kCollectivePermute: {
-        const int64_t src = permute_sources(p.mesh, axes, a.shift, a.target_axes).at(static_cast<size_t>(tile));
+        const int64_t src = permute_sources(p.mesh, axes, a.shift, a.target_axes, a.wrap).at(static_cast<size_t>(tile));
         Shape one = x.shape;
         one.insert(one.begin(), 1);
         if (src >= 0) {
@@ -652,7 +652,7 @@ struct Exporter {
       set_attr(pn->add_attribute(), "replica_groups", flat);
       set_attr(pn->add_attribute(), "group_size", p.mesh.axes_size(axes));
       if (a.kind == Collective::kCollectivePermute) {
-        const std::vector<int64_t> src = permute_sources(p.mesh, axes, a.shift, a.target_axes);
+        const std::vector<int64_t> src = permute_sources(p.mesh, axes, a.shift, a.target_axes, a.wrap);
         std::vector<int64_t> pairs;
         for (const auto& grp : groups) {
           for (size_t t = 0; t < grp.size(); ++t) {

@@ -241,6 +241,7 @@ OpSchema schema_of(GspmdOp op) {
       break;
     case GspmdOp::kCollectivePermute:
       optional("shift", "tile t receives from tile t - shift", AttributeProto::INT);
+      optional("wrap", "1: tile t receives from tile (t - shift) mod n (cyclic)", AttributeProto::INT);
       optional("target_axes", "a permutation of mesh_axes (relayout)", AttributeProto::INTS);
       optional("source_target_pairs", "[src, dst, ...] device ids, all groups (exported form)", AttributeProto::INTS);
       break;

@@ -204,6 +204,7 @@ const KernelTable& table() {
     register_misc(k);
     register_training(k);
     register_control(k);
+    register_pipeline(k);
     return k;
   }();
   return t;

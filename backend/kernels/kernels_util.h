@@ -56,10 +56,11 @@ struct Ctx {
 };
 
 /// The key of (domain, op_type) in the kernel and shape-function tables: op_type for ai.onnx ("" or "ai.onnx"),
-/// "<domain>:<op_type>" for ai.onnx.preview.training (the optimizers), "" for any other domain (no kernel).
+/// "<domain>:<op_type>" for ai.onnx.preview.training (the optimizers) and gspmd.pipeline (the stage shift), "" for
+/// any other domain (no kernel).
 inline std::string table_key(const std::string& domain, const std::string& op_type) {
   if (domain.empty() || domain == "ai.onnx") return op_type;
-  if (domain == "ai.onnx.preview.training") return domain + ":" + op_type;
+  if (domain == "ai.onnx.preview.training" || domain == "gspmd.pipeline") return domain + ":" + op_type;
   return "";
 }
 
@@ -115,6 +116,8 @@ void register_misc(KernelTable& t);
 void register_training(KernelTable& t);
 /// ops_control.cc: If, Loop, Scan (their bodies run with these kernels).
 void register_control(KernelTable& t);
+/// ops_pipeline.cc: "gspmd.pipeline:Shift", the pipeline's stage shift (core/pipeline/shift.h).
+void register_pipeline(KernelTable& t);
 
 /// Elementwise kernels (ops_elementwise.cc, ops_elementwise_unary.cc) call oneDNN from this many elements on: below it,
 /// oneDNN's per-call overhead (primitive lookup, memory objects) exceeds the work.

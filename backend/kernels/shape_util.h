@@ -92,6 +92,8 @@ void register_misc_shapes(ShapeTable& t);
 void register_training_shapes(ShapeTable& t);
 /// shapes_control.cc: If, Loop, Scan.
 void register_control_shapes(ShapeTable& t);
+/// shapes_pipeline.cc: "gspmd.pipeline:Shift".
+void register_pipeline_shapes(ShapeTable& t);
 
 /// What the shape functions know of a body's outputs (a body of If / Loop / Scan, core/ir/control_flow.h).
 struct BodyTypes {

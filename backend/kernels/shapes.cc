@@ -60,6 +60,7 @@ const ShapeTable& shape_table() {
     register_misc_shapes(k);
     register_training_shapes(k);
     register_control_shapes(k);
+    register_pipeline_shapes(k);
     return k;
   }();
   return t;

@@ -420,7 +420,7 @@ void Executor::run_collective(const Node& n) {
   if (a.kind == Collective::kCollectivePermute) {
     const std::vector<int>& target_axes = checked(n, a.target_axes);
     try {
-      call.sources = permute_sources(mesh_, axes, a.shift, target_axes);
+      call.sources = permute_sources(mesh_, axes, a.shift, target_axes, a.wrap);
     } catch (const std::exception& e) {
       fail(n, 0, e.what());
     }

@@ -60,10 +60,11 @@ class StepBuilder final : public GradContext {
     accumulate(v, grad, fmt::format("gradient of node '{}' ({}) input {}", node_->name, node_->op_type, i));
   }
 
-  std::vector<int> emit(const std::string& op, const std::vector<int>& inputs,
-                        const std::map<std::string, AttrValue>& attrs, size_t num_outputs) override {
+  std::vector<int> emit_in(const std::string& domain, const std::string& op, const std::vector<int>& inputs,
+                           const std::map<std::string, AttrValue>& attrs, size_t num_outputs) override {
     Node n;
     n.name = fresh_name(op);
+    n.domain = domain;
     n.op_type = op;
     n.inputs = inputs;
     n.attrs = attrs;

@@ -13,4 +13,11 @@ namespace gspmd {
 /// throws when it rejects the node.
 std::vector<TensorType> node_types(const Graph& g, const Node& n, const ShapeFunction& shapes);
 
+/// Appends `n` (name, op, inputs and attributes set; no outputs) to `g` with one output per `outputs` entry, named
+/// after it (made unique) and typed by node_types; returns the output ids. Throws what node_types throws.
+std::vector<int> add_typed_node(Graph& g, Node n, const std::vector<std::string>& outputs, const ShapeFunction& shapes);
+
+/// Adds an initializer named after `name` (made unique) holding `t`; returns its id.
+int add_constant(Graph& g, const std::string& name, Tensor t);
+
 }  // namespace gspmd

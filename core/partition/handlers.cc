@@ -6,11 +6,12 @@
 #include <unordered_map>
 
 #include "core/partition/partitioner.h"
+#include "core/pipeline/shift.h"
 
 namespace gspmd::partition_internal {
 namespace {
 
-using Table = std::unordered_map<std::string, OpHandler>;  // ai.onnx op type -> handler
+using Table = std::unordered_map<std::string, OpHandler>;  // ai.onnx op type (or "domain:op") -> handler
 
 const Table& table() {
   static const Table t = [] {
@@ -28,6 +29,8 @@ const Table& table() {
     // Local rewrites.
     h["Reshape"].rewrite_local = &Partitioner::rewrite_reshape;
     h["Squeeze"].rewrite_local = &Partitioner::rewrite_squeeze;
+    // The pipeline's stage shift (pipeline_shift.cc): a collective-permute between stages.
+    h[std::string(kPipelineDomain) + ":" + kShiftOp].lower = &Partitioner::lower_pipeline_shift;
     return h;
   }();
   return t;
@@ -36,9 +39,10 @@ const Table& table() {
 }  // namespace
 
 const OpHandler* find_handler(const Node& node) {
-  if (!node.domain.empty()) return nullptr;
   const Table& t = table();
-  auto it = t.find(node.op_type);
+  auto it = node.domain.empty()              ? t.find(node.op_type)
+            : node.domain == kPipelineDomain ? t.find(node.domain + ":" + node.op_type)
+                                             : t.end();
   return it == t.end() ? nullptr : &it->second;
 }
 

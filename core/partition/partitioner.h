@@ -10,7 +10,8 @@
 // - handlers.cc: the op handler registry (the only place that names op types) and the small local rewrites;
 // - windowed.cc: Conv/pool dims split over devices: halo exchange (GSPMD §3.4);
 // - split_reduction.cc: Softmax/LogSoftmax and LayerNormalization over split dims (two passes of all-reduce);
-// - gather.cc: the masked (vocab-parallel) lookup of a Gather whose table is split on the looked-up axis.
+// - gather.cc: the masked (vocab-parallel) lookup of a Gather whose table is split on the looked-up axis;
+// - pipeline_shift.cc: the pipeline's stage shift (a collective-permute between stages).
 #pragma once
 
 #include <algorithm>
@@ -131,6 +132,11 @@ class Partitioner {
   /// Gather whose table is split on the looked-up axis by F (a split reduction factor in its rule): the masked
   /// lookup, result unreduced (sum) over the table's split axes.
   void lower_gather(int n, const OpShardingRule& rule, const FactorSharding& F);
+  /// The pipeline's stage shift (gspmd.pipeline Shift, core/pipeline/shift.h): with its stage dim split one row per
+  /// device, a collective-permute over the stage axes plus the enter row's input chosen by the partition id, and
+  /// `out` a partial sum over those axes (the exit stage's row, zeros elsewhere); otherwise gathered and local.
+  /// Always lowers the node (true).
+  bool lower_pipeline_shift(int n);
   /// Reshape: the local shape operand is literal, so `allowzero` is set when it holds a 0 (opset 14+).
   void rewrite_reshape(Node& local, const Node& global);
   /// Squeeze without axes squeezes every size-1 dim; a shard may have more of them, so the global ones are named.

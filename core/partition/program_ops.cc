@@ -168,6 +168,7 @@ CollectiveAttrs collective_attrs(const Node& n) {
     case Collective::kCollectivePermute:
       if (!n.has("shift") && !n.has("target_axes")) fail(n, "missing attribute 'shift' or 'target_axes'");
       a.shift = n.i("shift", 0);
+      a.wrap = n.i("wrap", 0) != 0;
       a.target_axes = axis_list(n, "target_axes");
       break;
   }
@@ -220,10 +221,12 @@ Node gspmd_node(const CollectiveAttrs& a) {
       n.attrs["concat_axis"] = a.concat_axis;
       break;
     case Collective::kCollectivePermute:
-      if (a.target_axes.empty())
+      if (a.target_axes.empty()) {
         n.attrs["shift"] = a.shift;
-      else
+        if (a.wrap) n.attrs["wrap"] = int64_t{1};
+      } else {
         n.attrs["target_axes"] = ints_of(a.target_axes);
+      }
       break;
   }
   return n;

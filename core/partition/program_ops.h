@@ -19,7 +19,8 @@
 //                               order.
 //   CollectivePermute(x) -> y   attrs mesh_axes and either shift or target_axes (permute_sources in reshard.h).
 //                               shift: the device at tile t receives x from tile t - shift of its group; devices with
-//                               no source (t - shift outside [0, n)) get zeros (halo exchange).
+//                               no source (t - shift outside [0, n)) get zeros (halo exchange); with optional wrap = 1,
+//                               from tile (t - shift) mod n (the pipeline's cyclic shift, core/pipeline/shift.h).
 //                               target_axes (a permutation of mesh_axes): the device receives from the group member
 //                               whose tile index over mesh_axes equals its own tile index over target_axes (a reshard
 //                               that moves equal-sized shards between devices, e.g. [x,y] -> [y,x]).
@@ -121,6 +122,7 @@ struct CollectiveAttrs {
   int64_t split_axis = 0;                         // kAllToAll: the axis cut into one chunk per member
   int64_t concat_axis = 0;                        // kAllToAll: the axis received chunks are concatenated along
   int64_t shift = 0;                              // kCollectivePermute, shift form (target_axes empty)
+  bool wrap = false;                              // kCollectivePermute, shift form: cyclic ("wrap"; absent = 0)
   std::vector<int> target_axes = {};              // kCollectivePermute, relayout form: a permutation of mesh_axes
 };
 

@@ -342,12 +342,15 @@ ReshardPlan ReshardPlanner::search(const Shape& global, int64_t elem_bytes, cons
 }
 
 std::vector<int64_t> permute_sources(const DeviceMesh& mesh, const std::vector<int>& mesh_axes, int64_t shift,
-                                     const std::vector<int>& target_axes) {
+                                     const std::vector<int>& target_axes, bool wrap) {
   const int64_t n = mesh.axes_size(mesh_axes);
   std::vector<int64_t> src(static_cast<size_t>(n), -1);
   if (target_axes.empty()) {
     for (int64_t t = 0; t < n; ++t)
-      if (t - shift >= 0 && t - shift < n) src[static_cast<size_t>(t)] = t - shift;
+      if (wrap)
+        src[static_cast<size_t>(t)] = ((t - shift) % n + n) % n;
+      else if (t - shift >= 0 && t - shift < n)
+        src[static_cast<size_t>(t)] = t - shift;
     return src;
   }
   std::vector<int> sorted_a = mesh_axes, sorted_b = target_axes;

@@ -85,10 +85,11 @@ class ReshardPlanner {
 
 /// Sources of a collective-permute, per group member. The group is the devices that differ only along `mesh_axes`,
 /// ordered by tile index over `mesh_axes`. Shift form (`target_axes` empty): member t receives from t - shift, or
-/// gets zeros when that is outside [0, n). Relayout form: `target_axes` is a permutation of `mesh_axes`, and member t
+/// gets zeros when that is outside [0, n); with `wrap`, from (t - shift) mod n (a cyclic shift: the pipeline's
+/// circular schedule). Relayout form: `target_axes` is a permutation of `mesh_axes`, and member t
 /// receives from the member whose tile index over `mesh_axes` equals t's tile index over `target_axes` (the chunk a
 /// device must hold after a reshard that reorders axes). Returns -1 for "zeros". O(group size).
 std::vector<int64_t> permute_sources(const DeviceMesh& mesh, const std::vector<int>& mesh_axes, int64_t shift,
-                                     const std::vector<int>& target_axes);
+                                     const std::vector<int>& target_axes, bool wrap = false);
 
 }  // namespace gspmd

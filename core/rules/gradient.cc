@@ -31,6 +31,7 @@ std::map<Key, GradRule>& registry() {
     rules_internal::register_conv_pool_gradients();
     rules_internal::register_index_gradients();
     rules_internal::register_misc_gradients();
+    rules_internal::register_pipeline_gradients();
     return true;
   }();
   (void)init;
@@ -58,8 +59,8 @@ const SavedOutputs* find_saved_outputs(const std::string& domain, const std::str
   return it == r.end() ? nullptr : &it->second;
 }
 
-void rules_internal::add_builtin_gradient(const std::string& op_type, GradRule rule) {
-  raw_registry()[{std::string(), op_type}] = std::move(rule);
+void rules_internal::add_builtin_gradient(const std::string& op_type, GradRule rule, const std::string& domain) {
+  raw_registry()[{domain_key(domain), op_type}] = std::move(rule);
 }
 
 void rules_internal::add_builtin_saved_outputs(const std::string& op_type, SavedOutputs saved) {

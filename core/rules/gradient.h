@@ -53,11 +53,16 @@ class GradContext {
   /// std::logic_error naming the op otherwise). Calling it twice for one input (x used twice by the op) adds.
   virtual void set_dx(size_t i, int grad) = 0;
 
-  /// Appends node `op` (domain ai.onnx) with `inputs` (value ids; -1 = absent optional) and `attrs`, with
+  /// Appends node `op` of `domain` ("" = ai.onnx) with `inputs` (value ids; -1 = absent optional) and `attrs`, with
   /// `num_outputs` outputs typed by the executor's shape functions; returns the output ids. Throws
   /// std::logic_error when the shape function rejects the node (a bug in the rule).
-  virtual std::vector<int> emit(const std::string& op, const std::vector<int>& inputs,
-                                const std::map<std::string, AttrValue>& attrs = {}, size_t num_outputs = 1) = 0;
+  virtual std::vector<int> emit_in(const std::string& domain, const std::string& op, const std::vector<int>& inputs,
+                                   const std::map<std::string, AttrValue>& attrs, size_t num_outputs) = 0;
+  /// emit_in for an ai.onnx op.
+  std::vector<int> emit(const std::string& op, const std::vector<int>& inputs,
+                        const std::map<std::string, AttrValue>& attrs = {}, size_t num_outputs = 1) {
+    return emit_in("", op, inputs, attrs, num_outputs);
+  }
   /// emit with one output; returns its id.
   int op(const std::string& op, const std::vector<int>& inputs, const std::map<std::string, AttrValue>& attrs = {}) {
     return emit(op, inputs, attrs, 1).at(0);
@@ -117,7 +122,8 @@ const SavedOutputs* find_saved_outputs(const std::string& domain, const std::str
 
 /// The family files' gradient registrations (each beside its factor rules). Not for use outside core/rules.
 namespace rules_internal {
-void add_builtin_gradient(const std::string& op_type, GradRule rule);  // ai.onnx, without triggering registration
+void add_builtin_gradient(const std::string& op_type, GradRule rule,
+                          const std::string& domain = "");  // without triggering registration ("" = ai.onnx)
 void add_builtin_saved_outputs(const std::string& op_type, SavedOutputs saved);  // likewise
 void register_elementwise_gradients();                                           // elementwise.cc
 void register_matmul_gradients();       // matmul.cc (MatMul, Gemm), einsum.cc adds Einsum
@@ -128,6 +134,7 @@ void register_gather_gradients();       // gather.cc
 void register_conv_pool_gradients();    // conv_pool.cc
 void register_index_gradients();        // index_ops.cc
 void register_misc_gradients();         // misc_ops.cc
+void register_pipeline_gradients();     // pipeline.cc
 }  // namespace rules_internal
 
 }  // namespace gspmd

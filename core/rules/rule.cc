@@ -33,6 +33,7 @@ void register_builtin_rules() {
   rules_internal::register_einsum_rules();
   rules_internal::register_index_rules();
   rules_internal::register_misc_rules();
+  rules_internal::register_pipeline_rules();
 }
 
 std::map<Key, RuleBuilder>& registry() {
@@ -413,7 +414,9 @@ TensorSharding sharding_from_factors(const FactorSharding& fs, const DimFactors&
 
 namespace rules_internal {
 
-void add_builtin(const std::string& op_type, RuleBuilder b) { raw_registry()[{std::string(), op_type}] = std::move(b); }
+void add_builtin(const std::string& op_type, RuleBuilder b, const std::string& domain) {
+  raw_registry()[{domain, op_type}] = std::move(b);
+}
 
 const Tensor* constant_input(const Graph& g, const Node& node, int i) {
   if (i < 0 || i >= static_cast<int>(node.inputs.size())) return nullptr;

@@ -201,8 +201,9 @@ class RuleMaker;  // core/rules/rule_maker.h
 
 /// Helpers shared by the per-family rule files (core/rules/*.cc). Not for use outside core/rules.
 namespace rules_internal {
-/// Adds a builtin builder for ai.onnx op_type without triggering builtin registration (no recursion).
-void add_builtin(const std::string& op_type, RuleBuilder b);
+/// Adds a builtin builder for (domain, op_type) (domain "" = ai.onnx) without triggering builtin registration (no
+/// recursion).
+void add_builtin(const std::string& op_type, RuleBuilder b, const std::string& domain = "");
 void register_elementwise_rules();
 void register_matmul_rules();
 void register_shape_rules();
@@ -215,6 +216,7 @@ void register_index_rules();      // index_ops.cc: Pad, Tile, Resize, Range, Top
 void register_misc_rules();       // misc_ops.cc: Trilu, Det, ReverseSequence, RNN/GRU/LSTM, (De)QuantizeLinear,
                                   // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, GridSample, RoiAlign,
                                   // TfIdfVectorizer
+void register_pipeline_rules();   // pipeline.cc: gspmd.pipeline Shift (core/pipeline/shift.h)
 /// check()'s rules for one tensor: rule.operands[i] (or results[i], if `result`) against node input (output) i:
 /// presence, rank, factor ids, a factor at most once, dim sizes. Throws RuleError.
 void check_tensor_dims(const Graph& g, const Node& node, const OpShardingRule& rule, bool result, size_t i);

@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "core/ir/ir.h"
 
 namespace e2e {
 
@@ -68,6 +71,22 @@ inline int count_collectives(const nlohmann::json& report, const std::string& ki
   for (const auto& c : report["collectives"])
     if (c["kind"] == kind) n += c["count"].get<int>();
   return n;
+}
+
+/// Deterministic inputs for `g`: int64 values 0/1 (valid token ids, token types and masks, with some zeros), float32
+/// values in [0, 1).
+inline std::vector<gspmd::Tensor> small_inputs(const gspmd::Graph& g) {
+  std::vector<gspmd::Tensor> inputs;
+  for (int v : g.inputs) {
+    const gspmd::Value& val = g.values[static_cast<size_t>(v)];
+    gspmd::Tensor t(val.dtype, val.shape);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (val.dtype == gspmd::DType::kInt64) t.data<int64_t>()[i] = (i * 7) % 5 == 0 ? 0 : (i * 7) % 2;
+      if (val.dtype == gspmd::DType::kFloat32) t.data<float>()[i] = static_cast<float>((i * 13) % 17) / 17.f;
+    }
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
 }
 
 /// True if python3 with onnx (Debian's) is available for cross-checks.

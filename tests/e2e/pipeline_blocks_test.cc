@@ -140,16 +140,7 @@ TEST(PipelineBlocks, StackedLayersComputeWhatEachLayerComputes) {
     const std::vector<size_t> which = decoder ? std::vector<size_t>{1, 3} : std::vector<size_t>{0, 1};
     ASSERT_EQ(b.blocks.size(), decoder ? 4u : 2u);
     // The reference: the model itself, with its block boundaries as outputs.
-    std::vector<Tensor> inputs;
-    for (int v : g.inputs) {
-      const Value& val = g.values[static_cast<size_t>(v)];
-      Tensor t(val.dtype, val.shape);
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        if (val.dtype == DType::kInt64) t.data<int64_t>()[i] = (i * 7) % 2;  // valid ids, token types and masks
-        if (val.dtype == DType::kFloat32) t.data<float>()[i] = static_cast<float>((i * 13) % 17) / 17.f;
-      }
-      inputs.push_back(std::move(t));
-    }
+    const std::vector<Tensor> inputs = e2e::small_inputs(g);
     Graph ref = g;
     ref.outputs = {b.blocks[which[0]].input, b.blocks[which[1]].input, b.blocks[which[0]].output,
                    b.blocks[which[1]].output};

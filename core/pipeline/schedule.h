@@ -1,0 +1,89 @@
+// core/pipeline: pipeline parallelism the GSPMD way (GSPMD §3.3, docs/pipeline.md). The repeated layer blocks of a
+// forward graph (blocks.h) become one vectorized stage computation (vectorize.h) whose weights are stacked along a
+// stage dim; a loop of iterations, unrolled, runs it on a state buffer [stages, microbatch, ...] and shifts that
+// buffer one stage on after every iteration (the Shift op, shift.h). Sharding the stage dim over a mesh axis (the
+// annotations of pipeline_annotations) makes every device compute its own stage and every shift a
+// collective-permute; the other mesh axes shard inside each stage as usual. Prefix (embedding) and suffix (final
+// norm, head) are copied unchanged: they run replicated over the stage axis.
+//
+// Schedules. GPipe: stage s runs the consecutive layers s*K .. s*K+K-1 (K = ceil(L/S)) in each iteration; microbatch
+// m enters stage 0 at iteration m and leaves the last stage after iteration m+S-1; T = M+S-1 iterations.
+// Circular (interleaved): stage s runs layers s, s+S, s+2S, ... (R = ceil(L/S) rounds, one layer per iteration),
+// the state wrapping from the last stage to the first between rounds; microbatches enter in groups of S, group g at
+// iterations g*R*S + j; T = ceil(M/S)*R*S + ... (exactly M*R+S-1 when S divides M).
+// Layers that do not fill the stages (L not a multiple of S) are padding slots: they compute a copy of a real layer
+// and the state passes them unchanged (a select). The bubble fraction is the share of stage-slot computations that
+// are not one of the M*L real ones: 1 - M*L/(T*K*S), (S-1)/(M+S-1) for GPipe with S dividing L.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/ir/ir.h"
+#include "core/propagation/propagation.h"
+
+namespace gspmd {
+
+enum class PipelineSchedule { kGpipe, kCircular };
+
+/// --pipeline's choices (docs/cli.md).
+struct PipelineOptions {
+  int64_t stages = 2;        // S: the size of the pipeline axis
+  int64_t microbatches = 1;  // M (--microbatches): must divide the batch
+  PipelineSchedule schedule = PipelineSchedule::kGpipe;
+  std::string layers;  // --layers REGEX (find_layer_blocks); "" = found by weight names
+};
+
+/// What pipeline_graph built, for explain, the report and the tests.
+struct PipelineLayout {
+  PipelineSchedule schedule = PipelineSchedule::kGpipe;
+  int64_t stages = 0, microbatches = 0;
+  int64_t layers = 0;      // L: layer blocks found
+  int64_t rounds = 1;      // R: circular rounds (1 for GPipe)
+  int64_t slots = 1;       // K: layers each stage runs per iteration (1 for circular)
+  int64_t iterations = 0;  // T: iterations of the loop (each one shift, then K stacked layers)
+  int64_t padded = 0;      // padding slots: S*R*K - L
+  int64_t batch = 0, microbatch = 0;
+  double bubble = 0;  // 1 - M*L / (T*K*S)
+  /// A stacked weight: [S] + shape (GPipe) or [R, S] + shape (circular); members[i] is the layer weight of g at
+  /// row-major position i over the lead dims ("" for a padding slot, which holds a copy of a real layer's).
+  struct StackedWeight {
+    std::string name;
+    int stage_dim = 0;  // the dim of the stacked weight that the stage axis shards
+    std::vector<std::string> members;
+  };
+  std::vector<StackedWeight> weights;
+  std::vector<std::string> states;        // the stage-stacked buffers the shifts produce (dim 0 = stage)
+  std::vector<std::string> shifts;        // the Shift nodes, in order (one per iteration, then the last exit)
+  std::vector<std::string> block_values;  // values of g inside the layer blocks (gone from the pipelined graph)
+  std::vector<std::vector<int64_t>> stage_layers;  // per stage: the layers it runs in order (-1: padding)
+  int64_t prefix_nodes = 0, suffix_nodes = 0;
+  std::string stream;  // the value of g entering the first block
+};
+
+/// A forward graph rewritten into the pipeline form.
+struct PipelinedGraph {
+  Graph graph;  // same inputs and outputs (names, order, types) as the original, same results
+  PipelineLayout layout;
+};
+
+/// Builds the pipeline form of `g` (GSPMD §3.3, see above). `shapes` types the new nodes.
+/// Throws InputError (one line, "--pipeline: ..." / "--microbatches: ...") when the graph has no repeated layer
+/// blocks (find_layer_blocks' errors), fewer than 2 stages or microbatches < 1 are asked for, the batch (dim 0 of the
+/// stream entering the first block) does not divide into the microbatches, a computed side input of the blocks
+/// (a mask) does not lead with the batch, a graph output is computed inside the blocks, or a block op has no
+/// batching rule (BlockStacker).
+PipelinedGraph pipeline_graph(const Graph& g, const PipelineOptions& o, const ShapeFunction& shapes);
+
+/// The annotations of the pipelined graph from those of the original `g` (`a`, read by name against g): values that
+/// both graphs have keep theirs; each stacked weight takes its members' annotation (which must agree) with the stage
+/// dim sharded over mesh axis `axis`; the state buffers get dim 0 over `axis` (their other dims open). Throws
+/// InputError naming the value when a value inside the layer blocks is annotated (its copies are per iteration:
+/// annotate the weights) or a stacked weight's members are annotated differently.
+Annotations pipeline_annotations(const Graph& g, const Annotations& a, const PipelinedGraph& p, int axis);
+
+/// "gpipe" / "circular".
+const char* schedule_name(PipelineSchedule s);
+
+}  // namespace gspmd
