@@ -6,6 +6,10 @@ external data, the GSPMD paper's 2D sharding (testdata/tools/make_decoder.py's N
 to 2048 devices. For each (layers, mesh): the best-of-REPS wall time of `gspmd-onnx simulate` and of its stages (the
 report's "compile_time_s"), and the ratio to the first row, all measured in one run. Prints a markdown table.
 
+Then the pipeline table: `simulate --pipeline stage --microbatches 16` (GPipe, docs/pipeline.md) of the 96-layer
+model at batch 256 on stage x data x model meshes of 16 to 2048 devices (8 stages, Megatron inside each stage): the
+pipelined graph is the same at every device count, so the wall time should not grow with it.
+
 Then the training table: `simulate --training --loss mean` (one SGD step: forward, loss, backward, update) against
 forward-only `simulate` of the same model and plan, at --training-layers on the smallest and the largest mesh. The two
 commands run in turn REPS times (forward, training, forward, ...), and each ratio is the median of the per-pair ratios
@@ -13,7 +17,7 @@ of whole-command wall times, so that a drift of the machine's speed moves both s
 
     /usr/bin/python3 bench/scale.py [--layers 12 24 48 96] [--meshes 2x2 ... 64x32] [--reps 3] [--bin PATH]
                                     [--training-layers 96] [--training-meshes 4x4 64x32] [--training-reps 5]
-                                    [--training-only]
+                                    [--training-only] [--pipeline-meshes 8x1x2 8x16x16] [--pipeline-only]
 """
 import argparse
 import json
@@ -38,9 +42,18 @@ def main():
     ap.add_argument("--training-meshes", nargs="*", default=["4x4", "64x32"])
     ap.add_argument("--training-reps", type=int, default=5)
     ap.add_argument("--training-only", action="store_true", help="only the training table")
+    ap.add_argument("--pipeline-meshes", nargs="*", default=["8x1x2", "8x4x4", "8x16x16"])
+    ap.add_argument("--pipeline-only", action="store_true", help="only the pipeline table")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="gspmd-bench-scale.")
-    if not args.training_only:
+    if args.pipeline_only or (not args.training_only and args.pipeline_meshes):
+        if not args.pipeline_only:
+            scale_table(args, work)
+            print("\nA pipeline (simulate --pipeline stage --microbatches 16, 96 layers, batch 256):\n")
+        pipeline_table(args, work)
+        if args.pipeline_only:
+            return
+    elif not args.training_only:
         scale_table(args, work)
     if args.training_layers and args.training_meshes:
         if not args.training_only:
@@ -48,16 +61,16 @@ def main():
         training_table(args, work)
 
 
-def make_model(work, layers):
-    """The GPT-3-shaped decoder of `layers` layers (cached in work): (directory, model, the 2D sidecar, nodes)."""
-    d = os.path.join(work, f"L{layers}")
+def make_model(work, layers, batch=64, sidecar_kind="2d"):
+    """The GPT-3-shaped decoder of `layers` layers (cached in work): (directory, model, the sidecar, nodes)."""
+    d = os.path.join(work, f"L{layers}" + ("" if batch == 64 else f"_b{batch}"))
     model = os.path.join(d, "gpt3.onnx")
     if not os.path.exists(model):
         subprocess.run([sys.executable, os.path.join(ROOT, "testdata", "tools", "make_decoder.py"), "--layers",
-                        str(layers), "--d-model", "12288", "--heads", "96", "--vocab", "50257", "--batch", "64",
+                        str(layers), "--d-model", "12288", "--heads", "96", "--vocab", "50257", "--batch", str(batch),
                         "--seq", "2048", "--weights", "absent", "--out", d, "--name", "gpt3"],
                        check=True, stdout=subprocess.DEVNULL)
-    side = json.load(open(os.path.join(d, "gpt3.2d.sharding.json")))
+    side = json.load(open(os.path.join(d, f"gpt3.{sidecar_kind}.sharding.json")))
     import onnx  # Debian's python3-onnx
     nodes = len(onnx.load(model, load_external_data=False).graph.node)
     return d, model, side, nodes
@@ -98,6 +111,28 @@ def scale_table(args, work):
             print(f"| {layers} | {nodes} | {mesh} | {r['devices']} | {best:.3f} | {best / base:.2f} | "
                   f"{c['load']:.3f} | {c['propagate']:.3f} | {c['partition']:.3f} | {c['cost']:.3f} | "
                   f"{s['step_time_s']:.3f} | {100 * s['flops_utilization']:.1f}% | {mem:.1f} |", flush=True)
+
+
+def pipeline_table(args, work):
+    print("| mesh (stage x data x model) | devices | simulate wall (s) | ratio | load | propagate | partition | cost |"
+          " iterations | bubble | step (s) | utilization | memory/device (GiB) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    d, model, side, _ = make_model(work, 96, batch=256, sidecar_kind="megatron")
+    side["mesh"]["axes"] = ["stage", "data", "model"]
+    base = None
+    for mesh in args.pipeline_meshes:
+        sfile = sidecar(d, side, mesh)
+        report = os.path.join(d, f"rp_{mesh}.json")
+        cmd = [args.bin, "simulate", model, "--mesh", mesh, "--shardings", sfile, "--pipeline", "stage",
+               "--microbatches", "16", "--report", report]
+        best = min(timed(cmd) for _ in range(args.reps))
+        base = base or best
+        r = json.load(open(report))
+        s, c, p = r["simulated"], r["compile_time_s"], r["pipeline"]
+        mem = s["per_device"][0]["peak_memory_bytes"] / 2**30
+        print(f"| {mesh} | {r['devices']} | {best:.3f} | {best / base:.2f} | {c['load']:.3f} | {c['propagate']:.3f} | "
+              f"{c['partition']:.3f} | {c['cost']:.3f} | {p['iterations']} | {100 * p['bubble_fraction']:.1f}% | "
+              f"{s['step_time_s']:.3f} | {100 * s['flops_utilization']:.1f}% | {mem:.1f} |", flush=True)
 
 
 def training_table(args, work):

@@ -83,7 +83,11 @@ struct Pipeline {
                                             // pipelined graph)
   std::string pipeline_axis;                // --pipeline AXIS
   std::optional<Graph> reference;           // --pipeline: the model as loaded, which run --check compares with
-  LoadReport load_report;                   // what loading folded and rewrote (explain)
+  std::optional<TrainingOptions> reference_training;  // --pipeline --training: the step options for `reference`
+  /// --pipeline: the model's forward FLOPs over the pipelined forward graph's; cost() scales the model FLOPs by it
+  /// (with --training, the step's backward scales as its forward).
+  double pipeline_flops_scale = 1;
+  LoadReport load_report;  // what loading folded and rewrote (explain)
 
   /// simulate_cost of the program on `target` (with the memory roles), timed into times.cost.
   CostReport cost(bool overlap);

@@ -28,10 +28,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 CostReport Pipeline::cost(bool overlap) {
   auto t0 = std::chrono::steady_clock::now();
   CostReport r = simulate_cost(graph, program, target, overlap, memory_roles ? &*memory_roles : nullptr);
-  if (reference && r.model_flops > 0) {
+  if (pipeline && r.model_flops > 0) {
     // Model FLOPs are the model's (as MFU counts them): the pipelined graph also computes the bubble's and the
     // padding slots' idle work and selects the circular rounds' weights; their time stays in the step.
-    const double model = graph_flops(*reference);
+    const double model = r.model_flops * pipeline_flops_scale;
     r.flops_utilization *= model / r.model_flops;
     r.model_flops = model;
   }
@@ -235,11 +235,23 @@ std::string sharding_file_of(const CommonOptions& o, const LoadReport& r) {
   return fs::exists(sibling) ? sibling.string() : std::string();
 }
 
+/// The trained weights of the pipelined graph `g` for those of the model, `trainable`: the stacked weights that stack
+/// a trained layer weight, and the model's own weights that `g` keeps (the embedding, the head).
+std::vector<std::string> pipelined_trainable(const std::vector<std::string>& trainable, const PipelineLayout& l,
+                                             const Graph& g) {
+  const std::set<std::string> t(trainable.begin(), trainable.end());
+  std::vector<std::string> out;
+  for (const std::string& w : trainable)
+    if (g.find(w) >= 0) out.push_back(w);
+  for (const PipelineLayout::StackedWeight& w : l.weights)
+    if (std::any_of(w.members.begin(), w.members.end(), [&](const std::string& m) { return t.count(m) != 0; }))
+      out.push_back(w.name);
+  return out;
+}
+
 /// --pipeline AXIS: replaces p.graph by its pipelined form (core/pipeline/schedule.h), keeping the model as loaded in
 /// p.reference for run --check, and returns the annotations `a` (read against the model) carried over to it.
 Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, const ShapeFunction& shapes) {
-  if (o.training.on)
-    throw InputError("--pipeline: --training through the pipeline is not supported yet; pipeline the forward graph");
   const int axis = a.mesh.axis_index(o.pipeline.axis);
   if (axis < 0)
     throw InputError(fmt::format("--pipeline: '{}' is not an axis of the mesh {}", o.pipeline.axis, a.mesh.str()));
@@ -256,6 +268,8 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
   for (auto* side : {&p.load_report.inputs, &p.load_report.outputs})
     for (FlatValue& fv : *side)
       for (int& v : fv.values) v = pg.graph.at(p.graph.values[static_cast<size_t>(v)].name);
+  const double flops = graph_flops(pg.graph);
+  p.pipeline_flops_scale = flops > 0 ? graph_flops(p.graph) / flops : 1;
   p.reference = std::move(p.graph);
   p.graph = std::move(pg.graph);
   p.pipeline = std::move(pg.layout);
@@ -304,9 +318,19 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     return fs::path(file).extension() == ".onnx" ? read_annotated_model(file, g, &cli_mesh)
                                                  : read_sharding_file(file, g, &cli_mesh);
   };
-  std::optional<Annotations> pipelined;
+  std::optional<TrainingOptions> to;  // against the model as loaded
+  if (o.training.on) to = training_options(o.training, p.graph);
+  std::optional<Annotations> pipelined;  // with --training, re-keyed by name onto the step below
+  std::vector<std::pair<std::string, Annotation>> pipelined_by_name;
   if (!o.pipeline.axis.empty()) {
     pipelined = pipeline(p, o, read_annotations(p.graph), lo.shape_function);
+    if (to) {
+      p.reference_training = *to;
+      to->trainable = pipelined_trainable(to->trainable, *p.pipeline, p.graph);
+      for (auto& [v, ann] : pipelined->by_value)
+        pipelined_by_name.emplace_back(p.graph.values[static_cast<size_t>(v)].name, std::move(ann));
+      pipelined->by_value.clear();
+    }
   } else {
     if (o.pipeline.microbatches != 0) throw InputError("--microbatches: only used with --pipeline");
     if (o.pipeline.schedule != "gpipe") throw InputError("--schedule: only used with --pipeline");
@@ -316,14 +340,14 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     std::vector<std::string> input_names;
     for (const FlatValue& fv : p.load_report.inputs)
       for (int v : fv.values) input_names.push_back(p.graph.values[static_cast<size_t>(v)].name);
-    TrainingOptions to = training_options(o.training, p.graph);
-    p.training = build_training_step(std::move(p.graph), to, lo.shape_function);
+    p.training = build_training_step(std::move(p.graph), *to, lo.shape_function);
     training_signature(p.load_report, input_names, p.training->graph);
     p.graph = std::move(p.training->graph);
     p.training->graph = Graph();
   }
 
   p.annotations = pipelined ? std::move(*pipelined) : read_annotations(p.graph);
+  for (auto& [name, ann] : pipelined_by_name) p.annotations.by_value.emplace(p.graph.at(name), std::move(ann));
   p.sharding_file = file;
   if (p.training) {
     annotate_training(p, o.training.shard_update);

@@ -68,6 +68,14 @@ ExpectedResult compare_expected(const Graph& g, const LoadReport& signature, con
 nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check,
                            const ExpectedResult* expected = nullptr);
 
+/// run --check: runs the unpartitioned model on one device and compares the program's `outputs` (one per p.graph
+/// output) with its outputs. The unpartitioned model is p.graph, or with --pipeline the model as loaded
+/// (p.reference), and with --pipeline --training that model's own training step; a stacked weight's outputs (its
+/// updated value, its optimizer state) are compared row by row with each layer's.
+CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>& inputs,
+                                    const std::vector<Tensor>& outputs, double rtol, double atol,
+                                    const RunProgress& progress, const ExecutorOptions& exec);
+
 /// The report's "pipeline" section (docs/pipeline.md): the schedule, stages, microbatches, iterations, padding slots,
 /// the bubble fraction and the layers each stage runs, for a pipeline over mesh axis `axis`.
 nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis);

@@ -1,6 +1,9 @@
 // gspmd-onnx run: partition, run on the emulated pod, check, report.
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include <fmt/format.h>
@@ -11,6 +14,7 @@
 #include "cli/progress.h"
 #include "cli/report.h"
 #include "cli/trace.h"
+#include "cli/wiring.h"
 #include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {
@@ -110,6 +114,61 @@ std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, con
   return inputs;
 }
 
+CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>& inputs,
+                                    const std::vector<Tensor>& outputs, double rtol, double atol,
+                                    const RunProgress& progress, const ExecutorOptions& exec) {
+  if (!p.reference || !p.reference_training)  // the model itself (with --pipeline: as loaded; same signature)
+    return compare_outputs(
+        p.graph, outputs, run_single(p.reference ? *p.reference : p.graph, inputs, progress, exec).outputs, rtol, atol);
+  // --pipeline --training: the model's own step, fed by input name, and the program's outputs in its terms.
+  const TrainingStep ref =
+      build_training_step(*p.reference, *p.reference_training, kernel_load_options().shape_function);
+  std::vector<Tensor> ref_inputs;
+  for (int v : ref.graph.inputs)
+    ref_inputs.push_back(
+        inputs.at(static_cast<size_t>(std::find(p.graph.inputs.begin(), p.graph.inputs.end(),
+                                                p.graph.at(ref.graph.values[static_cast<size_t>(v)].name)) -
+                                      p.graph.inputs.begin())));
+  std::map<std::string, const Tensor*> got;
+  for (size_t k = 0; k < p.graph.outputs.size(); ++k)
+    got[p.graph.values[static_cast<size_t>(p.graph.outputs[k])].name] = &outputs[k];
+  // A layer weight's outputs are rows of its stacked weight's: "<member><suffix>" is row i of "<stacked><suffix>".
+  std::map<std::string, std::pair<std::string, size_t>> member;  // layer weight -> (stacked weight, row)
+  for (const PipelineLayout::StackedWeight& w : p.pipeline->weights)
+    for (size_t i = 0; i < w.members.size(); ++i)
+      if (!w.members[i].empty()) member[w.members[i]] = {w.name, i};
+  std::vector<Tensor> mine;
+  for (int v : ref.graph.outputs) {
+    const std::string& name = ref.graph.values[static_cast<size_t>(v)].name;
+    if (auto it = got.find(name); it != got.end()) {
+      mine.push_back(*it->second);
+      continue;
+    }
+    const Tensor* row_of = nullptr;
+    size_t row = 0, rows = 0;
+    for (auto m = member.upper_bound(name); m != member.begin();) {
+      --m;
+      if (name.compare(0, m->first.size(), m->first) != 0) continue;
+      auto it = got.find(m->second.first + name.substr(m->first.size()));
+      if (it == got.end()) continue;
+      row_of = it->second;
+      row = m->second.second;
+      for (const auto& w : p.pipeline->weights)
+        if (w.name == m->second.first) rows = w.members.size();
+      break;
+    }
+    if (!row_of) throw std::logic_error(fmt::format("--pipeline --training: no output of the step for '{}'", name));
+    const Value& rv = ref.graph.values[static_cast<size_t>(v)];
+    Tensor t(rv.dtype, rv.shape);
+    const size_t bytes = row_of->bytes.size() / rows;
+    if (bytes != t.bytes.size())
+      throw std::logic_error(fmt::format("--pipeline --training: '{}' is not a row of its stacked output", name));
+    std::memcpy(t.bytes.data(), row_of->bytes.data() + row * bytes, bytes);
+    mine.push_back(std::move(t));
+  }
+  return compare_outputs(ref.graph, mine, run_single(ref.graph, ref_inputs, progress, exec).outputs, rtol, atol);
+}
+
 int cmd_run(const RunOptions& o) {
   if (o.backend == "mpi") return cmd_run_mpi(o);
   if (!o.program_dir.empty()) throw InputError("--program: needs --backend mpi (the emulator runs the SPMD program)");
@@ -125,12 +184,9 @@ int cmd_run(const RunOptions& o) {
   if (const char* prof = std::getenv("GSPMD_PROFILE"); prof && *prof && std::string(prof) != "0")
     fmt::print(stderr, "host profile ({} devices):\n{}", p.program.mesh.num_devices(), format_profile(run));
   CheckResult check;
-  if (o.check) {
-    // The unpartitioned model as loaded (with --pipeline, not its pipelined form).
-    PodRun ref =
-        run_single(p.reference ? *p.reference : p.graph, inputs, node_progress("run: reference, 1 device"), exec);
-    check = compare_outputs(p.graph, run.outputs, ref.outputs, o.rtol, o.atol);
-  }
+  if (o.check)
+    check = check_against_reference(p, inputs, run.outputs, o.rtol, o.atol, node_progress("run: reference, 1 device"),
+                                    exec);
   ExpectedResult exp;
   if (!o.expected_dir.empty())
     exp = compare_expected(p.graph, p.load_report, run.outputs, expected, o.expected_dir, o.rtol, o.atol);

@@ -222,9 +222,8 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
 
     CheckResult check;
     if (o.check) {
-      PodRun ref = run_single(p.reference ? *p.reference : p.graph, inputs,
-                              node_progress("run: reference, 1 device", terminal), executor_options_from_env());
-      check = compare_outputs(p.graph, pod.outputs, ref.outputs, o.rtol, o.atol);
+      check = check_against_reference(p, inputs, pod.outputs, o.rtol, o.atol,
+                                      node_progress("run: reference, 1 device", terminal), executor_options_from_env());
     }
     ExpectedResult exp;
     if (!o.expected_dir.empty())

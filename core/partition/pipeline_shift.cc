@@ -2,6 +2,8 @@
 // with the stage dim split one row per device, the shift is one collective-permute between neighbouring stages and
 // the row that enters or leaves the pipeline is chosen by the partition id; otherwise the stage dim is gathered and
 // the shift is computed locally with standard ONNX ops.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/partition/partitioner.h"
@@ -12,6 +14,17 @@ namespace {
 /// A scalar tensor of `t` holding zero.
 Tensor zero_scalar(DType t) {
   return Tensor(t, {});  // zero-initialised
+}
+
+/// Whether value v of g is all zeros by construction: an Expand of a zero constant (the schedule's initial state, the
+/// gradient of a state that nothing reads). Shifting it moves no data.
+bool known_zero(const Graph& g, int v) {
+  const int n = g.values[static_cast<size_t>(v)].producer;
+  if (n < 0 || g.nodes[static_cast<size_t>(n)].op_type != "Expand" || !g.nodes[static_cast<size_t>(n)].domain.empty())
+    return false;
+  const Value& c = g.values[static_cast<size_t>(g.nodes[static_cast<size_t>(n)].inputs[0])];
+  return c.data &&
+         std::all_of(c.data->bytes.begin(), c.data->bytes.end(), [](std::byte b) { return b == std::byte{0}; });
 }
 
 }  // namespace
@@ -54,7 +67,12 @@ bool Partitioner::lower_pipeline_shift(int n) {
     auto is_stage = [&](int64_t st, const char* what) {
       return emit("Equal", {tile, int64_const(base + "/" + what, {st}, true)}, base + "/is_" + what, DType::kBool, {});
     };
-    if (gy >= 0) {
+    if (gy >= 0 && known_zero(g_, gx)) {  // zeros shifted are zeros: only the entering row
+      const int y = in < 0 ? x
+                           : emit("Where", {is_stage(enter, "enter"), in, new_constant(base + "/zero", zero_scalar(t))},
+                                  g_.values[gy].name, t, ls);
+      bind(gy, s, y);
+    } else if (gy >= 0) {
       int y = collective({.kind = Collective::kCollectivePermute, .mesh_axes = A, .shift = shift, .wrap = wrap}, x, ls,
                          node.name, gx,
                          fmt::format("pipeline shift of '{}': stage s hands its state to stage s{}{}", xv.name,

@@ -12,7 +12,9 @@
 //   Partitioned with dim 0 split one row per device over axes A: y is a collective-permute over A by `shift`
 //   (cyclic when wrap), with `in` added on the enter device; out is x on the exit device and 0 elsewhere, a partial
 //   sum over A (reduced only where a consumer needs it whole). Otherwise dim 0 is gathered and the shift is local.
-//   An output that nothing reads is not computed (no collective-permute after the last iteration).
+//   An output that nothing reads is not computed (no collective-permute after the last iteration), and a state that is
+//   zeros by construction (an Expand of a zero constant: the initial state, a gradient that nothing sends back) is
+//   not sent: only the entering row is set.
 //   The gradient of Shift is Shift: dx, d_in = Shift(dy, d_out; shift = -shift, same wrap).
 #pragma once
 

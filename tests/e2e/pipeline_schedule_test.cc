@@ -131,8 +131,8 @@ constexpr Collective kPermute = Collective::kCollectivePermute, kAllReduce = Col
 
 // The bundled GPT (2 layers, batch 8, seq 64, d_model 128) on stage 2 x model 2 with Megatron inside each stage:
 // exact, and the collectives are
-// - the shifts: one collective-permute over stage per iteration (T = M + S - 1 = 5) of the local state, a
-//   microbatch [1, 2, 64, 128] of float32 = 65,536 bytes;
+// - the shifts: one collective-permute over stage per iteration (T = M + S - 1 = 5) but the first, which shifts the
+//   zero initial state (no data moves), of the local state, a microbatch [1, 2, 64, 128] of float32 = 65,536 bytes;
 // - Megatron's two all-reduces over model per layer, now per iteration on one microbatch (65,536 bytes), plus the
 //   embedding's (262,144 bytes) as without the pipeline;
 // - one all-reduce over stage of the results [8, 64, 128] (262,144 bytes): the last stage hands them to every device
@@ -142,12 +142,13 @@ TEST(PipelineSchedule, PartitionedGptShiftsOncePerIteration) {
       {"testdata/gpt/gpt_opset17.onnx",
        "testdata/gpt/gpt.pipeline.sharding.json",
        {.stages = 2, .microbatches = 4},
-       {{kPermute, {0}, 5, {65536}}, {kAllReduce, {1}, 11, {65536, 262144}}, {kAllReduce, {0}, 1, {262144}}}});
+       {{kPermute, {0}, 4, {65536}}, {kAllReduce, {1}, 11, {65536, 262144}}, {kAllReduce, {0}, 1, {262144}}}});
 }
 
 // Circular on a 4-layer decoder over 2 stages: stage 0 runs layers 0 and 2, stage 1 layers 1 and 3 (R = 2 rounds).
-// Microbatches enter at iterations 0 and 1 and leave after 4 and 5: T = M*R + S - 1 = 5 shifts, two of them cyclic
-// (iterations 2 and 3 hand the last stage's state back to the first); each moves [1, 1, 8, 32] floats = 1,024 bytes.
+// Microbatches enter at iterations 0 and 1 and leave after 4 and 5: T = M*R + S - 1 = 5 shifts, 4 of which move data
+// (not the first: zeros), two of them cyclic (iterations 2 and 3 hand the last stage's state back to the first); each
+// moves [1, 1, 8, 32] floats = 1,024 bytes.
 TEST(PipelineSchedule, PartitionedCircularDecoderWrapsBetweenRounds) {
   const fs::path d = scratch("pipeline_circular");
   const fs::path dec = make_decoder(d, "d4",
@@ -165,7 +166,7 @@ TEST(PipelineSchedule, PartitionedCircularDecoderWrapsBetweenRounds) {
   const SpmdProgram prog = check_partitioned({dec.string(),
                                               (d / "stage.sharding.json").string(),
                                               o,
-                                              {{kPermute, {0}, 5, {1024}}, {kAllReduce, {0}, 1, {2048}}}});
+                                              {{kPermute, {0}, 4, {1024}}, {kAllReduce, {0}, 1, {2048}}}});
   int cyclic = 0;
   for (const Node& n : prog.program.nodes)
     if (collective_of(n) == kPermute) cyclic += collective_attrs(n).wrap;
