@@ -34,8 +34,8 @@ struct TrainingFlags {
 
 /// --pipeline and its flags (docs/pipeline.md).
 struct PipelineFlags {
-  std::string axis;                // --pipeline AXIS ("" = no pipeline)
-  int64_t microbatches = 0;        // --microbatches M (0 = as many as stages)
+  std::string axis;          // --pipeline AXIS ("" = no pipeline)
+  int64_t microbatches = 0;  // --microbatches M (0: the largest divisor of the batch up to the stages; --auto: fastest)
   std::string schedule = "gpipe";  // --schedule gpipe|circular
   std::string layers;              // --layers REGEX (the layer index is its first capture group)
 };
@@ -58,6 +58,15 @@ struct CommonOptions {
   PipelineFlags pipeline;         // --pipeline ...
   std::optional<bool> progress;   // show the --auto search's progress on stderr (nullopt: when it is a terminal;
                                   // run --backend mpi: rank 0 only, cli/progress.h)
+};
+
+/// One microbatch count that `--pipeline AXIS --auto` (without --microbatches) tried: the simulated step and peak
+/// memory per device of the pipelined forward graph with the annotations as given.
+struct MicrobatchCandidate {
+  int64_t microbatches = 0;
+  double step_s = 0;       // seconds
+  int64_t peak_bytes = 0;  // bytes per device
+  bool fits = true;        // peak_bytes within the memory limit (--memory-limit, else the target's HBM)
 };
 
 /// The loaded model and everything derived from it, in pipeline order.
@@ -87,7 +96,8 @@ struct Pipeline {
   /// --pipeline: the model's forward FLOPs over the pipelined forward graph's; cost() scales the model FLOPs by it
   /// (with --training, the step's backward scales as its forward).
   double pipeline_flops_scale = 1;
-  LoadReport load_report;  // what loading folded and rewrote (explain)
+  std::vector<MicrobatchCandidate> microbatch_search;  // --pipeline --auto without --microbatches: what was tried
+  LoadReport load_report;                              // what loading folded and rewrote (explain)
 
   /// simulate_cost of the program on `target` (with the memory roles), timed into times.cost.
   CostReport cost(bool overlap);

@@ -51,8 +51,8 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
                 "pipeline parallelism over mesh axis AXIS: the repeated layers become stages, one per device along "
                 "AXIS, run as one stacked layer with a collective-permute shift per iteration (docs/pipeline.md)");
   c->add_option("--microbatches", pl.microbatches,
-                "--pipeline: microbatches the batch is split into (default: the "
-                "number of stages)")
+                "--pipeline: microbatches the batch is split into (default: the largest divisor of the batch up to "
+                "the number of stages; with --auto, the fastest)")
       ->check(CLI::PositiveNumber);
   c->add_option("--schedule", pl.schedule,
                 "--pipeline: gpipe (default: consecutive layers per stage) or circular (stage s runs layers s, s+S, "

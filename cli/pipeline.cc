@@ -257,11 +257,44 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
     throw InputError(fmt::format("--pipeline: '{}' is not an axis of the mesh {}", o.pipeline.axis, a.mesh.str()));
   PipelineOptions po;
   po.stages = a.mesh.shape[static_cast<size_t>(axis)];
-  po.microbatches = o.pipeline.microbatches > 0 ? o.pipeline.microbatches : po.stages;
   po.schedule =
       pick<PipelineSchedule>(o.pipeline.schedule, "--schedule",
                              {{"gpipe", PipelineSchedule::kGpipe}, {"circular", PipelineSchedule::kCircular}});
   po.layers = o.pipeline.layers;
+  if (o.pipeline.microbatches > 0) {
+    po.microbatches = o.pipeline.microbatches;
+  } else {
+    // The divisors of the batch: by default the largest not above the stage count; with --auto the one whose
+    // simulated step is fastest within the memory limit (else the fastest), each costed with the annotations alone.
+    const int64_t batch = pipeline_batch(p.graph, po.layers);
+    std::vector<int64_t> divisors;
+    for (int64_t d = 1; d <= batch; ++d)
+      if (batch % d == 0) divisors.push_back(d);
+    po.microbatches = 1;
+    for (int64_t d : divisors)
+      if (d <= po.stages) po.microbatches = d;
+    if (o.auto_search) {
+      const int64_t limit =
+          o.memory_limit.empty() ? static_cast<int64_t>(p.target.hbm_bytes) : parse_memory_limit(o.memory_limit);
+      for (int64_t d : divisors) {
+        po.microbatches = d;
+        const PipelinedGraph c = pipeline_graph(p.graph, po, shapes);
+        const RuleTable rules(c.graph);
+        const Annotations ca = refine_for_reshapes(c.graph, pipeline_annotations(p.graph, a, c, axis), &rules);
+        const SpmdProgram prog = partition(c.graph, propagate(c.graph, ca, &rules), ca.mesh, p.target, &rules);
+        const CostReport cost = simulate_cost(c.graph, prog, p.target, o.overlap);
+        p.microbatch_search.push_back({d, cost.step_time_s, cost.peak_memory_bytes, cost.peak_memory_bytes <= limit});
+      }
+      const auto best = std::min_element(p.microbatch_search.begin(), p.microbatch_search.end(),
+                                         [](const MicrobatchCandidate& x, const MicrobatchCandidate& y) {
+                                           // The fastest that fits, else the fastest (the sharding search
+                                           // then looks for a plan that fits).
+                                           if (x.fits != y.fits) return x.fits;
+                                           return x.step_s < y.step_s;
+                                         });
+      po.microbatches = best->microbatches;
+    }
+  }
   PipelinedGraph pg = pipeline_graph(p.graph, po, shapes);
   Annotations out = pipeline_annotations(p.graph, a, pg, axis);
   // The signature's values, found again by name (the pipelined graph keeps the inputs' and outputs' names).

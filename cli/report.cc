@@ -283,7 +283,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
     tr["recomputed_flops"] = p.training->recomputed_flops;
   }
   if (p.auto_result) j["auto"] = auto_json(*p.auto_result, p.graph, p.annotations.mesh.user());
-  if (p.pipeline) j["pipeline"] = pipeline_json(*p.pipeline, p.pipeline_axis);
+  if (p.pipeline) j["pipeline"] = pipeline_json(*p.pipeline, p.pipeline_axis, p.microbatch_search);
   if (run) {
     j["host"] = {{"wall_s", run->wall_s}, {"gflops", run->wall_s > 0 ? run->host_flops / run->wall_s / 1e9 : 0.0}};
   }
@@ -306,7 +306,8 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   return j;
 }
 
-nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis) {
+nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis,
+                             const std::vector<MicrobatchCandidate>& search) {
   nlohmann::json j;
   j["axis"] = axis;
   j["schedule"] = schedule_name(l.schedule);
@@ -324,6 +325,12 @@ nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis) {
   j["prefix_nodes"] = l.prefix_nodes;
   j["suffix_nodes"] = l.suffix_nodes;
   j["prefix_and_suffix"] = fmt::format("replicated over {}", axis);
+  if (!search.empty()) {
+    nlohmann::json& s = j["auto_microbatches"] = nlohmann::json::array();
+    for (const MicrobatchCandidate& c : search)
+      s.push_back(
+          {{"microbatches", c.microbatches}, {"step_s", c.step_s}, {"peak_bytes", c.peak_bytes}, {"fits", c.fits}});
+  }
   return j;
 }
 
@@ -372,6 +379,14 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
         pl["microbatch"].get<int64_t>(), pl["iterations"].get<int64_t>(), 100 * pl["bubble_fraction"].get<double>(),
         pl["padding_slots"].get<int64_t>() > 0 ? fmt::format(" ({} padding slots)", pl["padding_slots"].get<int64_t>())
                                                : std::string());
+    if (pl.contains("auto_microbatches")) {
+      std::vector<std::string> tried;
+      for (const auto& c : pl["auto_microbatches"])
+        tried.push_back(fmt::format("{}: {}{}", c["microbatches"].get<int64_t>(), human_time(c["step_s"].get<double>()),
+                                    c["fits"].get<bool>() ? "" : " (too big)"));
+      fmt::print("          --auto chose {} microbatches; steps tried: {}\n", pl["microbatches"].get<int64_t>(),
+                 fmt::join(tried, ", "));
+    }
   }
   int64_t total = 0;
   double bytes = 0;

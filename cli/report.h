@@ -78,7 +78,9 @@ CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>
 
 /// The report's "pipeline" section (docs/pipeline.md): the schedule, stages, microbatches, iterations, padding slots,
 /// the bubble fraction and the layers each stage runs, for a pipeline over mesh axis `axis`.
-nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis);
+/// `search`: the microbatch counts --auto tried ("auto_microbatches": microbatches, step_s, peak_bytes, fits), if any.
+nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis,
+                             const std::vector<MicrobatchCandidate>& search);
 
 /// Writes each ONNX output of `signature` as DIR/output_<i>.pb (ONNX test-data layout, named as the output; a
 /// sequence or optional as its proto, from the graph's flattened `outputs`), creating DIR. Throws InputError naming

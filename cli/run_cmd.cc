@@ -196,7 +196,7 @@ int cmd_run(const RunOptions& o) {
       make_report(p, cost, &run, o.check ? &check : nullptr, o.expected_dir.empty() ? nullptr : &exp);
   for (std::string& w : nonfinite_warnings(p.graph, run.outputs)) report["warnings"].push_back(std::move(w));
   if (!o.report.empty()) write_json(o.report, report);
-  if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name);
+  if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name, {}, pipeline_track(p));
   print_summary(report, o.common.model);
   return (o.check && !check.passed) || !exp.passed ? 1 : 0;
 }

@@ -251,7 +251,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
         {"per_rank", per_rank},
     };
     if (!o.report.empty()) write_json(o.report, report);
-    if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name, run.timelines);
+    if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name, run.timelines, pipeline_track(p));
     print_summary(report, o.common.model);
     fmt::print(
         "mpi       {} ranks, step {:.3f} ms measured (compute {:.3f} ms, communication {:.3f} ms, mean over "

@@ -15,7 +15,7 @@ int cmd_simulate(const SimulateOptions& o) {
   nlohmann::json& report = *new nlohmann::json(make_report(p, cost, nullptr, nullptr));
   for (auto& d : report["simulated"]["per_device"]) d["peak_memory_bytes"] = cost.peak_memory_bytes;
   if (!o.report.empty()) write_json(o.report, report);
-  if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name);
+  if (!o.trace.empty()) write_trace(o.trace, p.program, cost, p.target.name, {}, pipeline_track(p));
   print_summary(report, o.common.model);
   return 0;
 }

@@ -1,17 +1,63 @@
 // Chrome trace writer: events are streamed line by line (the file grows with devices x nodes; nothing else does).
 #include "cli/trace.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 namespace gspmd::cli {
 
+namespace {
+
+/// One iteration of one pass of the pipeline: its span in the simulated step (microseconds).
+struct IterationSpan {
+  bool backward = false;
+  int64_t t = 0;
+  double start = 0, end = 0;
+};
+
+/// The spans of the pipeline's iterations, from the global node names of the program's nodes.
+std::vector<IterationSpan> iteration_spans(const SpmdProgram& p, const Graph& g, const std::vector<double>& start,
+                                           const std::vector<double>& dur) {
+  std::map<std::pair<bool, int64_t>, IterationSpan> spans;
+  for (size_t i = 0; i < p.program.nodes.size(); ++i) {
+    const int origin = i < p.node_origin.size() ? p.node_origin[i] : -1;
+    if (origin < 0) continue;
+    const std::string& name = g.nodes[static_cast<size_t>(origin)].name;
+    size_t at = name.find("@t");
+    size_t digits = at == std::string::npos ? std::string::npos : at + 2;
+    if (at == std::string::npos && (at = name.find("pipeline/t")) != std::string::npos) digits = at + 10;
+    if (digits == std::string::npos || digits >= name.size() || !std::isdigit(static_cast<unsigned char>(name[digits])))
+      continue;
+    const int64_t t = std::stoll(name.substr(digits));
+    const bool backward = name.rfind("grad/", 0) == 0;
+    auto [it, added] = spans.try_emplace({backward, t}, IterationSpan{backward, t, start[i], start[i] + dur[i]});
+    it->second.start = std::min(it->second.start, start[i]);
+    it->second.end = std::max(it->second.end, start[i] + dur[i]);
+  }
+  std::vector<IterationSpan> out;
+  for (const auto& [key, span] : spans) out.push_back(span);
+  return out;
+}
+
+}  // namespace
+
+std::optional<PipelineTrack> pipeline_track(const Pipeline& p) {
+  if (!p.pipeline) return std::nullopt;
+  const int axis = p.program.mesh.axis_index(p.pipeline_axis);
+  if (axis < 0) return std::nullopt;
+  return PipelineTrack{&p.graph, &*p.pipeline, axis};
+}
+
 void write_trace(const std::string& path, const SpmdProgram& p, const CostReport& cost, const std::string& target,
-                 const std::vector<std::vector<ExecutedStep>>& measured) {
+                 const std::vector<std::vector<ExecutedStep>>& measured, const std::optional<PipelineTrack>& pipeline) {
   const std::string tmp = path + ".tmp";  // written completely, then renamed: never a half-written trace
   std::ofstream f(tmp);
   if (!f) throw InputError(fmt::format("{}: cannot write", path));
@@ -61,6 +107,36 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
     for (size_t i = 0; i < body.size(); ++i)
       f << fmt::format(",\n{{\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.6f},\"dur\":{:.6f},{}}}",
                        on_comm[i] ? n + d : d, start[i], dur[i], body[i]);
+  }
+  // The pipeline: per device, what its stage computes in each iteration.
+  if (pipeline) {
+    const PipelineLayout& l = *pipeline->layout;
+    const std::vector<IterationSpan> spans = iteration_spans(p, *pipeline->graph, start, dur);
+    const int64_t base = cost.overlap ? 2 * n : n;
+    for (int64_t d = 0; d < n; ++d) {
+      const int64_t s = p.mesh.tile_index(d, {pipeline->axis});
+      f << fmt::format(
+          ",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"device {}: stage "
+          "{}\"}}}}",
+          base + d, d, s);
+      for (const IterationSpan& sp : spans) {
+        const int64_t m = l.microbatch_at(sp.t, s);
+        std::string what = sp.t >= l.iterations ? "the last results leave" : "bubble";
+        if (m >= 0) {
+          std::vector<std::string> layers;
+          for (int64_t k = 0; k < l.slots; ++k) {
+            const int64_t layer = l.layer_at(sp.t, s, k);
+            layers.push_back(layer < 0 ? "padding" : std::to_string(layer));
+          }
+          what = fmt::format("microbatch {}, layer{} {}", m, layers.size() > 1 ? "s" : "", fmt::join(layers, ", "));
+        }
+        f << fmt::format(
+            ",\n{{\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.6f},\"dur\":{:.6f},\"name\":{},\"cat\":\"pipeline\","
+            "\"args\":{{\"iteration\":{},\"stage\":{},\"microbatch\":{}}}}}",
+            base + d, sp.start, sp.end - sp.start,
+            nlohmann::json(fmt::format("{}t{}: {}", sp.backward ? "backward " : "", sp.t, what)).dump(), sp.t, s, m);
+      }
+    }
   }
   // The measured steps of every MPI rank: a second process beside the simulated pod.
   if (!measured.empty())

@@ -4,9 +4,13 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "backend/pod/pod.h"
+#include "cli/commands.h"
 #include "core/cost/cost.h"
 #include "core/partition/spmd.h"
+#include "core/pipeline/schedule.h"
 
 namespace gspmd::cli {
 
@@ -22,7 +26,21 @@ namespace gspmd::cli {
 /// span per step at its measured start and duration (microseconds from the barrier that started the execution, on
 /// that rank's clock), category "measured", named by its node (a fused group: the nodes' names joined by " + "),
 /// args: op (op types joined by "+") and nodes (the names). Throws InputError("PATH: cannot write").
+/// `pipeline` (--pipeline): adds one track per device, "device k: stage s" (tid after the others), with one span per
+/// iteration and pass, category "pipeline", from the first to the last node of that iteration ("t3: microbatch 1,
+/// layers 2, 3", "t0: bubble", "t5: the last results leave" for the shift after the last iteration; "backward t3:
+/// ..." for a training step's reverse pass). A node's iteration is read
+/// from the name of its global node (the pipelined graph's "@t3" and "pipeline/t3/" names).
+struct PipelineTrack {
+  const Graph* graph = nullptr;  // the global (pipelined) graph p was partitioned from
+  const PipelineLayout* layout = nullptr;
+  int axis = -1;  // the pipeline's mesh axis
+};
 void write_trace(const std::string& path, const SpmdProgram& p, const CostReport& cost, const std::string& target,
-                 const std::vector<std::vector<ExecutedStep>>& measured = {});
+                 const std::vector<std::vector<ExecutedStep>>& measured = {},
+                 const std::optional<PipelineTrack>& pipeline = std::nullopt);
+
+/// The pipeline track of `p`: its global graph, layout and axis (in the program's mesh) with --pipeline, else nullopt.
+std::optional<PipelineTrack> pipeline_track(const Pipeline& p);
 
 }  // namespace gspmd::cli

@@ -16,6 +16,19 @@ namespace gspmd {
 
 const char* schedule_name(PipelineSchedule s) { return s == PipelineSchedule::kGpipe ? "gpipe" : "circular"; }
 
+int64_t PipelineLayout::microbatch_at(int64_t t, int64_t s) const {
+  const int64_t RS = rounds * stages, j = t - s;  // j: when the item entered stage 0 of its current round
+  if (j < 0 || t >= iterations) return -1;
+  const int64_t t0 = j - (j % RS) / stages * stages;  // when it entered stage 0 in round 0
+  const int64_t m = t0 / RS * stages + t0 % RS;
+  return m < microbatches ? m : -1;
+}
+
+int64_t PipelineLayout::layer_at(int64_t t, int64_t s, int64_t k) const {
+  const int64_t RS = rounds * stages, r = (((t - s) % RS) + RS) % RS / stages;
+  return stage_layers.at(static_cast<size_t>(s)).at(static_cast<size_t>(r * slots + k));
+}
+
 namespace {
 
 /// `name` (a weight of layer `layer`) with the component that holds the layer index as '#': h.0.ln_1.weight ->
@@ -367,6 +380,11 @@ class Builder {
 };
 
 }  // namespace
+
+int64_t pipeline_batch(const Graph& g, const std::string& layers) {
+  const Shape& s = g.values[static_cast<size_t>(find_layer_blocks(g, layers).blocks.at(0).input)].shape;
+  return s.empty() ? 1 : s[0];
+}
 
 PipelinedGraph pipeline_graph(const Graph& g, const PipelineOptions& o, const ShapeFunction& shapes) {
   const LayerBlocks b = find_layer_blocks(g, o.layers);

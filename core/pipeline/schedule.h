@@ -60,6 +60,12 @@ struct PipelineLayout {
   std::vector<std::vector<int64_t>> stage_layers;  // per stage: the layers it runs in order (-1: padding)
   int64_t prefix_nodes = 0, suffix_nodes = 0;
   std::string stream;  // the value of g entering the first block
+
+  /// The microbatch stage s computes in iteration t, or -1 when it idles (the bubble: warm-up, drain, or an empty
+  /// slot of the last circular group).
+  int64_t microbatch_at(int64_t t, int64_t s) const;
+  /// The layer stage s runs in iteration t, slot k (-1: a padding slot).
+  int64_t layer_at(int64_t t, int64_t s, int64_t k) const;
 };
 
 /// A forward graph rewritten into the pipeline form.
@@ -75,6 +81,10 @@ struct PipelinedGraph {
 /// (a mask) does not lead with the batch, a graph output is computed inside the blocks, or a block op has no
 /// batching rule (BlockStacker).
 PipelinedGraph pipeline_graph(const Graph& g, const PipelineOptions& o, const ShapeFunction& shapes);
+
+/// The batch a pipeline of `g` splits into microbatches: dim 0 of the stream entering the first layer block
+/// (find_layer_blocks with `layers`, whose errors it throws).
+int64_t pipeline_batch(const Graph& g, const std::string& layers = "");
 
 /// The annotations of the pipelined graph from those of the original `g` (`a`, read by name against g): values that
 /// both graphs have keep theirs; each stacked weight takes its members' annotation (which must agree) with the stage

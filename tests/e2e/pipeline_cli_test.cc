@@ -53,6 +53,33 @@ TEST(PipelineCli, GptOnTwoStagesTimesMegatronIsExact) {
   }
 }
 
+// --trace: beside each device's ops, a track of its stage with one span per iteration: the microbatch and layers it
+// computes, or the bubble.
+TEST(PipelineCli, TraceShowsEachStagesIterations) {
+  const fs::path d = scratch("pipeline_cli_trace");
+  const CmdResult r =
+      cli("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings "
+          "testdata/gpt/gpt.pipeline.sharding.json --pipeline stage --microbatches 4 --trace " +
+              (d / "t.json").string(),
+          "pipeline_trace");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json t = read_json(d / "t.json");
+  std::map<int64_t, std::string> tracks;                   // tid -> name
+  std::map<int64_t, std::vector<std::string>> iterations;  // tid -> span names in order
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int64_t>()] = e["args"]["name"];
+    if (e["ph"] == "X" && e["cat"] == "pipeline") iterations[e["tid"].get<int64_t>()].push_back(e["name"]);
+  }
+  EXPECT_EQ(tracks[4], "device 0: stage 0");
+  EXPECT_EQ(tracks[7], "device 3: stage 1");  // mesh 2x2 (stage, model): device 3 is stage 1
+  EXPECT_EQ(iterations[4], (std::vector<std::string>{"t0: microbatch 0, layer 0", "t1: microbatch 1, layer 0",
+                                                     "t2: microbatch 2, layer 0", "t3: microbatch 3, layer 0",
+                                                     "t4: bubble", "t5: the last results leave"}));
+  EXPECT_EQ(iterations[7], (std::vector<std::string>{"t0: bubble", "t1: microbatch 0, layer 1",
+                                                     "t2: microbatch 1, layer 1", "t3: microbatch 2, layer 1",
+                                                     "t4: microbatch 3, layer 1", "t5: the last results leave"}));
+}
+
 TEST(PipelineCli, GptOnFourStagesTimesDataTimesModelIsExact) {
   const fs::path d = scratch("pipeline_cli_gpt16");
   for (const std::string sched : {"gpipe", "circular"}) {
@@ -67,13 +94,36 @@ TEST(PipelineCli, GptOnFourStagesTimesDataTimesModelIsExact) {
   }
 }
 
+// Every stage busy: an 8-layer decoder on 4 stages x data 2 x Megatron 2 (its Megatron sidecar with a stage axis
+// added), GPipe (2 layers per stage) and circular (2 rounds); the microbatches are split over data.
+TEST(PipelineCli, DecoderOnFourStagesTimesDataTimesModelIsExact) {
+  const fs::path d = scratch("pipeline_cli_dec16");
+  const fs::path dec = e2e::make_decoder(d, "d8",
+                                         "--layers 8 --d-model 32 --heads 4 --vocab 64 --batch 8 --seq 8 "
+                                         "--weights random",
+                                         "pipeline_cli_make8");
+  nlohmann::json side = read_json(d / "d8.megatron.sharding.json");
+  side["mesh"] = {{"shape", {4, 2, 2}}, {"axes", {"stage", "data", "model"}}};
+  std::ofstream(d / "pipe.json") << side.dump();
+  for (const std::string sched : {"gpipe", "circular"}) {
+    const nlohmann::json j = run_checked(dec.string() + " --mesh 4x2x2 --shardings " + (d / "pipe.json").string() +
+                                             " --pipeline stage --microbatches 4 --schedule " + sched,
+                                         d, "d8_" + sched);
+    EXPECT_EQ(j["pipeline"]["padding_slots"], 0);
+    EXPECT_EQ(j["pipeline"]["stage_layers"], sched == "gpipe" ? nlohmann::json::parse("[[0,1],[2,3],[4,5],[6,7]]")
+                                                              : nlohmann::json::parse("[[0,4],[1,5],[2,6],[3,7]]"));
+    // T - 1 shifts: GPipe T = M + S - 1 = 7; circular T = M*R + S - 1 = 11.
+    EXPECT_EQ(count_collectives(j, "collective-permute"), sched == "gpipe" ? 6 : 10);
+  }
+}
+
 TEST(PipelineCli, BertAndADecoderWhoseLayersDoNotDivideAreExact) {
   const fs::path d = scratch("pipeline_cli_misc");
   const nlohmann::json bert = run_checked(
       "testdata/bert/bert_opset17.onnx --mesh 2x2 --shardings testdata/bert/bert.pipeline.sharding.json "
       "--pipeline stage",
       d, "bert");
-  EXPECT_EQ(bert["pipeline"]["microbatches"], 2);  // default: one per stage
+  EXPECT_EQ(bert["pipeline"]["microbatches"], 2);  // default: the largest divisor of the batch up to the stages
   // BERT's attention mask is computed from an input: it travels with the state, one more shift per iteration.
   EXPECT_EQ(count_collectives(bert, "collective-permute"), 4);
   const fs::path dec = e2e::make_decoder(d, "d5",
@@ -122,6 +172,29 @@ TEST(PipelineCli, TrainingStepsThroughThePipelineAreExact) {
                                        d, "d5_train");
   EXPECT_EQ(j["pipeline"]["iterations"], 13);
   EXPECT_EQ(count_collectives(j, "collective-permute"), 24);
+}
+
+// --pipeline AXIS --auto without --microbatches: every divisor of the batch is costed, the fastest that fits is
+// taken, and the program runs exactly.
+TEST(PipelineCli, AutoChoosesTheFastestMicrobatchCount) {
+  const fs::path d = scratch("pipeline_cli_auto");
+  const nlohmann::json j = run_checked(
+      "testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.pipeline.sharding.json --pipeline stage "
+      "--auto",
+      d, "auto");
+  const auto& tried = j["pipeline"]["auto_microbatches"];
+  ASSERT_EQ(tried.size(), 4u);  // the batch 8: 1, 2, 4, 8
+  int64_t best = 0;
+  double fastest = 1e30;
+  for (size_t k = 0; k < tried.size(); ++k) {
+    EXPECT_EQ(tried[k]["microbatches"], int64_t{1} << k);
+    EXPECT_TRUE(tried[k]["fits"].get<bool>());
+    if (tried[k]["step_s"].get<double>() < fastest) {
+      fastest = tried[k]["step_s"].get<double>();
+      best = tried[k]["microbatches"].get<int64_t>();
+    }
+  }
+  EXPECT_EQ(j["pipeline"]["microbatches"], best);
 }
 
 // GPT-3 175B shapes (96 layers, d_model 12288, batch 256, sequence 2048; weights absent) on stage 8 x data 16 x

@@ -2,6 +2,8 @@
 // device and partitioned over a stage axis, and its collectives are the shifts counted by hand.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -79,6 +81,12 @@ TEST(PipelineSchedule, LayoutCountsIterationsSlotsAndTheBubble) {
     EXPECT_DOUBLE_EQ(l.bubble, 1.0 / 5.0);  // (S-1)/(M+S-1)
     EXPECT_EQ(l.shifts.size(), 6u);         // one per iteration, then the last microbatch's exit
     EXPECT_EQ(l.stage_layers, (std::vector<std::vector<int64_t>>{{0}, {1}}));
+    // docs/pipeline.md's table: stage 0 holds m0..m3 in iterations 0..3, stage 1 in 1..4.
+    for (int64_t t = 0; t < 5; ++t) {
+      EXPECT_EQ(l.microbatch_at(t, 0), t < 4 ? t : -1);
+      EXPECT_EQ(l.microbatch_at(t, 1), t >= 1 ? t - 1 : -1);
+      EXPECT_EQ(l.layer_at(t, 1, 0), 1);
+    }
   }
   {
     // Four stages for two layers: two padding stages, which still take their turn.
@@ -163,6 +171,17 @@ TEST(PipelineSchedule, PartitionedCircularDecoderWrapsBetweenRounds) {
   EXPECT_EQ(l.iterations, 5);
   EXPECT_DOUBLE_EQ(l.bubble, 1.0 - 8.0 / 10.0);  // (S-1)/(M*R+S-1)
   EXPECT_EQ(l.stage_layers, (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
+  // docs/pipeline.md's circular table: (microbatch, layer) per iteration and stage.
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>> table = {
+      {{0, 0}, {1, 0}, {0, 2}, {1, 2}, {-1, 0}},   // stage 0
+      {{-1, 1}, {0, 1}, {1, 1}, {0, 3}, {1, 3}}};  // stage 1
+  for (int64_t s = 0; s < 2; ++s)
+    for (int64_t t = 0; t < 5; ++t) {
+      SCOPED_TRACE(fmt::format("t{} stage {}", t, s));
+      const auto [m, layer] = table[static_cast<size_t>(s)][static_cast<size_t>(t)];
+      EXPECT_EQ(l.microbatch_at(t, s), m);
+      if (m >= 0) EXPECT_EQ(l.layer_at(t, s, 0), layer);
+    }
   const SpmdProgram prog = check_partitioned({dec.string(),
                                               (d / "stage.sharding.json").string(),
                                               o,
