@@ -19,6 +19,17 @@ using e2e::read_json;
 using e2e::scratch;
 namespace fs = std::filesystem;
 
+/// make_decoder's `name` with `flags` in `d`, and its Megatron sidecar on a (stage, data, model) mesh of `shape`
+/// written as d/pipe.json; returns the model's path.
+fs::path decoder_with_stages(const fs::path& d, const std::string& name, const std::string& flags,
+                             const std::vector<int>& shape) {
+  const fs::path model = e2e::make_decoder(d, name, flags, "pipeline_cli_make_" + name);
+  nlohmann::json side = read_json(d / (name + ".megatron.sharding.json"));
+  side["mesh"] = {{"shape", shape}, {"axes", {"stage", "data", "model"}}};
+  std::ofstream(d / "pipe.json") << side.dump();
+  return model;
+}
+
 /// Runs `run --check --pipeline stage` and returns the report; the check must pass.
 nlohmann::json run_checked(const std::string& args, const fs::path& dir, const std::string& tag) {
   const fs::path report = dir / (tag + ".json");
@@ -98,13 +109,8 @@ TEST(PipelineCli, GptOnFourStagesTimesDataTimesModelIsExact) {
 // added), GPipe (2 layers per stage) and circular (2 rounds); the microbatches are split over data.
 TEST(PipelineCli, DecoderOnFourStagesTimesDataTimesModelIsExact) {
   const fs::path d = scratch("pipeline_cli_dec16");
-  const fs::path dec = e2e::make_decoder(d, "d8",
-                                         "--layers 8 --d-model 32 --heads 4 --vocab 64 --batch 8 --seq 8 "
-                                         "--weights random",
-                                         "pipeline_cli_make8");
-  nlohmann::json side = read_json(d / "d8.megatron.sharding.json");
-  side["mesh"] = {{"shape", {4, 2, 2}}, {"axes", {"stage", "data", "model"}}};
-  std::ofstream(d / "pipe.json") << side.dump();
+  const fs::path dec = decoder_with_stages(
+      d, "d8", "--layers 8 --d-model 32 --heads 4 --vocab 64 --batch 8 --seq 8 --weights random", {4, 2, 2});
   for (const std::string sched : {"gpipe", "circular"}) {
     const nlohmann::json j = run_checked(dec.string() + " --mesh 4x2x2 --shardings " + (d / "pipe.json").string() +
                                              " --pipeline stage --microbatches 4 --schedule " + sched,
@@ -202,13 +208,9 @@ TEST(PipelineCli, AutoChoosesTheFastestMicrobatchCount) {
 // step; the collectives are the shifts and Megatron's all-reduces inside the stages, counted by hand.
 TEST(PipelineCli, Gpt3SizedDecoderOnStageDataModelOf2048Devices) {
   const fs::path d = scratch("pipeline_cli_gpt3");
-  const fs::path model = e2e::make_decoder(d, "gpt3",
-                                           "--layers 96 --d-model 12288 --heads 96 --vocab 50257 --batch 256 --seq "
-                                           "2048 --weights absent",
-                                           "pipeline_cli_gpt3_make");
-  nlohmann::json side = read_json(d / "gpt3.megatron.sharding.json");
-  side["mesh"] = {{"shape", {8, 16, 16}}, {"axes", {"stage", "data", "model"}}};
-  std::ofstream(d / "pipe.json") << side.dump();
+  const fs::path model = decoder_with_stages(
+      d, "gpt3", "--layers 96 --d-model 12288 --heads 96 --vocab 50257 --batch 256 --seq 2048 --weights absent",
+      {8, 16, 16});
   const CmdResult r = cli("simulate " + model.string() + " --mesh 8x16x16 --shardings " + (d / "pipe.json").string() +
                               " --pipeline stage --microbatches 16 --report " + (d / "r.json").string(),
                           "pipeline_cli_gpt3");
