@@ -40,7 +40,7 @@ SCHEMAS = {
     "AllGather": dict(_GROUP, axis=(_INT, True)),
     "ReduceScatter": dict(_GROUP, axis=(_INT, True), reduction=(_STRING, False)),
     "AllToAll": dict(_GROUP, split_axis=(_INT, True), concat_axis=(_INT, True)),
-    "CollectivePermute": dict(_GROUP, shift=(_INT, False), target_axes=(_INTS, False),
+    "CollectivePermute": dict(_GROUP, shift=(_INT, False), target_axes=(_INTS, False), wrap=(_INT, False),
                               source_target_pairs=(_INTS, False)),
     "ShardSlice": {"mesh_axes": (_INTS, True), "axis": (_INT, True), "shard_size": (_INT, True),
                    "base": (_INT, False), "size": (_INT, False)},

@@ -264,6 +264,38 @@ onnx::NodeProto* find_gspmd(onnx::ModelProto& m, const std::string& op) {
   return nullptr;
 }
 
+// A circular pipeline's files (docs/pipeline.md): the cyclic shifts are CollectivePermutes with wrap = 1 whose
+// source_target_pairs close the ring (stage 1 -> stage 0); both checkers pass every file.
+TEST(DeviceFiles, CircularPipelineShiftsCloseTheRing) {
+  const fs::path dir = scratch("device_files_pipeline");
+  const fs::path dec = e2e::make_decoder(dir, "d4",
+                                         "--layers 4 --d-model 32 --heads 4 --vocab 64 --batch 2 --seq 8 "
+                                         "--weights random",
+                                         "df_pipeline_make");
+  CmdResult r =
+      e2e::cli("partition " + dec.string() + " --mesh 2 --pipeline x --schedule circular -o " + (dir / "out").string(),
+               "df_pipeline");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(check_error(dir / "out" / ("device_" + std::to_string(k) + ".onnx")), "");
+  CmdResult py = sh(debian_python() + " tools/gspmd_onnx_schemas.py " + (dir / "out").string(), "df_pipeline_py");
+  EXPECT_EQ(py.code, 0) << py.out << py.err;
+  const onnx::ModelProto m = test::read_onnx_model((dir / "out" / "device_0.onnx").string());
+  int cyclic = 0, plain = 0;
+  for (const auto& n : m.graph().node()) {
+    if (n.domain() != "gspmd" || n.op_type() != "CollectivePermute") continue;
+    bool wrap = false;
+    std::vector<int64_t> pairs;
+    for (const auto& a : n.attribute()) {
+      if (a.name() == "wrap") wrap = a.i() == 1;
+      if (a.name() == "source_target_pairs") pairs.assign(a.ints().begin(), a.ints().end());
+    }
+    (wrap ? cyclic : plain) += 1;
+    EXPECT_EQ(pairs, wrap ? (std::vector<int64_t>{1, 0, 0, 1}) : (std::vector<int64_t>{0, 1})) << n.name();
+  }
+  EXPECT_EQ(cyclic, 2);  // iterations 2 and 3 of 2 microbatches x 2 rounds
+  EXPECT_EQ(plain, 2);   // iterations 1 and 4 (iteration 0 shifts zeros)
+}
+
 // `partition`'s files for the GPT Megatron plan pass both checkers; a collective with a wrong output shape, and one
 // with a wrong axis, are rejected by both with onnx's message naming the node.
 TEST(DeviceFiles, GptFilesPassAndCorruptedCollectivesAreRejected) {
