@@ -28,17 +28,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 CostReport Pipeline::cost(bool overlap) {
   auto t0 = std::chrono::steady_clock::now();
   CostReport r = simulate_cost(graph, program, target, overlap, memory_roles ? &*memory_roles : nullptr);
-  if (pipeline && r.model_flops > 0) {
-    // Model FLOPs are the model's (as MFU counts them): the pipelined graph also computes the bubble's and the
-    // padding slots' idle work and selects the circular rounds' weights; their time stays in the step.
-    const double model = r.model_flops * pipeline_flops_scale;
-    r.flops_utilization *= model / r.model_flops;
-    r.model_flops = model;
-  }
-  if (training && training->recomputed_flops > 0 && r.model_flops > 0) {
-    // Model FLOPs exclude rematerialization (as MFU counts them): the recomputed nodes are work the model does not
-    // need; their time stays in the step.
-    const double model = r.model_flops - training->recomputed_flops;
+  // Model FLOPs as MFU counts them: without rematerialization (the recomputed nodes are work the model does not
+  // need) and, with --pipeline, the model's own (the pipelined graph also computes the bubble's and the padding
+  // slots' idle work and selects the circular rounds' weights). Their time stays in the step.
+  double model = r.model_flops;
+  if (training) model -= training->recomputed_flops;
+  if (pipeline) model *= pipeline_flops_scale;
+  if (r.model_flops > 0 && model != r.model_flops) {
     r.flops_utilization *= model / r.model_flops;
     r.model_flops = model;
   }
@@ -360,6 +356,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     if (to) {
       p.reference_training = *to;
       to->trainable = pipelined_trainable(to->trainable, *p.pipeline, p.graph);
+      to->remat_keep = p.pipeline->carried_values;
       for (auto& [v, ann] : pipelined->by_value)
         pipelined_by_name.emplace_back(p.graph.values[static_cast<size_t>(v)].name, std::move(ann));
       pipelined->by_value.clear();

@@ -312,15 +312,18 @@ void fold_transposes(Graph& g, size_t first, bool forward_too) {
 /// --remat: which values of `g` (forward nodes [0, forward_nodes) with the loss) the backward pass reads as they are
 /// (RematPolicy): the results of the cut points over the weight-dependent values (core/ir/cuts.h). O(nodes + edges).
 std::vector<char> remat_saved(const Graph& g, size_t forward_nodes, const std::vector<bool>& needs_grad,
-                              RematPolicy policy) {
+                              RematPolicy policy, const std::vector<std::string>& keep) {
   static const std::unordered_set<std::string> kNondeterministic = {
       "Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"};
   static const std::unordered_set<std::string> kContractions = {
       "MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose", "FusedMatMul", "MatMulInteger", "ConvInteger"};
   std::vector<char> saved(g.values.size(), 1);
+  std::vector<char> kept(g.values.size(), 0);
+  for (const std::string& name : keep)
+    if (const int v = g.find(name); v >= 0) kept[static_cast<size_t>(v)] = 1;
   const auto recomputable = [&](int v) {
     return v >= 0 && static_cast<size_t>(v) < needs_grad.size() && needs_grad[static_cast<size_t>(v)] &&
-           g.values[static_cast<size_t>(v)].producer >= 0;
+           g.values[static_cast<size_t>(v)].producer >= 0 && !kept[static_cast<size_t>(v)];
   };
   const std::vector<char> cut = cut_points(g, forward_nodes, recomputable, /*graph_outputs_read=*/false);
   for (size_t i = 0; i < forward_nodes; ++i) {
@@ -447,7 +450,7 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
   if (!b.requires_[static_cast<size_t>(loss)]) throw InputError("--training: no trainable weight reaches the loss");
   const size_t differentiated = g.nodes.size();
   if (o.remat != RematPolicy::kNone) {
-    b.saved_ = remat_saved(g, differentiated, b.requires_, o.remat);
+    b.saved_ = remat_saved(g, differentiated, b.requires_, o.remat, o.remat_keep);
     b.recomputed_.assign(g.values.size(), -1);
   }
   b.grad_.assign(g.values.size(), -1);

@@ -63,6 +63,9 @@ struct TrainingOptions {
   /// updated weight keeps the weight's sharding (Xu et al. 2020; ZeRO stage 1/2).
   bool shard_update = false;
   RematPolicy remat = RematPolicy::kNone;  // `--remat`
+  /// Under --remat: forward values always saved, never recomputed, and so never what keeps a node from being a cut
+  /// point (a pipeline's microbatch rows and results, which live across its iterations: core/pipeline/schedule.h).
+  std::vector<std::string> remat_keep;
   /// The weights to train: names of floating-point initializers of the forward graph. Weights that do not reach
   /// the loss are left out (TrainingStep::unused).
   std::vector<std::string> trainable;

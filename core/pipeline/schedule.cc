@@ -191,7 +191,11 @@ class Builder {
     const int64_t M = lay_.microbatches, mb = lay_.microbatch;
     Shape row{1, mb};
     row.insert(row.end(), s.begin() + 1, s.end());
-    if (M == 1) return {reshape(v, row, name + "/mb0")};
+    if (M == 1) {
+      const int r = reshape(v, row, name + "/mb0");
+      lay_.carried_values.push_back(out_.values[static_cast<size_t>(r)].name);
+      return {r};
+    }
     Shape split{mb, M};
     split.insert(split.end(), s.begin() + 1, s.end());
     const int r = reshape(v, split, name + "/microbatches");
@@ -203,6 +207,7 @@ class Builder {
                          fmt::format("{}/mb{}", name, m), {{"axis", int64_t{1}}});
       out.push_back(reshape(one, row, fmt::format("{}/mb{}_row", name, m)));
     }
+    for (int v : out) lay_.carried_values.push_back(out_.values[static_cast<size_t>(v)].name);
     return out;
   }
 
@@ -307,7 +312,10 @@ class Builder {
       const std::vector<int> r =
           shift(state, entering != enter_.end() ? in_rows[static_cast<size_t>(entering->second)] : -1,
                 leaving != exit_.end(), tn + "/state");
-      if (leaving != exit_.end()) exits[static_cast<size_t>(leaving->second)] = r[1];
+      if (leaving != exit_.end()) {
+        exits[static_cast<size_t>(leaving->second)] = r[1];
+        lay_.carried_values.push_back(out_.values[static_cast<size_t>(r[1])].name);
+      }
       if (last) break;
       state = r[0];
       for (Carried& c : carried)

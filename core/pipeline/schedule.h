@@ -57,6 +57,9 @@ struct PipelineLayout {
   std::vector<std::string> states;        // the stage-stacked buffers the shifts produce (dim 0 = stage)
   std::vector<std::string> shifts;        // the Shift nodes, in order (one per iteration, then the last exit)
   std::vector<std::string> block_values;  // values of g inside the layer blocks (gone from the pipelined graph)
+  /// Values that live across iterations besides the state buffers: the microbatch rows waiting to enter and the
+  /// results that left (what --remat keeps rather than recomputes, TrainingOptions::remat_keep).
+  std::vector<std::string> carried_values;
   std::vector<std::vector<int64_t>> stage_layers;  // per stage: the layers it runs in order (-1: padding)
   int64_t prefix_nodes = 0, suffix_nodes = 0;
   std::string stream;  // the value of g entering the first block

@@ -167,6 +167,20 @@ TEST(PipelineCli, TrainingStepsThroughThePipelineAreExact) {
     // T = 5: 4 shifts forward and their 4 mirror images backward (the first forward shift and the last backward one
     // move zeros: no data).
     EXPECT_EQ(count_collectives(j, "collective-permute"), 8);
+    // --remat full keeps the states between the stacked layers (and the microbatches waiting to enter, and the
+    // results that left) and recomputes the rest: fewer saved activations, the same result.
+    const nlohmann::json rj = run_checked(
+        "testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.pipeline.sharding.json "
+        "--pipeline stage --microbatches 4 --training --loss cross-entropy:labels --optimizer momentum --remat full "
+        "--schedule " +
+            sched,
+        d, "gpt_train_remat_" + sched);
+    const auto saved = [](const nlohmann::json& r) {
+      return r["simulated"]["memory"]["total"]["saved_activations"].get<double>();
+    };
+    EXPECT_LT(saved(rj), 0.5 * saved(j));
+    EXPECT_GT(rj["training"]["recomputed_nodes"].get<int>(), 0);
+    EXPECT_NEAR(rj["model_flops"].get<double>(), j["model_flops"].get<double>(), 1e-6 * j["model_flops"].get<double>());
   }
   const fs::path dec = e2e::make_decoder(d, "d5",
                                          "--layers 5 --d-model 32 --heads 4 --vocab 64 --batch 4 --seq 8 "
