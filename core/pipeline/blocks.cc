@@ -158,7 +158,7 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
     if (seg_layers.size() > 1)
       throw InputError(
           fmt::format("--pipeline: nodes {} .. {} read the weights of layers {} and {}: they cannot be "
-                      "split into layer blocks",
+                      "split into layer blocks (name the layers' weights with --layers REGEX)",
                       node_name(begin), node_name(end), *seg_layers.begin(), *seg_layers.rbegin()));
     // A segment that reads no layer weights belongs to the block before it (the end of a layer: its reshapes and
     // residual adds), or to the prefix before the first block; after the last block it is held back (`tail`) until
@@ -201,6 +201,15 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
                            : std::min(tail.size(), out.blocks[0].nodes.size() - out.blocks.back().nodes.size());
     out.blocks.back().nodes.insert(out.blocks.back().nodes.end(), tail.begin(), tail.begin() + static_cast<long>(own));
     out.suffix.assign(tail.begin() + static_cast<long>(own), tail.end());
+  }
+  // Before the first block: as many of the prefix's last nodes as make it block 1's size are block 0's own (a
+  // layer that starts by transposing its input or multiplying it by an unnamed weight reads no named layer weight
+  // there, which the later layers' first nodes do through the stream); the comparison below checks the split.
+  if (out.blocks.size() >= 2 && out.blocks[0].nodes.size() < out.blocks[1].nodes.size()) {
+    const size_t own = std::min(out.prefix.size(), out.blocks[1].nodes.size() - out.blocks[0].nodes.size());
+    std::vector<int>& b0n = out.blocks[0].nodes;
+    b0n.insert(b0n.begin(), out.prefix.end() - static_cast<long>(own), out.prefix.end());
+    out.prefix.resize(out.prefix.size() - own);
   }
   if (out.blocks.size() < 2)
     throw InputError(
@@ -274,6 +283,18 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
   // output; block i > 0: block i-1's output), a layer weight (the same key, type and shape), or a side input (the
   // same value, or an equal constant).
   const LayerBlocks::Block& b0 = out.blocks[0];
+  const std::vector<std::vector<int>> readers = g.consumers();
+  std::vector<int> block_of(nn, -1);
+  for (size_t b = 0; b < out.blocks.size(); ++b)
+    for (int k : out.blocks[b].nodes) block_of[static_cast<size_t>(k)] = static_cast<int>(b);
+  // An unnamed layer weight (torch exports a Linear's transposed weight as "onnx::MatMul_285"): a float initializer
+  // that only block b's nodes read.
+  auto owned_weight = [&](int v, size_t b) {
+    const Value& x = g.values[static_cast<size_t>(v)];
+    if (!x.is_initializer || !is_floating(x.dtype) || readers[static_cast<size_t>(v)].empty()) return false;
+    return std::all_of(readers[static_cast<size_t>(v)].begin(), readers[static_cast<size_t>(v)].end(),
+                       [&](int k) { return block_of[static_cast<size_t>(k)] == static_cast<int>(b); });
+  };
   std::map<int, std::pair<size_t, size_t>> pos0;  // block 0's values: (node position, output index)
   for (size_t p = 0; p < b0.nodes.size(); ++p)
     for (size_t o = 0; o < g.nodes[static_cast<size_t>(b0.nodes[p])].outputs.size(); ++o)
@@ -326,6 +347,10 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
           if (std::find(bi.weights.begin(), bi.weights.end(), vi) == bi.weights.end()) bi.weights.push_back(vi);
         } else if (v0 == vi || same_tensor(x0, xi)) {
           if (b == 1 && v0 == vi && side_seen.insert(v0).second) out.side_inputs.push_back(v0);
+        } else if (x0.dtype == xi.dtype && x0.shape == xi.shape && owned_weight(v0, 0) && owned_weight(vi, b)) {
+          if (b == 1 && std::find(b0.weights.begin(), b0.weights.end(), v0) == b0.weights.end())
+            out.blocks[0].weights.push_back(v0);
+          if (std::find(bi.weights.begin(), bi.weights.end(), vi) == bi.weights.end()) bi.weights.push_back(vi);
         } else {
           throw differ(p, what + " differ");
         }

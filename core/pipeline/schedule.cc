@@ -324,10 +324,10 @@ class Builder {
       for (int64_t k = 0; k < K; ++k) {
         const std::string tag = K > 1 ? fmt::format("@t{}.{}", t, k) : fmt::format("@t{}", t);
         std::map<int, BlockStacker::Bound> bound;
-        bound[b0.input] = {state, true, true};
-        for (const Carried& c : carried) bound[c.v] = {c.state, true, true};
+        bound[b0.input] = {state, true, 0};
+        for (const Carried& c : carried) bound[c.v] = {c.state, true, 0};
         for (size_t j = 0; j < b0.weights.size(); ++j)
-          bound[b0.weights[j]] = {select_round(weights[static_cast<size_t>(k)][j], t, tag), true, false};
+          bound[b0.weights[j]] = {select_round(weights[static_cast<size_t>(k)][j], t, tag), true, -1};
         const int next = stacker.apply(bound, tag);
         // Padding slots pass the state through.
         std::vector<uint8_t> active(static_cast<size_t>(S));

@@ -18,23 +18,29 @@ namespace gspmd {
 /// stage-stacked values (its batching rule: axes shifted past the stage dim, stacked operands of lower rank given
 /// unit dims so that broadcasting still lines up, LayerNormalization's stacked scale and bias applied after it).
 /// Nodes that read only shared values (side inputs, constants) are emitted once and reused by every application.
-/// With microbatches (`microbatch` < `batch`), values computed from the stream or a batched side input carry the
-/// microbatch as their leading dim: Reshape targets that lead with the batch are scaled to the microbatch, and an op
-/// that moves or reduces over the batch dim is refused.
+/// With microbatches (`microbatch` < `batch`), values computed from the stream or a microbatched side input carry the
+/// microbatch in their batch dim (dim 0 of the stream; a Transpose moves it, as torch's sequence-first attention
+/// does, and a Reshape may merge it with others: Bound::batch_inner): a Reshape's target is the model's output shape
+/// with the dim holding the batch scaled to the microbatch, and an op that splits the batch dim, contracts,
+/// normalizes, reduces, slices or concatenates over it is refused. The layer's output must lead with the batch
+/// again. Batching rules: elementwise ops, MatMul, Gemm (as a batched MatMul), Transpose, Reshape, Slice, ReduceMean /
+/// Sum / Max / Min, Softmax, LogSoftmax, Concat, LayerNormalization.
 /// Throws InputError ("--pipeline: node 'n' (Op): ...") for an op without a batching rule.
 class BlockStacker {
  public:
-  /// A value of `out` that a value of `g` maps to: whether it carries the stage dim and the microbatch.
+  /// A value of `out` that a value of `g` maps to: whether it carries the stage dim, and its batch dim (in g's rank;
+  /// -1: not computed from the microbatch).
   struct Bound {
     int id = -1;
     bool stacked = false;
-    bool batched = false;
+    int batch = -1;
+    int64_t batch_inner = 1;  // the batch dim is outer x batch x batch_inner elements (a reshape merged it)
   };
   /// `g`, `b`, `out` and `shapes` must outlive the stacker. `batch` 0 = no microbatching.
   BlockStacker(const Graph& g, const LayerBlocks& b, Graph& out, int64_t stages, const ShapeFunction& shapes,
                int64_t batch = 0, int64_t microbatch = 0);
-  /// Value `v` of g (a side input) is `id` of out, read unstacked by every stage (`batched`: it is per microbatch).
-  void share(int v, int id, bool batched = false);
+  /// Value `v` of g (a side input, a constant) is `id` of out, read unstacked by every stage.
+  void share(int v, int id);
   /// Emits block 0 once, reading `bound` (block 0's input and weights, and any other value of g, to stage-stacked
   /// values of out); node names get `tag` appended. Returns the id of the block's output in out.
   int apply(const std::map<int, Bound>& bound, const std::string& tag);
@@ -46,7 +52,7 @@ class BlockStacker {
   int constant(const std::string& name, Tensor t);
   int widen(const Node& like, int id, size_t rank, const std::string& tag);
   void stack(const Node& n, const std::string& tag);
-  void bind(const Node& n, const std::vector<int>& ids, bool stacked, bool batched);
+  void bind(const Node& n, const std::vector<int>& ids, bool stacked, int batch, int64_t inner);
 
   const Graph& g_;
   const LayerBlocks& b_;

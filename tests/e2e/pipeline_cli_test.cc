@@ -261,6 +261,36 @@ TEST(PipelineCli, Gpt3SizedDecoderOnStageDataModelOf2048Devices) {
   EXPECT_LT(j["model_flops"].get<double>(), 1.01 * matmul);
 }
 
+// Models no one here wrote: torch's own nn.TransformerEncoder and nn.Transformer, exported by torch
+// (testdata/corpus/gen_transformers.py: unnamed "onnx::MatMul_N" weights, Gemm, sequence-first attention inside
+// batch-first layers, opset 13's decomposed LayerNorm). Pipelined with microbatches, they match torch's outputs and
+// the unpartitioned run; a sequence-first encoder, whose stream does not lead with the batch, is refused.
+TEST(PipelineCli, TorchTransformerModulesPipelineExactly) {
+  const fs::path d = scratch("pipeline_cli_torch");
+  const CmdResult gen = e2e::sh("GSPMD_CORPUS_CACHE=" + d.string() + " " + e2e::debian_python() +
+                                    " testdata/corpus/gen_transformers.py --only "
+                                    "encoder_bf_op13,encoder_sf_op17,transformer_bf_op17,decoder_causal_op17",
+                                "pipeline_cli_torch_gen");
+  ASSERT_EQ(gen.code, 0) << gen.out << gen.err;
+  auto model = [&](const std::string& name) { return d / "models" / "transformers" / name; };
+  auto args = [&](const std::string& name) {
+    const fs::path m = model(name);
+    return (m / "model.onnx").string() + " --mesh 2 --pipeline x --inputs " + (m / "test_data_set_0").string() +
+           " --expected " + (m / "test_data_set_0").string();
+  };
+  for (const std::string sched : {"gpipe", "circular"})
+    run_checked(args("encoder_bf_op13") + " --microbatches 2 --schedule " + sched, d, "encoder_bf_" + sched);
+  run_checked(args("decoder_causal_op17") + " --microbatches 2", d, "decoder_causal");
+  run_checked(args("transformer_bf_op17") + " --microbatches 2 --layers '^encoder\\.layers\\.(\\d+)\\.'", d,
+              "transformer_encoder_layers");
+  run_checked(args("encoder_sf_op17") + " --microbatches 1", d, "encoder_sf_m1");
+  const CmdResult sf = cli("run " + args("encoder_sf_op17") + " --microbatches 2", "pipeline_cli_torch_sf");
+  EXPECT_EQ(sf.code, 2);
+  EXPECT_EQ(sf.err,
+            "error: --pipeline: node '/layers.0/self_attn/MatMul_1' (MatMul): combines values whose batch dims differ: "
+            "microbatches need the batch dim (dim 0 of the stream entering the first layer) kept whole\n");
+}
+
 TEST(PipelineCli, RefusalsAreOneLine) {
   struct Case {
     std::string args, error;
