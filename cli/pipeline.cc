@@ -245,6 +245,30 @@ std::vector<std::string> pipelined_trainable(const std::vector<std::string>& tra
   return out;
 }
 
+/// --pipeline AXIS --auto without --microbatches: the microbatch count among `divisors` (of the batch) whose
+/// pipelined forward graph, propagated, partitioned and costed with the annotations `a` alone, has the fastest
+/// simulated step within the memory limit (--memory-limit, else the target's HBM), else the fastest (the sharding
+/// search then looks for a plan that fits). What was tried goes to p.microbatch_search.
+int64_t fastest_microbatches(Pipeline& p, const CommonOptions& o, const Annotations& a, int axis, PipelineOptions po,
+                             const std::vector<int64_t>& divisors, const ShapeFunction& shapes) {
+  const int64_t limit =
+      o.memory_limit.empty() ? static_cast<int64_t>(p.target.hbm_bytes) : parse_memory_limit(o.memory_limit);
+  for (int64_t d : divisors) {
+    po.microbatches = d;
+    const PipelinedGraph c = pipeline_graph(p.graph, po, shapes);
+    const RuleTable rules(c.graph);
+    const Annotations ca = refine_for_reshapes(c.graph, pipeline_annotations(p.graph, a, c, axis), &rules);
+    const SpmdProgram prog = partition(c.graph, propagate(c.graph, ca, &rules), ca.mesh, p.target, &rules);
+    const CostReport cost = simulate_cost(c.graph, prog, p.target, o.overlap);
+    p.microbatch_search.push_back({d, cost.step_time_s, cost.peak_memory_bytes, cost.peak_memory_bytes <= limit});
+  }
+  return std::min_element(p.microbatch_search.begin(), p.microbatch_search.end(),
+                          [](const MicrobatchCandidate& x, const MicrobatchCandidate& y) {
+                            return x.fits != y.fits ? x.fits : x.step_s < y.step_s;
+                          })
+      ->microbatches;
+}
+
 /// --pipeline AXIS: replaces p.graph by its pipelined form (core/pipeline/schedule.h), keeping the model as loaded in
 /// p.reference for run --check, and returns the annotations `a` (read against the model) carried over to it.
 Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, const ShapeFunction& shapes) {
@@ -260,8 +284,7 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
   if (o.pipeline.microbatches > 0) {
     po.microbatches = o.pipeline.microbatches;
   } else {
-    // The divisors of the batch: by default the largest not above the stage count; with --auto the one whose
-    // simulated step is fastest within the memory limit (else the fastest), each costed with the annotations alone.
+    // A divisor of the batch: by default the largest not above the stage count, with --auto the fastest.
     const int64_t batch = pipeline_batch(p.graph, po.layers);
     std::vector<int64_t> divisors;
     for (int64_t d = 1; d <= batch; ++d)
@@ -269,27 +292,7 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
     po.microbatches = 1;
     for (int64_t d : divisors)
       if (d <= po.stages) po.microbatches = d;
-    if (o.auto_search) {
-      const int64_t limit =
-          o.memory_limit.empty() ? static_cast<int64_t>(p.target.hbm_bytes) : parse_memory_limit(o.memory_limit);
-      for (int64_t d : divisors) {
-        po.microbatches = d;
-        const PipelinedGraph c = pipeline_graph(p.graph, po, shapes);
-        const RuleTable rules(c.graph);
-        const Annotations ca = refine_for_reshapes(c.graph, pipeline_annotations(p.graph, a, c, axis), &rules);
-        const SpmdProgram prog = partition(c.graph, propagate(c.graph, ca, &rules), ca.mesh, p.target, &rules);
-        const CostReport cost = simulate_cost(c.graph, prog, p.target, o.overlap);
-        p.microbatch_search.push_back({d, cost.step_time_s, cost.peak_memory_bytes, cost.peak_memory_bytes <= limit});
-      }
-      const auto best = std::min_element(p.microbatch_search.begin(), p.microbatch_search.end(),
-                                         [](const MicrobatchCandidate& x, const MicrobatchCandidate& y) {
-                                           // The fastest that fits, else the fastest (the sharding search
-                                           // then looks for a plan that fits).
-                                           if (x.fits != y.fits) return x.fits;
-                                           return x.step_s < y.step_s;
-                                         });
-      po.microbatches = best->microbatches;
-    }
+    if (o.auto_search) po.microbatches = fastest_microbatches(p, o, a, axis, po, divisors, shapes);
   }
   PipelinedGraph pg = pipeline_graph(p.graph, po, shapes);
   Annotations out = pipeline_annotations(p.graph, a, pg, axis);
