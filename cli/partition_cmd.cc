@@ -17,6 +17,34 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// The model's values with the shardings the program's plan gives them, for --annotated-model: p.graph and its plan,
+/// or with --pipeline the values that the model and the pipelined graph share, and each layer weight with its
+/// stacked weight's sharding without the stage (and round) dims; the values inside the layers get none (--pipeline
+/// takes no annotation there), so the file read back with the same --pipeline gives the same plan.
+std::pair<Graph, std::vector<TensorSharding>> model_shardings(const Pipeline& p) {
+  if (!p.pipeline) return {p.graph, p.plan.shardings};
+  Graph named;
+  std::vector<TensorSharding> shardings;
+  auto add = [&](const std::string& name, TensorSharding s) {
+    Value v = p.reference->values[static_cast<size_t>(p.reference->at(name))];
+    v.producer = -1;
+    v.data = nullptr;
+    named.add_value(std::move(v));
+    s.unreduced.clear();
+    s.reduction = ReductionKind::kSum;
+    shardings.push_back(std::move(s));
+  };
+  for (const Value& v : p.reference->values)
+    if (const int id = p.graph.find(v.name); id >= 0) add(v.name, p.plan.shardings[static_cast<size_t>(id)]);
+  for (const PipelineLayout::StackedWeight& w : p.pipeline->weights) {
+    TensorSharding s = p.plan.shardings[static_cast<size_t>(p.graph.at(w.name))];
+    s.dims.erase(s.dims.begin(), s.dims.begin() + w.stage_dim + 1);
+    for (const std::string& m : w.members)
+      if (!m.empty() && named.find(m) < 0) add(m, s);
+  }
+  return {std::move(named), std::move(shardings)};
+}
+
 /// An existing output directory may be replaced only if it holds nothing but what partition writes.
 bool is_our_output(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir)) {
@@ -104,7 +132,8 @@ int cmd_partition(const PartitionOptions& o) {
                         notation);
     if (p.auto_result) write_auto_sharding_file(tmp / "auto.sharding.json", p);
     if (!annotated.empty())  // before DIR appears: a failure leaves neither
-      write_annotated_model(o.common.model, p.graph, p.program.mesh, p.plan.shardings, annotated.string());
+      if (auto [named, shardings] = model_shardings(p); true)
+        write_annotated_model(o.common.model, named, p.program.mesh, shardings, annotated.string());
     CostReport cost = p.cost(o.common.overlap);
     nlohmann::json report = make_report(p, cost, nullptr, nullptr);
     write_json((tmp / "report.json").string(), report);

@@ -64,6 +64,25 @@ TEST(PipelineCli, GptOnTwoStagesTimesMegatronIsExact) {
   }
 }
 
+// partition --annotated-model with --pipeline writes the model (not its pipelined form) with each layer weight's
+// sharding (its stacked weight's without the stage dim) and none inside the layers: read back with the same
+// --pipeline, it gives the same program.
+TEST(PipelineCli, AnnotatedModelReadsBackToTheSameProgram) {
+  const fs::path d = scratch("pipeline_cli_annotated");
+  const std::string pipe = " --mesh 2x2 --pipeline stage --microbatches 4 --schedule circular";
+  const CmdResult w =
+      cli("partition testdata/gpt/gpt_opset17.onnx --shardings testdata/gpt/gpt.pipeline.sharding.json" + pipe +
+              " -o " + (d / "out").string() + " --annotated-model " + (d / "ann.onnx").string(),
+          "pipeline_annotated_write");
+  ASSERT_EQ(w.code, 0) << w.err;
+  const nlohmann::json back = run_checked((d / "ann.onnx").string() + pipe, d, "annotated_back");
+  const nlohmann::json first = read_json(d / "out" / "report.json");
+  ASSERT_FALSE(back.empty());
+  EXPECT_EQ(back["collectives"].size(), first["collectives"].size());
+  EXPECT_EQ(count_collectives(back, "collective-permute"), count_collectives(first, "collective-permute"));
+  EXPECT_EQ(count_collectives(back, "all-reduce"), count_collectives(first, "all-reduce"));
+}
+
 // --trace: beside each device's ops, a track of its stage with one span per iteration: the microbatch and layers it
 // computes, or the bubble.
 TEST(PipelineCli, TraceShowsEachStagesIterations) {
