@@ -37,7 +37,9 @@ void register_pipeline_gradients() {
         const Node& n = c.node();
         const bool want_x = c.wants(0), want_in = n.inputs.size() > 1 && c.wants(1);
         if (!want_x && !want_in) return;
-        // Without y (the last exit of a schedule) the reverse shift moves zeros: dx is d_out on the exit row.
+        // When y has no gradient (the state after a schedule's last iteration) the reverse shift moves zeros, an
+        // Expand that the partitioner does not send: dx is d_out on the exit row. (x's shape, not y's: reading y
+        // would recompute it under --remat.)
         int dy = n.outputs.empty() || n.outputs[0] < 0 ? -1 : c.dy(0);
         if (dy < 0) {
           const Value x = c.value(n.inputs[0]);
