@@ -202,15 +202,6 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
     out.blocks.back().nodes.insert(out.blocks.back().nodes.end(), tail.begin(), tail.begin() + static_cast<long>(own));
     out.suffix.assign(tail.begin() + static_cast<long>(own), tail.end());
   }
-  // Before the first block: as many of the prefix's last nodes as make it block 1's size are block 0's own (a
-  // layer that starts by transposing its input or multiplying it by an unnamed weight reads no named layer weight
-  // there, which the later layers' first nodes do through the stream); the comparison below checks the split.
-  if (out.blocks.size() >= 2 && out.blocks[0].nodes.size() < out.blocks[1].nodes.size()) {
-    const size_t own = std::min(out.prefix.size(), out.blocks[1].nodes.size() - out.blocks[0].nodes.size());
-    std::vector<int>& b0n = out.blocks[0].nodes;
-    b0n.insert(b0n.begin(), out.prefix.end() - static_cast<long>(own), out.prefix.end());
-    out.prefix.resize(out.prefix.size() - own);
-  }
   if (out.blocks.size() < 2)
     throw InputError(
         fmt::format("--pipeline: the model has {} layer block{} (layers are found by the whole numbers "
@@ -254,6 +245,15 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
     }
     for (LayerBlocks::Block& blk : out.blocks)
       std::erase_if(blk.nodes, [&](int k) { return hoist[static_cast<size_t>(k)] != 0; });
+    // Before the first block: as many of the prefix's last nodes as make it block 1's size are block 0's own (a
+    // layer that starts by transposing its input or multiplying it by an unnamed weight reads no named layer weight
+    // there, which the later layers' first nodes do through the stream); the comparison below checks the split.
+    std::vector<int>& b0n = out.blocks[0].nodes;
+    const size_t own = b0n.size() < out.blocks[1].nodes.size()
+                           ? std::min(out.prefix.size(), out.blocks[1].nodes.size() - b0n.size())
+                           : 0;
+    b0n.insert(b0n.begin(), out.prefix.end() - static_cast<long>(own), out.prefix.end());
+    out.prefix.resize(out.prefix.size() - own);
     for (size_t k = 0; k < nn; ++k)
       if (hoist[k]) out.prefix.push_back(static_cast<int>(k));
     std::sort(out.prefix.begin(), out.prefix.end());

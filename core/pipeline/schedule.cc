@@ -184,27 +184,36 @@ class Builder {
     return op("Reshape", {v, ints(name + "/shape", std::vector<int64_t>(s.begin(), s.end()))}, name);
   }
 
-  /// Per microbatch, a [1, mb, ...] row of `v` ([B, ...] of the pipelined graph). Microbatch m holds the batch rows
-  /// i*M + m (strided: a batch split over a data axis stays split over it in every microbatch).
-  std::vector<int> microbatches(int v, const std::string& name) {
-    const Shape& s = out_.values[static_cast<size_t>(v)].shape;
+  /// `s` with its dim `dim` (the batch) the microbatch, and a leading dim `lead`.
+  Shape microbatch_shape(const Shape& s, size_t dim, int64_t lead) const {
+    Shape r{lead};
+    r.insert(r.end(), s.begin(), s.end());
+    r[dim + 1] = lay_.microbatch;
+    return r;
+  }
+
+  /// Per microbatch, a row [1, ..., mb, ...] of `v` (a value of the pipelined graph whose dim `dim` is the batch).
+  /// Microbatch m holds the batch rows i*M + m (strided: a batch split over a data axis stays split over it in every
+  /// microbatch).
+  std::vector<int> microbatches(int v, size_t dim, const std::string& name) {
+    const Shape s = out_.values[static_cast<size_t>(v)].shape;
     const int64_t M = lay_.microbatches, mb = lay_.microbatch;
-    Shape row{1, mb};
-    row.insert(row.end(), s.begin() + 1, s.end());
+    const Shape row = microbatch_shape(s, dim, 1);
     if (M == 1) {
       const int r = reshape(v, row, name + "/mb0");
       lay_.carried_values.push_back(out_.values[static_cast<size_t>(r)].name);
       return {r};
     }
-    Shape split{mb, M};
-    split.insert(split.end(), s.begin() + 1, s.end());
+    Shape split = s;  // the batch dim as [mb, M]
+    split[dim] = mb;
+    split.insert(split.begin() + static_cast<long>(dim) + 1, M);
     const int r = reshape(v, split, name + "/microbatches");
     std::vector<int> out;
     for (int64_t m = 0; m < M; ++m) {
       Tensor idx(DType::kInt64, {});
       idx.data<int64_t>()[0] = m;
       const int one = op("Gather", {r, constant(fmt::format("{}/m{}", name, m), std::move(idx))},
-                         fmt::format("{}/mb{}", name, m), {{"axis", int64_t{1}}});
+                         fmt::format("{}/mb{}", name, m), {{"axis", static_cast<int64_t>(dim) + 1}});
       out.push_back(reshape(one, row, fmt::format("{}/mb{}_row", name, m)));
     }
     for (int v : out) lay_.carried_values.push_back(out_.values[static_cast<size_t>(v)].name);
@@ -239,6 +248,7 @@ class Builder {
     // and travel with the state, shifted alongside it.
     struct Carried {
       int v;                  // value of g
+      size_t dim;             // its batch dim
       std::vector<int> rows;  // per microbatch
       int state = -1;         // current buffer
     };
@@ -249,24 +259,26 @@ class Builder {
         stacker.share(v, copy(v));
         continue;
       }
-      if (val.shape.empty() || val.shape[0] != B)
-        throw InputError(
-            fmt::format("--pipeline: '{}' {} is read by every layer and computed from the inputs, but "
-                        "does not lead with the batch {}: it cannot be split into microbatches",
-                        val.name, shape_str(val.shape), B));
-      carried.push_back({v, microbatches(copy(v), "pipeline/" + val.name), -1});
+      // Its batch dim: dim 0, else its one dim of the batch's size (a sequence-first copy of the stream). The stacker
+      // refuses an op that lines it up with another dim of the stream's, so a wrong guess cannot go unnoticed.
+      size_t dim = 0;
+      if (val.shape.empty() || val.shape[0] != B) {
+        const auto n = std::count(val.shape.begin(), val.shape.end(), B);
+        if (n != 1)
+          throw InputError(
+              fmt::format("--pipeline: '{}' {} is read by every layer and computed from the inputs, but "
+                          "has no one dim of the batch's size {}: it cannot be split into microbatches",
+                          val.name, shape_str(val.shape), B));
+        dim = static_cast<size_t>(std::find(val.shape.begin(), val.shape.end(), B) - val.shape.begin());
+      }
+      carried.push_back({v, dim, microbatches(copy(v), dim, "pipeline/" + val.name), -1});
     }
     const Value& sv = g_.values[static_cast<size_t>(b0.input)];
-    const std::vector<int> in_rows = microbatches(copy(b0.input), "pipeline/stream");
-    auto buffer_shape = [&](const Shape& s) {
-      Shape r{S, mb};
-      r.insert(r.end(), s.begin() + 1, s.end());
-      return r;
-    };
-    int state = zeros(sv.dtype, buffer_shape(sv.shape), "pipeline/state_init");
+    const std::vector<int> in_rows = microbatches(copy(b0.input), 0, "pipeline/stream");
+    int state = zeros(sv.dtype, microbatch_shape(sv.shape, 0, S), "pipeline/state_init");
     for (Carried& c : carried) {
       const Value& val = g_.values[static_cast<size_t>(c.v)];
-      c.state = zeros(val.dtype, buffer_shape(val.shape), "pipeline/" + val.name + "/init");
+      c.state = zeros(val.dtype, microbatch_shape(val.shape, c.dim, S), "pipeline/" + val.name + "/init");
     }
     // The stacked weights: per slot k and block weight j, [S] (GPipe) or [R, S] (circular) + the weight's shape.
     std::vector<std::vector<int>> weights(static_cast<size_t>(K));
@@ -325,7 +337,7 @@ class Builder {
         const std::string tag = K > 1 ? fmt::format("@t{}.{}", t, k) : fmt::format("@t{}", t);
         std::map<int, BlockStacker::Bound> bound;
         bound[b0.input] = {state, true, 0};
-        for (const Carried& c : carried) bound[c.v] = {c.state, true, 0};
+        for (const Carried& c : carried) bound[c.v] = {c.state, true, static_cast<int>(c.dim)};
         for (size_t j = 0; j < b0.weights.size(); ++j)
           bound[b0.weights[j]] = {select_round(weights[static_cast<size_t>(k)][j], t, tag), true, -1};
         const int next = stacker.apply(bound, tag);

@@ -282,8 +282,9 @@ TEST(PipelineCli, Gpt3SizedDecoderOnStageDataModelOf2048Devices) {
 
 // Models no one here wrote: torch's own nn.TransformerEncoder and nn.Transformer, exported by torch
 // (testdata/corpus/gen_transformers.py: unnamed "onnx::MatMul_N" weights, Gemm, sequence-first attention inside
-// batch-first layers, opset 13's decomposed LayerNorm). Pipelined with microbatches, they match torch's outputs and
-// the unpartitioned run; a sequence-first encoder, whose stream does not lead with the batch, is refused.
+// batch-first layers, opset 13's decomposed LayerNorm, cross-attention to the encoder's output). Pipelined with
+// microbatches, they match torch's outputs and the unpartitioned run; a sequence-first encoder, whose stream does not
+// lead with the batch, is refused.
 TEST(PipelineCli, TorchTransformerModulesPipelineExactly) {
   const fs::path d = scratch("pipeline_cli_torch");
   const CmdResult gen = e2e::sh("GSPMD_CORPUS_CACHE=" + d.string() + " " + e2e::debian_python() +
@@ -302,6 +303,10 @@ TEST(PipelineCli, TorchTransformerModulesPipelineExactly) {
   run_checked(args("decoder_causal_op17") + " --microbatches 2", d, "decoder_causal");
   run_checked(args("transformer_bf_op17") + " --microbatches 2 --layers '^encoder\\.layers\\.(\\d+)\\.'", d,
               "transformer_encoder_layers");
+  // nn.Transformer's decoder layers: their cross-attention reads the encoder's output (sequence-first, batch in dim 1),
+  // which travels with the state as the microbatches do.
+  run_checked(args("transformer_bf_op17") + " --microbatches 2 --layers '^decoder\\.layers\\.(\\d+)\\.'", d,
+              "transformer_decoder_layers");
   run_checked(args("encoder_sf_op17") + " --microbatches 1", d, "encoder_sf_m1");
   const CmdResult sf = cli("run " + args("encoder_sf_op17") + " --microbatches 2", "pipeline_cli_torch_sf");
   EXPECT_EQ(sf.code, 2);
