@@ -182,6 +182,17 @@ TEST(MpiRun, GptPipelineFourRanksMatchesEmulator) {
   EXPECT_NE(r.out.find("pipeline  circular over stage"), std::string::npos) << r.out;
   expect_same_outputs(d / "mpi", d / "pod");
   expect_same_outputs(d / "mpi", fs::path(GSPMD_SOURCE_DIR) / "testdata/gpt/test_data_set_0", 1e-3, 1e-4);
+  // A 4-layer decoder over 4 ranks on one stage axis, circular with 2 rounds: the cyclic shifts (the last stage back
+  // to the first) are sendrecvs too.
+  const fs::path dec = make_decoder(
+      d, "d4", "--layers 4 --d-model 32 --heads 4 --vocab 64 --batch 4 --seq 8 --weights random", "mpi_pipeline_make");
+  const std::string ring = dec.string() + " --mesh 2 --pipeline x --microbatches 2 --schedule circular --outputs ";
+  CmdResult pod2 = cli("run " + ring + (d / "pod2").string(), "mpi_pipeline_ring_pod");
+  ASSERT_EQ(pod2.code, 0) << pod2.err;
+  CmdResult r2 = mpi_run(2, ring + (d / "mpi2").string() + " --check", "mpi_pipeline_ring");
+  ASSERT_EQ(r2.code, 0) << r2.out << r2.err;
+  EXPECT_NE(r2.out.find("check     passed"), std::string::npos) << r2.out;
+  expect_same_outputs(d / "mpi2", d / "pod2");
 }
 
 TEST(MpiRun, GptFromDeviceFilesMatchesEmulator) {
