@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -19,8 +20,9 @@ namespace {
 
 /// The model's values with the shardings the program's plan gives them, for --annotated-model: p.graph and its plan,
 /// or with --pipeline the values that the model and the pipelined graph share, and each layer weight with its
-/// stacked weight's sharding without the stage (and round) dims; the values inside the layers get none (--pipeline
-/// takes no annotation there), so the file read back with the same --pipeline gives the same plan.
+/// stacked weight's sharding without the stage (and round) dims, and each value inside the layers its stage-stacked
+/// copies' sharding without the stage dim when every copy has the same (none otherwise; a value computed from
+/// constants has one copy, unstacked), so the file read back with the same --pipeline gives the same plan.
 std::pair<Graph, std::vector<TensorSharding>> model_shardings(const Pipeline& p) {
   if (!p.pipeline) return {p.graph, p.plan.shardings};
   Graph named;
@@ -41,6 +43,22 @@ std::pair<Graph, std::vector<TensorSharding>> model_shardings(const Pipeline& p)
     s.dims.erase(s.dims.begin(), s.dims.begin() + w.stage_dim + 1);
     for (const std::string& m : w.members)
       if (!m.empty() && named.find(m) < 0) add(m, s);
+  }
+  for (const auto& [name, v0] : p.pipeline->block_values) {
+    auto inst = p.pipeline->block_instances.find(v0);
+    if (inst == p.pipeline->block_instances.end() || named.find(name) >= 0) continue;
+    const size_t rank = p.reference->values[static_cast<size_t>(p.reference->at(name))].shape.size();
+    std::optional<TensorSharding> common;
+    for (const std::string& copy : inst->second) {
+      TensorSharding s = p.plan.shardings[static_cast<size_t>(p.graph.at(copy))];
+      if (s.dims.size() == rank + 1) s.dims.erase(s.dims.begin());  // a stage-stacked copy
+      if (common && !(*common == s)) {
+        common.reset();
+        break;
+      }
+      common = std::move(s);
+    }
+    if (common) add(name, std::move(*common));
   }
   return {std::move(named), std::move(shardings)};
 }

@@ -202,7 +202,7 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node,
   }
   const Local& from = avail_[gv].front();
   std::string reason = why();
-  if (constrained(gv))
+  if (constrained(gv) && from.sharding == constraint(gv))  // not when the computed value is resharded to its constraint
     reason += fmt::format("; '{}' is held as annotated, {} ({})", v.name, from.sharding.to_partition_spec(mesh_),
                           plan_.origins[gv].source);
   int lv = reshard(gv, from.id, from.sharding, want, for_node, reason);

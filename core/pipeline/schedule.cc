@@ -74,9 +74,23 @@ class Builder {
                                      g_.values[static_cast<size_t>(v)].name, b_.blocks.front().layer));
       out_.outputs.push_back(copy(v));
     }
-    for (size_t v = 0; v < g_.values.size(); ++v)
-      if (in_block_[v] && static_cast<int>(v) != b_.blocks.back().output)
-        lay_.block_values.push_back(g_.values[v].name);
+    // Every layer's values and constants to block 0's at the same place (the blocks are alike node by node).
+    const LayerBlocks::Block& b0 = b_.blocks[0];
+    auto same_place = [&](int v, int v0) {
+      lay_.block_values[g_.values[static_cast<size_t>(v)].name] = g_.values[static_cast<size_t>(v0)].name;
+    };
+    for (const LayerBlocks::Block& blk : b_.blocks) {
+      const std::set<int> weights(blk.weights.begin(), blk.weights.end());
+      for (size_t p = 0; p < blk.nodes.size(); ++p) {
+        const Node &n = g_.nodes[static_cast<size_t>(blk.nodes[p])], &n0 = g_.nodes[static_cast<size_t>(b0.nodes[p])];
+        for (size_t o = 0; o < n.outputs.size(); ++o)
+          if (n.outputs[o] >= 0 && n.outputs[o] != b_.blocks.back().output) same_place(n.outputs[o], n0.outputs[o]);
+        for (size_t i = 0; i < n.inputs.size(); ++i)
+          if (const int v = n.inputs[i];
+              v >= 0 && g_.values[static_cast<size_t>(v)].is_initializer && !weights.count(v))
+            same_place(v, n0.inputs[i]);
+      }
+    }
   }
 
  private:
@@ -330,6 +344,9 @@ class Builder {
       }
       if (last) break;
       state = r[0];
+      // The shifted state holds the layer outputs a stage reads next: a copy of block 0's output for annotations.
+      lay_.block_instances[g_.values[static_cast<size_t>(b0.output)].name].push_back(
+          out_.values[static_cast<size_t>(state)].name);
       for (Carried& c : carried)
         c.state = shift(c.state, entering != enter_.end() ? c.rows[static_cast<size_t>(entering->second)] : -1, false,
                         tn + "/" + g_.values[static_cast<size_t>(c.v)].name)[0];
@@ -340,7 +357,11 @@ class Builder {
         for (const Carried& c : carried) bound[c.v] = {c.state, true, static_cast<int>(c.dim)};
         for (size_t j = 0; j < b0.weights.size(); ++j)
           bound[b0.weights[j]] = {select_round(weights[static_cast<size_t>(k)][j], t, tag), true, -1};
-        const int next = stacker.apply(bound, tag);
+        std::map<int, int> made;
+        const int next = stacker.apply(bound, tag, &made);
+        for (const auto& [v, id] : made)
+          lay_.block_instances[g_.values[static_cast<size_t>(v)].name].push_back(
+              out_.values[static_cast<size_t>(id)].name);
         // Padding slots pass the state through.
         std::vector<uint8_t> active(static_cast<size_t>(S));
         bool all = true;
@@ -418,19 +439,86 @@ Annotations pipeline_annotations(const Graph& g, const Annotations& a, const Pip
   Annotations out;
   out.mesh = a.mesh;
   const Graph& pg = p.graph;
-  std::set<std::string> inside(p.layout.block_values.begin(), p.layout.block_values.end());
+  const std::string axis_name = a.mesh.axes.at(static_cast<size_t>(axis));
+  auto same = [](const Annotation* x, const Annotation* y) {
+    return (!x && !y) || (x && y && x->sharding == y->sharding && x->open == y->open && x->open_dims == y->open_dims);
+  };
+  auto sourced = [](const Annotation& ann, const std::string& why) {
+    Annotation s = ann;
+    s.source = fmt::format("{} ({})", ann.source, why);
+    return s;
+  };
+  // Each stage holds its own layers: the stage dim of every stacked copy takes `axis`.
+  auto check_axis = [&](const Annotation& ann, const std::string& name) {
+    const std::vector<int> used = ann.sharding.tiled_axes();
+    if (std::find(used.begin(), used.end(), axis) != used.end() ||
+        std::find(ann.sharding.unreduced.begin(), ann.sharding.unreduced.end(), axis) != ann.sharding.unreduced.end())
+      throw InputError(
+          fmt::format("{}: '{}' belongs to the layers, whose stacked copies have their stage dim over "
+                      "'{}' (--pipeline): it cannot be sharded over '{}' too",
+                      ann.source, name, axis_name, axis_name));
+  };
+  auto stacked = [&](const Annotation& ann, int rank, const std::string& why) {  // [axis] + ann
+    Annotation s = sourced(ann, why);
+    s.sharding.dims.insert(s.sharding.dims.begin(), std::vector<int>{axis});
+    s.sharding.unreduced.clear();
+    if (!s.open_dims.empty() || s.open) {
+      s.open_dims.assign(static_cast<size_t>(rank), 0);
+      for (int d = 1; d < rank; ++d) s.open_dims[static_cast<size_t>(d)] = ann.dim_open(d - 1);
+      s.open = false;
+    }
+    return s;
+  };
+
+  // Values both graphs have keep their annotation. A value inside the layers (or a layer's constant) joins the
+  // annotated values of the other layers at its place, which must say the same.
+  struct Inside {
+    const Annotation* ann = nullptr;
+    std::vector<std::string> names;  // the annotated values of g at this place, in value order
+  };
+  std::map<std::string, Inside> inside;  // block 0's value -> its layers' annotated copies
   std::map<std::string, const Annotation*> by_name;
+  std::set<std::string> placed;  // annotated values of g that reached a value of pg
   for (const auto& [v, ann] : a.by_value) {
     const std::string& name = g.values[static_cast<size_t>(v)].name;
-    if (inside.count(name))
-      throw InputError(
-          fmt::format("{}: '{}' is inside the layer blocks, which --pipeline runs as one stacked layer "
-                      "per iteration: annotate the layer weights instead",
-                      ann.source, name));
     by_name[name] = &ann;
-    if (const int id = pg.find(name); id >= 0) out.by_value[id] = ann;
+    if (const int id = pg.find(name); id >= 0) {
+      out.by_value[id] = ann;
+      placed.insert(name);
+    }
+    auto at = p.layout.block_values.find(name);
+    if (at == p.layout.block_values.end()) continue;
+    Inside& in = inside[at->second];
+    if (in.ann && !same(in.ann, &ann))
+      throw InputError(
+          fmt::format("{}: '{}' and '{}' are the same value of two layers, which --pipeline runs as one "
+                      "stacked layer, but are annotated differently",
+                      ann.source, in.names.front(), name));
+    in.ann = &ann;
+    in.names.push_back(name);
   }
-  const std::string axis_name = a.mesh.axes.at(static_cast<size_t>(axis));
+  // ... goes to every stage-stacked copy of block 0's value with the stage dim over `axis` in front, or as it is to
+  // the one copy of a value computed from constants.
+  for (const auto& [v0, in] : inside) {
+    const Annotation& ann = *in.ann;
+    const size_t rank = g.values[static_cast<size_t>(g.at(in.names.front()))].shape.size();
+    std::vector<int> copies;
+    if (auto inst = p.layout.block_instances.find(v0); inst != p.layout.block_instances.end())
+      for (const std::string& c : inst->second) copies.push_back(pg.at(c));
+    else if (const int id = pg.find(v0); id >= 0)
+      copies.push_back(id);  // a constant the layers read
+    for (const int id : copies) {
+      const size_t copy_rank = pg.values[static_cast<size_t>(id)].shape.size();
+      if (copy_rank == rank + 1) {
+        check_axis(ann, in.names.front());
+        out.by_value[id] = stacked(ann, static_cast<int>(copy_rank), "on every layer's copy, stacked by --pipeline");
+      } else {
+        out.by_value[id] = sourced(ann, "the copy every layer reads, by --pipeline");
+      }
+    }
+    if (!copies.empty()) placed.insert(in.names.begin(), in.names.end());
+  }
+  // Each stacked weight takes its members' annotation (which must agree) behind the stage (and round) dims.
   for (const PipelineLayout::StackedWeight& w : p.layout.weights) {
     const int id = pg.at(w.name);
     const int rank = static_cast<int>(pg.values[static_cast<size_t>(id)].shape.size());
@@ -440,22 +528,21 @@ Annotations pipeline_annotations(const Graph& g, const Annotations& a, const Pip
       if (m.empty()) continue;
       auto it = by_name.find(m);
       const Annotation* ann = it == by_name.end() ? nullptr : it->second;
+      if (ann) placed.insert(m);
       if (first_name.empty()) {
         first = ann;
         first_name = m;
-        continue;
-      }
-      const bool same = (!first && !ann) || (first && ann && first->sharding == ann->sharding &&
-                                             first->open == ann->open && first->open_dims == ann->open_dims);
-      if (!same)
+      } else if (!same(first, ann)) {
         throw InputError(fmt::format("--pipeline: '{}' and '{}' are stacked into '{}' but annotated differently",
                                      first_name, m, w.name));
+      }
     }
     Annotation s;
     s.sharding = TensorSharding::replicated(rank);
     s.open_dims.assign(static_cast<size_t>(rank), 1);
     const int offset = w.stage_dim + 1;  // the member's dims follow the lead dims
     if (first) {
+      check_axis(*first, first_name);
       for (size_t d = 0; d < first->sharding.dims.size(); ++d) {
         s.sharding.dims[d + static_cast<size_t>(offset)] = first->sharding.dims[d];
         s.open_dims[d + static_cast<size_t>(offset)] = first->dim_open(static_cast<int>(d));
@@ -469,8 +556,10 @@ Annotations pipeline_annotations(const Graph& g, const Annotations& a, const Pip
     if (w.stage_dim == 1) s.open_dims[0] = 0;  // the rounds stay whole on every stage
     out.by_value[id] = std::move(s);
   }
+  // The state buffers that no annotated layer output reached: dim 0 over `axis`, the rest open.
   for (const std::string& st : p.layout.states) {
     const int id = pg.at(st);
+    if (out.by_value.count(id)) continue;
     const int rank = static_cast<int>(pg.values[static_cast<size_t>(id)].shape.size());
     Annotation s;
     s.sharding = TensorSharding::replicated(rank);
@@ -480,6 +569,13 @@ Annotations pipeline_annotations(const Graph& g, const Annotations& a, const Pip
     s.source = fmt::format("--pipeline {}: the stage dim of the state buffer", axis_name);
     out.by_value[id] = std::move(s);
   }
+  // An annotation is a constraint: one that reached no value of the pipelined graph is refused, never dropped.
+  for (const auto& [name, ann] : by_name)
+    if (!placed.count(name))
+      throw InputError(
+          fmt::format("{}: '{}' has no copy in the graph that --pipeline builds, so its annotation "
+                      "cannot be kept",
+                      ann->source, name));
   return out;
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,13 @@ struct PipelineLayout {
     std::vector<std::string> members;
   };
   std::vector<StackedWeight> weights;
-  std::vector<std::string> states;        // the stage-stacked buffers the shifts produce (dim 0 = stage)
-  std::vector<std::string> shifts;        // the Shift nodes, in order (one per iteration, then the last exit)
-  std::vector<std::string> block_values;  // values of g inside the layer blocks (gone from the pipelined graph)
+  std::vector<std::string> states;  // the stage-stacked buffers the shifts produce (dim 0 = stage)
+  std::vector<std::string> shifts;  // the Shift nodes, in order (one per iteration, then the last exit)
+  /// Values of g inside the layer blocks (gone from the pipelined graph), each to block 0's value at the same place.
+  std::map<std::string, std::string> block_values;
+  /// Block 0's values to their copies in the pipelined graph, one per layer application: stage-stacked (one dim
+  /// more), or unstacked for a value computed from constants only.
+  std::map<std::string, std::vector<std::string>> block_instances;
   /// Values that live across iterations besides the state buffers: the microbatch rows waiting to enter and the
   /// results that left (what --remat keeps rather than recomputes, TrainingOptions::remat_keep).
   std::vector<std::string> carried_values;
@@ -91,9 +96,11 @@ int64_t pipeline_batch(const Graph& g, const std::string& layers = "");
 
 /// The annotations of the pipelined graph from those of the original `g` (`a`, read by name against g): values that
 /// both graphs have keep theirs; each stacked weight takes its members' annotation (which must agree) with the stage
-/// dim sharded over mesh axis `axis`; the state buffers get dim 0 over `axis` (their other dims open). Throws
-/// InputError naming the value when a value inside the layer blocks is annotated (its copies are per iteration:
-/// annotate the weights) or a stacked weight's members are annotated differently.
+/// dim sharded over mesh axis `axis`; a value inside the layer blocks gives its annotation, with the stage dim over
+/// `axis` in front, to every stage-stacked copy of block 0's value at its place (a layer output's also to the
+/// shifted state buffers), or as it is to the one copy of a value computed from constants; the other state buffers
+/// get dim 0 over `axis` (their other dims open). Throws InputError naming the values when two layers' copies of a
+/// value, or a stacked weight's members, are annotated differently.
 Annotations pipeline_annotations(const Graph& g, const Annotations& a, const PipelinedGraph& p, int axis);
 
 /// "gpipe" / "circular".

@@ -76,10 +76,14 @@ int BlockStacker::widen(const Node& like, int id, size_t rank, const std::string
   return emit(like, "Reshape", {id, shape}, {}, 1, like.name + tag + "/stage_align")[0];
 }
 
-int BlockStacker::apply(const std::map<int, Bound>& bound, const std::string& tag) {
+int BlockStacker::apply(const std::map<int, Bound>& bound, const std::string& tag, std::map<int, int>* instances) {
   local_ = bound;
   const LayerBlocks::Block& b0 = b_.blocks.at(0);
   for (int k : b0.nodes) stack(g_.nodes[static_cast<size_t>(k)], tag);
+  if (instances)
+    for (int k : b0.nodes)
+      for (int v : g_.nodes[static_cast<size_t>(k)].outputs)
+        if (auto it = local_.find(v); v >= 0 && it != local_.end()) (*instances)[v] = it->second.id;
   const Bound result = lookup(b0.output);
   local_.clear();
   if (!result.stacked) throw InputError("--pipeline: the layer's output does not depend on its input");

@@ -42,8 +42,10 @@ class BlockStacker {
   /// Value `v` of g (a side input, a constant) is `id` of out, read unstacked by every stage.
   void share(int v, int id);
   /// Emits block 0 once, reading `bound` (block 0's input and weights, and any other value of g, to stage-stacked
-  /// values of out); node names get `tag` appended. Returns the id of the block's output in out.
-  int apply(const std::map<int, Bound>& bound, const std::string& tag);
+  /// values of out); node names get `tag` appended. Returns the id of the block's output in out. `instances` (if
+  /// given) receives, per value block 0 computes, its copy in out: stage-stacked (one dim more) when it depends on a
+  /// stacked value, else the one copy every stage reads (a value computed from constants).
+  int apply(const std::map<int, Bound>& bound, const std::string& tag, std::map<int, int>* instances = nullptr);
 
  private:
   Bound lookup(int v);

@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "tests/e2e/e2e_util.h"
 
 namespace gspmd {
@@ -81,6 +83,50 @@ TEST(PipelineCli, AnnotatedModelReadsBackToTheSameProgram) {
   EXPECT_EQ(back["collectives"].size(), first["collectives"].size());
   EXPECT_EQ(count_collectives(back, "collective-permute"), count_collectives(first, "collective-permute"));
   EXPECT_EQ(count_collectives(back, "all-reduce"), count_collectives(first, "all-reduce"));
+}
+
+// An annotation inside the layers is a constraint (JAX's with_sharding_constraint) on every layer's copy: a replicated
+// attention softmax in one layer holds in every stacked layer of every iteration. Megatron shards the heads over
+// `model`, so each of the T = 5 iterations all-gathers its softmax over `model`: the local [1, 2, 2, 64, 64] float32
+// becomes [1, 2, 4, 64, 64], 128 KiB. Without the annotation there is no all-gather. The annotated model (each layer's
+// values with their copies' sharding) reads back to the same program.
+TEST(PipelineCli, AnnotationInsideTheLayersIsAConstraint) {
+  const fs::path d = scratch("pipeline_cli_inside");
+  nlohmann::json side = read_json("testdata/gpt/gpt.pipeline.sharding.json");
+  const std::string pipe = " --mesh 2x2 --pipeline stage --microbatches 4";
+  const nlohmann::json plain = run_checked(
+      "testdata/gpt/gpt_opset17.onnx --shardings testdata/gpt/gpt.pipeline.sharding.json" + pipe, d, "plain");
+  EXPECT_EQ(count_collectives(plain, "all-gather"), 0);
+  side["tensors"]["/h.1/attn/Softmax_output_0"] = {nullptr, nullptr, nullptr, nullptr};
+  std::ofstream(d / "softmax.sharding.json") << side.dump();
+  const std::string args = "testdata/gpt/gpt_opset17.onnx --shardings " + (d / "softmax.sharding.json").string() + pipe;
+  const nlohmann::json j = run_checked(args, d, "softmax");
+  ASSERT_FALSE(j.empty());
+  int gathers = 0;
+  for (const auto& c : j["collectives"])
+    if (c["kind"] == "all-gather") {
+      ++gathers;
+      EXPECT_EQ(c["axes"], nlohmann::json::array({"model"}));
+      EXPECT_EQ(c["bytes"], 2 * 4 * 64 * 64 * 4);
+    }
+  EXPECT_EQ(gathers, 5);
+  EXPECT_EQ(count_collectives(j, "collective-permute"), count_collectives(plain, "collective-permute"));
+
+  const CmdResult w =
+      cli("partition " + args + " -o " + (d / "out").string() + " --annotated-model " + (d / "ann.onnx").string(),
+          "pipeline_inside_partition");
+  ASSERT_EQ(w.code, 0) << w.err;
+  const nlohmann::json sh = read_json(d / "out" / "shardings.json")["tensors"];
+  for (int t = 0; t < 5; ++t)
+    EXPECT_EQ(sh[fmt::format("/h.0/attn/Softmax@t{}:0", t)],
+              nlohmann::json::parse(R"(["stage", null, null, null, null])"))
+        << t;
+  const nlohmann::json back = run_checked((d / "ann.onnx").string() + pipe, d, "annotated_back");
+  ASSERT_FALSE(back.empty());
+  ASSERT_EQ(back["collectives"].size(), j["collectives"].size());
+  for (size_t i = 0; i < j["collectives"].size(); ++i)
+    for (const char* key : {"kind", "axes", "bytes", "value"})
+      EXPECT_EQ(back["collectives"][i][key], j["collectives"][i][key]) << i << " " << key;
 }
 
 // --trace: beside each device's ops, a track of its stage with one span per iteration: the microbatch and layers it
@@ -321,9 +367,15 @@ TEST(PipelineCli, RefusalsAreOneLine) {
   };
   const std::string gpt = "testdata/gpt/gpt_opset17.onnx --mesh 2x2 ";
   const fs::path d = scratch("pipeline_cli_refusals");
-  const fs::path inside = d / "inside.sharding.json", differ = d / "differ.sharding.json";
-  std::ofstream(inside) << R"({"mesh": {"shape": [2, 2], "axes": ["x", "y"]},
-    "tensors": {"/h.1/attn/Softmax_output_0": [null, "y", null, null]}})";
+  const fs::path stage_inside = d / "stage_inside.sharding.json", stage_weight = d / "stage_weight.sharding.json",
+                 inside_differ = d / "inside_differ.sharding.json", differ = d / "differ.sharding.json";
+  std::ofstream(stage_inside) << R"({"mesh": {"shape": [2, 2], "axes": ["x", "y"]},
+    "tensors": {"/h.1/attn/Softmax_output_0": [null, "x", null, null]}})";
+  std::ofstream(stage_weight) << R"({"mesh": {"shape": [2, 2], "axes": ["x", "y"]},
+    "tensors": {"h.0.attn.q.weight": ["x", null], "h.1.attn.q.weight": ["x", null]}})";
+  std::ofstream(inside_differ) << R"({"mesh": {"shape": [2, 2], "axes": ["x", "y"]},
+    "tensors": {"/h.0/attn/Softmax_output_0": [null, "y", null, null],
+                "/h.1/attn/Softmax_output_0": [null, null, null, null]}})";
   std::ofstream(differ) << R"({"mesh": {"shape": [2, 2], "axes": ["x", "y"]},
     "tensors": {"h.0.attn.q.weight": [null, "y"], "h.1.attn.q.weight": ["y", null]}})";
   const std::vector<Case> cases = {
@@ -333,10 +385,19 @@ TEST(PipelineCli, RefusalsAreOneLine) {
        "into 3 microbatches\n"},
       {gpt + "--microbatches 2", "error: --microbatches: only used with --pipeline\n"},
       {gpt + "--pipeline x --schedule zigzag", "error: --schedule: 'zigzag' is not gpipe or circular\n"},
-      {gpt + "--pipeline x --shardings " + inside.string(),
-       "error: " + inside.string() +
-           ": tensors.\"/h.1/attn/Softmax_output_0\": '/h.1/attn/Softmax_output_0' is inside the layer blocks, which "
-           "--pipeline runs as one stacked layer per iteration: annotate the layer weights instead\n"},
+      {gpt + "--pipeline x --shardings " + stage_inside.string(),
+       "error: " + stage_inside.string() +
+           ": tensors.\"/h.1/attn/Softmax_output_0\": '/h.1/attn/Softmax_output_0' belongs to the layers, whose "
+           "stacked copies have their stage dim over 'x' (--pipeline): it cannot be sharded over 'x' too\n"},
+      {gpt + "--pipeline x --shardings " + stage_weight.string(),
+       "error: " + stage_weight.string() +
+           ": tensors.\"h.0.attn.q.weight\": 'h.0.attn.q.weight' belongs to the layers, whose stacked copies have "
+           "their stage dim over 'x' (--pipeline): it cannot be sharded over 'x' too\n"},
+      {gpt + "--pipeline x --shardings " + inside_differ.string(),
+       "error: " + inside_differ.string() +
+           ": tensors.\"/h.1/attn/Softmax_output_0\": '/h.0/attn/Softmax_output_0' and '/h.1/attn/Softmax_output_0' "
+           "are the same value of two layers, which --pipeline runs as one stacked layer, but are annotated "
+           "differently\n"},
       {gpt + "--pipeline x --shardings " + differ.string(),
        "error: --pipeline: 'h.0.attn.q.weight' and 'h.1.attn.q.weight' are stacked into 'h.#.attn.q.weight' but "
        "annotated differently\n"},
