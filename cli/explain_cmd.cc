@@ -132,7 +132,7 @@ void explain_pipeline(const PipelineLayout& l, const std::string& axis) {
       100 * l.bubble);
   for (size_t s = 0; s < l.stage_layers.size(); ++s) {
     std::vector<std::string> layers;
-    for (int64_t k : l.stage_layers[s]) layers.push_back(k < 0 ? "padding" : std::to_string(k));
+    for (int64_t k : l.stage_layers[s]) layers.push_back(l.block_name(k));
     fmt::print("  stage {} runs layers {}\n", s, fmt::join(layers, ", "));
   }
   fmt::print(

@@ -315,6 +315,7 @@ nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis,
   j["microbatches"] = l.microbatches;
   j["microbatch"] = l.microbatch;
   j["layers"] = l.layers;
+  j["layers_per_block"] = l.layers_per_block;
   j["rounds"] = l.rounds;
   j["layers_per_iteration"] = l.slots;
   j["iterations"] = l.iterations;
@@ -372,13 +373,17 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
         100 * r["training"]["recomputed_flops"].get<double>() / std::max(1.0, r["model_flops"].get<double>()));
   if (r.contains("pipeline")) {
     const auto& pl = r["pipeline"];
-    fmt::print(
-        "pipeline  {} over {}: {} stages of {} layer(s), {} microbatches of {}, {} iterations, bubble {:.1f}%{}\n",
-        pl["schedule"].get<std::string>(), pl["axis"].get<std::string>(), pl["stages"].get<int64_t>(),
-        pl["rounds"].get<int64_t>() * pl["layers_per_iteration"].get<int64_t>(), pl["microbatches"].get<int64_t>(),
-        pl["microbatch"].get<int64_t>(), pl["iterations"].get<int64_t>(), 100 * pl["bubble_fraction"].get<double>(),
-        pl["padding_slots"].get<int64_t>() > 0 ? fmt::format(" ({} padding slots)", pl["padding_slots"].get<int64_t>())
-                                               : std::string());
+    fmt::print("pipeline  {} over {}: {} stages of {} {}, {} microbatches of {}, {} iterations, bubble {:.1f}%{}\n",
+               pl["schedule"].get<std::string>(), pl["axis"].get<std::string>(), pl["stages"].get<int64_t>(),
+               pl["rounds"].get<int64_t>() * pl["layers_per_iteration"].get<int64_t>(),
+               pl["layers_per_block"].get<int64_t>() > 1
+                   ? fmt::format("block(s) of {} layers", pl["layers_per_block"].get<int64_t>())
+                   : std::string("layer(s)"),
+               pl["microbatches"].get<int64_t>(), pl["microbatch"].get<int64_t>(), pl["iterations"].get<int64_t>(),
+               100 * pl["bubble_fraction"].get<double>(),
+               pl["padding_slots"].get<int64_t>() > 0
+                   ? fmt::format(" ({} padding slots)", pl["padding_slots"].get<int64_t>())
+                   : std::string());
     if (pl.contains("auto_microbatches")) {
       std::vector<std::string> tried;
       for (const auto& c : pl["auto_microbatches"])

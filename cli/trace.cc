@@ -125,8 +125,7 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
         if (m >= 0) {
           std::vector<std::string> layers;
           for (int64_t k = 0; k < l.slots; ++k) {
-            const int64_t layer = l.layer_at(sp.t, s, k);
-            layers.push_back(layer < 0 ? "padding" : std::to_string(layer));
+            layers.push_back(l.block_name(l.layer_at(sp.t, s, k)));
           }
           what = fmt::format("microbatch {}, layer{} {}", m, layers.size() > 1 ? "s" : "", fmt::join(layers, ", "));
         }

@@ -84,12 +84,17 @@ std::vector<std::optional<LayerWeight>> layer_weights(const Graph& g, const std:
   for (const auto& [s, count] : sets)
     if (count > most) best = &s, most = count;
   if (!best) return w;
+  // Keys that only some of those layers carry are layer weights too (GShard alternates dense and MoE layers: the MLP's
+  // keys are on the even layers, the experts' on the odd ones); find_layer_blocks then groups the layers by period.
+  auto within_best = [&](const std::set<int64_t>& s) {
+    return s.size() >= 2 && std::includes(best->begin(), best->end(), s.begin(), s.end());
+  };
   for (size_t v = 0; v < g.values.size(); ++v) {
     const Value& val = g.values[v];
     if (!candidate(val)) continue;
     const auto n = first_number(val.name);
     const std::string key = layer_key(val.name);
-    if (n && indices[key] == *best) w[v] = LayerWeight{*n, key};
+    if (n && within_best(indices[key])) w[v] = LayerWeight{*n, key};
   }
   return w;
 }
@@ -193,190 +198,230 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
     seg_layers.insert(reads[k].begin(), reads[k].end());
     if (cut[k] || k + 1 == nn) close_segment(k);
   }
-  // After the last block: as many nodes as make it block 0's size are its own (its residual add), the rest the
-  // suffix (the final norm and the head); the comparison below checks the split.
-  if (!out.blocks.empty()) {
-    const size_t own = out.blocks.size() < 2 || out.blocks[0].nodes.size() < out.blocks.back().nodes.size()
-                           ? 0
-                           : std::min(tail.size(), out.blocks[0].nodes.size() - out.blocks.back().nodes.size());
-    out.blocks.back().nodes.insert(out.blocks.back().nodes.end(), tail.begin(), tail.begin() + static_cast<long>(own));
-    out.suffix.assign(tail.begin() + static_cast<long>(own), tail.end());
-  }
-  if (out.blocks.size() < 2)
-    throw InputError(
-        fmt::format("--pipeline: the model has {} layer block{} (layers are found by the whole numbers "
-                    "in the weights' names, or by --layers REGEX): nothing to pipeline",
-                    out.blocks.size(), out.blocks.size() == 1 ? "" : "s"));
+  // The layers as the sweep found them (one block per layer index); `tail`: the nodes after the last one.
+  const LayerBlocks by_layer = std::move(out);
+  const std::vector<int> after = std::move(tail);
+  // Blocks of `period` consecutive layers each (GShard's dense and MoE layers alternate: period 2), made alike.
+  auto assemble = [&](size_t period) {
+    LayerBlocks out;
+    out.prefix = by_layer.prefix;
+    for (size_t i = 0; i < by_layer.blocks.size(); i += period) {
+      LayerBlocks::Block& blk = out.blocks.emplace_back();
+      blk.layer = by_layer.blocks[i].layer;
+      blk.layers = period;
+      for (size_t j = i; j < i + period; ++j)
+        blk.nodes.insert(blk.nodes.end(), by_layer.blocks[j].nodes.begin(), by_layer.blocks[j].nodes.end());
+    }
+    std::vector<int> tail = after;
+    // After the last block: as many nodes as make it block 0's size are its own (its residual add), the rest the
+    // suffix (the final norm and the head); the comparison below checks the split.
+    if (!out.blocks.empty()) {
+      const size_t own = out.blocks.size() < 2 || out.blocks[0].nodes.size() < out.blocks.back().nodes.size()
+                             ? 0
+                             : std::min(tail.size(), out.blocks[0].nodes.size() - out.blocks.back().nodes.size());
+      out.blocks.back().nodes.insert(out.blocks.back().nodes.end(), tail.begin(),
+                                     tail.begin() + static_cast<long>(own));
+      out.suffix.assign(tail.begin() + static_cast<long>(own), tail.end());
+    }
+    if (out.blocks.size() < 2)
+      throw InputError(
+          fmt::format("--pipeline: the model has {} layer block{} (layers are found by the whole numbers "
+                      "in the weights' names, or by --layers REGEX): nothing to pipeline",
+                      out.blocks.size(), out.blocks.size() == 1 ? "" : "s"));
 
-  // Nodes in a block that compute, from no layer weight, values other blocks read too (an attention mask made from
-  // the input) are computed once before the pipeline: they and what they are computed from move to the prefix.
-  {
+    // Nodes in a block that compute, from no layer weight, values other blocks read too (an attention mask made from
+    // the input) are computed once before the pipeline: they and what they are computed from move to the prefix.
+    {
+      std::vector<int> block_of(nn, -1);
+      for (size_t b = 0; b < out.blocks.size(); ++b)
+        for (int k : out.blocks[b].nodes) block_of[static_cast<size_t>(k)] = static_cast<int>(b);
+      std::vector<char> hoist(nn, 0);
+      std::vector<int> work;
+      const std::vector<std::vector<int>> readers = g.consumers();
+      for (size_t k = 0; k < nn; ++k) {
+        if (block_of[k] < 0 || computes_from_layers[k]) continue;
+        for (int v : g.nodes[k].outputs) {
+          if (v < 0) continue;
+          for (int c : readers[static_cast<size_t>(v)])
+            if (block_of[static_cast<size_t>(c)] != block_of[k] && !hoist[k]) {
+              hoist[k] = 1;
+              work.push_back(static_cast<int>(k));
+            }
+        }
+      }
+      while (!work.empty()) {  // and the block nodes they read from
+        const int k = work.back();
+        work.pop_back();
+        for (int v : g.nodes[static_cast<size_t>(k)].inputs) {
+          const int p = v >= 0 ? g.values[static_cast<size_t>(v)].producer : -1;
+          if (p >= 0 && block_of[static_cast<size_t>(p)] >= 0 && !hoist[static_cast<size_t>(p)]) {
+            if (computes_from_layers[static_cast<size_t>(p)])
+              throw InputError(
+                  fmt::format("--pipeline: node {} is shared by layers but computed from layer {}'s weights",
+                              node_name(static_cast<size_t>(k)),
+                              out.blocks[static_cast<size_t>(block_of[static_cast<size_t>(p)])].layer));
+            hoist[static_cast<size_t>(p)] = 1;
+            work.push_back(p);
+          }
+        }
+      }
+      for (LayerBlocks::Block& blk : out.blocks)
+        std::erase_if(blk.nodes, [&](int k) { return hoist[static_cast<size_t>(k)] != 0; });
+      // Before the first block: as many of the prefix's last nodes as make it block 1's size are block 0's own (a
+      // layer that starts by transposing its input or multiplying it by an unnamed weight reads no named layer weight
+      // there, which the later layers' first nodes do through the stream); the comparison below checks the split.
+      std::vector<int>& b0n = out.blocks[0].nodes;
+      const size_t own = b0n.size() < out.blocks[1].nodes.size()
+                             ? std::min(out.prefix.size(), out.blocks[1].nodes.size() - b0n.size())
+                             : 0;
+      b0n.insert(b0n.begin(), out.prefix.end() - static_cast<long>(own), out.prefix.end());
+      out.prefix.resize(out.prefix.size() - own);
+      for (size_t k = 0; k < nn; ++k)
+        if (hoist[k]) out.prefix.push_back(static_cast<int>(k));
+      std::sort(out.prefix.begin(), out.prefix.end());
+    }
+
+    // Each block's stream output: the one value it makes that a later node (or the graph's output) reads.
+    for (size_t b = 0; b < out.blocks.size(); ++b) {
+      LayerBlocks::Block& blk = out.blocks[b];
+      for (int k : blk.nodes)
+        for (int v : g.nodes[static_cast<size_t>(k)].outputs) {
+          if (v < 0 || last[static_cast<size_t>(v)] <= blk.nodes.back()) continue;
+          if (!dep[static_cast<size_t>(v)])
+            throw InputError(
+                fmt::format("--pipeline: layer {}'s node {} computes '{}' for later layers: shared "
+                            "values must be computed before the first layer",
+                            blk.layer, node_name(static_cast<size_t>(k)), g.values[static_cast<size_t>(v)].name));
+          if (blk.output >= 0 && blk.output != v)
+            throw InputError(fmt::format("--pipeline: layer {} passes two values on, '{}' and '{}'", blk.layer,
+                                         g.values[static_cast<size_t>(blk.output)].name,
+                                         g.values[static_cast<size_t>(v)].name));
+          blk.output = v;
+        }
+    }
+
+    // Block i against block 0, node by node: the same op, attributes and wiring. An operand is internal (the same
+    // node position and output), the stream (block 0: the value at the positions where block 1 reads block 0's
+    // output; block i > 0: block i-1's output), a layer weight (the same key, type and shape), or a side input (the
+    // same value, or an equal constant).
+    const LayerBlocks::Block& b0 = out.blocks[0];
+    const std::vector<std::vector<int>> readers = g.consumers();
     std::vector<int> block_of(nn, -1);
     for (size_t b = 0; b < out.blocks.size(); ++b)
       for (int k : out.blocks[b].nodes) block_of[static_cast<size_t>(k)] = static_cast<int>(b);
-    std::vector<char> hoist(nn, 0);
-    std::vector<int> work;
-    const std::vector<std::vector<int>> readers = g.consumers();
-    for (size_t k = 0; k < nn; ++k) {
-      if (block_of[k] < 0 || computes_from_layers[k]) continue;
-      for (int v : g.nodes[k].outputs) {
-        if (v < 0) continue;
-        for (int c : readers[static_cast<size_t>(v)])
-          if (block_of[static_cast<size_t>(c)] != block_of[k] && !hoist[k]) {
-            hoist[k] = 1;
-            work.push_back(static_cast<int>(k));
-          }
-      }
-    }
-    while (!work.empty()) {  // and the block nodes they read from
-      const int k = work.back();
-      work.pop_back();
-      for (int v : g.nodes[static_cast<size_t>(k)].inputs) {
-        const int p = v >= 0 ? g.values[static_cast<size_t>(v)].producer : -1;
-        if (p >= 0 && block_of[static_cast<size_t>(p)] >= 0 && !hoist[static_cast<size_t>(p)]) {
-          if (computes_from_layers[static_cast<size_t>(p)])
-            throw InputError(fmt::format("--pipeline: node {} is shared by layers but computed from layer {}'s weights",
-                                         node_name(static_cast<size_t>(k)),
-                                         out.blocks[static_cast<size_t>(block_of[static_cast<size_t>(p)])].layer));
-          hoist[static_cast<size_t>(p)] = 1;
-          work.push_back(p);
-        }
-      }
-    }
-    for (LayerBlocks::Block& blk : out.blocks)
-      std::erase_if(blk.nodes, [&](int k) { return hoist[static_cast<size_t>(k)] != 0; });
-    // Before the first block: as many of the prefix's last nodes as make it block 1's size are block 0's own (a
-    // layer that starts by transposing its input or multiplying it by an unnamed weight reads no named layer weight
-    // there, which the later layers' first nodes do through the stream); the comparison below checks the split.
-    std::vector<int>& b0n = out.blocks[0].nodes;
-    const size_t own = b0n.size() < out.blocks[1].nodes.size()
-                           ? std::min(out.prefix.size(), out.blocks[1].nodes.size() - b0n.size())
-                           : 0;
-    b0n.insert(b0n.begin(), out.prefix.end() - static_cast<long>(own), out.prefix.end());
-    out.prefix.resize(out.prefix.size() - own);
-    for (size_t k = 0; k < nn; ++k)
-      if (hoist[k]) out.prefix.push_back(static_cast<int>(k));
-    std::sort(out.prefix.begin(), out.prefix.end());
-  }
-
-  // Each block's stream output: the one value it makes that a later node (or the graph's output) reads.
-  for (size_t b = 0; b < out.blocks.size(); ++b) {
-    LayerBlocks::Block& blk = out.blocks[b];
-    for (int k : blk.nodes)
-      for (int v : g.nodes[static_cast<size_t>(k)].outputs) {
-        if (v < 0 || last[static_cast<size_t>(v)] <= blk.nodes.back()) continue;
-        if (!dep[static_cast<size_t>(v)])
-          throw InputError(
-              fmt::format("--pipeline: layer {}'s node {} computes '{}' for later layers: shared "
-                          "values must be computed before the first layer",
-                          blk.layer, node_name(static_cast<size_t>(k)), g.values[static_cast<size_t>(v)].name));
-        if (blk.output >= 0 && blk.output != v)
-          throw InputError(fmt::format("--pipeline: layer {} passes two values on, '{}' and '{}'", blk.layer,
-                                       g.values[static_cast<size_t>(blk.output)].name,
-                                       g.values[static_cast<size_t>(v)].name));
-        blk.output = v;
-      }
-  }
-
-  // Block i against block 0, node by node: the same op, attributes and wiring. An operand is internal (the same
-  // node position and output), the stream (block 0: the value at the positions where block 1 reads block 0's
-  // output; block i > 0: block i-1's output), a layer weight (the same key, type and shape), or a side input (the
-  // same value, or an equal constant).
-  const LayerBlocks::Block& b0 = out.blocks[0];
-  const std::vector<std::vector<int>> readers = g.consumers();
-  std::vector<int> block_of(nn, -1);
-  for (size_t b = 0; b < out.blocks.size(); ++b)
-    for (int k : out.blocks[b].nodes) block_of[static_cast<size_t>(k)] = static_cast<int>(b);
-  // An unnamed layer weight (torch exports a Linear's transposed weight as "onnx::MatMul_285"): a float initializer
-  // that only block b's nodes read.
-  auto owned_weight = [&](int v, size_t b) {
-    const Value& x = g.values[static_cast<size_t>(v)];
-    if (!x.is_initializer || !is_floating(x.dtype) || readers[static_cast<size_t>(v)].empty()) return false;
-    return std::all_of(readers[static_cast<size_t>(v)].begin(), readers[static_cast<size_t>(v)].end(),
-                       [&](int k) { return block_of[static_cast<size_t>(k)] == static_cast<int>(b); });
-  };
-  std::map<int, std::pair<size_t, size_t>> pos0;  // block 0's values: (node position, output index)
-  for (size_t p = 0; p < b0.nodes.size(); ++p)
-    for (size_t o = 0; o < g.nodes[static_cast<size_t>(b0.nodes[p])].outputs.size(); ++o)
-      pos0[g.nodes[static_cast<size_t>(b0.nodes[p])].outputs[o]] = {p, o};
-  std::set<int> side_seen;
-  for (size_t b = 1; b < out.blocks.size(); ++b) {
-    LayerBlocks::Block& bi = out.blocks[b];
-    auto differ = [&](size_t p, const std::string& why) {
-      const size_t at = p < bi.nodes.size() ? static_cast<size_t>(bi.nodes[p]) : static_cast<size_t>(bi.nodes.back());
-      return InputError(fmt::format("--pipeline: layer {} differs from layer {} at node {}: {}", bi.layer, b0.layer,
-                                    node_name(at), why));
+    // An unnamed layer weight (torch exports a Linear's transposed weight as "onnx::MatMul_285"): a float initializer
+    // that only block b's nodes read.
+    auto owned_weight = [&](int v, size_t b) {
+      const Value& x = g.values[static_cast<size_t>(v)];
+      if (!x.is_initializer || !is_floating(x.dtype) || readers[static_cast<size_t>(v)].empty()) return false;
+      return std::all_of(readers[static_cast<size_t>(v)].begin(), readers[static_cast<size_t>(v)].end(),
+                         [&](int k) { return block_of[static_cast<size_t>(k)] == static_cast<int>(b); });
     };
-    if (bi.nodes.size() != b0.nodes.size())
-      throw differ(0, fmt::format("{} nodes against {}", bi.nodes.size(), b0.nodes.size()));
-    std::map<int, std::pair<size_t, size_t>> posi;
-    for (size_t p = 0; p < bi.nodes.size(); ++p) {
-      const Node& n0 = g.nodes[static_cast<size_t>(b0.nodes[p])];
-      const Node& ni = g.nodes[static_cast<size_t>(bi.nodes[p])];
-      if (ni.op_type != n0.op_type || ni.domain != n0.domain)
-        throw differ(p, fmt::format("{} where layer {} has {}", ni.op_type, b0.layer, n0.op_type));
-      if (ni.has_body()) throw differ(p, "control flow in a layer block is not supported");
-      if (!same_attrs(ni.attrs, n0.attrs)) throw differ(p, "other attributes");
-      if (ni.inputs.size() != n0.inputs.size() || ni.outputs.size() != n0.outputs.size())
-        throw differ(p, "another number of inputs or outputs");
-      for (size_t i = 0; i < ni.inputs.size(); ++i) {
-        const int v0 = n0.inputs[i], vi = ni.inputs[i];
-        if ((v0 < 0) != (vi < 0)) throw differ(p, fmt::format("input {} is present in one layer only", i));
-        if (v0 < 0) continue;
-        const Value &x0 = g.values[static_cast<size_t>(v0)], &xi = g.values[static_cast<size_t>(vi)];
-        const std::string what = fmt::format("input {} ('{}' against '{}')", i, xi.name, x0.name);
-        if (auto it = pos0.find(v0); it != pos0.end()) {
-          auto jt = posi.find(vi);
-          if (jt == posi.end() || jt->second != it->second) throw differ(p, what + " is wired differently");
-        } else if (vi == bi.input || (bi.input < 0 && vi == out.blocks[b - 1].output)) {
-          if (b == 1) {
-            if (out.blocks[0].input >= 0 && out.blocks[0].input != v0)
-              throw differ(p, what + ": layer " + std::to_string(b0.layer) + " reads two stream values");
-            out.blocks[0].input = v0;
-          } else if (v0 != out.blocks[0].input) {
-            throw differ(p, what + " is wired differently");
+    std::map<int, std::pair<size_t, size_t>> pos0;  // block 0's values: (node position, output index)
+    for (size_t p = 0; p < b0.nodes.size(); ++p)
+      for (size_t o = 0; o < g.nodes[static_cast<size_t>(b0.nodes[p])].outputs.size(); ++o)
+        pos0[g.nodes[static_cast<size_t>(b0.nodes[p])].outputs[o]] = {p, o};
+    std::set<int> side_seen;
+    for (size_t b = 1; b < out.blocks.size(); ++b) {
+      LayerBlocks::Block& bi = out.blocks[b];
+      auto differ = [&](size_t p, const std::string& why) {
+        const size_t at = p < bi.nodes.size() ? static_cast<size_t>(bi.nodes[p]) : static_cast<size_t>(bi.nodes.back());
+        return InputError(fmt::format("--pipeline: layer {} differs from layer {} at node {}: {}", bi.layer, b0.layer,
+                                      node_name(at), why));
+      };
+      if (bi.nodes.size() != b0.nodes.size())
+        throw differ(0, fmt::format("{} nodes against {}", bi.nodes.size(), b0.nodes.size()));
+      std::map<int, std::pair<size_t, size_t>> posi;
+      for (size_t p = 0; p < bi.nodes.size(); ++p) {
+        const Node& n0 = g.nodes[static_cast<size_t>(b0.nodes[p])];
+        const Node& ni = g.nodes[static_cast<size_t>(bi.nodes[p])];
+        if (ni.op_type != n0.op_type || ni.domain != n0.domain)
+          throw differ(p, fmt::format("{} where layer {} has {}", ni.op_type, b0.layer, n0.op_type));
+        if (ni.has_body()) throw differ(p, "control flow in a layer block is not supported");
+        if (!same_attrs(ni.attrs, n0.attrs)) throw differ(p, "other attributes");
+        if (ni.inputs.size() != n0.inputs.size() || ni.outputs.size() != n0.outputs.size())
+          throw differ(p, "another number of inputs or outputs");
+        for (size_t i = 0; i < ni.inputs.size(); ++i) {
+          const int v0 = n0.inputs[i], vi = ni.inputs[i];
+          if ((v0 < 0) != (vi < 0)) throw differ(p, fmt::format("input {} is present in one layer only", i));
+          if (v0 < 0) continue;
+          const Value &x0 = g.values[static_cast<size_t>(v0)], &xi = g.values[static_cast<size_t>(vi)];
+          const std::string what = fmt::format("input {} ('{}' against '{}')", i, xi.name, x0.name);
+          if (auto it = pos0.find(v0); it != pos0.end()) {
+            auto jt = posi.find(vi);
+            if (jt == posi.end() || jt->second != it->second) throw differ(p, what + " is wired differently");
+          } else if (vi == bi.input || (bi.input < 0 && vi == out.blocks[b - 1].output)) {
+            if (b == 1) {
+              if (out.blocks[0].input >= 0 && out.blocks[0].input != v0)
+                throw differ(p, what + ": layer " + std::to_string(b0.layer) + " reads two stream values");
+              out.blocks[0].input = v0;
+            } else if (v0 != out.blocks[0].input) {
+              throw differ(p, what + " is wired differently");
+            }
+            bi.input = vi;
+          } else if (lw[static_cast<size_t>(v0)] || lw[static_cast<size_t>(vi)]) {
+            if (!lw[static_cast<size_t>(v0)] || !lw[static_cast<size_t>(vi)] ||
+                lw[static_cast<size_t>(v0)]->key != lw[static_cast<size_t>(vi)]->key || x0.dtype != xi.dtype ||
+                x0.shape != xi.shape)
+              throw differ(p, what + " are not the same weight of two layers");
+            if (b == 1 && std::find(b0.weights.begin(), b0.weights.end(), v0) == b0.weights.end())
+              out.blocks[0].weights.push_back(v0);
+            if (std::find(bi.weights.begin(), bi.weights.end(), vi) == bi.weights.end()) bi.weights.push_back(vi);
+          } else if (v0 == vi || same_tensor(x0, xi)) {
+            if (b == 1 && v0 == vi && side_seen.insert(v0).second) out.side_inputs.push_back(v0);
+          } else if (x0.dtype == xi.dtype && x0.shape == xi.shape && owned_weight(v0, 0) && owned_weight(vi, b)) {
+            if (b == 1 && std::find(b0.weights.begin(), b0.weights.end(), v0) == b0.weights.end())
+              out.blocks[0].weights.push_back(v0);
+            if (std::find(bi.weights.begin(), bi.weights.end(), vi) == bi.weights.end()) bi.weights.push_back(vi);
+          } else {
+            throw differ(p, what + " differ");
           }
-          bi.input = vi;
-        } else if (lw[static_cast<size_t>(v0)] || lw[static_cast<size_t>(vi)]) {
-          if (!lw[static_cast<size_t>(v0)] || !lw[static_cast<size_t>(vi)] ||
-              lw[static_cast<size_t>(v0)]->key != lw[static_cast<size_t>(vi)]->key || x0.dtype != xi.dtype ||
-              x0.shape != xi.shape)
-            throw differ(p, what + " are not the same weight of two layers");
-          if (b == 1 && std::find(b0.weights.begin(), b0.weights.end(), v0) == b0.weights.end())
-            out.blocks[0].weights.push_back(v0);
-          if (std::find(bi.weights.begin(), bi.weights.end(), vi) == bi.weights.end()) bi.weights.push_back(vi);
-        } else if (v0 == vi || same_tensor(x0, xi)) {
-          if (b == 1 && v0 == vi && side_seen.insert(v0).second) out.side_inputs.push_back(v0);
-        } else if (x0.dtype == xi.dtype && x0.shape == xi.shape && owned_weight(v0, 0) && owned_weight(vi, b)) {
-          if (b == 1 && std::find(b0.weights.begin(), b0.weights.end(), v0) == b0.weights.end())
-            out.blocks[0].weights.push_back(v0);
-          if (std::find(bi.weights.begin(), bi.weights.end(), vi) == bi.weights.end()) bi.weights.push_back(vi);
-        } else {
-          throw differ(p, what + " differ");
+        }
+        for (size_t o = 0; o < ni.outputs.size(); ++o) {
+          const int v0 = n0.outputs[o], vi = ni.outputs[o];
+          if ((v0 < 0) != (vi < 0)) throw differ(p, fmt::format("output {} is present in one layer only", o));
+          if (v0 < 0) continue;
+          const Value &y0 = g.values[static_cast<size_t>(v0)], &yi = g.values[static_cast<size_t>(vi)];
+          if (y0.dtype != yi.dtype || y0.shape != yi.shape)
+            throw differ(p, fmt::format("output {} is {}, layer {}'s {}", o, type_str(yi.dtype, yi.shape), b0.layer,
+                                        type_str(y0.dtype, y0.shape)));
+          posi[vi] = {p, o};
         }
       }
-      for (size_t o = 0; o < ni.outputs.size(); ++o) {
-        const int v0 = n0.outputs[o], vi = ni.outputs[o];
-        if ((v0 < 0) != (vi < 0)) throw differ(p, fmt::format("output {} is present in one layer only", o));
-        if (v0 < 0) continue;
-        const Value &y0 = g.values[static_cast<size_t>(v0)], &yi = g.values[static_cast<size_t>(vi)];
-        if (y0.dtype != yi.dtype || y0.shape != yi.shape)
-          throw differ(p, fmt::format("output {} is {}, layer {}'s {}", o, type_str(yi.dtype, yi.shape), b0.layer,
-                                      type_str(y0.dtype, y0.shape)));
-        posi[vi] = {p, o};
+      if (bi.input < 0)
+        throw InputError(fmt::format("--pipeline: layer {} does not read layer {}'s output '{}'", bi.layer,
+                                     out.blocks[b - 1].layer,
+                                     g.values[static_cast<size_t>(out.blocks[b - 1].output)].name));
+      if (pos0.count(b0.output) == 0 || posi.count(bi.output) == 0 || pos0[b0.output] != posi[bi.output])
+        throw differ(bi.nodes.size() - 1,
+                     "its output is not the same node's as layer " + std::to_string(b0.layer) + "'s");
+    }
+    if (out.blocks[0].input < 0)
+      throw InputError(fmt::format("--pipeline: layer {} reads no stream value", out.blocks[0].layer));
+    return out;
+  };
+  // One layer per block, else the shortest period over which the layers' weight keys repeat.
+  const size_t n = by_layer.blocks.size();
+  std::map<int64_t, std::set<std::string>> keys;  // per layer: its weights' keys
+  for (size_t v = 0; v < nv; ++v)
+    if (lw[v]) keys[lw[v]->layer].insert(lw[v]->key);
+  auto keys_repeat = [&](size_t period) {
+    for (size_t i = period; i < n; ++i)
+      if (keys[by_layer.blocks[i].layer] != keys[by_layer.blocks[i - period].layer]) return false;
+    return true;
+  };
+  try {
+    return assemble(1);
+  } catch (const InputError&) {
+    for (size_t period = 2; period <= n / 2 && !keys_repeat(1); ++period) {
+      if (n % period != 0 || !keys_repeat(period)) continue;
+      try {
+        return assemble(period);
+      } catch (const InputError&) {
       }
     }
-    if (bi.input < 0)
-      throw InputError(fmt::format("--pipeline: layer {} does not read layer {}'s output '{}'", bi.layer,
-                                   out.blocks[b - 1].layer,
-                                   g.values[static_cast<size_t>(out.blocks[b - 1].output)].name));
-    if (pos0.count(b0.output) == 0 || posi.count(bi.output) == 0 || pos0[b0.output] != posi[bi.output])
-      throw differ(bi.nodes.size() - 1,
-                   "its output is not the same node's as layer " + std::to_string(b0.layer) + "'s");
+    throw;  // the one-layer blocks' error
   }
-  if (out.blocks[0].input < 0)
-    throw InputError(fmt::format("--pipeline: layer {} reads no stream value", out.blocks[0].layer));
-  return out;
 }
 
 }  // namespace gspmd

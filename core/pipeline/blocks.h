@@ -21,7 +21,8 @@ namespace gspmd {
 /// The layer blocks of a graph (find_layer_blocks). Node and value ids are the graph's.
 struct LayerBlocks {
   struct Block {
-    int64_t layer = 0;         // the layer index in its weights' names
+    int64_t layer = 0;         // the layer index in its weights' names (the first of its layers)
+    size_t layers = 1;         // how many consecutive layers it holds (the period of a model whose layers alternate)
     std::vector<int> nodes;    // its nodes, in graph order (same count and order as block 0's)
     int input = -1;            // the residual-stream value entering it (the previous block's output)
     int output = -1;           // the value leaving it
@@ -37,8 +38,10 @@ struct LayerBlocks {
 /// Finds the repeated layer blocks of `g`. `layers` (optional, `--layers REGEX`): a regex over initializer names
 /// whose first capture group is the layer index (e.g. `^h\.(\d+)\.`); by default a layer weight is a float
 /// initializer of more than one element whose name has a whole numeric component, tied to its copies by core/auto's
-/// layer_key, when at least two indices share the same set of weight keys. O(nodes + edges), plus the consumers of
-/// the values shared across blocks.
+/// layer_key, when its key is on at least two of the layer indices that most keys share. O(nodes + edges), plus the
+/// consumers of the values shared across blocks (times the periods tried, when layers alternate).
+/// When layer 1 differs from layer 0 but the layers' weight keys repeat with a period P (GShard's dense and MoE layers
+/// alternate: P = 2), each block holds P consecutive layers, if that makes the blocks alike.
 /// Throws InputError (one line, naming the nodes or values) when the graph has fewer than two layer blocks, when a
 /// segment of it reads the weights of two layers, when a block has more than one stream input or output, or when a
 /// block differs from block 0.

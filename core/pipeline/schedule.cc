@@ -29,20 +29,30 @@ int64_t PipelineLayout::layer_at(int64_t t, int64_t s, int64_t k) const {
   return stage_layers.at(static_cast<size_t>(s)).at(static_cast<size_t>(r * slots + k));
 }
 
+std::string PipelineLayout::block_name(int64_t layer) const {
+  if (layer < 0) return "padding";
+  return layers_per_block > 1 ? fmt::format("{}-{}", layer, layer + layers_per_block - 1) : std::to_string(layer);
+}
+
 namespace {
 
-/// `name` (a weight of layer `layer`) with the component that holds the layer index as '#': h.0.ln_1.weight ->
-/// h.#.ln_1.weight. The name itself when no component is the index.
-std::string stacked_name(const std::string& name, int64_t layer) {
-  const std::string index = std::to_string(layer);
+/// `name` (a weight of one of the `layers` layers from `layer` on that a block holds) with the component that holds
+/// its layer index as '#', or '#+k' for the block's k-th layer: h.0.ln_1.weight -> h.#.ln_1.weight, in a block of
+/// layers 0 and 1 h.1.moe.wi -> h.#+1.moe.wi. `name`@stacked when no component is such an index (an unnamed weight,
+/// onnx::MatMul_285), so that no stacked weight takes a layer weight's name.
+std::string stacked_name(const std::string& name, int64_t layer, int64_t layers) {
   auto is_sep = [](char c) { return c == '.' || c == '/' || c == '_' || c == ':' || c == '-'; };
-  for (size_t i = 0; i < name.size();) {
-    size_t j = i;
-    while (j < name.size() && !is_sep(name[j])) ++j;
-    if (name.compare(i, j - i, index) == 0 && j - i == index.size()) return name.substr(0, i) + "#" + name.substr(j);
-    i = j + 1;
+  for (int64_t k = 0; k < layers; ++k) {
+    const std::string index = std::to_string(layer + k);
+    for (size_t i = 0; i < name.size();) {
+      size_t j = i;
+      while (j < name.size() && !is_sep(name[j])) ++j;
+      if (j - i == index.size() && name.compare(i, j - i, index) == 0)
+        return name.substr(0, i) + (k ? fmt::format("#+{}", k) : "#") + name.substr(j);
+      i = j + 1;
+    }
   }
-  return name;
+  return name + "@stacked";
 }
 
 /// Emits the pipelined graph: the original's prefix and suffix copied, the unrolled loop in between.
@@ -111,6 +121,7 @@ class Builder {
     lay_.stages = S;
     lay_.microbatches = M;
     lay_.layers = L;
+    lay_.layers_per_block = static_cast<int64_t>(b_.blocks[0].layers);
     lay_.batch = B;
     lay_.microbatch = B / M;
     lay_.stream = stream.name;
@@ -307,7 +318,8 @@ class Builder {
             members.push_back(b_.blocks[static_cast<size_t>(real)].weights[j]);
             lw.members.push_back(p < L ? g_.values[static_cast<size_t>(members.back())].name : "");
           }
-        std::string name = stacked_name(g_.values[static_cast<size_t>(b0.weights[j])].name, b0.layer);
+        std::string name =
+            stacked_name(g_.values[static_cast<size_t>(b0.weights[j])].name, b0.layer, static_cast<int64_t>(b0.layers));
         if (K > 1) name += fmt::format("@slot{}", k);
         const Shape lead = R > 1 ? Shape{R, S} : Shape{S};
         const int id = stack_weights(g_, out_, members, lead, name);

@@ -40,11 +40,12 @@ struct PipelineOptions {
 struct PipelineLayout {
   PipelineSchedule schedule = PipelineSchedule::kGpipe;
   int64_t stages = 0, microbatches = 0;
-  int64_t layers = 0;      // L: layer blocks found
-  int64_t rounds = 1;      // R: circular rounds (1 for GPipe)
-  int64_t slots = 1;       // K: layers each stage runs per iteration (1 for circular)
-  int64_t iterations = 0;  // T: iterations of the loop (each one shift, then K stacked layers)
-  int64_t padded = 0;      // padding slots: S*R*K - L
+  int64_t layers = 0;            // L: layer blocks found
+  int64_t layers_per_block = 1;  // P: the model's consecutive layers in one block (2 when dense and MoE alternate)
+  int64_t rounds = 1;            // R: circular rounds (1 for GPipe)
+  int64_t slots = 1;             // K: layers each stage runs per iteration (1 for circular)
+  int64_t iterations = 0;        // T: iterations of the loop (each one shift, then K stacked layers)
+  int64_t padded = 0;            // padding slots: S*R*K - L
   int64_t batch = 0, microbatch = 0;
   double bubble = 0;  // 1 - M*L / (T*K*S)
   /// A stacked weight: [S] + shape (GPipe) or [R, S] + shape (circular); members[i] is the layer weight of g at
@@ -74,6 +75,8 @@ struct PipelineLayout {
   int64_t microbatch_at(int64_t t, int64_t s) const;
   /// The layer stage s runs in iteration t, slot k (-1: a padding slot).
   int64_t layer_at(int64_t t, int64_t s, int64_t k) const;
+  /// A block named by its layers: "3", or "2-3" for a block of two layers; "padding" for -1.
+  std::string block_name(int64_t layer) const;
 };
 
 /// A forward graph rewritten into the pipeline form.

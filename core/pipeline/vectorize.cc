@@ -340,8 +340,113 @@ void BlockStacker::stack(const Node& n, const std::string& tag) {
       bind(n, y, true, bd, inner);
       return;
     }
+  } else if (op == "Split") {
+    bd = in[0].batch;
+    const int64_t axis = norm(n.i("axis", 0), orig_rank(in[0]));
+    if (axis == bd) refuse("splits the batch dim");
+    attrs["axis"] = axis + 1;
+  } else if (op == "Unsqueeze" || op == "Squeeze") {
+    // Axes as an attribute before opset 13, else a constant input; Unsqueeze's count in the result's rank.
+    std::vector<int64_t> axes;
+    if (g_.opset >= 13 && in.size() > 1 && in[1].id >= 0) {
+      const Tensor* a = constant_of(1);
+      if (!a) throw fail("the axes are not a constant");
+      axes = a->as_int64s();
+    } else if (g_.opset < 13) {
+      axes = n.ints("axes");
+    }
+    if (axes.empty()) throw fail("no axes (every unit dim) is not supported");
+    const int64_t r = orig_rank(in[0]);
+    const int64_t rank = op == "Unsqueeze" ? r + static_cast<int64_t>(axes.size()) : r;
+    std::vector<char> listed(static_cast<size_t>(rank), 0);
+    for (int64_t& a : axes) {
+      a = norm(a, rank);
+      listed[static_cast<size_t>(a)] = 1;
+      ++a;
+    }
+    // The batch dim's place among the dims that are not listed (Unsqueeze: in the result; Squeeze: in the input).
+    if (in[0].batch >= 0) {
+      if (op == "Squeeze") {
+        if (listed[static_cast<size_t>(in[0].batch)]) refuse("squeezes the batch dim");
+        bd = in[0].batch - static_cast<int>(std::count(listed.begin(), listed.begin() + in[0].batch, 1));
+      } else {
+        for (int64_t d = 0, kept = 0; d < rank && bd < 0; ++d)
+          if (!listed[static_cast<size_t>(d)] && kept++ == in[0].batch) bd = static_cast<int>(d);
+      }
+    }
+    if (g_.opset >= 13) {
+      ids.resize(2);
+      ids[1] = constant(n.name + "/stage_axes", Tensor::from_int64s(axes));
+    } else {
+      attrs["axes"] = axes;
+    }
+  } else if (op == "ArgMax" || op == "ArgMin") {
+    bd = in[0].batch;
+    const int64_t axis = norm(n.i("axis", 0), orig_rank(in[0]));
+    if (axis == bd) refuse("reduces over the batch dim");
+    if (bd > axis && n.i("keepdims", 1) == 0) --bd;
+    attrs["axis"] = axis + 1;
+  } else if (op == "CumSum") {
+    const Tensor* a = constant_of(1);
+    if (!a || a->numel() != 1) throw fail("the axis is not a constant");
+    bd = in[0].batch;
+    const int64_t axis = norm(a->as_int64s()[0], orig_rank(in[0]));
+    if (axis == bd) refuse("accumulates along the batch dim");
+    Tensor t = Tensor::from_int64s({axis + 1});
+    t.shape.clear();  // a scalar, as the operand was
+    ids[1] = constant(n.name + "/stage_axis", std::move(t));
+  } else if (op == "OneHot") {
+    // The one-hot dim goes in at `axis` of the result (rank + 1).
+    if (!in[0].stacked) throw fail("one-hot encodes indices shared by the stages");
+    const int64_t axis = norm(n.i("axis", -1), orig_rank(in[0]) + 1);
+    bd = in[0].batch < 0 ? -1 : in[0].batch + (axis <= in[0].batch ? 1 : 0);
+    attrs["axis"] = axis + 1;
+  } else if (op == "Einsum") {
+    // A new label for the stage dim, in front of every stacked operand's term and of the result's; the batch dim is
+    // one label, which the result must keep.
+    std::string eq = n.s("equation");
+    std::erase(eq, ' ');
+    const size_t arrow = eq.find("->");
+    if (arrow == std::string::npos || eq.find("...") != std::string::npos)
+      throw fail("an equation with '...' or without '->' is not supported");
+    std::vector<std::string> terms(1);
+    for (size_t k = 0; k < arrow; ++k) {
+      if (eq[k] == ',')
+        terms.emplace_back();
+      else
+        terms.back().push_back(eq[k]);
+    }
+    const std::string result = eq.substr(arrow + 2);
+    char stage = 0;
+    for (char c = 'a'; c <= 'z' && !stage; ++c)
+      if (eq.find(c) == std::string::npos) stage = c;
+    for (char c = 'A'; c <= 'Z' && !stage; ++c)
+      if (eq.find(c) == std::string::npos) stage = c;
+    if (!stage || terms.size() != in.size()) throw fail("no label is left for the stage dim");
+    char batch = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[i].batch < 0) continue;
+      const char l = terms[i].at(static_cast<size_t>(in[i].batch));
+      if (batch && (l != batch || in[i].batch_inner != inner)) refuse("combines values whose batch dims differ");
+      batch = l;
+    }
+    if (batch) {
+      const size_t at = result.find(batch);
+      if (at == std::string::npos) refuse("contracts over the batch dim");
+      bd = at == std::string::npos ? -1 : static_cast<int>(at);
+      for (size_t i = 0; i < in.size(); ++i) {
+        const size_t d = terms[i].find(batch);
+        if (in[i].batch < 0 && d != std::string::npos &&
+            out_.values[static_cast<size_t>(ids[i])].shape[d + (in[i].stacked ? 1 : 0)] != 1)
+          refuse(fmt::format("input {} spans the batch dim without being computed from the microbatch", i));
+      }
+    }
+    std::string stacked_eq;
+    for (size_t i = 0; i < terms.size(); ++i)
+      stacked_eq += (i ? "," : "") + (in[i].stacked ? std::string(1, stage) : "") + terms[i];
+    attrs["equation"] = stacked_eq + "->" + stage + result;
   } else {
-    throw fail("no batching rule over a stage dim (the ops of transformer layers are supported)");
+    throw fail("no batching rule over a stage dim (the ops of transformer layers and GShard's MoE are supported)");
   }
   bind(n, emit(n, op, ids, attrs, n.outputs.size(), name), true, bd, inner);
 }

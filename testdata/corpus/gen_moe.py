@@ -6,7 +6,7 @@ section 3.2), written in torch, random init, exported at opsets 13 and 17.
 
 Model: input_ids int64 [G, S] (G groups of S tokens: each group is one sequence); token embedding + learned
 positions; block 0 = causal self-attention + dense MLP, block 1 = causal self-attention + MoE layer (GShard
-alternates dense and MoE feed-forward layers); final LayerNorm; LM head. G 8, S 16, M (d_model) 32, H (expert
+alternates dense and MoE feed-forward layers; LAYERS blocks, even ones dense, odd ones MoE); final LayerNorm; LM head. G 8, S 16, M (d_model) 32, H (expert
 hidden) 64, E 4 experts, C = 2*S/E = 8, vocab 64, 4 heads.
 
 MoE layer (inference: no auxiliary loss, no random routing of the second expert, both deterministic):
@@ -45,6 +45,7 @@ import common  # noqa: E402
 
 G, S, M, H, E, V, NH = 8, 16, 32, 64, 4, 64, 4
 C = 2 * S // E
+LAYERS = 2  # blocks, alternating dense (even) and MoE (odd)
 
 
 EINSUM = True
@@ -139,7 +140,7 @@ def build():
             super().__init__()
             self.wte = nn.Embedding(V, M)
             self.wpe = nn.Parameter(torch.randn(S, M) * 0.1)
-            self.h = nn.ModuleList([Block(False), Block(True)])
+            self.h = nn.ModuleList([Block(k % 2 == 1) for k in range(LAYERS)])
             self.ln_f = nn.LayerNorm(M)
             self.lm_head = nn.Linear(M, V, bias=False)
 

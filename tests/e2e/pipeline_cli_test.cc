@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "tests/e2e/cnn_export.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace gspmd {
@@ -127,6 +128,44 @@ TEST(PipelineCli, AnnotationInsideTheLayersIsAConstraint) {
   for (size_t i = 0; i < j["collectives"].size(); ++i)
     for (const char* key : {"kind", "axes", "bytes", "value"})
       EXPECT_EQ(back["collectives"][i][key], j["collectives"][i][key]) << i << " " << key;
+}
+
+// GShard's MoE LM (testdata/corpus/gen_moe.py with 4 blocks: dense, MoE, dense, MoE; export_models.py --model moe4,
+// G 4 groups of S 8 tokens, M 16, E 4 experts of capacity C 4): layer 1 differs from layer 0, and the layers' weight
+// keys repeat every 2 layers, so each block holds a dense and an MoE layer (L = 2 blocks). On stage x expert (2x2),
+// 2 microbatches of 2 groups, with GShard's expert plan in every MoE layer (the annotations of layers 1 and 3 agree),
+// the collectives of T = M + S - 1 = 3 iterations are exactly:
+// - per iteration, the dispatch and the combine all-to-all over `expert` of the local expert inputs / outputs
+//   [1 stage, E 4, 1 group, C 4, M 16] float32 = 1 KiB (6);
+// - the shifts after the first (which moves zeros): the local state [1, 1, 8, 16] float32 = 512 B (2);
+// - the results [4, 8, 16], groups over `expert`, all-reduced over `stage` once: [2, 8, 16] float32 = 1 KiB.
+// The forward matches torch's outputs too, and the training step (SGD, GPipe; momentum, circular) the model's own.
+TEST(PipelineCli, MixtureOfExpertsWithAlternatingLayersPipelinesExactly) {
+  const e2e::Export& e = e2e::exported_for_training("moe4");
+  ASSERT_TRUE(e.error.empty()) << e.error;
+  const fs::path d = scratch("pipeline_cli_moe");
+  const std::string args = (e.dir / "moe4.onnx").string() + " --mesh 2x2 --shardings " +
+                           (e.dir / "stage_expert.plan.json").string() + " --inputs " +
+                           (e.dir / "test_data_set_0").string() + " --pipeline stage --microbatches 2";
+  for (const std::string sched : {"gpipe", "circular"}) {
+    SCOPED_TRACE(sched);
+    const nlohmann::json j = run_checked(
+        args + " --schedule " + sched + " --expected " + (e.dir / "test_data_set_0").string(), d, "moe_" + sched);
+    ASSERT_FALSE(j.empty());
+    EXPECT_TRUE(j["expected"]["passed"].get<bool>());
+    EXPECT_EQ(j["pipeline"]["layers"], 2);
+    EXPECT_EQ(j["pipeline"]["layers_per_block"], 2);
+    EXPECT_EQ(j["pipeline"]["stage_layers"], nlohmann::json::parse("[[0], [2]]"));
+    std::map<std::tuple<std::string, std::string, int64_t>, int> got;
+    for (const auto& c : j["collectives"]) ++got[{c["kind"], c["axes"].dump(), c["bytes"].get<int64_t>()}];
+    const std::map<std::tuple<std::string, std::string, int64_t>, int> want = {
+        {{"all-to-all", R"(["expert"])", 1024}, 6},
+        {{"collective-permute", R"(["stage"])", 512}, 2},
+        {{"all-reduce", R"(["stage"])", 1024}, 1}};
+    EXPECT_EQ(got, want);
+  }
+  run_checked(args + " --training --loss mean", d, "moe_train_gpipe");
+  run_checked(args + " --training --loss mean --optimizer momentum --schedule circular", d, "moe_train_circular");
 }
 
 // --trace: beside each device's ops, a track of its stage with one span per iteration: the microbatch and layers it
