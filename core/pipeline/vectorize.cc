@@ -345,35 +345,26 @@ void BlockStacker::stack(const Node& n, const std::string& tag) {
     const int64_t axis = norm(n.i("axis", 0), orig_rank(in[0]));
     if (axis == bd) refuse("splits the batch dim");
     attrs["axis"] = axis + 1;
-  } else if (op == "Unsqueeze" || op == "Squeeze") {
-    // Axes as an attribute before opset 13, else a constant input; Unsqueeze's count in the result's rank.
+  } else if (op == "Unsqueeze") {
+    // Axes (of the result) as an attribute before opset 13, else a constant input.
     std::vector<int64_t> axes;
-    if (g_.opset >= 13 && in.size() > 1 && in[1].id >= 0) {
+    if (g_.opset >= 13) {
       const Tensor* a = constant_of(1);
       if (!a) throw fail("the axes are not a constant");
       axes = a->as_int64s();
-    } else if (g_.opset < 13) {
+    } else {
       axes = n.ints("axes");
     }
-    if (axes.empty()) throw fail("no axes (every unit dim) is not supported");
-    const int64_t r = orig_rank(in[0]);
-    const int64_t rank = op == "Unsqueeze" ? r + static_cast<int64_t>(axes.size()) : r;
+    const int64_t rank = orig_rank(in[0]) + static_cast<int64_t>(axes.size());
     std::vector<char> listed(static_cast<size_t>(rank), 0);
     for (int64_t& a : axes) {
       a = norm(a, rank);
       listed[static_cast<size_t>(a)] = 1;
       ++a;
     }
-    // The batch dim's place among the dims that are not listed (Unsqueeze: in the result; Squeeze: in the input).
-    if (in[0].batch >= 0) {
-      if (op == "Squeeze") {
-        if (listed[static_cast<size_t>(in[0].batch)]) refuse("squeezes the batch dim");
-        bd = in[0].batch - static_cast<int>(std::count(listed.begin(), listed.begin() + in[0].batch, 1));
-      } else {
-        for (int64_t d = 0, kept = 0; d < rank && bd < 0; ++d)
-          if (!listed[static_cast<size_t>(d)] && kept++ == in[0].batch) bd = static_cast<int>(d);
-      }
-    }
+    // The batch dim: the in[0].batch-th of the result's dims that are not new.
+    for (int64_t d = 0, kept = 0; in[0].batch >= 0 && d < rank && bd < 0; ++d)
+      if (!listed[static_cast<size_t>(d)] && kept++ == in[0].batch) bd = static_cast<int>(d);
     if (g_.opset >= 13) {
       ids.resize(2);
       ids[1] = constant(n.name + "/stage_axes", Tensor::from_int64s(axes));
