@@ -384,7 +384,7 @@ void BlockStacker::stack(const Node& n, const std::string& tag) {
     const int64_t axis = norm(a->as_int64s()[0], orig_rank(in[0]));
     if (axis == bd) refuse("accumulates along the batch dim");
     Tensor t = Tensor::from_int64s({axis + 1});
-    t.shape.clear();  // a scalar, as the operand was
+    t.shape = a->shape;  // a scalar, or [1], as the operand was
     ids[1] = constant(n.name + "/stage_axis", std::move(t));
   } else if (op == "OneHot") {
     // The one-hot dim goes in at `axis` of the result (rank + 1).
