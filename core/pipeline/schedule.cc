@@ -11,6 +11,7 @@
 #include "core/pipeline/blocks.h"
 #include "core/pipeline/shift.h"
 #include "core/pipeline/vectorize.h"
+#include "core/propagation/propagation.h"
 
 namespace gspmd {
 
@@ -336,20 +337,20 @@ class Builder {
       auto entering = enter_.find(t);
       auto leaving = exit_.find(t);
       const bool last = t == T;
-      auto shift = [&](int x, int in, bool out, const std::string& name) {
+      auto shift = [&](int x, int in, int carries, const std::string& name) {
         std::vector<int> ins{x};
         if (in >= 0) ins.push_back(in);
         const std::vector<int> r =
             emit(kPipelineDomain, kShiftOp, ins, {{"shift", int64_t{1}}, {"wrap", int64_t{wrap ? 1 : 0}}},
                  {name, name + "/exit"}, name);
         lay_.shifts.push_back(name);
-        if (!last) lay_.states.push_back(name);
+        if (!last) lay_.states.push_back({name, g_.values[static_cast<size_t>(carries)].name});
         return r;
       };
       const std::string tn = fmt::format("pipeline/t{}", t);
       const std::vector<int> r =
-          shift(state, entering != enter_.end() ? in_rows[static_cast<size_t>(entering->second)] : -1,
-                leaving != exit_.end(), tn + "/state");
+          shift(state, entering != enter_.end() ? in_rows[static_cast<size_t>(entering->second)] : -1, b0.input,
+                tn + "/state");
       if (leaving != exit_.end()) {
         exits[static_cast<size_t>(leaving->second)] = r[1];
         lay_.carried_values.push_back(out_.values[static_cast<size_t>(r[1])].name);
@@ -360,7 +361,7 @@ class Builder {
       lay_.block_instances[g_.values[static_cast<size_t>(b0.output)].name].push_back(
           out_.values[static_cast<size_t>(state)].name);
       for (Carried& c : carried)
-        c.state = shift(c.state, entering != enter_.end() ? c.rows[static_cast<size_t>(entering->second)] : -1, false,
+        c.state = shift(c.state, entering != enter_.end() ? c.rows[static_cast<size_t>(entering->second)] : -1, c.v,
                         tn + "/" + g_.values[static_cast<size_t>(c.v)].name)[0];
       for (int64_t k = 0; k < K; ++k) {
         const std::string tag = K > 1 ? fmt::format("@t{}.{}", t, k) : fmt::format("@t{}", t);
@@ -568,17 +569,26 @@ Annotations pipeline_annotations(const Graph& g, const Annotations& a, const Pip
     if (w.stage_dim == 1) s.open_dims[0] = 0;  // the rounds stay whole on every stage
     out.by_value[id] = std::move(s);
   }
-  // The state buffers that no annotated layer output reached: dim 0 over `axis`, the rest open.
-  for (const std::string& st : p.layout.states) {
-    const int id = pg.at(st);
+  // The state buffers that no annotated layer output reached: dim 0 over `axis`; the others start as the model's own
+  // plan shards the value whose microbatch rows they carry (a batch split stays split in every microbatch, as
+  // without --pipeline), and stay open.
+  const ShardingPlan plan = propagate(g, a);
+  for (const PipelineLayout::State& st : p.layout.states) {
+    const int id = pg.at(st.name);
     if (out.by_value.count(id)) continue;
     const int rank = static_cast<int>(pg.values[static_cast<size_t>(id)].shape.size());
+    const TensorSharding& rows = plan.shardings.at(static_cast<size_t>(g.at(st.carries)));
     Annotation s;
     s.sharding = TensorSharding::replicated(rank);
+    if (rows.rank() + 1 == rank)
+      for (int d = 0; d < rows.rank(); ++d)
+        std::copy_if(rows.dims[static_cast<size_t>(d)].begin(), rows.dims[static_cast<size_t>(d)].end(),
+                     std::back_inserter(s.sharding.dims[static_cast<size_t>(d) + 1]), [&](int x) { return x != axis; });
     s.sharding.dims[0] = {axis};
     s.open_dims.assign(static_cast<size_t>(rank), 1);
     s.open_dims[0] = 0;
-    s.source = fmt::format("--pipeline {}: the stage dim of the state buffer", axis_name);
+    s.source = fmt::format("--pipeline {}: the stage dim of the state buffer, the rest as '{}' without --pipeline",
+                           axis_name, st.carries);
     out.by_value[id] = std::move(s);
   }
   // An annotation is a constraint: one that reached no value of the pipelined graph is refused, never dropped.

@@ -56,7 +56,12 @@ struct PipelineLayout {
     std::vector<std::string> members;
   };
   std::vector<StackedWeight> weights;
-  std::vector<std::string> states;  // the stage-stacked buffers the shifts produce (dim 0 = stage)
+  /// A stage-stacked buffer a shift produces (dim 0 = stage) and the value of g whose microbatch rows it carries:
+  /// the stream entering the first layer, or a computed side input travelling with it.
+  struct State {
+    std::string name, carries;
+  };
+  std::vector<State> states;
   std::vector<std::string> shifts;  // the Shift nodes, in order (one per iteration, then the last exit)
   /// Values of g inside the layer blocks (gone from the pipelined graph), each to block 0's value at the same place.
   std::map<std::string, std::string> block_values;
@@ -102,7 +107,8 @@ int64_t pipeline_batch(const Graph& g, const std::string& layers = "");
 /// dim sharded over mesh axis `axis`; a value inside the layer blocks gives its annotation, with the stage dim over
 /// `axis` in front, to every stage-stacked copy of block 0's value at its place (a layer output's also to the
 /// shifted state buffers), or as it is to the one copy of a value computed from constants; the other state buffers
-/// get dim 0 over `axis` (their other dims open). Throws InputError naming the values when two layers' copies of a
+/// get dim 0 over `axis` and their other dims, open, as `g` propagated with `a` shards the value they carry (one
+/// propagation of g: O(rounds * edges * mesh rank)). Throws InputError naming the values when two layers' copies of a
 /// value, or a stacked weight's members, are annotated differently.
 Annotations pipeline_annotations(const Graph& g, const Annotations& a, const PipelinedGraph& p, int axis);
 

@@ -344,7 +344,7 @@ void BlockStacker::stack(const Node& n, const std::string& tag) {
     bd = in[0].batch;
     const int64_t axis = norm(n.i("axis", 0), orig_rank(in[0]));
     if (axis == bd) refuse("splits the batch dim");
-    attrs["axis"] = axis + 1;
+    attrs["axis"] = shifted(n.i("axis", 0));  // a negative axis stays negative, as the rules expect it
   } else if (op == "Unsqueeze") {
     // Axes (of the result) as an attribute before opset 13, else a constant input.
     std::vector<int64_t> axes;
@@ -376,14 +376,14 @@ void BlockStacker::stack(const Node& n, const std::string& tag) {
     const int64_t axis = norm(n.i("axis", 0), orig_rank(in[0]));
     if (axis == bd) refuse("reduces over the batch dim");
     if (bd > axis && n.i("keepdims", 1) == 0) --bd;
-    attrs["axis"] = axis + 1;
+    attrs["axis"] = shifted(n.i("axis", 0));
   } else if (op == "CumSum") {
     const Tensor* a = constant_of(1);
     if (!a || a->numel() != 1) throw fail("the axis is not a constant");
     bd = in[0].batch;
     const int64_t axis = norm(a->as_int64s()[0], orig_rank(in[0]));
     if (axis == bd) refuse("accumulates along the batch dim");
-    Tensor t = Tensor::from_int64s({axis + 1});
+    Tensor t = Tensor::from_int64s({shifted(a->as_int64s()[0])});
     t.shape = a->shape;  // a scalar, or [1], as the operand was
     ids[1] = constant(n.name + "/stage_axis", std::move(t));
   } else if (op == "OneHot") {
@@ -391,7 +391,7 @@ void BlockStacker::stack(const Node& n, const std::string& tag) {
     if (!in[0].stacked) throw fail("one-hot encodes indices shared by the stages");
     const int64_t axis = norm(n.i("axis", -1), orig_rank(in[0]) + 1);
     bd = in[0].batch < 0 ? -1 : in[0].batch + (axis <= in[0].batch ? 1 : 0);
-    attrs["axis"] = axis + 1;
+    attrs["axis"] = shifted(n.i("axis", -1));
   } else if (op == "Einsum") {
     // A new label for the stage dim, in front of every stacked operand's term and of the result's; the batch dim is
     // one label, which the result must keep.
