@@ -318,6 +318,15 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   LoadOptions lo = kernel_load_options();
   lo.load_data = load_data;
   if (o.training.on) lo.variable = trainable_weights(o.training);
+  // An annotated weight (a float initializer of more than one element, as --training's trainable set) is a
+  // constraint: it stays in the graph, not folded into a transposed copy of another name.
+  const fs::path sibling = fs::path(o.model).replace_extension(".sharding.json");
+  const std::string sidecar = !o.shardings.empty() ? o.shardings : fs::exists(sibling) ? sibling.string() : "";
+  if (fs::path(sidecar).extension() == ".json")
+    if (auto annotated = sharding_file_names(sidecar))
+      lo.variable = [annotated, trained = lo.variable](const Value& v) {
+        return (is_floating(v.dtype) && num_elements(v.shape) > 1 && annotated(v)) || (trained && trained(v));
+      };
   if (!o.training.on && !o.training.shard_update.empty()) throw InputError("--shard-update: only used with --training");
   if (!o.training.on && o.training.remat != "none") throw InputError("--remat: only used with --training");
   for (const std::string& d : o.dims) {

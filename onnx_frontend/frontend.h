@@ -159,6 +159,12 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
 /// order that is not a permutation, and HLO / SBP text that is malformed or that the mesh cannot express.
 Annotations read_sharding_file(const std::string& path, const Graph& g, const DeviceMesh* cli_mesh);
 
+/// The values that the sharding sidecar at `path` names in `tensors` or matches with a `rules` regex, as a predicate
+/// for LoadOptions::variable: an annotated initializer is not folded away at load (a folded Transpose of a weight
+/// would leave no value of that name to annotate). Empty when the file cannot be read or names nothing (then
+/// read_sharding_file reports any problem). Cost: one read of the file; the predicate is O(log names + rules).
+std::function<bool(const Value&)> sharding_file_names(const std::string& path);
+
 /// The notation write_sharding_file writes each value's sharding in (docs/sharding-file.md, "Writing"):
 /// a PartitionSpec, XLA HLO sharding text or OneFlow nd-SBP.
 enum class ShardingNotation { kSpec, kHlo, kSbp };

@@ -360,6 +360,33 @@ struct Reader {
 
 }  // namespace
 
+std::function<bool(const Value&)> sharding_file_names(const std::string& path) {
+  json root;
+  try {
+    root = json::parse(frontend::read_file(path));
+  } catch (const std::exception&) {
+    return {};  // read_sharding_file reports it
+  }
+  if (!root.is_object()) return {};
+  std::set<std::string> names;
+  std::vector<std::regex> patterns;
+  if (root.contains("tensors") && root["tensors"].is_object())
+    for (auto it = root["tensors"].begin(); it != root["tensors"].end(); ++it) names.insert(it.key());
+  if (root.contains("rules") && root["rules"].is_array())
+    for (const json& rule : root["rules"]) {
+      if (!rule.is_object() || !rule.contains("match") || !rule["match"].is_string()) continue;
+      try {
+        patterns.emplace_back(rule["match"].get<std::string>(), std::regex::ECMAScript);
+      } catch (const std::regex_error&) {
+      }
+    }
+  if (names.empty() && patterns.empty()) return {};
+  return [names = std::move(names), patterns = std::move(patterns)](const Value& v) {
+    return names.count(v.name) != 0 || std::any_of(patterns.begin(), patterns.end(),
+                                                   [&](const std::regex& re) { return std::regex_search(v.name, re); });
+  };
+}
+
 Annotations read_sharding_file(const std::string& path, const Graph& g, const DeviceMesh* cli_mesh) {
   std::string text = frontend::read_file(path);
   json root;

@@ -162,3 +162,41 @@ TEST(Constraints, ExplainGivesEachAxisItsAnnotationAndPicturesThreeDimensionalVa
 }
 
 }  // namespace
+
+// torchvision's ViT exported without constant folding reaches each Linear's weight through a Transpose. The loader
+// used to fold Transpose(weight) into a constant of another name, and the Megatron plan on the torch names failed:
+// "no value named 'encoder.layers.encoder_layer_0.mlp.0.weight' in the model". An annotated weight is a constraint,
+// so it now stays in the graph with its sharding: the MLP's second matmul is all-reduced over `model` once per layer,
+// its output [4 over data 2, 17, 64] float32 = 8.5 KiB per device, and the run matches the unpartitioned model and
+// torch.
+TEST(Constraints, AnnotatedWeightsAreNotFoldedAway) {
+  const Export& e = exported_for_training("vit");
+  ASSERT_TRUE(e.error.empty()) << e.error;
+  const fs::path d = scratch("constraints_vit");
+  const std::string data = (e.dir / "test_data_set_0").string();
+  const CmdResult r = cli("partition " + (e.dir / "vit.onnx").string() + " --mesh 2x2 --shardings " +
+                              (e.dir / "megatron.plan.json").string() + " -o " + (d / "out").string(),
+                          "constraints_vit_partition");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json sh = read_json(d / "out" / "shardings.json")["tensors"];
+  for (int k = 0; k < 2; ++k) {
+    const std::string p = "encoder.layers.encoder_layer_" + std::to_string(k) + ".mlp.";
+    EXPECT_EQ(sh[p + "0.weight"], nlohmann::json::parse(R"(["model", null])")) << k;
+    EXPECT_EQ(sh[p + "3.weight"], nlohmann::json::parse(R"([null, "model"])")) << k;
+  }
+  const CmdResult run = cli("run " + (e.dir / "vit.onnx").string() + " --mesh 2x2 --shardings " +
+                                (e.dir / "megatron.plan.json").string() + " --inputs " + data + " --expected " + data +
+                                " --check --report " + (d / "run.json").string(),
+                            "constraints_vit_run");
+  ASSERT_EQ(run.code, 0) << run.out << run.err;
+  const nlohmann::json j = read_json(d / "run.json");
+  EXPECT_TRUE(j["check"]["passed"].get<bool>());
+  EXPECT_TRUE(j["expected"]["passed"].get<bool>());
+  int reduced = 0;
+  for (const auto& c : j["collectives"])
+    if (c["kind"] == "all-reduce" && c["axes"] == nlohmann::json{"model"}) {
+      ++reduced;
+      EXPECT_EQ(c["bytes"], 2 * 17 * 64 * 4);
+    }
+  EXPECT_EQ(reduced, 2);
+}

@@ -44,6 +44,15 @@ nlohmann::json run_checked(const std::string& args, const fs::path& dir, const s
   return j;
 }
 
+/// (kind, axes as JSON, bytes) -> count, over a report's collectives.
+using CollectiveCounts = std::map<std::tuple<std::string, std::string, int64_t>, int>;
+CollectiveCounts collective_counts(const nlohmann::json& report) {
+  CollectiveCounts n;
+  for (const auto& c : report["collectives"])
+    n[{c["kind"], c["axes"].dump(), c["bytes"].get<int64_t>()}] += c["count"].get<int>();
+  return n;
+}
+
 TEST(PipelineCli, GptOnTwoStagesTimesMegatronIsExact) {
   const fs::path d = scratch("pipeline_cli_gpt");
   for (const std::string sched : {"gpipe", "circular"}) {
@@ -166,16 +175,39 @@ TEST(PipelineCli, MixtureOfExpertsWithAlternatingLayersPipelinesExactly) {
     EXPECT_EQ(j["pipeline"]["layers"], 2);
     EXPECT_EQ(j["pipeline"]["layers_per_block"], 2);
     EXPECT_EQ(j["pipeline"]["stage_layers"], nlohmann::json::parse("[[0], [2]]"));
-    std::map<std::tuple<std::string, std::string, int64_t>, int> got;
-    for (const auto& c : j["collectives"]) ++got[{c["kind"], c["axes"].dump(), c["bytes"].get<int64_t>()}];
-    const std::map<std::tuple<std::string, std::string, int64_t>, int> want = {
-        {{"all-to-all", R"(["expert"])", 1024}, 6},
-        {{"collective-permute", R"(["stage"])", 512}, 2},
-        {{"all-reduce", R"(["stage"])", 1024}, 1}};
-    EXPECT_EQ(got, want);
+    const CollectiveCounts want = {{{"all-to-all", R"(["expert"])", 1024}, 6},
+                                   {{"collective-permute", R"(["stage"])", 512}, 2},
+                                   {{"all-reduce", R"(["stage"])", 1024}, 1}};
+    EXPECT_EQ(collective_counts(j), want);
   }
   run_checked(args + " --training --loss mean", d, "moe_train_gpipe");
   run_checked(args + " --training --loss mean --optimizer momentum --schedule circular", d, "moe_train_circular");
+}
+
+// torchvision's VisionTransformer (export_models.py --model vit: 2 encoder layers, batch 4, 17 tokens of 64), its
+// layers found by their weights' names (encoder.layers.encoder_layer_#), on stage x model with its Megatron plan
+// inside each stage: exact against the unpartitioned model and torch, with the shifts of T = 3 iterations (2 that
+// move data: the local state [1, 2, 17, 64] float32 = 8.5 KiB), one Megatron all-reduce per iteration, and the
+// results [4, 17, 64] all-reduced over `stage` once.
+TEST(PipelineCli, TorchvisionVitPipelinesExactly) {
+  const e2e::Export& e = e2e::exported_for_training("vit");
+  ASSERT_TRUE(e.error.empty()) << e.error;
+  const fs::path d = scratch("pipeline_cli_vit");
+  nlohmann::json plan = read_json(e.dir / "megatron.plan.json");
+  plan["mesh"]["axes"] = {"stage", "model"};
+  plan["tensors"].erase("input");
+  std::ofstream(d / "stage_model.plan.json") << plan.dump();
+  const std::string data = (e.dir / "test_data_set_0").string();
+  const nlohmann::json j =
+      run_checked((e.dir / "vit.onnx").string() + " --mesh 2x2 --shardings " + (d / "stage_model.plan.json").string() +
+                      " --inputs " + data + " --expected " + data + " --pipeline stage --microbatches 2",
+                  d, "vit");
+  ASSERT_FALSE(j.empty());
+  EXPECT_TRUE(j["expected"]["passed"].get<bool>());
+  const CollectiveCounts want = {{{"collective-permute", R"(["stage"])", 2 * 17 * 64 * 4}, 2},
+                                 {{"all-reduce", R"(["model"])", 2 * 17 * 64 * 4}, 3},
+                                 {{"all-reduce", R"(["stage"])", 4 * 17 * 64 * 4}, 1}};
+  EXPECT_EQ(collective_counts(j), want);
 }
 
 // --trace: beside each device's ops, a track of its stage with one span per iteration: the microbatch and layers it
