@@ -219,11 +219,14 @@ void annotate_training(Pipeline& p, const std::string& shard_update) {
   }
 }
 
+/// MODEL's sibling sharding file, <stem>.sharding.json (it may not exist).
+fs::path sibling_sharding_file(const CommonOptions& o) { return fs::path(o.model).replace_extension(".sharding.json"); }
+
 /// The annotations: --shardings FILE (a sharding file, or an annotated model *.onnx), else MODEL's own annotations
 /// or its sibling <stem>.sharding.json, not both (docs/cli.md); "" for none.
 std::string sharding_file_of(const CommonOptions& o, const LoadReport& r) {
   if (!o.shardings.empty()) return o.shardings;
-  fs::path sibling = fs::path(o.model).replace_extension(".sharding.json");
+  const fs::path sibling = sibling_sharding_file(o);
   if (r.sharding_annotations && fs::exists(sibling))
     throw InputError(fmt::format("{}: carries sharding annotations and has a sibling {}: choose one with --shardings",
                                  o.model, sibling.string()));
@@ -248,16 +251,18 @@ std::vector<std::string> pipelined_trainable(const std::vector<std::string>& tra
 /// --pipeline AXIS --auto without --microbatches: the microbatch count among `divisors` (of the batch) whose
 /// pipelined forward graph, propagated, partitioned and costed with the annotations `a` alone, has the fastest
 /// simulated step within the memory limit (--memory-limit, else the target's HBM), else the fastest (the sharding
-/// search then looks for a plan that fits). What was tried goes to p.microbatch_search.
+/// search then looks for a plan that fits). What was tried goes to p.microbatch_search. `model_plan`: the model
+/// propagated with `a` (pipeline_annotations).
 int64_t fastest_microbatches(Pipeline& p, const CommonOptions& o, const Annotations& a, int axis, PipelineOptions po,
-                             const std::vector<int64_t>& divisors, const ShapeFunction& shapes) {
+                             const std::vector<int64_t>& divisors, const ShapeFunction& shapes,
+                             const ShardingPlan& model_plan) {
   const int64_t limit =
       o.memory_limit.empty() ? static_cast<int64_t>(p.target.hbm_bytes) : parse_memory_limit(o.memory_limit);
   for (int64_t d : divisors) {
     po.microbatches = d;
     const PipelinedGraph c = pipeline_graph(p.graph, po, shapes);
     const RuleTable rules(c.graph);
-    const Annotations ca = refine_for_reshapes(c.graph, pipeline_annotations(p.graph, a, c, axis), &rules);
+    const Annotations ca = refine_for_reshapes(c.graph, pipeline_annotations(p.graph, a, c, axis, &model_plan), &rules);
     const SpmdProgram prog = partition(c.graph, propagate(c.graph, ca, &rules), ca.mesh, p.target, &rules);
     const CostReport cost = simulate_cost(c.graph, prog, p.target, o.overlap);
     p.microbatch_search.push_back({d, cost.step_time_s, cost.peak_memory_bytes, cost.peak_memory_bytes <= limit});
@@ -281,6 +286,7 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
       pick<PipelineSchedule>(o.pipeline.schedule, "--schedule",
                              {{"gpipe", PipelineSchedule::kGpipe}, {"circular", PipelineSchedule::kCircular}});
   po.layers = o.pipeline.layers;
+  const ShardingPlan model_plan = propagate(p.graph, a);  // once: the state buffers start from it
   if (o.pipeline.microbatches > 0) {
     po.microbatches = o.pipeline.microbatches;
   } else {
@@ -292,10 +298,10 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
     po.microbatches = 1;
     for (int64_t d : divisors)
       if (d <= po.stages) po.microbatches = d;
-    if (o.auto_search) po.microbatches = fastest_microbatches(p, o, a, axis, po, divisors, shapes);
+    if (o.auto_search) po.microbatches = fastest_microbatches(p, o, a, axis, po, divisors, shapes, model_plan);
   }
   PipelinedGraph pg = pipeline_graph(p.graph, po, shapes);
-  Annotations out = pipeline_annotations(p.graph, a, pg, axis);
+  Annotations out = pipeline_annotations(p.graph, a, pg, axis, &model_plan);
   // The signature's values, found again by name (the pipelined graph keeps the inputs' and outputs' names).
   for (auto* side : {&p.load_report.inputs, &p.load_report.outputs})
     for (FlatValue& fv : *side)
@@ -320,7 +326,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   if (o.training.on) lo.variable = trainable_weights(o.training);
   // An annotated weight (a float initializer of more than one element, as --training's trainable set) is a
   // constraint: it stays in the graph, not folded into a transposed copy of another name.
-  const fs::path sibling = fs::path(o.model).replace_extension(".sharding.json");
+  const fs::path sibling = sibling_sharding_file(o);
   const std::string sidecar = !o.shardings.empty() ? o.shardings : fs::exists(sibling) ? sibling.string() : "";
   if (fs::path(sidecar).extension() == ".json")
     if (auto annotated = sharding_file_names(sidecar))

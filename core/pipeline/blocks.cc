@@ -201,6 +201,7 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
   // The layers as the sweep found them (one block per layer index); `tail`: the nodes after the last one.
   const LayerBlocks by_layer = std::move(out);
   const std::vector<int> after = std::move(tail);
+  const std::vector<std::vector<int>> readers = g.consumers();
   // Blocks of `period` consecutive layers each (GShard's dense and MoE layers alternate: period 2), made alike.
   auto assemble = [&](size_t period) {
     LayerBlocks out;
@@ -237,7 +238,6 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
         for (int k : out.blocks[b].nodes) block_of[static_cast<size_t>(k)] = static_cast<int>(b);
       std::vector<char> hoist(nn, 0);
       std::vector<int> work;
-      const std::vector<std::vector<int>> readers = g.consumers();
       for (size_t k = 0; k < nn; ++k) {
         if (block_of[k] < 0 || computes_from_layers[k]) continue;
         for (int v : g.nodes[k].outputs) {
@@ -305,7 +305,6 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
     // output; block i > 0: block i-1's output), a layer weight (the same key, type and shape), or a side input (the
     // same value, or an equal constant).
     const LayerBlocks::Block& b0 = out.blocks[0];
-    const std::vector<std::vector<int>> readers = g.consumers();
     std::vector<int> block_of(nn, -1);
     for (size_t b = 0; b < out.blocks.size(); ++b)
       for (int k : out.blocks[b].nodes) block_of[static_cast<size_t>(k)] = static_cast<int>(b);
@@ -413,7 +412,8 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
   try {
     return assemble(1);
   } catch (const InputError&) {
-    for (size_t period = 2; period <= n / 2 && !keys_repeat(1); ++period) {
+    if (keys_repeat(1)) throw;  // the layers are alike by their weights: grouping them changes nothing
+    for (size_t period = 2; period <= n / 2; ++period) {
       if (n % period != 0 || !keys_repeat(period)) continue;
       try {
         return assemble(period);

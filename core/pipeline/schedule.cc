@@ -448,7 +448,8 @@ PipelinedGraph pipeline_graph(const Graph& g, const PipelineOptions& o, const Sh
   return r;
 }
 
-Annotations pipeline_annotations(const Graph& g, const Annotations& a, const PipelinedGraph& p, int axis) {
+Annotations pipeline_annotations(const Graph& g, const Annotations& a, const PipelinedGraph& p, int axis,
+                                 const ShardingPlan* model_plan) {
   Annotations out;
   out.mesh = a.mesh;
   const Graph& pg = p.graph;
@@ -572,12 +573,13 @@ Annotations pipeline_annotations(const Graph& g, const Annotations& a, const Pip
   // The state buffers that no annotated layer output reached: dim 0 over `axis`; the others start as the model's own
   // plan shards the value whose microbatch rows they carry (a batch split stays split in every microbatch, as
   // without --pipeline), and stay open.
-  const ShardingPlan plan = propagate(g, a);
+  const ShardingPlan plan = model_plan ? ShardingPlan() : propagate(g, a);
+  const std::vector<TensorSharding>& model = (model_plan ? *model_plan : plan).shardings;
   for (const PipelineLayout::State& st : p.layout.states) {
     const int id = pg.at(st.name);
     if (out.by_value.count(id)) continue;
     const int rank = static_cast<int>(pg.values[static_cast<size_t>(id)].shape.size());
-    const TensorSharding& rows = plan.shardings.at(static_cast<size_t>(g.at(st.carries)));
+    const TensorSharding& rows = model.at(static_cast<size_t>(g.at(st.carries)));
     Annotation s;
     s.sharding = TensorSharding::replicated(rank);
     if (rows.rank() + 1 == rank)

@@ -107,10 +107,11 @@ int64_t pipeline_batch(const Graph& g, const std::string& layers = "");
 /// dim sharded over mesh axis `axis`; a value inside the layer blocks gives its annotation, with the stage dim over
 /// `axis` in front, to every stage-stacked copy of block 0's value at its place (a layer output's also to the
 /// shifted state buffers), or as it is to the one copy of a value computed from constants; the other state buffers
-/// get dim 0 over `axis` and their other dims, open, as `g` propagated with `a` shards the value they carry (one
-/// propagation of g: O(rounds * edges * mesh rank)). Throws InputError naming the values when two layers' copies of a
-/// value, or a stacked weight's members, are annotated differently.
-Annotations pipeline_annotations(const Graph& g, const Annotations& a, const PipelinedGraph& p, int axis);
+/// get dim 0 over `axis` and their other dims, open, as `model_plan` (g propagated with `a`; propagated here when
+/// null: O(rounds * edges * mesh rank)) shards the value they carry. Throws InputError naming the values when two
+/// layers' copies of a value, or a stacked weight's members, are annotated differently.
+Annotations pipeline_annotations(const Graph& g, const Annotations& a, const PipelinedGraph& p, int axis,
+                                 const ShardingPlan* model_plan = nullptr);
 
 /// "gpipe" / "circular".
 const char* schedule_name(PipelineSchedule s);
