@@ -2,7 +2,8 @@
 //   Pad: padded (or cropped) dims kPermutation, the others pass-through; unknown pads: every dim permutation.
 //   Tile: dims with repeats > 1 (output dim != input dim) kPermutation, the others pass-through.
 //   Resize: dims whose scale is exactly 1 (same size; not tf_crop_and_resize) pass-through, the others
-//     kNeedReplication (an output element reads a neighbourhood at a fractional position: no halo support).
+//     kNeedReplication (an output element reads a neighbourhood at a fractional position: no halo support);
+//     `sizes` is a shape operand (the local op gets the local sizes).
 //   Range: no tensor operands, the result dim pass-through (the partitioner must offset the local range:
 //     start + delta * partition offset).
 //   TopK, CumSum: the axis needs replication, other dims pass-through.
@@ -147,6 +148,11 @@ RuleResult resize_rule(const Graph& g, const Node& n) {
   }
   const DimFactors dx = one_factor_each(
       m.factors(x, [&](int d) { return identity[d] ? FactorKind::kPassThrough : FactorKind::kNeedReplication; }));
+  // `sizes` (input 3) lists the result's global dims: the local op needs its local ones.
+  if (si == 2 && present(n, 3) && num_elements(shape_of(g, n.inputs[3])) > 0) {
+    if (n.has("axes")) return reject("sizes for the dims of `axes` (opset 18) are not supported");
+    m.shape_operand(3);
+  }
   return unary(m, dx, dx, !crop);  // interpolation weights do not depend on X
 }
 

@@ -61,8 +61,8 @@ struct OpShardingRule {
   /// tile of the reduction axes and zero elsewhere; any other operand that does not index a split reduction factor
   /// makes the partitioner leave that factor unsplit. Only meaningful with `reduction` kSum.
   std::vector<int> bias_operands;
-  /// The operand that holds the result's shape (Reshape's and Expand's `shape`), or -1. It has no factors; the
-  /// partitioner gives the local op the local result shape in its place.
+  /// The operand that holds the result's shape (Reshape's and Expand's `shape`, Resize's `sizes`), or -1. It has no
+  /// factors; the partitioner gives the local op the local result shape in its place.
   int shape_operand = -1;
   /// Grouped convolution: the factor of the groups (the major factor of X's channel dim, size `group`), or -1.
   /// Splitting it over n devices divides the local op's `group` attribute by n (the partitioner leaves it unsplit

@@ -739,6 +739,91 @@ TEST(OpsPartition, ConcatSliceSplit) {
   run_all("Concat/Slice/Split", cs);
 }
 
+// Ops whose operands hold a result shape or sizes (docs/partitioning.md): Resize's `sizes`, Expand's and Reshape's
+// `shape`, Tile's `repeats`, ConstantOfShape's and Range's operands, given as constants and computed from the input
+// by Shape / Gather / Concat (torchvision's segmentation heads: Resize to Concat(Shape(x)[0:2], [H, W])). Every
+// sharding of the input (batch, channel, row, column splits, even and uneven) must give the unpartitioned result.
+TEST(OpsPartition, ShapeOperands) {
+  std::vector<Case> cs;
+  const std::map<std::string, AttrValue> nearest = {{"mode", std::string("nearest")}};
+  auto resize = [&](const std::string& nm, Shape in, Shape sizes, bool computed,
+                    std::map<std::string, AttrValue> attrs) {
+    Builder B("Resize " + nm + " " + shape_str(in) + " sizes=" + shape_str(sizes) +
+              (computed ? " (computed from Shape)" : ""));
+    int X = B.fin("X", in);
+    int S = -1;
+    if (computed) {  // Concat(Shape(X)[0:2], sizes[2:]): the batch and channel from the input
+      int shp = B.op1("Shape", {X}, "shape", I64, {static_cast<int64_t>(in.size())});
+      int nc = B.op1("Slice", {shp, B.ints("s0", {0}), B.ints("s1", {2})}, "nc", I64, {2});
+      int hw = B.ints("hw", {sizes.begin() + 2, sizes.end()});
+      S = B.op1("Concat", {nc, hw}, "sizes", I64, {static_cast<int64_t>(sizes.size())}, {{"axis", int64_t{0}}});
+    } else {
+      S = B.ints("sizes", sizes);
+    }
+    int roi = B.init("roi", Tensor(F32, {0})), scales = B.init("scales", Tensor(F32, {0}));
+    B.out(B.opf("Resize", {X, roi, scales, S}, "Y", sizes, attrs), true);
+    cs.push_back(B.done(40));
+  };
+  resize("nearest 2x", {4, 3, 6, 5}, {4, 3, 12, 10}, false, nearest);
+  resize("nearest 2x", {4, 3, 6, 5}, {4, 3, 12, 10}, true, nearest);
+  resize("linear rows kept", {5, 2, 6, 4}, {5, 2, 6, 7}, false, {{"mode", std::string("linear")}});
+  resize("linear rows kept", {5, 2, 6, 4}, {5, 2, 6, 7}, true, {{"mode", std::string("linear")}});
+  resize("same size", {3, 2, 5, 4}, {3, 2, 5, 4}, false, {{"mode", std::string("linear")}});
+  {
+    Builder B("Expand [5,1,4] to Concat(Shape(X)[0:1], [3], Shape(X)[2:3])");
+    int X = B.fin("X", {5, 1, 4});
+    int shp = B.op1("Shape", {X}, "shape", I64, {3});
+    int a = B.op1("Gather", {shp, B.ints("i0", {0})}, "a", I64, {1}, {{"axis", int64_t{0}}});
+    int c = B.op1("Gather", {shp, B.ints("i2", {2})}, "c", I64, {1}, {{"axis", int64_t{0}}});
+    int S = B.op1("Concat", {a, B.ints("three", {3}), c}, "target", I64, {3}, {{"axis", int64_t{0}}});
+    B.out(B.opf("Expand", {X, S}, "Y", {5, 3, 4}), true);
+    cs.push_back(B.done());
+  }
+  {
+    Builder B("Expand [6,1] constant shape [2,6,5]");
+    int X = B.fin("X", {6, 1});
+    B.out(B.opf("Expand", {X, B.ints("shape", {2, 6, 5})}, "Y", {2, 6, 5}), true);
+    cs.push_back(B.done());
+  }
+  {
+    Builder B("Reshape [5,6,4] to Concat(Shape(X)[0:1], [-1])");
+    int X = B.fin("X", {5, 6, 4});
+    int shp = B.op1("Shape", {X}, "shape", I64, {3});
+    int n = B.op1("Slice", {shp, B.ints("s0", {0}), B.ints("s1", {1})}, "n", I64, {1});
+    int S = B.op1("Concat", {n, B.ints("rest", {-1})}, "target", I64, {2}, {{"axis", int64_t{0}}});
+    B.out(B.opf("Reshape", {X, S}, "Y", {5, 24}), true);
+    cs.push_back(B.done());
+  }
+  {
+    Builder B("Tile [5,3,4] repeats [1,2,1]");
+    int X = B.fin("X", {5, 3, 4});
+    B.out(B.opf("Tile", {X, B.ints("repeats", {1, 2, 1})}, "Y", {5, 6, 4}), true);
+    cs.push_back(B.done());
+  }
+  {
+    Builder B("ConstantOfShape(Shape(X)) + X [5,4,3]");
+    int X = B.fin("X", {5, 4, 3});
+    int shp = B.op1("Shape", {X}, "shape", I64, {3});
+    int Z = B.opf("ConstantOfShape", {shp}, "Z", {5, 4, 3}, {{"value", Tensor::from_floats({1}, {0.5f})}});
+    B.out(B.opf("Add", {X, Z}, "Y", {5, 4, 3}), true);
+    cs.push_back(B.done());
+  }
+  {
+    Builder B("Range(0, Shape(X)[1]) + X [5,7]");
+    int X = B.fin("X", {5, 7});
+    int shp = B.op1("Shape", {X}, "shape", I64, {2});
+    int lim =
+        B.op1("Gather", {shp, B.init("one", Tensor::from_int64s({1}, true))}, "limit", I64, {}, {{"axis", int64_t{0}}});
+    int R = B.op1("Range",
+                  {B.init("zero", Tensor::from_int64s({0}, true)), lim, B.init("step", Tensor::from_int64s({1}, true))},
+                  "r", I64, {7});
+    int Rf = B.opf("Cast", {R}, "rf", {7}, {{"to", int64_t{1}}});
+    B.out(B.opf("Add", {X, Rf}, "Y", {5, 7}), true);
+    cs.push_back(B.done());
+  }
+  run_all("Shape operands (Resize/Expand/Reshape/Tile/ConstantOfShape/Range)", cs);
+}
+
 // The pipeline's stage shift (core/pipeline/shift.h) under every sharding of its state: the stage dim split one row
 // per device (a collective-permute, cyclic with wrap; the leaving row a partial sum, here added to another value),
 // split otherwise or not at all (gathered, shifted locally); both directions, with and without an entering row.
