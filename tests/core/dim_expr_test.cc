@@ -120,9 +120,8 @@ TEST(DimExpr, BadAndHostileTextIsOneLine) {
   EXPECT_EQ(error_of("ceil(batch / 0)"), "dim expression 'ceil(batch / 0)': division by 0 at column 15");
   EXPECT_EQ(error_of("batch / 2"), "dim expression 'batch / 2': unexpected '/' at column 7");
   EXPECT_EQ(error_of("99999999999999999999"), "dim expression overflows int64");
-  EXPECT_EQ(error_of(std::string(100000, '(') + "b" + std::string(100000, ')')).substr(0, 17), "dim expression '(");
-  EXPECT_NE(error_of(std::string(100000, '(') + "b" + std::string(100000, ')')).find("nested too deeply"),
-            std::string::npos);
+  EXPECT_EQ(error_of(std::string(100000, '(') + "b" + std::string(100000, ')')),
+            "dim expression '" + std::string(37, '(') + "...': nested too deeply at column 33");
   // A product of 10 sums has 2^10 terms: refused, not expanded.
   std::string product;
   for (int i = 0; i < 10; ++i) product += (i ? "*" : "") + std::string("(a") + std::to_string(i) + " + b)";
