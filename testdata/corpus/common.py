@@ -167,6 +167,12 @@ def plan_entry(file, mesh_shape, desc):
     return {"shardings": file, "mesh": mesh_str(mesh_shape), "desc": desc}
 
 
+def image_plan(d: Path, plan: str, mesh_shape, spec, desc):
+    """A plan that annotates only the image input `input` ([N, C, H, W]) with `spec`, on mesh axes x (and y)."""
+    axes = ["x", "y"][:len(mesh_shape)]
+    return plan_entry(write_plan(d, plan, mesh_shape, axes, {"input": spec}), mesh_shape, desc)
+
+
 def write_meta(d: Path, meta: dict):
     meta.setdefault("status", "ok")
     tmp = d / "meta.json.tmp"
@@ -190,6 +196,67 @@ def file_mb(p: Path) -> float:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # torch export
+def add_torchvision_args(ap, opsets, what: str):
+    """The options of the torchvision generators: --models, --opsets, --max-mb, --include-giant, --force, --list."""
+    ap.add_argument("--models", default="all", help=f"comma-separated {what} names, or 'all'")
+    ap.add_argument("--opsets", type=int, nargs="+", default=opsets)
+    ap.add_argument("--max-mb", type=float, default=360.0)
+    ap.add_argument("--include-giant", action="store_true", help="ignore --max-mb")
+    ap.add_argument("--force", action="store_true", help="regenerate existing directories")
+    ap.add_argument("--list", action="store_true", help="print the selected (model, opset) names and exit")
+
+
+def selected_models(a, names, what: str):
+    """The names of --models (all of `names` for 'all'); exits with a one-line error for an unknown one."""
+    if a.models == "all":
+        return list(names)
+    want = a.models.split(",")
+    bad = [w for w in want if w not in names]
+    if bad:
+        sys.exit(f"error: unknown {what} models {bad} (expected {sorted(names)})")
+    return want
+
+
+class SkipList:
+    """build/corpus/models/<family>/skipped.json: the models left out for their size (name -> float32 MB). Saved after
+    every change, merged with the file, which another invocation (other opsets) may have updated."""
+
+    def __init__(self, family: str):
+        self.path = cache_dir() / "models" / family / "skipped.json"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.entries = {}  # name -> MB (skipped) or None (kept: removed from the file)
+
+    def build(self, name: str, make, a):
+        """(make() under torch.manual_seed(0), its float32 MB); the model is None, logged, when make() fails or the
+        model is over --max-mb (a.max_mb, unless a.include_giant)."""
+        import torch
+        torch.manual_seed(0)
+        try:
+            model = make()
+        except Exception as e:  # noqa: BLE001
+            log(f"{name}: construction failed: {e}")
+            return None, 0.0
+        mb, skip = self.too_large(name, model, a.max_mb, a.include_giant)
+        return (None if skip else model), mb
+
+    def too_large(self, name: str, module, max_mb: float, include_giant: bool):
+        """(MB of the module's parameters and buffers in float32, whether it is skipped); records and logs it."""
+        mb = (sum(p.numel() for p in module.parameters()) + sum(b.numel() for b in module.buffers())) * 4 / 1e6
+        skip = mb > max_mb and not include_giant
+        self.entries[name] = round(mb, 1) if skip else None
+        self.save()
+        if skip:
+            log(f"{name}: skipped ({mb:.0f} MB > --max-mb {max_mb:.0f}; --include-giant to include)")
+        return mb, skip
+
+    def save(self):
+        cur = json.loads(self.path.read_text()) if self.path.exists() else {}
+        cur.update({k: v for k, v in self.entries.items() if v is not None})
+        for k in [k for k, v in self.entries.items() if v is None]:
+            cur.pop(k, None)
+        self.path.write_text(json.dumps(cur, indent=1, sort_keys=True) + "\n")
+
+
 def export_torch_case(d: Path, module, args: tuple, opset: int, input_names, output_names, meta: dict,
                       dynamic_axes=None, plans_fn=None, export_kwargs=None):
     """Exports `module(*args)` to d/model.onnx, writes inputs and torch's eager outputs (the first reference), the

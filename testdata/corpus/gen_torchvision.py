@@ -14,7 +14,6 @@ Plans (sharding files): dp2 (input batch over 2), plan4 = sp4 (input H over 4: s
 (output channels of the first three conv weights whose count divides by 4, over 4).
 """
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -31,12 +30,8 @@ DEFAULT_SIZES = [64, 224]
 
 
 def cnn_plans(m, d):
-    plans = {
-        "dp2": common.plan_entry(common.write_plan(d, "dp2", [2], ["x"], {"input": ["x", None, None, None]}), [2],
-                                 "input batch over 2"),
-        "plan4": common.plan_entry(common.write_plan(d, "sp4", [4], ["x"], {"input": [None, None, "x", None]}), [4],
-                                   "spatial: input H over 4"),
-    }
+    plans = {"dp2": common.image_plan(d, "dp2", [2], ["x", None, None, None], "input batch over 2"),
+             "plan4": common.image_plan(d, "sp4", [4], [None, None, "x", None], "spatial: input H over 4")}
     convs = [(n, s) for n, s, _ in common.conv_weights(m) if s[0] % 4 == 0][:3]
     if convs:
         plans["ch4"] = common.plan_entry(
@@ -48,34 +43,13 @@ def cnn_plans(m, d):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="all", help="comma-separated torchvision names, or 'all'")
-    ap.add_argument("--opsets", type=int, nargs="+", default=OPSETS)
-    ap.add_argument("--max-mb", type=float, default=360.0)
-    ap.add_argument("--include-giant", action="store_true", help="ignore --max-mb")
-    ap.add_argument("--force", action="store_true", help="regenerate existing directories")
-    ap.add_argument("--list", action="store_true", help="print the selected (model, opset) names and exit")
+    common.add_torchvision_args(ap, OPSETS, "torchvision")
     a = ap.parse_args()
 
     import torch
     import torchvision
-    names = torchvision.models.list_models(module=torchvision.models)
-    if a.models != "all":
-        want = a.models.split(",")
-        bad = [w for w in want if w not in names]
-        if bad:
-            sys.exit(f"error: unknown torchvision models {bad}")
-        names = want
-    fam = common.cache_dir() / "models" / "torchvision"
-    fam.mkdir(parents=True, exist_ok=True)
-    skipped_path = fam / "skipped.json"
-    skipped = {}
-
-    def save_skipped():  # merged with the file, which another invocation (other opsets) may have updated
-        cur = json.loads(skipped_path.read_text()) if skipped_path.exists() else {}
-        cur.update({k: v for k, v in skipped.items() if v is not None})
-        for k in [k for k, v in skipped.items() if v is None]:
-            cur.pop(k, None)
-        skipped_path.write_text(json.dumps(cur, indent=1, sort_keys=True) + "\n")
+    names = common.selected_models(a, torchvision.models.list_models(module=torchvision.models), "torchvision")
+    skips = common.SkipList("torchvision")
 
     todo = [(n, op) for n in names for op in a.opsets
             if a.force or not common.is_done(common.model_dir("torchvision", f"{n}_op{op}"))]
@@ -85,19 +59,10 @@ def main():
         return
     for name in todo_models:
         t0 = time.time()
-        torch.manual_seed(0)
-        try:
-            model = torchvision.models.get_model(name, weights=None, **CTOR_KW.get(name, {})).eval()
-        except Exception as e:  # noqa: BLE001
-            common.log(f"{name}: construction failed: {e}")
+        model, mb = skips.build(
+            name, lambda: torchvision.models.get_model(name, weights=None, **CTOR_KW.get(name, {})).eval(), a)
+        if model is None:
             continue
-        mb = (sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())) * 4 / 1e6
-        if mb > a.max_mb and not a.include_giant:
-            skipped[name] = round(mb, 1)
-            save_skipped()
-            common.log(f"{name}: skipped ({mb:.0f} MB > --max-mb {a.max_mb:.0f}; --include-giant to include)")
-            continue
-        skipped[name] = None
         for op in a.opsets:
             if (name, op) not in todo:
                 continue
@@ -121,7 +86,6 @@ def main():
             common.log(f"{name} opset {op}: {meta['status']}{' (' + meta.get('error', '') + ')' if meta['status'] != 'ok' else ''}"
                         f" size {meta.get('input_size')} {meta.get('size_mb', 0)} MB, {time.time() - t0:.1f} s")
         del model
-    save_skipped()
 
 
 if __name__ == "__main__":
