@@ -112,7 +112,7 @@ def phase(node):
 
 
 def training(args, work, bf16):
-    train = ["--training", "--loss", "mean", "--optimizer", "adafactor", "--trainable", "^(?!attn_mask$)"]
+    train = ["--training", "--loss", "mean", "--optimizer", "adafactor", "--trainable", r"\.(weight|bias)$"]
     rows, breakdown = [], []
     for mesh in args.meshes:
         x, y = (int(s) for s in mesh.split("x"))

@@ -2,7 +2,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <regex>
 #include <set>
 
 #include <fmt/format.h>
@@ -13,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/wiring.h"
+#include "core/ir/name_pattern.h"
 #include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {
@@ -58,17 +58,10 @@ int64_t parse_memory_limit(const std::string& text) {
 }
 
 std::function<bool(const Value&)> trainable_weights(const TrainingFlags& f) {
-  std::optional<std::regex> re;
-  if (!f.trainable.empty()) {
-    try {
-      re.emplace(f.trainable);
-    } catch (const std::regex_error& e) {
-      throw InputError(fmt::format("--trainable: '{}' is not a regular expression: {}", f.trainable, e.what()));
-    }
-  }
+  std::optional<NamePattern> re;
+  if (!f.trainable.empty()) re.emplace(f.trainable, "--trainable");
   return [re](const Value& v) {
-    return v.is_initializer && is_floating(v.dtype) &&
-           (re ? std::regex_search(v.name, *re) : num_elements(v.shape) > 1);
+    return v.is_initializer && is_floating(v.dtype) && (re ? re->search(v.name) : num_elements(v.shape) > 1);
   };
 }
 

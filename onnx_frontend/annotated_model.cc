@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <limits>
 #include <map>
-#include <regex>
 #include <set>
 
 #include <fmt/format.h>
@@ -149,13 +148,12 @@ struct Reader {
       fail(fmt::format("metadata gspmd.mesh_axes '{}' does not name the {} axes of gspmd.mesh_shape '{}'", axes_text,
                        listed.shape.size(), shape_text));
     // A refined mesh's axes are parts "x:(pre)size" of the user's axes (docs/partitioning.md): rebuild it.
-    static const std::regex sub(R"(^(.+):\((\d{1,12})\)(\d{1,12})$)");
     DeviceMesh user;
     std::vector<std::vector<int64_t>> cuts;
     for (size_t i = 0; i < names.size(); ++i) {
-      std::smatch mt;
-      const bool part = std::regex_match(names[i], mt, sub);
-      const std::string parent = part ? mt[1].str() : names[i];
+      const std::optional<SubAxisName> sub = parse_sub_axis_name(names[i]);
+      const bool part = sub.has_value();
+      const std::string parent = part ? sub->parent : names[i];
       int u = user.axis_index(parent);
       if (u < 0) {
         user.axes.push_back(parent);
@@ -165,7 +163,7 @@ struct Reader {
       } else if (!part) {
         fail(fmt::format("metadata gspmd.mesh_axes '{}' names axis '{}' twice", axes_text, parent));
       }
-      if (part && std::stoll(mt[2].str()) > 1) cuts[static_cast<size_t>(u)].push_back(std::stoll(mt[2].str()));
+      if (part && sub->pre > 1) cuts[static_cast<size_t>(u)].push_back(sub->pre);
       user.shape[static_cast<size_t>(u)] *= listed.shape[i];
     }
     const std::string devices_text = meta("gspmd.mesh_devices");

@@ -3,12 +3,12 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/ir/name_pattern.h"
 #include "onnx_frontend/file_util.h"
 #include "onnx_frontend/frontend.h"
 
@@ -129,13 +129,11 @@ struct Reader {
 
   /// Parses "x:(pre)size" (Shardy's sub-axis of mesh axis x); false for any other string.
   bool parse_sub_axis(const std::string& a, int* u, int64_t* pre, int64_t* size) const {
-    static const std::regex re(R"(^(.+):\((\d{1,12})\)(\d{1,12})$)");
-    std::smatch m;
-    if (!std::regex_match(a, m, re)) return false;
-    const DeviceMesh user = mesh.user();
-    *u = user.axis_index(m[1].str());
-    *pre = std::stoll(m[2].str());
-    *size = std::stoll(m[3].str());
+    const std::optional<SubAxisName> sub = parse_sub_axis_name(a);
+    if (!sub) return false;
+    *u = mesh.user().axis_index(sub->parent);
+    *pre = sub->pre;
+    *size = sub->size;
     return *u >= 0;
   }
 
@@ -369,21 +367,18 @@ std::function<bool(const Value&)> sharding_file_names(const std::string& path) {
   }
   if (!root.is_object()) return {};
   std::set<std::string> names;
-  std::vector<std::regex> patterns;
+  std::vector<NamePattern> patterns;
   if (root.contains("tensors") && root["tensors"].is_object())
     for (auto it = root["tensors"].begin(); it != root["tensors"].end(); ++it) names.insert(it.key());
   if (root.contains("rules") && root["rules"].is_array())
     for (const json& rule : root["rules"]) {
       if (!rule.is_object() || !rule.contains("match") || !rule["match"].is_string()) continue;
-      try {
-        patterns.emplace_back(rule["match"].get<std::string>(), std::regex::ECMAScript);
-      } catch (const std::regex_error&) {
-      }
+      if (auto p = NamePattern::try_compile(rule["match"].get<std::string>(), nullptr)) patterns.push_back(*p);
     }
   if (names.empty() && patterns.empty()) return {};
   return [names = std::move(names), patterns = std::move(patterns)](const Value& v) {
-    return names.count(v.name) != 0 || std::any_of(patterns.begin(), patterns.end(),
-                                                   [&](const std::regex& re) { return std::regex_search(v.name, re); });
+    return names.count(v.name) != 0 ||
+           std::any_of(patterns.begin(), patterns.end(), [&](const NamePattern& re) { return re.search(v.name); });
   };
 }
 
@@ -431,19 +426,16 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
       if (!rule.is_object()) r.fail(key, "expected an object {\"match\": REGEX, \"spec\": [...]}");
       if (!rule.contains("match") || !rule["match"].is_string()) r.fail(key, "needs \"match\": a regular expression");
       const std::string pattern = rule["match"].get<std::string>();
-      std::regex re;
-      try {
-        re = std::regex(pattern, std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        r.fail(key + ".match", fmt::format("invalid regular expression {}: {}", quoted(pattern), e.what()));
-      }
+      std::string why;
+      const std::optional<NamePattern> re = NamePattern::try_compile(pattern, &why);
+      if (!re) r.fail(key + ".match", fmt::format("invalid regular expression {}: {}", quoted(cut_text(pattern)), why));
       json body = rule;
       body.erase("match");
       if (!body.contains("spec") && !body.contains("hlo") && !body.contains("sbp"))
         r.fail(key, "needs \"spec\": a partition spec (or \"hlo\" or \"sbp\")");
       auto e = r.parse_entry(body, key);
       for (size_t v = 0; v < g.values.size(); ++v) {
-        if (claimed[v] || !std::regex_search(g.values[v].name, re)) continue;
+        if (claimed[v] || !re->search(g.values[v].name)) continue;
         TensorSharding s =
             r.sharding_for(e, g.values[v], key, fmt::format("'{}' (matched by {})", g.values[v].name, quoted(pattern)));
         claimed[v] = 1;

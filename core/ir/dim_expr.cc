@@ -356,9 +356,7 @@ class Parser {
   size_t p_ = 0;
 
   [[noreturn]] void fail(const std::string& what) const {
-    // The text as given, cut at 40 characters: a hostile dim_param can be megabytes long.
-    const std::string shown = t_.size() <= 40 ? std::string(t_) : std::string(t_.substr(0, 37)) + "...";
-    throw InputError(fmt::format("dim expression '{}': {} at column {}", shown, what, p_ + 1));
+    throw InputError(fmt::format("dim expression '{}': {} at column {}", cut_text(t_, 40), what, p_ + 1));
   }
   void skip() {
     while (p_ < t_.size() && std::isspace(static_cast<unsigned char>(t_[p_]))) ++p_;

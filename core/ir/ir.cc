@@ -322,4 +322,8 @@ uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+std::string cut_text(std::string_view text, size_t max) {
+  return text.size() <= max ? std::string(text) : std::string(text.substr(0, max < 3 ? 0 : max - 3)) + "...";
+}
+
 }  // namespace gspmd

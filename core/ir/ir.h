@@ -217,6 +217,10 @@ using ShapeFunction =
     std::function<std::vector<TensorType>(const Node& node, const std::vector<const TensorType*>& types,
                                           const std::vector<const Tensor*>& values, int64_t opset)>;
 
+/// `text` for a one-line error message: as it is up to `max` characters, else its first max - 3 and "..." (user
+/// text can be megabytes long).
+std::string cut_text(std::string_view text, size_t max = 60);
+
 /// Error for unusable input (bad model, bad sharding file, unknown names): the CLI prints
 /// "error: <what>: <why>" and exits 2.
 struct InputError : std::runtime_error {

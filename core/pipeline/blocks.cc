@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 #include <type_traits>
 #include <variant>
@@ -13,6 +12,7 @@
 
 #include "core/auto/auto.h"
 #include "core/ir/cuts.h"
+#include "core/ir/name_pattern.h"
 
 namespace gspmd {
 namespace {
@@ -42,27 +42,23 @@ std::optional<int64_t> first_number(const std::string& name) {
 std::vector<std::optional<LayerWeight>> layer_weights(const Graph& g, const std::string& layers) {
   std::vector<std::optional<LayerWeight>> w(g.values.size());
   if (!layers.empty()) {
-    std::regex re;
-    try {
-      re = std::regex(layers);
-    } catch (const std::regex_error& e) {
-      throw InputError(fmt::format("--layers: '{}' is not a regular expression: {}", layers, e.what()));
-    }
-    if (re.mark_count() < 1)
+    const NamePattern re(layers, "--layers");
+    if (re.groups() < 1)
       throw InputError(fmt::format("--layers: '{}' has no capture group for the layer index", layers));
     for (size_t v = 0; v < g.values.size(); ++v) {
       const Value& val = g.values[v];
-      std::smatch m;
-      if (!val.is_initializer || !std::regex_search(val.name, m, re) || !m[1].matched) continue;
+      if (!val.is_initializer) continue;
+      const std::optional<std::pair<size_t, size_t>> m = re.search_group1(val.name);
+      if (!m) continue;
+      const std::string captured = val.name.substr(m->first, m->second - m->first);
       int64_t index = 0;
       try {
-        index = std::stoll(m[1].str());
+        index = std::stoll(captured);
       } catch (const std::exception&) {
         throw InputError(
-            fmt::format("--layers: '{}' captures '{}' in '{}', not a layer number", layers, m[1].str(), val.name));
+            fmt::format("--layers: '{}' captures '{}' in '{}', not a layer number", layers, captured, val.name));
       }
-      w[v] = LayerWeight{index, val.name.substr(0, static_cast<size_t>(m.position(1))) + "#" +
-                                    val.name.substr(static_cast<size_t>(m.position(1) + m.length(1)))};
+      w[v] = LayerWeight{index, val.name.substr(0, m->first) + "#" + val.name.substr(m->second)};
     }
     return w;
   }

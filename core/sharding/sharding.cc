@@ -46,6 +46,25 @@ int64_t DeviceMesh::num_devices() const {
   return n;
 }
 
+std::optional<SubAxisName> parse_sub_axis_name(std::string_view name) {
+  const size_t open = name.rfind(":(");
+  if (open == std::string_view::npos || open == 0) return std::nullopt;
+  auto digits = [&](size_t from, size_t to) -> std::optional<int64_t> {  // [from, to): 1 to 12 digits
+    if (to <= from || to - from > 12) return std::nullopt;
+    int64_t v = 0;
+    for (size_t i = from; i < to; ++i) {
+      if (name[i] < '0' || name[i] > '9') return std::nullopt;
+      v = v * 10 + (name[i] - '0');
+    }
+    return v;
+  };
+  const size_t close = name.find(')', open + 2);
+  if (close == std::string_view::npos) return std::nullopt;
+  const std::optional<int64_t> pre = digits(open + 2, close), size = digits(close + 1, name.size());
+  if (!pre || !size) return std::nullopt;
+  return SubAxisName{std::string(name.substr(0, open)), *pre, *size};
+}
+
 int DeviceMesh::axis_index(std::string_view name) const {
   for (size_t i = 0; i < axes.size(); ++i)
     if (axes[i] == name) return static_cast<int>(i);

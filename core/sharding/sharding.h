@@ -87,6 +87,16 @@ struct DeviceMesh {
   std::vector<std::string> axis_names(const std::vector<int>& mesh_axes) const;
 };
 
+/// A sub-axis name "x:(pre)size" (Shardy's notation, DeviceMesh::SubAxis): the parent axis' name, pre and size.
+struct SubAxisName {
+  std::string parent;
+  int64_t pre = 1;
+  int64_t size = 1;
+};
+/// The parts of `name` when it reads "<parent>:(<pre>)<size>" with a non-empty parent and 1 to 12 digits each; else
+/// nullopt. Linear in the name, without recursion (any length of user text).
+std::optional<SubAxisName> parse_sub_axis_name(std::string_view name);
+
 /// How a partial (unreduced) value combines across devices.
 enum class ReductionKind { kSum, kMax, kMin, kProd };
 std::string_view reduction_name(ReductionKind k);  // "sum", "max", "min", "prod"

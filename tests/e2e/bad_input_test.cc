@@ -115,4 +115,37 @@ TEST(BadInput, UsageErrorsExit2) {
   EXPECT_EQ(r.err.rfind("error: usage: ", 0), 0u) << r.err;
 }
 
+// Users' regular expressions are RE2's (docs/sharding-file.md#rules): a backtracking pattern is one linear scan (it
+// hung std::regex), and what RE2 refuses (backreferences, lookaround, a program over its memory bound) is one line.
+TEST(BadInput, UserRegexesAreLinearTimeRe2Patterns) {
+  const std::string rules = std::string("{") + kMesh + R"(, "rules": [)";
+  fs::path dir = scratch("regex_ok");
+  std::ofstream(dir / "s.json") << rules << R"({"match": "^(.*.*)*X$", "spec": [null, "model"]},
+                                      {"match": "fc_in\\.weight$", "spec": [null, "model"]}]})";
+  CmdResult ok = cli(
+      "partition " + kModel + " --mesh 2x2 --shardings " + (dir / "s.json").string() + " -o " + (dir / "out").string(),
+      "regex_ok");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_TRUE(fs::exists(dir / "out" / "device_3.onnx"));
+
+  fs::path file;
+  CmdResult r = partition_with("regex_backref", rules + R"({"match": "(a)\\1", "spec": [null, "model"]}]})", &file);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: " + file.string() +
+                       R"(: rules[0].match: invalid regular expression "(a)\\1": invalid escape sequence: \1)" + "\n");
+  r = partition_with("regex_too_large", rules + R"({"match": "\\pL{1000}", "spec": [null, "model"]}]})", &file);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "error: " + file.string() +
+                R"(: rules[0].match: invalid regular expression "\\pL{1000}": pattern too large - compile failed)" +
+                "\n");
+  r = cli("simulate " + kModel + R"( --mesh 2x2 --training --trainable '(a)\1')", "regex_trainable");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, R"(error: --trainable: '(a)\1' is not a regular expression RE2 accepts: invalid escape sequence: \1)"
+                   "\n");
+  r = cli("simulate " + kModel + " --mesh 2x2 --pipeline x --layers '(?=h)'", "regex_layers");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: --layers: '(?=h)' is not a regular expression RE2 accepts: invalid perl operator: (?=\n");
+}
+
 }  // namespace

@@ -3,9 +3,8 @@
 // the bundled GPT keeps its weights sharded on both axes, all-gathers them where they are used, and runs exact.
 #include <gtest/gtest.h>
 
-#include <regex>
-
 #include "cnn_export.h"
+#include "core/ir/name_pattern.h"
 #include "e2e_util.h"
 
 using namespace e2e;
@@ -53,7 +52,7 @@ std::string kept(const fs::path& file, const fs::path& written) {
   for (const auto& [name, entry] : out["tensors"].items()) {
     if (ann["tensors"].contains(name)) continue;
     for (const auto& rule : ann.value("rules", nlohmann::json::array()))
-      if (std::regex_search(name, std::regex(rule["match"].get<std::string>()))) {
+      if (gspmd::NamePattern(rule["match"].get<std::string>(), "rule").search(name)) {
         check(name, rule);
         break;
       }
