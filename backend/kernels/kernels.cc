@@ -237,7 +237,7 @@ std::vector<Tensor> run_widened(const kern::Ctx& ctx, kern::KernelFn fn) {
   }
   const kern::Ctx wide_ctx{ctx.node, ins, ctx.opset};
   std::vector<Tensor> out = fn(wide_ctx);
-  const std::vector<TensorType> want = infer_types(ctx.node, type_ptrs, ctx.ins, ctx.opset);
+  const std::vector<TensorType> want = infer_types(ctx.node, type_ptrs, ctx.ins, ctx.opset, &kernel_evaluator());
   for (size_t k = 0; k < out.size() && k < want.size(); ++k)
     if (out[k].dtype != want[k].dtype) out[k] = kern::cast_tensor(ctx, out[k], want[k].dtype);
   return out;
@@ -249,7 +249,7 @@ std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*
                                const std::vector<Tensor*>& donated,
                                const std::vector<const std::shared_ptr<const Tensor>*>& owners) {
   const kern::Ctx ctx{node, inputs, opset, &donated, &owners};
-  const std::string key = kern::table_key(node.domain, node.op_type);
+  const std::string key = shapes::table_key(node.domain, node.op_type);
   const auto& t = kern::table();
   auto it = key.empty() ? t.end() : t.find(key);
   if (it == t.end() && (!node.domain.empty() && node.domain != "ai.onnx"))
@@ -283,8 +283,22 @@ std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*
 }
 
 bool has_kernel(const std::string& domain, const std::string& op_type) {
-  const std::string key = kern::table_key(domain, op_type);
+  const std::string key = shapes::table_key(domain, op_type);
   return !key.empty() && kern::table().count(key) != 0;
+}
+
+std::vector<std::string> kernel_op_types() {
+  std::vector<std::string> out;
+  for (const auto& [k, fn] : kern::table()) out.push_back(k);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const ValueEvaluator& kernel_evaluator() {
+  static const ValueEvaluator run = [](const Node& n, const std::vector<const Tensor*>& in, int64_t opset) {
+    return run_kernel(n, in, opset);
+  };
+  return run;
 }
 
 }  // namespace gspmd

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/ir/ir.h"
+#include "core/shapes/shapes.h"
 
 namespace gspmd {
 
@@ -28,18 +29,9 @@ std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*
                                const std::vector<Tensor*>& donated = {},
                                const std::vector<const std::shared_ptr<const Tensor>*>& owners = {});
 
-/// The types of `node`'s outputs (one per output, absent trailing optional outputs may be omitted) from the types of
-/// its inputs (`types`, one per node input; nullptr = absent optional input) and the values of its constant inputs
-/// (`values`, one per input; nullptr = not known at load). The shape function of the op's kernel, following the ONNX
-/// operator spec at `opset`: what the loader infers is what run_kernel produces (the executor checks every result).
-/// Throws DataDependentError when an output shape depends on the values of an input that is not constant (NonZero,
-/// Unique, TopK with a computed K, ...), UnsupportedError("node 'n' (Op): no shape function ...") for an op with no
-/// kernel, std::runtime_error("node 'n' (Op): ...") for inputs that violate the spec.
-std::vector<TensorType> infer_types(const Node& node, const std::vector<const TensorType*>& types,
-                                    const std::vector<const Tensor*>& values, int64_t opset);
-
-/// True if infer_types has a shape function for (domain, op_type).
-bool has_shape_function(const std::string& domain, const std::string& op_type);
+/// run_kernel as the evaluator of the shape functions (infer_types, core/shapes/shapes.h): the output types of
+/// NonZero, Unique and NonMaxSuppression on constant inputs are their kernel's results.
+const ValueEvaluator& kernel_evaluator();
 
 /// Every key of the kernel table, sorted: op types of ai.onnx, "ai.onnx.preview.training:<Op>" for the optimizers.
 std::vector<std::string> kernel_op_types();

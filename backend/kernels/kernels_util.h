@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/ir/ir.h"
+#include "core/shapes/geometry.h"
 
 namespace gspmd::kern {
 
@@ -55,22 +56,13 @@ struct Ctx {
   int64_t axis(int64_t a, int64_t rank) const;
 };
 
-/// The key of (domain, op_type) in the kernel and shape-function tables: op_type for ai.onnx ("" or "ai.onnx"),
-/// "<domain>:<op_type>" for ai.onnx.preview.training (the optimizers) and gspmd.pipeline (the stage shift), "" for
-/// any other domain (no kernel).
-inline std::string table_key(const std::string& domain, const std::string& op_type) {
-  if (domain.empty() || domain == "ai.onnx") return op_type;
-  if (domain == "ai.onnx.preview.training" || domain == "gspmd.pipeline") return domain + ":" + op_type;
-  return "";
-}
-
 using KernelFn = std::vector<Tensor> (*)(const Ctx&);
 using KernelTable = std::unordered_map<std::string, KernelFn>;
 
 // One registration function per kernel file ops_<family>[_<part>].cc. The families are those of the sharding rules
-// (core/rules/<family>.cc) wherever an op has a rule, so an op's rule, kernel and shape function (shapes_<family>.cc)
-// are found by one name; ops without a rule family of their own are in rnn, loss, signal, spatial, training, control
-// and misc (docs/architecture.md, "One op's story").
+// (core/rules/<family>.cc) wherever an op has a rule, so an op's rule, kernel and shape function
+// (core/shapes/<family>.cc) are found by one name; ops without a rule family of their own are in rnn, loss, signal,
+// spatial, training, control and misc (docs/architecture.md, "One op's story").
 
 /// ops_elementwise.cc: Add, Sub, Mul, Div, Pow, Mod, BitShift, PRelu, Max, Min, Sum, Mean, Equal, Less, Greater,
 /// LessOrEqual, GreaterOrEqual, And, Or, Xor, Where.
@@ -180,33 +172,11 @@ inline bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloa
 
 /// Row-major element strides of a shape.
 std::vector<int64_t> contiguous_strides(const Shape& s);
-/// numpy broadcast of two shapes; fails naming both shapes.
-/// Axis `a` normalised into [0, rank) (negative counts from the end); `c` (a Ctx or a ShapeCtx) fails when it is out
-/// of range.
-template <class C>
-int64_t normalize_axis(const C& c, int64_t a, int64_t rank) {
-  const int64_t r = a < 0 ? a + rank : a;
-  if (r < 0 || r >= rank) c.fail("axis " + std::to_string(a) + " out of range for rank " + std::to_string(rank));
-  return r;
-}
 
-/// `c` is a kernel's Ctx or a shape function's ShapeCtx (its fail() throws).
-template <class C>
-Shape broadcast_shapes(const C& c, const Shape& a, const Shape& b) {
-  const size_t r = a.size() > b.size() ? a.size() : b.size();
-  Shape out(r);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t da = i + a.size() >= r ? a[i + a.size() - r] : 1;
-    const int64_t db = i + b.size() >= r ? b[i + b.size() - r] : 1;
-    if (da == db || db == 1)
-      out[i] = da;
-    else if (da == 1)
-      out[i] = db;
-    else
-      c.fail("shapes " + shape_str(a) + " and " + shape_str(b) + " cannot broadcast");
-  }
-  return out;
-}
+// Axis normalisation and numpy broadcasting, shared with the shape functions (core/shapes/geometry.h).
+using shapes::broadcast_shapes;
+using shapes::normalize_axis;
+
 /// Element strides of a tensor of shape `in` viewed in the broadcast shape `out` (0 on broadcast dims).
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
 

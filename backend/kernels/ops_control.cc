@@ -9,8 +9,8 @@
 
 #include "backend/kernels/kernels.h"
 #include "backend/kernels/kernels_util.h"
-#include "backend/kernels/shape_util.h"
 #include "core/ir/control_flow.h"
+#include "core/shapes/shapes.h"
 
 namespace gspmd::kern {
 namespace {
@@ -124,7 +124,7 @@ Tensor stack(const Ctx& c, const std::vector<Tensor>& parts, int64_t axis, bool 
 TensorType output_type(const Ctx& c, const Graph& body, const std::vector<const Tensor*>& inputs, size_t k) {
   std::vector<TensorType> in;
   for (const Tensor* t : inputs) in.push_back(t ? TensorType{t->dtype, t->shape} : TensorType{});
-  BodyTypes b = type_body(body, in, {}, c.opset);
+  BodyTypes b = type_body(body, in, {}, c.opset, &kernel_evaluator());
   if (!b.outputs.at(k)) c.fail("no iteration ran and the body's output types are not static: " + b.why);
   return *b.outputs[k];
 }

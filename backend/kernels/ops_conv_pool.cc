@@ -14,13 +14,18 @@
 
 #include "backend/kernels/kernels_util.h"
 #include "backend/kernels/onednn.h"
-#include "backend/kernels/shape_rules.h"
+#include "core/shapes/geometry.h"
 
 namespace gspmd::kern {
 namespace {
 
+// Shape rules shared with the shape functions (core/shapes/geometry.h).
+using shapes::make_deconv_window;
+using shapes::make_window;
+using shapes::Window;
+
 // ---------------------------------------------------------------------------------------------------------------
-// Sliding-window geometry shared by Conv and the pools (Window, make_window: shape_rules.h).
+// Sliding-window geometry shared by Conv and the pools (Window, make_window: core/shapes/geometry.h).
 
 /// Right padding oneDNN needs so that its output-size formula gives w.out (may exceed pr with ceil_mode, or be
 /// negative when the last input rows are not covered).

@@ -1,7 +1,7 @@
 // The einsum family (core/rules/einsum.cc): Einsum (opset 12; explicit and implicit equations, ellipsis, repeated
-// labels, numpy broadcasting; labels parsed by einsum_labels, shape_rules_data.h). Reference: the ONNX operator spec
-// (onnx/docs/Operators.md). Plain C++, except that float32 two-operand Einsums that reduce to a batched matrix product
-// run on oneDNN matmul.
+// labels, numpy broadcasting; labels parsed by einsum_labels, core/shapes/geometry_data.h). Reference: the ONNX
+// operator spec (onnx/docs/Operators.md). Plain C++, except that float32 two-operand Einsums that reduce to a batched
+// matrix product run on oneDNN matmul.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -10,10 +10,14 @@
 
 #include "backend/kernels/kernels_util.h"
 #include "backend/kernels/onednn.h"
-#include "backend/kernels/shape_rules_data.h"
+#include "core/shapes/geometry_data.h"
 
 namespace gspmd::kern {
 namespace {
+
+// Shape rules shared with the shape functions (core/shapes/geometry_data.h).
+using shapes::einsum_labels;
+using shapes::EinsumLabels;
 
 Tensor permute_to(const Tensor& x, const std::vector<int64_t>& perm) {
   Shape ps(perm.size());

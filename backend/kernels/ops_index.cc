@@ -9,10 +9,15 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels_util.h"
-#include "backend/kernels/shape_rules_data.h"
+#include "core/shapes/geometry_data.h"
 
 namespace gspmd::kern {
 namespace {
+
+// Shape rules shared with the shape functions (core/shapes/geometry_data.h).
+using shapes::gather_nd_shape;
+using shapes::pad_dims;
+using shapes::PadDims;
 
 const std::vector<int64_t> index_values(const Ctx& c, const Tensor& t, const char* what) {
   if (t.dtype != DType::kInt64 && t.dtype != DType::kInt32)

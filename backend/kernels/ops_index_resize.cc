@@ -7,10 +7,15 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels_util.h"
-#include "backend/kernels/shape_rules_data.h"
+#include "core/shapes/geometry_data.h"
 
 namespace gspmd::kern {
 namespace {
+
+// Shape rules shared with the shape functions (core/shapes/geometry_data.h).
+using shapes::float_values;
+using shapes::reject_resize18_attrs;
+using shapes::resize_shape;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Resize / Upsample: separable interpolation. Per output dim, each output coordinate reads a few input indices

@@ -9,10 +9,13 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels_util.h"
-#include "backend/kernels/shape_rules.h"
+#include "core/shapes/geometry.h"
 
 namespace gspmd::kern {
 namespace {
+
+// Shape rules shared with the shape functions (core/shapes/geometry.h).
+using shapes::check_loss_operands;
 
 /// logp: [N, C, D] log-probabilities (or the NLL input), target [N, D]. Returns the loss tensor.
 template <class T>

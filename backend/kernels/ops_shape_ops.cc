@@ -9,10 +9,20 @@
 
 #include "backend/kernels/kernels_util.h"
 #include "backend/kernels/onednn.h"
-#include "backend/kernels/shape_rules_data.h"
+#include "core/shapes/geometry_data.h"
 
 namespace gspmd::kern {
 namespace {
+
+// Shape rules shared with the shape functions (core/shapes/geometry_data.h).
+using shapes::concat_shape;
+using shapes::flatten_shape;
+using shapes::reshape_target;
+using shapes::slice_dims;
+using shapes::SliceDims;
+using shapes::split_sizes;
+using shapes::squeeze_shape;
+using shapes::unsqueeze_shape;
 
 /// Same bytes, new shape: input 0's buffer is moved when it was donated (no copy), copied otherwise.
 Tensor reshaped(const Ctx& c, Shape s) {

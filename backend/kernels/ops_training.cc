@@ -6,10 +6,13 @@
 #include <fmt/format.h>
 
 #include "backend/kernels/kernels_util.h"
-#include "backend/kernels/shape_rules.h"
+#include "core/shapes/geometry.h"
 
 namespace gspmd::kern {
 namespace {
+
+// Shape rules shared with the shape functions (core/shapes/geometry.h).
+using shapes::optimizer_arity;
 
 /// Inputs R (scalar learning rate), T (scalar int64 step), then `groups` lists of n tensors each. Returns n.
 size_t optimizer_arity(const Ctx& c, size_t groups) {

@@ -210,9 +210,9 @@ class Graph {
 };
 
 /// Types one node's outputs from its input types (nullptr = absent) and the values of its constant inputs (nullptr =
-/// not constant): the backend's infer_types (backend/kernels/kernels.h), injected by the CLI into the
-/// loader and the training-step builder (core/autodiff). Throws DataDependentError when
-/// an output shape depends on a non-constant input's values, UnsupportedError for an op it does not know.
+/// not constant): core's infer_types (core/shapes/shapes.h) with the backend's run_kernel as its evaluator, injected
+/// by the CLI (cli/wiring.h) into the loader and the training-step builder (core/autodiff). Throws DataDependentError
+/// when an output shape depends on a non-constant input's values, UnsupportedError for an op it does not know.
 using ShapeFunction =
     std::function<std::vector<TensorType>(const Node& node, const std::vector<const TensorType*>& types,
                                           const std::vector<const Tensor*>& values, int64_t opset)>;

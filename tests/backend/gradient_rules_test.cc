@@ -20,13 +20,14 @@
 #include "backend/kernels/kernels.h"
 #include "backend/pod/pod.h"
 #include "core/autodiff/autodiff.h"
+#include "core/shapes/shapes.h"
 
 namespace gspmd {
 namespace {
 
 const ShapeFunction kShapes = [](const Node& n, const std::vector<const TensorType*>& types,
                                  const std::vector<const Tensor*>& values,
-                                 int64_t opset) { return infer_types(n, types, values, opset); };
+                                 int64_t opset) { return infer_types(n, types, values, opset, &kernel_evaluator()); };
 
 double get(const Tensor& t, int64_t i) {
   return t.dtype == DType::kFloat64 ? t.data<double>()[i] : static_cast<double>(t.data<float>()[i]);
@@ -99,7 +100,7 @@ struct Net {
       types.push_back(&st[k]);
       values.push_back(v.is_initializer ? v.data.get() : nullptr);
     }
-    const std::vector<TensorType> out = infer_types(n, types, values, g.opset);
+    const std::vector<TensorType> out = infer_types(n, types, values, g.opset, &kernel_evaluator());
     for (size_t k = 0; k < outs; ++k)
       n.outputs.push_back(g.add_value_unique(n.name + "_" + std::to_string(k), out.at(k).dtype, out.at(k).shape));
     const std::vector<int> ids = n.outputs;

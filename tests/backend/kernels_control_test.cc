@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/kernels/kernels.h"
+#include "core/shapes/shapes.h"
 #include "tests/test_util/graph_builder.h"
 
 namespace gspmd {

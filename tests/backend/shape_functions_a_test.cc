@@ -1,6 +1,6 @@
-// Shape functions of the data-movement, indexing, einsum and misc kernels (shapes_shape_ops.cc, shapes_gather.cc,
-// shapes_index.cc, shapes_einsum.cc, shapes_misc.cc; DepthToSpace / SpaceToDepth of shapes_conv_pool.cc, CastLike and
-// Dropout of shapes_elementwise.cc): exact types for the tricky ops, the kernels' own results agreeing with them, and
+// Shape functions of the data-movement, indexing, einsum and misc kernels (core/shapes/shape_ops.cc, gather.cc,
+// index.cc, einsum.cc, misc.cc; DepthToSpace / SpaceToDepth of conv_pool.cc, CastLike and Dropout of
+// elementwise.cc): exact types for the tricky ops, the kernels' own results agreeing with them, and
 // DataDependentError when an output size depends on an input that is not constant.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Shape functions of the matmul, reduce_norm, conv_pool, loss, signal, rnn, spatial, misc and training kernels
-// (shapes_<family>.cc): exact types for the tricky ops, the kernels' own results agreeing with them, and
+// (core/shapes/<family>.cc): exact types for the tricky ops, the kernels' own results agreeing with them, and
 // DataDependentError when an output size depends on an input that is not constant.
 #include <gtest/gtest.h>
 

@@ -1,7 +1,9 @@
-// The shape engine (kernels.h infer_types): every kernel has a shape function, and the functions follow the specs.
+// The shape engine (core/shapes/shapes.h infer_types): every kernel has a shape function, and the functions follow the
+// specs.
 #include <gtest/gtest.h>
 
 #include "backend/kernels/kernels.h"
+#include "core/shapes/shapes.h"
 
 namespace gspmd {
 namespace {
@@ -44,6 +46,24 @@ TEST(ShapeFunctions, BroadcastAndCompare) {
 TEST(ShapeFunctions, UnknownOpIsUnsupported) {
   const TensorType a{DType::kFloat32, {2}};
   EXPECT_THROW(infer_types(make_node("NoSuchOp", 1), {&a}, {nullptr}, 17), UnsupportedError);
+}
+
+// NonZero's output size is its kernel's result on the constant input: the evaluator computes it, and without one it is
+// data-dependent even on a constant.
+TEST(ShapeFunctions, KernelResultShapesNeedTheEvaluator) {
+  const Tensor x = Tensor::from_int64s({0, 3, 0, 5});
+  const TensorType xt{x.dtype, x.shape};
+  const Node n = make_node("NonZero", 1);
+  EXPECT_EQ(infer_types(n, {&xt}, {&x}, 17, &kernel_evaluator()), (std::vector<TensorType>{{DType::kInt64, {1, 2}}}));
+  try {
+    infer_types(n, {&xt}, {&x}, 17);
+    FAIL() << "no error";
+  } catch (const DataDependentError& e) {
+    EXPECT_STREQ(e.what(),
+                 "node 'n' (NonZero): output shape is the kernel's result on the constant inputs, and no evaluator was "
+                 "given to compute it");
+    EXPECT_EQ(e.input, -1);
+  }
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "core/autodiff/autodiff.h"
 #include "core/partition/spmd.h"
 #include "core/propagation/propagation.h"
+#include "core/shapes/shapes.h"
 #include "core/sharding/sharding.h"
 #include "tests/test_util/graph_builder.h"
 
@@ -1372,7 +1373,7 @@ inline std::optional<RandomCase> training_case(const RandomCase& c, std::string*
     TrainingStep step = build_training_step(
         g, o,
         [](const Node& n, const std::vector<const TensorType*>& types, const std::vector<const Tensor*>& values,
-           int64_t opset) { return infer_types(n, types, values, opset); });
+           int64_t opset) { return infer_types(n, types, values, opset, &kernel_evaluator()); });
     t.g = std::move(step.graph);
   } catch (const InputError& e) {
     if (why) *why = e.what();

@@ -1,6 +1,6 @@
 // Shared helpers for the shape-function tests (tests/backend/shape_functions_*_test.cc): infer_types on the types of
 // given tensors, the kernel's results checked against it, and the errors it throws.
-// Header-only; depends on backend/kernels/kernels.h and gtest.
+// Header-only; depends on core/shapes/shapes.h, backend/kernels/kernels.h and gtest.
 #pragma once
 
 #include <stdexcept>
@@ -10,11 +10,12 @@
 #include <gtest/gtest.h>
 
 #include "backend/kernels/kernels.h"
+#include "core/shapes/shapes.h"
 
 namespace gspmd::testing {
 
 /// infer_types on the types of `ins` (nullptr = absent), with their values known when `known`, else only those of the
-/// inputs in `constant`.
+/// inputs in `constant`; run_kernel is its evaluator.
 inline std::vector<TensorType> infer(const Node& n, const std::vector<const Tensor*>& ins, bool known = true,
                                      int64_t opset = 17, const std::vector<size_t>& constant = {}) {
   std::vector<TensorType> types(ins.size());
@@ -27,7 +28,7 @@ inline std::vector<TensorType> infer(const Node& n, const std::vector<const Tens
       if (known) vp[i] = ins[i];
     }
   for (size_t i : constant) vp[i] = ins[i];
-  return infer_types(n, tp, vp, opset);
+  return infer_types(n, tp, vp, opset, &kernel_evaluator());
 }
 
 /// Runs the kernel, expects its output types to equal infer()'s (values known), and returns them.

@@ -1,11 +1,11 @@
 // Shape function of ops_pipeline.cc's kernel: the pipeline's stage shift (core/pipeline/shift.h).
 #include <fmt/format.h>
 
-#include "backend/kernels/shape_rules.h"
-#include "backend/kernels/shape_util.h"
 #include "core/pipeline/shift.h"
+#include "core/shapes/geometry.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 /// x [S, ...] and optional in [1, ...] of x's dtype -> y [S, ...], out [1, ...] (both, whatever the node declares:
@@ -28,4 +28,4 @@ std::vector<TensorType> shift_types(const ShapeCtx& c) {
 
 void register_pipeline_shapes(ShapeTable& t) { t[std::string(kPipelineDomain) + ":" + kShiftOp] = shift_types; }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

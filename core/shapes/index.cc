@@ -7,10 +7,10 @@
 
 #include <fmt/format.h>
 
-#include "backend/kernels/shape_rules_data.h"
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/geometry_data.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 // Fails unless input i (indices) is int32 or int64.
@@ -189,4 +189,4 @@ void register_index_shapes(ShapeTable& t) {
   t["Resize"] = t["Upsample"] = resize_types;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

@@ -1,10 +1,10 @@
 // Shape function of the einsum family's kernel (ops_einsum.cc; rule in core/rules/einsum.cc): Einsum, its output shape
-// from the equation's labels (einsum_labels, shape_rules_data.h, which the kernel uses too). Reference: the ONNX
+// from the equation's labels (einsum_labels, geometry_data.h, which the kernel uses too). Reference: the ONNX
 // operator spec (onnx/docs/Operators.md).
-#include "backend/kernels/shape_rules_data.h"
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/geometry_data.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 std::vector<TensorType> einsum_types(const ShapeCtx& c) {
@@ -20,4 +20,4 @@ std::vector<TensorType> einsum_types(const ShapeCtx& c) {
 
 void register_einsum_shapes(ShapeTable& t) { t["Einsum"] = einsum_types; }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

@@ -1,10 +1,10 @@
 // Shape functions of ops_training.cc's kernels: the ai.onnx.preview.training optimizers Adagrad, Adam, Momentum.
 #include <fmt/format.h>
 
-#include "backend/kernels/shape_rules.h"
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/geometry.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 // Inputs R, T, then `groups` lists of n tensors of matching types (X, G, states); outputs X_new and the new states:
@@ -28,4 +28,4 @@ void register_training_shapes(ShapeTable& t) {
   t["ai.onnx.preview.training:Momentum"] = optimizer_types<3>;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

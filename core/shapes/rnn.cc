@@ -3,9 +3,9 @@
 
 #include <fmt/format.h>
 
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 // X [S, B, I] (layout 1: [B, S, I]), W [D, G*H, I], R [D, G*H, H] with G gates; outputs Y [S, D, B, H]
@@ -40,4 +40,4 @@ void register_rnn_shapes(ShapeTable& t) {
   t["LSTM"] = rnn_types<4, 3>;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

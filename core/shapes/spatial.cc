@@ -4,9 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 // MaxUnpool: X [N, C, ...] and indices of X's size; Y of the default size (in - 1) * stride - pads + kernel per
@@ -58,4 +58,4 @@ void register_spatial_shapes(ShapeTable& t) {
   t["GridSample"] = grid_sample_types;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

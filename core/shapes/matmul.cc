@@ -2,9 +2,9 @@
 // MatMulInteger, QLinearMatMul. Reference: the ONNX operator specs (onnx/docs/Operators.md) at the node's opset.
 #include <fmt/format.h>
 
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 /// numpy matmul of shapes a and b: 1-D operands promoted (their unit dim dropped from the result), batch dims
@@ -65,4 +65,4 @@ void register_matmul_shapes(ShapeTable& t) {
   t["QLinearMatMul"] = qlinear_matmul_types;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

@@ -1,16 +1,16 @@
-// Shape functions of the control-flow ops (If, Loop, Scan) and type_body (shape_util.h): a body is typed node by node
+// Shape functions of the control-flow ops (If, Loop, Scan) and type_body (shapes.h): a body is typed node by node
 // with the same shape functions, from the types its node binds (core/ir/control_flow.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "backend/kernels/kernels.h"
-#include "backend/kernels/shape_util.h"
 #include "core/ir/control_flow.h"
+#include "core/shapes/shape_ctx.h"
+#include "core/shapes/shapes.h"
 
-namespace gspmd::kern {
+namespace gspmd {
 
 BodyTypes type_body(const Graph& body, const std::vector<TensorType>& inputs, const std::vector<const Tensor*>& values,
-                    int64_t opset) {
+                    int64_t opset, const ValueEvaluator* evaluate) {
   std::vector<std::optional<TensorType>> t(body.values.size());
   std::vector<const Tensor*> val(body.values.size(), nullptr);
   std::vector<std::string> why(body.values.size());
@@ -43,7 +43,7 @@ BodyTypes type_body(const Graph& body, const std::vector<TensorType>& inputs, co
     std::vector<TensorType> out;
     if (unknown.empty()) {
       try {
-        out = infer_types(n, types, vals, opset);
+        out = infer_types(n, types, vals, opset, evaluate);
       } catch (const DataDependentError& e) {
         unknown = e.what();
         dep = true;
@@ -74,6 +74,7 @@ BodyTypes type_body(const Graph& body, const std::vector<TensorType>& inputs, co
   return r;
 }
 
+namespace shapes {
 namespace {
 
 std::string types_str(const std::vector<TensorType>& ts) {
@@ -91,7 +92,7 @@ BodyTypes body_types(const ShapeCtx& c, const char* attr) {
   std::vector<const Tensor*> vals(in.size(), nullptr);
   const size_t caps = static_cast<size_t>(c.node.captures());
   for (size_t j = 0; j < caps; ++j) vals[in.size() - caps + j] = c.value(c.n_in() - caps + j);
-  return type_body(*body, in, vals, c.opset);
+  return type_body(*body, in, vals, c.opset, c.evaluate);
 }
 
 // Output k of `b`, which must be static: else DataDependentError (no single input) or UnsupportedError.
@@ -221,4 +222,5 @@ void register_control_shapes(ShapeTable& t) {
   t["Scan"] = scan_shape;
 }
 
-}  // namespace gspmd::kern
+}  // namespace shapes
+}  // namespace gspmd

@@ -1,9 +1,9 @@
-// backend/kernels internal: shape rules that a kernel and its shape function (shapes_<family>.cc) both apply, so
-// that both compute the same output sizes and report the same spec violations: the sliding-window geometry of Conv,
-// ConvTranspose and the pools (auto_pad, pads, strides, dilations, ceil_mode, output_padding, output_shape), and the
-// loss operands' check, the optimizers' input lists. Templated on the context: the kernels' Ctx or the shape functions'
-// ShapeCtx (both have `node` and `fail`). Not part of the public interface (kernels.h); included only by
-// backend/kernels/*.cc.
+// core/shapes: shape rules that a kernel (backend/kernels) and its shape function (core/shapes/<family>.cc) both
+// apply, so that both compute the same output sizes and report the same spec violations: axes and broadcasting, the
+// sliding-window geometry of Conv, ConvTranspose and the pools (auto_pad, pads, strides, dilations, ceil_mode,
+// output_padding, output_shape), and the loss operands' check, the optimizers' input lists. Templated on the context:
+// the kernels' Ctx or the shape functions' ShapeCtx (both have `node` and `fail`). Included by core/shapes/*.cc and
+// backend/kernels/*.cc only.
 #pragma once
 
 #include <algorithm>
@@ -15,7 +15,35 @@
 
 #include "core/ir/ir.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
+
+/// Axis `a` normalised into [0, rank) (negative counts from the end); `c` (a Ctx or a ShapeCtx) fails when it is out
+/// of range.
+template <class C>
+int64_t normalize_axis(const C& c, int64_t a, int64_t rank) {
+  const int64_t r = a < 0 ? a + rank : a;
+  if (r < 0 || r >= rank) c.fail("axis " + std::to_string(a) + " out of range for rank " + std::to_string(rank));
+  return r;
+}
+
+/// numpy broadcast of two shapes; fails naming both shapes. `c` is a kernel's Ctx or a shape function's ShapeCtx (its
+/// fail() throws).
+template <class C>
+Shape broadcast_shapes(const C& c, const Shape& a, const Shape& b) {
+  const size_t r = a.size() > b.size() ? a.size() : b.size();
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i + a.size() >= r ? a[i + a.size() - r] : 1;
+    const int64_t db = i + b.size() >= r ? b[i + b.size() - r] : 1;
+    if (da == db || db == 1)
+      out[i] = da;
+    else if (da == 1)
+      out[i] = db;
+    else
+      c.fail("shapes " + shape_str(a) + " and " + shape_str(b) + " cannot broadcast");
+  }
+  return out;
+}
 
 /// Per spatial dim: input size, kernel, stride, dilation, pads, output size.
 struct Window {
@@ -166,4 +194,4 @@ size_t optimizer_arity(const C& c, size_t n_in, size_t groups, TypeOf&& type_of)
   return n;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

@@ -5,9 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 std::vector<TensorType> softmax_types(const ShapeCtx& c) {
@@ -102,4 +102,4 @@ void register_reduce_norm_shapes(ShapeTable& t) {
   t["ArgMax"] = t["ArgMin"] = arg_types;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

@@ -1,17 +1,17 @@
 // Shape functions of the conv/pool family's kernels (ops_conv_pool.cc, ops_conv_pool_norm.cc; rules in
 // core/rules/conv_pool.cc): Conv, ConvInteger, QLinearConv, ConvTranspose, the pools, BatchNormalization,
 // InstanceNormalization, LRN, MeanVarianceNormalization, DepthToSpace, SpaceToDepth. Window sizes come from
-// shape_rules.h, which the kernels use too. Reference: the ONNX operator specs (onnx/docs/Operators.md) at the node's
+// geometry.h, which the kernels use too. Reference: the ONNX operator specs (onnx/docs/Operators.md) at the node's
 // opset.
 #include <algorithm>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "backend/kernels/shape_rules.h"
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/geometry.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 // X's spatial dims [2, rank); fails below rank 3.
@@ -187,4 +187,4 @@ void register_conv_pool_shapes(ShapeTable& t) {
   t["DepthToSpace"] = t["SpaceToDepth"] = depth_space_types;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

@@ -1,27 +1,29 @@
-// backend/kernels internal: the shape-function context and table (shapes.cc). Every op of the kernel table has a
-// shape function here: output dtypes and static dims from input types, attributes and constant operands, following
-// the ONNX operator specs (onnx/docs/Operators.md) at the node's opset. The loader infers with these functions and the
-// executor checks every kernel result against what they inferred, so what loads is what runs.
-// Not part of the public interface (kernels.h); included only by backend/kernels/*.cc.
+// core/shapes internal: the shape-function context and table (shapes.cc). Every op of the kernel table
+// (backend/kernels) has a shape function here: output dtypes and static dims from input types, attributes and constant
+// operands, following the ONNX operator specs (onnx/docs/Operators.md) at the node's opset. The loader infers with
+// these functions and the executor checks every kernel result against what they inferred, so what loads is what runs.
+// Not part of the public interface (shapes.h); included only by core/shapes/*.cc.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "core/ir/ir.h"
+#include "core/shapes/shapes.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 
 /// Everything a shape function sees: the node, its input types (nullptr = absent optional input), the values of its
-/// constant inputs (nullptr = not known at load, or absent) and the graph opset.
+/// constant inputs (nullptr = not known at load, or absent), the graph opset and infer_types's evaluator (nullptr:
+/// none).
 struct ShapeCtx {
   const Node& node;
   const std::vector<const TensorType*>& types;
   const std::vector<const Tensor*>& values;
   int64_t opset;
+  const ValueEvaluator* evaluate = nullptr;
 
   size_t n_in() const { return types.size(); }
   /// True when input i is present.
@@ -53,65 +55,51 @@ using ShapeFn = std::vector<TensorType> (*)(const ShapeCtx&);
 /// op_type (or "ai.onnx.preview.training:<Op>") -> shape function; keys equal the kernel table's.
 using ShapeTable = std::unordered_map<std::string, ShapeFn>;
 
-// One registration function per op family: shapes_<family>.cc holds the shape functions of the kernels in
-// ops_<family>.cc (and ops_<family>_<part>.cc where the family's kernels span two files); the families are those of
-// kernels_util.h's register_* functions, core/rules' where an op has a sharding rule.
+// One registration function per op family: <family>.cc holds the shape functions of the kernels in
+// backend/kernels/ops_<family>.cc (and ops_<family>_<part>.cc where the family's kernels span two files); the families
+// are those of kernels_util.h's register_* functions, core/rules' where an op has a sharding rule.
 
-/// shapes_elementwise.cc (ops_elementwise.cc, ops_elementwise_unary.cc): the elementwise ops, Where, Cast, CastLike,
+/// elementwise.cc (ops_elementwise.cc, ops_elementwise_unary.cc): the elementwise ops, Where, Cast, CastLike,
 /// Clip, Identity, Dropout.
 void register_elementwise_shapes(ShapeTable& t);
-/// shapes_matmul.cc: MatMul, Gemm, MatMulInteger, QLinearMatMul.
+/// matmul.cc: MatMul, Gemm, MatMulInteger, QLinearMatMul.
 void register_matmul_shapes(ShapeTable& t);
-/// shapes_reduce_norm.cc: Softmax, LogSoftmax, Hardmax, LayerNormalization, Reduce*, ArgMax, ArgMin.
+/// reduce_norm.cc: Softmax, LogSoftmax, Hardmax, LayerNormalization, Reduce*, ArgMax, ArgMin.
 void register_reduce_norm_shapes(ShapeTable& t);
-/// shapes_gather.cc: Gather.
+/// gather.cc: Gather.
 void register_gather_shapes(ShapeTable& t);
-/// shapes_conv_pool.cc (ops_conv_pool.cc, ops_conv_pool_norm.cc): Conv, ConvTranspose, ConvInteger, QLinearConv, the
+/// conv_pool.cc (ops_conv_pool.cc, ops_conv_pool_norm.cc): Conv, ConvTranspose, ConvInteger, QLinearConv, the
 /// pools, BatchNormalization, InstanceNormalization, LRN, MeanVarianceNormalization, DepthToSpace, SpaceToDepth.
 void register_conv_pool_shapes(ShapeTable& t);
-/// shapes_einsum.cc: Einsum.
+/// einsum.cc: Einsum.
 void register_einsum_shapes(ShapeTable& t);
-/// shapes_shape_ops.cc: Transpose, Reshape, Flatten, Squeeze, Unsqueeze, Concat, Slice, Split, Expand, Constant,
+/// shape_ops.cc: Transpose, Reshape, Flatten, Squeeze, Unsqueeze, Concat, Slice, Split, Expand, Constant,
 /// ConstantOfShape, Shape, Size.
 void register_shape_ops_shapes(ShapeTable& t);
-/// shapes_index.cc (ops_index.cc, ops_index_resize.cc): GatherElements, GatherND, ScatterElements, Scatter,
+/// index.cc (ops_index.cc, ops_index_resize.cc): GatherElements, GatherND, ScatterElements, Scatter,
 /// ScatterND, OneHot, NonZero, Compress, TopK, CumSum, Tile, Pad, Range, Resize, Upsample.
 void register_index_shapes(ShapeTable& t);
-/// shapes_rnn.cc: RNN, GRU, LSTM.
+/// rnn.cc: RNN, GRU, LSTM.
 void register_rnn_shapes(ShapeTable& t);
-/// shapes_loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss.
+/// loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss.
 void register_loss_shapes(ShapeTable& t);
-/// shapes_signal.cc: HannWindow, HammingWindow, BlackmanWindow, DFT, STFT, MelWeightMatrix.
+/// signal.cc: HannWindow, HammingWindow, BlackmanWindow, DFT, STFT, MelWeightMatrix.
 void register_signal_shapes(ShapeTable& t);
-/// shapes_spatial.cc: MaxUnpool, RoiAlign, GridSample.
+/// spatial.cc: MaxUnpool, RoiAlign, GridSample.
 void register_spatial_shapes(ShapeTable& t);
-/// shapes_misc.cc: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, Det, Trilu, EyeLike, Unique,
+/// misc.cc: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, Det, Trilu, EyeLike, Unique,
 /// ReverseSequence, NonMaxSuppression, TfIdfVectorizer.
 void register_misc_shapes(ShapeTable& t);
-/// shapes_training.cc: the "ai.onnx.preview.training:<Op>" optimizers Adagrad, Adam, Momentum.
+/// training.cc: the "ai.onnx.preview.training:<Op>" optimizers Adagrad, Adam, Momentum.
 void register_training_shapes(ShapeTable& t);
-/// shapes_control.cc: If, Loop, Scan.
+/// control.cc: If, Loop, Scan.
 void register_control_shapes(ShapeTable& t);
-/// shapes_pipeline.cc: "gspmd.pipeline:Shift".
+/// pipeline.cc: "gspmd.pipeline:Shift".
 void register_pipeline_shapes(ShapeTable& t);
 
-/// What the shape functions know of a body's outputs (a body of If / Loop / Scan, core/ir/control_flow.h).
-struct BodyTypes {
-  std::vector<std::optional<TensorType>> outputs;  // per body output; nullopt when not static
-  std::string why;  // why the first unknown output is not static (a data-dependent shape, an op without a shape
-                    // function)
-  bool data_dependent = false;  // that reason is a data-dependent shape (else an op without a shape function)
-};
-/// Types `body`'s values node by node with infer_types (no folding), its inputs typed `inputs` (one per body input)
-/// with the constant values `values` (one per body input, nullptr = not constant; may be shorter). A node whose
-/// shape is data-dependent, or that has no shape function, leaves its outputs (and what depends on them) unknown;
-/// other errors (spec violations) are thrown.
-BodyTypes type_body(const Graph& body, const std::vector<TensorType>& inputs, const std::vector<const Tensor*>& values,
-                    int64_t opset);
-
-/// The kernel's output types on the constant inputs: for ops whose output sizes are the result itself (NonZero,
-/// Unique, NonMaxSuppression). `needed` names each input whose values decide them (the first `required` ones
-/// required); every one present must be constant.
+/// The kernel's output types on the constant inputs, computed by c.evaluate: for ops whose output sizes are the result
+/// itself (NonZero, Unique, NonMaxSuppression). `needed` names each input whose values decide them (the first
+/// `required` ones required); every one present must be constant. Throws DataDependentError when c has no evaluator.
 std::vector<TensorType> evaluated_types(const ShapeCtx& c, const std::vector<std::string_view>& needed,
                                         size_t required = 1);
 
@@ -121,4 +109,4 @@ inline std::vector<TensorType> same_as_input0(const ShapeCtx& c) { return {c.typ
 /// The one-output result {dtype, shape}.
 inline std::vector<TensorType> one_type(DType t, Shape s) { return {TensorType{t, std::move(s)}}; }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

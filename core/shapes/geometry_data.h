@@ -1,10 +1,10 @@
-// backend/kernels internal: shape rules that the data-movement, indexing and einsum kernels (ops_shape_ops.cc,
-// ops_index.cc, ops_index_resize.cc, ops_einsum.cc) and their shape functions (shapes_shape_ops.cc, shapes_index.cc,
-// shapes_einsum.cc) both apply, so that both compute the same output sizes and report the same spec violations:
-// Reshape, Flatten, Squeeze, Unsqueeze, Concat, Slice, Split and Pad shapes, GatherND, Resize's output size and
-// Einsum's labels, and scalar operands' values. Templated on the context: the kernels' Ctx or the shape functions'
-// ShapeCtx (both have `node`, `opset`, `n_out`, `fail`, `axis` and `prefix`).
-// Not part of the public interface (kernels.h); included only by backend/kernels/*.cc.
+// core/shapes: shape rules that the data-movement, indexing and einsum kernels (backend/kernels/ops_shape_ops.cc,
+// ops_index.cc, ops_index_resize.cc, ops_einsum.cc) and their shape functions (core/shapes/shape_ops.cc, index.cc,
+// einsum.cc) both apply, so that both compute the same output sizes and report the same spec violations: Reshape,
+// Flatten, Squeeze, Unsqueeze, Concat, Slice, Split and Pad shapes, GatherND, Resize's output size and Einsum's
+// labels, and scalar operands' values. Templated on the context: the kernels' Ctx or the shape functions' ShapeCtx
+// (both have `node`, `opset`, `n_out`, `fail`, `axis` and `prefix`). Included by core/shapes/*.cc and
+// backend/kernels/*.cc only.
 #pragma once
 
 #include <algorithm>
@@ -21,7 +21,7 @@
 
 #include "core/ir/ir.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 
 /// Reshape's output shape for input shape `in` and target `spec`: 0 copies the input dim (unless `allowzero`), one
 /// -1 takes what is left.
@@ -383,4 +383,4 @@ EinsumLabels einsum_labels(const C& c, const std::vector<const Shape*>& shapes) 
   return e;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

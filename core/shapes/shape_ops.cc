@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "backend/kernels/shape_rules_data.h"
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/geometry_data.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 // Input i's values as integers when present (needs_value: a shape operand), else attribute `attr` (empty if absent).
@@ -141,4 +141,4 @@ void register_shape_ops_shapes(ShapeTable& t) {
   t["ConstantOfShape"] = constant_of_shape_types;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

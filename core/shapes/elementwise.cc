@@ -1,9 +1,9 @@
 // Shape functions of the elementwise family's kernels (ops_elementwise.cc, ops_elementwise_unary.cc; rules in
 // core/rules/elementwise.cc): unary, binary with broadcasting, comparisons, Where, Cast, CastLike, Identity, Dropout,
 // ... Reference: the ONNX operator specs (onnx/docs/Operators.md) at the node's opset.
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 // Multidirectional broadcast of every present input; dtype of input 0 (or `out` when given).
@@ -59,4 +59,4 @@ void register_elementwise_shapes(ShapeTable& t) {
   t["Dropout"] = dropout_types;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

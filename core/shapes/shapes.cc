@@ -1,14 +1,13 @@
-// backend/kernels: the shape-function table, infer_types, and the helpers of shape_util.h (ShapeCtx, evaluated_types).
-#include <algorithm>
+// core/shapes: the shape-function table, infer_types, and the helpers of shape_ctx.h (ShapeCtx, evaluated_types).
+#include "core/shapes/shapes.h"
 
 #include <fmt/format.h>
 
-#include "backend/kernels/kernels.h"
-#include "backend/kernels/kernels_util.h"
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/geometry.h"
+#include "core/shapes/shape_ctx.h"
 
 namespace gspmd {
-namespace kern {
+namespace shapes {
 
 const TensorType& ShapeCtx::type(size_t i) const {
   if (!has(i)) fail(fmt::format("missing required input {}", i));
@@ -37,8 +36,12 @@ std::vector<TensorType> evaluated_types(const ShapeCtx& c, const std::vector<std
                                         size_t required) {
   for (size_t i = 0; i < needed.size(); ++i)
     if (i < required || c.has(i)) c.needs_value(i, needed[i]);
+  if (!c.evaluate)
+    throw DataDependentError(c.prefix() +
+                             "output shape is the kernel's result on the constant inputs, and no evaluator "
+                             "was given to compute it");
   std::vector<TensorType> out;
-  for (const Tensor& t : run_kernel(c.node, c.values, c.opset)) out.push_back({t.dtype, t.shape});
+  for (const Tensor& t : (*c.evaluate)(c.node, c.values, c.opset)) out.push_back({t.dtype, t.shape});
   return out;
 }
 
@@ -66,16 +69,15 @@ const ShapeTable& shape_table() {
   return t;
 }
 
-const KernelTable& table();  // kernels.cc
-
-}  // namespace kern
+}  // namespace shapes
 
 std::vector<TensorType> infer_types(const Node& node, const std::vector<const TensorType*>& types,
-                                    const std::vector<const Tensor*>& values, int64_t opset) {
-  const kern::ShapeCtx ctx{node, types, values, opset};
-  const std::string key = kern::table_key(node.domain, node.op_type);
+                                    const std::vector<const Tensor*>& values, int64_t opset,
+                                    const ValueEvaluator* evaluate) {
+  const shapes::ShapeCtx ctx{node, types, values, opset, evaluate};
+  const std::string key = shapes::table_key(node.domain, node.op_type);
   if (key.empty()) throw UnsupportedError(ctx.prefix() + fmt::format("no shape function for domain '{}'", node.domain));
-  const auto& t = kern::shape_table();
+  const auto& t = shapes::shape_table();
   auto it = t.find(key);
   if (it == t.end()) throw UnsupportedError(ctx.prefix() + "no shape function for this operator");
   try {
@@ -92,15 +94,8 @@ std::vector<TensorType> infer_types(const Node& node, const std::vector<const Te
 }
 
 bool has_shape_function(const std::string& domain, const std::string& op_type) {
-  const std::string key = kern::table_key(domain, op_type);
-  return !key.empty() && kern::shape_table().count(key) != 0;
-}
-
-std::vector<std::string> kernel_op_types() {
-  std::vector<std::string> out;
-  for (const auto& [k, fn] : kern::table()) out.push_back(k);
-  std::sort(out.begin(), out.end());
-  return out;
+  const std::string key = shapes::table_key(domain, op_type);
+  return !key.empty() && shapes::shape_table().count(key) != 0;
 }
 
 }  // namespace gspmd

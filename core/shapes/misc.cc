@@ -5,9 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 // Fails unless scale (input 1) is per tensor (one element, rank <= 1) or 1-D along `axis` of x (input 0), and the
@@ -120,4 +120,4 @@ void register_misc_shapes(ShapeTable& t) {
   t["TfIdfVectorizer"] = tfidf_types;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

@@ -2,9 +2,9 @@
 // Reference: the ONNX operator specs (onnx/docs/Operators.md) at the node's opset.
 #include <fmt/format.h>
 
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 // HannWindow, HammingWindow, BlackmanWindow: [size] of output_datatype, size the value of input 0.
@@ -68,4 +68,4 @@ void register_signal_shapes(ShapeTable& t) {
   t["MelWeightMatrix"] = mel_weight_matrix_types;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

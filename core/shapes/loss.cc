@@ -1,10 +1,10 @@
 // Shape functions of ops_loss.cc's kernels: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss.
 #include <fmt/format.h>
 
-#include "backend/kernels/shape_rules.h"
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/geometry.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 // The loss: input [N, C, d1..dk] (input 0), target [N, d1..dk] (input 1), weight [C] (input 2); [N, d1..dk] with
@@ -37,4 +37,4 @@ void register_loss_shapes(ShapeTable& t) {
   t["SoftmaxCrossEntropyLoss"] = sce_types;
 }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes

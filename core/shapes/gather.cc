@@ -2,9 +2,9 @@
 // ONNX operator specs (onnx/docs/Operators.md) at the node's opset.
 #include <fmt/format.h>
 
-#include "backend/kernels/shape_util.h"
+#include "core/shapes/shape_ctx.h"
 
-namespace gspmd::kern {
+namespace gspmd::shapes {
 namespace {
 
 std::vector<TensorType> gather_types(const ShapeCtx& c) {
@@ -24,4 +24,4 @@ std::vector<TensorType> gather_types(const ShapeCtx& c) {
 
 void register_gather_shapes(ShapeTable& t) { t["Gather"] = gather_types; }
 
-}  // namespace gspmd::kern
+}  // namespace gspmd::shapes
