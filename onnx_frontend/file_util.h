@@ -12,7 +12,9 @@
 
 namespace gspmd::frontend {
 
-/// Whole file as bytes; throws InputError("PATH: cannot open file") when it cannot be read.
+/// Whole file as bytes, of a regular file only; throws InputError("PATH: cannot open file") when it is missing, a
+/// directory or unreadable, InputError("PATH: not a regular file (a FIFO, socket or device)") for anything else
+/// (reading a FIFO would wait for a writer forever).
 std::string read_file(const std::string& path);
 /// Writes `bytes` to `path` through a temp file in the same directory + rename (all or nothing).
 /// Throws std::runtime_error("PATH: cannot write file: <errno text>").

@@ -80,6 +80,7 @@ struct Loader {
     const bool small = dt != DType::kString &&
                        numel * static_cast<int64_t>(dtype_size(dt)) <= static_cast<int64_t>(kInlineForInference);
     if (opts.load_data) return std::make_shared<const Tensor>(tensor_from_proto(t, base_dir, what));
+    if (is_external(t)) frontend::external_data_file(t, base_dir, what);  // refused even when not read
     if (!small) return nullptr;
     try {
       return std::make_shared<const Tensor>(tensor_from_proto(t, base_dir, what));

@@ -2,6 +2,7 @@
 // Included only by onnx_frontend/*.cc (it pulls in the ONNX protobuf headers).
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include <onnx/onnx_pb.h>
@@ -31,6 +32,14 @@ bool has_sharding_annotations(const onnx::ModelProto& m);
 /// "x:(1)2") and, for a mesh with a device order, gspmd.mesh_devices ("0,2,1,3") to `mesh`, replacing existing
 /// entries (docs/collectives.md). annotated_model.cc.
 void set_mesh_metadata(onnx::ModelProto& m, const DeviceMesh& mesh);
+
+/// The file of an external tensor's data: its `location` resolved against `base_dir` (the model's folder), symlinks
+/// followed and '.' and '..' removed (the path to read). A model
+/// comes from strangers, so the location must be a relative path that stays inside that folder, symlinks resolved
+/// (onnx's CVE-2022-25882): throws InputError("WHAT: external data location '../x' leaves the model's folder 'DIR'"),
+/// ("... is an absolute path; it must be relative to the model's folder 'DIR'"), or ("... has no location").
+std::filesystem::path external_data_file(const onnx::TensorProto& t, const std::string& base_dir,
+                                         const std::string& what);
 
 /// Converts a TensorProto (raw_data, typed fields, or external data resolved against `base_dir`) into a Tensor.
 /// `what` prefixes error messages (e.g. "model.onnx: initializer 'w'"). Throws InputError.

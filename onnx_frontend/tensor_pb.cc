@@ -20,9 +20,15 @@ namespace gspmd {
 namespace frontend {
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  // stat first: opening a FIFO blocks until a writer comes, and a device may never end.
   std::error_code ec;
-  if (!in || std::filesystem::is_directory(path, ec)) throw InputError(fmt::format("{}: cannot open file", path));
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st) || std::filesystem::is_directory(st))
+    throw InputError(fmt::format("{}: cannot open file", path));
+  if (!std::filesystem::is_regular_file(st))
+    throw InputError(fmt::format("{}: not a regular file (a FIFO, socket or device)", path));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open file", path));
   std::string bytes;
   in.seekg(0, std::ios::end);
   auto size = in.tellg();
@@ -119,14 +125,15 @@ void read_external(const onnx::TensorProto& p, const std::string& base_dir, cons
       throw InputError(fmt::format("{}: external data {} '{}' is not a number", what, kv.key(), kv.value()));
     }
   }
-  if (location.empty()) throw InputError(fmt::format("{}: external data has no location", what));
-  std::filesystem::path file = std::filesystem::path(location).is_absolute()
-                                   ? std::filesystem::path(location)
-                                   : std::filesystem::path(base_dir) / location;
+  const std::filesystem::path file = external_data_file(p, base_dir, what);
   const int64_t need = static_cast<int64_t>(t.nbytes());
   if (length >= 0 && length != need)
     throw InputError(fmt::format("{}: external data in '{}' is {} bytes but shape {} of {} needs {}", what, location,
                                  length, shape_str(t.shape), dtype_name(t.dtype), need));
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(file, ec);
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))  // a FIFO would block, a device not end
+    throw InputError(fmt::format("{}: external data file '{}' is not a regular file", what, file.string()));
   std::ifstream in(file, std::ios::binary);
   if (!in) throw InputError(fmt::format("{}: cannot open external data file '{}'", what, file.string()));
   in.seekg(0, std::ios::end);
@@ -140,6 +147,31 @@ void read_external(const onnx::TensorProto& p, const std::string& base_dir, cons
 }
 
 }  // namespace
+
+std::filesystem::path external_data_file(const onnx::TensorProto& p, const std::string& base_dir,
+                                         const std::string& what) {
+  namespace fs = std::filesystem;
+  std::string location;
+  for (const auto& kv : p.external_data())
+    if (kv.key() == "location") location = kv.value();
+  if (location.empty()) throw InputError(fmt::format("{}: external data has no location", what));
+  const fs::path dir = base_dir.empty() ? fs::path(".") : fs::path(base_dir);
+  if (fs::path(location).is_absolute() || fs::path(location).has_root_name())
+    throw InputError(
+        fmt::format("{}: external data location '{}' is an absolute path; it must be relative to the "
+                    "model's folder '{}'",
+                    what, cut_text(location), dir.string()));
+  // Both sides resolved (symlinks followed, '.' and '..' removed) as far as they exist: the file must stay in the
+  // folder, and the resolved path is the one read.
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(dir, ec);
+  const fs::path file = ec ? fs::path() : fs::weakly_canonical(dir / location, ec);
+  const fs::path rel = file.lexically_relative(root);
+  if (ec || rel.empty() || *rel.begin() == ".." || rel.is_absolute())
+    throw InputError(fmt::format("{}: external data location '{}' leaves the model's folder '{}'", what,
+                                 cut_text(location), dir.string()));
+  return file;
+}
 
 Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir, const std::string& what) {
   DType dt = proto_dtype(p.data_type(), what);

@@ -4,7 +4,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
+
 #include "tests/frontend/frontend_test_util.h"
+#include "tests/frontend/onnx_headers.h"
 
 namespace gspmd {
 namespace {
@@ -146,6 +149,60 @@ TEST(Loader, ExternalDataMissingFile) {
   EXPECT_FALSE(g.values[g.at("w")].data);
   EXPECT_EQ(g.values[g.at("w")].shape, (Shape{8, 16}));
   expect_all_static(g);
+}
+
+// A model comes from strangers: its external data must stay inside its folder (onnx's CVE-2022-25882 read any file
+// through '..' or an absolute location), and only regular files are read. Refused even when loading shapes only.
+TEST(Loader, ExternalDataMustStayInTheModelsFolder) {
+  TempDir t;
+  std::filesystem::create_directories(t.file("m"));
+  std::filesystem::copy_file(frontend_data("external_data.bin"), t.file("m/w.bin"));
+  std::filesystem::create_symlink("/etc/passwd", t.file("m/link.bin"));
+  std::filesystem::create_symlink(t.file("m/w.bin"), t.file("m/inside.bin"));
+  ASSERT_EQ(::mkfifo(t.file("m/fifo.bin").c_str(), 0600), 0);
+  auto load_with = [&](const std::string& location, bool load_data) {
+    onnx::ModelProto m = test::read_onnx_model(frontend_data("external_data.onnx"));
+    for (auto& init : *m.mutable_graph()->mutable_initializer())
+      for (auto& kv : *init.mutable_external_data())
+        if (kv.key() == "location") kv.set_value(location);
+    const std::string p = t.file("m/model.onnx");
+    test::write_onnx_model(m, p);
+    try {
+      load_model(p, load_opts({}, load_data));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  const std::string w = t.file("m/model.onnx") + ": initializer 'w': external data ";
+  const std::string dir = t.file("m");
+  for (bool load_data : {true, false}) {
+    EXPECT_EQ(load_with("../../../../etc/passwd", load_data),
+              w + "location '../../../../etc/passwd' leaves the model's folder '" + dir + "'");
+    EXPECT_EQ(
+        load_with("/etc/passwd", load_data),
+        w + "location '/etc/passwd' is an absolute path; it must be relative to the model's folder '" + dir + "'");
+    EXPECT_EQ(load_with("link.bin", load_data), w + "location 'link.bin' leaves the model's folder '" + dir + "'");
+    EXPECT_EQ(load_with("sub/../../n/w.bin", load_data),
+              w + "location 'sub/../../n/w.bin' leaves the model's folder '" + dir + "'");
+  }
+  EXPECT_EQ(load_with("fifo.bin", true), w + "file '" + dir + "/fifo.bin' is not a regular file");
+  EXPECT_EQ(load_with("w.bin", true), "loaded");
+  EXPECT_EQ(load_with("./sub/../w.bin", true), "loaded");  // resolved to w.bin (sub need not exist)
+  EXPECT_EQ(load_with("sub/../../m/w.bin", true), "loaded");
+  EXPECT_EQ(load_with("inside.bin", true), "loaded");  // a symlink that stays inside
+}
+
+// Reading a FIFO would wait for a writer forever: only regular files are read.
+TEST(Loader, OnlyRegularFilesAreRead) {
+  TempDir t;
+  ASSERT_EQ(::mkfifo(t.file("model.onnx").c_str(), 0600), 0);
+  try {
+    load_model(t.file("model.onnx"), load_opts());
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), t.file("model.onnx") + ": not a regular file (a FIFO, socket or device)");
+  }
 }
 
 TEST(Loader, ShapesOnlyStillFoldsShapeChains) {
