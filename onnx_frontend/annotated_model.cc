@@ -12,6 +12,7 @@
 #include <google/protobuf/unknown_field_set.h>
 #include <nlohmann/json.hpp>
 
+#include "core/ir/json_bounded.h"
 #include "onnx_frontend/file_util.h"
 #include "onnx_frontend/frontend.h"
 #include "onnx_frontend/onnx_multidevice.pb.h"
@@ -286,7 +287,14 @@ struct Reader {
   void read_unreduced(Annotations& ann) const {
     const std::string text = meta(kUnreducedKey);
     if (text.empty()) return;
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    nlohmann::json j;
+    try {
+      j = parse_json_bounded(text, fmt::format("metadata {}", kUnreducedKey));
+    } catch (const nlohmann::json::parse_error&) {
+      fail(fmt::format("metadata {} is not a JSON object", kUnreducedKey));
+    } catch (const InputError& e) {
+      fail(e.what());
+    }
     if (!j.is_object()) fail(fmt::format("metadata {} is not a JSON object", kUnreducedKey));
     for (auto it = j.begin(); it != j.end(); ++it) {
       const int v = g.find(it.key());

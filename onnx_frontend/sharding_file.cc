@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/ir/json_bounded.h"
 #include "core/ir/name_pattern.h"
 #include "onnx_frontend/file_util.h"
 #include "onnx_frontend/frontend.h"
@@ -361,7 +362,7 @@ struct Reader {
 std::function<bool(const Value&)> sharding_file_names(const std::string& path) {
   json root;
   try {
-    root = json::parse(frontend::read_file(path));
+    root = parse_json_bounded(frontend::read_file(path), path);
   } catch (const std::exception&) {
     return {};  // read_sharding_file reports it
   }
@@ -386,7 +387,7 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
   std::string text = frontend::read_file(path);
   json root;
   try {
-    root = json::parse(text);
+    root = parse_json_bounded(text, path);
   } catch (const json::parse_error& e) {
     std::string what = e.what();
     auto p = what.find("] ");

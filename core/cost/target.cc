@@ -13,6 +13,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/ir/json_bounded.h"
+
 namespace gspmd {
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -144,7 +146,7 @@ Target load_file(const std::string& path) {
 Target Target::from_json(const std::string& text, const std::string& path) {
   nlohmann::json js;
   try {
-    js = nlohmann::json::parse(text);
+    js = parse_json_bounded(text, path);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(fmt::format("{}: not JSON: {}", path, e.what()));
   }

@@ -98,6 +98,15 @@ TEST(CostTarget, BadJsonFiles) {
   expect_input_error(write_tmp("bad3.json", R"({"peak_flops": "fast"})"), "must be a number");
   expect_input_error(write_tmp("bad4.json", R"({"hbm_bandwidth": 1, "link_bandwidth": 1})"), "peak_flops must be > 0");
   expect_input_error(write_tmp("bad5.json", R"([1, 2])"), "expected one JSON object");
+  // Nested 40,000 deep: refused while it is read (docs/sharding-file.md#limits), never walked.
+  const std::string deep =
+      write_tmp("deep.json", "{\"name\": " + std::string(40000, '[') + std::string(40000, ']') + "}");
+  try {
+    Target::load(deep);
+    FAIL() << deep;
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), deep + ": JSON nested deeper than 64 levels");
+  }
   expect_input_error(write_tmp("bad6.json", R"({"topology": "3d-donut", "peak_flops": 1})"),
                      "'topology' must be \"ring\", \"line\", \"<n>d-torus\", \"<n>d-mesh\" or \"switch\"");
   expect_input_error(write_tmp("bad7.json", R"({"base": "tpu-v3", "topology": "ring", "torus_dims": 1})"),

@@ -56,6 +56,10 @@ INSTANTIATE_TEST_SUITE_P(
                 R"(tensors."h.0.mlp.fc_in.weight": spec has 3 entries but the tensor has rank 2)"},
         BadFile{"axis_twice", R"("h.0.mlp.fc_in.weight": ["model", "model"])",
                 R"(tensors."h.0.mlp.fc_in.weight": mesh axis 'model' is used twice)"},
+        BadFile{"deep_json",
+                "!{" + std::string(kMesh) + R"(, "tensors": {"input_ids": )" + std::string(40000, '[') +
+                    std::string(40000, ']') + "}}",
+                "JSON nested deeper than 64 levels"},
         BadFile{"malformed_json",
                 R"(!{"mesh": {"shape": [2, 2], "axes": ["data", "model"]}, "tensors": {"input_ids": ["data", null],}})",
                 "malformed JSON: parse error at line 1, column 96: syntax error while parsing object key - "

@@ -1,0 +1,29 @@
+// core/ir: JSON from users (sharding files, --target files, annotated models' metadata) parsed with its nesting
+// bounded (docs/sharding-file.md#limits). nlohmann's parser is iterative, but the code that walks a document recurses
+// per level: a value nested 40,000 deep crashed it. For the files and modules that already use nlohmann_json.
+#pragma once
+
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/ir/ir.h"
+
+namespace gspmd {
+
+/// The deepest nesting of arrays and objects a user's JSON may have: far above any sharding file (4 levels).
+inline constexpr int kMaxJsonDepth = 64;
+
+/// nlohmann::json::parse(text), refusing input nested deeper than kMaxJsonDepth while it is read: throws
+/// InputError("<what>: JSON nested deeper than 64 levels"), and nlohmann::json::parse_error for malformed text as
+/// json::parse does.
+inline nlohmann::json parse_json_bounded(const std::string& text, const std::string& what) {
+  return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxJsonDepth)
+      throw InputError(fmt::format("{}: JSON nested deeper than {} levels", what, kMaxJsonDepth));
+    return true;
+  });
+}
+
+}  // namespace gspmd
