@@ -120,6 +120,14 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward);
 /// Throws InputError("--memory-limit: 'x' is not a positive number of bytes").
 int64_t parse_memory_limit(const std::string& text);
 
+/// The most devices `partition` writes files for and `run` emulates in one process (docs/cli.md#limits); `simulate`
+/// and `explain` take meshes up to kMaxDevices (2^20).
+inline constexpr int64_t kMaxMaterializedDevices = 16384;
+/// Throws InputError("<cmd>: the mesh 256x256 has 65536 devices; <cmd> <what> for at most 16384 (simulate costs
+/// meshes of up to 1048576 devices)") when --mesh `mesh_text` has more than kMaxMaterializedDevices devices, and
+/// DeviceMesh::parse's errors for bad text.
+void check_materialized_devices(const std::string& mesh_text, const char* cmd, const char* what);
+
 struct PartitionOptions {
   CommonOptions common;
   std::string out_dir;                // -o DIR

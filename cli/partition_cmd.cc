@@ -1,6 +1,7 @@
 // gspmd-onnx partition: writes DIR/device_<k>.onnx, DIR/shardings.json, DIR/report.json, completely or not at all.
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -113,9 +114,45 @@ void write_auto_sharding_file(const fs::path& path, const Pipeline& p) {
   if (!f) throw InputError(fmt::format("{}: cannot write", path.string()));
 }
 
+/// The signal that interrupts `partition` while it writes its temporary folder (0: none). The handler only records
+/// it; the write loop removes the folder and dies of the signal (docs/cli.md).
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void record_stop_signal(int sig) { g_stop_signal = sig; }
+
+/// SIGINT and SIGTERM recorded (not fatal) while it lives; the previous handlers back after.
+struct StopSignals {
+  using Handler = void (*)(int);
+  Handler old_int, old_term;
+  StopSignals()
+      : old_int(std::signal(SIGINT, record_stop_signal)), old_term(std::signal(SIGTERM, record_stop_signal)) {}
+  ~StopSignals() {
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
+  }
+  /// When a signal came: removes `tmp` and dies of that signal, as without the handler.
+  static void die_if_stopped(const fs::path& tmp) {
+    if (const int sig = g_stop_signal) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+      std::signal(sig, SIG_DFL);
+      std::raise(sig);
+    }
+  }
+};
+
 }  // namespace
 
+void check_materialized_devices(const std::string& mesh_text, const char* cmd, const char* what) {
+  const int64_t n = DeviceMesh::parse(mesh_text).num_devices();
+  if (n > kMaxMaterializedDevices)
+    throw InputError(
+        fmt::format("{}: the mesh {} has {} devices; {} {} for at most {} (simulate costs meshes of up "
+                    "to {} devices)",
+                    cmd, mesh_text, n, cmd, what, kMaxMaterializedDevices, kMaxDevices));
+}
+
 int cmd_partition(const PartitionOptions& o) {
+  check_materialized_devices(o.common.mesh, "partition", "writes one file per device");
   fs::path out = fs::absolute(o.out_dir).lexically_normal();
   if (out.filename().empty()) out = out.parent_path();
   if (fs::exists(out) && (!fs::is_directory(out) || !is_our_output(out)))
@@ -130,6 +167,7 @@ int cmd_partition(const PartitionOptions& o) {
   Pipeline p = build_pipeline(o.common);
 
   fs::path tmp = out.parent_path() / fmt::format(".{}.tmp-{}", out.filename().string(), ::getpid());
+  const StopSignals stop_signals;  // an interrupted partition leaves no temporary folder
   std::error_code ec;
   fs::create_directories(tmp, ec);
   if (ec) throw InputError(fmt::format("{}: cannot create directory: {}", o.out_dir, ec.message()));
@@ -139,6 +177,7 @@ int cmd_partition(const PartitionOptions& o) {
     if (o.collectives == "ort") eo.collectives = CollectiveFormat::kOrt;
     ProgressLine line;
     for (int64_t k = 0; k < n; ++k) {
+      StopSignals::die_if_stopped(tmp);
       line.update([&] { return fmt::format("partition: writing device_{}.onnx ({}/{})", k, k + 1, n); });
       export_device(p.program, p.graph, k, (tmp / fmt::format("device_{}.onnx", k)).string(), eo);
     }
@@ -155,6 +194,7 @@ int cmd_partition(const PartitionOptions& o) {
     CostReport cost = p.cost(o.common.overlap);
     nlohmann::json report = make_report(p, cost, nullptr, nullptr);
     write_json((tmp / "report.json").string(), report);
+    StopSignals::die_if_stopped(tmp);
     if (fs::exists(out)) fs::remove_all(out);
     fs::rename(tmp, out);
     print_summary(report, o.common.model);

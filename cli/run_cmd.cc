@@ -174,6 +174,7 @@ int cmd_run(const RunOptions& o) {
   if (!o.program_dir.empty()) throw InputError("--program: needs --backend mpi (the emulator runs the SPMD program)");
   if (o.warmup != 1) throw InputError("--warmup: needs --backend mpi (the emulator executes once)");
   if (o.repeat != 1) throw InputError("--repeat: needs --backend mpi (the emulator executes once)");
+  check_materialized_devices(o.common.mesh, "run", "emulates every device in this process");
   Pipeline p = build_pipeline(o.common);
   std::vector<Tensor> inputs = make_inputs(p.graph, p.load_report, o);
   std::vector<OnnxValue> expected;  // read before the run: a bad --expected is bad input (exit 2), found early

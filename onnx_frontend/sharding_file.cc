@@ -103,6 +103,9 @@ struct Reader {
     }
     if (!has_axes)
       for (size_t i = 0; i < rank; ++i) axes.push_back(default_axis_name(i));
+    if (!device_count(shape))
+      fail("mesh.shape", fmt::format("{} has more than the {} devices a mesh may have",
+                                     frontend::mesh_shape_text(shape), kMaxDevices));
     mesh.shape = std::move(shape);
     mesh.axes = std::move(axes);
     if (jm.contains("devices")) read_devices(jm["devices"], cli_mesh);

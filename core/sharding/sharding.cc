@@ -11,6 +11,15 @@ namespace gspmd {
 // ---------------------------------------------------------------------------------------------------------------
 // DeviceMesh
 
+std::optional<int64_t> device_count(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) {
+    if (s < 1 || s > kMaxDevices / n) return std::nullopt;
+    n *= s;
+  }
+  return n;
+}
+
 DeviceMesh DeviceMesh::parse(std::string_view text) {
   auto bad = [&]() { return InputError(fmt::format("--mesh: '{}' is not a mesh shape like 4x4", text)); };
   DeviceMesh m;
@@ -30,10 +39,11 @@ DeviceMesh DeviceMesh::parse(std::string_view text) {
     if (end == std::string_view::npos) break;
     pos = end + 1;
   }
-  int64_t n = 1;
-  for (int64_t s : m.shape) {
-    if (n > (int64_t{1} << 40) / s) throw bad();
-    n *= s;
+  if (!device_count(m.shape)) {
+    long double n = 1;
+    for (int64_t s : m.shape) n *= static_cast<long double>(s);
+    throw InputError(fmt::format("--mesh: '{}' has {:.0f} devices, more than the {} a mesh may have", text,
+                                 static_cast<double>(n), kMaxDevices));
   }
   static const char* kNames[] = {"x", "y", "z", "w"};
   for (size_t i = 0; i < m.shape.size(); ++i) m.axes.push_back(i < 4 ? std::string(kNames[i]) : fmt::format("a{}", i));

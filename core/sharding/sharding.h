@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10,6 +11,13 @@
 #include "core/ir/ir.h"
 
 namespace gspmd {
+
+/// The most devices a mesh may have (docs/cli.md#limits): 2^20, far above any pod (the GSPMD paper's largest runs use
+/// 2,048 TPU v3 cores); `simulate` and `--auto` cost a mesh of this size in about the time of 4 devices.
+inline constexpr int64_t kMaxDevices = int64_t{1} << 20;
+/// The product of `sizes` when every size is >= 1 and the product is at most kMaxDevices, else nullopt (it never
+/// overflows, whatever the sizes).
+std::optional<int64_t> device_count(const std::vector<int64_t>& sizes);
 
 /// A logical N-D mesh of devices with named axes (docs/sharding-file.md). Devices are numbered 0..N-1; by default
 /// device k sits at the mesh position with row-major index k (coordinate unravel(k, shape)). `devices` gives another

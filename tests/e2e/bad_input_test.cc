@@ -119,6 +119,48 @@ TEST(BadInput, UsageErrorsExit2) {
   EXPECT_EQ(r.err.rfind("error: usage: ", 0), 0u) << r.err;
 }
 
+// Sizes are checked before anything is allocated or written (docs/cli.md#limits): a mesh has at most 2^20 devices
+// (simulate still costs one that large), partition and run at most 16384.
+TEST(BadInput, MeshesOverTheLimitsAreRefusedFirst) {
+  CmdResult r = cli("simulate " + kModel + " --mesh 65536x65536", "mesh_huge");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: --mesh: '65536x65536' has 4294967296 devices, more than the 1048576 a mesh may have\n");
+  r = cli("simulate " + kModel + " --mesh 1024x1024", "mesh_2_20");
+  EXPECT_EQ(r.code, 0) << r.err;
+  fs::path dir = scratch("mesh_files");
+  r = cli("partition " + kModel + " --mesh 256x256 -o " + (dir / "out").string(), "mesh_files");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "error: partition: the mesh 256x256 has 65536 devices; partition writes one file per device for at most "
+            "16384 (simulate costs meshes of up to 1048576 devices)\n");
+  EXPECT_TRUE(fs::is_empty(dir));
+  r = cli("run " + kModel + " --mesh 256x256", "mesh_run");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "error: run: the mesh 256x256 has 65536 devices; run emulates every device in this process for at most "
+            "16384 (simulate costs meshes of up to 1048576 devices)\n");
+}
+
+// A partition stopped by SIGINT or SIGTERM while it writes its device files removes its temporary folder and dies of
+// the signal; nothing is left behind.
+TEST(BadInput, InterruptedPartitionLeavesNothing) {
+  for (const char* sig : {"INT", "TERM"}) {
+    fs::path dir = scratch(std::string("interrupted_") + sig);
+    const std::string cmd = "cd " + dir.string() + " && (" + GSPMD_BINARY_DIR + "/bin/gspmd-onnx partition " +
+                            (fs::path(GSPMD_SOURCE_DIR) / kModel).string() +
+                            " --mesh 64x64 -o out >/dev/null 2>&1 & pid=$!; "
+                            "for i in $(seq 400); do ls -a | grep -q '^.out.tmp-' && break; sleep 0.05; done; "
+                            "kill -" +
+                            sig + " $pid; wait $pid; echo $? > rc)";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    EXPECT_EQ(read_file(dir / "rc"), std::string(sig) == "INT" ? "130\n" : "143\n");
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename() != "rc") left.push_back(e.path().filename().string());
+    EXPECT_TRUE(left.empty()) << left.front();
+  }
+}
+
 // Users' regular expressions are RE2's (docs/sharding-file.md#rules): a backtracking pattern is one linear scan (it
 // hung std::regex), and what RE2 refuses (backreferences, lookaround, a program over its memory bound) is one line.
 TEST(BadInput, UserRegexesAreLinearTimeRe2Patterns) {
