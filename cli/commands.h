@@ -120,6 +120,8 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward);
 /// Throws InputError("--memory-limit: 'x' is not a positive number of bytes").
 int64_t parse_memory_limit(const std::string& text);
 
+/// The largest value `--dim NAME=V` may give (docs/cli.md#limits): 2^31 - 1, far above any real dim.
+inline constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
 /// The most devices `partition` writes files for and `run` emulates in one process (docs/cli.md#limits); `simulate`
 /// and `explain` take meshes up to kMaxDevices (2^20).
 inline constexpr int64_t kMaxMaterializedDevices = 16384;

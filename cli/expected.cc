@@ -14,12 +14,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// The index i of a file named "output_<i>.pb", or -1.
-int64_t output_index(const std::string& file) {
-  constexpr std::string_view kPrefix = "output_", kSuffix = ".pb";
-  if (file.size() <= kPrefix.size() + kSuffix.size() || !file.starts_with(kPrefix) || !file.ends_with(kSuffix))
+/// The index i of a file named "<kind>_<i>.pb", or -1.
+int64_t file_index(const std::string& file, std::string_view kind) {
+  constexpr std::string_view kSuffix = ".pb";
+  if (file.size() <= kind.size() + 1 + kSuffix.size() || !file.starts_with(kind) || file[kind.size()] != '_' ||
+      !file.ends_with(kSuffix))
     return -1;
-  const std::string digits = file.substr(kPrefix.size(), file.size() - kPrefix.size() - kSuffix.size());
+  const std::string digits = file.substr(kind.size() + 1, file.size() - kind.size() - 1 - kSuffix.size());
   if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
   return std::stoll(digits);
 }
@@ -28,18 +29,26 @@ std::string outputs_str(size_t n) { return fmt::format("{} output{}", n, n == 1 
 
 }  // namespace
 
+void check_no_extra_files(const std::string& dir, std::string_view kind, size_t n, std::string_view flag) {
+  int64_t extra = std::numeric_limits<int64_t>::max();
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const int64_t i = file_index(e.path().filename().string(), kind);
+    if (i >= static_cast<int64_t>(n)) extra = std::min(extra, i);
+  }
+  if (extra == std::numeric_limits<int64_t>::max()) return;
+  const std::string counted = fmt::format("{} {}{}", n, kind, n == 1 ? "" : "s");
+  throw InputError(n == 0 ? fmt::format("{}: the model has no {}s, so {} {} holds no {}_<i>.pb",
+                                        (fs::path(dir) / fmt::format("{}_{}.pb", kind, extra)).string(), kind, flag,
+                                        dir, kind)
+                          : fmt::format("{}: the model has {}, so {} {} holds {}_0.pb{} only",
+                                        (fs::path(dir) / fmt::format("{}_{}.pb", kind, extra)).string(), counted, flag,
+                                        dir, kind, n == 1 ? "" : fmt::format(" .. {}_{}.pb", kind, n - 1)));
+}
+
 std::vector<OnnxValue> read_expected_outputs(const std::string& dir, const LoadReport& signature) {
   if (!fs::is_directory(dir)) throw InputError(fmt::format("{}: no such directory (--expected)", dir));
   const size_t n = signature.outputs.size();
-  int64_t extra = std::numeric_limits<int64_t>::max();
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const int64_t i = output_index(e.path().filename().string());
-    if (i >= static_cast<int64_t>(n)) extra = std::min(extra, i);
-  }
-  if (extra != std::numeric_limits<int64_t>::max())
-    throw InputError(fmt::format("{}: the model has {}, so --expected {} holds output_0.pb .. output_{}.pb only",
-                                 (fs::path(dir) / fmt::format("output_{}.pb", extra)).string(), outputs_str(n), dir,
-                                 static_cast<int64_t>(n) - 1));
+  check_no_extra_files(dir, "output", n, "--expected");
   std::vector<OnnxValue> values;
   for (size_t i = 0; i < n; ++i) {
     const std::string path = (fs::path(dir) / fmt::format("output_{}.pb", i)).string();

@@ -2,6 +2,8 @@
 // 2 unusable input, 3 unsupported operator, 4 internal error.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "backend/profile/host_target.h"
@@ -94,10 +96,32 @@ int main(int argc, char** argv) {
   run->add_flag("--check", ro.check, "compare with the unpartitioned run (exit 1 on mismatch)");
   run->add_option("--expected", ro.expected_dir,
                   "compare the outputs with DIR/output_<i>.pb (ONNX test-data layout; exit 1 on mismatch)");
-  run->add_option("--rtol", ro.rtol, "relative tolerance of --check and --expected (default 1e-4)");
-  run->add_option("--atol", ro.atol, "absolute tolerance of --check and --expected (default 1e-5)");
+  // A tolerance is a finite number >= 0 (a negative or NaN one fails every comparison: "check FAILED" between equal
+  // values).
+  const CLI::Validator tolerance(
+      [](std::string& text) -> std::string {
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(text, &used);
+          if (used != text.size()) return "'" + text + "' is not a number";
+        } catch (const std::exception&) {
+          return "'" + text + "' is not a number";
+        }
+        return std::isfinite(v) && v >= 0 ? "" : "'" + text + "' is not a finite number >= 0";
+      },
+      "TOL");
+  run->add_option("--rtol", ro.rtol, "relative tolerance of --check and --expected (default 1e-4)")->check(tolerance);
+  run->add_option("--atol", ro.atol, "absolute tolerance of --check and --expected (default 1e-5)")->check(tolerance);
   run->add_option("--report", ro.report, "write the JSON report here");
-  run->add_option("--seed", ro.seed, "seed of the pseudo-random inputs (without --inputs)");
+  run->add_option("--seed", ro.seed, "seed of the pseudo-random inputs (without --inputs)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })
+                       ? ""
+                       : "'" + text + "' is not a whole number >= 0";
+          },
+          "N"));
   run->add_option("--trace", ro.trace, "write the simulated step as Chrome trace JSON (Perfetto) here");
   run->add_option("--backend", ro.backend, "pod (default: the emulator) or mpi (under mpirun -np N: rank = device)")
       ->check(CLI::IsMember({"pod", "mpi"}));

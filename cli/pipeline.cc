@@ -337,9 +337,13 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
       v = std::stoll(d.substr(eq + 1), &used);
       if (used != d.size() - eq - 1 || v <= 0) throw std::invalid_argument(d);
     } catch (const std::exception&) {
-      throw InputError(fmt::format("--dim: '{}' is not NAME=VALUE with a positive VALUE", d));
+      throw InputError(fmt::format("--dim: '{}' is not NAME=VALUE with a positive VALUE", cut_text(d)));
     }
-    lo.dims[d.substr(0, eq)] = v;
+    if (v > kMaxDim)
+      throw InputError(
+          fmt::format("--dim: '{}' is more than the {} a dim may be (docs/cli.md#limits)", cut_text(d), kMaxDim));
+    if (auto [it, fresh] = lo.dims.emplace(d.substr(0, eq), v); !fresh)
+      throw InputError(fmt::format("--dim: '{}' is given twice ({} and {})", cut_text(it->first), it->second, v));
   }
 
   Pipeline p;

@@ -48,6 +48,11 @@ struct ExpectedResult {
   std::string worst;  // the first failure, as CheckResult::worst ("... vs expected ...")
 };
 
+/// Throws InputError("DIR/input_2.pb: the model has 2 inputs, so --inputs DIR holds input_0.pb .. input_1.pb only")
+/// when DIR holds a file <kind>_<i>.pb with i >= n (kind "input" or "output", flag "--inputs" or "--expected"): a file
+/// the run would ignore is a mistake.
+void check_no_extra_files(const std::string& dir, std::string_view kind, size_t n, std::string_view flag);
+
 /// Reads the reference outputs of `run --expected DIR`: DIR/output_<i>.pb for every ONNX output of `signature`, each
 /// as the model declares it (a TensorProto, SequenceProto or OptionalProto; read_value_pb). Throws InputError naming
 /// the directory or file: "DIR: no such directory (--expected)", "DIR/output_1.pb: no such file (--expected: the

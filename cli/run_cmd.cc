@@ -62,6 +62,7 @@ std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, con
           throw InputError(fmt::format("{}: {} {} but input '{}' is {} {}", paths[i], dtype_name(t.dtype),
                                        shape_str(t.shape), v.name, dtype_name(v.dtype), shape_str(v.shape)));
       }
+    check_no_extra_files(o.common.inputs_dir, "input", signature.inputs.size(), "--inputs");
     return inputs;
   }
   std::vector<Tensor> inputs;

@@ -4,10 +4,12 @@
 #include <functional>
 #include <map>
 #include <queue>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -362,7 +364,32 @@ struct Loader {
     return bound;
   }
 
+  // The dim_params of a graph input's type (a tensor, or a sequence's or optional's elements).
+  static void collect_dim_params(const onnx::TypeProto& t, std::set<std::string>& out) {
+    if (t.has_tensor_type())
+      for (const auto& d : t.tensor_type().shape().dim())
+        if (d.has_dim_param()) out.insert(d.dim_param());
+    if (t.has_sequence_type()) collect_dim_params(t.sequence_type().elem_type(), out);
+    if (t.has_optional_type()) collect_dim_params(t.optional_type().elem_type(), out);
+  }
+
+  // Every --dim names a symbolic dim of the model's inputs: a misspelt one would bind nothing, silently.
+  void check_dim_names() const {
+    if (opts.dims.empty()) return;
+    std::set<std::string> names;
+    for (const auto& in : m.graph().input())
+      if (!const_index.count(in.name())) collect_dim_params(in.type(), names);
+    for (const auto& [name, value] : opts.dims)
+      if (!names.count(name))
+        fail(fmt::format(
+            "--dim {}={}: the model's inputs have no dim named '{}' ({})", cut_text(name), value, cut_text(name),
+            names.empty()
+                ? std::string("their dims are all static")
+                : fmt::format("their symbolic dims: {}", cut_text(fmt::format("{}", fmt::join(names, ", ")), 200))));
+  }
+
   void bind_dims() {
+    check_dim_names();
     const std::map<std::string, Shape> given_shapes = this->given_shapes();
     const std::map<std::string, int64_t> bound = bound_dims(given_shapes);
     auto* g = m.mutable_graph();

@@ -119,6 +119,40 @@ TEST(BadInput, UsageErrorsExit2) {
   EXPECT_EQ(r.err.rfind("error: usage: ", 0), 0u) << r.err;
 }
 
+// Flags the run would misuse silently are usage errors: a negative seed, a negative or NaN tolerance (every
+// comparison failed: "check FAILED" between equal values), a --dim the model does not have, given twice or too large,
+// and an input file beyond the model's inputs.
+TEST(BadInput, FlagsTheRunWouldMisuseAreOneLineErrors) {
+  struct Case {
+    std::string args, err;
+  };
+  fs::path dir = scratch("extra_input");
+  fs::copy_file(fs::path(GSPMD_SOURCE_DIR) / "testdata/gpt/test_data_set_0/input_0.pb", dir / "input_0.pb");
+  fs::copy_file(dir / "input_0.pb", dir / "input_1.pb");
+  const std::string dyn = "testdata/gpt/gpt_opset17.onnx";
+  const std::vector<Case> cases = {
+      {"run " + kModel + " --mesh 1 --seed -1",
+       "error: usage: --seed: '-1' is not a whole number >= 0 (see gspmd-onnx --help)"},
+      {"run " + kModel + " --mesh 1 --check --rtol -1",
+       "error: usage: --rtol: '-1' is not a finite number >= 0 (see gspmd-onnx --help)"},
+      {"run " + kModel + " --mesh 1 --check --atol nan",
+       "error: usage: --atol: 'nan' is not a finite number >= 0 (see gspmd-onnx --help)"},
+      {"simulate " + kModel + " --mesh 1 --dim seq=3",
+       "error: " + kModel + ": --dim seq=3: the model's inputs have no dim named 'seq' (their dims are all static)"},
+      {"simulate " + dyn + " --mesh 1 --dim batch=4 --dim batch=6", "error: --dim: 'batch' is given twice (4 and 6)"},
+      {"simulate " + dyn + " --mesh 1 --dim batch=1099511627776",
+       "error: --dim: 'batch=1099511627776' is more than the 2147483647 a dim may be (docs/cli.md#limits)"},
+      {"run " + kModel + " --mesh 1 --inputs " + dir.string(), "error: " + (dir / "input_1.pb").string() +
+                                                                   ": the model has 1 input, so --inputs " +
+                                                                   dir.string() + " holds input_0.pb only"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CmdResult r = cli(cases[i].args, "flags_" + std::to_string(i));
+    EXPECT_EQ(r.code, 2) << cases[i].args;
+    EXPECT_EQ(r.err, cases[i].err + "\n") << cases[i].args;
+  }
+}
+
 // Sizes are checked before anything is allocated or written (docs/cli.md#limits): a mesh has at most 2^20 devices
 // (simulate still costs one that large), partition and run at most 16384.
 TEST(BadInput, MeshesOverTheLimitsAreRefusedFirst) {

@@ -84,7 +84,7 @@ TEST(Expected, MissingOrExtraFilesAreBadInput) {
   CmdResult extra = cli(run_args("--expected " + (d / "extra").string() + out), "expected_extra");
   EXPECT_EQ(extra.code, 2);
   EXPECT_EQ(extra.err, "error: " + (d / "extra" / "output_1.pb").string() + ": the model has 1 output, so --expected " +
-                           (d / "extra").string() + " holds output_0.pb .. output_0.pb only\n");
+                           (d / "extra").string() + " holds output_0.pb only\n");
   EXPECT_FALSE(fs::exists(d / "out"));  // checked before the run: nothing written
 }
 
