@@ -153,6 +153,7 @@ void check_materialized_devices(const std::string& mesh_text, const char* cmd, c
 
 int cmd_partition(const PartitionOptions& o) {
   check_materialized_devices(o.common.mesh, "partition", "writes one file per device");
+  if (o.out_dir.empty()) throw InputError("-o: '' is not a directory name");
   fs::path out = fs::absolute(o.out_dir).lexically_normal();
   if (out.filename().empty()) out = out.parent_path();
   if (fs::exists(out) && (!fs::is_directory(out) || !is_our_output(out)))
@@ -163,6 +164,8 @@ int cmd_partition(const PartitionOptions& o) {
     if (annotated.parent_path() == out || annotated == out)
       throw InputError(fmt::format("--annotated-model: {} is inside the output directory {}; write it elsewhere",
                                    o.annotated_model, o.out_dir));
+    if (!fs::is_directory(annotated.parent_path()))
+      throw InputError(fmt::format("--annotated-model: {}: no such directory", annotated.parent_path().string()));
   }
   Pipeline p = build_pipeline(o.common);
 

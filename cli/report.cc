@@ -337,7 +337,9 @@ nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis,
 
 void write_outputs(const std::string& dir, const Graph& g, const LoadReport& signature,
                    const std::vector<Tensor>& outputs) {
-  std::filesystem::create_directories(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw InputError(fmt::format("{}: cannot create directory (--outputs): {}", dir, ec.message()));
   const std::vector<OnnxValue> values = unflatten_outputs(g, signature, outputs);
   for (size_t i = 0; i < values.size(); ++i)
     write_value_pb((std::filesystem::path(dir) / fmt::format("output_{}.pb", i)).string(), values[i],

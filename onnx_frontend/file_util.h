@@ -17,7 +17,7 @@ namespace gspmd::frontend {
 /// (reading a FIFO would wait for a writer forever).
 std::string read_file(const std::string& path);
 /// Writes `bytes` to `path` through a temp file in the same directory + rename (all or nothing).
-/// Throws std::runtime_error("PATH: cannot write file: <errno text>").
+/// Throws InputError("PATH: cannot write file: <errno text>"): a path the user gave that cannot be written.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 /// Directory part of a path ("" -> ".").
 std::string dir_of(const std::string& path);

@@ -44,20 +44,20 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(fmt::format("{}: cannot write file: {}", path, std::strerror(errno)));
+    if (!out) throw InputError(fmt::format("{}: cannot write file: {}", path, std::strerror(errno)));
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
     if (!out) {
       int err = errno;
       out.close();
       std::remove(tmp.c_str());
-      throw std::runtime_error(fmt::format("{}: cannot write file: {}", path, std::strerror(err)));
+      throw InputError(fmt::format("{}: cannot write file: {}", path, std::strerror(err)));
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     std::remove(tmp.c_str());
-    throw std::runtime_error(fmt::format("{}: cannot write file: {}", path, std::strerror(err)));
+    throw InputError(fmt::format("{}: cannot write file: {}", path, std::strerror(err)));
   }
 }
 

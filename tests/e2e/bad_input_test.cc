@@ -153,6 +153,31 @@ TEST(BadInput, FlagsTheRunWouldMisuseAreOneLineErrors) {
   }
 }
 
+// An output path that cannot be written is one line, found before the work is done; nothing is left behind.
+TEST(BadInput, OutputPathsThatCannotBeWrittenAreOneLineErrors) {
+  fs::path dir = scratch("bad_outputs");
+  std::ofstream(dir / "a_file") << "x";
+  struct Case {
+    std::string args, err;
+  };
+  const std::vector<Case> cases = {
+      {"partition " + kModel + " --mesh 2 -o ''", "error: -o: '' is not a directory name"},
+      {"run " + kModel + " --mesh 1 --outputs " + (dir / "a_file").string(),
+       "error: " + (dir / "a_file").string() + ": exists and is not a directory (--outputs)"},
+      {"partition " + kModel + " --mesh 2 -o " + (dir / "out").string() + " --annotated-model " +
+           (dir / "missing" / "a.onnx").string(),
+       "error: --annotated-model: " + (dir / "missing").string() + ": no such directory"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CmdResult r = cli(cases[i].args, "bad_outputs_" + std::to_string(i));
+    EXPECT_EQ(r.code, 2) << cases[i].args;
+    EXPECT_EQ(r.err, cases[i].err + "\n") << cases[i].args;
+  }
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"a_file"});
+}
+
 // Sizes are checked before anything is allocated or written (docs/cli.md#limits): a mesh has at most 2^20 devices
 // (simulate still costs one that large), partition and run at most 16384.
 TEST(BadInput, MeshesOverTheLimitsAreRefusedFirst) {
