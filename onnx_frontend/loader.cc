@@ -65,12 +65,47 @@ struct Loader {
 
   void parse() {
     frontend::parse_model_file(path, &m);
+    bool imports_onnx = false;
     for (const auto& op : m.opset_import())
-      if (op.domain().empty() || op.domain() == "ai.onnx") opset = op.version();
-    if (opset < 0) {
+      if (op.domain().empty() || op.domain() == "ai.onnx") {
+        opset = op.version();
+        imports_onnx = true;
+      }
+    if (!imports_onnx) {
       // IR 1-2 had no opset_import: the default domain at version 1. A model importing only other domains
       // (e.g. ai.onnx.preview.training) uses no ai.onnx op; its ops are reported by the executor.
       opset = m.opset_import_size() == 0 ? 1 : 17;
+    }
+    if (opset < 1 || opset > kNewestOpset)
+      fail(fmt::format("opset {} of ai.onnx is not one of 1 .. {} (docs/loading.md)", opset, kNewestOpset));
+    if (m.graph().output_size() == 0) fail("the graph has no outputs: nothing to compute");
+    verify_nodes(m.graph());
+  }
+
+  // The newest ai.onnx opset read (ONNX 1.18's); opsets past the installed onnx's own are read with its newest
+  // schemas (docs/loading.md).
+  static constexpr int64_t kNewestOpset = 23;
+
+  // Every ai.onnx node against its operator schema at the model's opset (onnx's checker: arity, attribute types,
+  // unknown attributes), bodies included. A node of another domain is left to the executor (exit 3 if unknown).
+  void verify_nodes(const onnx::GraphProto& g) const {
+    for (int i = 0; i < g.node_size(); ++i) {
+      const onnx::NodeProto& n = g.node(i);
+      const std::string who =
+          fmt::format("node '{}' ({})", n.name().empty() ? fmt::format("#{}", i) : cut_text(n.name()), n.op_type());
+      for (const auto& a : n.attribute())
+        if (a.has_g()) verify_nodes(a.g());
+      if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
+      const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), std::min<int64_t>(opset, 17), "");
+      if (!schema) fail(fmt::format("{}: no operator '{}' in ai.onnx opset {}", who, n.op_type(), opset));
+      try {
+        schema->Verify(n);
+      } catch (const std::exception& e) {
+        std::string what = e.what();
+        what = what.substr(0, what.find('\n'));
+        while (!what.empty() && what.back() == ' ') what.pop_back();
+        fail(fmt::format("{}: {}", who, what));
+      }
     }
   }
 

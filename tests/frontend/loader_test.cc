@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <sys/stat.h>
 
@@ -203,6 +204,76 @@ TEST(Loader, OnlyRegularFilesAreRead) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), t.file("model.onnx") + ": not a regular file (a FIFO, socket or device)");
   }
+}
+
+// A model is validated before it is used, as onnx's checker does: every ai.onnx node against its schema at the
+// model's opset (arity, attribute types, unknown attributes), the opset range, and at least one output. Each is one
+// line naming the node; before, MatMul with 3 inputs, an unknown attribute and opset 99 loaded, and a string axis was
+// an internal error.
+TEST(Loader, ModelsAreCheckedAgainstTheOperatorSchemas) {
+  TempDir t;
+  auto error_of = [&](const std::function<void(onnx::ModelProto&)>& edit) {
+    onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(17);
+    onnx::GraphProto* g = m.mutable_graph();
+    g->set_name("g");
+    for (const char* name : {"x"}) {
+      onnx::ValueInfoProto* in = g->add_input();
+      in->set_name(name);
+      auto* tt = in->mutable_type()->mutable_tensor_type();
+      tt->set_elem_type(onnx::TensorProto::FLOAT);
+      tt->mutable_shape()->add_dim()->set_dim_value(2);
+      tt->mutable_shape()->add_dim()->set_dim_value(2);
+    }
+    g->add_output()->set_name("y");
+    onnx::NodeProto* n = g->add_node();
+    n->set_name("n");
+    n->set_op_type("Relu");
+    n->add_input("x");
+    n->add_output("y");
+    edit(m);
+    test::write_onnx_model(m, t.file("m.onnx"));
+    try {
+      load_model(t.file("m.onnx"), load_opts());
+    } catch (const InputError& e) {
+      return std::string(e.what()).substr(t.file("m.onnx").size() + 2);
+    }
+    return std::string("loaded");
+  };
+  auto node = [](onnx::ModelProto& m) { return m.mutable_graph()->mutable_node(0); };
+  EXPECT_EQ(error_of([](onnx::ModelProto&) {}), "loaded");
+  EXPECT_EQ(error_of([&](onnx::ModelProto& m) {
+              node(m)->set_op_type("MatMul");
+              node(m)->add_input("x");
+              node(m)->add_input("x");
+            }),
+            "node 'n' (MatMul): Node (n) has input size 3 not in range [min=2, max=2].");
+  EXPECT_EQ(error_of([&](onnx::ModelProto& m) { node(m)->add_output("z"); }),
+            "node 'n' (Relu): Node (n) has output size 2 not in range [min=1, max=1].");
+  EXPECT_EQ(error_of([&](onnx::ModelProto& m) {
+              node(m)->set_op_type("Softmax");
+              onnx::AttributeProto* a = node(m)->add_attribute();
+              a->set_name("axis");
+              a->set_type(onnx::AttributeProto::STRING);
+              a->set_s("1");
+            }),
+            "node 'n' (Softmax): Mismatched attribute type in 'n : axis'");
+  EXPECT_EQ(error_of([&](onnx::ModelProto& m) {
+              onnx::AttributeProto* a = node(m)->add_attribute();
+              a->set_name("alpha");
+              a->set_type(onnx::AttributeProto::FLOAT);
+              a->set_f(1.f);
+            }),
+            "node 'n' (Relu): Unrecognized attribute: alpha for operator Relu");
+  EXPECT_EQ(error_of([&](onnx::ModelProto& m) { node(m)->set_op_type("Frobnicate"); }),
+            "node 'n' (Frobnicate): no operator 'Frobnicate' in ai.onnx opset 17");
+  EXPECT_EQ(error_of([&](onnx::ModelProto& m) { m.mutable_opset_import(0)->set_version(99); }),
+            "opset 99 of ai.onnx is not one of 1 .. 23 (docs/loading.md)");
+  EXPECT_EQ(error_of([&](onnx::ModelProto& m) { m.mutable_opset_import(0)->set_version(-5); }),
+            "opset -5 of ai.onnx is not one of 1 .. 23 (docs/loading.md)");
+  EXPECT_EQ(error_of([&](onnx::ModelProto& m) { m.mutable_graph()->clear_output(); }),
+            "the graph has no outputs: nothing to compute");
 }
 
 TEST(Loader, ShapesOnlyStillFoldsShapeChains) {
