@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -42,6 +43,44 @@ int64_t int_bound(const Graph& g, int v, const std::vector<std::vector<int>>& co
   return 2;
 }
 
+/// The index inputs read from files, against the dims they index (Gather's and GatherElements' indices, OneHot's),
+/// before the run: the unpartitioned run refuses an index out of range, and a partitioned lookup whose table is split
+/// (Megatron's vocab-parallel embedding) must not answer it with zeros. Indices computed inside the model are checked
+/// by the kernels. Throws InputError("FILE: input 'ids' holds index 512 (element 3), out of range for Gather
+/// '/wte/Gather' (axis 0 of size 512)").
+void check_index_inputs(const Graph& g, const std::vector<Tensor>& inputs, const std::vector<std::string>& files) {
+  std::unordered_map<int, size_t> input_at;  // value id -> position in g.inputs
+  for (size_t f = 0; f < g.inputs.size(); ++f) input_at.emplace(g.inputs[f], f);
+  for (const Node& n : g.nodes) {
+    if (!n.domain.empty()) continue;
+    int indices = -1;
+    int64_t size = 0, axis = 0;
+    if ((n.op_type == "Gather" || n.op_type == "GatherElements") && n.inputs.size() == 2) {
+      indices = n.inputs[1];
+      const Shape& data = g.values[n.inputs[0]].shape;
+      axis = n.i("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(data.size());
+      if (axis < 0 || axis >= static_cast<int64_t>(data.size())) continue;  // the kernel reports it
+      size = data[static_cast<size_t>(axis)];
+    } else if (n.op_type == "OneHot" && n.inputs.size() == 3 && g.values[n.inputs[1]].data) {
+      indices = n.inputs[0];
+      size = g.values[n.inputs[1]].data->as_int64s().at(0);
+      axis = n.i("axis", -1);
+    }
+    auto at = input_at.find(indices);
+    const DType t = at == input_at.end() ? DType::kUndefined : inputs[at->second].dtype;
+    if (t != DType::kInt64 && t != DType::kInt32 && t != DType::kInt16 && t != DType::kInt8 && t != DType::kUInt8)
+      continue;
+    const std::vector<int64_t> ids = inputs[at->second].as_int64s();
+    for (size_t e = 0; e < ids.size(); ++e)
+      if (ids[e] < -size || ids[e] >= size)
+        throw InputError(
+            fmt::format("{}: input '{}' holds index {} (element {}), out of range for {} '{}' (axis {} of "
+                        "size {})",
+                        files[at->second], g.values[indices].name, ids[e], e, n.op_type, n.name, axis, size));
+  }
+}
+
 }  // namespace
 
 std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, const RunOptions& o) {
@@ -63,6 +102,10 @@ std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, con
                                        shape_str(t.shape), v.name, dtype_name(v.dtype), shape_str(v.shape)));
       }
     check_no_extra_files(o.common.inputs_dir, "input", signature.inputs.size(), "--inputs");
+    std::vector<std::string> file_of;  // per g.inputs entry: the file it was read from
+    for (size_t i = 0; i < signature.inputs.size(); ++i)
+      file_of.insert(file_of.end(), signature.inputs[i].values.size(), paths[i]);
+    check_index_inputs(g, inputs, file_of);
     return inputs;
   }
   std::vector<Tensor> inputs;

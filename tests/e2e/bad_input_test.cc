@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "e2e_util.h"
+#include "onnx_frontend/frontend.h"
 
 using namespace e2e;
 
@@ -176,6 +177,24 @@ TEST(BadInput, OutputPathsThatCannotBeWrittenAreOneLineErrors) {
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
   EXPECT_EQ(left, std::vector<std::string>{"a_file"});
+}
+
+// A token id past the vocabulary is refused in one line naming the file, the same under every plan: the vocab-parallel
+// (Megatron) lookup masked it to zeros and exited 0, while one device stopped with an internal error.
+TEST(BadInput, IndexInputsOutOfRangeAreRefusedUnderEveryPlan) {
+  fs::path dir = scratch("oob_ids");
+  gspmd::Tensor ids = gspmd::read_tensor_pb(GSPMD_SOURCE_DIR "/testdata/gpt/test_data_set_0/input_0.pb");
+  ids.data<int64_t>()[3] = 512;  // the vocabulary has 512 entries
+  gspmd::write_tensor_pb((dir / "input_0.pb").string(), ids, "input_ids");
+  const std::string want = "error: " + (dir / "input_0.pb").string() +
+                           ": input 'input_ids' holds index 512 (element 3), out of range for Gather '/wte/Gather' "
+                           "(axis 0 of size 512)\n";
+  for (const std::string plan : {"--mesh 1", "--mesh 2x2 --shardings testdata/gpt/gpt.dp.sharding.json",
+                                 "--mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json"}) {
+    CmdResult r = cli("run testdata/gpt/gpt_opset17.onnx " + plan + " --inputs " + dir.string(), "oob_ids");
+    EXPECT_EQ(r.code, 2) << plan;
+    EXPECT_EQ(r.err, want) << plan;
+  }
 }
 
 // Sizes are checked before anything is allocated or written (docs/cli.md#limits): a mesh has at most 2^20 devices
