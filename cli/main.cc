@@ -159,14 +159,14 @@ int main(int argc, char** argv) {
     if (*run) return cli::cmd_run(ro);
     if (*sim) return cli::cmd_simulate(so);
     if (*explain) return cli::cmd_explain(eo);
-  } catch (const InputError& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+  } catch (const InputError& e) {  // every error is one line (docs/cli.md)
+    fmt::print(stderr, "error: {}\n", first_line(e.what()));
     return 2;
   } catch (const UnsupportedError& e) {
-    fmt::print(stderr, "error: unsupported: {}\n", e.what());
+    fmt::print(stderr, "error: unsupported: {}\n", first_line(e.what()));
     return 3;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: internal error: {}\n", e.what());
+    fmt::print(stderr, "error: internal error: {}\n", first_line(e.what()));
     return 4;
   }
   return 2;

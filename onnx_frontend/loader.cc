@@ -101,10 +101,7 @@ struct Loader {
       try {
         schema->Verify(n);
       } catch (const std::exception& e) {
-        std::string what = e.what();
-        what = what.substr(0, what.find('\n'));
-        while (!what.empty() && what.back() == ' ') what.pop_back();
-        fail(fmt::format("{}: {}", who, what));
+        fail(fmt::format("{}: {}", who, first_line(e.what())));
       }
     }
   }
@@ -484,9 +481,7 @@ struct Loader {
       m.mutable_graph()->clear_value_info();
       onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), options);
     } catch (const std::exception& e) {
-      std::string what = e.what();
-      while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
-      fail(fmt::format("shape inference failed: {}", what));
+      fail(fmt::format("shape inference failed: {}", first_line(e.what())));
     }
   }
 

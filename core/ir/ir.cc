@@ -322,6 +322,25 @@ uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+std::string first_line(std::string_view text) {
+  std::string first;
+  int more = 0;
+  for (size_t b = 0; b <= text.size();) {
+    size_t e = text.find('\n', b);
+    if (e == std::string_view::npos) e = text.size();
+    std::string_view line = text.substr(b, e - b);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.remove_suffix(1);
+    if (!line.empty()) {
+      if (first.empty())
+        first = line;
+      else
+        ++more;
+    }
+    b = e + 1;
+  }
+  return more ? fmt::format("{} (and {} more)", first, more) : first;
+}
+
 std::string cut_text(std::string_view text, size_t max) {
   return text.size() <= max ? std::string(text) : std::string(text.substr(0, max < 3 ? 0 : max - 3)) + "...";
 }

@@ -221,6 +221,10 @@ using ShapeFunction =
 /// text can be megabytes long).
 std::string cut_text(std::string_view text, size_t max = 60);
 
+/// `text` as one line for an error message: its first non-empty line, and " (and N more)" when N more non-empty
+/// lines follow (onnx's shape inference lists every node it could not type, one per line).
+std::string first_line(std::string_view text);
+
 /// Error for unusable input (bad model, bad sharding file, unknown names): the CLI prints
 /// "error: <what>: <why>" and exits 2.
 struct InputError : std::runtime_error {

@@ -74,5 +74,14 @@ TEST(SubAxisName, ParsesShardysNotationOnly) {
   EXPECT_EQ(parse_sub_axis_name(std::string(50000, ':') + "(1)"), std::nullopt);
 }
 
+// Every error is one line: user text is cut, and a list of problems keeps its first with a count of the rest.
+TEST(ErrorText, OneLineOfBoundedLength) {
+  EXPECT_EQ(first_line("a\n(op_type:Add): b\n\n(op_type:Mul): c\n"), "a (and 2 more)");
+  EXPECT_EQ(first_line("\n  \nonly\r\n"), "only");
+  EXPECT_EQ(first_line(""), "");
+  EXPECT_EQ(cut_text(std::string(100, 'x'), 10), "xxxxxxx...");
+  EXPECT_EQ(cut_text("short", 10), "short");
+}
+
 }  // namespace
 }  // namespace gspmd

@@ -274,6 +274,26 @@ TEST(Loader, ModelsAreCheckedAgainstTheOperatorSchemas) {
             "opset -5 of ai.onnx is not one of 1 .. 23 (docs/loading.md)");
   EXPECT_EQ(error_of([&](onnx::ModelProto& m) { m.mutable_graph()->clear_output(); }),
             "the graph has no outputs: nothing to compute");
+  // onnx's shape inference lists every node it cannot type, one per line: the first, and how many more.
+  EXPECT_EQ(error_of([&](onnx::ModelProto& m) {
+              onnx::GraphProto* g = m.mutable_graph();
+              g->clear_node();
+              onnx::ValueInfoProto* w = g->add_input();
+              *w = g->input(0);
+              w->set_name("w");
+              w->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_value(3);
+              for (const char* out : {"y", "z"}) {
+                onnx::NodeProto* n = g->add_node();
+                n->set_name(std::string("add_") + out);
+                n->set_op_type("Add");
+                n->add_input("x");
+                n->add_input("w");
+                n->add_output(out);
+              }
+              g->add_output()->set_name("z");
+            }),
+            "shape inference failed: [ShapeInferenceError] Shape inference error(s): (op_type:Add, node name: add_y): "
+            "[ShapeInferenceError] Incompatible dimensions (and 1 more)");
 }
 
 TEST(Loader, ShapesOnlyStillFoldsShapeChains) {
