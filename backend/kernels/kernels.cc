@@ -277,6 +277,8 @@ std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*
     return out;
   } catch (const kern::KernelError&) {
     throw;
+  } catch (const InputError&) {  // the data, not a bug (a Loop past its limit): as it is
+    throw;
   } catch (const std::exception& e) {
     throw std::runtime_error(ctx.prefix() + e.what());
   }

@@ -15,13 +15,17 @@
 
 namespace gspmd {
 
+/// The most iterations one Loop runs (docs/cli.md#limits): a trip count of 2^40, or a condition that stays true,
+/// is an InputError at this count, never an endless run.
+inline constexpr int64_t kMaxLoopIterations = int64_t{1} << 20;
+
 /// Runs `node` on `inputs` (one per node input; nullptr for an absent optional input) and returns its outputs
 /// in order. `opset` is the graph's ai.onnx opset (for ops whose attributes became inputs).
 /// `donated` is empty or has one entry per input: a non-null donated[k] (== inputs[k], made mutable) means the caller
 /// no longer needs input k after this call, so the kernel may move its buffer into an output (Reshape, Identity:
 /// no copy) or compute in place in it (elementwise ops, Softmax); afterwards the caller must only destroy it.
 /// Throws UnsupportedError("node 'n' (OpType): ...") for an op or dtype with no kernel, std::runtime_error for
-/// inputs that violate the spec (shape mismatch).
+/// inputs that violate the spec (shape mismatch), InputError for a Loop past kMaxLoopIterations.
 /// `owners` is empty or has one entry per input: a non-null owners[k] owns inputs[k] (== owners[k]->get()) and never
 /// changes it while it lives (a model weight): a kernel may cache what it derives from that input (Conv and
 /// ConvTranspose keep the weights in oneDNN's blocked layout) until the owner is gone.

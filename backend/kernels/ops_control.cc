@@ -152,6 +152,10 @@ std::vector<Tensor> run_loop(const Ctx& c) {
   };
   std::vector<std::vector<Tensor>> scans(body.outputs.size() - 1 - carried);
   for (int64_t i = 0; i < trips && truth(cond); ++i) {
+    if (i == kMaxLoopIterations)  // a model from strangers cannot make the run endless (docs/cli.md#limits)
+      throw InputError(fmt::format("{}more than the {} iterations a Loop may run ({})", c.prefix(), kMaxLoopIterations,
+                                   trips == INT64_MAX ? std::string("its condition is still true")
+                                                      : fmt::format("its trip count is {}", trips)));
     iter.data<int64_t>()[0] = i;
     std::vector<Tensor> outs = run_body(c, body, bind());
     cond = std::move(outs[0]);

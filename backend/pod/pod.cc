@@ -318,6 +318,8 @@ void Executor::run_kernel_node(const Node& n, int node) {
       outs = run_kernel(n, ins, prog_.opset, donated, owners);
     } catch (const UnsupportedError&) {
       throw;
+    } catch (const InputError&) {  // the data, not a bug: the same error on every device and plan
+      throw;
     } catch (const std::exception& e) {
       fail(n, d, e.what());
     }
@@ -345,6 +347,8 @@ void Executor::run_per_device(const Node& n, const std::vector<int>& axes, const
       body(d, mesh_.tile_index(dev_[d], axes));
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, n.op_type, dev_[d], e.what()));
+    } catch (const InputError&) {  // the data, not a bug: the same error on every device and plan
+      throw;
     } catch (const std::runtime_error& e) {
       std::string w = e.what();
       if (w.rfind("node '", 0) == 0) throw;

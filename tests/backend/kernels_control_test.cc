@@ -63,6 +63,20 @@ TEST(KernelsControl, LoopWithZeroIterationsGivesEmptyScanOutputs) {
   EXPECT_EQ(types[1].shape, (Shape{0, 2}));
 }
 
+// A model from strangers cannot make a run endless: a trip count of 2^40 stops at kMaxLoopIterations, in one line.
+TEST(KernelsControl, LoopStopsAtItsIterationLimit) {
+  const Node n = loop_node(false);
+  const Tensor m = Tensor::from_int64s({int64_t{1} << 40}, /*scalar=*/true), acc = F({2}, {1, 2});
+  try {
+    run_kernel(n, {&m, nullptr, &acc}, 17);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "node 'n1' (Loop): more than the 1048576 iterations a Loop may run (its trip count is "
+              "1099511627776)");
+  }
+}
+
 TEST(KernelsControl, WhileLoopRunsUntilItsConditionAndItsShapeIsData) {
   const Node n = loop_node(true);
   const Tensor m = Tensor::from_int64s({100}, /*scalar=*/true), acc = F({2}, {1, 1});
