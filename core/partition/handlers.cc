@@ -29,6 +29,8 @@ const Table& table() {
     // Local rewrites.
     h["Reshape"].rewrite_local = &Partitioner::rewrite_reshape;
     h["Squeeze"].rewrite_local = &Partitioner::rewrite_squeeze;
+    // What only reads its operand's (static, global) shape.
+    h["Shape"].lower = h["Size"].lower = &Partitioner::lower_shape_of;
     // The pipeline's stage shift (pipeline_shift.cc): a collective-permute between stages.
     h[std::string(kPipelineDomain) + ":" + kShiftOp].lower = &Partitioner::lower_pipeline_shift;
     return h;
@@ -52,6 +54,25 @@ void Partitioner::rewrite_reshape(Node& local, const Node& global) {
   local.attrs.erase("allowzero");
   const Shape& ls = P().values[local.outputs[0]].shape;
   if (g_.opset >= 14 && std::find(ls.begin(), ls.end(), 0) != ls.end()) local.attrs["allowzero"] = int64_t{1};
+}
+
+bool Partitioner::lower_shape_of(int n) {
+  const Node& node = g_.nodes[static_cast<size_t>(n)];
+  if (node.inputs.size() != 1 || node.outputs.size() != 1 || node.inputs[0] < 0 || node.outputs[0] < 0) return false;
+  const Shape& x = g_.values[node.inputs[0]].shape;
+  const Value& out = g_.values[node.outputs[0]];
+  Tensor t;
+  if (node.op_type == "Size") {
+    t = Tensor::from_int64s({num_elements(x)}, /*scalar=*/true);
+  } else {  // Shape, with opset 15's start and end (clamped, negative from the back)
+    const int64_t r = static_cast<int64_t>(x.size());
+    auto clamp = [&](int64_t a) { return std::clamp(a < 0 ? a + r : a, int64_t{0}, r); };
+    const int64_t b = clamp(node.i("start", 0)), e = clamp(node.i("end", r));
+    t = Tensor::from_int64s(std::vector<int64_t>(x.begin() + b, x.begin() + std::max(b, e)));
+  }
+  if (t.shape != out.shape || out.dtype != DType::kInt64) return false;  // not the node the loader typed: generic path
+  bind(node.outputs[0], TensorSharding::replicated(static_cast<int>(out.shape.size())), new_constant(out.name, t));
+  return true;
 }
 
 void Partitioner::rewrite_squeeze(Node& local, const Node& global) {

@@ -137,6 +137,9 @@ class Partitioner {
   /// `out` a partial sum over those axes (the exit stage's row, zeros elsewhere); otherwise gathered and local.
   /// Always lowers the node (true).
   bool lower_pipeline_shift(int n);
+  /// Shape and Size (handlers.cc): the global shape is static, so the result is a constant on every device; the
+  /// operand, however it is split, is not moved.
+  bool lower_shape_of(int n);
   /// Reshape: the local shape operand is literal, so `allowzero` is set when it holds a 0 (opset 14+).
   void rewrite_reshape(Node& local, const Node& global);
   /// Squeeze without axes squeezes every size-1 dim; a shard may have more of them, so the global ones are named.

@@ -1263,5 +1263,25 @@ TEST(OpsPartitionRepro, OverSplitElementwiseNeedsNoCollectives) {
   EXPECT_EQ(p.collectives.size(), 0u) << collectives_str(p);
 }
 
+// Shape and Size read only their operand's static global shape: a constant on every device, whatever the split, and
+// never a collective (before, the operand was gathered).
+TEST(OpsPartition, ShapeAndSizeMoveNothing) {
+  for (const char* op : {"Shape", "Size"}) {
+    Builder B(std::string(op) + " of a split value");
+    int X = B.fin("X", {5, 6, 7});
+    const bool size = std::string(op) == "Size";
+    int Y = B.op1(op, {X}, "Y", I64, size ? Shape{} : Shape{2},
+                  size ? std::map<std::string, AttrValue>{} : std::map<std::string, AttrValue>{{"start", int64_t{-2}}});
+    B.out(Y);
+    B.out(B.opf("Relu", {X}, "Z", {5, 6, 7}));
+    Case c = B.done();
+    for (const DeviceMesh& mesh : all_meshes())
+      for (const TensorSharding& s : all_shardings(3, mesh)) {
+        const SpmdProgram p = expect_exact(c, mesh, {{"X", s}});
+        EXPECT_EQ(p.collectives.size(), 0u) << op << " " << s.to_partition_spec(mesh) << collectives_str(p);
+      }
+  }
+}
+
 }  // namespace
 }  // namespace gspmd
