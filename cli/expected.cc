@@ -25,7 +25,8 @@ int64_t file_index(const std::string& file, std::string_view kind) {
   return std::stoll(digits);
 }
 
-std::string outputs_str(size_t n) { return fmt::format("{} output{}", n, n == 1 ? "" : "s"); }
+/// "1 output", "2 inputs".
+std::string counted(size_t n, std::string_view noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
 
 }  // namespace
 
@@ -36,13 +37,12 @@ void check_no_extra_files(const std::string& dir, std::string_view kind, size_t 
     if (i >= static_cast<int64_t>(n)) extra = std::min(extra, i);
   }
   if (extra == std::numeric_limits<int64_t>::max()) return;
-  const std::string counted = fmt::format("{} {}{}", n, kind, n == 1 ? "" : "s");
-  throw InputError(n == 0 ? fmt::format("{}: the model has no {}s, so {} {} holds no {}_<i>.pb",
-                                        (fs::path(dir) / fmt::format("{}_{}.pb", kind, extra)).string(), kind, flag,
-                                        dir, kind)
-                          : fmt::format("{}: the model has {}, so {} {} holds {}_0.pb{} only",
-                                        (fs::path(dir) / fmt::format("{}_{}.pb", kind, extra)).string(), counted, flag,
-                                        dir, kind, n == 1 ? "" : fmt::format(" .. {}_{}.pb", kind, n - 1)));
+  throw InputError(
+      n == 0 ? fmt::format("{}: the model has no {}s, so {} {} holds no {}_<i>.pb",
+                           (fs::path(dir) / fmt::format("{}_{}.pb", kind, extra)).string(), kind, flag, dir, kind)
+             : fmt::format("{}: the model has {}, so {} {} holds {}_0.pb{} only",
+                           (fs::path(dir) / fmt::format("{}_{}.pb", kind, extra)).string(), counted(n, kind), flag, dir,
+                           kind, n == 1 ? "" : fmt::format(" .. {}_{}.pb", kind, n - 1)));
 }
 
 std::vector<OnnxValue> read_expected_outputs(const std::string& dir, const LoadReport& signature) {
@@ -53,7 +53,7 @@ std::vector<OnnxValue> read_expected_outputs(const std::string& dir, const LoadR
   for (size_t i = 0; i < n; ++i) {
     const std::string path = (fs::path(dir) / fmt::format("output_{}.pb", i)).string();
     if (!fs::exists(path))
-      throw InputError(fmt::format("{}: no such file (--expected: the model has {})", path, outputs_str(n)));
+      throw InputError(fmt::format("{}: no such file (--expected: the model has {})", path, counted(n, "output")));
     values.push_back(read_value_pb(path, signature.outputs[i].structure.kind));
   }
   return values;

@@ -142,15 +142,6 @@ struct StopSignals {
 
 }  // namespace
 
-void check_materialized_devices(const std::string& mesh_text, const char* cmd, const char* what) {
-  const int64_t n = DeviceMesh::parse(mesh_text).num_devices();
-  if (n > kMaxMaterializedDevices)
-    throw InputError(
-        fmt::format("{}: the mesh {} has {} devices; {} {} for at most {} (simulate costs meshes of up "
-                    "to {} devices)",
-                    cmd, mesh_text, n, cmd, what, kMaxMaterializedDevices, kMaxDevices));
-}
-
 int cmd_partition(const PartitionOptions& o) {
   check_materialized_devices(o.common.mesh, "partition", "writes one file per device");
   if (o.out_dir.empty()) throw InputError("-o: '' is not a directory name");

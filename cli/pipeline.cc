@@ -57,6 +57,15 @@ int64_t parse_memory_limit(const std::string& text) {
   return static_cast<int64_t>(v);
 }
 
+void check_materialized_devices(const std::string& mesh_text, const char* cmd, const char* what) {
+  const int64_t n = DeviceMesh::parse(mesh_text).num_devices();
+  if (n > kMaxMaterializedDevices)
+    throw InputError(
+        fmt::format("{}: the mesh {} has {} devices; {} {} for at most {} (simulate costs meshes of up "
+                    "to {} devices)",
+                    cmd, mesh_text, n, cmd, what, kMaxMaterializedDevices, kMaxDevices));
+}
+
 std::function<bool(const Value&)> trainable_weights(const TrainingFlags& f) {
   std::optional<NamePattern> re;
   if (!f.trainable.empty()) re.emplace(f.trainable, "--trainable");

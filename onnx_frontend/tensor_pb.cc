@@ -19,14 +19,28 @@
 namespace gspmd {
 namespace frontend {
 
+namespace {
+
+/// True when `path` exists and is neither a regular file nor a directory (a FIFO, socket or device): opening a FIFO
+/// blocks until a writer comes, and a device may never end, so such files are never read.
+bool is_special_file(const std::filesystem::file_status& st) {
+  return std::filesystem::exists(st) && !std::filesystem::is_regular_file(st) && !std::filesystem::is_directory(st);
+}
+
+/// An external tensor's `location` entry ("" when it has none).
+std::string external_location(const onnx::TensorProto& p) {
+  for (const auto& kv : p.external_data())
+    if (kv.key() == "location") return kv.value();
+  return "";
+}
+
+}  // namespace
+
 std::string read_file(const std::string& path) {
-  // stat first: opening a FIFO blocks until a writer comes, and a device may never end.
   std::error_code ec;
-  const std::filesystem::file_status st = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(st) || std::filesystem::is_directory(st))
-    throw InputError(fmt::format("{}: cannot open file", path));
-  if (!std::filesystem::is_regular_file(st))
-    throw InputError(fmt::format("{}: not a regular file (a FIFO, socket or device)", path));
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);  // stat before open
+  if (is_special_file(st)) throw InputError(fmt::format("{}: not a regular file (a FIFO, socket or device)", path));
+  if (ec || !std::filesystem::is_regular_file(st)) throw InputError(fmt::format("{}: cannot open file", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("{}: cannot open file", path));
   std::string bytes;
@@ -111,13 +125,10 @@ void copy_field(const Field& f, Tensor& t) {
 }
 
 void read_external(const onnx::TensorProto& p, const std::string& base_dir, const std::string& what, Tensor& t) {
-  std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : p.external_data()) {
     try {
-      if (kv.key() == "location")
-        location = kv.value();
-      else if (kv.key() == "offset")
+      if (kv.key() == "offset")
         offset = std::stoll(kv.value());
       else if (kv.key() == "length")
         length = std::stoll(kv.value());
@@ -128,11 +139,10 @@ void read_external(const onnx::TensorProto& p, const std::string& base_dir, cons
   const std::filesystem::path file = external_data_file(p, base_dir, what);
   const int64_t need = static_cast<int64_t>(t.nbytes());
   if (length >= 0 && length != need)
-    throw InputError(fmt::format("{}: external data in '{}' is {} bytes but shape {} of {} needs {}", what, location,
-                                 length, shape_str(t.shape), dtype_name(t.dtype), need));
+    throw InputError(fmt::format("{}: external data in '{}' is {} bytes but shape {} of {} needs {}", what,
+                                 external_location(p), length, shape_str(t.shape), dtype_name(t.dtype), need));
   std::error_code ec;
-  const std::filesystem::file_status st = std::filesystem::status(file, ec);
-  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))  // a FIFO would block, a device not end
+  if (is_special_file(std::filesystem::status(file, ec)))
     throw InputError(fmt::format("{}: external data file '{}' is not a regular file", what, file.string()));
   std::ifstream in(file, std::ios::binary);
   if (!in) throw InputError(fmt::format("{}: cannot open external data file '{}'", what, file.string()));
@@ -151,9 +161,7 @@ void read_external(const onnx::TensorProto& p, const std::string& base_dir, cons
 std::filesystem::path external_data_file(const onnx::TensorProto& p, const std::string& base_dir,
                                          const std::string& what) {
   namespace fs = std::filesystem;
-  std::string location;
-  for (const auto& kv : p.external_data())
-    if (kv.key() == "location") location = kv.value();
+  const std::string location = external_location(p);
   if (location.empty()) throw InputError(fmt::format("{}: external data has no location", what));
   const fs::path dir = base_dir.empty() ? fs::path(".") : fs::path(base_dir);
   if (fs::path(location).is_absolute() || fs::path(location).has_root_name())

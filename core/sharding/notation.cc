@@ -93,13 +93,12 @@ class HloText {
 };
 
 int64_t product(const std::vector<int64_t>& v, const char* what) {
-  if (std::any_of(v.begin(), v.end(), [](int64_t x) { return x < 1; }))
-    bad(fmt::format("{}[{}] is not a list of positive sizes", what, cut_text(fmt::format("{}", fmt::join(v, ",")))));
   const std::optional<int64_t> n = device_count(v);
-  if (!n)
-    bad(fmt::format("{}[{}] has more than the {} devices a mesh may have", what,
-                    cut_text(fmt::format("{}", fmt::join(v, ","))), kMaxDevices));
-  return *n;
+  if (n) return *n;
+  const std::string list = cut_text(fmt::format("{}", fmt::join(v, ",")));
+  if (std::any_of(v.begin(), v.end(), [](int64_t x) { return x < 1; }))
+    bad(fmt::format("{}[{}] is not a list of positive sizes", what, list));
+  bad(fmt::format("{}[{}] has more than the {} devices a mesh may have", what, list, kMaxDevices));
 }
 
 /// The device ids of XLA's iota tile assignment "<=[reshape]T(perm)": iota over `reshape`, its dims permuted by
