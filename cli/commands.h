@@ -54,10 +54,13 @@ struct CommonOptions {
   std::string memory_limit;       // --memory-limit BYTES for --auto ("" = the target's HBM)
   bool measure_host_ops = true;   // --target host: build_pipeline measures the program's ops (measure_program_ops)
   std::string inputs_dir;         // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
-  TrainingFlags training;         // --training ...
-  PipelineFlags pipeline;         // --pipeline ...
-  std::optional<bool> progress;   // show the --auto search's progress on stderr (nullopt: when it is a terminal;
-                                  // run --backend mpi: rank 0 only, cli/progress.h)
+  /// partition: keep the symbolic dims that neither --dim nor --inputs bind (LoadOptions::keep_symbols), so that
+  /// the device files serve every size (docs/shapes.md); not with --training, --pipeline or --auto, which need sizes.
+  bool keep_symbols = false;
+  TrainingFlags training;        // --training ...
+  PipelineFlags pipeline;        // --pipeline ...
+  std::optional<bool> progress;  // show the --auto search's progress on stderr (nullopt: when it is a terminal;
+                                 // run --backend mpi: rank 0 only, cli/progress.h)
 };
 
 /// One microbatch count that `--pipeline AXIS --auto` (without --microbatches) tried: the simulated step and peak

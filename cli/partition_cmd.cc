@@ -142,6 +142,20 @@ struct StopSignals {
 
 }  // namespace
 
+// The dims a partition over the symbols is checked at (check_symbolic_program): the symbols at 101, 103, 105, ...
+// (distinct, and larger than the hints), and all at 1. None for a static model.
+std::vector<DimBindings> check_dims(const DimBindings& hints) {
+  if (hints.empty()) return {};
+  DimBindings large, ones;
+  int64_t next = 101;
+  for (const auto& [sym, hint] : hints) {
+    large[sym] = next;
+    ones[sym] = 1;
+    next += 2;
+  }
+  return {large, ones};
+}
+
 int cmd_partition(const PartitionOptions& o) {
   check_materialized_devices(o.common.mesh, "partition", "writes one file per device");
   if (o.out_dir.empty()) throw InputError("-o: '' is not a directory name");
@@ -158,7 +172,11 @@ int cmd_partition(const PartitionOptions& o) {
     if (!fs::is_directory(annotated.parent_path()))
       throw InputError(fmt::format("--annotated-model: {}: no such directory", annotated.parent_path().string()));
   }
-  Pipeline p = build_pipeline(o.common);
+  CommonOptions common = o.common;
+  common.keep_symbols = true;
+  Pipeline p = build_pipeline(common);
+  for (const DimBindings& at : check_dims(p.graph.dim_hints))  // the soundness check (docs/shapes.md)
+    check_symbolic_program(p.program, p.graph, at);
 
   fs::path tmp = out.parent_path() / fmt::format(".{}.tmp-{}", out.filename().string(), ::getpid());
   const StopSignals stop_signals;  // an interrupted partition leaves no temporary folder

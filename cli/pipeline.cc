@@ -360,6 +360,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   if (!o.device_order.empty()) p.target.device_order = Target::parse_device_order(o.device_order);
   auto t0 = std::chrono::steady_clock::now();
   lo.inputs_dir = o.inputs_dir;  // the given inputs' shapes bind symbolic dims (--dim must agree)
+  lo.keep_symbols = o.keep_symbols && !o.training.on && o.pipeline.axis.empty() && !o.auto_search;
   p.graph = load_model(o.model, lo, &p.load_report);
   const std::string file = sharding_file_of(o, p.load_report);
   auto read_annotations = [&](const Graph& g) {

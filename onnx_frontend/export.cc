@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -66,12 +67,18 @@ Tensor filled(DType t, const Shape& shape, double v) {
   return out;
 }
 
+// A value's type; a dim over the dim symbols is its expression as a dim_param (docs/shapes.md).
 void set_value_info(onnx::ValueInfoProto* vi, const Value& v) {
   vi->set_name(v.name);
   auto* tt = vi->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(static_cast<int32_t>(v.dtype));
   auto* s = tt->mutable_shape();
-  for (int64_t d : v.shape) s->add_dim()->set_dim_value(d);
+  for (size_t d = 0; d < v.shape.size(); ++d) {
+    if (v.sym && !v.sym->dims[d].is_constant())
+      s->add_dim()->set_dim_param(v.sym->dims[d].str());
+    else
+      s->add_dim()->set_dim_value(v.shape[d]);
+  }
 }
 
 void write_body(const Graph& b, onnx::GraphProto* gp, const std::vector<std::string>& captured);
@@ -200,6 +207,114 @@ struct Exporter {
     return n;
   }
 
+  // ---- values over the dim symbols (docs/shapes.md, "Device files") ----
+  // A constant whose elements are expressions over the dim symbols is computed from the symbols' sizes, which the
+  // device reads off its inputs' shapes: `Gather(Shape(input), [d])` of an input whose dim d is the symbol.
+  std::map<std::string, std::string> sym_source_;  // symbol -> the [1] int64 value holding its size
+  std::map<std::string, std::string> expr_value_;  // expression text -> the [1] int64 value computing it
+
+  std::string symbol_size(const std::string& sym) {
+    if (auto it = sym_source_.find(sym); it != sym_source_.end()) return it->second;
+    for (int v : G.inputs) {
+      const Value& in = G.values[static_cast<size_t>(v)];
+      if (!in.sym) continue;
+      for (size_t d = 0; d < in.sym->dims.size(); ++d) {
+        if (!(in.sym->dims[d] == DimExpr::symbol(sym))) continue;
+        const std::string shape = add_temp(in.name + "/shape", DType::kInt64, {static_cast<int64_t>(in.shape.size())});
+        add_node(fresh(in.name + "/Shape"), "Shape", {in.name}, {shape});
+        const std::string size = add_temp(sym + "/size", DType::kInt64, {1});
+        const std::string idx = add_const(sym + "/dim", Tensor::from_int64s({static_cast<int64_t>(d)}));
+        add_node(fresh(sym + "/Gather"), "Gather", {shape, idx}, {size});
+        return sym_source_[sym] = size;
+      }
+    }
+    // No input holds it whole (a split dim is padded): the device reads it from its gspmd_dims input.
+    if (dims_input_.empty()) {
+      dims_input_ = fresh(kDimsInput);
+      auto* in = pg->add_input();
+      set_value_info(in, Value{dims_input_, ValueKind::kTensor, DType::kInt64,
+                               Shape{static_cast<int64_t>(G.dim_hints.size())}, -1, false, nullptr, nullptr});
+      std::string order;
+      for (const auto& [name, hint] : G.dim_hints) order += (order.empty() ? "" : ",") + name;
+      in->set_doc_string("the global sizes of the dim symbols " + order + ", in this order (docs/shapes.md)");
+    }
+    const auto k = std::distance(G.dim_hints.begin(), G.dim_hints.find(sym));
+    if (k >= static_cast<std::ptrdiff_t>(G.dim_hints.size()))
+      throw std::logic_error(fmt::format("export: dim '{}' is not one of the program's symbols", sym));
+    const std::string size = add_temp(sym + "/size", DType::kInt64, {1});
+    add_node(fresh(sym + "/Gather"), "Gather", {dims_input_, add_const(sym + "/index", Tensor::from_int64s({k}))},
+             {size});
+    return sym_source_[sym] = size;
+  }
+  std::string dims_input_;  // the gspmd_dims input's name, once a symbol needs it
+
+  std::string binary(const char* op, const std::string& a, const std::string& b) {
+    const std::string y = add_temp(std::string("dims/") + op, DType::kInt64, {1});
+    add_node(fresh(std::string("dims/") + op), op, {a, b}, {y});
+    return y;
+  }
+  std::string int_const(int64_t c) { return add_const("dims/c", Tensor::from_int64s({c})); }
+  // floor(e / d) for any sign of e: (e - mod(e, d)) / d, ONNX's integer Mod taking the divisor's sign.
+  std::string floor_div_of(const std::string& e, int64_t d) {
+    const std::string dc = int_const(d);
+    const std::string m = add_temp("dims/Mod", DType::kInt64, {1});
+    add_node(fresh("dims/Mod"), "Mod", {e, dc}, {m});
+    return binary("Div", binary("Sub", e, m), dc);
+  }
+
+  // A [1] int64 value computing `e` from the symbols' sizes.
+  std::string expr_value(const DimExpr& e) {
+    const std::string key = e.str();
+    if (auto it = expr_value_.find(key); it != expr_value_.end()) return it->second;
+    std::string sum;
+    auto add = [&](const std::string& x) { sum = sum.empty() ? x : binary("Add", sum, x); };
+    for (const DimExpr::Term& t : e.terms()) {
+      std::string prod;
+      for (const auto& a : t.atoms) {
+        std::string x;
+        using K = DimExpr::Atom::Kind;
+        switch (a->kind) {
+          case K::kSymbol: x = symbol_size(a->name); break;
+          case K::kFloor: x = floor_div_of(expr_value(a->args[0]), a->divisor); break;
+          case K::kCeil: {  // ceil(e / d) = -floor(-e / d)
+            const std::string neg = binary("Sub", int_const(0), expr_value(a->args[0]));
+            x = binary("Sub", int_const(0), floor_div_of(neg, a->divisor));
+            break;
+          }
+          case K::kMin:
+          case K::kMax:
+            if (opset < 12)
+              throw UnsupportedError(fmt::format("export: dim {} needs int64 Min / Max, from opset 12", key));
+            x = binary(a->kind == K::kMin ? "Min" : "Max", expr_value(a->args[0]), expr_value(a->args[1]));
+            break;
+        }
+        prod = prod.empty() ? x : binary("Mul", prod, x);
+      }
+      add(t.coef == 1 ? prod : binary("Mul", int_const(t.coef), prod));
+    }
+    if (e.constant_part() != 0 || sum.empty()) add(int_const(e.constant_part()));
+    return expr_value_[key] = sum;
+  }
+
+  // Value `v` (a constant whose elements are expressions) computed into its own name.
+  void emit_symbolic_constant(const Value& v) {
+    std::vector<std::string> parts;
+    for (const DimExpr& e : *v.sym->elems) parts.push_back(expr_value(e));
+    std::string flat = parts.empty() ? add_const(v.name + "/empty", Tensor::from_int64s({})) : parts[0];
+    if (parts.size() > 1) {
+      flat = add_temp(v.name + "/flat", DType::kInt64, {static_cast<int64_t>(parts.size())});
+      set_attr(add_node(fresh(v.name + "/Concat"), "Concat", parts, {flat})->add_attribute(), "axis", int64_t{0});
+    }
+    std::string as_int = flat;
+    if (v.dtype != DType::kInt64) {
+      as_int = add_temp(v.name + "/int64", v.dtype, {static_cast<int64_t>(parts.size())});
+      set_attr(add_node(fresh(v.name + "/Cast"), "Cast", {flat}, {as_int})->add_attribute(), "to",
+               static_cast<int64_t>(v.dtype));
+    }
+    const std::string shape = add_const(v.name + "/shape", Tensor::from_int64s(v.shape));
+    add_node(fresh(v.name + "/Reshape"), "Reshape", {as_int, shape}, {v.name});
+  }
+
   // A value made by the exporter between two of its nodes (gets a value_info entry).
   std::string add_temp(const std::string& hint, DType t, const Shape& s) {
     Value v;
@@ -272,6 +387,19 @@ struct Exporter {
 
   /// Writes the standard ONNX that computes the per-device op `n` (ShardSlice, MaskPad, PartitionOffset) on this
   /// device.
+  // The id of program node `n` (a reference into G.nodes).
+  int node_index(const Node& n) const { return static_cast<int>(&n - G.nodes.data()); }
+  // x's dim `axis` over the symbols.
+  static DimExpr dim_of(const Value& x, int64_t axis) {
+    return x.sym ? x.sym->dims[static_cast<size_t>(axis)] : DimExpr(x.shape[static_cast<size_t>(axis)]);
+  }
+  // True when per-device op `ni` on x's `axis` involves the dim symbols (its input dim there, or an attribute).
+  bool symbolic_window(const Value& x, int64_t axis, int ni) const {
+    if (!dim_of(x, axis).is_constant()) return true;
+    return std::any_of(p.sym_attrs.begin(), p.sym_attrs.end(),
+                       [&](const SpmdProgram::SymbolicAttr& a) { return a.node == ni; });
+  }
+
   void specialise(const Node& n, GspmdOp op) {
     const Value& y = G.values.at(n.outputs.at(0));
     switch (op) {
@@ -289,6 +417,12 @@ struct Exporter {
         const int64_t tile = p.mesh.tile_index(device, checked(n, a.mesh_axes));
         const Value& x = G.values.at(n.inputs.at(0));
         const int64_t axis = norm_axis(n, a.axis, x.shape.size());
+        if (const int ni = node_index(n); symbolic_window(x, axis, ni)) {
+          const DimExpr start =
+              p.attr_expr(ni, "base", a.base.value_or(0)) + p.attr_expr(ni, "shard_size", a.shard_size) * tile;
+          const DimExpr len = a.size ? p.attr_expr(ni, "size", *a.size) : p.attr_expr(ni, "shard_size", a.shard_size);
+          return window_symbolic(n, x, y, axis, start, len, 0, dim_of(x, axis), 0.0);
+        }
         window(n, x, y, axis, a.start(tile), a.length(), 0, x.shape[static_cast<size_t>(axis)], 0.0);
         return;
       }
@@ -298,6 +432,12 @@ struct Exporter {
         const Value& x = G.values.at(n.inputs.at(0));
         const int64_t axis = norm_axis(n, a.axis, x.shape.size());
         const int64_t dim = x.shape[static_cast<size_t>(axis)];
+        if (const int ni = node_index(n); symbolic_window(x, axis, ni)) {
+          const DimExpr first = p.attr_expr(ni, "base", a.base.value_or(0)) +
+                                (a.step ? p.attr_expr(ni, "step", *a.step) : dim_of(x, axis)) * tile;
+          return window_symbolic(n, x, y, axis, 0, dim_of(x, axis), -first,
+                                 p.attr_expr(ni, "full_size", a.full_size) - first, a.value);
+        }
         // local i has global index first + i; keep those inside [0, full_size)
         const int64_t first = a.first(tile, dim);
         window(n, x, y, axis, 0, dim, -first, a.full_size - first, a.value);
@@ -311,6 +451,30 @@ struct Exporter {
     }
     throw std::logic_error(
         fmt::format("export: node '{}': {} is a collective, not a per-device op", n.name, n.op_type));
+  }
+
+  /// window() over the dim symbols: the same, its bounds computed on the device from the symbols' sizes (a Slice of
+  /// the kept elements, then a Pad to `len`).
+  void window_symbolic(const Node& n, const Value& x, const Value& y, int64_t axis, const DimExpr& lo,
+                       const DimExpr& len, const DimExpr& keep_lo, const DimExpr& keep_hi, double value) {
+    if (opset < 11)
+      throw UnsupportedError(fmt::format("export: node '{}': a window over dim symbols needs opset 11", n.name));
+    const DimExpr kl = max(keep_lo, lo), kh = min(keep_hi, lo + len);
+    const DimExpr valid = max(kh - kl, 0), before = min(kl - lo, len), after = len - before - valid;
+    const std::string kept = fresh(n.name + "/valid");
+    add_node(fresh(n.name + "/Slice"), "Slice",
+             {x.name, expr_value(kl), expr_value(kl + valid), add_const(n.name + "/axes", Tensor::from_int64s({axis}))},
+             {kept});
+    const size_t rank = x.shape.size();
+    std::vector<std::string> pads;
+    for (size_t k = 0; k < 2 * rank; ++k)
+      pads.push_back(k == static_cast<size_t>(axis)          ? expr_value(before)
+                     : k == rank + static_cast<size_t>(axis) ? expr_value(after)
+                                                             : int_const(0));
+    const std::string pn = add_temp(n.name + "/pads", DType::kInt64, {static_cast<int64_t>(2 * rank)});
+    set_attr(add_node(fresh(n.name + "/Concat"), "Concat", pads, {pn})->add_attribute(), "axis", int64_t{0});
+    add_node(fresh(n.name + "/Pad"), "Pad", {kept, pn, add_const(n.name + "/pad_value", filled(x.dtype, {}, value))},
+             {y.name});
   }
 
   /// y[i] = x[lo + i] along `axis` for lo + i inside [keep_lo, keep_hi), `value` elsewhere (len elements): Identity,
@@ -684,6 +848,15 @@ struct Exporter {
     meta("gspmd.num_devices", std::to_string(p.mesh.num_devices()));
     frontend::set_mesh_metadata(m, p.mesh);
     meta("gspmd.program_fingerprint", fmt::format("{:016x}", program_fingerprint(p)));
+    if (!G.dim_hints.empty()) {  // a device file over the dim symbols (docs/shapes.md): the hints it was made at
+      std::string h;
+      for (const auto& [sym, v] : G.dim_hints) h += fmt::format("{}{}={}", h.empty() ? "" : ",", sym, v);
+      meta("gspmd.dim_hints", h);
+      std::string guards;  // what the model assumes of the dims (Graph::dim_guards): its ops check them at run time
+      for (const auto& [a, b] : G.dim_guards)
+        guards += fmt::format("{}{} == {}", guards.empty() ? "" : "; ", a.str(), b.str());
+      if (!guards.empty()) meta("gspmd.dim_guards", guards);
+    }
     {
       auto coords = p.mesh.coords(device);
       std::string c;
@@ -714,6 +887,11 @@ struct Exporter {
     for (int v = 0; v < static_cast<int>(G.values.size()); ++v) {
       const Value& val = G.values[v];
       if (val.producer >= 0 || !val.is_initializer) continue;
+      if (val.sym && val.sym->elems && val.sym->has_symbols()) {
+        emit_symbolic_constant(val);
+        set_value_info(pg->add_value_info(), val);
+        continue;
+      }
       auto* init = pg->add_initializer();
       init->set_name(val.name);
       auto it = params.find(v);
@@ -784,8 +962,9 @@ struct Exporter {
 
 void export_device(const SpmdProgram& p, const Graph& global, int64_t device, const std::string& path,
                    const ExportOptions& options) {
-  Exporter e{p,       p.program, global, device, global.opset > 0 ? global.opset : p.program.opset, options, {},
-             nullptr, {},        {},     {}};
+  Exporter e{p,       p.program, global,  device, global.opset > 0 ? global.opset : p.program.opset,
+             options, {},        nullptr, {},     {},
+             {},      {},        {},      {}};
   e.run(path);
 }
 

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "core/ir/control_flow.h"
+#include "core/shapes/symbolic.h"
 #include "onnx_frontend/file_util.h"
 
 namespace gspmd::frontend {
@@ -209,9 +210,11 @@ namespace {
 // One node's inputs as the shape function and the evaluator see them.
 struct NodeInputs {
   std::vector<TensorType> storage;
-  std::vector<const TensorType*> types;  // nullptr: absent
-  std::vector<const Tensor*> values;     // nullptr: not a constant
-  std::string untyped;                   // the first input without a static type ("" when all are typed)
+  std::vector<const TensorType*> types;    // nullptr: absent
+  std::vector<const Tensor*> values;       // nullptr: not a constant
+  std::vector<const SymbolicValue*> syms;  // nullptr: static
+  bool symbolic = false;                   // some input reads a dim symbol
+  std::string untyped;                     // the first input without a static type ("" when all are typed)
   bool all_const = false;
   int64_t const_bytes = 0;
 
@@ -219,6 +222,8 @@ struct NodeInputs {
     storage.assign(n.inputs.size(), {});
     types.assign(n.inputs.size(), nullptr);
     values.assign(n.inputs.size(), nullptr);
+    syms.assign(n.inputs.size(), nullptr);
+    symbolic = false;
     untyped.clear();
     all_const = !n.inputs.empty();
     const_bytes = 0;
@@ -232,6 +237,8 @@ struct NodeInputs {
       storage[k] = {v.dtype, v.shape};
       types[k] = &storage[k];
       values[k] = v.data.get();
+      syms[k] = v.sym.get();
+      symbolic = symbolic || v.sym != nullptr;
       if (v.data) const_bytes += static_cast<int64_t>(v.data->nbytes());
       all_const = all_const && v.data != nullptr && !(v.is_initializer && p.opts.variable && p.opts.variable(v));
     }
@@ -260,6 +267,60 @@ Inferred infer(const Pass& p, const Node& n, const NodeInputs& in) {
     r.error = e.what();
   }
   return r;
+}
+
+// The node's outputs over the dim symbols (LoadOptions::keep_symbols), when an input reads one: empty otherwise, or
+// when the shape function gave no types. Its guards join the graph's. Throws UnsupportedError for a node whose
+// outputs' dims cannot be kept symbolic (core/shapes/symbolic.h).
+std::vector<SymbolicValue> infer_symbols(Pass& p, const Node& n, const NodeInputs& in, const Inferred& inferred) {
+  if (!in.symbolic || inferred.types.empty()) return {};
+  if (n.has_body())
+    throw UnsupportedError(fmt::format(
+        "node '{}' ({}): control flow on values with symbolic dims: bind them with --dim", n.name, n.op_type));
+  std::vector<SymbolicInput> sin(n.inputs.size());
+  for (size_t k = 0; k < sin.size(); ++k) sin[k] = {in.types[k], in.values[k], in.syms[k]};
+  SymbolicResult r = infer_symbolic(n, sin, inferred.types, p.g.opset, p.g.dim_hints);
+  for (auto& guard : r.assumed_equal)
+    if (std::find(p.g.dim_guards.begin(), p.g.dim_guards.end(), guard) == p.g.dim_guards.end())
+      p.g.dim_guards.push_back(std::move(guard));
+  return std::move(r.outputs);
+}
+
+// True when a node with symbolic inputs may fold: each output's dims are constants and its values expressions.
+bool symbols_fold(const NodeInputs& in, const std::vector<SymbolicValue>& syms) {
+  if (!in.symbolic) return true;
+  if (syms.empty()) return false;
+  for (const SymbolicValue& s : syms) {
+    if (!s.elems) return false;
+    for (const DimExpr& d : s.dims)
+      if (!d.is_constant()) return false;
+  }
+  return true;
+}
+
+// Attaches the symbolic outputs to node `n`'s output values (those that read a symbol), after checking that they
+// are, at the hints, what the shape function and the folding computed: a disagreement is a bug of a symbolic rule.
+void attach_symbols(Pass& p, const Node& n, std::vector<SymbolicValue> syms) {
+  for (size_t k = 0; k < syms.size() && k < n.outputs.size(); ++k) {
+    Value& v = p.g.values[static_cast<size_t>(n.outputs[k])];
+    SymbolicValue& s = syms[k];
+    std::vector<int64_t> at_hints;
+    for (const DimExpr& d : s.dims) at_hints.push_back(d.eval(p.g.dim_hints));
+    bool ok = at_hints == v.shape;
+    if (ok && s.elems && v.data) {
+      std::vector<int64_t> e;
+      for (const DimExpr& x : *s.elems) e.push_back(x.eval(p.g.dim_hints));
+      ok = e == v.data->as_int64s();
+    } else if (s.elems && !v.data) {
+      s.elems.reset();  // a value computed at run time: its dims are what counts
+    }
+    if (!ok)
+      throw std::logic_error(
+          fmt::format("node '{}' ({}): output {} over the symbols is {} ({} at the hints) but the "
+                      "shape function gives {}",
+                      n.name, n.op_type, k, dims_str(s.dims), shape_str(at_hints), shape_str(v.shape)));
+    if (s.has_symbols()) v.sym = std::make_shared<const SymbolicValue>(std::move(s));
+  }
 }
 
 // Node `ni` evaluated once when it folds (fold.h): deterministic ai.onnx ops on constants within the size cap, and
@@ -349,7 +410,13 @@ void run_pass(Pass& p) {
     while (inline_constant_if(p, ni)) {
     }
     if (ni >= g.nodes.size()) break;
+    const bool reads_symbols = std::any_of(g.nodes[ni].inputs.begin(), g.nodes[ni].inputs.end(),
+                                           [&](int v) { return v >= 0 && g.values[static_cast<size_t>(v)].sym; });
+    const std::string lowering = reads_symbols ? g.nodes[ni].name + "' (" + g.nodes[ni].op_type : "";
     const Lowered lowered = lower_structured(p, ni);
+    if (lowered != Lowered::kNo && reads_symbols)
+      throw UnsupportedError(fmt::format(
+          "node '{}): a sequence or optional of values with symbolic dims: bind them with --dim", lowering));
     if (lowered == Lowered::kSpliced) {
       --ni;  // visit the replacement nodes
       continue;
@@ -367,11 +434,14 @@ void run_pass(Pass& p) {
     }
     if (n.has_body()) type_bodies(g.nodes[ni], in.types, p.opts, p.report);
     const Inferred inferred = infer(p, n, in);
-    if (fold(p, ni, in, inferred)) {
+    std::vector<SymbolicValue> syms = infer_symbols(p, n, in, inferred);
+    if (symbols_fold(in, syms) && fold(p, ni, in, inferred)) {
       p.dead[ni] = 1;
+      attach_symbols(p, n, std::move(syms));
       continue;
     }
     type_outputs(p, n, inferred);
+    attach_symbols(p, n, std::move(syms));
   }
   if (std::find(p.dead.begin(), p.dead.end(), 1) == p.dead.end()) return;
   std::vector<Node> kept;

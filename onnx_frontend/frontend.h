@@ -51,8 +51,23 @@ struct FlatValue {
   std::vector<int> values;   // the Graph's value ids holding its tensors, in element order
 };
 
+/// The hint of the first symbol that LoadOptions::keep_symbols keeps; the next ones get the next primes (19, 23,
+/// ...): distinct, and split unevenly over any mesh axis, so that a plan chosen at the hints masks its padding.
+inline constexpr int64_t kFirstDimHint = 17;
+
+/// The input of a device file over split dim symbols that gives the symbols' global sizes, int64 [symbols] in the
+/// order of Graph::dim_hints (docs/shapes.md): a device cannot read a split dim's global size off its padded shard.
+inline constexpr const char* kDimsInput = "gspmd_dims";
+
 struct LoadOptions {
   std::map<std::string, int64_t> dims;  // --dim NAME=VALUE: symbolic input dims to bind
+  /// Keep the symbolic dims that neither `dims` nor the given inputs bind (docs/shapes.md, "Symbolic dims"), instead
+  /// of the error that asks for --dim: each gets a hint (distinct primes from 17 up, in order of first appearance
+  /// among the inputs: kFirstDimHint), every value's shape is typed at the hints, and values that depend on a symbol
+  /// carry their dims (and a shape tensor its elements) as expressions (Value::sym, core/shapes/symbolic.h). Nodes
+  /// whose outputs depend on a symbol fold only when their values are such expressions. Graph::dim_hints lists the
+  /// symbols, Graph::dim_guards what the model assumes of them.
+  bool keep_symbols = false;
   /// Shapes of the input tensors the model will run on (`run --inputs`), by graph input name: their dims bind the
   /// symbolic dims of those inputs (a --dim that says otherwise is an InputError), so --dim is needed only without
   /// inputs.

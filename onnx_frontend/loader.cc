@@ -58,8 +58,10 @@ struct Loader {
   std::vector<std::string> input_names;  // real graph inputs, in order
   std::vector<Value> consts;             // initializers and Constant outputs, in order
   std::unordered_map<std::string, size_t> const_index;
-  std::unordered_map<std::string, std::string> non_tensor;  // values typed map (or another non-tensor type but a
-                                                            // sequence or optional) by inference
+  std::unordered_map<std::string, std::string> non_tensor;      // values typed map (or another non-tensor type but a
+                                                                // sequence or optional) by inference
+  DimBindings hints;                                            // opts.keep_symbols: the kept symbols' hints
+  std::map<std::string, std::vector<DimExpr>> symbolic_inputs;  // and the inputs' dims that read them
 
   [[noreturn]] void fail(const std::string& why) const { throw InputError(fmt::format("{}: {}", path, why)); }
 
@@ -424,6 +426,30 @@ struct Loader {
                 : fmt::format("their symbolic dims: {}", cut_text(fmt::format("{}", fmt::join(names, ", ")), 200))));
   }
 
+  // opts.keep_symbols: input `name`'s dim i (of `rank`) is the symbol `sym`, with the next hint (kFirstDimHint's
+  // sequence of primes) when it is new.
+  void keep_symbol(const std::string& name, int i, int rank, const std::string& sym) {
+    if (!hints.count(sym)) {
+      int64_t h = hints.empty() ? kFirstDimHint
+                                : std::max_element(
+                                      hints.begin(), hints.end(),
+                                      [](auto& a, auto& b) {
+                                        return a.second < b.second;
+                                      })->second +
+                                      2;
+      auto prime = [](int64_t x) {
+        for (int64_t k = 2; k * k <= x; ++k)
+          if (x % k == 0) return false;
+        return true;
+      };
+      while (!prime(h)) h += 2;
+      hints[sym] = h;
+    }
+    auto& dims = symbolic_inputs[name];
+    if (dims.empty()) dims.assign(static_cast<size_t>(rank), DimExpr());
+    dims[static_cast<size_t>(i)] = DimExpr::symbol(sym);
+  }
+
   void bind_dims() {
     check_dim_names();
     const std::map<std::string, Shape> given_shapes = this->given_shapes();
@@ -450,6 +476,11 @@ struct Loader {
         if (sym.empty())
           fail(fmt::format("input '{}' dim {} is unknown (the model gives neither a size nor a name)", in.name(), i));
         auto it = bound.find(sym);
+        if (it == bound.end() && opts.keep_symbols) {
+          keep_symbol(in.name(), i, tt->shape().dim_size(), sym);
+          d->set_dim_value(hints.at(sym));
+          continue;
+        }
         if (it == bound.end())
           fail(fmt::format("input '{}' dim {} '{}' is symbolic: bind it with --dim {}=N", in.name(), i, sym, sym));
         if (it->second < 0) fail(fmt::format("--dim {}={}: a size must be >= 0", sym, it->second));
@@ -463,6 +494,8 @@ struct Loader {
         if (!d.has_dim_param()) continue;
         auto it = bound.find(d.dim_param());
         if (it != bound.end()) d.set_dim_value(it->second);
+        // A kept symbol's hint is not the model's size: let inference type what it says.
+        if (hints.count(d.dim_param())) d.clear_dim_param();
       }
     };
     for (auto& vi : *g->mutable_output()) bind(vi);
@@ -706,7 +739,15 @@ struct Loader {
     for (const auto& name : input_names) {
       if (g.find(name) >= 0) fail(fmt::format("graph input '{}' is defined twice", name));
       g.inputs.push_back(g.add_value(make_value(name)));
+      if (auto s = symbolic_inputs.find(name); s != symbolic_inputs.end()) {
+        Value& v = g.values[static_cast<size_t>(g.inputs.back())];
+        std::vector<DimExpr> dims = s->second;
+        for (size_t i = 0; i < dims.size() && i < v.shape.size(); ++i)  // the static dims
+          if (dims[i] == DimExpr()) dims[i] = v.shape[i];
+        v.sym = std::make_shared<const SymbolicValue>(SymbolicValue{std::move(dims), std::nullopt});
+      }
     }
+    g.dim_hints = hints;
     const std::vector<std::string> names = unique_node_names(pg.node());
     for (int ni = 0; ni < pg.node_size(); ++ni) {
       const auto& pn = pg.node(ni);
@@ -744,7 +785,7 @@ struct Loader {
 }  // namespace
 
 Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* report) {
-  Loader L{path, opts, frontend::dir_of(path), {}, -1, {}, {}, {}, {}};
+  Loader L{path, opts, frontend::dir_of(path), {}, -1, {}, {}, {}, {}, {}, {}};
   L.parse();
   const bool annotated = frontend::has_sharding_annotations(L.m);
   L.prepare();

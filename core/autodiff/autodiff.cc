@@ -215,7 +215,8 @@ int build_loss(StepBuilder& b, const TrainingOptions& o) {
       const Shape label_shape(logits_shape.begin(), logits_shape.end() - 1);
       int labels = g.find(o.labels);
       if (labels < 0) {
-        labels = g.add_value(Value{o.labels, ValueKind::kTensor, DType::kInt64, label_shape, -1, false, nullptr});
+        labels =
+            g.add_value(Value{o.labels, ValueKind::kTensor, DType::kInt64, label_shape, -1, false, nullptr, nullptr});
         g.inputs.push_back(labels);
       } else {
         const Value& l = g.values.at(static_cast<size_t>(labels));

@@ -12,18 +12,6 @@
 
 namespace gspmd {
 
-/// An atom: a symbol, or a function of expressions that the canonical form keeps opaque. (a mod d is written
-/// a - d*floor(a / d), so it needs no atom of its own.)
-struct DimExpr::Atom {
-  enum class Kind { kSymbol, kFloor, kCeil, kMin, kMax };
-  Kind kind = Kind::kSymbol;
-  std::string name;           // kSymbol
-  std::vector<DimExpr> args;  // kFloor/kCeil: {numerator}; kMin/kMax: {a, b}, ordered by their text
-  int64_t divisor = 0;        // kFloor/kCeil
-  std::string key;            // canonical text: atoms compare by it, and print it
-  int depth = 0;              // nesting of function atoms (a symbol: 0)
-};
-
 namespace {
 
 using Atom = DimExpr::Atom;
@@ -184,6 +172,40 @@ DimExpr DimExpr::divide(const DimExpr& a, int64_t d, bool ceil) {
 DimExpr floor_div(const DimExpr& a, int64_t d) { return DimExpr::divide(a, d, false); }
 DimExpr ceil_div(const DimExpr& a, int64_t d) { return DimExpr::divide(a, d, true); }
 DimExpr mod(const DimExpr& a, int64_t d) { return a - floor_div(a, d).scaled(d); }
+
+std::optional<DimExpr> exact_div(const DimExpr& a, const DimExpr& b) {
+  if (auto c = b.constant()) {
+    if (*c == 0 || a.constant_ % *c != 0) return std::nullopt;
+    for (const DimExpr::Term& t : a.terms_)
+      if (t.coef % *c != 0) return std::nullopt;
+    DimExpr q = a.constant_ / *c;
+    for (const DimExpr::Term& t : a.terms_) q.add_term(DimExpr::Term{t.atoms, t.coef / *c, t.key});
+    return q;
+  }
+  if (a == DimExpr(0)) return DimExpr(0);
+  auto check = [&](const DimExpr& q) { return b * q == a ? std::optional<DimExpr>(q) : std::nullopt; };
+  if (b.constant_ != 0 && a.constant_ % b.constant_ == 0)
+    if (auto q = check(a.constant_ / b.constant_)) return q;
+  // a's term over b's first term, for each of a's terms: the atoms of b's term must be among the term's (both are
+  // sorted by key, repeats for powers).
+  const DimExpr::Term& tb = b.terms_.front();
+  for (const DimExpr::Term& ta : a.terms_) {
+    if (ta.coef % tb.coef != 0) continue;
+    DimExpr::Term rest;
+    size_t j = 0;
+    for (const auto& at : ta.atoms) {
+      if (j < tb.atoms.size() && at->key == tb.atoms[j]->key)
+        ++j;
+      else
+        rest.atoms.push_back(at);
+    }
+    if (j != tb.atoms.size()) continue;
+    for (size_t i = 0; i < rest.atoms.size(); ++i) rest.key += (i ? "*" : "") + rest.atoms[i]->key;
+    const int64_t coef = ta.coef / tb.coef;
+    if (auto q = check(rest.atoms.empty() ? DimExpr(coef) : DimExpr::of_term(rest, coef))) return q;
+  }
+  return std::nullopt;
+}
 
 DimExpr DimExpr::extremum(const DimExpr& a, const DimExpr& b, bool is_max) {
   if (std::optional<bool> ge = known_ge(a, b)) return *ge == is_max ? a : b;
@@ -472,6 +494,12 @@ DimExpr DimExpr::from_dim_param(std::string_view text) {
   } catch (const InputError&) {
     return symbol(text);
   }
+}
+
+std::string dims_str(const std::vector<DimExpr>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + dims[i].str();
+  return s + "]";
 }
 
 }  // namespace gspmd

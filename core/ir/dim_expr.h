@@ -60,6 +60,11 @@ class DimExpr {
   friend DimExpr mod(const DimExpr& a, int64_t d);
   friend DimExpr min(const DimExpr& a, const DimExpr& b);
   friend DimExpr max(const DimExpr& a, const DimExpr& b);
+  /// The q with b * q == a for every value of the symbols, when the canonical forms show one: a constant divisor
+  /// that divides every coefficient, or a quotient of one term by another that multiplies back to a
+  /// (`(16*b*s) / (4*b) = 4*s`, `(2*b + 2*s) / (b + s) = 2`), as Reshape's inferred -1 dim needs; nullopt otherwise
+  /// (never a rounded quotient), and for b == 0.
+  friend std::optional<DimExpr> exact_div(const DimExpr& a, const DimExpr& b);
 
   /// Structural equality of the canonical forms.
   bool operator==(const DimExpr& o) const;
@@ -83,8 +88,23 @@ class DimExpr {
 
   /// "2*batch + past_len + 1", "ceil(batch / 2)", "-1": what parse() reads back; terms in a fixed order.
   std::string str() const;
+  /// The canonical form, for code that rebuilds the expression elsewhere (the exporter writes it as ONNX ops): the
+  /// constant, and the terms (coefficient times the product of the atoms), the expression being their sum.
+  int64_t constant_part() const { return constant_; }
+  struct Term;
+  const std::vector<Term>& terms() const { return terms_; }
 
-  struct Atom;  // a symbol or a function of expressions (dim_expr.cc)
+  /// An atom: a symbol, or a function of expressions that the canonical form keeps opaque. (a mod d is written
+  /// a - d*floor(a / d), so it needs no atom of its own.)
+  struct Atom {
+    enum class Kind { kSymbol, kFloor, kCeil, kMin, kMax };
+    Kind kind = Kind::kSymbol;
+    std::string name;           // kSymbol
+    std::vector<DimExpr> args;  // kFloor/kCeil: {numerator}; kMin/kMax: {a, b}, ordered by their text
+    int64_t divisor = 0;        // kFloor/kCeil
+    std::string key;            // canonical text: atoms compare by it, and print it
+    int depth = 0;              // nesting of function atoms (a symbol: 0)
+  };
   struct Term {
     std::vector<std::shared_ptr<const Atom>> atoms;  // sorted by key, with repeats for powers
     int64_t coef = 0;                                // never 0 in a canonical expression
@@ -103,5 +123,8 @@ class DimExpr {
   DimExpr scaled(int64_t k) const;
   int depth() const;
 };
+
+/// "[batch, seq + past, 64]": a list of dims as text (error messages, explain).
+std::string dims_str(const std::vector<DimExpr>& dims);
 
 }  // namespace gspmd

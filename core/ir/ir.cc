@@ -341,6 +341,12 @@ std::string first_line(std::string_view text) {
   return more ? fmt::format("{} (and {} more)", first, more) : first;
 }
 
+bool SymbolicValue::has_symbols() const {
+  auto symbolic = [](const DimExpr& e) { return !e.is_constant(); };
+  return std::any_of(dims.begin(), dims.end(), symbolic) ||
+         (elems && std::any_of(elems->begin(), elems->end(), symbolic));
+}
+
 std::string cut_text(std::string_view text, size_t max) {
   return text.size() <= max ? std::string(text) : std::string(text.substr(0, max < 3 ? 0 : max - 3)) + "...";
 }

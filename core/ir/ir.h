@@ -16,8 +16,11 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
+
+#include "core/ir/dim_expr.h"
 
 namespace gspmd {
 
@@ -148,6 +151,18 @@ struct Node {
 /// a tensor or a sequence).
 enum class ValueKind : uint8_t { kTensor, kSequence, kOptional };
 
+/// A value's shape, and for a small integer tensor its elements, as expressions over the model's dim symbols
+/// (docs/shapes.md, "Symbolic dims"): what a model loaded with its symbols kept (LoadOptions::keep_symbols) knows of
+/// the values that depend on them. Value::shape (and Value::data for a constant) hold the same at the symbols' hints.
+struct SymbolicValue {
+  std::vector<DimExpr> dims;                  // one per dim of Value::shape
+  std::optional<std::vector<DimExpr>> elems;  // row-major elements of a tensor whose values are expressions (Shape's
+                                              // result and integer arithmetic on it); nullopt: not expressions
+  bool operator==(const SymbolicValue&) const = default;
+  /// True when a dim or an element reads a symbol.
+  bool has_symbols() const;
+};
+
 /// An edge of the graph: a tensor. Sequence and optional values exist only while the loader lowers them: it flattens
 /// each into its element tensors (docs/sequences.md), so every Graph that load_model returns holds tensors only.
 struct Value {
@@ -158,6 +173,9 @@ struct Value {
   int producer = -1;                   // node id, -1 for graph inputs and initializers
   bool is_initializer = false;         // a weight or constant known before the run
   std::shared_ptr<const Tensor> data;  // initializer data; may be null for initializers when loaded shapes-only
+  /// Its dims (and elements) over the dim symbols, when they read one (null: static, the usual case). `shape` and
+  /// `data` are their values at the symbols' hints.
+  std::shared_ptr<const SymbolicValue> sym;
 
   /// Bytes of the declared shape and dtype: num_elements(shape) * dtype_size(dtype) (dtype_size's
   /// std::invalid_argument for a dtype without a fixed size).
@@ -173,6 +191,12 @@ class Graph {
   std::vector<Node> nodes;
   std::vector<int> inputs;   // graph inputs, initializers excluded, in ONNX order
   std::vector<int> outputs;  // graph outputs, in ONNX order
+  /// The dim symbols that values' SymbolicValues read, each with its hint: the size that Value::shape and
+  /// Value::data assume for it (docs/shapes.md). Empty for a static graph.
+  DimBindings dim_hints;
+  /// Equalities of dim expressions that the model's ops need and that hold at the hints (SymbolicResult,
+  /// core/shapes/symbolic.h): the model runs only for dims that satisfy them.
+  std::vector<std::pair<DimExpr, DimExpr>> dim_guards;
 
   /// Adds a value; its name must be unique (std::invalid_argument otherwise). Returns its id.
   int add_value(Value v);

@@ -18,6 +18,7 @@ void Partitioner::lower_gather(int n, const OpShardingRule& rule, const FactorSh
   const int64_t axis_attr = node.i("axis", 0);
   const int rank = static_cast<int>(tv.shape.size());
   const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  require_static_dim(gtable, static_cast<size_t>(axis), node.name + " (Gather): a vocab-parallel lookup");
   int vf = -1;
   for (int f : rule.operands[0][axis]) vf = f;
   const std::vector<int>& A = F[vf];

@@ -113,6 +113,36 @@ int Partitioner::int64_const(const std::string& hint, const std::vector<int64_t>
   return new_constant(hint, Tensor::from_int64s(v, scalar));
 }
 
+int Partitioner::int64_const(const std::string& hint, const std::vector<DimExpr>& e, const std::vector<int64_t>& v) {
+  const int id = int64_const(hint, v);
+  if (std::any_of(e.begin(), e.end(), [](const DimExpr& x) { return !x.is_constant(); }))
+    P().values[static_cast<size_t>(id)].sym =
+        std::make_shared<const SymbolicValue>(SymbolicValue{{DimExpr(static_cast<int64_t>(e.size()))}, e});
+  return id;
+}
+
+DimExpr Partitioner::global_dim(int gv, size_t d) const {
+  const Value& v = g_.values[static_cast<size_t>(gv)];
+  return v.sym ? v.sym->dims.at(d) : DimExpr(v.shape.at(d));
+}
+
+DimExpr Partitioner::local_dim(int gv, size_t d, const std::vector<int>& axes) const {
+  return ceil_div(global_dim(gv, d), mesh_.axes_size(axes));
+}
+
+void Partitioner::symbolic_attr(const std::string& attr, const DimExpr& e) {
+  if (!e.is_constant()) out_.sym_attrs.push_back({static_cast<int>(P().nodes.size()) - 1, attr, e});
+}
+
+void Partitioner::require_static_dim(int gv, size_t d, const std::string& what) const {
+  const DimExpr e = global_dim(gv, d);
+  if (!e.is_constant())
+    throw UnsupportedError(
+        fmt::format("{} of the symbolic dim {} ({}) of '{}' is not partitioned yet: bind it with "
+                    "--dim",
+                    what, d, e.str(), g_.values[static_cast<size_t>(gv)].name));
+}
+
 void Partitioner::bind(int gv, const TensorSharding& s, int lv) {
   if (avail_[gv].empty()) out_.final_shardings[gv] = s;
   add_copy(gv, s, lv);
@@ -121,6 +151,10 @@ void Partitioner::bind(int gv, const TensorSharding& s, int lv) {
 void Partitioner::add_copy(int gv, const TensorSharding& s, int lv) {
   if (out_.value_origin.size() <= static_cast<size_t>(lv)) out_.value_origin.resize(P().values.size(), -1);
   out_.value_origin[static_cast<size_t>(lv)] = gv;
+  if (out_.value_tiles.size() <= static_cast<size_t>(lv)) out_.value_tiles.resize(P().values.size());
+  auto& tiles = out_.value_tiles[static_cast<size_t>(lv)];
+  tiles.clear();
+  for (const std::vector<int>& axes : s.dims) tiles.push_back(mesh_.axes_size(axes));
   // A copy larger than the primary (a gather), made for a forward node of a training step: not reused after the
   // forward pass (partition() in spmd.h).
   const bool fenced = node_ >= 0 && node_ < forward_nodes_ && !avail_[gv].empty() &&
@@ -253,13 +287,16 @@ int Partitioner::reshard(int gv, int x, const TensorSharding& cur, const TensorS
             fmt::format("'{}' dim {} is split over {} but {}", v.name, st.dim, axes_str(mesh_, st.axes), why));
         if (st.trim)  // drop the padding of the last shard
           x = emit("Slice",
-                   {x, int64_const("starts", {0}), int64_const("ends", {v.shape[st.dim]}), int64_const("axes", {d})},
+                   {x, int64_const("starts", {0}),
+                    int64_const("ends", std::vector<DimExpr>{global_dim(gv, st.dim)}, {v.shape[st.dim]}),
+                    int64_const("axes", {d})},
                    v.name, v.dtype, out);
         break;
       }
       case ReshardStep::Kind::kSlice:
         x = emit(gspmd_node(ShardSliceAttrs{.axis = d, .mesh_axes = st.axes, .shard_size = out[st.dim]}), {x}, v.name,
                  v.dtype, out);
+        symbolic_attr("shard_size", local_dim(gv, st.dim, st.after.dims[st.dim]));
         break;
       case ReshardStep::Kind::kPermute:
         x = collective({.kind = Collective::kCollectivePermute, .mesh_axes = st.axes, .target_axes = st.target_axes}, x,
@@ -520,12 +557,15 @@ std::vector<int> Partitioner::reshard_operands(const Node& node, const OpShardin
     });
     for (size_t d = 0; d < df.size(); ++d)
       for (int f : df[d])
-        if (rule.factor_kinds[f] == FactorKind::kReduction && !F[f].empty() && v.shape[d] % mesh_.axes_size(F[f]) != 0)
+        if (rule.factor_kinds[f] == FactorKind::kReduction && !F[f].empty() &&
+            v.shape[d] % mesh_.axes_size(F[f]) != 0) {
           lv = emit(gspmd_node(MaskPadAttrs{.axis = int64_t(d),
                                             .mesh_axes = F[f],
                                             .full_size = v.shape[d],
                                             .value = reduction_identity(rule.reduction)}),
                     {lv}, v.name, P().values[lv].dtype, P().values[lv].shape);
+          symbolic_attr("full_size", global_dim(gv, d));
+        }
     if (contains(bias_ops, static_cast<int>(i))) lv = keep_on_first_tile(lv, rule, F, v.name);
     inputs.push_back(lv);
   }
@@ -558,8 +598,10 @@ void Partitioner::emit_local(const Node& node, const OpShardingRule& rule, const
     result_shardings.push_back(s);
   }
   // The local shape is literal: the result's local shape replaces the shape operand.
-  if (rule.shape_operand >= 0)
+  if (rule.shape_operand >= 0) {
     local.inputs[rule.shape_operand] = int64_const("shape", P().values[local.outputs[0]].shape);
+    out_.shape_of.emplace_back(local.inputs[rule.shape_operand], local.outputs[0]);
+  }
   if (!windows.empty()) set_window_attrs(local, node, windows);
   if (rule.group_factor >= 0)
     local.attrs["group"] = rule.factor_sizes[rule.group_factor] / mesh_.axes_size(F[rule.group_factor]);
@@ -570,10 +612,15 @@ void Partitioner::emit_local(const Node& node, const OpShardingRule& rule, const
   // results sum to the global mean.
   double mean_scale = 1.0;
   if (rule.mean)
-    for (int f = 0; f < rule.num_factors(); ++f)
-      if (rule.factor_kinds[f] == FactorKind::kReduction && !F[f].empty())
-        mean_scale *= static_cast<double>(ceil_div(rule.factor_sizes[f], mesh_.axes_size(F[f]))) /
-                      static_cast<double>(rule.factor_sizes[f]);
+    for (int f = 0; f < rule.num_factors(); ++f) {
+      if (rule.factor_kinds[f] != FactorKind::kReduction || F[f].empty()) continue;
+      for (size_t i = 0; i < node.inputs.size() && i < rule.operands.size(); ++i)  // the scale is a literal
+        for (size_t d = 0; d < rule.operands[i].size(); ++d)
+          if (node.inputs[i] >= 0 && contains(rule.operands[i][d], f))
+            require_static_dim(node.inputs[i], d, fmt::format("{} ({}): a mean over a split", node.name, node.op_type));
+      mean_scale *= static_cast<double>(ceil_div(rule.factor_sizes[f], mesh_.axes_size(F[f]))) /
+                    static_cast<double>(rule.factor_sizes[f]);
+    }
   for (size_t r = 0; r < node.outputs.size(); ++r) {
     int out = local_outs[r];
     if (mean_scale != 1.0) {
@@ -662,7 +709,9 @@ SpmdProgram partition(const Graph& g, const ShardingPlan& plan, const DeviceMesh
   if (plan.shardings.size() != g.values.size())
     throw std::invalid_argument("partition: the plan has no sharding for some values");
   std::optional<RuleTable> own;
-  return partition_internal::Partitioner(g, plan, mesh, target, rules_for(g, rules, own), roles).run();
+  SpmdProgram p = partition_internal::Partitioner(g, plan, mesh, target, rules_for(g, rules, own), roles).run();
+  attach_program_symbols(p, g);
+  return p;
 }
 
 }  // namespace gspmd

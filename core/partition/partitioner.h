@@ -88,6 +88,19 @@ class Partitioner {
   int new_constant(const std::string& hint, Tensor t);
   /// A new int64 initializer holding `v` (a scalar if `scalar`).
   int int64_const(const std::string& hint, const std::vector<int64_t>& v, bool scalar = false);
+  /// A new int64 [n] initializer holding `e` at the hints, with `e` as its elements over the dim symbols
+  /// (docs/shapes.md).
+  int int64_const(const std::string& hint, const std::vector<DimExpr>& e, const std::vector<int64_t>& v);
+  /// Global value gv's dim d over the dim symbols (its size when static).
+  DimExpr global_dim(int gv, size_t d) const;
+  /// global_dim(gv, d) split over `axes`: its local (padded) size ceil(dim / shards).
+  DimExpr local_dim(int gv, size_t d, const std::vector<int>& axes) const;
+  /// Records attribute `attr` of the node emitted last as the expression `e` (when `e` reads a symbol).
+  void symbolic_attr(const std::string& attr, const DimExpr& e);
+  /// Throws UnsupportedError("<what> of the symbolic dim d of 'v' ...: bind it with --dim") when global value gv's
+  /// dim d reads a symbol: for the lowerings that do not carry expressions yet (halo windows, vocab-parallel
+  /// lookups, means over a split dim).
+  void require_static_dim(int gv, size_t d, const std::string& what) const;
   /// Records that program value `lv` holds global value `gv` with sharding `s` (the first one recorded is gv's
   /// primary representation and its final sharding).
   void bind(int gv, const TensorSharding& s, int lv);

@@ -37,8 +37,11 @@ bool Partitioner::lower_softmax(int n, bool log) {
   const bool uneven = xv.shape[axis] % mesh_.axes_size(A) != 0;
   auto mask = [&](int v, float value) {
     if (!uneven) return v;
-    return emit(gspmd_node(MaskPadAttrs{.axis = axis, .mesh_axes = A, .full_size = xv.shape[axis], .value = value}),
-                {v}, on + "/masked", DType::kFloat32, ls);
+    const int masked =
+        emit(gspmd_node(MaskPadAttrs{.axis = axis, .mesh_axes = A, .full_size = xv.shape[axis], .value = value}), {v},
+             on + "/masked", DType::kFloat32, ls);
+    symbolic_attr("full_size", global_dim(gx, static_cast<size_t>(axis)));
+    return masked;
   };
   // ReduceSum reads its axes from an input since opset 13 (axes_input); ReduceMax from an attribute until opset 18.
   auto reduce = [&](const std::string& op, bool axes_input, int v, ReductionKind reduction) {
@@ -89,6 +92,9 @@ bool Partitioner::lower_split_layer_norm(int n) {
     count *= xv.shape[d];
   }
   if (A.empty()) return false;
+  for (int64_t d : norm_dims)  // the count is a literal
+    require_static_dim(gx, static_cast<size_t>(d),
+                       fmt::format("{} (LayerNormalization): a normalization over a split", g_.nodes[n].name));
   const Shape norm_shape(xv.shape.begin() + axis, xv.shape.end());
   for (size_t i = 1; i < node.inputs.size(); ++i)
     if (node.inputs[i] >= 0 && g_.values[node.inputs[i]].shape != norm_shape) return false;
@@ -111,6 +117,7 @@ bool Partitioner::lower_split_layer_norm(int n) {
       if (ax.empty() || xv.shape[d] % mesh_.axes_size(ax) == 0) continue;
       v = emit(gspmd_node(MaskPadAttrs{.axis = d, .mesh_axes = ax, .full_size = xv.shape[d], .value = 0.f}), {v},
                on + "/masked", DType::kFloat32, ls);
+      symbolic_attr("full_size", global_dim(gx, static_cast<size_t>(d)));
     }
     int local = emit("ReduceSum", {v, int64_const("axes", norm_dims)}, on + "/" + what, DType::kFloat32, red,
                      {{"keepdims", int64_t{1}}});

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cost/target.h"
@@ -58,7 +59,44 @@ struct SpmdProgram {
                                   // temporaries (index shapes, partition-id arithmetic, halo pieces)
   std::vector<int> node_origin;   // per program node: the global node it was emitted for, -1 for the reshards of
                                   // the graph outputs
+  /// (constant, value) pairs of program value ids: the int64 constant holds the value's local shape (the shape
+  /// operand of a Reshape or Expand, core/rules RuleMaker::shape_operand); attach_program_symbols gives it the
+  /// value's dims as its elements.
+  std::vector<std::pair<int, int>> shape_of;
+  /// Per program value that holds a global value (value_origin >= 0): the number of shards of each of its dims
+  /// (1 for a dim it holds whole); empty for the others. What a split symbolic dim's local size ceil(d / k) needs.
+  std::vector<std::vector<int64_t>> value_tiles;
+  /// An int attribute of a program node that is an expression over the dim symbols (a ShardSlice's shard_size
+  /// ceil(batch / 2), a MaskPad's full_size batch): the node holds its value at the hints.
+  struct SymbolicAttr {
+    int node = -1;
+    std::string attr;
+    DimExpr expr;
+  };
+  std::vector<SymbolicAttr> sym_attrs;
+  /// The expression of node `node`'s attribute `attr`, or its value `value` when it has none.
+  DimExpr attr_expr(int node, const std::string& attr, int64_t value) const;
 };
+
+/// For a graph `g` loaded with its dim symbols kept (Graph::dim_hints, LoadOptions::keep_symbols; docs/shapes.md):
+/// gives every program value of `p` (partitioned from `g` at the hints) that depends on a symbol its local dims as
+/// expressions (Value::sym): a shard keeps its global value's expression on each dim the program keeps whole, the
+/// shape constants of `p.shape_of` take their value's dims as elements, and the other values follow with the
+/// symbolic shape rules (core/shapes/symbolic.h); `p.program` gets g's dim_hints and dim_guards. Nothing for a static
+/// `g`. Throws UnsupportedError("value 'x': its dim 0 (batch) is split over the mesh, ...: bind it with --dim") for a
+/// plan that splits a symbolic dim (not partitioned yet), and UnsupportedError from the symbolic rules.
+void attach_program_symbols(SpmdProgram& p, const Graph& g);
+
+/// The soundness check of a program over the dim symbols (docs/shapes.md): program `p` (partitioned from `g` at
+/// its hints, with attach_program_symbols) is typed again at the dims `at` (other values of the same symbols): every
+/// value's shape is its expression at `at`, every constant over the symbols its elements at `at`, and each node's
+/// shape function (core/shapes/shapes.h; the gspmd ops' own shapes, program_ops.h) must give those shapes from its
+/// inputs. A literal size that the hints froze (a Slice bound, a Reshape's shape without an expression behind it)
+/// types differently and is caught, naming the node. The partitioner's cost-driven choices may differ at other sizes
+/// (a reduce-scatter and an all-gather instead of one all-reduce); the one program is checked, not a second one.
+/// Throws UnsupportedError("node 'n' (Op) computes [..] for 'v', which is [..] over the dims with the dims at
+/// batch=101, ...: ...").
+void check_symbolic_program(const SpmdProgram& p, const Graph& g, const DimBindings& at);
 
 /// Partitions `g` with the shardings of `plan` (one per value) over `mesh` (GSPMD §3.4): per node, operands are
 /// resharded to a factor assignment chosen from the rule, the op runs on local shapes, and split reduction factors

@@ -100,6 +100,7 @@ int Partitioner::exchange_halos(const Node& node, int x, const std::vector<Windo
   const int gx = node.inputs[0];
   const std::string& name = g_.values[gx].name;
   for (const Window& w : windows) {
+    require_static_dim(gx, static_cast<size_t>(w.dim), fmt::format("{} ({}): a halo window", node.name, node.op_type));
     const DType dt = P().values[x].dtype;
     auto rows = [&](int64_t from, int64_t to) {
       Shape s = P().values[x].shape;

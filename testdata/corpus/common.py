@@ -196,6 +196,19 @@ def file_mb(p: Path) -> float:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # torch export
+def parse_gen_args(doc: str, opsets=None):
+    """The generators' common flags: --only NAMES (comma-separated model names), --force (redo cached models) and,
+    when `opsets` is given, --opsets (default `opsets`). Returns (args, the set of --only names or None)."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="", help="comma-separated model names")
+    if opsets is not None:
+        ap.add_argument("--opsets", type=int, nargs="+", default=list(opsets))
+    ap.add_argument("--force", action="store_true")
+    a = ap.parse_args()
+    return a, (set(a.only.split(",")) if a.only else None)
+
+
 def add_torchvision_args(ap, opsets, what: str):
     """The options of the torchvision generators: --models, --opsets, --max-mb, --include-giant, --force, --list."""
     ap.add_argument("--models", default="all", help=f"comma-separated {what} names, or 'all'")

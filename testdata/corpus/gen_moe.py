@@ -36,7 +36,6 @@ Plans (docs/sharding-file.md):
 - (c) expert_model: mesh 2x2 (expert, model): input_ids G over expert, wi [E, M, H] as [expert, -, model], wo
       [E, H, M] as [expert, model, -] (Megatron inside each expert).
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -192,12 +191,7 @@ def plans(m, d):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="")
-    ap.add_argument("--opsets", type=int, nargs="+", default=[13, 17])
-    ap.add_argument("--force", action="store_true")
-    a = ap.parse_args()
-    only = set(a.only.split(",")) if a.only else None
+    a, only = common.parse_gen_args(__doc__, [13, 17])
     global EINSUM
     for form, op in [(f, o) for f in ("einsum", "mm") for o in a.opsets]:
         name = f"moe_op{op}" if form == "einsum" else f"moe_mm_op{op}"

@@ -18,7 +18,6 @@ writes ref_ort/); there is no torch model.
 Plans: silero_vad: dp2 (batch over 2: input, h, c), plan4 = input sequence over 4. imgly: dp2 (batch of 1 over 2:
 uneven, padded), plan4 = spatial (H over 4).
 """
-import argparse
 import json
 import shutil
 import subprocess
@@ -138,11 +137,7 @@ def gen_imgly(d: Path, data_pkg: Path, variant: str, note):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="")
-    ap.add_argument("--force", action="store_true")
-    a = ap.parse_args()
-    only = set(a.only.split(",")) if a.only else None
+    a, only = common.parse_gen_args(__doc__)
     fam = common.cache_dir() / "models" / "npm"
     fam.mkdir(parents=True, exist_ok=True)
     skipped_path = fam / "skipped.json"

@@ -19,7 +19,6 @@ Outputs: y [2,10] and u1 [2,8,16,16]. Reference outputs: a float64 numpy evaluat
 (test_data_set_0/output_*.pb); ONNX Runtime's are added by the runner when it accepts the model.
 Plans: dp2 (X batch over 2), plan4 = sp4 (X H over 4).
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -116,12 +115,8 @@ def plans(d):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="")
-    ap.add_argument("--force", action="store_true")
-    a = ap.parse_args()
+    a, only = common.parse_gen_args(__doc__)
     import onnx
-    only = set(a.only.split(",")) if a.only else None
     for opset in (7, 8, 9):
         name = f"convnet_opset{opset}"
         if only and name not in only:

@@ -13,7 +13,6 @@ Models (parameters perturbed so no two layers are equal; d_model 64, 4 heads, d_
 Names: <model>[_dyn]_op<opset>. Plans: dp2 (batch dim of every input over 2), plan4 = Megatron MLP over 4 (each
 layer's linear1 weight split on d_ff columns, linear2 on d_ff rows; found from the exported MatMul/Gemm nodes).
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -122,12 +121,7 @@ KINDS = ["encoder_bf", "encoder_sf", "transformer_bf", "transformer_sf", "decode
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="", help="comma-separated names (e.g. encoder_bf_dyn_op13)")
-    ap.add_argument("--opsets", type=int, nargs="+", default=[13, 17])
-    ap.add_argument("--force", action="store_true")
-    a = ap.parse_args()
-    only = set(a.only.split(",")) if a.only else None
+    a, only = common.parse_gen_args(__doc__, [13, 17])
     for kind in KINDS:
         # torch exports triu only from opset 14 (Trilu): the decoder also gets opset 14, and its opset-13 export
         # failure stays in the table

@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import common  # noqa: E402
 
-FAMILIES = ["torchvision", "transformers", "moe", "oldopset", "npm", "segmentation"]
+FAMILIES = ["torchvision", "transformers", "moe", "oldopset", "npm", "segmentation", "llama"]
 # --quick: a handful of models for CI (< 3 minutes on 2 cores, generation included once torch is imported)
 QUICK = {
     "torchvision": ["squeezenet1_0_op13", "mobilenet_v3_small_op17", "shufflenet_v2_x0_5_op11"],
@@ -55,8 +55,9 @@ QUICK = {
     "oldopset": ["convnet_opset7", "convnet_opset9"],
     "npm": ["silero_vad"],
     "segmentation": ["lraspp_mobilenet_v3_large_op17"],
+    "llama": ["llama_dyn_op17"],
 }
-PLAN_ORDER = ["mesh1", "dp2", "plan4"]
+PLAN_ORDER = ["mesh1", "dp2", "plan4", "tp2", "tp4", "dp2tp2"]
 
 
 def gen_cmd(family, quick):

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <string>
 
@@ -47,6 +48,21 @@ TEST(DimExpr, DivisionsTakeOutWhatDividesExactly) {
   EXPECT_EQ(floor_div(DimExpr(-3), 2), DimExpr(-2));
   EXPECT_EQ(ceil_div(DimExpr(-3), 2), DimExpr(-1));
   EXPECT_THROW(ceil_div(b, 0), std::invalid_argument);
+}
+
+// Reshape's -1: the quotient that multiplies back, or nothing.
+TEST(DimExpr, ExactDivisionFindsTheQuotientThatMultipliesBack) {
+  const DimExpr b = S("b"), s = S("s");
+  EXPECT_EQ(exact_div(16 * b * s, 4 * b), std::optional<DimExpr>(4 * s));
+  EXPECT_EQ(exact_div(2 * b + 2 * s, b + s), std::optional<DimExpr>(DimExpr(2)));
+  EXPECT_EQ(exact_div(b * s * 64, b * s * 16), std::optional<DimExpr>(DimExpr(4)));
+  EXPECT_EQ(exact_div(6 * b + 4, 2), std::optional<DimExpr>(3 * b + 2));
+  EXPECT_EQ(exact_div(b * (s + 1), s + 1), std::optional<DimExpr>(b));
+  EXPECT_EQ(exact_div(b * s, b * b), std::nullopt);
+  EXPECT_EQ(exact_div(b + 1, 2), std::nullopt);  // 2 does not divide b + 1 for every b
+  EXPECT_EQ(exact_div(b + s, b), std::nullopt);
+  EXPECT_EQ(exact_div(b, 0), std::nullopt);
+  EXPECT_EQ(exact_div(0, b), std::optional<DimExpr>(DimExpr(0)));
 }
 
 TEST(DimExpr, ComparisonsAreDecidedOnlyWhenTheyHoldForEveryValue) {

@@ -1,0 +1,242 @@
+// Symbolic dims (docs/shapes.md). Loading with the dim symbols kept (LoadOptions::keep_symbols): torch exports with
+// dynamic axes load without --dim, every value that depends on a symbol carries its dims as expressions, and those
+// expressions are the shapes that loading with any binding of the symbols gives. Partitioning such a graph
+// (attach_program_symbols), its soundness check (check_symbolic_program) and the device files' dim_params.
+#include <gtest/gtest.h>
+
+#include "core/partition/spmd.h"
+#include "core/shapes/symbolic.h"
+#include "tests/frontend/frontend_test_util.h"
+#include "tests/frontend/onnx_headers.h"
+#include "tests/test_util/graph_builder.h"
+
+namespace gspmd::test {
+namespace {
+
+std::string llama(const std::string& f = "model.onnx") {
+  return std::string(GSPMD_SOURCE_DIR) + "/testdata/llama/" + f;
+}
+
+Graph load_symbolic(const std::string& model) {
+  LoadOptions o = load_opts();
+  o.keep_symbols = true;
+  return load_model(model, o);
+}
+
+// The dims of value `name` in `g`: its expressions, or its static shape.
+std::string dims_of(const Graph& g, const std::string& name) {
+  const Value& v = g.values[static_cast<size_t>(g.at(name))];
+  if (v.sym) return dims_str(v.sym->dims);
+  return dims_str(std::vector<DimExpr>(v.shape.begin(), v.shape.end()));
+}
+
+// For every value of `sym` that `bound` (the same model loaded with the symbols bound to `b`) also has: its
+// expressions at `b` are the bound graph's shape, and a constant's expressions its elements. Returns the number of
+// symbolic values compared.
+int expect_agrees(const Graph& sym, const Graph& bound, const DimBindings& b) {
+  int compared = 0;
+  for (const Value& v : sym.values) {
+    const int id = bound.find(v.name);
+    if (id < 0) continue;
+    const Value& w = bound.values[static_cast<size_t>(id)];
+    if (!v.sym) {
+      EXPECT_EQ(v.shape, w.shape) << v.name << " is static in the symbolic graph";
+      continue;
+    }
+    ++compared;
+    Shape at;
+    for (const DimExpr& d : v.sym->dims) at.push_back(d.eval(b));
+    EXPECT_EQ(at, w.shape) << v.name << ": " << dims_str(v.sym->dims);
+    if (v.sym->elems && w.data) {
+      std::vector<int64_t> e;
+      for (const DimExpr& x : *v.sym->elems) e.push_back(x.eval(b));
+      EXPECT_EQ(e, w.data->as_int64s()) << v.name << ": elements " << dims_str(*v.sym->elems);
+    }
+  }
+  return compared;
+}
+
+TEST(SymbolicLoad, LlamaDecoderKeepsBatchSeqAndPast) {
+  const Graph g = load_symbolic(llama());
+  // hints: distinct primes from 17, in the order the inputs name the symbols
+  EXPECT_EQ(g.dim_hints, (DimBindings{{"batch", 17}, {"seq", 19}, {"past", 23}}));
+  EXPECT_EQ(dims_of(g, "input_ids"), "[batch, seq]");
+  EXPECT_EQ(dims_of(g, "past_key_0"), "[batch, 2, past, 16]");
+  EXPECT_EQ(dims_of(g, "logits"), "[batch, seq, 128]");
+  EXPECT_EQ(dims_of(g, "present_key_0"), "[batch, 2, past + seq, 16]");
+  EXPECT_EQ(dims_of(g, "present_value_1"), "[batch, 2, past + seq, 16]");
+  EXPECT_TRUE(g.dim_guards.empty());
+  // the causal mask and the rotary tables depend on the lengths: they are computed, not folded at the hints
+  int symbolic = 0;
+  for (const Value& v : g.values) symbolic += v.sym != nullptr;
+  EXPECT_GT(symbolic, 100);
+  for (const DimBindings& b :
+       {DimBindings{{"batch", 2}, {"seq", 5}, {"past", 3}}, DimBindings{{"batch", 1}, {"seq", 1}, {"past", 0}},
+        DimBindings{{"batch", 3}, {"seq", 4}, {"past", 9}}}) {
+    SCOPED_TRACE(::testing::Message() << "batch " << b.at("batch") << " seq " << b.at("seq") << " past "
+                                      << b.at("past"));
+    const Graph bound = load_model(llama(), load_opts({b.begin(), b.end()}));
+    EXPECT_GT(expect_agrees(g, bound, b), 30);
+  }
+}
+
+// torch's slice of a learned position table (wpe[:n], 64 rows) broadcast with the sequence: the model runs only for
+// seq <= 64, which loading records as a guard.
+TEST(SymbolicLoad, CausalDecoderGuardsThePositionTable) {
+  const Graph g = load_symbolic(llama("decoder_causal_dyn_op17.onnx"));
+  EXPECT_EQ(g.dim_hints, (DimBindings{{"batch", 17}, {"seq", 19}}));
+  EXPECT_EQ(dims_of(g, "logits"), "[batch, seq, 100]");
+  ASSERT_EQ(g.dim_guards.size(), 1u);
+  EXPECT_EQ(g.dim_guards[0].first.str() + " == " + g.dim_guards[0].second.str(), "seq == min(64, seq)");
+  for (const DimBindings& b : {DimBindings{{"batch", 2}, {"seq", 5}}, DimBindings{{"batch", 1}, {"seq", 64}}}) {
+    const Graph bound = load_model(llama("decoder_causal_dyn_op17.onnx"), load_opts({b.begin(), b.end()}));
+    EXPECT_GT(expect_agrees(g, bound, b), 10);
+  }
+}
+
+// Without keep_symbols, a symbolic dim still needs --dim (partition's error today).
+TEST(SymbolicLoad, WithoutKeepSymbolsADimMustBeBound) {
+  try {
+    load_model(llama(), load_opts());
+    FAIL() << "loaded";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              llama() + ": input 'input_ids' dim 0 'batch' is symbolic: bind it with --dim batch=N");
+  }
+}
+
+// The Llama decoder partitioned with its tp<n> plan at the hints.
+SpmdProgram partition_llama(const Graph& g, int n) {
+  const Annotations a = read_sharding_file(llama("tp" + std::to_string(n) + ".plan.json"), g, nullptr);
+  return partition(g, propagate(g, a), a.mesh);
+}
+
+std::string unsupported_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UnsupportedError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Tensor parallelism splits heads and d_ff, never batch, seq or past: the program keeps them as expressions, and
+// the check at other dims passes; a shape constant whose expression is dropped (a literal the hints froze) is caught.
+TEST(SymbolicPartition, TensorParallelKeepsTheSymbolsAndTheCheckCatchesAFrozenShape) {
+  const Graph g = load_symbolic(llama());
+  for (int n : {2, 4}) {
+    SpmdProgram p = partition_llama(g, n);
+    EXPECT_EQ(p.program.dim_hints, g.dim_hints);
+    EXPECT_EQ(dims_of(p.program, "logits"), "[batch, seq, 128]");
+    // the 2 KV heads: one per device over 2, replicated over 4
+    EXPECT_EQ(dims_of(p.program, "present_key_0"),
+              n == 2 ? "[batch, 1, past + seq, 16]" : "[batch, 2, past + seq, 16]");
+    for (const DimBindings& at :
+         {DimBindings{{"batch", 101}, {"past", 103}, {"seq", 105}}, DimBindings{{"batch", 1}, {"past", 0}, {"seq", 1}}})
+      EXPECT_EQ(unsupported_message([&] { check_symbolic_program(p, g, at); }), "(no error)");
+    ASSERT_FALSE(p.shape_of.empty());
+    // freeze the first shape constant over the symbols at its hint values
+    auto frozen = std::find_if(p.shape_of.begin(), p.shape_of.end(),
+                               [&](const auto& cv) { return p.program.values[static_cast<size_t>(cv.first)].sym; });
+    ASSERT_NE(frozen, p.shape_of.end());
+    Value& c = p.program.values[static_cast<size_t>(frozen->first)];
+    c.sym = nullptr;
+    const std::string msg = unsupported_message([&] {
+      check_symbolic_program(p, g, {{"batch", 101}, {"past", 103}, {"seq", 105}});
+    });
+    EXPECT_EQ(
+        msg.rfind("node '/layers.0/self_attn/Reshape' (Reshape) fails: node '/layers.0/self_attn/Reshape' (Reshape): "
+                  "cannot reshape [101,105,",
+                  0),
+        0u)
+        << msg;
+    EXPECT_NE(msg.find("with the dims at batch=101, past=103, seq=105: the program depends on the dims in a way it "
+                       "does not express (a literal size): bind them with --dim"),
+              std::string::npos)
+        << msg;
+  }
+}
+
+// Data x model: the batch is split over `data` (uneven at every size but even ones): its shards are ceil(batch / 2)
+// rows, the masks and slices that drop the padding carry batch as an expression, and the device files read the
+// global batch from their gspmd_dims input.
+TEST(SymbolicPartition, ASplitSymbolicDimIsCeilOfItsShards) {
+  const Graph g = load_symbolic(llama());
+  const Annotations a = read_sharding_file(llama("dp2tp2.plan.json"), g, nullptr);
+  const SpmdProgram p = partition(g, propagate(g, a), a.mesh);
+  EXPECT_EQ(dims_of(p.program, "input_ids"), "[ceil(batch / 2), seq]");
+  EXPECT_EQ(dims_of(p.program, "logits"), "[ceil(batch / 2), seq, 128]");
+  for (const DimBindings& at :
+       {DimBindings{{"batch", 101}, {"past", 103}, {"seq", 105}}, DimBindings{{"batch", 1}, {"past", 0}, {"seq", 1}}})
+    EXPECT_EQ(unsupported_message([&] { check_symbolic_program(p, g, at); }), "(no error)");
+  TempDir dir;
+  export_device(p, g, 3, dir.file("device_3.onnx"));
+  const ModelInfo info = read_model_info(dir.file("device_3.onnx"));
+  ASSERT_EQ(info.inputs.size(), 6u);
+  EXPECT_EQ(info.inputs.back(), "gspmd_dims");
+  EXPECT_EQ(info.input_shapes.back(), (std::vector<int64_t>{3}));  // batch, past, seq
+  EXPECT_EQ(info.input_dim_params[0], (std::vector<std::string>{"ceil(batch / 2)", "seq"}));
+}
+
+// The sequence split over 2 (uneven at the hints): ceil(seq / 2) rows per device, and the check passes.
+TEST(SymbolicPartition, ASplitSequenceIsCheckedToo) {
+  const Graph g = load_symbolic(llama());
+  Annotations a = read_sharding_file(llama("tp2.plan.json"), g, nullptr);
+  a.by_value.clear();
+  Annotation ann;
+  ann.sharding = TensorSharding::replicated(2);
+  ann.sharding.dims[1] = {0};  // input_ids' seq over model
+  a.by_value[g.at("input_ids")] = ann;
+  const SpmdProgram p = partition(g, propagate(g, a), a.mesh);
+  EXPECT_EQ(dims_of(p.program, "input_ids"), "[batch, ceil(seq / 2)]");
+  EXPECT_EQ(unsupported_message([&] {
+              check_symbolic_program(p, g, {{"batch", 101}, {"past", 103}, {"seq", 105}});
+            }),
+            "(no error)");
+}
+
+// A lowering that writes a size as a literal refuses a symbolic dim in one line: here a mean over a split `n`.
+TEST(SymbolicPartition, AMeanOverASplitSymbolicDimIsRefused) {
+  gspmd::testing::GraphBuilder b;
+  const int x = b.input("x", {17, 8});
+  b.g.values[static_cast<size_t>(x)].sym =
+      std::make_shared<const SymbolicValue>(SymbolicValue{{DimExpr::symbol("n"), 8}, std::nullopt});
+  b.g.dim_hints = {{"n", 17}};
+  const int mean = b.node("ReduceMean", {x}, {1, 8}, {{"axes", std::vector<int64_t>{0}}, {"keepdims", int64_t{1}}});
+  b.g.outputs = {b.g.nodes[static_cast<size_t>(mean)].outputs[0]};
+  Annotations a;
+  a.mesh = DeviceMesh::parse("2");
+  Annotation ann;
+  ann.sharding = TensorSharding::replicated(2);
+  ann.sharding.dims[0] = {0};
+  a.by_value[x] = ann;
+  EXPECT_EQ(unsupported_message([&] { partition(b.g, propagate(b.g, a), a.mesh); }),
+            "ReduceMean_0 (ReduceMean): a mean over a split of the symbolic dim 0 (n) of 'x' is not partitioned yet: "
+            "bind it with --dim");
+}
+
+// The device files keep the symbols as dim_params, and load for any dims bound from their inputs.
+TEST(SymbolicPartition, DeviceFilesCarryDimParams) {
+  const Graph g = load_symbolic(llama());
+  const SpmdProgram p = partition_llama(g, 2);
+  TempDir dir;
+  export_device(p, g, 1, dir.file("device_1.onnx"));
+  const ModelInfo info = read_model_info(dir.file("device_1.onnx"));
+  ASSERT_EQ(info.inputs.size(), 5u);
+  EXPECT_EQ(info.input_dim_params[0], (std::vector<std::string>{"batch", "seq"}));
+  EXPECT_EQ(info.input_dim_params[1], (std::vector<std::string>{"batch", "", "past", ""}));
+  EXPECT_EQ(info.input_shapes[1], (std::vector<int64_t>{-1, 1, -1, 16}));
+  EXPECT_EQ(info.metadata.at("gspmd.dim_hints"), "batch=17,past=23,seq=19");
+  LoadOptions lo = load_opts();
+  lo.input_shapes = {{"input_ids", {3, 2}},
+                     {"past_key_0", {3, 1, 7, 16}},
+                     {"past_value_0", {3, 1, 7, 16}},
+                     {"past_key_1", {3, 1, 7, 16}},
+                     {"past_value_1", {3, 1, 7, 16}}};
+  const Graph d = load_model(dir.file("device_1.onnx"), lo);
+  EXPECT_EQ(d.values[static_cast<size_t>(d.outputs[0])].shape, (Shape{3, 2, 128}));
+  EXPECT_EQ(d.values[static_cast<size_t>(d.outputs[1])].shape, (Shape{3, 1, 9, 16}));
+}
+
+}  // namespace
+}  // namespace gspmd::test
