@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "backend/pod/pod.h"
 #include "core/auto/auto.h"
 #include "core/autodiff/autodiff.h"
 #include "core/cost/cost.h"
@@ -152,7 +153,7 @@ struct RunOptions {
   std::string trace;                // --trace FILE
   uint64_t seed = 0;                // --seed
   std::string backend = "pod";      // --backend: "pod" (the emulator) or "mpi" (one MPI rank per device, docs/mpi.md)
-  std::string program_dir;          // --program DIR (mpi only): every rank runs DIR/device_<rank>.onnx
+  std::string program_dir;          // --program DIR: device k runs DIR/device_<k>.onnx (DeviceFiles)
   int warmup = 1;                   // --warmup N (mpi only): untimed executions before the measured one
   int repeat = 1;                   // --repeat N (mpi only): measured executions; the report describes the median one
 };
@@ -164,6 +165,31 @@ int cmd_run(const RunOptions& o);
 /// ranks started to communicate abort the job. Without MPI support in the build it throws InputError
 /// ("--backend mpi: this gspmd-onnx was built without MPI ...").
 int cmd_run_mpi(const RunOptions& o);
+
+/// The device files of `partition -o DIR` for the program `p` (built from MODEL with `common`'s flags), run again:
+/// `run --program DIR` on the emulator (run(), one thread per device) and under MPI (load(), one rank per device).
+/// Each file is checked before it runs (docs/mpi.md): its device id, and its program fingerprint against p's; a file
+/// partitioned over dim symbols (metadata gspmd.dim_hints, docs/shapes.md) against the program partitioned over the
+/// symbols (built once), its dims bound from this run's local input shapes and its gspmd_dims input given this run's
+/// sizes. Throws InputError naming the file for a missing, foreign or stale file.
+class DeviceFiles {
+ public:
+  DeviceFiles(const Pipeline& p, const CommonOptions& common, std::string dir);
+  /// DIR/device_<device>.onnx, loaded and checked.
+  Graph load(int64_t device);
+  /// Every device's file, one thread each with ThreadCollectives (backend/pod), on `inputs` (one per global graph
+  /// input, full values, sharded per p.program.inputs); the outputs assembled per p.program.outputs. Throws what
+  /// load() and run_device_graph throw.
+  PodRun run(const std::vector<Tensor>& inputs, const ExecutorOptions& options);
+
+ private:
+  void symbolic(const std::string& path, const ModelInfo& info);  // the symbolic program's fingerprint and dims
+  const Pipeline& p_;
+  const CommonOptions& common_;
+  std::string dir_;
+  std::optional<std::string> symbolic_fingerprint_;
+  std::optional<Tensor> dims_;  // the gspmd_dims input's value
+};
 
 /// The run inputs, one per g.inputs: with --inputs, DIR/input_<i>.pb per ONNX input of `signature` (a tensor,
 /// sequence or optional; docs/sequences.md), flattened and checked against the graph inputs' dtype and shape

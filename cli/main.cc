@@ -130,8 +130,10 @@ int main(int argc, char** argv) {
   run->add_option("--repeat", ro.repeat,
                   "with --backend mpi: measured executions; the report describes the median one (default 1)")
       ->check(CLI::PositiveNumber);
-  run->add_option("--program", ro.program_dir,
-                  "with --backend mpi: every rank runs DIR/device_<rank>.onnx (partition -o DIR)");
+  run->add_option(
+      "--program", ro.program_dir,
+      "run the device files DIR/device_<k>.onnx of partition -o DIR: one thread per device on the emulator, "
+      "one MPI rank per device with --backend mpi");
 
   cli::SimulateOptions so;
   auto* sim = app.add_subcommand("simulate", "partition and cost on the target pod without weights or running");

@@ -1,6 +1,7 @@
 // gspmd-onnx partition: writes DIR/device_<k>.onnx, DIR/shardings.json, DIR/report.json, completely or not at all.
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -143,17 +144,24 @@ struct StopSignals {
 }  // namespace
 
 // The dims a partition over the symbols is checked at (check_symbolic_program): the symbols at 101, 103, 105, ...
-// (distinct, and larger than the hints), and all at 1. None for a static model.
-std::vector<DimBindings> check_dims(const DimBindings& hints) {
-  if (hints.empty()) return {};
-  DimBindings large, ones;
+// (distinct, and larger than the hints), all at 1, and each at its hint + 2; those that break one of the model's
+// guards (seq <= 64 for a 64-row position table) are left out. None for a static model.
+std::vector<DimBindings> check_dims(const Graph& g) {
+  if (g.dim_hints.empty()) return {};
+  DimBindings large, ones, near;
   int64_t next = 101;
-  for (const auto& [sym, hint] : hints) {
+  for (const auto& [sym, hint] : g.dim_hints) {
     large[sym] = next;
     ones[sym] = 1;
+    near[sym] = hint + 2;
     next += 2;
   }
-  return {large, ones};
+  std::vector<DimBindings> r;
+  for (const DimBindings& at : {large, ones, near})
+    if (std::all_of(g.dim_guards.begin(), g.dim_guards.end(),
+                    [&](const auto& guard) { return guard.first.eval(at) == guard.second.eval(at); }))
+      r.push_back(at);
+  return r;
 }
 
 int cmd_partition(const PartitionOptions& o) {
@@ -175,7 +183,7 @@ int cmd_partition(const PartitionOptions& o) {
   CommonOptions common = o.common;
   common.keep_symbols = true;
   Pipeline p = build_pipeline(common);
-  for (const DimBindings& at : check_dims(p.graph.dim_hints))  // the soundness check (docs/shapes.md)
+  for (const DimBindings& at : check_dims(p.graph))  // the soundness check (docs/shapes.md)
     check_symbolic_program(p.program, p.graph, at);
 
   fs::path tmp = out.parent_path() / fmt::format(".{}.tmp-{}", out.filename().string(), ::getpid());

@@ -215,7 +215,6 @@ CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>
 
 int cmd_run(const RunOptions& o) {
   if (o.backend == "mpi") return cmd_run_mpi(o);
-  if (!o.program_dir.empty()) throw InputError("--program: needs --backend mpi (the emulator runs the SPMD program)");
   if (o.warmup != 1) throw InputError("--warmup: needs --backend mpi (the emulator executes once)");
   if (o.repeat != 1) throw InputError("--repeat: needs --backend mpi (the emulator executes once)");
   check_materialized_devices(o.common.mesh, "run", "emulates every device in this process");
@@ -227,8 +226,10 @@ int cmd_run(const RunOptions& o) {
   std::vector<OnnxValue> expected;  // read before the run: a bad --expected is bad input (exit 2), found early
   if (!o.expected_dir.empty()) expected = read_expected_outputs(o.expected_dir, p.load_report);
   const ExecutorOptions exec = executor_options_from_env();
-  PodRun run = run_spmd(p.program, p.graph, inputs,
-                        node_progress(fmt::format("run: {} devices", p.program.mesh.num_devices())), exec);
+  PodRun run = o.program_dir.empty()
+                   ? run_spmd(p.program, p.graph, inputs,
+                              node_progress(fmt::format("run: {} devices", p.program.mesh.num_devices())), exec)
+                   : DeviceFiles(p, o.common, o.program_dir).run(inputs, exec);
   if (const char* prof = std::getenv("GSPMD_PROFILE"); prof && *prof && std::string(prof) != "0")
     fmt::print(stderr, "host profile ({} devices):\n{}", p.program.mesh.num_devices(), format_profile(run));
   CheckResult check;

@@ -59,80 +59,6 @@ mpi::Failure classify(const std::exception& e) {
   return {4, fmt::format("internal error: {}", e.what())};
 }
 
-std::string meta(const ModelInfo& info, const std::string& key) {
-  auto it = info.metadata.find(key);
-  return it == info.metadata.end() ? "" : it->second;
-}
-
-/// Loads and checks DIR/device_<rank>.onnx against the program built from MODEL (`common`'s flags). A device file
-/// over the dim symbols (docs/shapes.md) is checked against the symbolic program, and its dims are bound from this
-/// run's local input shapes. InputError naming the file.
-Graph load_device_model(const Pipeline& p, const CommonOptions& common, const std::string& dir, int rank) {
-  const std::string path = (fs::path(dir) / fmt::format("device_{}.onnx", rank)).string();
-  if (!fs::exists(path))
-    throw InputError(
-        fmt::format("{}: no such file (every rank needs its device_<rank>.onnx from `partition -o {}`)", path, dir));
-  ModelInfo info = read_model_info(path);
-  const std::string dev = meta(info, "gspmd.device"), fp = meta(info, "gspmd.program_fingerprint");
-  if (dev.empty() || fp.empty())
-    throw InputError(
-        fmt::format("{}: not a device model written by `gspmd-onnx partition` (no gspmd.device or "
-                    "gspmd.program_fingerprint metadata)",
-                    path));
-  if (dev != std::to_string(rank)) throw InputError(fmt::format("{}: holds device {}, not device {}", path, dev, rank));
-  std::string want = fmt::format("{:016x}", program_fingerprint(p.program));
-  LoadOptions lo = kernel_load_options();
-  if (!meta(info, "gspmd.dim_hints").empty()) {  // partitioned over the symbols: the same partition, unbound
-    CommonOptions symbolic = common;
-    symbolic.dims.clear();
-    symbolic.inputs_dir.clear();
-    symbolic.keep_symbols = true;
-    const Pipeline sp = build_pipeline(symbolic, /*load_data=*/false);
-    want = fmt::format("{:016x}", program_fingerprint(sp.program));
-    // The file's gspmd_dims input (a split symbolic dim): this run's size of each symbol, read off the model's
-    // inputs where they are the symbol.
-    if (std::find(info.inputs.begin(), info.inputs.end(), kDimsInput) != info.inputs.end()) {
-      DimBindings dims;
-      for (size_t k = 0; k < sp.graph.inputs.size() && k < p.graph.inputs.size(); ++k) {
-        const Value& v = sp.graph.values[static_cast<size_t>(sp.graph.inputs[k])];
-        for (size_t d = 0; v.sym && d < v.sym->dims.size(); ++d)
-          for (const auto& [sym, hint] : sp.graph.dim_hints)
-            if (v.sym->dims[d] == DimExpr::symbol(sym))
-              dims[sym] = p.graph.values[static_cast<size_t>(p.graph.inputs[k])].shape.at(d);
-      }
-      std::vector<int64_t> sizes;
-      for (const auto& [sym, hint] : sp.graph.dim_hints) {
-        if (!dims.count(sym))
-          throw InputError(fmt::format("{}: needs the size of dim '{}', which no input of the model is", path, sym));
-        sizes.push_back(dims.at(sym));
-      }
-      lo.frozen_inputs[kDimsInput] = Tensor::from_int64s(sizes);
-    }
-  }
-  if (fp != want)
-    throw InputError(
-        fmt::format("{}: partitioned from another model, sharding, mesh or target than this run "
-                    "(program fingerprint {}, this run's is {}): run partition again",
-                    path, fp, want));
-  const Graph& prog = p.program.program;
-  for (int v : prog.inputs) lo.input_shapes[prog.values[static_cast<size_t>(v)].name] = prog.values[v].shape;
-  Graph g = load_model(path, lo);
-  auto same = [&](const char* what, const std::vector<int>& a, const std::vector<int>& b) {
-    if (a.size() != b.size())
-      throw InputError(fmt::format("{}: has {} graph {}s, the program has {}", path, a.size(), what, b.size()));
-    for (size_t k = 0; k < a.size(); ++k) {
-      const Value& x = g.values[a[k]];
-      const Value& y = prog.values[b[k]];
-      if (x.dtype != y.dtype || x.shape != y.shape)
-        throw InputError(fmt::format("{}: {} {} '{}' is {}{} but the program's is {}{}", path, what, k, x.name,
-                                     dtype_name(x.dtype), shape_str(x.shape), dtype_name(y.dtype), shape_str(y.shape)));
-    }
-  };
-  same("input", g.inputs, prog.inputs);
-  same("output", g.outputs, prog.outputs);
-  return g;
-}
-
 /// The fraction of a core each rank gets: this process's cores over (ranks on this host x OpenMP threads), <= 1.
 double core_share(int ranks_on_this_host) {
   return std::min(1.0, static_cast<double>(host_cores()) / (static_cast<double>(ranks_on_this_host) * host_threads()));
@@ -200,7 +126,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
     if (p.program.mesh.num_devices() != s.size())
       throw InputError(fmt::format("the mesh {} has {} devices but this MPI job has {} ranks", p.program.mesh.str(),
                                    p.program.mesh.num_devices(), s.size()));
-    if (from_files) device = load_device_model(p, common, o.program_dir, rank);
+    if (from_files) device = DeviceFiles(p, common, o.program_dir).load(rank);
     if (rank == 0) inputs = make_inputs(p.graph, p.load_report, o);
     if (rank == 0 && !o.expected_dir.empty()) expected = read_expected_outputs(o.expected_dir, p.load_report);
   } catch (const std::exception& e) {

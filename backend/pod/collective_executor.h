@@ -7,8 +7,13 @@
 // core/partition/program_ops.h and docs/collectives.md.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ir/ir.h"
@@ -51,6 +56,34 @@ class InProcessCollectives final : public CollectiveExecutor {
  public:
   std::vector<Tensor> run(const CollectiveCall& call, const std::vector<int64_t>& members,
                           const std::vector<const Tensor*>& ins) override;
+};
+
+/// Collectives between devices that each run in their own thread (run_device_graph on device files: `run --program`
+/// on the emulator, docs/cli.md): the k-th collective call of every member of a group meets in one slot, whose last
+/// arrival computes all results with InProcessCollectives (so results equal the emulator's bitwise); each call blocks
+/// until its group is complete. `members` must be the caller's one tile. A device that fails calls fail(), which
+/// releases every waiting device with that exception. Thread-safe; slots are kept until destruction (one per
+/// collective call of a run).
+class ThreadCollectives final : public CollectiveExecutor {
+ public:
+  /// For a mesh of `devices` devices.
+  explicit ThreadCollectives(int64_t devices);
+  std::vector<Tensor> run(const CollectiveCall& call, const std::vector<int64_t>& members,
+                          const std::vector<const Tensor*>& ins) override;
+  /// Makes every pending and later run() throw `e` (the first failure wins).
+  void fail(std::exception_ptr e);
+
+ private:
+  struct Slot {
+    std::vector<Tensor> ins, outs;
+    size_t arrived = 0;
+    bool done = false;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int64_t> calls_;                         // per device: collectives called so far
+  std::map<std::pair<int64_t, int64_t>, Slot> slots_;  // (call index, group's first device)
+  std::exception_ptr failed_;
 };
 
 }  // namespace gspmd

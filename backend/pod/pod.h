@@ -127,6 +127,14 @@ LocalRun run_device_graph(const Graph& g, const DeviceMesh& mesh, int64_t device
                           CollectiveExecutor& collectives, const RunProgress& progress = {},
                           const ExecutorOptions& options = {});
 
+/// Runs every device's exported model (`device_graphs[k]` is device k's, loaded with load_model) on this host, one
+/// thread per device, their collectives meeting in ThreadCollectives: `run --program` on the emulator. `inputs` are
+/// one per global graph input of `global` (full values), sharded per p.inputs; outputs are assembled per p.outputs,
+/// the devices' stats in device order. Throws the first device's error (InputError for an input of the wrong shape,
+/// as run_device_graph).
+PodRun run_device_graphs(const SpmdProgram& p, const Graph& global, const std::vector<Graph>& device_graphs,
+                         const std::vector<Tensor>& inputs, const ExecutorOptions& options = {});
+
 /// Runs the unpartitioned graph on one device (the reference for --check): the same interpreter, with the
 /// initializers' data as resident constants. InputError on mismatching inputs or an initializer without data.
 PodRun run_single(const Graph& g, const std::vector<Tensor>& inputs, const RunProgress& progress = {},

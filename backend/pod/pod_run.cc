@@ -2,9 +2,12 @@
 // interpreter (Executor, executor.h), running it and collecting the outputs, per-device stats and profile.
 #include "backend/pod/pod.h"
 
+#include <algorithm>
+#include <chrono>
 #include <exception>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -300,6 +303,54 @@ std::string format_profile(const PodRun& r) {
   out += fmt::format("{:<40} {:>7} {:>10.2f} {:>6.1f} {:>9.1f}\n", "total", "", r.wall_s * 1e3, 100.0,
                      r.wall_s > 0 ? r.host_flops / r.wall_s / 1e9 : 0.0);
   return out;
+}
+
+PodRun run_device_graphs(const SpmdProgram& p, const Graph& global, const std::vector<Graph>& device_graphs,
+                         const std::vector<Tensor>& inputs, const ExecutorOptions& options) {
+  const DeviceMesh& mesh = p.mesh;
+  const int64_t n = mesh.num_devices();
+  if (static_cast<int64_t>(device_graphs.size()) != n)
+    throw std::invalid_argument(fmt::format("run_device_graphs: {} graphs for {} devices", device_graphs.size(), n));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<LocalRun> runs(static_cast<size_t>(n));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  ThreadCollectives coll(n);
+  ExecutorOptions one = options;  // one device per thread
+  one.device_threads = 1;
+  std::vector<std::thread> threads;
+  for (int64_t k = 0; k < n; ++k)
+    threads.emplace_back([&, k] {
+      try {
+        std::vector<Tensor> local;
+        for (const ProgramBinding& b : p.inputs) {
+          const auto i = std::find(global.inputs.begin(), global.inputs.end(), b.global) - global.inputs.begin();
+          local.push_back(shard_tensor(inputs.at(static_cast<size_t>(i)), b.sharding, mesh, k));
+        }
+        runs[static_cast<size_t>(k)] =
+            run_device_graph(device_graphs[static_cast<size_t>(k)], mesh, k, local, coll, {}, one);
+      } catch (...) {
+        errors[static_cast<size_t>(k)] = std::current_exception();
+        coll.fail(errors[static_cast<size_t>(k)]);
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  PodRun r;
+  for (size_t o = 0; o < p.outputs.size(); ++o) {
+    std::vector<const Tensor*> shards;
+    for (const LocalRun& l : runs) shards.push_back(&l.output_shards.at(o).at(0));
+    const ProgramBinding& b = p.outputs[o];
+    r.outputs.push_back(assemble_tensor(shards, b.sharding, mesh, global.values[b.global].shape));
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const LocalRun& l = runs[static_cast<size_t>(k)];
+    r.devices.push_back(l.devices.at(0));
+    r.devices.back().device = k;
+    r.host_flops += l.host_flops;
+  }
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
 }
 
 }  // namespace gspmd

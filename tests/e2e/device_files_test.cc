@@ -11,13 +11,10 @@
 #include <onnx/defs/shape_inference.h>
 
 #include <cmath>
-#include <condition_variable>
 #include <exception>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <set>
-#include <thread>
 
 #include "backend/pod/collective_executor.h"
 #include "backend/pod/pod.h"
@@ -133,96 +130,13 @@ void expect_close(const Tensor& a, const Tensor& b, const std::string& what) {
 
 // ---- running device files: one thread per device ----------------------------------------------------------------
 
-/// Collectives between devices that each run in their own thread (run_device_graph): the k-th collective call of
-/// every member of a group meets in one slot, whose last arrival computes all results with InProcessCollectives.
-/// A device that fails releases everyone (fail()).
-class ThreadCollectives final : public CollectiveExecutor {
- public:
-  explicit ThreadCollectives(int64_t devices) : calls_(static_cast<size_t>(devices), 0) {}
-
-  std::vector<Tensor> run(const CollectiveCall& call, const std::vector<int64_t>& members,
-                          const std::vector<const Tensor*>& ins) override {
-    const std::vector<int64_t>& group = *call.group;
-    const int64_t tile = members.at(0), device = group.at(static_cast<size_t>(tile));
-    std::unique_lock<std::mutex> lock(mu_);
-    Slot& s = slots_[{calls_[static_cast<size_t>(device)]++, group[0]}];
-    if (s.ins.empty()) s.ins.resize(group.size());
-    s.ins[static_cast<size_t>(tile)] = *ins.at(0);
-    if (++s.arrived == group.size()) {
-      std::vector<int64_t> all;
-      std::vector<const Tensor*> ptrs;
-      for (size_t t = 0; t < group.size(); ++t) {
-        all.push_back(static_cast<int64_t>(t));
-        ptrs.push_back(&s.ins[t]);
-      }
-      try {
-        s.outs = InProcessCollectives().run(call, all, ptrs);
-      } catch (...) {
-        failed_ = std::current_exception();
-      }
-      s.done = true;
-      cv_.notify_all();
-    }
-    cv_.wait(lock, [&] { return s.done || failed_; });
-    if (failed_) std::rethrow_exception(failed_);
-    return {s.outs.at(static_cast<size_t>(tile))};
-  }
-
-  void fail(std::exception_ptr e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!failed_) failed_ = e;
-    cv_.notify_all();
-  }
-
- private:
-  struct Slot {
-    std::vector<Tensor> ins, outs;
-    size_t arrived = 0;
-    bool done = false;
-  };
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<int64_t> calls_;                         // per device: collectives called so far
-  std::map<std::pair<int64_t, int64_t>, Slot> slots_;  // (call index, group's first device)
-  std::exception_ptr failed_;
-};
-
 /// Loads dir/device_<k>.onnx for every device, runs them in one thread each and assembles the global outputs.
 std::vector<Tensor> run_device_files(const Planned& pl, const fs::path& dir, const std::vector<Tensor>& inputs) {
-  const DeviceMesh& mesh = pl.p.mesh;
-  const int64_t n = mesh.num_devices();
-  std::vector<LocalRun> runs(static_cast<size_t>(n));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  ThreadCollectives coll(n);
-  std::vector<std::thread> threads;
-  for (int64_t k = 0; k < n; ++k) {
-    threads.emplace_back([&, k] {
-      try {
-        Graph g = load_model((dir / ("device_" + std::to_string(k) + ".onnx")).string(), cli::kernel_load_options());
-        std::vector<Tensor> local;
-        for (const ProgramBinding& b : pl.p.inputs) {
-          const size_t i =
-              static_cast<size_t>(std::find(pl.g.inputs.begin(), pl.g.inputs.end(), b.global) - pl.g.inputs.begin());
-          local.push_back(shard_tensor(inputs.at(i), b.sharding, mesh, k));
-        }
-        runs[static_cast<size_t>(k)] = run_device_graph(g, mesh, k, local, coll);
-      } catch (...) {
-        errors[static_cast<size_t>(k)] = std::current_exception();
-        coll.fail(errors[static_cast<size_t>(k)]);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  std::vector<Tensor> out;
-  for (size_t o = 0; o < pl.p.outputs.size(); ++o) {
-    std::vector<const Tensor*> shards;
-    for (const LocalRun& r : runs) shards.push_back(&r.output_shards.at(o).at(0));
-    const ProgramBinding& b = pl.p.outputs[o];
-    out.push_back(assemble_tensor(shards, b.sharding, mesh, pl.g.values[b.global].shape));
-  }
-  return out;
+  std::vector<Graph> graphs;
+  for (int64_t k = 0; k < pl.p.mesh.num_devices(); ++k)
+    graphs.push_back(
+        load_model((dir / ("device_" + std::to_string(k) + ".onnx")).string(), cli::kernel_load_options()));
+  return run_device_graphs(pl.p, pl.g, graphs, inputs).outputs;
 }
 
 /// Exports every device of `pl` into `dir` with `options`.

@@ -455,7 +455,7 @@ TEST(MpiBadSetup, MissingDeviceFile) {
   const std::string file = (d / "prog" / "device_2.onnx").string();
   CmdResult r = mpi_run(4, kGpt + " --program " + (d / "prog").string(), "mpi_bad_missing");
   EXPECT_EQ(r.code, 2) << r.err;
-  const std::string why = file + ": no such file (every rank needs its device_<rank>.onnx from `partition -o " +
+  const std::string why = file + ": no such file (every device needs its device_<k>.onnx from `partition -o " +
                           (d / "prog").string() + "`)\n";
   expect_every_rank(r, 4, [&](int k) {
     return k == 2 ? "error: rank 2: " + why : "error: rank " + std::to_string(k) + ": rank 2 failed: " + why;
@@ -548,10 +548,13 @@ TEST(MpiBadSetup, MissingInputsOnRankZero) {
   EXPECT_EQ(r.err.find("terminated by mpirun"), std::string::npos) << r.err;
 }
 
+// --program runs on the emulator too (one thread per device): a missing folder is the missing file's error.
 TEST(MpiBadSetup, MpiOnlyFlagsNeedMpiBackend) {
   CmdResult r = cli("run " + kGpt + " --program /nonexistent", "mpi_program_pod");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "error: --program: needs --backend mpi (the emulator runs the SPMD program)\n");
+  EXPECT_EQ(r.err,
+            "error: /nonexistent/device_0.onnx: no such file (every device needs its device_<k>.onnx from "
+            "`partition -o /nonexistent`)\n");
   r = cli("run " + kGpt + " --warmup 3", "mpi_warmup_pod");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "error: --warmup: needs --backend mpi (the emulator executes once)\n");

@@ -1,17 +1,19 @@
 #!/usr/bin/python3
 """Greedy generation through partitioned device files (issue 27, docs/shapes.md "One partition, every step").
 
-    /usr/bin/python3 tests/mpi/llama_generation.py --gspmd BUILD/bin/gspmd-onnx --plan tp2|tp4|dp2tp2
+    /usr/bin/python3 tests/e2e/llama_generation.py --gspmd BUILD/bin/gspmd-onnx --plan tp2|tp4|dp2tp2
                      [--tokens 16] [--work DIR]
 
-ctest runs it as mpi.llama_generation_tp2, _tp4 and _dp2tp2 (when the MPI backend is built). Under dp2tp2 the
+ctest runs it as mpi.llama_generation_tp2, _tp4 and _dp2tp2 (when the MPI backend is built), and with --emulator
+(`run --program` on the emulator: one thread per device, no mpirun) as llama_generation_emulator_dp2tp2. Under dp2tp2 the
 batch of 1 is split over 2 devices: one of them holds only padding, and the device files learn the batch from their
 gspmd_dims input.
 
 Partitions testdata/llama/model.onnx (a Llama-style decoder exported by torch with dynamic batch, seq and past) ONCE,
 with <plan>.plan.json and no --dim, then runs the prefill (the 4-token prompt, an empty KV cache:
 past 0) and one decode step per new token (the last token, the grown cache: past 4, 5, ...) with
-`mpirun -np N gspmd-onnx run ... --backend mpi --program DIR`, every step on the same device files. Each step's
+`mpirun -np N gspmd-onnx run ... --backend mpi --program DIR` (or `run ... --program DIR` on the emulator), every step
+on the same device files. Each step's
 logits pick the next token (argmax of the last position) and its present_* outputs are the next step's past_*
 inputs, as a server's loop does. The tokens must equal generation.json's, torch's own greedy generation.
 Exit 0 when they do; 1 with the first difference otherwise.
@@ -49,6 +51,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--work", default="")
     ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--emulator", action="store_true", help="run the device files on the emulator, not under mpirun")
     a = ap.parse_args()
     ref = json.loads((HERE / "generation.json").read_text())
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="gspmd_generate_"))
@@ -71,13 +74,13 @@ def main():
         write(d_in / "input_0.pb", ids, "input_ids")
         for i, (name, p) in enumerate(zip(past_names, past)):
             write(d_in / f"input_{i + 1}.pb", p, name)
-        cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n), a.gspmd, "run", str(model),
-               "--mesh", mesh, "--shardings", str(plan), "--backend", "mpi", "--program", str(program),
-               "--inputs", str(d_in), "--outputs", str(d_out)]
+        launch = [] if a.emulator else [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n)]
+        cmd = [*launch, a.gspmd, "run", str(model), "--mesh", mesh, "--shardings", str(plan), "--program",
+               str(program), "--inputs", str(d_in), "--outputs", str(d_out), *([] if a.emulator else ["--backend", "mpi"])]
         try:
             r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         except subprocess.TimeoutExpired:
-            sys.exit(f"step {step}: mpirun did not finish in 120 s")
+            sys.exit(f"step {step}: the run did not finish in 120 s")
         if r.returncode != 0:
             sys.exit(f"step {step} (past {past[0].shape[2]}): exit {r.returncode}\n{r.stdout}")
         logits = read(d_out / "output_0.pb")
@@ -87,7 +90,7 @@ def main():
         ids = np.array([[tok]], dtype=np.int64)
     want = ref["tokens"][:a.tokens]
     last_past = a.tokens - 1 + len(ref["prompt"]) - 1
-    print(f"{a.plan} on {n} ranks, one partition, {a.tokens} steps (past 0 to {last_past}): {tokens}")
+    print(f"{a.plan} on {n} {'emulated devices' if a.emulator else 'ranks'}, one partition, {a.tokens} steps (past 0 to {last_past}): {tokens}")
     if tokens != want:
         k = next(i for i, (x, y) in enumerate(zip(tokens, want)) if x != y)
         sys.exit(f"token {k} is {tokens[k]}, torch's is {want[k]} (torch: {want})")

@@ -1,0 +1,107 @@
+// Device files (`partition -o DIR`) run again: loaded and checked against the program built from MODEL, and run one
+// thread per device on the emulator (`run --program DIR`) or one MPI rank per device (cli/run_mpi.cc).
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/wiring.h"
+#include "onnx_frontend/frontend.h"
+
+namespace gspmd::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string meta(const ModelInfo& info, const std::string& key) {
+  auto it = info.metadata.find(key);
+  return it == info.metadata.end() ? "" : it->second;
+}
+
+}  // namespace
+
+DeviceFiles::DeviceFiles(const Pipeline& p, const CommonOptions& common, std::string dir)
+    : p_(p), common_(common), dir_(std::move(dir)) {}
+
+void DeviceFiles::symbolic(const std::string& path, const ModelInfo& info) {
+  if (symbolic_fingerprint_) return;
+  CommonOptions symbolic = common_;  // the same partition, its dims unbound
+  symbolic.dims.clear();
+  symbolic.inputs_dir.clear();
+  symbolic.keep_symbols = true;
+  const Pipeline sp = build_pipeline(symbolic, /*load_data=*/false);
+  symbolic_fingerprint_ = fmt::format("{:016x}", program_fingerprint(sp.program));
+  if (std::find(info.inputs.begin(), info.inputs.end(), kDimsInput) == info.inputs.end()) return;
+  // The files' gspmd_dims input (a split symbolic dim): this run's size of each symbol, read off the model's inputs
+  // where they are the symbol.
+  DimBindings dims;
+  for (size_t k = 0; k < sp.graph.inputs.size() && k < p_.graph.inputs.size(); ++k) {
+    const Value& v = sp.graph.values[static_cast<size_t>(sp.graph.inputs[k])];
+    for (size_t d = 0; v.sym && d < v.sym->dims.size(); ++d)
+      for (const auto& [sym, hint] : sp.graph.dim_hints)
+        if (v.sym->dims[d] == DimExpr::symbol(sym))
+          dims[sym] = p_.graph.values[static_cast<size_t>(p_.graph.inputs[k])].shape.at(d);
+  }
+  std::vector<int64_t> sizes;
+  for (const auto& [sym, hint] : sp.graph.dim_hints) {
+    if (!dims.count(sym))
+      throw InputError(fmt::format("{}: needs the size of dim '{}', which no input of the model is", path, sym));
+    sizes.push_back(dims.at(sym));
+  }
+  dims_ = Tensor::from_int64s(sizes);
+}
+
+Graph DeviceFiles::load(int64_t device) {
+  const std::string path = (fs::path(dir_) / fmt::format("device_{}.onnx", device)).string();
+  if (!fs::exists(path))
+    throw InputError(
+        fmt::format("{}: no such file (every device needs its device_<k>.onnx from `partition -o {}`)", path, dir_));
+  ModelInfo info = read_model_info(path);
+  const std::string dev = meta(info, "gspmd.device"), fp = meta(info, "gspmd.program_fingerprint");
+  if (dev.empty() || fp.empty())
+    throw InputError(
+        fmt::format("{}: not a device model written by `gspmd-onnx partition` (no gspmd.device or "
+                    "gspmd.program_fingerprint metadata)",
+                    path));
+  if (dev != std::to_string(device))
+    throw InputError(fmt::format("{}: holds device {}, not device {}", path, dev, device));
+  LoadOptions lo = kernel_load_options();
+  std::string want = fmt::format("{:016x}", program_fingerprint(p_.program));
+  if (!meta(info, "gspmd.dim_hints").empty()) {  // partitioned over the dim symbols (docs/shapes.md)
+    symbolic(path, info);
+    want = *symbolic_fingerprint_;
+    if (dims_) lo.frozen_inputs[kDimsInput] = *dims_;
+  }
+  if (fp != want)
+    throw InputError(
+        fmt::format("{}: partitioned from another model, sharding, mesh or target than this run "
+                    "(program fingerprint {}, this run's is {}): run partition again",
+                    path, fp, want));
+  const Graph& prog = p_.program.program;
+  for (int v : prog.inputs) lo.input_shapes[prog.values[static_cast<size_t>(v)].name] = prog.values[v].shape;
+  Graph g = load_model(path, lo);
+  auto same = [&](const char* what, const std::vector<int>& a, const std::vector<int>& b) {
+    if (a.size() != b.size())
+      throw InputError(fmt::format("{}: has {} graph {}s, the program has {}", path, a.size(), what, b.size()));
+    for (size_t k = 0; k < a.size(); ++k) {
+      const Value& x = g.values[a[k]];
+      const Value& y = prog.values[b[k]];
+      if (x.dtype != y.dtype || x.shape != y.shape)
+        throw InputError(fmt::format("{}: {} {} '{}' is {}{} but the program's is {}{}", path, what, k, x.name,
+                                     dtype_name(x.dtype), shape_str(x.shape), dtype_name(y.dtype), shape_str(y.shape)));
+    }
+  };
+  same("input", g.inputs, prog.inputs);
+  same("output", g.outputs, prog.outputs);
+  return g;
+}
+
+PodRun DeviceFiles::run(const std::vector<Tensor>& inputs, const ExecutorOptions& options) {
+  std::vector<Graph> graphs;
+  for (int64_t k = 0; k < p_.program.mesh.num_devices(); ++k) graphs.push_back(load(k));
+  return run_device_graphs(p_.program, p_.graph, graphs, inputs, options);
+}
+
+}  // namespace gspmd::cli
