@@ -187,6 +187,10 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   j["target_spec"] = json::parse(t.to_json());   // every number the cost model used (loadable with --target FILE)
   j["device_order"] = t.device_order_str(mesh);  // which mesh axes lie along which physical dim
   j["sharding_file"] = p.sharding_file;
+  if (!p.graph.dim_hints.empty()) {  // partition over the dim symbols: every size below is at these hints
+    j["dim_hints"] = json::object();
+    for (const auto& [sym, hint] : p.graph.dim_hints) j["dim_hints"][sym] = hint;
+  }
   j["model_flops"] = cost.model_flops;
   j["compile_time_s"] = {{"load", p.times.load},
                          {"propagate", p.times.propagate},
@@ -361,6 +365,15 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
   fmt::print("mesh      {{{}}}: {} devices, target {} ({}, device order {})\n", fmt::join(mesh, ", "),
              r["devices"].get<int64_t>(), r["target"].get<std::string>(),
              r["target_spec"]["topology"].get<std::string>(), r["device_order"].get<std::string>());
+  if (r.contains("dim_hints")) {
+    std::vector<std::string> hints;
+    for (const auto& [sym, hint] : r["dim_hints"].items())
+      hints.push_back(fmt::format("{}={}", sym, hint.get<int64_t>()));
+    fmt::print(
+        "dims      symbolic, kept in the device files; sizes and times below at the hints {} (--dim N=V for "
+        "others)\n",
+        fmt::join(hints, ", "));
+  }
   if (r.contains("training"))
     fmt::print("training  one step: loss '{}', {} weights ({}){}\n", r["training"]["loss"].get<std::string>(),
                r["training"]["weights"].size(), human_bytes(r["training"]["weight_bytes"].get<double>()),

@@ -410,13 +410,14 @@ void run_pass(Pass& p) {
     while (inline_constant_if(p, ni)) {
     }
     if (ni >= g.nodes.size()) break;
-    const bool reads_symbols = std::any_of(g.nodes[ni].inputs.begin(), g.nodes[ni].inputs.end(),
-                                           [&](int v) { return v >= 0 && g.values[static_cast<size_t>(v)].sym; });
-    const std::string lowering = reads_symbols ? g.nodes[ni].name + "' (" + g.nodes[ni].op_type : "";
+    std::string symbolic_node;  // "node 'n' (Op)" when it reads a symbolic value: lowering it would freeze the hints
+    if (std::any_of(g.nodes[ni].inputs.begin(), g.nodes[ni].inputs.end(),
+                    [&](int v) { return v >= 0 && g.values[static_cast<size_t>(v)].sym; }))
+      symbolic_node = fmt::format("node '{}' ({})", g.nodes[ni].name, g.nodes[ni].op_type);
     const Lowered lowered = lower_structured(p, ni);
-    if (lowered != Lowered::kNo && reads_symbols)
-      throw UnsupportedError(fmt::format(
-          "node '{}): a sequence or optional of values with symbolic dims: bind them with --dim", lowering));
+    if (lowered != Lowered::kNo && !symbolic_node.empty())
+      throw UnsupportedError(symbolic_node +
+                             ": a sequence or optional of values with symbolic dims: bind them with --dim");
     if (lowered == Lowered::kSpliced) {
       --ni;  // visit the replacement nodes
       continue;

@@ -11,7 +11,6 @@
 #include <onnx/defs/shape_inference.h>
 
 #include <cmath>
-#include <exception>
 #include <fstream>
 #include <map>
 #include <set>
