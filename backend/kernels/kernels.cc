@@ -22,6 +22,8 @@ std::string Ctx::prefix() const { return fmt::format("node '{}' ({}): ", node.na
 
 void Ctx::fail(std::string_view msg) const { throw KernelError(prefix() + std::string(msg)); }
 
+void Ctx::bad_data(std::string_view msg) const { throw InputError(prefix() + std::string(msg)); }
+
 void Ctx::unsupported(std::string_view msg) const { throw UnsupportedError(prefix() + std::string(msg)); }
 
 void Ctx::bad_dtype(DType t) const { unsupported(fmt::format("no kernel for dtype {}", dtype_name(t))); }

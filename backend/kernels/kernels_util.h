@@ -49,7 +49,11 @@ struct Ctx {
   size_t n_out() const { return node.outputs.empty() ? 1 : node.outputs.size(); }
   /// "node 'n' (Op): "
   std::string prefix() const;
-  [[noreturn]] void fail(std::string_view msg) const;         // KernelError
+  [[noreturn]] void fail(std::string_view msg) const;  // KernelError
+  /// InputError(prefix() + msg): the input *values* break the op's spec (an index out of range, a K past the axis):
+  /// the data's fault, reported as bad input (exit 2) and passed through the executor unchanged, so the message is
+  /// the same on one device and under every plan (docs/errors.md).
+  [[noreturn]] void bad_data(std::string_view msg) const;
   [[noreturn]] void unsupported(std::string_view msg) const;  // UnsupportedError
   [[noreturn]] void bad_dtype(DType t) const;                 // UnsupportedError "no kernel for dtype X"
   /// Normalises axis `a` into [0, rank) (negative counts from the end); fails if out of range.

@@ -31,7 +31,7 @@ std::vector<Tensor> gather_kernel(const Ctx& c) {
   std::vector<int64_t> norm(ids.size());
   for (int64_t i = 0; i < ni; ++i) {
     const int64_t k = ids[i] < 0 ? ids[i] + dim : ids[i];
-    if (k < 0 || k >= dim) c.fail(fmt::format("index {} out of range for axis {} of size {}", ids[i], ax, dim));
+    if (k < 0 || k >= dim) c.bad_data(fmt::format("index {} out of range for axis {} of size {}", ids[i], ax, dim));
     norm[i] = k;
   }
   if (inner_bytes == 0) return one(std::move(out));

@@ -27,7 +27,7 @@ const std::vector<int64_t> index_values(const Ctx& c, const Tensor& t, const cha
 
 int64_t norm_index(const Ctx& c, int64_t i, int64_t dim) {
   const int64_t k = i < 0 ? i + dim : i;
-  if (k < 0 || k >= dim) c.fail(fmt::format("index {} out of range for a dim of size {}", i, dim));
+  if (k < 0 || k >= dim) c.bad_data(fmt::format("index {} out of range for a dim of size {}", i, dim));
   return k;
 }
 
@@ -285,7 +285,7 @@ std::vector<Tensor> top_k_kernel(const Ctx& c) {
     k = kv[0];
   }
   const int64_t len = x.shape[ax];
-  if (k < 0 || k > len) c.fail(fmt::format("K={} out of range for an axis of size {}", k, len));
+  if (k < 0 || k > len) c.bad_data(fmt::format("K={} out of range for an axis of size {}", k, len));
   const bool largest = c.node.i("largest", 1) != 0;
   Shape os = x.shape;
   os[ax] = k;

@@ -45,7 +45,7 @@ Tensor nll(const Ctx& c, const T* logp, const Tensor& target, const Tensor* weig
       if (ignore && t == *ignore) {
         wt = 0;
       } else {
-        if (t < 0 || t >= C) c.fail(fmt::format("target {} is out of range [0, {})", t, C));
+        if (t < 0 || t >= C) c.bad_data(fmt::format("target {} is out of range [0, {})", t, C));
         if (w) wt = static_cast<double>(w[t]);
         v = static_cast<T>(-static_cast<double>(base[t * D + d]) * wt);
       }

@@ -293,7 +293,7 @@ std::vector<Tensor> reverse_sequence_kernel(const Ctx& c) {
   auto at = [&](int64_t t, int64_t b) { return (ta == 0 ? t * B + b : b * T + t) * static_cast<int64_t>(row); };
   for (int64_t b = 0; b < B; ++b) {
     const int64_t len = lens[b];
-    if (len < 0 || len > T) c.fail(fmt::format("sequence_lens[{}] = {} is out of range [0, {}]", b, len, T));
+    if (len < 0 || len > T) c.bad_data(fmt::format("sequence_lens[{}] = {} is out of range [0, {}]", b, len, T));
     for (int64_t t = 0; t < len; ++t)
       std::memcpy(out.bytes.data() + at(t, b), x.bytes.data() + at(len - 1 - t, b), row);
   }

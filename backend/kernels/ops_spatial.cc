@@ -36,7 +36,7 @@ std::vector<Tensor> max_unpool_kernel(const Ctx& c) {
   const size_t es = dtype_size(x.dtype);
   const int64_t n = num_elements(def);
   for (size_t i = 0; i < idx.size(); ++i) {
-    if (idx[i] < 0 || idx[i] >= n) c.fail(fmt::format("index {} is out of range [0, {})", idx[i], n));
+    if (idx[i] < 0 || idx[i] >= n) c.bad_data(fmt::format("index {} is out of range [0, {})", idx[i], n));
     int64_t rest = idx[i], flat = 0, mul = 1;
     for (size_t d = def.size(); d-- > 0;) {
       flat += (rest % def[d]) * mul;
@@ -79,7 +79,7 @@ std::vector<Tensor> roi_align_kernel(const Ctx& c) {
       const int64_t gh = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rh / static_cast<double>(oh)));
       const int64_t gw = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rw / static_cast<double>(ow)));
       const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
-      if (bidx[r] < 0 || bidx[r] >= X.shape[0]) c.fail(fmt::format("batch index {} is out of range", bidx[r]));
+      if (bidx[r] < 0 || bidx[r] >= X.shape[0]) c.bad_data(fmt::format("batch index {} is out of range", bidx[r]));
       for (int64_t ch = 0; ch < C; ++ch) {
         const T* img = X.data<T>() + (bidx[r] * C + ch) * H * W;
         for (int64_t py = 0; py < oh; ++py)

@@ -29,6 +29,24 @@ void Partitioner::lower_gather(int n, const OpShardingRule& rule, const FactorSh
   const Shape ids_shape = P().values[ids].shape;
   if (P().values[ids].dtype != DType::kInt64)
     ids = emit("Cast", {ids}, on + "/ids", DType::kInt64, ids_shape, {{"to", int64_t(DType::kInt64)}});
+  // The ids' range, checked as the model's own Gather checks them: a lookup of the global ids in a zero-width table
+  // of the whole vocabulary (no data moves), under the node's name. The masked lookup below would otherwise turn an
+  // id the unpartitioned run refuses into zeros (issue 28).
+  {
+    Shape none = tv.shape;
+    none[static_cast<size_t>(axis == 0 ? 1 : 0)] = 0;
+    if (tv.shape.size() >= 2) {
+      Node check;
+      check.op_type = "Gather";
+      check.attrs["axis"] = int64_t{axis};
+      Shape out(none.begin(), none.begin() + axis);  // Gather's result: table dims, ids dims, table dims
+      out.insert(out.end(), ids_shape.begin(), ids_shape.end());
+      out.insert(out.end(), none.begin() + axis + 1, none.end());
+      emit(std::move(check), {new_constant(on + "/range_check_table", Tensor(tv.dtype, none)), ids},
+           on + "/range_check", tv.dtype, out);
+      P().nodes.back().name = node.name;
+    }
+  }
   const int64_t shard = P().values[table].shape[axis];
   int off = emit(gspmd_node(PartitionOffsetAttrs{.mesh_axes = A, .shard_size = shard}), {}, on + "/offset",
                  DType::kInt64, {});

@@ -1,6 +1,8 @@
 // Bad input through the real CLI: one exact line on stderr, exit code 2, nothing written.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "e2e_util.h"
 #include "onnx_frontend/frontend.h"
 
@@ -194,6 +196,36 @@ TEST(BadInput, IndexInputsOutOfRangeAreRefusedUnderEveryPlan) {
     CmdResult r = cli("run testdata/gpt/gpt_opset17.onnx " + plan + " --inputs " + dir.string(), "oob_ids");
     EXPECT_EQ(r.code, 2) << plan;
     EXPECT_EQ(r.err, want) << plan;
+  }
+}
+
+// An index the model computes (ids + 1) out of range: the one-device run and the vocab-parallel lookup (which masks
+// ids outside its shard) give the same one-line error, exit 2: a partitioned run never masks what the model's own
+// Gather refuses.
+TEST(BadInput, ComputedIndicesOutOfRangeAreRefusedUnderEveryPlan) {
+  const fs::path dir = scratch("oob_computed");
+  std::ofstream(dir / "gen.py") << R"(import sys, os, numpy as np, onnx
+from onnx import helper as h, numpy_helper as nh, TensorProto as T
+d = sys.argv[1]
+table = nh.from_array(np.arange(32, dtype=np.float32).reshape(8, 4), "table")
+one = nh.from_array(np.array(1, dtype=np.int64), "one")
+g = h.make_graph([h.make_node("Add", ["ids", "one"], ["ids2"], name="shift"),
+                  h.make_node("Gather", ["table", "ids2"], ["y"], name="lookup")], "g",
+                 [h.make_tensor_value_info("ids", T.INT64, [4])], [h.make_tensor_value_info("y", T.FLOAT, [4, 4])],
+                 [table, one])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), d + "/m.onnx")
+os.makedirs(d + "/in", exist_ok=True)
+open(d + "/in/input_0.pb", "wb").write(nh.from_array(np.array([0, 1, 2, 7], dtype=np.int64), "ids").SerializeToString())
+)";
+  std::ofstream(dir / "vp.json")
+      << R"({"mesh": {"shape": [2], "axes": ["model"]}, "tensors": {"table": ["model", null]}})";
+  ASSERT_EQ(sh(debian_python() + " -I " + (dir / "gen.py").string() + " " + dir.string(), "oob_computed_gen").code, 0);
+  for (const std::string& plan :
+       std::vector<std::string>{"--mesh 1", "--mesh 2 --shardings " + (dir / "vp.json").string()}) {
+    CmdResult r =
+        cli("run " + (dir / "m.onnx").string() + " " + plan + " --inputs " + (dir / "in").string(), "oob_computed");
+    EXPECT_EQ(r.code, 2) << plan;
+    EXPECT_EQ(r.err, "error: node 'lookup' (Gather): index 8 out of range for axis 0 of size 8\n") << plan;
   }
 }
 
