@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""bench/load.py: load and run time of this build against a baseline build, measured in one run.
+"""bench/load.py: load, propagate, partition and run time of this build against a baseline build, measured in one run.
 
 For each model, the two binaries run in turn (A B A B ...), REPS times each. The table gives the medians of the
-report's load time (`compile_time_s.load`: parse, ONNX inference, typing and folding, sharding file) and of the
-host run's wall time (`host.wall_s`), and the ratios A / B. A ratio above 1 means this build is slower.
+report's stage times (`compile_time_s`: `load`: parse, ONNX inference, typing and folding, sharding file;
+`propagate`; `partition`) and of the host run's wall time (`host.wall_s`), and for each the median of the per-pair
+ratios A / B. A ratio above 1 means this build is slower.
 
     /usr/bin/python3 bench/load.py --baseline OLD/build/bin/gspmd-onnx [--bin build/bin/gspmd-onnx] [--reps 5]
 
@@ -53,7 +54,8 @@ def one(binary, args, report):
                    env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")))
     with open(report) as f:
         r = json.load(f)
-    return r["compile_time_s"]["load"], r.get("host", {}).get("wall_s")
+    c = r["compile_time_s"]
+    return c["load"], c["propagate"], c["partition"], r.get("host", {}).get("wall_s")
 
 
 def main():
@@ -65,25 +67,22 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     report = os.path.join(args.work, "report.json")
-    print("| model | load A (s) | load B (s) | A/B | run A (s) | run B (s) | A/B |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    stages = ["load", "propagate", "partition", "run"]
+    print("| model | " + " | ".join(f"{s} A (s) | {s} B (s) | A/B" for s in stages) + " |")
+    print("|---|" + "---:|" * (3 * len(stages)))
     for name, cmd, runs in models(args.work):
-        a_load, b_load, a_run, b_run = [], [], [], []
+        a, b = [], []  # per repetition: the stage times
         for _ in range(args.reps):
-            la, ra = one(args.bin, cmd, report)
-            lb, rb = one(args.baseline, cmd, report)
-            a_load.append(la)
-            b_load.append(lb)
-            if runs:
-                a_run.append(ra)
-                b_run.append(rb)
-        ml_a, ml_b = statistics.median(a_load), statistics.median(b_load)
-        row = f"| {name} | {ml_a:.3f} | {ml_b:.3f} | {ml_a / ml_b:.2f} |"
-        if runs:
-            mr_a, mr_b = statistics.median(a_run), statistics.median(b_run)
-            row += f" {mr_a:.3f} | {mr_b:.3f} | {mr_a / mr_b:.2f} |"
-        else:
-            row += " - | - | - |"
+            a.append(one(args.bin, cmd, report))
+            b.append(one(args.baseline, cmd, report))
+        row = f"| {name} |"
+        for k, st in enumerate(stages):
+            if st == "run" and not runs:
+                row += " - | - | - |"
+                continue
+            xa, xb = [r[k] for r in a], [r[k] for r in b]
+            ratio = statistics.median(x / y for x, y in zip(xa, xb) if y)
+            row += f" {statistics.median(xa):.4f} | {statistics.median(xb):.4f} | {ratio:.2f} |"
         print(row, flush=True)
 
 

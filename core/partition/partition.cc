@@ -151,10 +151,12 @@ void Partitioner::bind(int gv, const TensorSharding& s, int lv) {
 void Partitioner::add_copy(int gv, const TensorSharding& s, int lv) {
   if (out_.value_origin.size() <= static_cast<size_t>(lv)) out_.value_origin.resize(P().values.size(), -1);
   out_.value_origin[static_cast<size_t>(lv)] = gv;
-  if (out_.value_tiles.size() <= static_cast<size_t>(lv)) out_.value_tiles.resize(P().values.size());
-  auto& tiles = out_.value_tiles[static_cast<size_t>(lv)];
-  tiles.clear();
-  for (const std::vector<int>& axes : s.dims) tiles.push_back(mesh_.axes_size(axes));
+  if (!g_.dim_hints.empty()) {  // a graph over dim symbols: its shards' local dims (attach_program_symbols)
+    if (out_.value_tiles.size() <= static_cast<size_t>(lv)) out_.value_tiles.resize(P().values.size());
+    auto& tiles = out_.value_tiles[static_cast<size_t>(lv)];
+    tiles.clear();
+    for (const std::vector<int>& axes : s.dims) tiles.push_back(mesh_.axes_size(axes));
+  }
   // A copy larger than the primary (a gather), made for a forward node of a training step: not reused after the
   // forward pass (partition() in spmd.h).
   const bool fenced = node_ >= 0 && node_ < forward_nodes_ && !avail_[gv].empty() &&

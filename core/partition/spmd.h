@@ -63,8 +63,9 @@ struct SpmdProgram {
   /// operand of a Reshape or Expand, core/rules RuleMaker::shape_operand); attach_program_symbols gives it the
   /// value's dims as its elements.
   std::vector<std::pair<int, int>> shape_of;
-  /// Per program value that holds a global value (value_origin >= 0): the number of shards of each of its dims
-  /// (1 for a dim it holds whole); empty for the others. What a split symbolic dim's local size ceil(d / k) needs.
+  /// For a graph over dim symbols (Graph::dim_hints), per program value that holds a global value (value_origin >=
+  /// 0): the number of shards of each of its dims (1 for a dim it holds whole); empty for the others, and empty
+  /// altogether for a static graph. What a split symbolic dim's local size ceil(d / k) needs.
   std::vector<std::vector<int64_t>> value_tiles;
   /// An int attribute of a program node that is an expression over the dim symbols (a ShardSlice's shard_size
   /// ceil(batch / 2), a MaskPad's full_size batch): the node holds its value at the hints.
