@@ -315,12 +315,20 @@ struct Exporter {
     add_node(fresh(v.name + "/Reshape"), "Reshape", {as_int, shape}, {v.name});
   }
 
-  // A value made by the exporter between two of its nodes (gets a value_info entry).
-  std::string add_temp(const std::string& hint, DType t, const Shape& s) {
+  // A value made by the exporter between two of its nodes (gets a value_info entry), of type t[s], or with `like`'s
+  // dims over the symbols (all but those where s differs from like's shape, which are s's).
+  std::string add_temp(const std::string& hint, DType t, const Shape& s, const Value* like = nullptr) {
     Value v;
     v.name = fresh(hint);
     v.dtype = t;
     v.shape = s;
+    if (like && like->sym && like->shape.size() == s.size()) {
+      SymbolicValue sym = *like->sym;
+      sym.elems.reset();
+      for (size_t d = 0; d < s.size(); ++d)
+        if (s[d] != like->shape[d]) sym.dims[d] = s[d];
+      v.sym = std::make_shared<const SymbolicValue>(std::move(sym));
+    }
     set_value_info(pg->add_value_info(), v);
     return v.name;
   }
@@ -484,7 +492,10 @@ struct Exporter {
     const int64_t dim = x.shape[static_cast<size_t>(axis)];
     keep_lo = std::max(keep_lo, lo);
     keep_hi = std::min(keep_hi, lo + len);
-    if (keep_hi <= keep_lo) return emit_fill(n.name, y, value);
+    if (keep_hi <= keep_lo) {  // all padding: a fill of y's shape, computed when it reads a symbol
+      if (y.sym && y.sym->has_symbols()) return window_symbolic(n, x, y, axis, lo, len, keep_lo, keep_hi, value);
+      return emit_fill(n.name, y, value);
+    }
     if (lo == 0 && len == dim && keep_lo == 0 && keep_hi == dim) {
       add_node(n.name, "Identity", {x.name}, {y.name});
       return;
@@ -493,7 +504,7 @@ struct Exporter {
     if (before == 0 && after == 0) return emit_slice(n.name, x.name, y.name, axis, keep_lo, keep_hi);
     Shape s = x.shape;
     s[static_cast<size_t>(axis)] = keep_hi - keep_lo;
-    auto tmp = add_temp(n.name + "/valid", x.dtype, s);
+    auto tmp = add_temp(n.name + "/valid", x.dtype, s, &x);
     emit_slice(n.name, x.name, tmp, axis, keep_lo, keep_hi);
     emit_pad(n.name, tmp, y.name, x.dtype, x.shape.size(), axis, before, after, value);
   }

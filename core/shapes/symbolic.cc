@@ -558,6 +558,97 @@ std::vector<SymbolicValue> tile_rule(const Ctx& c) {
   return {dims_only(std::move(d))};
 }
 
+// ---- windows and images: Conv, the pools, the normalizations, Resize ---------------------------------------------
+
+// True when input i's dims after the first `from` are all static (a dynamic batch, static channels and image).
+bool static_after(const Ctx& c, size_t i, size_t from) {
+  const Exprs d = c.dims(i);
+  return std::all_of(d.begin() + static_cast<std::ptrdiff_t>(std::min(from, d.size())), d.end(),
+                     [](const DimExpr& e) { return e.is_constant(); });
+}
+
+// Output k with input 0's batch dim and the shape function's other dims: right when those other dims do not read a
+// symbol (static_after(c, 0, 1) and static weights): an image op on a dynamic batch.
+SymbolicValue batch_and_static(const Ctx& c, size_t k) {
+  Exprs o(c.out.at(k).shape.begin(), c.out.at(k).shape.end());
+  if (!o.empty()) o[0] = c.dims(0).at(0);
+  return dims_only(std::move(o));
+}
+
+// The sliding window's output size over a symbolic input size `in` (auto_pad NOTSET or VALID without ceil_mode, or
+// SAME_*), as geometry.h's make_window computes it for numbers.
+DimExpr window_out(const Ctx& c, const DimExpr& in, size_t sd, size_t nsp, int64_t kernel) {
+  const std::string ap = c.node.s("auto_pad", "NOTSET");
+  auto attr = [&](const char* name, size_t i, int64_t def) {
+    const std::vector<int64_t> v = c.node.ints(name);
+    return i < v.size() ? v[i] : def;
+  };
+  const int64_t s = attr("strides", sd, 1), dil = attr("dilations", sd, 1), ext = (kernel - 1) * dil + 1;
+  if (s <= 0) c.unsupported("a stride that is not positive");
+  if (ap == "SAME_UPPER" || ap == "SAME_LOWER") return ceil_div(in, s);
+  if (c.node.i("ceil_mode", 0) != 0) c.unsupported("a pool with ceil_mode over a symbolic image dim");
+  const int64_t pads = ap == "VALID" ? 0 : attr("pads", sd, 0) + attr("pads", sd + nsp, 0);
+  return floor_div(in + pads - ext, s) + 1;
+}
+
+// Conv and the pools: [N, C, spatial...] with the spatial dims from window_out (or the shape function's when static).
+std::vector<SymbolicValue> window_rule(const Ctx& c) {
+  const Exprs x = c.dims(0);
+  const bool conv = c.node.op_type == "Conv" || c.node.op_type == "ConvInteger" || c.node.op_type == "QLinearConv";
+  const size_t wi = c.node.op_type == "QLinearConv" ? 3 : 1;
+  if (conv && !static_after(c, wi, 0)) c.unsupported("a weight with symbolic dims");
+  std::vector<SymbolicValue> r;
+  for (size_t k = 0; k < c.out.size(); ++k) {
+    SymbolicValue v = batch_and_static(c, k);
+    if (!conv) v.dims.at(1) = x.at(1);
+    const size_t nsp = x.size() - 2;
+    for (size_t sd = 0; sd < nsp; ++sd) {
+      if (x[2 + sd].is_constant()) continue;
+      const int64_t kernel = conv ? c.in[wi].type->shape.at(2 + sd) : c.node.ints("kernel_shape").at(sd);
+      v.dims.at(2 + sd) = window_out(c, x[2 + sd], sd, nsp, kernel);
+    }
+    r.push_back(std::move(v));
+  }
+  return r;
+}
+
+// GlobalAveragePool and the like: [N, C, 1, ...].
+std::vector<SymbolicValue> global_pool_rule(const Ctx& c) {
+  Exprs o = c.dims(0);
+  for (size_t d = 2; d < o.size(); ++d) o[d] = 1;
+  return {dims_only(std::move(o))};
+}
+
+// Ops whose output 0 is input 0's shape and whose other outputs (BatchNormalization's training statistics) are
+// static per-channel vectors.
+std::vector<SymbolicValue> normalization_rule(const Ctx& c) {
+  std::vector<SymbolicValue> r{dims_only(c.dims(0))};
+  for (size_t k = 1; k < c.out.size(); ++k) {
+    if (!static_after(c, 0, 1)) c.unsupported("statistics over a symbolic channel dim");
+    r.push_back(dims_only(Exprs(c.out[k].shape.begin(), c.out[k].shape.end())));
+  }
+  return r;
+}
+
+// Ops on a dynamic batch whose other dims are static (DepthToSpace, Resize by scales or sizes, Pad, ...): the batch
+// passes through; a symbolic dim elsewhere is refused.
+std::vector<SymbolicValue> batch_only_rule(const Ctx& c) {
+  if (!static_after(c, 0, 1)) c.unsupported(fmt::format("symbolic dims past the batch ({})", dims_str(c.dims(0))));
+  for (size_t i = 1; i < c.in.size(); ++i)
+    if (c.has(i) && c.in[i].sym) c.unsupported(fmt::format("input {} over the dim symbols", i));
+  std::vector<SymbolicValue> r;
+  for (size_t k = 0; k < c.out.size(); ++k) r.push_back(batch_and_static(c, k));
+  return r;
+}
+
+// Resize: to `sizes` (their elements, which torch computes from Shape: [batch, C, H, W]), or by scales on a dynamic
+// batch.
+std::vector<SymbolicValue> resize_rule(const Ctx& c) {
+  if (c.opset >= 11 && c.has(3) && num_elements(c.in[3].type->shape) > 0)
+    return {dims_only(c.needs_elems(3, "the sizes"))};
+  return batch_only_rule(c);
+}
+
 const std::unordered_map<std::string, Rule>& rules() {
   static const std::unordered_map<std::string, Rule> table = [] {
     std::unordered_map<std::string, Rule> t;
@@ -598,6 +689,13 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["ConstantOfShape"] = constant_of_shape_rule;
     t["Expand"] = expand_rule;
     t["Tile"] = tile_rule;
+    for (const char* op : {"Conv", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool", "LpPool"})
+      t[op] = window_rule;
+    for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) t[op] = global_pool_rule;
+    for (const char* op : {"BatchNormalization", "InstanceNormalization", "LRN", "MeanVarianceNormalization"})
+      t[op] = normalization_rule;
+    for (const char* op : {"DepthToSpace", "SpaceToDepth", "Upsample", "Pad", "ConvTranspose"}) t[op] = batch_only_rule;
+    t["Resize"] = resize_rule;
     return t;
   }();
   return table;

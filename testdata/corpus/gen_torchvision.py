@@ -12,6 +12,10 @@ build/corpus/models/torchvision/skipped.json.
 
 Plans (sharding files): dp2 (input batch over 2), plan4 = sp4 (input H over 4: spatial), and the extra plan ch4
 (output channels of the first three conv weights whose count divides by 4, over 4).
+
+At opset 17 each model is also exported with a dynamic batch (`dynamic_axes`), as <model>_dyn_op17, with a batch of
+3 in its test data: the runner partitions it without --dim (the batch split over 2 is ceil(batch / 2), uneven at 3)
+and runs its device files (docs/shapes.md).
 """
 import argparse
 import sys
@@ -51,11 +55,12 @@ def main():
     names = common.selected_models(a, torchvision.models.list_models(module=torchvision.models), "torchvision")
     skips = common.SkipList("torchvision")
 
-    todo = [(n, op) for n in names for op in a.opsets
-            if a.force or not common.is_done(common.model_dir("torchvision", f"{n}_op{op}"))]
+    variants = [(n, op, dyn) for n in names for op in a.opsets for dyn in ((False, True) if op == 17 else (False,))]
+    todo = [(n, op, dyn) for n, op, dyn in variants
+            if a.force or not common.is_done(common.model_dir("torchvision", f"{n}{'_dyn' if dyn else ''}_op{op}"))]
     todo_models = [n for n in names if any(t[0] == n for t in todo)]
     if a.list:
-        print("\n".join(f"{n}_op{op}" for n, op in todo))
+        print("\n".join(f"{n}{'_dyn' if dyn else ''}_op{op}" for n, op, dyn in todo))
         return
     for name in todo_models:
         t0 = time.time()
@@ -63,19 +68,19 @@ def main():
             name, lambda: torchvision.models.get_model(name, weights=None, **CTOR_KW.get(name, {})).eval(), a)
         if model is None:
             continue
-        for op in a.opsets:
-            if (name, op) not in todo:
-                continue
-            d = common.model_dir("torchvision", f"{name}_op{op}")
+        for _, op, dyn in [t for t in todo if t[0] == name]:
+            full = f"{name}{'_dyn' if dyn else ''}_op{op}"
+            d = common.model_dir("torchvision", full)
             meta = None
             attempts = []
             for size in SIZES.get(name, DEFAULT_SIZES):
                 g = torch.Generator().manual_seed(1)
-                x = torch.randn(2, 3, size, size, generator=g)
+                x = torch.randn(3 if dyn else 2, 3, size, size, generator=g)
                 meta = common.export_torch_case(
                     d, model, (x,), op, ["input"], ["logits"],
-                    {"family": "torchvision", "name": f"{name}_op{op}", "model": name, "input_size": size,
-                     "param_mb": round(mb, 1)}, plans_fn=cnn_plans)
+                    {"family": "torchvision", "name": full, "model": name, "input_size": size,
+                     "param_mb": round(mb, 1)}, plans_fn=cnn_plans,
+                    dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}} if dyn else None)
                 if meta["status"] == "ok":
                     break
                 attempts.append(f"size {size}: {meta['status']}: {meta.get('error', '')}")
@@ -83,7 +88,7 @@ def main():
             if attempts and meta["status"] == "ok":
                 meta.setdefault("notes", []).extend(attempts)
                 common.write_meta(d, meta)
-            common.log(f"{name} opset {op}: {meta['status']}{' (' + meta.get('error', '') + ')' if meta['status'] != 'ok' else ''}"
+            common.log(f"{full}: {meta['status']}{' (' + meta.get('error', '') + ')' if meta['status'] != 'ok' else ''}"
                         f" size {meta.get('input_size')} {meta.get('size_mb', 0)} MB, {time.time() - t0:.1f} s")
         del model
 

@@ -50,7 +50,8 @@ import common  # noqa: E402
 FAMILIES = ["torchvision", "transformers", "moe", "oldopset", "npm", "segmentation", "llama"]
 # --quick: a handful of models for CI (< 3 minutes on 2 cores, generation included once torch is imported)
 QUICK = {
-    "torchvision": ["squeezenet1_0_op13", "mobilenet_v3_small_op17", "shufflenet_v2_x0_5_op11"],
+    "torchvision": ["squeezenet1_0_op13", "mobilenet_v3_small_op17", "mobilenet_v3_small_dyn_op17",
+                    "shufflenet_v2_x0_5_op11"],
     "transformers": ["encoder_bf_op13", "decoder_causal_dyn_op17"],
     "moe": ["moe_op17", "moe_mm_op17"],
     "oldopset": ["convnet_opset7", "convnet_opset9"],
@@ -66,7 +67,7 @@ def gen_cmd(family, quick):
     cmd = [py, str(HERE / f"gen_{family}.py")]
     if quick:
         if family == "torchvision":
-            names = sorted({n.rsplit("_op", 1)[0] for n in QUICK[family]})
+            names = sorted({n.rsplit("_op", 1)[0].removesuffix("_dyn") for n in QUICK[family]})
             ops = sorted({int(n.rsplit("_op", 1)[1]) for n in QUICK[family]})
             cmd += ["--models", ",".join(names), "--opsets", *map(str, ops)]
         else:
@@ -376,13 +377,13 @@ class Runner:
         for k in p["mesh"].split("x"):
             ranks *= int(k)
         rc, _, se, _ = self.sh([self.bin, "partition", model, "--mesh", p["mesh"], "--shardings", d / p["shardings"],
-                                "-o", out], out.with_suffix(".partition"), self.a.timeout)
+                                "-o", out], out.parent / f"{out.name}_partition", self.a.timeout)
         if rc != 0:
             return f"partition without --dim: {first_error(se)}"
         cmd = [self.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), self.bin, "run", model,
                "--mesh", p["mesh"], "--shardings", d / p["shardings"], "--backend", "mpi", "--program", out,
                "--inputs", d / "test_data_set_0", "--check", *check_tolerance(fam, d)]
-        rc, so, se, _ = self.sh(cmd, out.with_suffix(".run"), self.a.timeout)
+        rc, so, se, _ = self.sh(cmd, out.parent / f"{out.name}_run", self.a.timeout)
         if rc != 0:
             return f"device files without --dim: {first_error(se) or 'check failed'}"
         return ""
