@@ -366,13 +366,12 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
              r["devices"].get<int64_t>(), r["target"].get<std::string>(),
              r["target_spec"]["topology"].get<std::string>(), r["device_order"].get<std::string>());
   if (r.contains("dim_hints")) {
-    std::vector<std::string> hints;
-    for (const auto& [sym, hint] : r["dim_hints"].items())
-      hints.push_back(fmt::format("{}={}", sym, hint.get<int64_t>()));
+    DimBindings hints;
+    for (const auto& [sym, hint] : r["dim_hints"].items()) hints[sym] = hint.get<int64_t>();
     fmt::print(
         "dims      symbolic, kept in the device files; sizes and times below at the hints {} (--dim N=V for "
         "others)\n",
-        fmt::join(hints, ", "));
+        bindings_str(hints));
   }
   if (r.contains("training"))
     fmt::print("training  one step: loss '{}', {} weights ({}){}\n", r["training"]["loss"].get<std::string>(),

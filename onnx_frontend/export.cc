@@ -323,8 +323,7 @@ struct Exporter {
     v.dtype = t;
     v.shape = s;
     if (like && like->sym && like->shape.size() == s.size()) {
-      SymbolicValue sym = *like->sym;
-      sym.elems.reset();
+      SymbolicValue sym{like->sym->dims, std::nullopt};
       for (size_t d = 0; d < s.size(); ++d)
         if (s[d] != like->shape[d]) sym.dims[d] = s[d];
       v.sym = std::make_shared<const SymbolicValue>(std::move(sym));
@@ -860,9 +859,7 @@ struct Exporter {
     frontend::set_mesh_metadata(m, p.mesh);
     meta("gspmd.program_fingerprint", fmt::format("{:016x}", program_fingerprint(p)));
     if (!G.dim_hints.empty()) {  // a device file over the dim symbols (docs/shapes.md): the hints it was made at
-      std::string h;
-      for (const auto& [sym, v] : G.dim_hints) h += fmt::format("{}{}={}", h.empty() ? "" : ",", sym, v);
-      meta("gspmd.dim_hints", h);
+      meta("gspmd.dim_hints", bindings_str(G.dim_hints, ","));
       std::string guards;  // what the model assumes of the dims (Graph::dim_guards): its ops check them at run time
       for (const auto& [a, b] : G.dim_guards)
         guards += fmt::format("{}{} == {}", guards.empty() ? "" : "; ", a.str(), b.str());

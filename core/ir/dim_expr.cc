@@ -502,4 +502,10 @@ std::string dims_str(const std::vector<DimExpr>& dims) {
   return s + "]";
 }
 
+std::string bindings_str(const DimBindings& b, std::string_view sep) {
+  std::string s;
+  for (const auto& [name, v] : b) s += fmt::format("{}{}={}", s.empty() ? "" : sep, name, v);
+  return s;
+}
+
 }  // namespace gspmd

@@ -126,5 +126,7 @@ class DimExpr {
 
 /// "[batch, seq + past, 64]": a list of dims as text (error messages, explain).
 std::string dims_str(const std::vector<DimExpr>& dims);
+/// "batch=17, seq=19" (with `sep` between the bindings): bindings as text (messages, device-file metadata).
+std::string bindings_str(const DimBindings& b, std::string_view sep = ", ");
 
 }  // namespace gspmd

@@ -12,12 +12,6 @@
 namespace gspmd {
 namespace {
 
-std::string hints_str(const DimBindings& h) {
-  std::string s;
-  for (const auto& [k, v] : h) s += fmt::format("{}{}={}", s.empty() ? "" : ", ", k, v);
-  return s;
-}
-
 // The local dims of program value `lv`, a shard or copy of global value `gv` with `tiles` shards per dim: a dim
 // split k ways is ceil(dim / k) (padded), a dim held whole keeps its expression.
 std::shared_ptr<const SymbolicValue> local_symbols(const Value& lv, const Value& gv, const std::vector<int64_t>& tiles,
@@ -188,7 +182,7 @@ void check_symbolic_program(const SpmdProgram& p, const Graph& g, const DimBindi
     throw UnsupportedError(
         fmt::format("{} with the dims at {}: the program depends on the dims in a way it does not "
                     "express (a literal size): bind them with --dim",
-                    what, hints_str(at)));
+                    what, bindings_str(at)));
   };
   // Every value's shape and every constant's elements at `at`.
   std::vector<TensorType> types(P.values.size());
