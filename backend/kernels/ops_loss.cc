@@ -80,8 +80,9 @@ std::vector<Tensor> nll_kernel(const Ctx& c) {
   const Tensor& target = c.req(1);
   const auto [N, C, D] = loss_dims(c, x, target);
   Tensor out;
-  dispatch_float(c, x.dtype,
-                 [&]<class T>() { out = nll<T>(c, x.data<T>(), target, c.in(2), x.dtype, N, C, D, target.shape); });
+  dispatch_float(c, x.dtype, [&, N = N, C = C, D = D]<class T>() {
+    out = nll<T>(c, x.data<T>(), target, c.in(2), x.dtype, N, C, D, target.shape);
+  });
   return one(std::move(out));
 }
 
@@ -90,7 +91,7 @@ std::vector<Tensor> sce_kernel(const Ctx& c) {
   const Tensor& target = c.req(1);
   const auto [N, C, D] = loss_dims(c, x, target);
   Tensor logp(x.dtype, x.shape);
-  dispatch_float(c, x.dtype, [&]<class T>() {
+  dispatch_float(c, x.dtype, [&, N = N, C = C, D = D]<class T>() {
     // log_softmax over C with D contiguous: per n, running max / sum over rows of D elements.
     std::vector<double> mx(static_cast<size_t>(D)), s(static_cast<size_t>(D));
     for (int64_t n = 0; n < N; ++n) {
@@ -108,7 +109,7 @@ std::vector<Tensor> sce_kernel(const Ctx& c) {
     }
   });
   std::vector<Tensor> outs;
-  dispatch_float(c, x.dtype, [&]<class T>() {
+  dispatch_float(c, x.dtype, [&, N = N, C = C, D = D]<class T>() {
     outs.push_back(nll<T>(c, logp.data<T>(), target, c.in(2), x.dtype, N, C, D, target.shape));
   });
   if (c.n_out() > 1) outs.push_back(std::move(logp));

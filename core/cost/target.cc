@@ -190,7 +190,7 @@ Target Target::from_json(const std::string& text, const std::string& path) {
       {"network_latency", &Target::network_latency}};
   for (const auto& [k, v] : js.items()) {
     if (k == "base") continue;
-    auto it = std::find_if(numbers.begin(), numbers.end(), [&](const auto& e) { return k == e.first; });
+    auto it = std::find_if(numbers.begin(), numbers.end(), [&k = k](const auto& e) { return k == e.first; });
     if (it != numbers.end()) {
       t.*(it->second) = num(k, v);
     } else if (k == "name") {

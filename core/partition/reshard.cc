@@ -313,7 +313,7 @@ ReshardPlan ReshardPlanner::search(const Shape& global, int64_t elem_bytes, cons
     if (k == goal) break;
     const TensorSharding s = e.s;
     const double sec = e.seconds;
-    edges.each(s, [&](ReshardStep&& st) {
+    edges.each(s, [&, steps = steps, &k = k](ReshardStep&& st) {
       std::string nk = key_of(st.after);
       const double ns = sec + st.seconds;
       auto [pos, fresh] = seen.try_emplace(nk);
