@@ -52,14 +52,14 @@ inline Tensor F(const Shape& s, const std::vector<float>& v) { return Tensor::fr
 /// An int64 tensor of shape `s` filled from `v` by raw copy (no size check).
 inline Tensor I(const Shape& s, const std::vector<int64_t>& v) {
   Tensor t(DType::kInt64, s);
-  std::memcpy(t.bytes.data(), v.data(), v.size() * 8);
+  if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), v.size() * 8);
   return t;
 }
 
 /// A bool tensor of shape `s` filled from `v` by raw copy (no size check).
 inline Tensor B(const Shape& s, const std::vector<uint8_t>& v) {
   Tensor t(DType::kBool, s);
-  std::memcpy(t.bytes.data(), v.data(), v.size());
+  if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), v.size());
   return t;
 }
 

@@ -1,0 +1,4 @@
+Bwj
+locationweights.binj
+offset64j
+length128p
