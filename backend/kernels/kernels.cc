@@ -179,7 +179,7 @@ Tensor cast_tensor(const Ctx& c, const Tensor& t, DType to) {
     }
     dispatch_all(c, to, [&]<class To>() {
       To* d = r.data<To>();
-      for (int64_t i = 0; i < n; ++i) d[i] = static_cast<To>(src[i]);
+      for (int64_t i = 0; i < n; ++i) d[i] = saturate_cast<To>(src[i]);
     });
   });
   return r;

@@ -54,8 +54,14 @@ void same_dtype(const Ctx& c, const Tensor& a, const Tensor& b) {
 
 enum class Bin { kAdd, kSub, kMul, kDiv, kMax, kMin };
 
+// Integers wrap around in two's complement on overflow (as numpy and ONNX Runtime compute), which C++ leaves undefined
+// for signed types: the sum, difference and product are taken modulo 2^64, then cut to T.
 template <Bin op, class T>
 inline T bin_apply(T x, T y) {
+  if constexpr (std::is_integral_v<T> && (op == Bin::kAdd || op == Bin::kSub || op == Bin::kMul)) {
+    const uint64_t a = static_cast<uint64_t>(x), b = static_cast<uint64_t>(y);
+    return static_cast<T>(op == Bin::kAdd ? a + b : op == Bin::kSub ? a - b : a * b);
+  }
   if constexpr (op == Bin::kAdd) return x + y;
   if constexpr (op == Bin::kSub) return x - y;
   if constexpr (op == Bin::kMul) return x * y;

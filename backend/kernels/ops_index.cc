@@ -181,7 +181,7 @@ double scalar_value(const Ctx& c, const Tensor& t, const char* what) {
 
 std::vector<Tensor> one_hot_kernel(const Ctx& c) {
   const Tensor& it = c.req(0);
-  const int64_t depth = static_cast<int64_t>(scalar_value(c, c.req(1), "depth"));
+  const int64_t depth = saturate_cast<int64_t>(scalar_value(c, c.req(1), "depth"));
   const Tensor& vals = c.req(2);
   if (vals.numel() != 2) c.fail("values must have two elements [off, on]");
   if (depth < 0) c.fail("depth must be non-negative");
@@ -194,7 +194,7 @@ std::vector<Tensor> one_hot_kernel(const Ctx& c) {
   for (size_t i = 0; i < out.bytes.size(); i += es) std::memcpy(out.bytes.data() + i, vals.bytes.data(), es);
   const std::vector<int64_t> ids = dispatch_all(c, it.dtype, [&]<class T>() {
     std::vector<int64_t> v(static_cast<size_t>(it.numel()));
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(it.data<T>()[i]);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = saturate_cast<int64_t>(it.data<T>()[i]);
     return v;
   });
   int64_t outer = 1, inner = 1;

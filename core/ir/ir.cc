@@ -64,8 +64,8 @@ std::vector<int64_t> Tensor::as_int64s() const {
     switch (dtype) {
       case DType::kInt64: out[i] = data<int64_t>()[i]; break;
       case DType::kInt32: out[i] = data<int32_t>()[i]; break;
-      case DType::kFloat32: out[i] = static_cast<int64_t>(data<float>()[i]); break;
-      case DType::kFloat64: out[i] = static_cast<int64_t>(data<double>()[i]); break;
+      case DType::kFloat32: out[i] = saturate_cast<int64_t>(data<float>()[i]); break;
+      case DType::kFloat64: out[i] = saturate_cast<int64_t>(data<double>()[i]); break;
       case DType::kBool:
       case DType::kUInt8: out[i] = data<uint8_t>()[i]; break;
       case DType::kInt8: out[i] = data<int8_t>()[i]; break;

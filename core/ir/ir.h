@@ -6,15 +6,18 @@
 // Depends only on the standard library (docs/architecture.md, invariant 6).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -60,6 +63,19 @@ int64_t num_elements(const Shape& s);
 std::string shape_str(const Shape& s);
 /// "float32[2,3]": dtype_name and shape_str together.
 std::string type_str(DType t, const Shape& s);
+
+/// static_cast<To>(v), defined for every value: a floating-point `v` that is NaN or outside To's range (undefined
+/// behaviour for static_cast; ONNX leaves Cast's result unspecified) gives 0 for NaN, else To's nearest limit. Other
+/// values convert as static_cast does.
+template <class To, class From>
+To saturate_cast(From v) {
+  if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
+    if (std::isnan(v)) return To(0);
+    if (v <= static_cast<From>(std::numeric_limits<To>::lowest())) return std::numeric_limits<To>::lowest();
+    if (v >= static_cast<From>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+  }
+  return static_cast<To>(v);
+}
 
 /// IEEE binary16 bits -> float (exact). The one conversion every module uses (kernels, sharding, export).
 float half_to_float(uint16_t h);

@@ -42,7 +42,8 @@ Shape reshape_target(const C& c, const Shape& in, const std::vector<int64_t>& sp
       c.fail(fmt::format("invalid shape entry {}", d));
     }
     s[i] = d;
-    known *= d;
+    if (__builtin_mul_overflow(known, d, &known))
+      c.fail(fmt::format("cannot reshape {} to [{}]", shape_str(in), fmt::join(spec, ",")));
   }
   const int64_t n = num_elements(in);
   if (infer >= 0) {

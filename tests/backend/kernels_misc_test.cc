@@ -4,6 +4,7 @@
 // here.
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -537,6 +538,28 @@ TEST(KernelsConformance, SmallIntegerAndHalfTypes) {
   const Tensor g = F({1}, {1.005859375f});  // 1 + 0.75 * 2^-7: bfloat16 keeps 7 mantissa bits
   EXPECT_EQ(run1(make_node("Cast", {{"to", int64_t{16}}}), {&g}, 13).data<uint16_t>()[0], 0x3f80);
   EXPECT_EQ(run1(make_node("Cast", {{"to", int64_t{16}}}), {&g}, 19).data<uint16_t>()[0], 0x3f81);
+}
+
+// Found by the model fuzzer (docs/testing.md): what C++ leaves undefined has one defined answer. Integers wrap on
+// overflow in two's complement (as numpy); a float cast to an integer type that cannot hold it saturates, NaN gives 0.
+TEST(KernelsConformance, OverflowWrapsAndOutOfRangeCastsSaturate) {
+  const int64_t big = int64_t{1} << 62;
+  const Tensor a = I({3}, {big, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()});
+  const Tensor four = I({1}, {4});
+  EXPECT_EQ(ivals(run1(make_node("Mul"), {&a, &four})), (std::vector<int64_t>{0, -4, 0}));
+  EXPECT_EQ(ivals(run1(make_node("Add"), {&a, &a})),
+            (std::vector<int64_t>{std::numeric_limits<int64_t>::min(), -2, 0}));
+  EXPECT_EQ(ivals(run1(make_node("Sub"), {&four, &a})),
+            (std::vector<int64_t>{4 - big, std::numeric_limits<int64_t>::min() + 5,
+                                  std::numeric_limits<int64_t>::min() + 4}));
+  const Tensor f = F({5}, {NAN, INFINITY, -INFINITY, 1e30f, -7.9f});
+  const Tensor i64 = run1(make_node("Cast", {{"to", int64_t{7}}}), {&f});
+  EXPECT_EQ(ivals(i64),
+            (std::vector<int64_t>{0, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min(),
+                                  std::numeric_limits<int64_t>::max(), -7}));
+  const Tensor u16 = run1(make_node("Cast", {{"to", int64_t{4}}}), {&f});
+  EXPECT_EQ(std::vector<uint16_t>(u16.data<uint16_t>(), u16.data<uint16_t>() + 5),
+            (std::vector<uint16_t>{0, 65535, 0, 65535, 0}));
 }
 
 TEST(KernelsConformance, LossesUniqueReverseSequence) {
