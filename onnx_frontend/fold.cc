@@ -23,12 +23,17 @@ bool is_nondeterministic(const std::string& op) {
 
 bool is_onnx_domain(const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; }
 
+// Bytes of a value of type `t`, saturated at INT64_MAX (a model may declare any dims; this only meets the folding cap).
 int64_t type_bytes(const TensorType& t) {
+  int64_t bytes = 0;
   try {
-    return num_elements(t.shape) * static_cast<int64_t>(dtype_size(t.dtype));
+    bytes = static_cast<int64_t>(dtype_size(t.dtype));
   } catch (const std::exception&) {
     return 0;
   }
+  for (int64_t d : t.shape)
+    if (__builtin_mul_overflow(bytes, d, &bytes)) return INT64_MAX;
+  return bytes;
 }
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
@@ -323,6 +328,45 @@ void attach_symbols(Pass& p, const Node& n, std::vector<SymbolicValue> syms) {
   }
 }
 
+// What folding Loop or Scan node `n` would cost (kMaxFoldBodyBytes): the bytes its body's nodes write per iteration
+// (each output at least kFoldNodeBytes; untyped outputs at that), times its iterations: a Loop's trip count (none:
+// kMaxLoopIterations; 0 when the condition starts false), a Scan's scan length. Saturated at INT64_MAX; 0 for other
+// nodes.
+int64_t body_work_bytes(const Node& n, const NodeInputs& in) {
+  if (n.op_type != "Loop" && n.op_type != "Scan") return 0;
+  const Graph* body = n.g("body");
+  if (!body) return 0;
+  int64_t iterations = kMaxLoopIterations;
+  try {
+    if (n.op_type == "Loop") {
+      const Tensor* trips = n.inputs.size() > 0 ? in.values[0] : nullptr;
+      const Tensor* cond = n.inputs.size() > 1 ? in.values[1] : nullptr;
+      if (cond && cond->dtype == DType::kBool && cond->numel() == 1 && cond->bytes[0] == std::byte{0})
+        iterations = 0;
+      else if (trips && trips->numel() == 1)
+        iterations = std::clamp<int64_t>(trips->as_int64s()[0], 0, kMaxLoopIterations);
+    } else {
+      const ScanLayout l = scan_layout(n, body->outputs.size(), body->opset);
+      const TensorType* x = l.num_scan_in > 0 ? in.types.at(static_cast<size_t>(l.first_state + l.num_state)) : nullptr;
+      if (x && !x->shape.empty()) {
+        const int64_t r = static_cast<int64_t>(x->shape.size());
+        const int64_t axis = l.batched ? 1 : (l.in_axes.empty() ? 0 : l.in_axes[0]);
+        if (axis >= -r && axis < r) iterations = x->shape[static_cast<size_t>(axis < 0 ? axis + r : axis)];
+      }
+    }
+  } catch (const std::exception&) {  // the kernel reports what is wrong with the node
+  }
+  int64_t per_iteration = 0;
+  for (const Node& bn : body->nodes)
+    for (int o : bn.outputs) {
+      const Value& v = body->values[static_cast<size_t>(o)];
+      const int64_t bytes = std::max(kFoldNodeBytes, type_bytes({v.dtype, v.shape}));
+      if (__builtin_add_overflow(per_iteration, bytes, &per_iteration)) return INT64_MAX;
+    }
+  int64_t total = 0;
+  return __builtin_mul_overflow(per_iteration, iterations, &total) ? INT64_MAX : total;
+}
+
 // Node `ni` evaluated once when it folds (fold.h): deterministic ai.onnx ops on constants within the size cap, and
 // Shape / Size of static values. Its outputs become constants; returns false when it does not fold.
 bool fold(Pass& p, size_t ni, const NodeInputs& in, const Inferred& inferred) {
@@ -336,15 +380,23 @@ bool fold(Pass& p, size_t ni, const NodeInputs& in, const Inferred& inferred) {
     int64_t out_bytes = 0;
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       const Value& v = g.values[static_cast<size_t>(n.outputs[k])];
-      out_bytes += k < inferred.types.size() ? type_bytes(inferred.types[k])
-                   : p.unknown.count(v.name) ? 0
-                                             : type_bytes({v.dtype, v.shape});
+      const int64_t bytes = k < inferred.types.size() ? type_bytes(inferred.types[k])
+                            : p.unknown.count(v.name) ? 0
+                                                      : type_bytes({v.dtype, v.shape});
+      if (__builtin_add_overflow(out_bytes, bytes, &out_bytes)) out_bytes = INT64_MAX;
     }
     if (out_bytes > kMaxExpandingFoldBytes && out_bytes > in.const_bytes) {
       p.report.not_folded.push_back(
           fmt::format("node '{}' ({}): {} of outputs from {} of constants, over the {} "
                       "folding cap: it runs as a node",
                       n.name, n.op_type, mib(out_bytes), mib(in.const_bytes), mib(kMaxExpandingFoldBytes)));
+      return false;
+    }
+    if (const int64_t work = body_work_bytes(n, in); work > kMaxFoldBodyBytes) {
+      p.report.not_folded.push_back(
+          fmt::format("node '{}' ({}): its body writes {} over its iterations, over the {} "
+                      "folding cap: it runs as a node",
+                      n.name, n.op_type, mib(work), mib(kMaxFoldBodyBytes)));
       return false;
     }
     try {

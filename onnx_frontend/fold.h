@@ -17,6 +17,13 @@ namespace gspmd::frontend {
 /// inputs (an Expand / ConstantOfShape / Tile of a constant to a big tensor stays a node; weight transposes fold).
 inline constexpr int64_t kMaxExpandingFoldBytes = int64_t{64} << 20;
 
+/// Folding refuses to run a Loop or Scan whose body would write more than this many bytes over all its iterations (its
+/// nodes' outputs, each counted as at least kFoldNodeBytes for its run's overhead; a Loop without a trip count as
+/// kMaxLoopIterations iterations): a 350-byte model whose Loop expands 16 MiB 2^20 times loaded for an hour. It stays
+/// a node, run with the model.
+inline constexpr int64_t kMaxFoldBodyBytes = int64_t{256} << 20;
+inline constexpr int64_t kFoldNodeBytes = 256;
+
 /// Rewrites for inference, before typing: Dropout that is not in training mode (opset < 12, or training_mode absent
 /// or a constant false) becomes Identity when its mask is unused; trailing outputs that no node reads and that are not
 /// graph outputs are dropped from their node (they need no type). Each rewrite is noted in `report`.

@@ -114,11 +114,12 @@ struct Loader {
 
   // Reads a constant's data: always when load_data, else only small tensors whose data is at hand.
   std::shared_ptr<const Tensor> read_const(const onnx::TensorProto& t, const std::string& what) {
-    int64_t numel = 1;
-    for (auto d : t.dims()) numel *= d;
     DType dt = frontend::proto_dtype(t.data_type(), what);
-    const bool small = dt != DType::kString &&
-                       numel * static_cast<int64_t>(dtype_size(dt)) <= static_cast<int64_t>(kInlineForInference);
+    int64_t bytes = dt == DType::kString ? 0 : static_cast<int64_t>(dtype_size(dt));
+    bool small = dt != DType::kString;
+    for (auto d : t.dims())  // saturated: the dims come from the file (tensor_from_proto refuses what is too large)
+      if (__builtin_mul_overflow(bytes, d, &bytes)) small = false;
+    small = small && bytes <= static_cast<int64_t>(kInlineForInference);
     if (opts.load_data) return std::make_shared<const Tensor>(tensor_from_proto(t, base_dir, what));
     if (is_external(t)) frontend::external_data_file(t, base_dir, what);  // refused even when not read
     if (!small) return nullptr;
@@ -700,8 +701,12 @@ struct Loader {
     b->name = pg.name();
     b->opset = opset;
     const TypeMap types = type_map(pg);
-    for (const auto& in : pg.input()) b->inputs.push_back(b->add_value(typed_value(in.name(), types, nullptr)));
-    for (const auto& t : pg.initializer()) b->add_value(initializer_value(t));
+    auto define = [&](Value v) {
+      if (b->find(v.name) >= 0) fail(fmt::format("body '{}': value '{}' is defined twice", b->name, v.name));
+      return b->add_value(std::move(v));
+    };
+    for (const auto& in : pg.input()) b->inputs.push_back(define(typed_value(in.name(), types, nullptr)));
+    for (const auto& t : pg.initializer()) define(initializer_value(t));
     auto resolve = [&](const std::string& name) {
       int id = b->find(name);
       if (id >= 0) return id;
@@ -712,15 +717,13 @@ struct Loader {
     for (int ni = 0; ni < pg.node_size(); ++ni) {
       const auto& pn = pg.node(ni);
       if (pn.op_type() == "Constant" && (pn.domain().empty() || pn.domain() == "ai.onnx") && pn.output_size() == 1) {
-        b->add_value(constant_value(pn));
+        define(constant_value(pn));
         continue;
       }
       Node n = node_of(pn, names[ni], resolve);
       convert_attrs(pn, n, resolve);
-      for (const std::string& name : output_names(pn, n.name, *b)) {
-        if (b->find(name) >= 0) fail(fmt::format("body '{}': value '{}' is defined twice", b->name, name));
-        n.outputs.push_back(b->add_value(typed_value(name, types, nullptr)));
-      }
+      for (const std::string& name : output_names(pn, n.name, *b))
+        n.outputs.push_back(define(typed_value(name, types, nullptr)));
       b->add_node(std::move(n));
     }
     for (const auto& out : pg.output()) b->outputs.push_back(resolve(out.name()));

@@ -124,7 +124,10 @@ void copy_field(const Field& f, Tensor& t) {
   for (int i = 0; i < f.size(); ++i) d[i] = static_cast<Dst>(f.Get(i));
 }
 
-void read_external(const onnx::TensorProto& p, const std::string& base_dir, const std::string& what, Tensor& t) {
+// The external data of `p` (`n` elements of `dt`): the file, its size and the range checked before the tensor is
+// allocated (a few bytes of model can declare a tensor of terabytes).
+Tensor read_external(const onnx::TensorProto& p, DType dt, size_t n, const std::string& base_dir,
+                     const std::string& what) {
   int64_t offset = 0, length = -1;
   for (const auto& kv : p.external_data()) {
     try {
@@ -137,10 +140,10 @@ void read_external(const onnx::TensorProto& p, const std::string& base_dir, cons
     }
   }
   const std::filesystem::path file = external_data_file(p, base_dir, what);
-  const int64_t need = static_cast<int64_t>(t.nbytes());
+  const int64_t need = static_cast<int64_t>(n * dtype_size(dt));  // n <= 2^40 (tensor_from_proto)
   if (length >= 0 && length != need)
     throw InputError(fmt::format("{}: external data in '{}' is {} bytes but shape {} of {} needs {}", what,
-                                 external_location(p), length, shape_str(t.shape), dtype_name(t.dtype), need));
+                                 external_location(p), length, shape_str(proto_shape(p)), dtype_name(dt), need));
   std::error_code ec;
   if (is_special_file(std::filesystem::status(file, ec)))
     throw InputError(fmt::format("{}: external data file '{}' is not a regular file", what, file.string()));
@@ -148,12 +151,14 @@ void read_external(const onnx::TensorProto& p, const std::string& base_dir, cons
   if (!in) throw InputError(fmt::format("{}: cannot open external data file '{}'", what, file.string()));
   in.seekg(0, std::ios::end);
   int64_t fsize = static_cast<int64_t>(in.tellg());
-  if (offset < 0 || offset + need > fsize)
+  if (offset < 0 || need > fsize || offset > fsize - need)
     throw InputError(fmt::format("{}: external data file '{}' is {} bytes, too short for {} bytes at offset {}", what,
                                  file.string(), fsize, need, offset));
+  Tensor t(dt, proto_shape(p));
   in.seekg(offset);
   in.read(reinterpret_cast<char*>(t.bytes.data()), need);
   if (!in) throw InputError(fmt::format("{}: cannot read external data file '{}'", what, file.string()));
+  return t;
 }
 
 }  // namespace
@@ -206,11 +211,8 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir
       throw InputError(fmt::format("{}: tensor has {} elements of data but shape {} needs {}", what, have,
                                    shape_str(proto_shape(p)), n));
   }
+  if (is_external(p)) return read_external(p, dt, n, base_dir, what);
   Tensor t(dt, proto_shape(p));
-  if (is_external(p)) {
-    read_external(p, base_dir, what, t);
-    return t;
-  }
   if (p.has_raw_data()) {
     if (!p.raw_data().empty()) std::memcpy(t.bytes.data(), p.raw_data().data(), t.nbytes());
     return t;

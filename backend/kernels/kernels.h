@@ -10,14 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "core/ir/control_flow.h"
 #include "core/ir/ir.h"
 #include "core/shapes/shapes.h"
 
 namespace gspmd {
-
-/// The most iterations one Loop runs (docs/cli.md#limits): a trip count of 2^40, or a condition that stays true,
-/// is an InputError at this count, never an endless run.
-inline constexpr int64_t kMaxLoopIterations = int64_t{1} << 20;
 
 /// Runs `node` on `inputs` (one per node input; nullptr for an absent optional input) and returns its outputs
 /// in order. `opset` is the graph's ai.onnx opset (for ops whose attributes became inputs).

@@ -9,6 +9,10 @@
 
 namespace gspmd {
 
+/// The most iterations one Loop runs (docs/cli.md#limits): a trip count of 2^40, or a condition that stays true,
+/// is an InputError at this count, never an endless run (the kernel); the loader's folding bounds its work with it.
+inline constexpr int64_t kMaxLoopIterations = int64_t{1} << 20;
+
 /// Scan's layout (onnx/docs/Operators.md#Scan): opset 9+ (scan_input_axes / scan_output_axes and their directions) and
 /// opset 8 (a leading batch dim on every input and output, optional sequence_lens input 0, the scan axis is 1,
 /// `directions` for the scan inputs). Axes are as given (may be negative); normalise against the rank.

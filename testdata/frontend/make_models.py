@@ -213,6 +213,31 @@ def big_constant():
     save(m, "big_constant.onnx")
 
 
+def heavy_loop():
+    """A Loop of 2^20 iterations on constants, each expanding the carried scalar to 16 MiB and reducing it (found by the
+    model fuzzer, docs/testing.md): folding it would run for an hour, so it stays a node."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"], name="keep"),
+         helper.make_node("Expand", ["v", "shape"], ["big"], name="expand"),
+         helper.make_node("ReduceMax", ["big"], ["v_out"], name="max", keepdims=0)],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.array([2048, 2048], dtype=np.int64), "shape")])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "cond", "v0"], ["v_final"], name="loop", body=body),
+         helper.make_node("Add", ["x", "v_final"], ["y"], name="add")],
+        "heavy_loop",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [_scalar("trips", 1 << 20, np.int64), _scalar("cond", True, np.bool_), _scalar("v0", 0.0, np.float32)])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py"),
+         "heavy_loop.onnx")
+
+
 def half_mlp(dtype, name):
     """x[4, 8] -> MatMul -> Add -> Relu -> LayerNormalization -> MatMul -> Softmax -> y, every tensor in `dtype`
     (float16 or bfloat16); with half_mlp.sharding.json it is Megatron-sharded over 2 devices."""
@@ -515,6 +540,7 @@ if __name__ == "__main__":
     old_opset_dropout()
     class_token()
     big_constant()
+    heavy_loop()
     half_mlp(TensorProto.FLOAT16, "mlp_float16")
     half_mlp(TensorProto.BFLOAT16, "mlp_bfloat16")
     if_const()

@@ -1,6 +1,7 @@
 // load_model's typing-and-folding pass (docs/loading.md): inference rewrites, full folding with its cap, symbolic dims
 // bound by the given inputs, and what the LoadReport says.
 #include <algorithm>
+#include <chrono>
 
 #include "backend/pod/pod.h"
 #include "tests/frontend/frontend_test_util.h"
@@ -63,6 +64,19 @@ TEST(LoadInference, FoldingCapKeepsBigConstantANode) {
   EXPECT_EQ(r.not_folded, (std::vector<std::string>{"node 'fill' (ConstantOfShape): 128.0 MiB of outputs from 0.0 MiB "
                                                     "of constants, over the 64.0 MiB folding cap: it runs as a node"}));
   EXPECT_EQ(g.values[g.at("big")].shape, (Shape{4096, 4096, 2}));
+}
+
+// A Loop on constants whose body would write more than the cap over its iterations (2^20 times 16 MiB: an hour of
+// folding, found by the model fuzzer) stays a node, typed by its shape function; loading takes no time.
+TEST(LoadInference, FoldingCapKeepsAHeavyLoopANode) {
+  LoadReport r;
+  const auto t0 = std::chrono::steady_clock::now();
+  Graph g = load_model(frontend_data("heavy_loop.onnx"), load_opts(), &r);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_EQ(op_types(g), (std::vector<std::string>{"Loop", "Add"}));
+  EXPECT_EQ(r.not_folded, (std::vector<std::string>{"node 'loop' (Loop): its body writes 16777728.0 MiB over its "
+                                                    "iterations, over the 256.0 MiB folding cap: it runs as a node"}));
+  EXPECT_EQ(g.values[g.at("v_final")].shape, Shape{});
 }
 
 // The given input tensors bind symbolic dims; --dim must agree with them.

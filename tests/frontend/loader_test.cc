@@ -194,6 +194,42 @@ TEST(Loader, ExternalDataMustStayInTheModelsFolder) {
   EXPECT_EQ(load_with("inside.bin", true), "loaded");  // a symlink that stays inside
 }
 
+// Found by the model fuzzer (docs/testing.md): an external tensor's size is checked against its file before it is
+// allocated (a few bytes of model declared terabytes), also at an offset near 2^63; a body that defines a value twice
+// is refused like the main graph (it was a std::invalid_argument, an internal error).
+TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
+  TempDir t;
+  std::filesystem::copy_file(frontend_data("external_data.bin"), t.file("w.bin"));
+  const std::string p = t.file("m.onnx");
+  auto error_of = [&](onnx::ModelProto m) {
+    test::write_onnx_model(m, p);
+    try {
+      load_model(p, load_opts());
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  auto external = [&](int64_t rows, const std::string& offset) {
+    onnx::ModelProto m = test::read_onnx_model(frontend_data("external_data.onnx"));
+    onnx::TensorProto& w = *m.mutable_graph()->mutable_initializer(0);
+    w.set_dims(0, rows);
+    w.clear_external_data();
+    for (auto [k, v] : {std::pair<std::string, std::string>{"location", "w.bin"}, {"offset", offset}}) {
+      auto* e = w.add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    }
+    return m;
+  };
+  const std::string w = p + ": initializer 'w': external data file '" + t.file("w.bin") + "' is 512 bytes, too short ";
+  EXPECT_EQ(error_of(external(int64_t{1} << 34, "0")), w + "for 1099511627776 bytes at offset 0");
+  EXPECT_EQ(error_of(external(8, "9223372036854775807")), w + "for 512 bytes at offset 9223372036854775807");
+  onnx::ModelProto loop = test::read_onnx_model(frontend_data("loop_scan.onnx"));
+  loop.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g()->mutable_input(1)->set_name("i");
+  EXPECT_EQ(error_of(loop), p + ": body 'loop_body': value 'i' is defined twice");
+}
+
 // Reading a FIFO would wait for a writer forever: only regular files are read.
 TEST(Loader, OnlyRegularFilesAreRead) {
   TempDir t;
