@@ -5,6 +5,7 @@
 #include <map>
 #include <queue>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -67,6 +68,7 @@ struct Loader {
 
   void parse() {
     frontend::parse_model_file(path, &m);
+    check_utf8_names(m.graph());
     bool imports_onnx = false;
     for (const auto& op : m.opset_import())
       if (op.domain().empty() || op.domain() == "ai.onnx") {
@@ -85,6 +87,66 @@ struct Loader {
     // other inputs there (opset 18's ReduceMean takes its axes as an input), so it is not checked against them.
     const auto& ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
     if (auto it = ranges.find(""); it != ranges.end() && opset <= it->second.second) verify_nodes(m.graph());
+  }
+
+  // Every name of graph `g` (bodies included) is UTF-8, as ONNX's IR asks: names reach the JSON the tool writes
+  // (shardings.json, reports, traces), which cannot hold other bytes (a value named "h\xff" was an internal error when
+  // `partition` wrote shardings.json).
+  void check_utf8_names(const onnx::GraphProto& g) const {
+    auto check = [&](const std::string& name, const char* what) {
+      if (is_utf8(name)) return;
+      std::string shown;
+      for (unsigned char c : name)
+        shown += c < 0x20 || c >= 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+      fail(fmt::format("{} name '{}' is not valid UTF-8", what, cut_text(shown)));
+    };
+    check(g.name(), "graph");
+    for (const auto& v : g.input()) check(v.name(), "input");
+    for (const auto& v : g.output()) check(v.name(), "output");
+    for (const auto& t : g.initializer()) check(t.name(), "initializer");
+    for (const auto& n : g.node()) {
+      check(n.name(), "node");
+      check(n.op_type(), "operator");
+      check(n.domain(), "domain");
+      for (const std::string& v : n.input()) check(v, "value");
+      for (const std::string& v : n.output()) check(v, "value");
+      for (const auto& a : n.attribute()) {
+        if (a.has_g()) check_utf8_names(a.g());
+        for (const auto& body : a.graphs()) check_utf8_names(body);
+      }
+    }
+  }
+
+  // True when `s` is well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF).
+  static bool is_utf8(std::string_view s) {
+    for (size_t i = 0; i < s.size();) {
+      const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+      const unsigned char c = byte(i);
+      if (c < 0x80) {
+        ++i;
+        continue;
+      }
+      size_t n = 0;
+      unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
+      if (c >= 0xc2 && c <= 0xdf) {
+        n = 1;
+      } else if (c >= 0xe0 && c <= 0xef) {
+        n = 2;
+        lo = c == 0xe0 ? 0xa0 : 0x80;
+        hi = c == 0xed ? 0x9f : 0xbf;
+      } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 3;
+        lo = c == 0xf0 ? 0x90 : 0x80;
+        hi = c == 0xf4 ? 0x8f : 0xbf;
+      } else {
+        return false;
+      }
+      if (i + n >= s.size() || byte(i + 1) < lo || byte(i + 1) > hi) return false;
+      for (size_t k = 2; k <= n; ++k)
+        if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return false;
+      i += n + 1;
+    }
+    return true;
   }
 
   // The newest ai.onnx opset read (ONNX 1.18's); opsets past the installed onnx's own are read with its newest
@@ -503,6 +565,51 @@ struct Loader {
     for (auto& vi : *g->mutable_value_info()) bind(vi);
   }
 
+  // Every value a node reads is defined before it: a graph input, an initializer, an earlier node's output, and in a
+  // body also its own inputs and the enclosing graphs' values defined before its node. Checked before ONNX's shape
+  // inference, which crashed (SIGSEGV in onnx 1.12) on nodes that read undefined values (found by the model fuzzer);
+  // the messages are convert()'s.
+  void check_reads_defined() const {
+    const auto& g = m.graph();
+    std::unordered_set<std::string> defined;
+    for (const auto& in : g.input()) defined.insert(in.name());
+    for (const auto& t : g.initializer()) defined.insert(t.name());
+    const std::vector<std::string> names = unique_node_names(g.node());
+    for (int ni = 0; ni < g.node_size(); ++ni) {
+      const auto& n = g.node(ni);
+      for (const auto& in : n.input())
+        if (!in.empty() && !defined.count(in))
+          fail(
+              fmt::format("node '{}' ({}) reads '{}' before it is defined (missing value or graph not topologically "
+                          "sorted)",
+                          names[ni], n.op_type(), in));
+      for (const auto& a : n.attribute()) {
+        if (a.has_g()) check_body_reads(a.g(), defined, names[ni], n.op_type());
+        for (const auto& b : a.graphs()) check_body_reads(b, defined, names[ni], n.op_type());
+      }
+      for (const auto& o : n.output())
+        if (!o.empty()) defined.insert(o);
+    }
+  }
+
+  // check_reads_defined for body `b` of top-level node `node` (`op`), which sees the values `defined` before it.
+  void check_body_reads(const onnx::GraphProto& b, std::unordered_set<std::string> defined, const std::string& node,
+                        const std::string& op) const {
+    for (const auto& in : b.input()) defined.insert(in.name());
+    for (const auto& t : b.initializer()) defined.insert(t.name());
+    for (const auto& n : b.node()) {
+      for (const auto& in : n.input())
+        if (!in.empty() && !defined.count(in))
+          fail(fmt::format("node '{}' ({}): its body reads '{}', which is not defined before it", node, op, in));
+      for (const auto& a : n.attribute()) {
+        if (a.has_g()) check_body_reads(a.g(), defined, node, op);
+        for (const auto& inner : a.graphs()) check_body_reads(inner, defined, node, op);
+      }
+      for (const auto& o : n.output())
+        if (!o.empty()) defined.insert(o);
+    }
+  }
+
   void infer() {
     // Before IR 4, shape inference types only the initializers listed as graph inputs; the constants exposed here
     // (initializers, Constant outputs, folded values) are not, so the proto says IR 4 from here on.
@@ -799,6 +906,7 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
   LoadReport& rep = report ? *report : local;
   rep = {};
   rep.sharding_annotations = annotated;
+  L.check_reads_defined();
   L.infer();
   std::unordered_set<std::string> unknown;
   Graph g = L.convert(unknown);

@@ -196,7 +196,9 @@ TEST(Loader, ExternalDataMustStayInTheModelsFolder) {
 
 // Found by the model fuzzer (docs/testing.md): an external tensor's size is checked against its file before it is
 // allocated (a few bytes of model declared terabytes), also at an offset near 2^63; a body that defines a value twice
-// is refused like the main graph (it was a std::invalid_argument, an internal error).
+// is refused like the main graph (it was a std::invalid_argument, an internal error); a node reading an undefined
+// value is refused before ONNX's shape inference (which crashed on an old-opset Dropout reading one); names that are
+// not UTF-8 are refused (shardings.json could not hold them: an internal error in `partition`).
 TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
   TempDir t;
   std::filesystem::copy_file(frontend_data("external_data.bin"), t.file("w.bin"));
@@ -228,6 +230,17 @@ TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
   onnx::ModelProto loop = test::read_onnx_model(frontend_data("loop_scan.onnx"));
   loop.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g()->mutable_input(1)->set_name("i");
   EXPECT_EQ(error_of(loop), p + ": body 'loop_body': value 'i' is defined twice");
+  loop = test::read_onnx_model(frontend_data("loop_scan.onnx"));
+  loop.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g()->mutable_node(1)->set_input(1, "nowhere");
+  EXPECT_EQ(error_of(loop), p + ": node 'loop' (Loop): its body reads 'nowhere', which is not defined before it");
+  onnx::ModelProto dropout = test::read_onnx_model(frontend_data("old_opset_dropout.onnx"));
+  dropout.mutable_graph()->mutable_node(2)->set_input(0, "nowhere");
+  EXPECT_EQ(error_of(dropout), p + ": node 'dropout' (Dropout) reads 'nowhere' before it is defined (missing value "
+                                   "or graph not topologically sorted)");
+  onnx::ModelProto mlp = test::read_onnx_model(frontend_data("mlp.onnx"));
+  mlp.mutable_graph()->mutable_node(0)->set_output(0, "h\xff");
+  mlp.mutable_graph()->mutable_node(1)->set_input(0, "h\xff");
+  EXPECT_EQ(error_of(mlp), p + ": value name 'h\\xff' is not valid UTF-8");
 }
 
 // Reading a FIFO would wait for a writer forever: only regular files are read.
