@@ -290,7 +290,7 @@ struct Reader {
     nlohmann::json j;
     try {
       j = parse_json_bounded(text, fmt::format("metadata {}", kUnreducedKey));
-    } catch (const nlohmann::json::parse_error&) {
+    } catch (const nlohmann::json::exception&) {  // malformed, or a number out of range
       fail(fmt::format("metadata {} is not a JSON object", kUnreducedKey));
     } catch (const InputError& e) {
       fail(e.what());

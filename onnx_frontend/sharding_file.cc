@@ -391,7 +391,7 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
   json root;
   try {
     root = parse_json_bounded(text, path);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // malformed, or a number out of range ("1E6212")
     std::string what = e.what();
     auto p = what.find("] ");
     if (what.rfind("[json.exception", 0) == 0 && p != std::string::npos) what = what.substr(p + 2);

@@ -147,7 +147,7 @@ Target Target::from_json(const std::string& text, const std::string& path) {
   nlohmann::json js;
   try {
     js = parse_json_bounded(text, path);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // malformed, or a number out of range
     throw InputError(fmt::format("{}: not JSON: {}", path, e.what()));
   }
   if (!js.is_object()) throw InputError(fmt::format("{}: expected one JSON object {{\"field\": value, ...}}", path));

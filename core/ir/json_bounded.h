@@ -16,8 +16,9 @@ namespace gspmd {
 inline constexpr int kMaxJsonDepth = 64;
 
 /// nlohmann::json::parse(text), refusing input nested deeper than kMaxJsonDepth while it is read: throws
-/// InputError("<what>: JSON nested deeper than 64 levels"), and nlohmann::json::parse_error for malformed text as
-/// json::parse does.
+/// InputError("<what>: JSON nested deeper than 64 levels"), and as json::parse does nlohmann::json::parse_error for
+/// malformed text and nlohmann::json::out_of_range for a number past a double's range ("1E6212"): callers catch both
+/// as nlohmann::json::exception (the sharding-file fuzzer found the second escaping them).
 inline nlohmann::json parse_json_bounded(const std::string& text, const std::string& what) {
   return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
     if (depth > kMaxJsonDepth)

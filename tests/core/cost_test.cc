@@ -98,6 +98,7 @@ TEST(CostTarget, BadJsonFiles) {
   expect_input_error(write_tmp("bad3.json", R"({"peak_flops": "fast"})"), "must be a number");
   expect_input_error(write_tmp("bad4.json", R"({"hbm_bandwidth": 1, "link_bandwidth": 1})"), "peak_flops must be > 0");
   expect_input_error(write_tmp("bad5.json", R"([1, 2])"), "expected one JSON object");
+  expect_input_error(write_tmp("bad9.json", R"({"peak_flops": 1E6212})"), "number overflow parsing '1E6212'");
   // Nested 40,000 deep: refused while it is read (docs/sharding-file.md#limits), never walked.
   const std::string deep =
       write_tmp("deep.json", "{\"name\": " + std::string(40000, '[') + std::string(40000, ']') + "}");

@@ -163,6 +163,10 @@ TEST_F(ShardingFile, MissingAndMalformed) {
   expect_error(f,
                "malformed JSON: parse error at line 2, column 26: syntax error while parsing value - unexpected '}'; "
                "expected '[', '{', or a literal");
+  // A number past a double's range (nlohmann's out_of_range, not a parse_error: an internal error until the
+  // sharding-file fuzzer found it).
+  expect_error(write(std::string("{") + kMesh + R"(, "version": 1E6212})"),
+               "malformed JSON: number overflow parsing '1E6212'");
 }
 
 TEST_F(ShardingFile, WriteReadRoundTrip) {
