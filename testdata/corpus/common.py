@@ -275,10 +275,16 @@ def export_torch_case(d: Path, module, args: tuple, opset: int, input_names, out
     """Exports `module(*args)` to d/model.onnx, writes inputs and torch's eager outputs (the first reference), the
     plans returned by plans_fn(onnx_model, d) (a dict plan -> plan_entry) and meta.json. Failures are recorded in
     meta.json (status "export failed" / "eager failed") instead of raised."""
+    import shutil
     import time
     import onnx
     import torch
     d.mkdir(parents=True, exist_ok=True)
+    # what a previous export left (--force): its meta.json (the mark of a complete directory) and ONNX Runtime's
+    # outputs for it, which the runner would otherwise keep using
+    (d / "meta.json").unlink(missing_ok=True)
+    (d / "ref_ort.error").unlink(missing_ok=True)
+    shutil.rmtree(d / "ref_ort", ignore_errors=True)
     meta = dict(meta)
     meta.update({"opset": opset, "dynamic": bool(dynamic_axes), "refs": {}})
     try:
