@@ -230,6 +230,25 @@ def selected_models(a, names, what: str):
     return want
 
 
+def selected_cases(a, names, family: str, what: str):
+    """The (model, opset) pairs to export: those of --only (`<model>_op<opset>` names), else --models x --opsets,
+    without the ones already cached unless --force. Exits with a one-line error for an unknown one, and after
+    printing their names with --list."""
+    if a.only:
+        want = [w.rsplit("_op", 1) for w in a.only.split(",") if w]
+        bad = ["_op".join(w) for w in want if len(w) != 2 or w[0] not in names or not w[1].isdigit()]
+        if bad:
+            sys.exit(f"error: unknown {what} cases {bad} (expected <model>_op<opset>, models {names})")
+        pairs = [(n, int(op)) for n, op in want]
+    else:
+        pairs = [(n, op) for n in selected_models(a, names, what) for op in a.opsets]
+    todo = [(n, op) for n, op in pairs if a.force or not is_done(model_dir(family, f"{n}_op{op}"))]
+    if a.list:
+        print("\n".join(f"{n}_op{op}" for n, op in todo))
+        sys.exit(0)
+    return todo
+
+
 class SkipList:
     """build/corpus/models/<family>/skipped.json: the models left out for their size (name -> float32 MB). Saved after
     every change, merged with the file, which another invocation (other opsets) may have updated."""

@@ -45,20 +45,8 @@ def main():
     import torch
     import torchvision
     names = torchvision.models.list_models(module=torchvision.models.segmentation)
-    if a.only:
-        want = [w.rsplit("_op", 1) for w in a.only.split(",") if w]
-        bad = [("_op".join(w)) for w in want if len(w) != 2 or w[0] not in names or not w[1].isdigit()]
-        if bad:
-            sys.exit(f"error: unknown segmentation cases {bad} (expected <model>_op<opset>, models {names})")
-        pairs = [(n, int(op)) for n, op in want]
-    else:
-        pairs = [(n, op) for n in common.selected_models(a, names, "torchvision segmentation") for op in a.opsets]
+    todo = common.selected_cases(a, names, FAMILY, "torchvision segmentation")
     skips = common.SkipList(FAMILY)
-
-    todo = [(n, op) for n, op in pairs if a.force or not common.is_done(common.model_dir(FAMILY, f"{n}_op{op}"))]
-    if a.list:
-        print("\n".join(f"{n}_op{op}" for n, op in todo))
-        return
 
     class Out(torch.nn.Module):
         """The segmentation model's dict output -> its "out" tensor."""
