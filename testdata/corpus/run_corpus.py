@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Runs the real-model corpus (issue 14) through gspmd-onnx and writes a per-model table.
 
-    /usr/bin/python3 testdata/corpus/run_corpus.py [--families torchvision,transformers,moe,oldopset,npm,segmentation]
+    /usr/bin/python3 testdata/corpus/run_corpus.py [--families torchvision,transformers,moe,oldopset,npm,segmentation,
+        llama,detection]
         [--quick] [--models REGEX] [--no-gen] [--all-plans] [--timeout S] [--bin build/bin/gspmd-onnx]
         [--out build/corpus]
 
@@ -12,8 +13,9 @@
    - mesh-1: `gspmd-onnx run MODEL --mesh 1 --inputs test_data_set_0 --check --outputs ... --report ...`;
    - dp-2:   the same on --mesh 2 with the data-parallel sharding file (input batch over 2);
    - plan-4: the model-parallel / spatial / expert plan on 4 devices;
-   - the family's other plans (segmentation: row2, input rows over 2) and, with --all-plans, the extra plans too
-     (CNN channel split; MoE expert x data and expert x model; they also run by default for the moe family);
+   - the family's other plans (segmentation: row2, input rows over 2; detection: row2, the backbone input's rows
+     over 2) and, with --all-plans, the extra plans too (CNN channel split; MoE expert x data and expert x model;
+     they also run by default for the moe family);
    - train:  one training step (`run --training --loss mean --check`, docs/training.md) under the plan-4 plan (else
      dp-2, else mesh 1): `ok`, `check✗`, or `no rule: Op` when an op on the path from a weight to the loss has no
      gradient rule yet (reported, not a failure of --strict).
@@ -47,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import common  # noqa: E402
 
-FAMILIES = ["torchvision", "transformers", "moe", "oldopset", "npm", "segmentation", "llama"]
+FAMILIES = ["torchvision", "transformers", "moe", "oldopset", "npm", "segmentation", "llama", "detection"]
 # --quick: a handful of models for CI (< 3 minutes on 2 cores, generation included once torch is imported)
 QUICK = {
     "torchvision": ["squeezenet1_0_op13", "mobilenet_v3_small_op17", "mobilenet_v3_small_dyn_op17",
@@ -58,7 +60,11 @@ QUICK = {
     "npm": ["silero_vad"],
     "segmentation": ["lraspp_mobilenet_v3_large_op17"],
     "llama": ["llama_dyn_op17"],
+    "detection": ["ssdlite320_mobilenet_v3_large_op17"],
 }
+# families whose models are known to fail: --strict lists their failures as expected, and fails when one of their models
+# passes (then remove the family here)
+EXPECTED_FAILURES = {"detection": "data-dependent shapes are refused at load; issue 27, docs/shapes.md step 6"}
 PLAN_ORDER = ["mesh1", "dp2", "plan4", "tp2", "tp4", "dp2tp2"]
 
 
@@ -470,7 +476,9 @@ def main():
     ap.add_argument("--ref-rtol", type=float, default=1e-3)
     ap.add_argument("--bin", default=str(common.REPO / "build" / "bin" / "gspmd-onnx"))
     ap.add_argument("--strict", action="store_true",
-                    help="exit 1 unless every model run loads and every plan is ok (heavy ones: loads); for CI")
+                    help="exit 1 unless every model run loads and every plan is ok (heavy ones: loads), but for the "
+                         "families known to fail (EXPECTED_FAILURES: " + ", ".join(EXPECTED_FAILURES) + "), which "
+                         "must fail; for CI")
     ap.add_argument("--out", default=str(common.cache_dir()),
                     help="results and run logs (models are cached in $GSPMD_CORPUS_CACHE, default build/corpus)")
     ap.add_argument("--merge", action="store_true",
@@ -561,12 +569,22 @@ def main():
     text = write_results(merged(rows), Path(a.out), skipped, time.time() - t0)
     print(text)
     if a.strict:
-        bad = [f"{x['family']}/{x['model']}: {x['error'] or 'not ok'}" for x in rows
-               if x["load"] != "ok" or any(v not in ("ok", "heavy") for v in x["plans"].values())
-               or not (x.get("train", "ok") == "ok" or x["train"].startswith("no rule"))]
+        bad, expected = [], []
+        for x in rows:
+            failed = x["load"] != "ok" or any(v not in ("ok", "heavy") for v in x["plans"].values()) \
+                or not (x.get("train", "ok") == "ok" or x["train"].startswith("no rule"))
+            name, why = f"{x['family']}/{x['model']}", EXPECTED_FAILURES.get(x["family"])
+            if why and failed:
+                expected.append(f"{name} ({why}): {x['error'] or 'not ok'}")
+            elif why:
+                bad.append(f"{name}: passes now; remove '{x['family']}' from EXPECTED_FAILURES in run_corpus.py")
+            elif failed:
+                bad.append(f"{name}: {x['error'] or 'not ok'}")
+        for e in expected:
+            print(f"corpus: expected failure {e}")
         for b in bad:
             print(f"corpus: FAILED {b}")
-        print(f"{len(rows) - len(bad)} passed, {len(bad)} failed")
+        print(f"{len(rows) - len(bad) - len(expected)} passed, {len(expected)} failed as expected, {len(bad)} failed")
         if bad or not rows:
             sys.exit(1)
 
