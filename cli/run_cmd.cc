@@ -16,6 +16,7 @@
 #include "cli/report.h"
 #include "cli/trace.h"
 #include "cli/wiring.h"
+#include "core/ir/ir.h"
 #include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {
@@ -201,12 +202,12 @@ CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>
         if (w.name == m->second.first) rows = w.members.size();
       break;
     }
-    if (!row_of) throw std::logic_error(fmt::format("--pipeline --training: no output of the step for '{}'", name));
+    if (!row_of) throw InternalError(fmt::format("--pipeline --training: no output of the step for '{}'", name));
     const Value& rv = ref.graph.values[static_cast<size_t>(v)];
     Tensor t(rv.dtype, rv.shape);
     const size_t bytes = row_of->bytes.size() / rows;
     if (bytes != t.bytes.size())
-      throw std::logic_error(fmt::format("--pipeline --training: '{}' is not a row of its stacked output", name));
+      throw InternalError(fmt::format("--pipeline --training: '{}' is not a row of its stacked output", name));
     std::memcpy(t.bytes.data(), row_of->bytes.data() + row * bytes, bytes);
     mine.push_back(std::move(t));
   }

@@ -240,7 +240,7 @@ struct Exporter {
     }
     const auto k = std::distance(G.dim_hints.begin(), G.dim_hints.find(sym));
     if (k >= static_cast<std::ptrdiff_t>(G.dim_hints.size()))
-      throw std::logic_error(fmt::format("export: dim '{}' is not one of the program's symbols", sym));
+      throw InternalError(fmt::format("export: dim '{}' is not one of the program's symbols", sym));
     const std::string size = add_temp(sym + "/size", DType::kInt64, {1});
     add_node(fresh(sym + "/Gather"), "Gather", {dims_input_, add_const(sym + "/index", Tensor::from_int64s({k}))},
              {size});
@@ -456,8 +456,7 @@ struct Exporter {
       case GspmdOp::kAllToAll:
       case GspmdOp::kCollectivePermute: break;
     }
-    throw std::logic_error(
-        fmt::format("export: node '{}': {} is a collective, not a per-device op", n.name, n.op_type));
+    throw InternalError(fmt::format("export: node '{}': {} is a collective, not a per-device op", n.name, n.op_type));
   }
 
   /// window() over the dim symbols: the same, its bounds computed on the device from the symbols' sizes (a Slice of
@@ -797,7 +796,7 @@ struct Exporter {
       if (v < 0) continue;  // an absent optional input
       const Value& c = G.values.at(static_cast<size_t>(v));
       if (!c.data || static_cast<size_t>(k - 1) >= f->attributes.size())
-        throw std::logic_error(
+        throw InternalError(
             fmt::format("export: node '{}' ({}) at opset {}: input {} is not a constant it can "
                         "take as an attribute",
                         n.name, n.op_type, opset, k));
@@ -805,8 +804,7 @@ struct Exporter {
       if (const char* name = f->attributes[static_cast<size_t>(k - 1)]) {
         set_attr(pn->add_attribute(), name, values);
       } else if (std::any_of(values.begin(), values.end(), [](int64_t x) { return x != 1; })) {
-        throw std::logic_error(
-            fmt::format("export: node '{}' (Slice) at opset {} has steps other than 1", n.name, opset));
+        throw InternalError(fmt::format("export: node '{}' (Slice) at opset {} has steps other than 1", n.name, opset));
       }
     }
     pn->mutable_input()->DeleteSubrange(1, pn->input_size() - 1);
@@ -953,7 +951,7 @@ struct Exporter {
     try {
       frontend::validate_model(m, path);
     } catch (const InputError& e) {
-      throw std::logic_error(fmt::format("export: the device model fails ONNX validation: {}", e.what()));
+      throw InternalError(fmt::format("export: the device model fails ONNX validation: {}", e.what()));
     }
     const size_t size = m.ByteSizeLong();
     if (size > static_cast<size_t>(std::numeric_limits<int>::max()))

@@ -320,7 +320,7 @@ void attach_symbols(Pass& p, const Node& n, std::vector<SymbolicValue> syms) {
       s.elems.reset();  // a value computed at run time: its dims are what counts
     }
     if (!ok)
-      throw std::logic_error(
+      throw InternalError(
           fmt::format("node '{}' ({}): output {} over the symbols is {} ({} at the hints) but the "
                       "shape function gives {}",
                       n.name, n.op_type, k, dims_str(s.dims), shape_str(at_hints), shape_str(v.shape)));

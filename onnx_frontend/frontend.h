@@ -236,7 +236,7 @@ struct ExportOptions {
 /// optimizer state) are also graph inputs, after the data inputs, with their slices as default initializers; their
 /// updated values are among the outputs (docs/training.md, "Export"). The model is validated before it is written
 /// (onnx's checker and strict shape inference with the gspmd schemas, gspmd_schemas.h). Throws std::runtime_error on
-/// I/O failure, std::logic_error when the model fails validation (a bug), InputError("--collectives ort: node 'n' (Op):
+/// I/O failure, InternalError when the model fails validation (a bug), InputError("--collectives ort: node 'n' (Op):
 /// ...") for a collective ONNX Runtime cannot carry (a uint64 or string tensor, a bool reduction).
 void export_device(const SpmdProgram& p, const Graph& global, int64_t device, const std::string& path,
                    const ExportOptions& options = {});

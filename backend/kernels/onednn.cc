@@ -2,6 +2,7 @@
 // onednn_impl.h) and the elementwise, binary, transpose, softmax, layer-norm and reduction primitives. The matmuls are
 // in onednn_matmul.cc, convolution and pooling in onednn_conv.cc.
 #include "backend/kernels/onednn.h"
+#include "core/ir/ir.h"
 
 #include <algorithm>
 #include <atomic>
@@ -85,7 +86,7 @@ dnnl::algorithm binary_alg(Binary op) {
     case Binary::kMax: return dnnl::algorithm::binary_max;
     case Binary::kMin: return dnnl::algorithm::binary_min;
   }
-  throw std::logic_error("binary op");
+  throw InternalError("binary op");
 }
 
 }  // namespace detail
@@ -111,7 +112,7 @@ dnnl::algorithm eltwise_alg(Eltwise op, float& alpha, float& beta) {
       beta = -1.f;
       return dnnl::algorithm::eltwise_pow;
   }
-  throw std::logic_error("eltwise op");
+  throw InternalError("eltwise op");
 }
 
 dnnl::algorithm reduce_alg(Reduce op) {
@@ -125,7 +126,7 @@ dnnl::algorithm reduce_alg(Reduce op) {
     case Reduce::kL2: return dnnl::algorithm::reduction_norm_lp_sum;
     case Reduce::kSumSquare: return dnnl::algorithm::reduction_norm_lp_power_p_sum;
   }
-  throw std::logic_error("reduce op");
+  throw InternalError("reduce op");
 }
 
 }  // namespace

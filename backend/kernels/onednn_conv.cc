@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "backend/kernels/onednn_impl.h"
+#include "core/ir/ir.h"
 
 namespace gspmd::dnn {
 

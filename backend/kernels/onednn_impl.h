@@ -15,6 +15,7 @@
 #include <dnnl.hpp>
 
 #include "backend/kernels/onednn.h"
+#include "core/ir/ir.h"
 
 namespace gspmd::dnn::detail {
 

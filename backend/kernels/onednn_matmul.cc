@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "backend/kernels/onednn_impl.h"
+#include "core/ir/ir.h"
 
 namespace gspmd::dnn {
 
@@ -93,7 +94,7 @@ FusedMatmul fused_matmul_prim(int64_t a_batch, int64_t b_batch, int64_t m, int64
   bool fold = batch == 1 || b_batch == 1;
   for (const PostOp& p : post) {
     if (p.kind != PostOp::Kind::kBinary) continue;
-    if (p.src1_dims.size() != 3) throw std::logic_error("matmul_fused: src1 dims must be [batch, M, N]");
+    if (p.src1_dims.size() != 3) throw InternalError("matmul_fused: src1 dims must be [batch, M, N]");
     const int64_t bt = p.src1_dims[0], mt = p.src1_dims[1];
     fold = fold && (batch == 1 || (bt == 1 && mt == 1) || (bt == batch && mt == m));
   }

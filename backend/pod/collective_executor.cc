@@ -1,5 +1,6 @@
 // backend/pod: InProcessCollectives, the emulator's CollectiveExecutor (collective_executor.h).
 #include "backend/pod/collective_executor.h"
+#include "core/ir/ir.h"
 
 #include <fmt/format.h>
 
@@ -19,7 +20,7 @@ std::vector<Tensor> InProcessCollectives::run(const CollectiveCall& call, const 
     case Collective::kAllToAll: return pod::all_to_all(ins, call.split_axis, call.concat_axis);
     case Collective::kCollectivePermute: return pod::collective_permute(ins, call.sources);
   }
-  throw std::logic_error("in-process collective: invalid Collective");
+  throw InternalError("in-process collective: invalid Collective");
 }
 
 ThreadCollectives::ThreadCollectives(int64_t devices) : calls_(static_cast<size_t>(devices), 0) {}

@@ -1,5 +1,6 @@
 // backend/pod: the gspmd ops on plain tensors (see collectives.h).
 #include "backend/pod/collectives.h"
+#include "core/ir/ir.h"
 
 #include <algorithm>
 #include <cmath>
@@ -105,7 +106,7 @@ void reduce_into(Tensor& acc, const Tensor& x, ReductionKind k) {
 
 Tensor reduce_all(const std::vector<const Tensor*>& ins, ReductionKind k, Tensor* reuse) {
   check_same(ins);
-  if (reuse && reuse != ins[0]) throw std::logic_error("reduction accumulator is not operand 0");
+  if (reuse && reuse != ins[0]) throw InternalError("reduction accumulator is not operand 0");
   Tensor acc = reuse ? std::move(*reuse) : *ins[0];
   for (size_t j = 1; j < ins.size(); ++j) reduce_into(acc, *ins[j], k);
   return acc;

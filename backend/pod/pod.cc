@@ -238,7 +238,7 @@ void Executor::plan_fusion() {
 void Executor::parallel_for(int64_t count, const std::function<void(int64_t)>& f) { for_each_index(count, f); }
 
 void Executor::fail(const Node& n, int64_t d, const std::string& what) const {
-  throw std::runtime_error(fmt::format("node '{}' ({}) on device {}: {}", n.name, n.op_type, dev_[d], what));
+  throw InternalError(fmt::format("node '{}' ({}) on device {}: {}", n.name, n.op_type, dev_[d], what));
 }
 
 const Tensor* Executor::input(const Node& n, int64_t d, size_t k) const {
@@ -349,12 +349,10 @@ void Executor::run_per_device(const Node& n, const std::vector<int>& axes, const
       throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, n.op_type, dev_[d], e.what()));
     } catch (const InputError&) {  // the data, not a bug: the same error on every device and plan
       throw;
-    } catch (const std::runtime_error& e) {
-      std::string w = e.what();
-      if (w.rfind("node '", 0) == 0) throw;
-      fail(n, d, w);
     } catch (const std::exception& e) {
-      fail(n, d, e.what());
+      std::string w = e.what();
+      if (w.rfind("node '", 0) == 0) throw;  // fail()'s message, from a nested executor
+      fail(n, d, w);
     }
     stats_[d].compute_wall_s += seconds_since(t0);
   });

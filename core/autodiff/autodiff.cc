@@ -56,7 +56,7 @@ class StepBuilder final : public GradContext {
   }
   void set_dx(size_t i, int grad) override {
     const int v = i < node_->inputs.size() ? node_->inputs[i] : -1;
-    if (v < 0) throw std::logic_error(fmt::format("gradient of node '{}': input {} is absent", node_->name, i));
+    if (v < 0) throw InternalError(fmt::format("gradient of node '{}': input {} is absent", node_->name, i));
     accumulate(v, grad, fmt::format("gradient of node '{}' ({}) input {}", node_->name, node_->op_type, i));
   }
 
@@ -70,8 +70,8 @@ class StepBuilder final : public GradContext {
     n.attrs = attrs;
     const std::vector<TensorType> out = types_of(n, "emitted");
     if (out.size() < num_outputs)
-      throw std::logic_error(fmt::format("{}: emitted node '{}' ({}) has {} outputs, not {}", where(), n.name, op,
-                                         out.size(), num_outputs));
+      throw InternalError(fmt::format("{}: emitted node '{}' ({}) has {} outputs, not {}", where(), n.name, op,
+                                      out.size(), num_outputs));
     for (size_t k = 0; k < num_outputs; ++k)
       n.outputs.push_back(g_.add_value_unique(n.name + ":" + std::to_string(k), out[k].dtype, out[k].shape));
     const std::vector<int> ids = n.outputs;
@@ -80,12 +80,12 @@ class StepBuilder final : public GradContext {
   }
 
   /// The output types of node `n` (its inputs are values of the graph) by the shape function; throws
-  /// std::logic_error naming the node (`what` it is) when the function rejects it.
+  /// InternalError naming the node (`what` it is) when the function rejects it.
   std::vector<TensorType> types_of(const Node& n, std::string_view what) const {
     try {
       return node_types(g_, n, shapes_);
     } catch (const std::exception& e) {
-      throw std::logic_error(fmt::format("{}: {} node '{}' ({}): {}", where(), what, n.name, n.op_type, e.what()));
+      throw InternalError(fmt::format("{}: {} node '{}' ({}): {}", where(), what, n.name, n.op_type, e.what()));
     }
   }
 
@@ -136,8 +136,8 @@ class StepBuilder final : public GradContext {
     const Value& x = g_.values.at(static_cast<size_t>(v));
     const Value& gv = g_.values.at(static_cast<size_t>(grad));
     if (gv.dtype != x.dtype || gv.shape != x.shape)
-      throw std::logic_error(fmt::format("{}: is {}, the value '{}' is {}", what, type_str(gv.dtype, gv.shape), x.name,
-                                         type_str(x.dtype, x.shape)));
+      throw InternalError(fmt::format("{}: is {}, the value '{}' is {}", what, type_str(gv.dtype, gv.shape), x.name,
+                                      type_str(x.dtype, x.shape)));
     if (grad_.size() < g_.values.size()) grad_.resize(g_.values.size(), -1);
     int& slot = grad_[static_cast<size_t>(v)];
     slot = slot < 0 ? grad : op("Add", {slot, grad});

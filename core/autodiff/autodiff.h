@@ -108,7 +108,7 @@ MemoryRoles training_memory_roles(const Graph& g, const TrainingStep& step);
 /// Throws InputError for: an unknown or non-float trainable name, a non-scalar output 0 with LossKind::kOutput,
 /// labels of the wrong type or shape, no trainable weight reaching the loss, and an op on a path from a weight to
 /// the loss without a gradient rule ("--training: node 'n' (Op): no gradient rule for Op"). Throws
-/// std::logic_error when a rule emits a gradient of the wrong dtype or shape (a bug). O(nodes + edges) plus the
+/// InternalError when a rule emits a gradient of the wrong dtype or shape (a bug). O(nodes + edges) plus the
 /// emitted nodes' shape functions.
 TrainingStep build_training_step(Graph forward, const TrainingOptions& options, const ShapeFunction& shapes);
 

@@ -287,7 +287,7 @@ double across_nodes_time(Collective kind, double S, const NodeSpread& sp, const 
     case Collective::kReduceScatter: return cheapest_gather(S, levels);
     case Collective::kAllReduce: return 2 * cheapest_gather(S, levels);
   }
-  throw std::logic_error("collective_time: invalid Collective");
+  throw InternalError("collective_time: invalid Collective");
 }
 
 }  // namespace
@@ -323,7 +323,7 @@ double collective_time(Collective kind, double bytes, const std::vector<int>& me
     case Collective::kReduceScatter: return cheapest_gather(bytes, links);
     case Collective::kAllReduce: return 2 * cheapest_gather(bytes, links);
   }
-  throw std::logic_error("collective_time: invalid Collective");
+  throw InternalError("collective_time: invalid Collective");
 }
 
 std::string op_signature(const Graph& g, const Node& n) {

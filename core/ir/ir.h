@@ -285,4 +285,12 @@ struct UnsupportedError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A bug of gspmd-onnx, never of its input: a broken invariant between its own passes (a program value without a
+/// sharding, a shape function and its kernel disagreeing, an impossible collective). The CLI prints
+/// "error: internal error: <what>" and exits 4 (docs/errors.md). Input that can cause an error must get an InputError
+/// or an UnsupportedError instead.
+struct InternalError : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
 }  // namespace gspmd

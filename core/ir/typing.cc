@@ -28,7 +28,7 @@ std::vector<int> add_typed_node(Graph& g, Node n, const std::vector<std::string>
                                 const ShapeFunction& shapes) {
   const std::vector<TensorType> t = node_types(g, n, shapes);
   if (t.size() < outputs.size())
-    throw std::logic_error(
+    throw InternalError(
         fmt::format("node '{}' ({}): {} outputs typed, {} wanted", n.name, n.op_type, t.size(), outputs.size()));
   for (size_t k = 0; k < outputs.size(); ++k)
     n.outputs.push_back(g.add_value_unique(outputs[k], t[k].dtype, t[k].shape));

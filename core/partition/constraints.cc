@@ -15,8 +15,8 @@ int Partitioner::make_partial(int gv, int x, const TensorSharding& cur, const Te
                               TensorSharding& partial) {
   const Value& v = g_.values[gv];
   if (!cur.unreduced.empty() && cur.reduction != want.reduction)
-    throw std::logic_error(fmt::format("'{}' is unreduced ({}) and cannot be made unreduced ({}) too", v.name,
-                                       reduction_name(cur.reduction), reduction_name(want.reduction)));
+    throw InternalError(fmt::format("'{}' is unreduced ({}) and cannot be made unreduced ({}) too", v.name,
+                                    reduction_name(cur.reduction), reduction_name(want.reduction)));
   partial = cur;  // first gather the axes out of the dims they split
   for (auto& axes : partial.dims) std::erase_if(axes, [&](int a) { return contains(extra, a); });
   if (!(partial == cur)) x = reshard(gv, x, cur, partial, for_node, why);

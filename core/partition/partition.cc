@@ -227,7 +227,7 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node,
     return lv;
   };
   if (avail_[gv].empty()) {
-    if (!v.is_initializer) throw std::logic_error(fmt::format("value '{}' used before it is computed", v.name));
+    if (!v.is_initializer) throw InternalError(fmt::format("value '{}' used before it is computed", v.name));
     const TensorSharding held = constrained(gv) ? constraint(gv) : want;
     bind(gv, held, param(held));
     if (held == want) return avail_[gv].front().id;

@@ -124,7 +124,7 @@ class Partitioner {
   int collective(const CollectiveAttrs& a, int x, Shape out_shape, const std::string& for_node, int gv,
                  const std::string& reason);
   /// Local id of global value gv with sharding `want`, inserting collectives and local slices as needed (memoised
-  /// per sharding). Initializers are sliced when loaded, so any sharding of one is free. Throws std::logic_error
+  /// per sharding). Initializers are sliced when loaded, so any sharding of one is free. Throws InternalError
   /// when gv is not computed yet or `want` is unreduced over axes gv is not. `why` gives the collectives' reason; it
   /// is called only when one is needed.
   int get(int gv, TensorSharding want, const std::string& for_node, const std::function<std::string()>& why);
@@ -236,7 +236,7 @@ class Partitioner {
   int first_tile_only(int x, const std::vector<int>& axes, float identity, const std::string& name);
   /// Makes global value gv (local `x`, sharding `cur`) unreduced over `extra` as well, with want.reduction: first
   /// gathers `extra` out of the dims they split, then first_tile_only for sum/prod (a max/min of copies is the
-  /// value). `partial` receives the resulting sharding. Throws std::logic_error when `cur` is unreduced with another
+  /// value). `partial` receives the resulting sharding. Throws InternalError when `cur` is unreduced with another
   /// reduction kind.
   int make_partial(int gv, int x, const TensorSharding& cur, const TensorSharding& want, const std::vector<int>& extra,
                    const std::string& for_node, const std::string& why, TensorSharding& partial);

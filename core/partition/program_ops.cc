@@ -22,7 +22,7 @@ std::string_view op_name(GspmdOp op) {
     case GspmdOp::kMaskPad: return "MaskPad";
     case GspmdOp::kPartitionOffset: return "PartitionOffset";
   }
-  throw std::logic_error("op_name: invalid GspmdOp");
+  throw InternalError("op_name: invalid GspmdOp");
 }
 
 std::string_view op_name(Collective c) { return op_name(gspmd_op_of(c)); }
@@ -41,7 +41,7 @@ std::string_view collective_name(Collective c) {
     case Collective::kAllToAll: return "all-to-all";
     case Collective::kCollectivePermute: return "collective-permute";
   }
-  throw std::logic_error("collective_name: invalid Collective");
+  throw InternalError("collective_name: invalid Collective");
 }
 
 std::optional<Collective> collective_from_name(std::string_view name) {
@@ -60,7 +60,7 @@ GspmdOp gspmd_op_of(Collective c) {
     case Collective::kAllToAll: return GspmdOp::kAllToAll;
     case Collective::kCollectivePermute: return GspmdOp::kCollectivePermute;
   }
-  throw std::logic_error("gspmd_op_of: invalid Collective");
+  throw InternalError("gspmd_op_of: invalid Collective");
 }
 
 std::optional<Collective> collective_of(GspmdOp op) {
@@ -74,7 +74,7 @@ std::optional<Collective> collective_of(GspmdOp op) {
     case GspmdOp::kMaskPad:
     case GspmdOp::kPartitionOffset: return std::nullopt;
   }
-  throw std::logic_error("collective_of: invalid GspmdOp");
+  throw InternalError("collective_of: invalid GspmdOp");
 }
 
 bool is_collective(GspmdOp op) { return collective_of(op).has_value(); }

@@ -233,7 +233,7 @@ std::optional<Collective> step_collective(ReshardStep::Kind k) {
     case ReshardStep::Kind::kSlice: return std::nullopt;
     case ReshardStep::Kind::kPermute: return Collective::kCollectivePermute;
   }
-  throw std::logic_error("step_collective: invalid ReshardStep::Kind");
+  throw InternalError("step_collective: invalid ReshardStep::Kind");
 }
 
 std::string_view step_name(ReshardStep::Kind k) {
@@ -269,11 +269,11 @@ const ReshardPlan& ReshardPlanner::plan(const Shape& global, int64_t elem_bytes,
 ReshardPlan ReshardPlanner::search(const Shape& global, int64_t elem_bytes, const TensorSharding& from,
                                    const TensorSharding& to) const {
   if (from.rank() != static_cast<int>(global.size()) || to.rank() != from.rank())
-    throw std::logic_error("reshard: sharding rank does not match the value's rank");
+    throw InternalError("reshard: sharding rank does not match the value's rank");
   for (int a : to.unreduced)
-    if (!contains(from.unreduced, a)) throw std::logic_error("reshard: cannot make a value unreduced");
+    if (!contains(from.unreduced, a)) throw InternalError("reshard: cannot make a value unreduced");
   if (!to.unreduced.empty() && to.reduction != from.reduction)
-    throw std::logic_error("reshard: unreduced values keep their reduction kind");
+    throw InternalError("reshard: unreduced values keep their reduction kind");
 
   // A* over shardings (ties on time go to fewer steps); states are keyed by their layout. The heuristic: a sharding
   // from which slices alone cannot reach `to` (an unreduced axis to combine, or a dim whose axes are not a prefix of
@@ -329,7 +329,7 @@ ReshardPlan ReshardPlanner::search(const Shape& global, int64_t elem_bytes, cons
   }
   auto it = seen.find(goal);
   if (it == seen.end() || !it->second.done)
-    throw std::logic_error(fmt::format("reshard: no plan from {} to {}", start, goal));
+    throw InternalError(fmt::format("reshard: no plan from {} to {}", start, goal));
   ReshardPlan plan;
   plan.states = static_cast<int>(seen.size());
   for (std::string k = goal; k != start; k = seen[k].prev) plan.steps.push_back(seen[k].step);

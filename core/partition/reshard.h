@@ -63,7 +63,7 @@ class ReshardPlanner {
   /// axes (where the kept prefix nests: ceil(d/T) == m*ceil(d/(T*m)), or the dim becomes whole), local slices,
   /// and collective-permutes between layouts with equal local shapes. Cost per collective: collective_time of
   /// core/cost; per slice: the bytes read / HBM bandwidth; ties go to fewer steps.
-  /// Throws std::logic_error when `to` keeps an unreduced axis `from` does not have (unreduced values cannot be
+  /// Throws InternalError when `to` keeps an unreduced axis `from` does not have (unreduced values cannot be
   /// created by a reshard) or the shardings do not fit the rank / mesh.
   const ReshardPlan& plan(const Shape& global, int64_t elem_bytes, const TensorSharding& from,
                           const TensorSharding& to);

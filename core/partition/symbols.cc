@@ -22,7 +22,7 @@ std::shared_ptr<const SymbolicValue> local_symbols(const Value& lv, const Value&
     const int64_t k = d < tiles.size() ? tiles[d] : 1;
     s.dims.push_back(k > 1 ? ceil_div(gv.sym->dims[d], k) : gv.sym->dims[d]);
     if (s.dims.back().eval(hints) != lv.shape[d])
-      throw std::logic_error(
+      throw InternalError(
           fmt::format("value '{}' dim {}: {} is not the program's {}", lv.name, d, s.dims.back().str(), lv.shape[d]));
   }
   if (gv.sym->elems) {
@@ -52,7 +52,7 @@ SymbolicValue gspmd_symbols(const SpmdProgram& p, int node) {
   auto divided = [&](int64_t axis, int64_t k) {
     auto q = exact_div(at(axis), k);
     if (!q)
-      throw std::logic_error(
+      throw InternalError(
           fmt::format("node '{}' ({}): dim {} does not divide by {}", n.name, n.op_type, at(axis).str(), k));
     at(axis) = *q;
   };
@@ -166,7 +166,7 @@ void attach_program_symbols(SpmdProgram& p, const Graph& g) {
       Shape at;
       for (const DimExpr& d : syms[k].dims) at.push_back(d.eval(P.dim_hints));
       if (at != v.shape)
-        throw std::logic_error(
+        throw InternalError(
             fmt::format("node '{}' ({}): output '{}' over the symbols is {} ({} at the hints), but "
                         "the program's is {}",
                         n.name, n.op_type, v.name, dims_str(syms[k].dims), shape_str(at), shape_str(v.shape)));

@@ -197,7 +197,7 @@ class Builder {
     try {
       return add_typed_node(out_, std::move(n), outputs, shapes_);
     } catch (const std::exception& e) {
-      throw std::logic_error(fmt::format("pipeline_graph: node '{}' ({}): {}", name, op, e.what()));
+      throw InternalError(fmt::format("pipeline_graph: node '{}' ({}): {}", name, op, e.what()));
     }
   }
   int op(const std::string& op, const std::vector<int>& inputs, const std::string& name,

@@ -40,7 +40,7 @@ BlockStacker::Bound BlockStacker::lookup(int v) {
   // A constant of g that the block reads: copied once, shared by every stage and application.
   const Value& val = g_.values[static_cast<size_t>(v)];
   if (!val.is_initializer)
-    throw std::logic_error(fmt::format("BlockStacker: value '{}' is neither bound nor shared", val.name));
+    throw InternalError(fmt::format("BlockStacker: value '{}' is neither bound nor shared", val.name));
   const int id = out_.add_value_unique(val.name, val.dtype, val.shape);
   out_.values[static_cast<size_t>(id)].is_initializer = true;
   out_.values[static_cast<size_t>(id)].data = val.data;

@@ -348,8 +348,8 @@ Geom geometry(const Node& n, const Shape& x, const Shape& y, const std::vector<i
   g.s = n.ints("strides", std::vector<int64_t>(sp, 1));
   g.d = dilations ? n.ints("dilations", std::vector<int64_t>(sp, 1)) : std::vector<int64_t>(sp, 1);
   if (g.k.size() != sp || g.s.size() != sp || g.d.size() != sp)
-    throw std::logic_error(fmt::format("gradient of node '{}' ({}): kernel, strides or dilations do not have {} dims",
-                                       n.name, n.op_type, sp));
+    throw InternalError(fmt::format("gradient of node '{}' ({}): kernel, strides or dilations do not have {} dims",
+                                    n.name, n.op_type, sp));
   const std::string ap = n.s("auto_pad", "NOTSET");
   std::vector<int64_t> pads = ap == "NOTSET" || ap.empty() ? n.ints("pads") : std::vector<int64_t>{};
   if (pads.empty()) pads.assign(2 * sp, 0);

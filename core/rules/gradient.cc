@@ -77,7 +77,7 @@ int GradContext::scalar(double v, DType t) {
     case DType::kFloat16: *s.data<uint16_t>() = float_to_half(static_cast<float>(v)); break;
     case DType::kBFloat16: *s.data<uint16_t>() = float_to_bf16(static_cast<float>(v)); break;
     case DType::kInt64: *s.data<int64_t>() = static_cast<int64_t>(v); break;
-    default: throw std::logic_error("GradContext::scalar: unsupported dtype " + std::string(dtype_name(t)));
+    default: throw InternalError("GradContext::scalar: unsupported dtype " + std::string(dtype_name(t)));
   }
   return constant(s);
 }

@@ -50,12 +50,12 @@ class GradContext {
   /// need to call set_dx(i, ...). (Rules may skip the work for inputs where this is false.)
   virtual bool wants(size_t i) const = 0;
   /// Gives input i the gradient `grad` (a value of exactly input i's dtype and shape; the driver checks and throws
-  /// std::logic_error naming the op otherwise). Calling it twice for one input (x used twice by the op) adds.
+  /// InternalError naming the op otherwise). Calling it twice for one input (x used twice by the op) adds.
   virtual void set_dx(size_t i, int grad) = 0;
 
   /// Appends node `op` of `domain` ("" = ai.onnx) with `inputs` (value ids; -1 = absent optional) and `attrs`, with
   /// `num_outputs` outputs typed by the executor's shape functions; returns the output ids. Throws
-  /// std::logic_error when the shape function rejects the node (a bug in the rule).
+  /// InternalError when the shape function rejects the node (a bug in the rule).
   virtual std::vector<int> emit_in(const std::string& domain, const std::string& op, const std::vector<int>& inputs,
                                    const std::map<std::string, AttrValue>& attrs, size_t num_outputs) = 0;
   /// emit_in for an ai.onnx op.

@@ -287,7 +287,7 @@ TEST(ExecutorThreads, ErrorOfTheLowestDeviceWins) {
   try {
     run_spmd(replicated_program(b.g, testing::mesh_of({8})), b.g, {rand_f({4, 6}, 1)}, {}, threads(4));
     FAIL() << "expected an error";
-  } catch (const std::runtime_error& e) {
+  } catch (const InternalError& e) {
     EXPECT_NE(std::string(e.what()).find("on device 0"), std::string::npos) << e.what();
   }
 }

@@ -407,13 +407,13 @@ TEST(PodErrors, UnknownGspmdOpAndBadAxis) {
     FAIL() << "expected an error";
   } catch (const UnsupportedError&) {
     FAIL() << "not an UnsupportedError";
-  } catch (const std::runtime_error& e) {
+  } catch (const InternalError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("node 'AllGather_0' (AllGather) on device 0: ", 0), 0u) << e.what();
   }
   // declared output shape disagrees with the op
   EXPECT_THROW(run_node(m, gspmd_node("AllGather", {{"mesh_axes", std::vector<int64_t>{0}}, {"axis", int64_t{1}}}), ins,
                         DType::kFloat32, {1, 2}),
-               std::runtime_error);
+               InternalError);
 }
 
 // ------------------------------------------------------------------------------------------------ memory
@@ -549,7 +549,7 @@ TEST(PodSingle, KernelErrorsNameTheNodeUnsupportedPropagates) {
     FAIL() << "expected an error";
   } catch (const UnsupportedError& e) {
     FAIL() << "unexpected UnsupportedError: " << e.what();
-  } catch (const std::runtime_error& e) {
+  } catch (const InternalError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("node 'bad' (Add) on device 0: ", 0), 0u) << e.what();
   }
   g.nodes[0].op_type = "NoSuchOp";
