@@ -610,6 +610,50 @@ struct Loader {
     }
   }
 
+  // The convolutions and pools whose operands' ranks are known before shape inference (graph inputs, initializers,
+  // value_info) have the ranks the ONNX spec gives: X [N, C, D1, ...] (rank >= 3), W of X's rank, and spatial
+  // attributes of rank - 2 entries (pads: twice that). Checked before ONNX's shape inference, whose convolution and
+  // pool functions crashed (SIGSEGV in onnx 1.12) on a rank-2 X (found by the model fuzzer).
+  void check_conv_pool_ranks() const {
+    const auto& g = m.graph();
+    std::unordered_map<std::string, int> rank;
+    for (const auto& t : g.initializer()) rank[t.name()] = t.dims_size();
+    for (const auto* list : {&g.input(), &g.value_info()})
+      for (const auto& v : *list)
+        if (v.type().has_tensor_type() && v.type().tensor_type().has_shape())
+          rank[v.name()] = v.type().tensor_type().shape().dim_size();
+    static const std::unordered_set<std::string> kOps = {"Conv",    "ConvTranspose", "ConvInteger", "QLinearConv",
+                                                         "MaxPool", "AveragePool",   "LpPool"};
+    const std::vector<std::string> names = unique_node_names(g.node());
+    for (int ni = 0; ni < g.node_size(); ++ni) {
+      const auto& n = g.node(ni);
+      if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
+      if (!kOps.count(n.op_type()) || n.input_size() == 0) continue;
+      auto bad = [&](const std::string& what) {
+        fail(fmt::format("node '{}' ({}): {}", names[ni], n.op_type(), what));
+      };
+      auto r = rank.find(n.input(0));
+      if (r == rank.end()) continue;
+      const int x = r->second;
+      if (x < 3) bad(fmt::format("input '{}' has rank {}; the spec needs [N, C, D1, ...] (rank >= 3)", n.input(0), x));
+      const int wi = n.op_type() == "QLinearConv" ? 3 : 1;
+      const bool conv = n.op_type().rfind("Conv", 0) == 0 || n.op_type() == "QLinearConv";
+      if (conv && n.input_size() > wi)
+        if (auto w = rank.find(n.input(wi)); w != rank.end() && w->second != x)
+          bad(fmt::format("weight '{}' has rank {}, input '{}' rank {}", n.input(wi), w->second, n.input(0), x));
+      for (const auto& a : n.attribute()) {
+        const int want = a.name() == "pads" ? 2 * (x - 2)
+                         : a.name() == "kernel_shape" || a.name() == "strides" || a.name() == "dilations" ||
+                                 a.name() == "output_padding"
+                             ? x - 2
+                             : -1;
+        if (want >= 0 && a.ints_size() != want)
+          bad(fmt::format("attribute '{}' has {} entries; an input of rank {} needs {}", a.name(), a.ints_size(), x,
+                          want));
+      }
+    }
+  }
+
   void infer() {
     // Before IR 4, shape inference types only the initializers listed as graph inputs; the constants exposed here
     // (initializers, Constant outputs, folded values) are not, so the proto says IR 4 from here on.
@@ -907,6 +951,7 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
   rep = {};
   rep.sharding_annotations = annotated;
   L.check_reads_defined();
+  L.check_conv_pool_ranks();
   L.infer();
   std::unordered_set<std::string> unknown;
   Graph g = L.convert(unknown);

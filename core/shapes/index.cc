@@ -67,7 +67,7 @@ std::vector<TensorType> scatter_nd_types(const ShapeCtx& c) {
 
 // OneHot: indices' shape with `depth` inserted at axis; the values' dtype.
 std::vector<TensorType> one_hot_types(const ShapeCtx& c) {
-  const auto depth = static_cast<int64_t>(first_element(c, c.needs_value(1, "the depth"), "depth"));
+  const auto depth = saturate_cast<int64_t>(first_element(c, c.needs_value(1, "the depth"), "depth"));
   if (num_elements(c.shape(2)) != 2) c.fail("values must have two elements [off, on]");
   if (depth < 0) c.fail("depth must be non-negative");
   Shape os = c.shape(0);

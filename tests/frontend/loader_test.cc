@@ -241,6 +241,17 @@ TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
   mlp.mutable_graph()->mutable_node(0)->set_output(0, "h\xff");
   mlp.mutable_graph()->mutable_node(1)->set_input(0, "h\xff");
   EXPECT_EQ(error_of(mlp), p + ": value name 'h\\xff' is not valid UTF-8");
+  // onnx 1.12's Conv inference died of SIGSEGV on a rank-2 input (fuzz/corpus/model/crash-conv-rank2-input.onnx)
+  dropout = test::read_onnx_model(frontend_data("old_opset_dropout.onnx"));
+  auto* x = dropout.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  while (x->dim_size() > 2) x->mutable_dim()->RemoveLast();
+  EXPECT_EQ(error_of(dropout),
+            p + ": node 'conv' (Conv): input 'x' has rank 2; the spec needs [N, C, D1, ...] (rank >= 3)");
+  dropout = test::read_onnx_model(frontend_data("old_opset_dropout.onnx"));
+  auto* pads = dropout.mutable_graph()->mutable_node(0)->mutable_attribute(0);
+  ASSERT_EQ(pads->name(), "pads");
+  pads->add_ints(1);
+  EXPECT_EQ(error_of(dropout), p + ": node 'conv' (Conv): attribute 'pads' has 5 entries; an input of rank 4 needs 4");
 }
 
 // Reading a FIFO would wait for a writer forever: only regular files are read.
