@@ -45,7 +45,7 @@ void DeviceFiles::symbolic(const std::string& path, const ModelInfo& info) {
           dims[sym] = p_.graph.values[static_cast<size_t>(p_.graph.inputs[k])].shape.at(d);
   }
   std::vector<int64_t> sizes;
-  for (const auto& [sym, hint] : sp.graph.dim_hints) {
+  for (const std::string& sym : input_dim_symbols(sp.graph)) {
     if (!dims.count(sym))
       throw InputError(fmt::format("{}: needs the size of dim '{}', which no input of the model is", path, sym));
     sizes.push_back(dims.at(sym));

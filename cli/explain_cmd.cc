@@ -245,8 +245,17 @@ int cmd_explain(const ExplainOptions& o) {
     if (only >= 0 && v != only) continue;
     const Value& val = g.values[v];
     const TensorSharding& s = p.program.final_shardings[v];
-    fmt::print("{} {} {}\n", val.name, dtype_name(val.dtype), shape_str(val.shape));
+    fmt::print("{} {} {}\n", val.name, dtype_name(val.dtype), val.sym ? dims_str(val.sym->dims) : shape_str(val.shape));
     fmt::print("  sharding  {}   hlo {}   sbp {}\n", s.to_partition_spec(mesh), s.to_hlo(mesh), s.to_sbp(mesh));
+    const std::vector<char> runtime = runtime_dims_of(g, v);
+    for (size_t d = 0; d < runtime.size(); ++d)
+      if (runtime[d])
+        for (const std::string& sym : val.sym->dims[d].symbols())
+          if (auto rt = g.runtime_dims.find(sym); rt != g.runtime_dims.end())
+            fmt::print(
+                "  dim {}     {} reads {}, {} (node '{}', at most {}): known only at run time, so never "
+                "split\n",
+                d, val.sym->dims[d].str(), sym, rt->second.what, rt->second.node, rt->second.bound);
     if (!(s == p.plan.shardings[v]))
       fmt::print("  planned   {} (the partitioner kept it {})\n", p.plan.shardings[v].to_partition_spec(mesh),
                  s.unreduced.empty() ? "as computed" : "unreduced until a consumer needs it reduced");

@@ -361,6 +361,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   auto t0 = std::chrono::steady_clock::now();
   lo.inputs_dir = o.inputs_dir;  // the given inputs' shapes bind symbolic dims (--dim must agree)
   lo.keep_symbols = o.keep_symbols && !o.training.on && o.pipeline.axis.empty() && !o.auto_search;
+  lo.data_dependent_dims = !o.training.on && o.pipeline.axis.empty();  // the step builder and stages are static
   p.graph = load_model(o.model, lo, &p.load_report);
   const std::string file = sharding_file_of(o, p.load_report);
   auto read_annotations = [&](const Graph& g) {

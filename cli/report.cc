@@ -191,6 +191,8 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
     j["dim_hints"] = json::object();
     for (const auto& [sym, hint] : p.graph.dim_hints) j["dim_hints"][sym] = hint;
   }
+  for (const auto& [sym, d] : p.graph.runtime_dims)  // known only at run time: costed at their bounds
+    j["data_dependent_dims"][sym] = {{"bound", d.bound}, {"counts", d.what}, {"node", d.node}};
   j["model_flops"] = cost.model_flops;
   j["compile_time_s"] = {{"load", p.times.load},
                          {"propagate", p.times.propagate},
@@ -365,13 +367,24 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
   fmt::print("mesh      {{{}}}: {} devices, target {} ({}, device order {})\n", fmt::join(mesh, ", "),
              r["devices"].get<int64_t>(), r["target"].get<std::string>(),
              r["target_spec"]["topology"].get<std::string>(), r["device_order"].get<std::string>());
-  if (r.contains("dim_hints")) {
-    DimBindings hints;
-    for (const auto& [sym, hint] : r["dim_hints"].items()) hints[sym] = hint.get<int64_t>();
+  const nlohmann::json runtime = r.value("data_dependent_dims", nlohmann::json::object());
+  DimBindings hints;
+  if (r.contains("dim_hints"))
+    for (const auto& [sym, hint] : r["dim_hints"].items())
+      if (!runtime.contains(sym)) hints[sym] = hint.get<int64_t>();
+  if (!hints.empty())
     fmt::print(
         "dims      symbolic, kept in the device files; sizes and times below at the hints {} (--dim N=V for "
         "others)\n",
         bindings_str(hints));
+  if (!runtime.empty()) {
+    std::vector<std::string> dims;
+    for (const auto& [sym, d] : runtime.items())
+      dims.push_back(fmt::format("{} <= {} ({})", sym, d["bound"].get<int64_t>(), d["counts"].get<std::string>()));
+    fmt::print(
+        "dims      data-dependent, known at run time and never split; sizes and times below at their bounds: "
+        "{}\n",
+        fmt::join(dims, ", "));
   }
   if (r.contains("training"))
     fmt::print("training  one step: loss '{}', {} weights ({}){}\n", r["training"]["loss"].get<std::string>(),

@@ -215,31 +215,31 @@ struct Exporter {
 
   std::string symbol_size(const std::string& sym) {
     if (auto it = sym_source_.find(sym); it != sym_source_.end()) return it->second;
+    if (auto rt = runtime_at_.find(sym); rt != runtime_at_.end()) {  // read off the output that has it
+      const Value& out = G.values[static_cast<size_t>(rt->second.first)];
+      return sym_source_[sym] = dim_of(out, rt->second.second, sym);
+    }
+    if (G.runtime_dims.count(sym))
+      throw InternalError(fmt::format("export: dim '{}' is read before the node that computes it", sym));
     for (int v : G.inputs) {
       const Value& in = G.values[static_cast<size_t>(v)];
       if (!in.sym) continue;
       for (size_t d = 0; d < in.sym->dims.size(); ++d) {
-        if (!(in.sym->dims[d] == DimExpr::symbol(sym))) continue;
-        const std::string shape = add_temp(in.name + "/shape", DType::kInt64, {static_cast<int64_t>(in.shape.size())});
-        add_node(fresh(in.name + "/Shape"), "Shape", {in.name}, {shape});
-        const std::string size = add_temp(sym + "/size", DType::kInt64, {1});
-        const std::string idx = add_const(sym + "/dim", Tensor::from_int64s({static_cast<int64_t>(d)}));
-        add_node(fresh(sym + "/Gather"), "Gather", {shape, idx}, {size});
-        return sym_source_[sym] = size;
+        if (in.sym->dims[d] == DimExpr::symbol(sym)) return sym_source_[sym] = dim_of(in, d, sym);
       }
     }
     // No input holds it whole (a split dim is padded): the device reads it from its gspmd_dims input.
+    const std::vector<std::string> symbols = input_dim_symbols(G);
     if (dims_input_.empty()) {
       dims_input_ = fresh(kDimsInput);
       auto* in = pg->add_input();
       set_value_info(in, Value{dims_input_, ValueKind::kTensor, DType::kInt64,
-                               Shape{static_cast<int64_t>(G.dim_hints.size())}, -1, false, nullptr, nullptr});
-      std::string order;
-      for (const auto& [name, hint] : G.dim_hints) order += (order.empty() ? "" : ",") + name;
-      in->set_doc_string("the global sizes of the dim symbols " + order + ", in this order (docs/shapes.md)");
+                               Shape{static_cast<int64_t>(symbols.size())}, -1, false, nullptr, nullptr});
+      in->set_doc_string("the global sizes of the dim symbols " + fmt::format("{}", fmt::join(symbols, ",")) +
+                         ", in this order (docs/shapes.md)");
     }
-    const auto k = std::distance(G.dim_hints.begin(), G.dim_hints.find(sym));
-    if (k >= static_cast<std::ptrdiff_t>(G.dim_hints.size()))
+    const auto k = std::distance(symbols.begin(), std::find(symbols.begin(), symbols.end(), sym));
+    if (k >= static_cast<std::ptrdiff_t>(symbols.size()))
       throw InternalError(fmt::format("export: dim '{}' is not one of the program's symbols", sym));
     const std::string size = add_temp(sym + "/size", DType::kInt64, {1});
     add_node(fresh(sym + "/Gather"), "Gather", {dims_input_, add_const(sym + "/index", Tensor::from_int64s({k}))},
@@ -247,6 +247,49 @@ struct Exporter {
     return sym_source_[sym] = size;
   }
   std::string dims_input_;  // the gspmd_dims input's name, once a symbol needs it
+  // Data-dependent symbols (Graph::runtime_dims): the output and dim where the node that computes each put it, once
+  // that node is written; and the constants that read them, written right after the last of those nodes.
+  std::map<std::string, std::pair<int, size_t>> runtime_at_;
+  std::vector<int> pending_constants_;
+
+  // A [1] int64 value holding dim d of value `v`: Gather(Shape(v), [d]).
+  std::string dim_of(const Value& v, size_t d, const std::string& sym) {
+    const std::string shape = add_temp(v.name + "/shape", DType::kInt64, {static_cast<int64_t>(v.shape.size())});
+    add_node(fresh(v.name + "/Shape"), "Shape", {v.name}, {shape});
+    const std::string size = add_temp(sym + "/size", DType::kInt64, {1});
+    const std::string idx = add_const(sym + "/dim", Tensor::from_int64s({static_cast<int64_t>(d)}));
+    add_node(fresh(sym + "/Gather"), "Gather", {shape, idx}, {size});
+    return size;
+  }
+
+  // After node `n` is written: the data-dependent symbols its outputs compute, and the pending constants that can
+  // now be computed from them.
+  void after_node(const Node& n) {
+    if (G.runtime_dims.empty()) return;
+    for (int o : n.outputs) {
+      const std::vector<char> rt = runtime_dims_of(G, o);
+      for (size_t d = 0; d < rt.size(); ++d) {
+        const DimExpr& e = G.values[static_cast<size_t>(o)].sym->dims[d];
+        if (rt[d] && e.symbols().size() == 1 && e == DimExpr::symbol(e.symbols()[0]))
+          runtime_at_.emplace(e.symbols()[0], std::make_pair(o, d));
+      }
+    }
+    auto ready = [&](int v) {
+      for (const DimExpr& e : *G.values[static_cast<size_t>(v)].sym->elems)
+        for (const std::string& s : e.symbols())
+          if (G.runtime_dims.count(s) && !runtime_at_.count(s)) return false;
+      return true;
+    };
+    for (auto it = pending_constants_.begin(); it != pending_constants_.end();) {
+      if (!ready(*it)) {
+        ++it;
+        continue;
+      }
+      emit_symbolic_constant(G.values[static_cast<size_t>(*it)]);
+      set_value_info(pg->add_value_info(), G.values[static_cast<size_t>(*it)]);
+      it = pending_constants_.erase(it);
+    }
+  }
 
   std::string binary(const char* op, const std::string& a, const std::string& b) {
     const std::string y = add_temp(std::string("dims/") + op, DType::kInt64, {1});
@@ -894,6 +937,11 @@ struct Exporter {
       const Value& val = G.values[v];
       if (val.producer >= 0 || !val.is_initializer) continue;
       if (val.sym && val.sym->elems && val.sym->has_symbols()) {
+        if (std::any_of(val.sym->elems->begin(), val.sym->elems->end(),
+                        [&](const DimExpr& e) { return reads_runtime_dim(G, e); })) {
+          pending_constants_.push_back(v);  // after the node that computes its size (after_node)
+          continue;
+        }
         emit_symbolic_constant(val);
         set_value_info(pg->add_value_info(), val);
         continue;
@@ -930,7 +978,11 @@ struct Exporter {
         copy_node(n);
       for (int o : n.outputs)
         if (!io.count(o)) set_value_info(pg->add_value_info(), G.values.at(o));
+      after_node(n);
     }
+    if (!pending_constants_.empty())
+      throw InternalError(fmt::format("export: constant '{}' reads a data-dependent dim no node computes",
+                                      G.values[static_cast<size_t>(pending_constants_[0])].name));
     auto* os = m.add_opset_import();
     os->set_domain("");
     os->set_version(opset);

@@ -2,6 +2,7 @@
 #include "onnx_frontend/fold.h"
 
 #include <algorithm>
+#include <cctype>
 #include <memory>
 #include <variant>
 
@@ -174,6 +175,7 @@ void type_bodies(Node& n, const std::vector<const TensorType*>& types, const Loa
     std::map<std::string, std::string> why;
     LoadReport inner;
     Pass bp{b, unknown, why, opts, inner, {}, {}, {}};
+    bp.body = true;
     run_pass(bp);
     bool keeps = false;
     try {
@@ -284,11 +286,56 @@ std::vector<SymbolicValue> infer_symbols(Pass& p, const Node& n, const NodeInput
         "node '{}' ({}): control flow on values with symbolic dims: bind them with --dim", n.name, n.op_type));
   std::vector<SymbolicInput> sin(n.inputs.size());
   for (size_t k = 0; k < sin.size(); ++k) sin[k] = {in.types[k], in.values[k], in.syms[k]};
-  SymbolicResult r = infer_symbolic(n, sin, inferred.types, p.g.opset, p.g.dim_hints);
+  SymbolicResult r;
+  try {
+    r = infer_symbolic(n, sin, inferred.types, p.g.opset, p.g.dim_hints);
+  } catch (const UnsupportedError& e) {  // --dim cannot bind a data-dependent dim: say what it is
+    const std::string what = e.what(), bind = ": bind them with --dim";
+    const bool runtime = std::any_of(sin.begin(), sin.end(), [&](const SymbolicInput& x) {
+      return x.sym && std::any_of(x.sym->dims.begin(), x.sym->dims.end(),
+                                  [&](const DimExpr& d) { return reads_runtime_dim(p.g, d); });
+    });
+    if (!runtime || what.size() < bind.size() || what.compare(what.size() - bind.size(), bind.size(), bind) != 0) throw;
+    throw UnsupportedError(what.substr(0, what.size() - bind.size()) +
+                           " (data-dependent dims are typed by NonZero, Compress, TopK, Unique and NonMaxSuppression "
+                           "and the ops of core/shapes/symbolic.h; docs/shapes.md)");
+  }
   for (auto& guard : r.assumed_equal)
     if (std::find(p.g.dim_guards.begin(), p.g.dim_guards.end(), guard) == p.g.dim_guards.end())
       p.g.dim_guards.push_back(std::move(guard));
   return std::move(r.outputs);
+}
+
+// Node `n`'s outputs when their size depends on its input values (inferred.data_dependent; LoadOptions::
+// data_dependent_dims): the count becomes a fresh data-dependent symbol ("nonzero_0"), typed at its upper bound,
+// which joins the graph's dim_hints and runtime_dims (docs/shapes.md step 6). Sets `inferred` and `syms`; false when
+// the op has no such rule or the node is in a body (it stays untyped, refused as before).
+bool type_data_dependent(Pass& p, const Node& n, const NodeInputs& in, Inferred& inferred,
+                         std::vector<SymbolicValue>& syms) {
+  if (!inferred.data_dependent || !p.opts.data_dependent_dims || p.body) return false;
+  std::vector<SymbolicInput> sin(n.inputs.size());
+  for (size_t k = 0; k < sin.size(); ++k) sin[k] = {in.types[k], in.values[k], in.syms[k]};
+  std::string lower = n.op_type == "NonMaxSuppression" ? "nms" : n.op_type;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::string name;
+  for (size_t k = p.g.runtime_dims.size(); name.empty() || p.g.dim_hints.count(name); ++k)
+    name = fmt::format("{}_{}", lower, k);
+  std::optional<DataDependentOutputs> r = infer_data_dependent(n, sin, p.g.opset, p.g.dim_hints, name);
+  if (!r) return false;
+  const int64_t bound = std::max<int64_t>(r->bound.eval(p.g.dim_hints), 0);
+  const int by = r->input < n.inputs.size() ? n.inputs[r->input] : -1;
+  p.g.dim_hints[name] = bound;
+  p.g.runtime_dims[name] = {
+      n.name, by >= 0 ? fmt::format("{} of '{}'", r->counts, p.g.values[static_cast<size_t>(by)].name) : r->counts,
+      bound};
+  inferred = Inferred{};
+  for (size_t k = 0; k < r->outputs.size(); ++k) {
+    Shape shape;
+    for (const DimExpr& d : r->outputs[k].dims) shape.push_back(d.eval(p.g.dim_hints));
+    inferred.types.push_back({r->dtypes[k], std::move(shape)});
+  }
+  syms = std::move(r->outputs);
+  return true;
 }
 
 // True when a node with symbolic inputs may fold: each output's dims are constants and its values expressions.
@@ -423,8 +470,9 @@ bool fold(Pass& p, size_t ni, const NodeInputs& in, const Inferred& inferred) {
 }
 
 // Types node `n`'s outputs with the shape function's answer, cross-checked against ONNX inference where it typed
-// them (fold.h); an output left untyped gets its reason in p.why.
-void type_outputs(Pass& p, const Node& n, const Inferred& inferred) {
+// them (fold.h; for a data-dependent node, only their dtypes: a declared shape is the one some data gave); an
+// output left untyped gets its reason in p.why.
+void type_outputs(Pass& p, const Node& n, const Inferred& inferred, bool data_dependent = false) {
   Graph& g = p.g;
   for (size_t k = 0; k < n.outputs.size(); ++k) {
     Value& v = g.values[static_cast<size_t>(n.outputs[k])];
@@ -439,7 +487,8 @@ void type_outputs(Pass& p, const Node& n, const Inferred& inferred) {
       }
     } else {
       const TensorType& t = inferred.types[k];
-      if (onnx_typed && (t.dtype != v.dtype || t.shape != v.shape))
+      // a data-dependent output's declared shape (the node tests declare the one their data gives) is no type
+      if (onnx_typed && (t.dtype != v.dtype || (t.shape != v.shape && !data_dependent)))
         disagreement = fmt::format("value '{}' (node '{}' ({})): shape function {}, ONNX inference {}", v.name, n.name,
                                    n.op_type, type_str(t.dtype, t.shape), type_str(v.dtype, v.shape));
       v.dtype = t.dtype;
@@ -486,8 +535,14 @@ void run_pass(Pass& p) {
       continue;
     }
     if (n.has_body()) type_bodies(g.nodes[ni], in.types, p.opts, p.report);
-    const Inferred inferred = infer(p, n, in);
-    std::vector<SymbolicValue> syms = infer_symbols(p, n, in, inferred);
+    Inferred inferred = infer(p, n, in);
+    std::vector<SymbolicValue> syms;
+    if (type_data_dependent(p, n, in, inferred, syms)) {
+      type_outputs(p, n, inferred, /*data_dependent=*/true);
+      attach_symbols(p, n, std::move(syms));
+      continue;
+    }
+    syms = infer_symbols(p, n, in, inferred);
     if (symbols_fold(in, syms) && fold(p, ni, in, inferred)) {
       p.dead[ni] = 1;
       attach_symbols(p, n, std::move(syms));

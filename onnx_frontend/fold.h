@@ -70,6 +70,7 @@ struct Pass {
     std::vector<std::vector<int>> scans;
   };
   std::unordered_map<std::string, Unroll> unrolling;
+  bool body = false;  // typing a control-flow body (type_bodies), not the model's graph
 
   /// Replaces node `ni` by `nodes` (the pass visits them next). The replaced node's outputs that no new node
   /// produces lose their producer.

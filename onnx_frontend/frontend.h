@@ -68,6 +68,10 @@ struct LoadOptions {
   /// whose outputs depend on a symbol fold only when their values are such expressions. Graph::dim_hints lists the
   /// symbols, Graph::dim_guards what the model assumes of them.
   bool keep_symbols = false;
+  /// The outputs of NonZero, Compress, TopK with a computed k, Unique and NonMaxSuppression on values known only at
+  /// run time get a data-dependent dim symbol each (Graph::runtime_dims, docs/shapes.md step 6) instead of staying
+  /// untyped (false: such a node is the one-line "has a data-dependent shape" error, as for other ops).
+  bool data_dependent_dims = true;
   /// Shapes of the input tensors the model will run on (`run --inputs`), by graph input name: their dims bind the
   /// symbolic dims of those inputs (a --dim that says otherwise is an InputError), so --dim is needed only without
   /// inputs.

@@ -587,6 +587,15 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
   if (N != p.mesh.num_devices())
     throw std::runtime_error(fmt::format("{} ranks for {} devices", N, p.mesh.num_devices()));
   if (measured_runs < 1) throw std::invalid_argument("run_mpi: measured_runs must be >= 1");
+  const Graph& program = device_model ? *device_model : p.program;
+  if (!program.runtime_dims.empty()) {  // every rank refuses it, before the first collective
+    std::vector<std::string> dims;
+    for (const auto& [sym, d] : program.runtime_dims) dims.push_back(sym);
+    throw UnsupportedError(
+        fmt::format("--backend mpi: the model has data-dependent dims ({}), whose outputs the ranks cannot gather "
+                    "yet: run it on the emulator (docs/shapes.md)",
+                    fmt::join(dims, ", ")));
+  }
   MpiRun r;
 
   // Communicators first (collective), so that the timed part below is the program only.

@@ -121,6 +121,13 @@ class Executor final : private FusionHost {
   /// Stores output k of node n on device d, checking it against the program's declared type and shape (fails on a
   /// mismatch). Does nothing for an output the node does not have or that is omitted.
   void store(const Node& n, int64_t d, size_t k, Tensor t);
+  /// Data-dependent dims (Graph::runtime_dims, docs/shapes.md step 6): checks that output k of node n (value `val`)
+  /// has the dims its expressions give at this run's sizes; a dim that is a data-dependent symbol not seen yet
+  /// binds it (at most its bound). Fails naming the output otherwise.
+  void check_runtime_dims(const Node& n, int64_t d, size_t k, const Value& val, const Tensor& t);
+  /// Value v, a constant whose elements read a data-dependent symbol (a shape torch computed from NonZero's count),
+  /// at the sizes device d has seen in this run; evaluated once per run.
+  const Tensor* runtime_constant(const Node& n, int64_t d, int v) const;
   /// True when a node is too cheap to be worth waking worker threads for: views (Reshape & co. reuse the donated
   /// buffer) and nodes whose every output is small.
   bool cheap(const Node& n) const;
@@ -169,6 +176,12 @@ class Executor final : private FusionHost {
     Clock::time_point start, end;
   };
   std::vector<StepTime> steps_;
+  // Data-dependent dims: whether the program has any, per value whether it is a constant that reads one, and per
+  // device the symbols bound in this run and the constants evaluated at them.
+  bool runtime_dims_ = false;
+  std::vector<char> runtime_const_;
+  std::vector<DimBindings> runtime_;
+  mutable std::vector<std::map<int, Tensor>> evaluated_;
 };
 
 }  // namespace gspmd::pod

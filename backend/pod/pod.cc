@@ -65,6 +65,15 @@ Executor::Executor(const Graph& prog, const DeviceMesh& mesh, std::vector<int64_
   for (int v : prog.outputs) keep_[v] = 1;
   stats_.resize(n_);
   for (int64_t d = 0; d < n_; ++d) stats_[d].device = dev_[d];
+  runtime_dims_ = !prog.runtime_dims.empty();
+  if (runtime_dims_) {
+    runtime_const_.assign(nv_, 0);
+    for (size_t v = 0; v < nv_; ++v) {
+      const Value& val = prog.values[v];
+      if (val.is_initializer && val.sym && val.sym->elems)
+        for (const DimExpr& e : *val.sym->elems) runtime_const_[v] |= reads_runtime_dim(prog, e) ? 1 : 0;
+    }
+  }
 }
 
 void Executor::set_owned(int64_t d, int v, Tensor t) {
@@ -127,6 +136,10 @@ void Executor::run(const RunProgress& progress) {
     for (int v : prog_.nodes[i].inputs)
       if (v >= 0) last_use_[v] = static_cast<int>(i);
   for (int64_t d = 0; d < n_; ++d) stats_[d].peak_memory_bytes = std::max(stats_[d].peak_memory_bytes, live_[d]);
+  if (runtime_dims_) {
+    runtime_.assign(static_cast<size_t>(n_), DimBindings{});
+    evaluated_.assign(static_cast<size_t>(n_), {});
+  }
   plan_fusion();
   steps_.clear();
   for (size_t i = 0; i < prog_.nodes.size(); ++i) {
@@ -232,6 +245,17 @@ void Executor::plan_fusion() {
   group_at_.assign(prog_.nodes.size(), -1);
   if (!options_.fuse) return;
   groups_ = pod::plan_fusion(*this);
+  if (runtime_dims_) {  // a fused group's buffers have the declared shapes: none over a data-dependent dim
+    auto symbolic = [&](const pod::FusedGroup& g) {
+      for (int i = g.first; i <= g.last; ++i)
+        for (const std::vector<int>* vs :
+             {&prog_.nodes[static_cast<size_t>(i)].inputs, &prog_.nodes[static_cast<size_t>(i)].outputs})
+          for (int v : *vs)
+            if (v >= 0 && prog_.values[static_cast<size_t>(v)].sym) return true;
+      return false;
+    };
+    groups_.erase(std::remove_if(groups_.begin(), groups_.end(), symbolic), groups_.end());
+  }
   for (size_t k = 0; k < groups_.size(); ++k) group_at_[static_cast<size_t>(groups_[k].first)] = static_cast<int>(k);
 }
 
@@ -244,6 +268,7 @@ void Executor::fail(const Node& n, int64_t d, const std::string& what) const {
 const Tensor* Executor::input(const Node& n, int64_t d, size_t k) const {
   int v = n.inputs[k];
   if (v < 0) return nullptr;
+  if (runtime_dims_ && runtime_const_[static_cast<size_t>(v)]) return runtime_constant(n, d, v);
   const Tensor* t = ptr_[d][v];
   if (!t)
     fail(n, d,
@@ -256,11 +281,77 @@ bool Executor::donatable(const Node& n, int node, int64_t d, int v) const {
          count_uses(n, v) == 1;
 }
 
+void Executor::check_runtime_dims(const Node& n, int64_t d, size_t k, const Value& val, const Tensor& t) {
+  DimBindings& seen = runtime_[static_cast<size_t>(d)];
+  bool ok = (val.dtype == DType::kUndefined || t.dtype == val.dtype) && t.shape.size() == val.sym->dims.size();
+  for (size_t i = 0; ok && i < t.shape.size(); ++i) {
+    const DimExpr& e = val.sym->dims[i];
+    DimBindings at = prog_.dim_hints;  // the symbols bound at load at their values
+    for (const std::string& s : e.symbols()) {
+      auto rt = prog_.runtime_dims.find(s);
+      if (rt == prog_.runtime_dims.end()) continue;
+      if (auto b = seen.find(s); b != seen.end()) {
+        at[s] = b->second;
+      } else if (e == DimExpr::symbol(s)) {  // the node that computes it: its size binds the symbol
+        if (t.shape[i] > rt->second.bound)
+          fail(n, d,
+               fmt::format("output {} '{}' dim {} is {}, over the bound {} of {} ({})", k, val.name, i, t.shape[i],
+                           rt->second.bound, s, rt->second.what));
+        seen[s] = t.shape[i];
+        at[s] = t.shape[i];
+      } else {
+        fail(n, d,
+             fmt::format("output {} '{}' dim {} ({}) reads {} before a node computes it", k, val.name, i, e.str(), s));
+      }
+    }
+    ok = e.eval(at) == t.shape[i];
+  }
+  if (!ok)
+    fail(n, d,
+         fmt::format("output {} '{}' is {} but the program declares {}{}", k, val.name, type_str(t.dtype, t.shape),
+                     dtype_name(val.dtype), dims_str(val.sym->dims)));
+}
+
+const Tensor* Executor::runtime_constant(const Node& n, int64_t d, int v) const {
+  std::map<int, Tensor>& done = evaluated_[static_cast<size_t>(d)];
+  if (auto it = done.find(v); it != done.end()) return &it->second;
+  const Value& val = prog_.values[static_cast<size_t>(v)];
+  const DimBindings& seen = runtime_[static_cast<size_t>(d)];
+  DimBindings at = prog_.dim_hints;
+  for (const auto& [s, size] : seen) at[s] = size;
+  Tensor t(val.dtype, val.shape);
+  const std::vector<DimExpr>& elems = *val.sym->elems;
+  if (static_cast<int64_t>(elems.size()) != t.numel())
+    fail(n, d,
+         fmt::format("constant '{}': {} elements over the dim symbols for {}", val.name, elems.size(),
+                     type_str(val.dtype, val.shape)));
+  for (size_t i = 0; i < elems.size(); ++i) {
+    for (const std::string& s : elems[i].symbols())
+      if (prog_.runtime_dims.count(s) && !seen.count(s))
+        fail(n, d, fmt::format("constant '{}' ({}) reads {} before a node computes it", val.name, elems[i].str(), s));
+    const int64_t x = elems[i].eval(at);
+    switch (val.dtype) {
+      case DType::kInt64: t.data<int64_t>()[i] = x; break;
+      case DType::kInt32: t.data<int32_t>()[i] = static_cast<int32_t>(x); break;
+      case DType::kFloat32: t.data<float>()[i] = static_cast<float>(x); break;
+      case DType::kFloat64: t.data<double>()[i] = static_cast<double>(x); break;
+      case DType::kBool: t.data<uint8_t>()[i] = x != 0; break;
+      default: fail(n, d, fmt::format("constant '{}' over the dim symbols is {}", val.name, dtype_name(val.dtype)));
+    }
+  }
+  return &done.emplace(v, std::move(t)).first->second;
+}
+
 void Executor::store(const Node& n, int64_t d, size_t k, Tensor t) {
   if (k >= n.outputs.size()) return;
   int v = n.outputs[k];
   if (v < 0) return;
   const Value& val = prog_.values[v];
+  if (runtime_dims_ && val.sym) {
+    check_runtime_dims(n, d, k, val, t);
+    set_owned(d, v, std::move(t));
+    return;
+  }
   if ((val.dtype != DType::kUndefined && t.dtype != val.dtype) || t.shape != val.shape)
     fail(n, d,
          fmt::format("output {} '{}' is {} but the program declares {}", k, val.name, type_str(t.dtype, t.shape),

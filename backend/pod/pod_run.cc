@@ -214,7 +214,7 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
       if (!shards[d])
         throw std::runtime_error(fmt::format("program output '{}' was not computed", prog.values[b.local].name));
     }
-    r.outputs.push_back(assemble_tensor(shards, b.sharding, mesh, global.values.at(b.global).shape));
+    r.outputs.push_back(assemble_tensor(shards, b.sharding, mesh, run_shape(global, b.global, shards[0]->shape)));
   }
   ex.add_profile("(assemble)", seconds_since(t_assemble));
   r.devices = std::move(ex.stats());
@@ -341,7 +341,7 @@ PodRun run_device_graphs(const SpmdProgram& p, const Graph& global, const std::v
     std::vector<const Tensor*> shards;
     for (const LocalRun& l : runs) shards.push_back(&l.output_shards.at(o).at(0));
     const ProgramBinding& b = p.outputs[o];
-    r.outputs.push_back(assemble_tensor(shards, b.sharding, mesh, global.values[b.global].shape));
+    r.outputs.push_back(assemble_tensor(shards, b.sharding, mesh, run_shape(global, b.global, shards.at(0)->shape)));
   }
   for (int64_t k = 0; k < n; ++k) {
     const LocalRun& l = runs[static_cast<size_t>(k)];

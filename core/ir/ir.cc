@@ -347,6 +347,38 @@ bool SymbolicValue::has_symbols() const {
          (elems && std::any_of(elems->begin(), elems->end(), symbolic));
 }
 
+bool reads_runtime_dim(const Graph& g, const DimExpr& e) {
+  if (g.runtime_dims.empty() || e.is_constant()) return false;
+  for (const std::string& s : e.symbols())
+    if (g.runtime_dims.count(s)) return true;
+  return false;
+}
+
+std::vector<char> runtime_dims_of(const Graph& g, int v) {
+  if (g.runtime_dims.empty() || v < 0 || static_cast<size_t>(v) >= g.values.size()) return {};
+  const Value& val = g.values[static_cast<size_t>(v)];
+  if (!val.sym) return {};
+  std::vector<char> r(val.sym->dims.size(), 0);
+  bool any = false;
+  for (size_t d = 0; d < r.size(); ++d) any |= (r[d] = reads_runtime_dim(g, val.sym->dims[d])) != 0;
+  return any ? r : std::vector<char>{};
+}
+
+Shape run_shape(const Graph& g, int v, const Shape& local) {
+  Shape s = g.values.at(static_cast<size_t>(v)).shape;
+  const std::vector<char> runtime = runtime_dims_of(g, v);
+  for (size_t d = 0; d < runtime.size() && d < s.size() && d < local.size(); ++d)
+    if (runtime[d]) s[d] = local[d];
+  return s;
+}
+
+std::vector<std::string> input_dim_symbols(const Graph& g) {
+  std::vector<std::string> r;
+  for (const auto& [sym, hint] : g.dim_hints)
+    if (!g.runtime_dims.count(sym)) r.push_back(sym);
+  return r;
+}
+
 std::string cut_text(std::string_view text, size_t max) {
   return text.size() <= max ? std::string(text) : std::string(text.substr(0, max < 3 ? 0 : max - 3)) + "...";
 }

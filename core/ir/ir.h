@@ -198,6 +198,23 @@ struct Value {
   int64_t nbytes() const { return num_elements(shape) * static_cast<int64_t>(dtype_size(dtype)); }
 };
 
+class Graph;
+
+/// True when `e` reads a data-dependent symbol of `g` (Graph::runtime_dims): a size only a run knows.
+bool reads_runtime_dim(const Graph& g, const DimExpr& e);
+
+/// Per dim of value `v` of `g`: 1 when the dim reads a data-dependent symbol (reads_runtime_dim). Empty when none
+/// does (a static value, or a graph without data-dependent symbols).
+std::vector<char> runtime_dims_of(const Graph& g, int v);
+
+/// Value v's global shape in one run: its declared shape, with each data-dependent dim (runtime_dims_of; never
+/// split) as in `local`, the shape a device computed for it.
+Shape run_shape(const Graph& g, int v, const Shape& local);
+
+/// The dim symbols of `g` that its inputs' sizes give (Graph::dim_hints less Graph::runtime_dims), in dim_hints'
+/// order: the order of a device file's gspmd_dims input (docs/shapes.md).
+std::vector<std::string> input_dim_symbols(const Graph& g);
+
 /// A computation graph with static shapes. Nodes are kept in topological order (verify() checks).
 class Graph {
  public:
@@ -213,6 +230,15 @@ class Graph {
   /// Equalities of dim expressions that the model's ops need and that hold at the hints (SymbolicResult,
   /// core/shapes/symbolic.h): the model runs only for dims that satisfy them.
   std::vector<std::pair<DimExpr, DimExpr>> dim_guards;
+  /// The data-dependent dim symbols (torch's unbacked symbols; docs/shapes.md step 6), a subset of dim_hints' keys:
+  /// each is a dim of a node's outputs that only a run knows (NonZero's count of non-zeros), typed at its upper bound
+  /// (its hint). Such a dim is never split; the executor binds it from the tensor the node computes.
+  struct RuntimeDim {
+    std::string node;   // the node whose outputs it sizes
+    std::string what;   // what it counts: "the non-zeros of 'mask'"
+    int64_t bound = 0;  // its upper bound, its hint unless --dim gave another
+  };
+  std::map<std::string, RuntimeDim, std::less<>> runtime_dims;
 
   /// Adds a value; its name must be unique (std::invalid_argument otherwise). Returns its id.
   int add_value(Value v);

@@ -118,6 +118,7 @@ DimExpr SpmdProgram::attr_expr(int node, const std::string& attr, int64_t value)
 void attach_program_symbols(SpmdProgram& p, const Graph& g) {
   Graph& P = p.program;
   P.dim_hints = g.dim_hints;
+  P.runtime_dims = g.runtime_dims;
   P.dim_guards = g.dim_guards;
   if (g.dim_hints.empty()) return;
   for (size_t lv = 0; lv < P.values.size() && lv < p.value_origin.size(); ++lv)
@@ -142,6 +143,9 @@ void attach_program_symbols(SpmdProgram& p, const Graph& g) {
     if (n.domain == kGspmdDomain) {
       check_sized_attrs(p, static_cast<int>(ni));
       syms = {gspmd_symbols(p, static_cast<int>(ni))};
+    } else if (std::all_of(n.outputs.begin(), n.outputs.end(),
+                           [&](int o) { return o < 0 || P.values[static_cast<size_t>(o)].sym; })) {
+      continue;  // shards of global values: their dims come from the model's (a data-dependent node's too)
     } else {
       std::vector<TensorType> in_types(n.inputs.size());
       in.assign(n.inputs.size(), {});
@@ -220,8 +224,9 @@ void check_symbolic_program(const SpmdProgram& p, const Graph& g, const DimBindi
     std::vector<TensorType> out;
     if (n.domain == kGspmdDomain) {
       const std::optional<GspmdOp> op = gspmd_op(n);
-      TensorType y = types[static_cast<size_t>(n.inputs.at(0))];
       if (!op) fail(fmt::format("node '{}': unknown gspmd op", n.name));
+      if (*op == GspmdOp::kPartitionOffset) continue;  // a scalar, read off the partition id
+      TensorType y = types[static_cast<size_t>(n.inputs.at(0))];
       auto dim = [&](int64_t axis) -> int64_t& {
         return y.shape.at(static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(y.shape.size()) : axis));
       };
@@ -266,6 +271,10 @@ void check_symbolic_program(const SpmdProgram& p, const Graph& g, const DimBindi
       try {
         out = infer_types(n, in_types, in_values, P.opset);
       } catch (const DataDependentError& e) {
+        // a node that computes a data-dependent dim (Graph::runtime_dims): its outputs are that symbol at `at`
+        if (std::all_of(n.outputs.begin(), n.outputs.end(),
+                        [&](int v) { return v < 0 || !runtime_dims_of(P, v).empty(); }))
+          continue;
         fail(fmt::format("node '{}' ({}): its output shape cannot be checked ({})", n.name, n.op_type, e.what()));
       } catch (const UnsupportedError&) {
         continue;  // an op without a shape function keeps the declared types

@@ -57,6 +57,18 @@ class Propagator {
         throw InputError(
             fmt::format("{}: sharding of '{}': {}", a.source.empty() ? "annotation" : a.source, val.name, e.what()));
       }
+      const std::vector<char> runtime = runtime_dims_of(g_, v);
+      for (size_t d = 0; d < runtime.size() && d < a.sharding.dims.size(); ++d)
+        if (runtime[d] && !a.sharding.dims[d].empty()) {
+          std::string node;
+          for (const std::string& sym : val.sym->dims[d].symbols())
+            if (auto rt = g_.runtime_dims.find(sym); rt != g_.runtime_dims.end() && node.empty())
+              node = rt->second.node;
+          throw InputError(fmt::format(
+              "{}: sharding of '{}': dim {} ({}) is data-dependent, known only when node '{}' runs: it cannot be "
+              "split",
+              a.source.empty() ? "annotation" : a.source, val.name, d, val.sym->dims[d].str(), node));
+        }
     }
 
     pass_through_op_.assign(g_.nodes.size(), 0);

@@ -73,6 +73,18 @@ RuleResult get_rule(const Graph& g, const Node& node) {
   }
   if (r.status == RuleResult::kOk && r.rule->linear_operands.size() < node.inputs.size())
     r.rule->linear_operands.resize(node.inputs.size(), false);
+  if (r.status == RuleResult::kOk && !g.runtime_dims.empty()) {  // a data-dependent dim is never split
+    auto hold = [&](const std::vector<int>& values, const std::vector<DimFactors>& dims) {
+      for (size_t i = 0; i < values.size() && i < dims.size(); ++i) {
+        const std::vector<char> runtime = runtime_dims_of(g, values[i]);
+        for (size_t d = 0; d < runtime.size() && d < dims[i].size(); ++d)
+          if (runtime[d])
+            for (int f : dims[i][d]) r.rule->factor_kinds[static_cast<size_t>(f)] = FactorKind::kNeedReplication;
+      }
+    };
+    hold(node.inputs, r.rule->operands);
+    hold(node.outputs, r.rule->results);
+  }
   if (r.status == RuleResult::kNoRule) r.status = RuleResult::kNotExpressible;  // a builder cannot say "no rule"
   return r;
 }
@@ -92,8 +104,9 @@ std::string RuleResult::describe() const {
 namespace {
 
 /// Everything a rule builder reads of node `n` (op, domain, attributes, the opset, each operand's and result's
-/// presence, dtype and shape, the values of constant operands), as bytes: equal keys give equal rules. False for a
-/// node whose rule is not shared: one with a graph attribute, or a constant operand larger than 64 KiB.
+/// presence, dtype, shape and data-dependent dims, the values of constant operands), as bytes: equal keys give equal
+/// rules. False for a node whose rule is not shared: one with a graph attribute, or a constant operand larger than 64
+/// KiB.
 bool rule_key(const Graph& g, const Node& n, std::string& key) {
   key.clear();
   auto put = [&](const void* p, size_t size) { key.append(static_cast<const char*>(p), size); };
@@ -138,6 +151,11 @@ bool rule_key(const Graph& g, const Node& n, std::string& key) {
   auto value = [&](int v) {
     num(v < 0 ? -1 : static_cast<int64_t>(g.values.at(static_cast<size_t>(v)).dtype));
     if (v >= 0) shape(g.values[static_cast<size_t>(v)].shape);
+    if (v >= 0 && g.values[static_cast<size_t>(v)].sym) {  // which dims are data-dependent (get_rule holds them)
+      const std::vector<char> runtime = runtime_dims_of(g, v);
+      num(static_cast<int64_t>(runtime.size()));
+      key.append(runtime.begin(), runtime.end());
+    }
   };
   num(static_cast<int64_t>(n.inputs.size()));
   for (size_t i = 0; i < n.inputs.size(); ++i) {

@@ -96,6 +96,8 @@ void register_training_shapes(ShapeTable& t);
 void register_control_shapes(ShapeTable& t);
 /// pipeline.cc: "gspmd.pipeline:Shift".
 void register_pipeline_shapes(ShapeTable& t);
+/// collectives.cc: "gspmd:AllReduce" and the other collectives in their exported form (group_size).
+void register_collective_shapes(ShapeTable& t);
 
 /// The kernel's output types on the constant inputs, computed by c.evaluate: for ops whose output sizes are the result
 /// itself (NonZero, Unique, NonMaxSuppression). `needed` names each input whose values decide them (the first

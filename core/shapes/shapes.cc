@@ -64,6 +64,7 @@ const ShapeTable& shape_table() {
     register_training_shapes(k);
     register_control_shapes(k);
     register_pipeline_shapes(k);
+    register_collective_shapes(k);
     return k;
   }();
   return t;
@@ -75,7 +76,9 @@ std::vector<TensorType> infer_types(const Node& node, const std::vector<const Te
                                     const std::vector<const Tensor*>& values, int64_t opset,
                                     const ValueEvaluator* evaluate) {
   const shapes::ShapeCtx ctx{node, types, values, opset, evaluate};
-  const std::string key = shapes::table_key(node.domain, node.op_type);
+  // the exported collectives have shape functions but no kernel (the executor runs them itself)
+  const std::string key =
+      node.domain == "gspmd" ? "gspmd:" + node.op_type : shapes::table_key(node.domain, node.op_type);
   if (key.empty()) throw UnsupportedError(ctx.prefix() + fmt::format("no shape function for domain '{}'", node.domain));
   const auto& t = shapes::shape_table();
   auto it = t.find(key);

@@ -244,6 +244,18 @@ std::vector<SymbolicValue> same_dims_rule(const Ctx& c) {
         if (known_ge(x, 0) != std::optional<bool>(true)) e.reset();
     if (e && op == "Cast" && c.out.at(0).dtype == DType::kBool) e.reset();
   }
+  if (op == "Clip" && c.opset >= 11) {  // min(max(x, lo), hi) with constant bounds (torch's clamp of a count)
+    e = c.elems(0);
+    for (size_t i = 1; i < 3 && e; ++i) {
+      if (!c.has(i)) continue;
+      const std::optional<Exprs> b = c.elems(i);
+      if (!b || b->size() != 1) {
+        e.reset();
+        break;
+      }
+      for (DimExpr& x : *e) x = i == 1 ? max(x, (*b)[0]) : min(x, (*b)[0]);
+    }
+  }
   std::vector<SymbolicValue> r{with_elems(d, std::move(e))};
   for (size_t k = 1; k < c.out.size(); ++k) r.push_back(dims_only(d));  // Dropout's mask
   return r;
@@ -295,6 +307,18 @@ std::vector<SymbolicValue> gather_rule(const Ctx& c) {
     }
   }
   return {with_elems(std::move(o), std::move(e))};
+}
+
+// GatherND: indices' dims but the last, then data's dims past batch_dims + the index length (static).
+std::vector<SymbolicValue> gather_nd_rule(const Ctx& c) {
+  const Exprs d = c.dims(0), id = c.dims(1);
+  const int64_t b = c.node.i("batch_dims", 0);
+  if (id.empty()) c.unsupported("indices of rank 0");
+  const std::optional<int64_t> k = id.back().constant();
+  if (!k || b < 0 || b + *k > static_cast<int64_t>(d.size())) c.unsupported("an index length that is not static");
+  Exprs o(id.begin(), id.end() - 1);
+  o.insert(o.end(), d.begin() + b + *k, d.end());
+  return {dims_only(std::move(o))};
 }
 
 std::vector<SymbolicValue> unsqueeze_rule(const Ctx& c) {
@@ -523,6 +547,20 @@ std::vector<SymbolicValue> reduce_rule(const Ctx& c) {
   return {dims_only(std::move(o))};
 }
 
+// TopK: input 0's dims with the axis' dim k (its elements: a constant, or an expression torch computes from a count).
+std::vector<SymbolicValue> topk_rule(const Ctx& c) {
+  Exprs d = c.dims(0);
+  const int64_t ax = c.axis(c.node.i("axis", -1), c.rank(0));
+  if (c.opset < 10) {
+    d[static_cast<size_t>(ax)] = c.node.i("k", 0);
+  } else {
+    const Exprs k = c.needs_elems(1, "k");
+    if (k.size() != 1) c.unsupported("a k that is not one element");
+    d[static_cast<size_t>(ax)] = k[0];
+  }
+  return {dims_only(d), dims_only(d)};
+}
+
 // ---- shapes from values -----------------------------------------------------------------------------------------
 
 DimExpr scalar(const Ctx& c, size_t i, std::string_view what) {
@@ -672,6 +710,7 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["Shape"] = shape_rule;
     t["Size"] = size_rule;
     t["Gather"] = gather_rule;
+    t["GatherND"] = gather_nd_rule;
     t["Unsqueeze"] = unsqueeze_rule;
     t["Squeeze"] = squeeze_rule;
     t["Reshape"] = reshape_rule;
@@ -696,15 +735,130 @@ const std::unordered_map<std::string, Rule>& rules() {
       t[op] = normalization_rule;
     for (const char* op : {"DepthToSpace", "SpaceToDepth", "Upsample", "Pad", "ConvTranspose"}) t[op] = batch_only_rule;
     t["Resize"] = resize_rule;
+    t["TopK"] = topk_rule;
     return t;
   }();
   return table;
 }
 
+// ---- the exported collectives (domain gspmd, with group_size) ----------------------------------------------------
+
+std::vector<SymbolicValue> collective_rule(const Ctx& c) {
+  Exprs d = c.dims(0);
+  if (!c.node.has("group_size")) c.unsupported("a collective without group_size");
+  const int64_t n = c.node.i("group_size", 1);
+  auto dim = [&](const char* attr) -> DimExpr& { return d[static_cast<size_t>(c.axis(c.node.i(attr, 0), c.rank(0)))]; };
+  auto divided = [&](DimExpr& x) {
+    auto q = exact_div(x, n);
+    if (!q) c.unsupported(fmt::format("dim {} split over a group of {}", x.str(), n));
+    x = *q;
+  };
+  const std::string& op = c.node.op_type;
+  if (op == "AllGather") dim("axis") = dim("axis") * n;
+  if (op == "ReduceScatter") divided(dim("axis"));
+  if (op == "AllToAll") {
+    divided(dim("split_axis"));
+    dim("concat_axis") = dim("concat_axis") * n;
+  }
+  return {dims_only(std::move(d))};
+}
+
+bool is_collective(const std::string& domain, const std::string& op) {
+  return domain == "gspmd" && (op == "AllReduce" || op == "CollectivePermute" || op == "AllGather" ||
+                               op == "ReduceScatter" || op == "AllToAll");
+}
+
+// ---- data-dependent outputs --------------------------------------------------------------------------------------
+
+// The outputs of a node whose output size depends on its values, the count being the symbol u (ONNX operator specs).
+std::optional<DataDependentOutputs> data_dependent_rule(const Ctx& c, const DimExpr& u) {
+  const std::string& op = c.node.op_type;
+  if (!c.has(0)) return std::nullopt;
+  const DType x = c.in[0].type->dtype;
+  DataDependentOutputs r;
+  r.input = 0;
+  auto out = [&](DType t, Exprs d) {
+    r.dtypes.push_back(t);
+    r.outputs.push_back(dims_only(std::move(d)));
+  };
+  const Exprs d = c.dims(0);
+  if (op == "NonZero") {
+    r.counts = "the count of non-zeros";
+    r.bound = product(d);
+    out(DType::kInt64, {DimExpr(static_cast<int64_t>(d.size())), u});
+  } else if (op == "Compress" && c.has(1)) {
+    r.counts = "the count of true values";
+    r.input = 1;
+    const DimExpr cond = product(c.dims(1));
+    if (c.node.has("axis")) {
+      Exprs o = d;
+      const size_t ax = static_cast<size_t>(c.axis(c.node.i("axis", 0), c.rank(0)));
+      r.bound = min(o[ax], cond);
+      o[ax] = u;
+      out(x, std::move(o));
+    } else {
+      r.bound = min(product(d), cond);
+      out(x, {u});
+    }
+  } else if (op == "TopK" && c.opset >= 10) {
+    r.counts = "the value";
+    r.input = 1;
+    Exprs o = d;
+    const size_t ax = static_cast<size_t>(c.axis(c.node.i("axis", -1), c.rank(0)));
+    r.bound = o[ax];
+    o[ax] = u;
+    out(x, o);
+    out(DType::kInt64, o);
+  } else if (op == "Unique") {
+    r.counts = "the count of unique values";
+    if (c.node.has("axis")) {
+      Exprs o = d;
+      const size_t ax = static_cast<size_t>(c.axis(c.node.i("axis", 0), c.rank(0)));
+      r.bound = o[ax];
+      const DimExpr n = o[ax];
+      o[ax] = u;
+      out(x, std::move(o));
+      out(DType::kInt64, {u});
+      out(DType::kInt64, {n});
+    } else {
+      r.bound = product(d);
+      out(x, {u});
+      out(DType::kInt64, {u});
+      out(DType::kInt64, {r.bound});
+    }
+    out(DType::kInt64, {u});
+  } else if (op == "NonMaxSuppression" && c.has(1) && c.rank(0) == 3 && c.rank(1) == 3) {
+    r.counts = "the count of selected boxes";
+    const Exprs s = c.dims(1);  // [batch, classes, boxes]
+    DimExpr per_class = s[2];
+    if (const std::optional<Exprs> m = c.elems(2); m && m->size() == 1)
+      if (auto k = (*m)[0].constant()) per_class = min(per_class, std::max<int64_t>(*k, 0));
+    r.bound = s[0] * s[1] * per_class;
+    out(DType::kInt64, {u, DimExpr(3)});
+  } else {
+    return std::nullopt;
+  }
+  return r;
+}
+
 }  // namespace
 
+std::optional<DataDependentOutputs> infer_data_dependent(const Node& node, const std::vector<SymbolicInput>& inputs,
+                                                         int64_t opset, const DimBindings& hints,
+                                                         const std::string& symbol) {
+  if (!node.domain.empty() && node.domain != "ai.onnx") return std::nullopt;
+  const std::vector<TensorType> none;
+  std::vector<std::pair<DimExpr, DimExpr>> guards;
+  const Ctx c{node, inputs, none, opset, hints, guards};
+  try {
+    return data_dependent_rule(c, DimExpr::symbol(symbol));
+  } catch (const UnsupportedError&) {
+    return std::nullopt;
+  }
+}
+
 bool has_symbolic_rule(const std::string& domain, const std::string& op_type) {
-  return (domain.empty() || domain == "ai.onnx") && rules().count(op_type) != 0;
+  return ((domain.empty() || domain == "ai.onnx") && rules().count(op_type) != 0) || is_collective(domain, op_type);
 }
 
 SymbolicResult infer_symbolic(const Node& node, const std::vector<SymbolicInput>& inputs,
@@ -712,7 +866,7 @@ SymbolicResult infer_symbolic(const Node& node, const std::vector<SymbolicInput>
   SymbolicResult r;
   const Ctx c{node, inputs, outputs, opset, hints, r.assumed_equal};
   if (!has_symbolic_rule(node.domain, node.op_type)) c.unsupported("no symbolic shape rule");
-  r.outputs = rules().at(node.op_type)(c);
+  r.outputs = is_collective(node.domain, node.op_type) ? collective_rule(c) : rules().at(node.op_type)(c);
   r.outputs.resize(std::min(r.outputs.size(), outputs.size()));
   return r;
 }

@@ -392,9 +392,29 @@ TEST(Loader, ShapesOnlyStillFoldsShapeChains) {
   expect_all_static(full);
 }
 
+// A NonZero on a graph input: its count is a data-dependent dim symbol (docs/shapes.md step 6), typed at its bound.
+TEST(Loader, DataDependentOutputGetsASymbol) {
+  const Graph g = load_model(frontend_data("unknown_shape.onnx"), load_opts());
+  ASSERT_EQ(g.runtime_dims.size(), 1u);
+  const Graph::RuntimeDim& d = g.runtime_dims.at("nonzero_0");
+  EXPECT_EQ(d.node, "nonzero");
+  EXPECT_EQ(d.what, "the count of non-zeros of 'x'");
+  EXPECT_EQ(d.bound, 4);
+  EXPECT_EQ(g.dim_hints, (DimBindings{{"nonzero_0", 4}}));
+  const Value& nz = g.values[static_cast<size_t>(g.at("nz"))];
+  EXPECT_EQ(nz.shape, (Shape{1, 4}));
+  ASSERT_TRUE(nz.sym);
+  EXPECT_EQ(dims_str(nz.sym->dims), "[1, nonzero_0]");
+  EXPECT_EQ(runtime_dims_of(g, g.at("nz")), (std::vector<char>{0, 1}));
+  EXPECT_TRUE(runtime_dims_of(g, g.at("x")).empty());
+}
+
+// Without data-dependent symbols (the training step builder, pipeline stages) such an output is refused in one line.
 TEST(Loader, UnknownShapeNamesTheValue) {
   const std::string p = frontend_data("unknown_shape.onnx");
-  expect_input_error([&] { load_model(p, load_opts()); },
+  LoadOptions lo = load_opts();
+  lo.data_dependent_dims = false;
+  expect_input_error([&] { load_model(p, lo); },
                      p + ": value 'nz' (output of node 'nonzero' (NonZero)) has a data-dependent shape: output "
                          "shape depends on the values of input 0 (the non-zero count), graph input 'x', which is "
                          "known only at run time; make 'x' a constant (an initializer) to bind it");

@@ -1,0 +1,78 @@
+// Data-dependent dims through the CLI (docs/shapes.md step 6): testdata/data_dependent/model.onnx is a detector's
+// post-processing in miniature (NonZero on a score threshold, NonMaxSuppression, TopK with a computed k), exported
+// by torch; its three test sets keep no box, fewer than k and more than k per image. Each runs exact against
+// torch's outputs unpartitioned, with the batch over 2 and with the anchors over 2, and from one partition's device
+// files; the counts are never split, and the summary, explain and a sharding file that splits one say so.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "e2e_util.h"
+
+using namespace e2e;
+
+namespace {
+
+const std::string kDir = "testdata/data_dependent/";
+const std::string kModel = kDir + "model.onnx";
+
+std::string set(int k) { return kDir + "test_data_set_" + std::to_string(k); }
+
+TEST(DataDependentCli, RunsExactAtEveryCountUnderEveryPlan) {
+  for (const std::string plan : {"", "dp2", "row2"}) {
+    const std::string mesh = plan.empty() ? " --mesh 1" : " --mesh 2 --shardings " + kDir + plan + ".plan.json --check";
+    for (int k = 0; k < 3; ++k) {
+      const CmdResult r =
+          cli("run " + kModel + mesh + " --inputs " + set(k) + " --expected " + set(k), "data_dependent_run");
+      EXPECT_EQ(r.code, 0) << plan << " set " << k << ": " << r.err << r.out;
+      EXPECT_NE(r.out.find("expected  passed against"), std::string::npos) << r.out;
+      if (!plan.empty()) EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+    }
+  }
+}
+
+TEST(DataDependentCli, OnePartitionServesEveryCount) {
+  const fs::path d = scratch("data_dependent_cli") / "dp2";
+  const std::string plan = " --mesh 2 --shardings " + kDir + "dp2.plan.json";
+  CmdResult r = cli("partition " + kModel + plan + " -o " + d.string(), "data_dependent_partition");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json report = read_json(d / "report.json");
+  EXPECT_EQ(report["data_dependent_dims"]["nonzero_0"],
+            (nlohmann::json{
+                {"bound", 50}, {"counts", "the count of non-zeros of '/Greater_output_0'"}, {"node", "/NonZero"}}));
+  EXPECT_EQ(report["data_dependent_dims"].size(), 4u);
+  for (int k = 0; k < 3; ++k) {
+    r = cli("run " + kModel + plan + " --program " + d.string() + " --inputs " + set(k) + " --expected " + set(k),
+            "data_dependent_program");
+    EXPECT_EQ(r.code, 0) << "set " << k << ": " << r.err << r.out;
+    EXPECT_NE(r.out.find("expected  passed against"), std::string::npos) << r.out;
+  }
+}
+
+TEST(DataDependentCli, TheCountsAreNeverSplitAndTheToolSaysWhy) {
+  const std::string plan = " --mesh 2 --shardings " + kDir + "dp2.plan.json";
+  CmdResult r = cli("run " + kModel + plan + " --inputs " + set(1), "data_dependent_summary");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("dims      data-dependent, known at run time and never split; sizes and times below at their "
+                       "bounds: nms_1 <= 50 (the count of selected boxes of '/Unsqueeze_output_0'), nms_3 <= 50 (the "
+                       "count of selected boxes of '/Unsqueeze_3_output_0'), nonzero_0 <= 50 (the count of non-zeros "
+                       "of '/Greater_output_0'), nonzero_2 <= 50 (the count of non-zeros of '/Greater_1_output_0')\n"),
+            std::string::npos)
+      << r.out;
+  r = cli("explain " + kModel + plan + " --value scores_0", "data_dependent_explain");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("scores_0 float32 [min(4, nms_1)]\n  sharding  [null]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  dim 0     min(4, nms_1) reads nms_1, the count of selected boxes of '/Unsqueeze_output_0' "
+                       "(node '/NonMaxSuppression', at most 50): known only at run time, so never split\n"),
+            std::string::npos)
+      << r.out;
+  const fs::path bad = scratch("data_dependent_cli") / "split_count.json";
+  std::ofstream(bad) << R"({"mesh": {"shape": [2], "axes": ["data"]}, "tensors": {"scores_0": ["data"]}})";
+  r = cli("run " + kModel + " --mesh 2 --shardings " + bad.string() + " --inputs " + set(1), "data_dependent_split");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: " + bad.string() +
+                       ": tensors.\"scores_0\": sharding of 'scores_0': dim 0 (min(4, nms_1)) is data-dependent, known "
+                       "only when node '/NonMaxSuppression' runs: it cannot be split\n");
+}
+
+}  // namespace
