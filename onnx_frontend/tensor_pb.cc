@@ -145,7 +145,8 @@ Tensor read_external(const onnx::TensorProto& p, DType dt, size_t n, const std::
     throw InputError(fmt::format("{}: external data in '{}' is {} bytes but shape {} of {} needs {}", what,
                                  external_location(p), length, shape_str(proto_shape(p)), dtype_name(dt), need));
   std::error_code ec;
-  if (is_special_file(std::filesystem::status(file, ec)))
+  const std::filesystem::file_status st = std::filesystem::status(file, ec);
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))  // a FIFO would block, a folder has no size
     throw InputError(fmt::format("{}: external data file '{}' is not a regular file", what, file.string()));
   std::ifstream in(file, std::ios::binary);
   if (!in) throw InputError(fmt::format("{}: cannot open external data file '{}'", what, file.string()));
@@ -168,6 +169,13 @@ std::filesystem::path external_data_file(const onnx::TensorProto& p, const std::
   namespace fs = std::filesystem;
   const std::string location = external_location(p);
   if (location.empty()) throw InputError(fmt::format("{}: external data has no location", what));
+  // A NUL ends the path the OS sees ("\0x.bin" opened the model's folder itself, found by the tensor fuzzer)
+  if (std::any_of(location.begin(), location.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+    std::string shown;
+    for (unsigned char c : location)
+      shown += c < 0x20 || c >= 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+    throw InputError(fmt::format("{}: external data location '{}' has a control character", what, cut_text(shown)));
+  }
   const fs::path dir = base_dir.empty() ? fs::path(".") : fs::path(base_dir);
   if (fs::path(location).is_absolute() || fs::path(location).has_root_name())
     throw InputError(

@@ -186,8 +186,12 @@ TEST(Loader, ExternalDataMustStayInTheModelsFolder) {
     EXPECT_EQ(load_with("link.bin", load_data), w + "location 'link.bin' leaves the model's folder '" + dir + "'");
     EXPECT_EQ(load_with("sub/../../n/w.bin", load_data),
               w + "location 'sub/../../n/w.bin' leaves the model's folder '" + dir + "'");
+    // a NUL ends the path the OS sees: the folder itself was opened (found by the tensor fuzzer)
+    EXPECT_EQ(load_with(std::string("\0w.bin", 6), load_data), w + "location '\\x00w.bin' has a control character");
   }
   EXPECT_EQ(load_with("fifo.bin", true), w + "file '" + dir + "/fifo.bin' is not a regular file");
+  std::filesystem::create_directories(t.file("m/folder.bin"));
+  EXPECT_EQ(load_with("folder.bin", true), w + "file '" + dir + "/folder.bin' is not a regular file");
   EXPECT_EQ(load_with("w.bin", true), "loaded");
   EXPECT_EQ(load_with("./sub/../w.bin", true), "loaded");  // resolved to w.bin (sub need not exist)
   EXPECT_EQ(load_with("sub/../../m/w.bin", true), "loaded");
