@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -177,10 +178,12 @@ class Executor final : private FusionHost {
   };
   std::vector<StepTime> steps_;
   // Data-dependent dims: whether the program has any, per value whether it is a constant that reads one, and per
-  // device the symbols bound in this run and the constants evaluated at them.
+  // device every symbol's size in this run (the hints, then each count as its node computes it), the counts bound so
+  // far, and the constants evaluated at them.
   bool runtime_dims_ = false;
   std::vector<char> runtime_const_;
   std::vector<DimBindings> runtime_;
+  std::vector<std::set<std::string>> seen_;
   mutable std::vector<std::map<int, Tensor>> evaluated_;
 };
 

@@ -137,7 +137,8 @@ void Executor::run(const RunProgress& progress) {
       if (v >= 0) last_use_[v] = static_cast<int>(i);
   for (int64_t d = 0; d < n_; ++d) stats_[d].peak_memory_bytes = std::max(stats_[d].peak_memory_bytes, live_[d]);
   if (runtime_dims_) {
-    runtime_.assign(static_cast<size_t>(n_), DimBindings{});
+    runtime_.assign(static_cast<size_t>(n_), prog_.dim_hints);
+    seen_.assign(static_cast<size_t>(n_), {});
     evaluated_.assign(static_cast<size_t>(n_), {});
   }
   plan_fusion();
@@ -282,27 +283,27 @@ bool Executor::donatable(const Node& n, int node, int64_t d, int v) const {
 }
 
 void Executor::check_runtime_dims(const Node& n, int64_t d, size_t k, const Value& val, const Tensor& t) {
-  DimBindings& seen = runtime_[static_cast<size_t>(d)];
+  DimBindings& at = runtime_[static_cast<size_t>(d)];
+  std::set<std::string>& seen = seen_[static_cast<size_t>(d)];
   bool ok = (val.dtype == DType::kUndefined || t.dtype == val.dtype) && t.shape.size() == val.sym->dims.size();
   for (size_t i = 0; ok && i < t.shape.size(); ++i) {
     const DimExpr& e = val.sym->dims[i];
-    DimBindings at = prog_.dim_hints;  // the symbols bound at load at their values
+    if (e.is_constant()) {
+      ok = e.constant_part() == t.shape[i];
+      continue;
+    }
     for (const std::string& s : e.symbols()) {
       auto rt = prog_.runtime_dims.find(s);
-      if (rt == prog_.runtime_dims.end()) continue;
-      if (auto b = seen.find(s); b != seen.end()) {
-        at[s] = b->second;
-      } else if (e == DimExpr::symbol(s)) {  // the node that computes it: its size binds the symbol
-        if (t.shape[i] > rt->second.bound)
-          fail(n, d,
-               fmt::format("output {} '{}' dim {} is {}, over the bound {} of {} ({})", k, val.name, i, t.shape[i],
-                           rt->second.bound, s, rt->second.what));
-        seen[s] = t.shape[i];
-        at[s] = t.shape[i];
-      } else {
+      if (rt == prog_.runtime_dims.end() || seen.count(s)) continue;
+      if (!(e == DimExpr::symbol(s)))
         fail(n, d,
              fmt::format("output {} '{}' dim {} ({}) reads {} before a node computes it", k, val.name, i, e.str(), s));
-      }
+      if (t.shape[i] > rt->second.bound)  // the node that computes it: its size binds the symbol
+        fail(n, d,
+             fmt::format("output {} '{}' dim {} is {}, over the bound {} of {} ({})", k, val.name, i, t.shape[i],
+                         rt->second.bound, s, rt->second.what));
+      seen.insert(s);
+      at[s] = t.shape[i];
     }
     ok = e.eval(at) == t.shape[i];
   }
@@ -316,9 +317,8 @@ const Tensor* Executor::runtime_constant(const Node& n, int64_t d, int v) const 
   std::map<int, Tensor>& done = evaluated_[static_cast<size_t>(d)];
   if (auto it = done.find(v); it != done.end()) return &it->second;
   const Value& val = prog_.values[static_cast<size_t>(v)];
-  const DimBindings& seen = runtime_[static_cast<size_t>(d)];
-  DimBindings at = prog_.dim_hints;
-  for (const auto& [s, size] : seen) at[s] = size;
+  const std::set<std::string>& seen = seen_[static_cast<size_t>(d)];
+  const DimBindings& at = runtime_[static_cast<size_t>(d)];
   Tensor t(val.dtype, val.shape);
   const std::vector<DimExpr>& elems = *val.sym->elems;
   if (static_cast<int64_t>(elems.size()) != t.numel())
