@@ -380,7 +380,10 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
   if (!runtime.empty()) {
     std::vector<std::string> dims;
     for (const auto& [sym, d] : runtime.items())
-      dims.push_back(fmt::format("{} <= {} ({})", sym, d["bound"].get<int64_t>(), d["counts"].get<std::string>()));
+      dims.push_back(d["bound"].get<int64_t>() >= 0
+                         ? fmt::format("{} <= {} ({})", sym, d["bound"].get<int64_t>(), d["counts"].get<std::string>())
+                         : fmt::format("{} unbounded, at {} ({})", sym, r["dim_hints"][sym].get<int64_t>(),
+                                       d["counts"].get<std::string>()));
     fmt::print(
         "dims      data-dependent, known at run time and never split; sizes and times below at their bounds: "
         "{}\n",

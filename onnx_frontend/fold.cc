@@ -322,9 +322,10 @@ bool type_data_dependent(Pass& p, const Node& n, const NodeInputs& in, Inferred&
     name = fmt::format("{}_{}", lower, k);
   std::optional<DataDependentOutputs> r = infer_data_dependent(n, sin, p.g.opset, p.g.dim_hints, name);
   if (!r) return false;
-  const int64_t bound = std::max<int64_t>(r->bound.eval(p.g.dim_hints), 0);
+  // unbounded (Range): typed and costed at kUnboundedDimHint, and no run checks it
+  const int64_t bound = r->bound ? std::max<int64_t>(r->bound->eval(p.g.dim_hints), 0) : -1;
   const int by = r->input < n.inputs.size() ? n.inputs[r->input] : -1;
-  p.g.dim_hints[name] = bound;
+  p.g.dim_hints[name] = bound >= 0 ? bound : kUnboundedDimHint;
   p.g.runtime_dims[name] = {
       n.name, by >= 0 ? fmt::format("{} of '{}'", r->counts, p.g.values[static_cast<size_t>(by)].name) : r->counts,
       bound};
@@ -470,8 +471,8 @@ bool fold(Pass& p, size_t ni, const NodeInputs& in, const Inferred& inferred) {
 }
 
 // Types node `n`'s outputs with the shape function's answer, cross-checked against ONNX inference where it typed
-// them (fold.h; for a data-dependent node, only their dtypes: a declared shape is the one some data gave); an
-// output left untyped gets its reason in p.why.
+// them (fold.h; over a data-dependent dim, `data_dependent`, only their dtypes: a declared shape is the one some data
+// gave); an output left untyped gets its reason in p.why.
 void type_outputs(Pass& p, const Node& n, const Inferred& inferred, bool data_dependent = false) {
   Graph& g = p.g;
   for (size_t k = 0; k < n.outputs.size(); ++k) {
@@ -548,7 +549,12 @@ void run_pass(Pass& p) {
       attach_symbols(p, n, std::move(syms));
       continue;
     }
-    type_outputs(p, n, inferred);
+    // over a data-dependent dim, a static shape the model declares is the one its test data gave
+    const bool runtime = std::any_of(in.syms.begin(), in.syms.end(), [&](const SymbolicValue* x) {
+      return x &&
+             std::any_of(x->dims.begin(), x->dims.end(), [&](const DimExpr& d) { return reads_runtime_dim(g, d); });
+    });
+    type_outputs(p, n, inferred, runtime);
     attach_symbols(p, n, std::move(syms));
   }
   if (std::find(p.dead.begin(), p.dead.end(), 1) == p.dead.end()) return;

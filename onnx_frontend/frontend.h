@@ -51,6 +51,10 @@ struct FlatValue {
   std::vector<int> values;   // the Graph's value ids holding its tensors, in element order
 };
 
+/// The hint of a data-dependent dim without an upper bound (Range's length on computed limits): the size it is typed
+/// and costed at (docs/shapes.md step 6).
+inline constexpr int64_t kUnboundedDimHint = 64;
+
 /// The hint of the first symbol that LoadOptions::keep_symbols keeps; the next ones get the next primes (19, 23,
 /// ...): distinct, and split unevenly over any mesh axis, so that a plan chosen at the hints masks its padding.
 inline constexpr int64_t kFirstDimHint = 17;

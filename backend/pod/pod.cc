@@ -298,7 +298,7 @@ void Executor::check_runtime_dims(const Node& n, int64_t d, size_t k, const Valu
       if (!(e == DimExpr::symbol(s)))
         fail(n, d,
              fmt::format("output {} '{}' dim {} ({}) reads {} before a node computes it", k, val.name, i, e.str(), s));
-      if (t.shape[i] > rt->second.bound)  // the node that computes it: its size binds the symbol
+      if (rt->second.bound >= 0 && t.shape[i] > rt->second.bound)  // its node: its size binds the symbol
         fail(n, d,
              fmt::format("output {} '{}' dim {} is {}, over the bound {} of {} ({})", k, val.name, i, t.shape[i],
                          rt->second.bound, s, rt->second.what));

@@ -236,7 +236,7 @@ class Graph {
   struct RuntimeDim {
     std::string node;   // the node whose outputs it sizes
     std::string what;   // what it counts: "the non-zeros of 'mask'"
-    int64_t bound = 0;  // its upper bound, its hint unless --dim gave another
+    int64_t bound = 0;  // its upper bound, its hint; -1: none (Range's length), typed at another hint
   };
   std::map<std::string, RuntimeDim, std::less<>> runtime_dims;
 

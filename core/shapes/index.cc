@@ -144,7 +144,7 @@ std::vector<TensorType> range_types(const ShapeCtx& c) {
                d = first_element(c, c.needs_value(2, "the delta"), "delta");
   if (d == 0) c.fail("delta is 0");
   const double n = std::ceil((l - s) / d);
-  return one_type(c.dtype(0), {n > 0 ? static_cast<int64_t>(n) : 0});
+  return one_type(c.dtype(0), {n > 0 ? saturate_cast<int64_t>(n) : 0});
 }
 
 // Elements of optional input i per its type (0 when absent): an empty roi / scales / sizes counts as absent.

@@ -824,9 +824,13 @@ std::optional<DataDependentOutputs> data_dependent_rule(const Ctx& c, const DimE
       r.bound = product(d);
       out(x, {u});
       out(DType::kInt64, {u});
-      out(DType::kInt64, {r.bound});
+      out(DType::kInt64, {*r.bound});
     }
     out(DType::kInt64, {u});
+  } else if (op == "Range") {
+    r.counts = "the length";
+    r.input = 1;
+    out(x, {u});
   } else if (op == "NonMaxSuppression" && c.has(1) && c.rank(0) == 3 && c.rank(1) == 3) {
     r.counts = "the count of selected boxes";
     const Exprs s = c.dims(1);  // [batch, classes, boxes]

@@ -45,17 +45,19 @@ SymbolicResult infer_symbolic(const Node& node, const std::vector<SymbolicInput>
 struct DataDependentOutputs {
   std::vector<DType> dtypes;           // one per output
   std::vector<SymbolicValue> outputs;  // their dims, over the input dims and the data-dependent symbol
-  DimExpr bound;                       // the symbol's upper bound over the input dims (NonZero: the element count)
-  std::string counts;                  // what the symbol is, of input `input`: "the count of non-zeros"
-  size_t input = 0;                    // the input whose values decide it
+  /// The symbol's upper bound over the input dims (NonZero: the element count); nullopt when the input dims give
+  /// none (Range's length depends on its values only).
+  std::optional<DimExpr> bound;
+  std::string counts;  // what the symbol is, of input `input`: "the count of non-zeros"
+  size_t input = 0;    // the input whose values decide it
 };
 
 /// The outputs of `node`, whose numeric shape function threw DataDependentError, with the data-dependent dim as the
 /// fresh symbol `symbol` (docs/shapes.md step 6; torch's unbacked symbols): NonZero ([rank, u], u <= numel), Compress
 /// on a computed condition, TopK with a computed k, Unique (with and without axis) and NonMaxSuppression ([u, 3],
-/// u <= batch * classes * min(boxes, max_output_boxes_per_class)), as the ONNX operator specs give their output
-/// shapes. nullopt for any other node (a Reshape to a computed shape, control flow whose output shapes depend on a
-/// branch): the loader refuses those as before.
+/// u <= batch * classes * min(boxes, max_output_boxes_per_class)) and Range on computed limits ([u], no bound), as
+/// the ONNX operator specs give their output shapes. nullopt for any other node (a Reshape to a computed shape, control
+/// flow whose output shapes depend on a branch): the loader refuses those as before.
 std::optional<DataDependentOutputs> infer_data_dependent(const Node& node, const std::vector<SymbolicInput>& inputs,
                                                          int64_t opset, const DimBindings& hints,
                                                          const std::string& symbol);

@@ -413,6 +413,18 @@ TEST(Loader, DataDependentOutputGetsASymbol) {
   EXPECT_TRUE(runtime_dims_of(g, g.at("x")).empty());
 }
 
+// Range on graph inputs: its length has no bound in the input dims, so it is typed (and costed) at kUnboundedDimHint.
+TEST(Loader, UnboundedDataDependentDim) {
+  const std::string model = "/usr/share/libonnx-testdata/data/node/test_range_float_type_positive_delta/model.onnx";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "libonnx-testdata not installed";
+  const Graph g = load_model(model, load_opts());
+  ASSERT_EQ(g.runtime_dims.size(), 1u);
+  EXPECT_EQ(g.runtime_dims.at("range_0").bound, -1);
+  EXPECT_EQ(g.runtime_dims.at("range_0").what, "the length of 'limit'");
+  EXPECT_EQ(g.dim_hints.at("range_0"), kUnboundedDimHint);
+  EXPECT_EQ(g.values[static_cast<size_t>(g.outputs.at(0))].shape, (Shape{kUnboundedDimHint}));
+}
+
 // Without data-dependent symbols (the training step builder, pipeline stages) such an output is refused in one line.
 TEST(Loader, UnknownShapeNamesTheValue) {
   const std::string p = frontend_data("unknown_shape.onnx");
@@ -479,8 +491,10 @@ TEST(Loader, FrozenInputMakesDataDependentShapeStatic) {
   ASSERT_EQ(info.input_dtypes, (std::vector<DType>{DType::kInt32}));
   EXPECT_EQ(info.op_types.size(), 26u) << "the expanded function's nodes, Constants included";
   EXPECT_EQ(info.op_types.front(), "Constant");
+  LoadOptions refused = load_opts();  // without data-dependent dims (a training step's builder) it is refused
+  refused.data_dependent_dims = false;
   expect_input_error_containing(
-      [&] { load_model(model, load_opts()); },
+      [&] { load_model(model, refused); },
       "(output of node 'Range_8' (Range)) has a data-dependent shape: output shape depends on the values of input 1 "
       "(the limit), 'HannWindow_test_hannwindow_expanded_function_Periodic_Size_FP', computed at run time from graph "
       "input 'x'; make it a constant (an initializer) to bind it");

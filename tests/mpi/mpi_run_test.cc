@@ -2,7 +2,6 @@
 // 4 devices; 3 devices for uneven shards) match the emulator's outputs; the program-files mode (--program) runs the
 // partition's device_<rank>.onnx; bad setups give an error on every rank and a non-zero exit, never a hang.
 // Every mpirun is wrapped in `timeout`, and ctest has a TIMEOUT on every test.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -576,20 +575,20 @@ TEST(MpiBadSetup, WithoutMpirunIsOneRank) {
       << r.err;
 }
 
-// Data-dependent dims (docs/shapes.md step 6) run on the emulator only: every rank refuses them before its first
-// collective, in one line, exit 3.
-TEST(MpiRun, DataDependentDimsAreRefusedOnEveryRank) {
+// Data-dependent dims (docs/shapes.md step 6) run on the emulator only: the ranks refuse them before their first
+// collective, in one line, exit 3 (the first rank to refuse ends the others, which may not print theirs).
+TEST(MpiRun, DataDependentDimsAreRefused) {
   const std::string dir = "testdata/data_dependent/";
   CmdResult r =
       mpi_run(2, dir + "model.onnx --mesh 2 --shardings " + dir + "dp2.plan.json --inputs " + dir + "test_data_set_1",
               "mpi_data_dependent");
   EXPECT_EQ(r.code, 3) << r.out << r.err;
-  expect_every_rank(r, 2, [](int k) {
-    return fmt::format(
-        "error: rank {}: unsupported: --backend mpi: the model has data-dependent dims (nms_1, nms_3, nonzero_0, "
-        "nonzero_2), whose outputs the ranks cannot gather yet: run it on the emulator (docs/shapes.md)\n",
-        k);
-  });
+  const std::string line =
+      ": unsupported: --backend mpi: the model has data-dependent dims (nms_1, nms_3, nonzero_0, nonzero_2), whose "
+      "outputs the ranks cannot gather yet: run it on the emulator (docs/shapes.md)\n";
+  EXPECT_TRUE(r.err.find("error: rank 0" + line) != std::string::npos ||
+              r.err.find("error: rank 1" + line) != std::string::npos)
+      << r.err;
 }
 
 }  // namespace
