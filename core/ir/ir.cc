@@ -48,7 +48,12 @@ std::string_view dtype_name(DType t) {
   }
 }
 
-int64_t num_elements(const Shape& s) { return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>()); }
+int64_t num_elements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n)) return INT64_MAX;  // a size past every limit
+  return n;
+}
 
 std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
 

@@ -57,7 +57,8 @@ std::string_view dtype_name(DType t);
 
 /// A static tensor shape; every dim >= 0.
 using Shape = std::vector<int64_t>;
-/// Product of the dims (1 for a scalar).
+/// Product of the dims (1 for a scalar), saturated at INT64_MAX (declared dims from a file may overflow: found by
+/// the model fuzzer).
 int64_t num_elements(const Shape& s);
 /// "[8,64,128]".
 std::string shape_str(const Shape& s);
