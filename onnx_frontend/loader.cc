@@ -612,8 +612,9 @@ struct Loader {
 
   // The convolutions and pools whose operands' ranks are known before shape inference (graph inputs, initializers,
   // value_info) have the ranks the ONNX spec gives: X [N, C, D1, ...] (rank >= 3), W of X's rank, and spatial
-  // attributes of rank - 2 entries (pads: twice that). Checked before ONNX's shape inference, whose convolution and
-  // pool functions crashed (SIGSEGV in onnx 1.12) on a rank-2 X (found by the model fuzzer).
+  // attributes of rank - 2 entries (pads: twice that), and positive strides, dilations and kernel sizes. Checked
+  // before ONNX's shape inference, whose convolution and pool functions crashed (onnx 1.12: SIGSEGV on a rank-2 X,
+  // SIGFPE on a stride of 0; found by the model fuzzers).
   void check_conv_pool_ranks() const {
     const auto& g = m.graph();
     std::unordered_map<std::string, int> rank;
@@ -632,6 +633,10 @@ struct Loader {
       auto bad = [&](const std::string& what) {
         fail(fmt::format("node '{}' ({}): {}", names[ni], n.op_type(), what));
       };
+      for (const auto& a : n.attribute())  // onnx 1.12 divided by a stride of 0 (SIGFPE, found by the fuzzer)
+        if (a.name() == "strides" || a.name() == "dilations" || a.name() == "kernel_shape")
+          for (int64_t v : a.ints())
+            if (v < 1) bad(fmt::format("attribute '{}' has the entry {}; each must be positive", a.name(), v));
       auto r = rank.find(n.input(0));
       if (r == rank.end()) continue;
       const int x = r->second;

@@ -256,6 +256,14 @@ TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
   ASSERT_EQ(pads->name(), "pads");
   pads->add_ints(1);
   EXPECT_EQ(error_of(dropout), p + ": node 'conv' (Conv): attribute 'pads' has 5 entries; an input of rank 4 needs 4");
+  // ... and divided by a stride of 0 (SIGFPE; fuzz/corpus/model/crash-conv-stride-zero.onnx)
+  dropout = test::read_onnx_model(frontend_data("old_opset_dropout.onnx"));
+  auto* strides = dropout.mutable_graph()->mutable_node(0)->add_attribute();
+  strides->set_name("strides");
+  strides->set_type(onnx::AttributeProto::INTS);
+  strides->add_ints(0);
+  strides->add_ints(2);
+  EXPECT_EQ(error_of(dropout), p + ": node 'conv' (Conv): attribute 'strides' has the entry 0; each must be positive");
 }
 
 // Reading a FIFO would wait for a writer forever: only regular files are read.
