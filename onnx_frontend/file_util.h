@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -25,6 +26,15 @@ std::string dir_of(const std::string& path);
 /// "2x2" for mesh shape {2, 2}, as --mesh takes it.
 inline std::string mesh_shape_text(const std::vector<int64_t>& shape) {
   return fmt::format("{}", fmt::join(shape, "x"));
+}
+
+/// `text` for a one-line message: control characters and bytes from 0x7f up as \xNN (a name that is not UTF-8, a
+/// location with a NUL), cut to 60 characters (cut_text).
+inline std::string shown_bytes(std::string_view text) {
+  std::string shown;
+  for (unsigned char c : text)
+    shown += c < 0x20 || c >= 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+  return cut_text(shown);
 }
 
 /// "1 tensor", "3 tensors".

@@ -95,10 +95,7 @@ struct Loader {
   void check_utf8_names(const onnx::GraphProto& g) const {
     auto check = [&](const std::string& name, const char* what) {
       if (is_utf8(name)) return;
-      std::string shown;
-      for (unsigned char c : name)
-        shown += c < 0x20 || c >= 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
-      fail(fmt::format("{} name '{}' is not valid UTF-8", what, cut_text(shown)));
+      fail(fmt::format("{} name '{}' is not valid UTF-8", what, frontend::shown_bytes(name)));
     };
     check(g.name(), "graph");
     for (const auto& v : g.input()) check(v.name(), "input");

@@ -171,10 +171,8 @@ std::filesystem::path external_data_file(const onnx::TensorProto& p, const std::
   if (location.empty()) throw InputError(fmt::format("{}: external data has no location", what));
   // A NUL ends the path the OS sees ("\0x.bin" opened the model's folder itself, found by the tensor fuzzer)
   if (std::any_of(location.begin(), location.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
-    std::string shown;
-    for (unsigned char c : location)
-      shown += c < 0x20 || c >= 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
-    throw InputError(fmt::format("{}: external data location '{}' has a control character", what, cut_text(shown)));
+    throw InputError(
+        fmt::format("{}: external data location '{}' has a control character", what, shown_bytes(location)));
   }
   const fs::path dir = base_dir.empty() ? fs::path(".") : fs::path(base_dir);
   if (fs::path(location).is_absolute() || fs::path(location).has_root_name())

@@ -17,6 +17,7 @@
 #include "backend/pod/collectives.h"
 #include "core/cost/cost.h"
 #include "core/partition/reshard.h"
+#include "core/shapes/symbolic.h"
 
 namespace gspmd::pod {
 namespace {
@@ -318,28 +319,13 @@ const Tensor* Executor::runtime_constant(const Node& n, int64_t d, int v) const 
   if (auto it = done.find(v); it != done.end()) return &it->second;
   const Value& val = prog_.values[static_cast<size_t>(v)];
   const std::set<std::string>& seen = seen_[static_cast<size_t>(d)];
-  const DimBindings& at = runtime_[static_cast<size_t>(d)];
-  Tensor t(val.dtype, val.shape);
-  const std::vector<DimExpr>& elems = *val.sym->elems;
-  if (static_cast<int64_t>(elems.size()) != t.numel())
-    fail(n, d,
-         fmt::format("constant '{}': {} elements over the dim symbols for {}", val.name, elems.size(),
-                     type_str(val.dtype, val.shape)));
-  for (size_t i = 0; i < elems.size(); ++i) {
-    for (const std::string& s : elems[i].symbols())
+  for (const DimExpr& e : *val.sym->elems)
+    for (const std::string& s : e.symbols())
       if (prog_.runtime_dims.count(s) && !seen.count(s))
-        fail(n, d, fmt::format("constant '{}' ({}) reads {} before a node computes it", val.name, elems[i].str(), s));
-    const int64_t x = elems[i].eval(at);
-    switch (val.dtype) {
-      case DType::kInt64: t.data<int64_t>()[i] = x; break;
-      case DType::kInt32: t.data<int32_t>()[i] = static_cast<int32_t>(x); break;
-      case DType::kFloat32: t.data<float>()[i] = static_cast<float>(x); break;
-      case DType::kFloat64: t.data<double>()[i] = static_cast<double>(x); break;
-      case DType::kBool: t.data<uint8_t>()[i] = x != 0; break;
-      default: fail(n, d, fmt::format("constant '{}' over the dim symbols is {}", val.name, dtype_name(val.dtype)));
-    }
-  }
-  return &done.emplace(v, std::move(t)).first->second;
+        fail(n, d, fmt::format("constant '{}' ({}) reads {} before a node computes it", val.name, e.str(), s));
+  std::optional<Tensor> t = constant_at(val, runtime_[static_cast<size_t>(d)]);
+  if (!t) fail(n, d, fmt::format("constant '{}' over the dim symbols is {}", val.name, dtype_name(val.dtype)));
+  return &done.emplace(v, std::move(*t)).first->second;
 }
 
 void Executor::store(const Node& n, int64_t d, size_t k, Tensor t) {

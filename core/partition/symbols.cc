@@ -204,17 +204,7 @@ void check_symbolic_program(const SpmdProgram& p, const Graph& g, const DimBindi
                              ? g.values[static_cast<size_t>(gv)].data.get()
                              : nullptr;
     if (v.sym && v.sym->elems) {
-      std::vector<int64_t> e;
-      for (const DimExpr& x : *v.sym->elems) e.push_back(x.eval(at));
-      Tensor t(v.dtype, types[k].shape);
-      if (v.dtype == DType::kInt64 || v.dtype == DType::kInt32 || v.dtype == DType::kFloat32) {
-        for (size_t i = 0; i < e.size(); ++i) {
-          if (v.dtype == DType::kInt64) t.data<int64_t>()[i] = e[i];
-          if (v.dtype == DType::kInt32) t.data<int32_t>()[i] = static_cast<int32_t>(e[i]);
-          if (v.dtype == DType::kFloat32) t.data<float>()[i] = static_cast<float>(e[i]);
-        }
-        consts[k] = std::move(t);
-      }
+      consts[k] = constant_at(v, at);
     } else if (data && num_elements(data->shape) <= 4096) {
       consts[k] = *data;
     }

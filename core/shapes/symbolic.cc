@@ -861,6 +861,26 @@ std::optional<DataDependentOutputs> infer_data_dependent(const Node& node, const
   }
 }
 
+std::optional<Tensor> constant_at(const Value& v, const DimBindings& at) {
+  const std::vector<DimExpr>& elems = *v.sym->elems;
+  Tensor t(v.dtype, v.shape);
+  if (static_cast<int64_t>(elems.size()) != t.numel())
+    throw InternalError(fmt::format("constant '{}': {} elements over the dim symbols for {}", v.name, elems.size(),
+                                    type_str(v.dtype, v.shape)));
+  for (size_t i = 0; i < elems.size(); ++i) {
+    const int64_t x = elems[i].eval(at);
+    switch (v.dtype) {
+      case DType::kInt64: t.data<int64_t>()[i] = x; break;
+      case DType::kInt32: t.data<int32_t>()[i] = static_cast<int32_t>(x); break;
+      case DType::kFloat32: t.data<float>()[i] = static_cast<float>(x); break;
+      case DType::kFloat64: t.data<double>()[i] = static_cast<double>(x); break;
+      case DType::kBool: t.data<uint8_t>()[i] = x != 0; break;
+      default: return std::nullopt;
+    }
+  }
+  return t;
+}
+
 bool has_symbolic_rule(const std::string& domain, const std::string& op_type) {
   return ((domain.empty() || domain == "ai.onnx") && rules().count(op_type) != 0) || is_collective(domain, op_type);
 }

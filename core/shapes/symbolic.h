@@ -62,6 +62,11 @@ std::optional<DataDependentOutputs> infer_data_dependent(const Node& node, const
                                                          int64_t opset, const DimBindings& hints,
                                                          const std::string& symbol);
 
+/// Constant `v` (its elements expressions over the dim symbols, Value::sym->elems) at the sizes `at`: a tensor of v's
+/// dtype and shape, for int64, int32, float32, float64 and bool; nullopt for another dtype. Throws InputError for a
+/// symbol `at` does not bind (DimExpr::eval), InternalError when the elements do not fill v's shape.
+std::optional<Tensor> constant_at(const Value& v, const DimBindings& at);
+
 /// True if infer_symbolic has a rule for (domain, op_type).
 bool has_symbolic_rule(const std::string& domain, const std::string& op_type);
 
