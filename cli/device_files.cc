@@ -40,9 +40,8 @@ void DeviceFiles::symbolic(const std::string& path, const ModelInfo& info) {
   for (size_t k = 0; k < sp.graph.inputs.size() && k < p_.graph.inputs.size(); ++k) {
     const Value& v = sp.graph.values[static_cast<size_t>(sp.graph.inputs[k])];
     for (size_t d = 0; v.sym && d < v.sym->dims.size(); ++d)
-      for (const auto& [sym, hint] : sp.graph.dim_hints)
-        if (v.sym->dims[d] == DimExpr::symbol(sym))
-          dims[sym] = p_.graph.values[static_cast<size_t>(p_.graph.inputs[k])].shape.at(d);
+      if (const std::string* sym = v.sym->dims[d].as_symbol())
+        dims[*sym] = p_.graph.values[static_cast<size_t>(p_.graph.inputs[k])].shape.at(d);
   }
   std::vector<int64_t> sizes;
   for (const std::string& sym : input_dim_symbols(sp.graph)) {

@@ -378,12 +378,18 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
         "others)\n",
         bindings_str(hints));
   if (!runtime.empty()) {
+    constexpr size_t kShown = 6;  // a detector has hundreds: report.json lists them all
     std::vector<std::string> dims;
-    for (const auto& [sym, d] : runtime.items())
+    for (const auto& [sym, d] : runtime.items()) {
+      if (dims.size() == kShown) {
+        dims.push_back(fmt::format("and {} more (report.json data_dependent_dims)", runtime.size() - kShown));
+        break;
+      }
       dims.push_back(d["bound"].get<int64_t>() >= 0
                          ? fmt::format("{} <= {} ({})", sym, d["bound"].get<int64_t>(), d["counts"].get<std::string>())
                          : fmt::format("{} unbounded, at {} ({})", sym, r["dim_hints"][sym].get<int64_t>(),
                                        d["counts"].get<std::string>()));
+    }
     fmt::print(
         "dims      data-dependent, known at run time and never split; sizes and times below at their bounds: "
         "{}\n",

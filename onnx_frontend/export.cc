@@ -225,7 +225,8 @@ struct Exporter {
       const Value& in = G.values[static_cast<size_t>(v)];
       if (!in.sym) continue;
       for (size_t d = 0; d < in.sym->dims.size(); ++d) {
-        if (in.sym->dims[d] == DimExpr::symbol(sym)) return sym_source_[sym] = dim_of(in, d, sym);
+        const std::string* whole = in.sym->dims[d].as_symbol();
+        if (whole && *whole == sym) return sym_source_[sym] = dim_of(in, d, sym);
       }
     }
     // No input holds it whole (a split dim is padded): the device reads it from its gspmd_dims input.
@@ -269,9 +270,8 @@ struct Exporter {
     for (int o : n.outputs) {
       const std::vector<char> rt = runtime_dims_of(G, o);
       for (size_t d = 0; d < rt.size(); ++d) {
-        const DimExpr& e = G.values[static_cast<size_t>(o)].sym->dims[d];
-        if (rt[d] && e.symbols().size() == 1 && e == DimExpr::symbol(e.symbols()[0]))
-          runtime_at_.emplace(e.symbols()[0], std::make_pair(o, d));
+        const std::string* whole = G.values[static_cast<size_t>(o)].sym->dims[d].as_symbol();
+        if (rt[d] && whole) runtime_at_.emplace(*whole, std::make_pair(o, d));
       }
     }
     auto ready = [&](int v) {

@@ -153,7 +153,10 @@ void run_pass(Pass& p);
 // binds (core/ir/control_flow.h) and infer_and_fold types (and folds) its values. A body that cannot be bound, or
 // whose carried values do not provably keep their types, is left as it is (the shape function reports the problem;
 // the kernel runs the body as it is).
-void type_bodies(Node& n, const std::vector<const TensorType*>& types, const LoadOptions& opts, LoadReport& report) {
+// Returns, per body kept typed, per body output: 1 when typed.
+std::map<std::string, std::vector<char>> type_bodies(Node& n, const std::vector<const TensorType*>& types,
+                                                     const LoadOptions& opts, LoadReport& report) {
+  std::map<std::string, std::vector<char>> typed;
   for (auto& [name, a] : n.attrs) {
     auto* body = std::get_if<std::shared_ptr<const Graph>>(&a);
     if (!body) continue;
@@ -176,6 +179,7 @@ void type_bodies(Node& n, const std::vector<const TensorType*>& types, const Loa
     LoadReport inner;
     Pass bp{b, unknown, why, opts, inner, {}, {}, {}};
     bp.body = true;
+    bp.branch = n.op_type == "If";
     run_pass(bp);
     bool keeps = false;
     try {
@@ -184,8 +188,11 @@ void type_bodies(Node& n, const std::vector<const TensorType*>& types, const Loa
     }
     if (!keeps) continue;
     for (auto& d : inner.shape_disagreements) report.shape_disagreements.push_back(std::move(d));
+    std::vector<char>& t = typed[name];
+    for (int o : b.outputs) t.push_back(!unknown.count(b.values[static_cast<size_t>(o)].name));
     a = std::make_shared<const Graph>(std::move(b));
   }
+  return typed;
 }
 
 }  // namespace
@@ -276,6 +283,56 @@ Inferred infer(const Pass& p, const Node& n, const NodeInputs& in) {
   return r;
 }
 
+// A fresh name for a data-dependent symbol: "<prefix>_<k>", k the number of such symbols so far (or more, to be
+// unique among the dim symbols).
+std::string fresh_runtime_symbol(const Pass& p, const std::string& prefix) {
+  std::string name;
+  for (size_t k = p.g.runtime_dims.size(); name.empty() || p.g.dim_hints.count(name); ++k)
+    name = fmt::format("{}_{}", prefix, k);
+  return name;
+}
+
+// Concat node `n` whose axis dim, the sum of its inputs' data-dependent counts, has more terms than a DimExpr keeps
+// (SSD's 91 per-class detection counts): that dim becomes a fresh data-dependent symbol ("concat_3", the
+// RuntimeDim of n), bound by the sum of its inputs' bounds, unbounded when one of them is. nullopt for another node,
+// or when data-dependent dims are off.
+std::optional<SymbolicValue> concat_of_many(Pass& p, const Node& n, const NodeInputs& in, const Inferred& inferred) {
+  if (n.op_type != "Concat" || !p.opts.data_dependent_dims || p.body || inferred.types.size() != 1) return {};
+  const Shape& shape = inferred.types[0].shape;
+  const auto rank = static_cast<int64_t>(shape.size());
+  const int64_t ax = n.i("axis", 0) + (n.i("axis", 0) < 0 ? rank : 0);
+  if (ax < 0 || ax >= rank) return {};
+  SymbolicValue out;
+  out.dims.assign(shape.begin(), shape.end());
+  bool bounded = true;
+  std::vector<std::string> terms;
+  for (size_t k = 0; k < in.syms.size(); ++k) {
+    const SymbolicValue* x = in.syms[k];
+    if (!x) {
+      if (in.types[k]) terms.push_back(std::to_string(in.types[k]->shape.at(static_cast<size_t>(ax))));
+      continue;
+    }
+    if (x->dims.size() != shape.size()) return {};
+    for (int64_t i = 0; i < rank; ++i)
+      if (i != ax && !x->dims[static_cast<size_t>(i)].is_constant()) out.dims[static_cast<size_t>(i)] = x->dims[i];
+    const DimExpr& e = x->dims[static_cast<size_t>(ax)];
+    terms.push_back(e.str());
+    for (const std::string& s : e.symbols())
+      if (auto rt = p.g.runtime_dims.find(s); rt != p.g.runtime_dims.end() && rt->second.bound < 0) bounded = false;
+  }
+  std::sort(terms.begin(), terms.end());
+  std::string& name = p.sums[fmt::format("{}", fmt::join(terms, " + "))];
+  if (name.empty()) {
+    name = fresh_runtime_symbol(p, "concat");
+    const int64_t hint = shape[static_cast<size_t>(ax)];  // the sum at the hints, which are the counts' bounds
+    p.g.dim_hints[name] = hint;
+    p.g.runtime_dims[name] = {n.name, fmt::format("the sum of the dim {} sizes of its {} inputs", ax, n.inputs.size()),
+                              bounded ? hint : -1};
+  }
+  out.dims[static_cast<size_t>(ax)] = DimExpr::symbol(name);
+  return out;
+}
+
 // The node's outputs over the dim symbols (LoadOptions::keep_symbols), when an input reads one: empty otherwise, or
 // when the shape function gave no types. Its guards join the graph's. Throws UnsupportedError for a node whose
 // outputs' dims cannot be kept symbolic (core/shapes/symbolic.h).
@@ -289,6 +346,9 @@ std::vector<SymbolicValue> infer_symbols(Pass& p, const Node& n, const NodeInput
   SymbolicResult r;
   try {
     r = infer_symbolic(n, sin, inferred.types, p.g.opset, p.g.dim_hints);
+  } catch (const DimExprTooLarge& e) {
+    if (std::optional<SymbolicValue> whole = concat_of_many(p, n, in, inferred)) return {std::move(*whole)};
+    throw InputError(fmt::format("node '{}' ({}): {}", n.name, n.op_type, e.what()));
   } catch (const UnsupportedError& e) {  // --dim cannot bind a data-dependent dim: say what it is
     const std::string what = e.what(), bind = ": bind them with --dim";
     const bool runtime = std::any_of(sin.begin(), sin.end(), [&](const SymbolicInput& x) {
@@ -312,14 +372,12 @@ std::vector<SymbolicValue> infer_symbols(Pass& p, const Node& n, const NodeInput
 // the op has no such rule or the node is in a body (it stays untyped, refused as before).
 bool type_data_dependent(Pass& p, const Node& n, const NodeInputs& in, Inferred& inferred,
                          std::vector<SymbolicValue>& syms) {
-  if (!inferred.data_dependent || !p.opts.data_dependent_dims || p.body) return false;
+  if (!inferred.data_dependent || !p.opts.data_dependent_dims || (p.body && !p.branch)) return false;
   std::vector<SymbolicInput> sin(n.inputs.size());
   for (size_t k = 0; k < sin.size(); ++k) sin[k] = {in.types[k], in.values[k], in.syms[k]};
   std::string lower = n.op_type == "NonMaxSuppression" ? "nms" : n.op_type;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  std::string name;
-  for (size_t k = p.g.runtime_dims.size(); name.empty() || p.g.dim_hints.count(name); ++k)
-    name = fmt::format("{}_{}", lower, k);
+  const std::string name = fresh_runtime_symbol(p, lower);
   std::optional<DataDependentOutputs> r = infer_data_dependent(n, sin, p.g.opset, p.g.dim_hints, name);
   if (!r) return false;
   // unbounded (Range): typed and costed at kUnboundedDimHint, and no run checks it
@@ -336,6 +394,57 @@ bool type_data_dependent(Pass& p, const Node& n, const NodeInputs& in, Inferred&
     inferred.types.push_back({r->dtypes[k], std::move(shape)});
   }
   syms = std::move(r->outputs);
+  return true;
+}
+
+// If node `n` whose branches give outputs of different sizes (torchvision's batched NMS: an empty tensor, or the kept
+// boxes of a NonMaxSuppression in the else branch), both branches typed (`typed`, type_bodies): each output dim
+// that is not one constant in both becomes a fresh data-dependent symbol ("if_4", a RuntimeDim of n), bound by the
+// larger of the branches' bounds, unbounded when one is. Sets `inferred` and `syms` as type_data_dependent does;
+// false when a branch output is untyped, or the branches disagree on an output's dtype or rank.
+bool type_data_dependent_if(Pass& p, const Node& n, const std::map<std::string, std::vector<char>>& typed,
+                            Inferred& inferred, std::vector<SymbolicValue>& syms) {
+  if (!inferred.data_dependent || !p.opts.data_dependent_dims || p.body || n.op_type != "If") return false;
+  const Graph* branch[2] = {n.g("then_branch"), n.g("else_branch")};
+  const std::vector<char>* ok[2] = {nullptr, nullptr};
+  for (int b = 0; b < 2; ++b) {
+    auto it = typed.find(b == 0 ? "then_branch" : "else_branch");
+    if (!branch[b] || it == typed.end() || branch[b]->outputs.size() != n.outputs.size()) return false;
+    ok[b] = &it->second;
+    if (std::find(ok[b]->begin(), ok[b]->end(), 0) != ok[b]->end()) return false;
+  }
+  // a branch output dim's bound: its size at the branch's hints, which are its data-dependent dims' bounds
+  auto bound_of = [](const Graph& g, const Value& v, size_t d) -> int64_t {
+    if (!v.sym) return v.shape[d];
+    for (const std::string& s : v.sym->dims[d].symbols())
+      if (auto rt = g.runtime_dims.find(s); rt == g.runtime_dims.end() || rt->second.bound < 0) return -1;
+    return v.shape[d];
+  };
+  std::vector<TensorType> types;
+  std::vector<SymbolicValue> out;
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    const Value& a = branch[0]->values[static_cast<size_t>(branch[0]->outputs[k])];
+    const Value& b = branch[1]->values[static_cast<size_t>(branch[1]->outputs[k])];
+    if (a.kind != ValueKind::kTensor || a.dtype != b.dtype || a.shape.size() != b.shape.size()) return false;
+    types.push_back({a.dtype, a.shape});
+    out.emplace_back().dims.assign(a.shape.begin(), a.shape.end());
+    for (size_t d = 0; d < a.shape.size(); ++d) {
+      if (!a.sym && !b.sym && a.shape[d] == b.shape[d]) continue;
+      const int64_t ba = bound_of(*branch[0], a, d), bb = bound_of(*branch[1], b, d);
+      const int64_t bound = ba < 0 || bb < 0 ? -1 : std::max(ba, bb);
+      const std::string name = fresh_runtime_symbol(p, "if");
+      p.g.dim_hints[name] = bound >= 0 ? bound : kUnboundedDimHint;
+      p.g.runtime_dims[name] = {n.name,
+                                fmt::format("the dim {} size of output {} of the branch that runs (on '{}')", d, k,
+                                            p.g.values[static_cast<size_t>(n.inputs.at(0))].name),
+                                bound};
+      types.back().shape[d] = p.g.dim_hints[name];
+      out.back().dims[d] = DimExpr::symbol(name);
+    }
+  }
+  inferred = Inferred{};
+  inferred.types = std::move(types);
+  syms = std::move(out);
   return true;
 }
 
@@ -535,10 +644,11 @@ void run_pass(Pass& p) {
               fmt::format("has no static shape: its input '{}' has none", in.untyped);
       continue;
     }
-    if (n.has_body()) type_bodies(g.nodes[ni], in.types, p.opts, p.report);
+    std::map<std::string, std::vector<char>> typed;
+    if (n.has_body()) typed = type_bodies(g.nodes[ni], in.types, p.opts, p.report);
     Inferred inferred = infer(p, n, in);
     std::vector<SymbolicValue> syms;
-    if (type_data_dependent(p, n, in, inferred, syms)) {
+    if (type_data_dependent_if(p, n, typed, inferred, syms) || type_data_dependent(p, n, in, inferred, syms)) {
       type_outputs(p, n, inferred, /*data_dependent=*/true);
       attach_symbols(p, n, std::move(syms));
       continue;

@@ -71,6 +71,12 @@ struct Pass {
   };
   std::unordered_map<std::string, Unroll> unrolling;
   bool body = false;  // typing a control-flow body (type_bodies), not the model's graph
+  /// Typing an If's branch: its data-dependent dims get symbols of the branch (type_data_dependent), which the If's
+  /// outputs then take fresh symbols of the model's graph for.
+  bool branch = false;
+  /// The data-dependent symbols concat_of_many gave, by the sum they stand for (its terms' text): Concats of the
+  /// same counts (boxes and their labels) get one symbol.
+  std::map<std::string, std::string> sums;
 
   /// Replaces node `ni` by `nodes` (the pass visits them next). The replaced node's outputs that no new node
   /// produces lose their producer.

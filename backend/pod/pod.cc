@@ -293,18 +293,23 @@ void Executor::check_runtime_dims(const Node& n, int64_t d, size_t k, const Valu
       ok = e.constant_part() == t.shape[i];
       continue;
     }
-    for (const std::string& s : e.symbols()) {
-      auto rt = prog_.runtime_dims.find(s);
-      if (rt == prog_.runtime_dims.end() || seen.count(s)) continue;
-      if (!(e == DimExpr::symbol(s)))
-        fail(n, d,
-             fmt::format("output {} '{}' dim {} ({}) reads {} before a node computes it", k, val.name, i, e.str(), s));
-      if (rt->second.bound >= 0 && t.shape[i] > rt->second.bound)  // its node: its size binds the symbol
-        fail(n, d,
-             fmt::format("output {} '{}' dim {} is {}, over the bound {} of {} ({})", k, val.name, i, t.shape[i],
-                         rt->second.bound, s, rt->second.what));
-      seen.insert(s);
-      at[s] = t.shape[i];
+    if (const std::string* s = e.as_symbol()) {
+      auto rt = prog_.runtime_dims.find(*s);
+      if (rt != prog_.runtime_dims.end() && !seen.count(*s)) {  // its node: its size binds the symbol
+        if (rt->second.bound >= 0 && t.shape[i] > rt->second.bound)
+          fail(n, d,
+               fmt::format("output {} '{}' dim {} is {}, over the bound {} of {} ({})", k, val.name, i, t.shape[i],
+                           rt->second.bound, *s, rt->second.what));
+        seen.insert(*s);
+        at[*s] = t.shape[i];
+        continue;
+      }
+    } else {
+      for (const std::string& s : e.symbols())
+        if (prog_.runtime_dims.count(s) && !seen.count(s))
+          fail(
+              n, d,
+              fmt::format("output {} '{}' dim {} ({}) reads {} before a node computes it", k, val.name, i, e.str(), s));
     }
     ok = e.eval(at) == t.shape[i];
   }

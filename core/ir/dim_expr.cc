@@ -91,7 +91,8 @@ void DimExpr::add_term(Term t) {
     if (it->coef == 0) terms_.erase(it);
     return;
   }
-  if (terms_.size() >= kMaxTerms) throw InputError(fmt::format("dim expression has more than {} terms", kMaxTerms));
+  if (terms_.size() >= kMaxTerms)
+    throw DimExprTooLarge(fmt::format("dim expression has more than {} terms", kMaxTerms));
   terms_.insert(it, std::move(t));
 }
 
@@ -245,6 +246,12 @@ std::vector<std::string> DimExpr::symbols() const {
       }
   }
   return {out.begin(), out.end()};
+}
+
+const std::string* DimExpr::as_symbol() const {
+  if (constant_ != 0 || terms_.size() != 1 || terms_[0].coef != 1 || terms_[0].atoms.size() != 1) return nullptr;
+  const Atom& a = *terms_[0].atoms[0];
+  return a.kind == Atom::Kind::kSymbol ? &a.name : nullptr;
 }
 
 namespace {

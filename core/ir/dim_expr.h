@@ -26,8 +26,9 @@ using DimBindings = std::map<std::string, int64_t, std::less<>>;
 /// decide is reported as unknown, never guessed (known_eq, known_ge).
 ///
 /// Symbols stand for dims, so they are >= 0; a division's divisor is a positive constant. Arithmetic is exact on
-/// int64: a constant or coefficient that overflows throws InputError; an expression of more than kMaxTerms terms or
-/// nested deeper than kMaxDepth throws InputError (hostile dim_param text cannot make it blow up).
+/// int64: a constant or coefficient that overflows throws InputError; an expression of more than kMaxTerms terms
+/// throws DimExprTooLarge (ir.h), one nested deeper than kMaxDepth InputError (hostile dim_param text cannot make it
+/// blow up).
 /// Copies share their atoms (immutable); an expression is a few machine words plus its terms.
 class DimExpr {
  public:
@@ -73,6 +74,9 @@ class DimExpr {
   std::optional<int64_t> constant() const { return is_constant() ? std::optional<int64_t>(constant_) : std::nullopt; }
   /// The symbols it reads, sorted, each once.
   std::vector<std::string> symbols() const;
+  /// The symbol's name when the expression is exactly one symbol (`batch`, not `batch + 1` or `2*batch`), else
+  /// nullptr. Points into the expression.
+  const std::string* as_symbol() const;
 
   /// The value with every symbol bound. Throws InputError("dim 'x' is not bound (--dim x=N)") for an unbound
   /// symbol, InputError on overflow.

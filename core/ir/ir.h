@@ -298,6 +298,12 @@ struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A dim expression past DimExpr::kMaxTerms terms (a Concat of 91 per-class detection counts): the loader gives such
+/// a dim a fresh data-dependent symbol instead (docs/shapes.md step 6); anywhere else it is an InputError.
+struct DimExprTooLarge : InputError {
+  using InputError::InputError;
+};
+
 /// An output shape that depends on input *values* that are not known when the model is loaded (NonZero, Unique,
 /// NonMaxSuppression, TopK with a computed K, a Reshape whose shape is computed from data). The message says which
 /// input's values are needed ("output 0 depends on the values of input 1 'k'"); the loader turns it into a one-line

@@ -209,6 +209,7 @@ void check_symbolic_program(const SpmdProgram& p, const Graph& g, const DimBindi
       consts[k] = *data;
     }
   }
+  std::map<std::string, int64_t, std::less<>> computed;  // data-dependent symbols computed by shaped nodes
   for (int ni = 0; ni < static_cast<int>(P.nodes.size()); ++ni) {
     const Node& n = P.nodes[static_cast<size_t>(ni)];
     std::vector<TensorType> out;
@@ -272,9 +273,24 @@ void check_symbolic_program(const SpmdProgram& p, const Graph& g, const DimBindi
         fail(fmt::format("node '{}' ({}) fails: {}", n.name, n.op_type, e.what()));
       }
     }
+    // a dim that is a data-dependent symbol a shaped node computes (a Concat of many counts) is what its node gives
+    // there, and what every other node that gives it must give
+    auto computes = [&](const Value& v, size_t d, int64_t size) {
+      const std::string* s = v.sym && d < v.sym->dims.size() ? v.sym->dims[d].as_symbol() : nullptr;
+      auto rt = s ? P.runtime_dims.find(*s) : P.runtime_dims.end();
+      if (rt == P.runtime_dims.end()) return false;
+      if (auto it = computed.find(*s); it != computed.end()) return it->second == size;
+      if (rt->second.node != n.name) return false;
+      computed[*s] = size;
+      return true;
+    };
     for (size_t k = 0; k < out.size() && k < n.outputs.size(); ++k) {
       const TensorType& want = types[static_cast<size_t>(n.outputs[k])];
-      if (out[k].shape != want.shape)
+      const Value& v = P.values[static_cast<size_t>(n.outputs[k])];
+      bool same = out[k].shape.size() == want.shape.size();
+      for (size_t d = 0; same && d < want.shape.size(); ++d)
+        same = out[k].shape[d] == want.shape[d] || computes(v, d, out[k].shape[d]);
+      if (!same)
         fail(fmt::format("node '{}' ({}) computes {} for '{}', which is {} over the dims", n.name, n.op_type,
                          shape_str(out[k].shape), P.values[static_cast<size_t>(n.outputs[k])].name,
                          shape_str(want.shape)));

@@ -528,6 +528,45 @@ def seq_at_ragged():
          "seq_at_ragged.onnx")
 
 
+def many_counts():
+    """A detector's post-processing in small, past what one dim expression holds: for 70 thresholds t_i = i / 70,
+    nz_i = NonZero(x > t_i) ([1, c_i], x float [8]); idx = Concat(nz_0..nz_69, axis 1) ([1, c_0 + ... + c_69], 70
+    data-dependent counts) and fidx = the same Concat of the nz_i cast to float; keep = If(Size(idx) == 0): an empty
+    int64 [0], else Squeeze(NonZero(x > 0.5)) ([n], n <= 8): torchvision's batched NMS, whose branches differ in
+    size."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])
+    outs = [helper.make_tensor_value_info("idx", TensorProto.INT64, [1, "s"]),
+            helper.make_tensor_value_info("fidx", TensorProto.FLOAT, [1, "s"]),
+            helper.make_tensor_value_info("keep", TensorProto.INT64, ["k"])]
+    nodes, inits, counts, fcounts = [], [_scalar("zero", 0, np.int64), _scalar("half", 0.5, np.float32)], [], []
+    for i in range(70):
+        inits.append(_scalar(f"t{i}", i / 70, np.float32))
+        nodes += [helper.make_node("Greater", ["x", f"t{i}"], [f"m{i}"], name=f"greater_{i}"),
+                  helper.make_node("NonZero", [f"m{i}"], [f"nz{i}"], name=f"nonzero_{i}"),
+                  helper.make_node("Cast", [f"nz{i}"], [f"fnz{i}"], name=f"cast_{i}", to=TensorProto.FLOAT)]
+        counts.append(f"nz{i}")
+        fcounts.append(f"fnz{i}")
+    empty = helper.make_tensor("empty", TensorProto.INT64, [0], [])
+    then_g = helper.make_graph([helper.make_node("Constant", [], ["none"], name="none", value=empty)], "then_body", [],
+                               [helper.make_tensor_value_info("none", TensorProto.INT64, [0])])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [0])
+    else_g = helper.make_graph([
+        helper.make_node("Greater", ["x", "half"], ["over"], name="over_half"),
+        helper.make_node("NonZero", ["over"], ["kept"], name="kept"),
+        helper.make_node("Constant", [], ["axes"], name="axes", value=axes),
+        helper.make_node("Squeeze", ["kept", "axes"], ["kept1"], name="squeeze")], "else_body", [],
+        [helper.make_tensor_value_info("kept1", TensorProto.INT64, ["n"])])
+    nodes += [helper.make_node("Concat", counts, ["idx"], name="concat_idx", axis=1),
+              helper.make_node("Concat", fcounts, ["fidx"], name="concat_fidx", axis=1),
+              helper.make_node("Size", ["idx"], ["size"], name="size"),
+              helper.make_node("Equal", ["size", "zero"], ["none_left"], name="none_left"),
+              helper.make_node("If", ["none_left"], ["keep"], name="batched_nms", then_branch=then_g,
+                               else_branch=else_g)]
+    g = helper.make_graph(nodes, "many_counts", [x], outs, inits)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "many_counts.onnx")
+
+
 if __name__ == "__main__":
     external_chain()
     typed_tensors()
@@ -555,3 +594,4 @@ if __name__ == "__main__":
     seq_loop()
     seq_io()
     seq_at_ragged()
+    many_counts()

@@ -88,14 +88,68 @@ TEST(ControlFlow, TripCountFromAnInputIsDataDependentUntilFrozen) {
   EXPECT_EQ(g.values[g.outputs[1]].shape, (Shape{2, 3}));
 }
 
-TEST(ControlFlow, IfBranchesOfDifferentShapesNeedTheCondition) {
+// Branches of different sizes: each output dim on which they may differ is a data-dependent dim of the If, bound by
+// the larger branch (docs/shapes.md step 6), bound when the If runs.
+TEST(ControlFlow, IfBranchesOfDifferentShapesGetDataDependentDims) {
+  const Graph g = load_model(frontend_data("if_shapes_differ.onnx"), load_opts());
+  const Value& y = g.values[g.at("y")];
+  ASSERT_TRUE(y.sym);
+  EXPECT_EQ(dims_str(y.sym->dims), "[if_0, if_1]");
+  EXPECT_EQ(y.shape, (Shape{2, 3}));  // at the bounds
+  EXPECT_EQ(g.runtime_dims.at("if_0").bound, 2);
+  EXPECT_EQ(g.runtime_dims.at("if_1").bound, 3);
+  EXPECT_EQ(g.runtime_dims.at("if_1").node, "branch");
+  EXPECT_EQ(g.runtime_dims.at("if_1").what, "the dim 1 size of output 0 of the branch that runs (on 'positive')");
+  std::vector<Tensor> out = run(g, {Tensor::from_floats({2, 3}, {0, 1, 2, 3, 4, 5})});
+  EXPECT_EQ(out[0].shape, (Shape{2, 3}));
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  out = run(g, {Tensor::from_floats({2, 3}, {0, -1, -2, -3, -4, -5})});
+  EXPECT_EQ(out[0].shape, (Shape{1, 1}));
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{-15}));
+}
+
+// Without data-dependent dims (a training step) the If's output is refused in one line.
+TEST(ControlFlow, IfBranchesOfDifferentShapesNeedTheConditionWithoutDataDependentDims) {
   const std::string path = frontend_data("if_shapes_differ.onnx");
+  LoadOptions o = load_opts();
+  o.data_dependent_dims = false;
   test::expect_input_error(
-      [&] { load_model(path, load_opts()); },
+      [&] { load_model(path, o); },
       path +
           ": value 'y' (output of node 'branch' (If)) has a data-dependent shape: output types depend on which "
           "branch runs: then_branch gives (float32[2,3]), else_branch (float32[1,1]), 'positive', computed at run "
           "time from graph input 'x'; make it a constant (an initializer) to bind it");
+}
+
+// many_counts.onnx (make_models.py): a Concat of 70 data-dependent counts, past what one dim expression holds, gets
+// one fresh data-dependent symbol, shared by the Concat of the same counts; the If around a NonZero in one branch
+// (torchvision's batched NMS) gets another. Runs with no count, some and all, against the counts computed here.
+TEST(ControlFlow, ConcatOfManyCountsAndABranchOfACount) {
+  const Graph g = load_model(frontend_data("many_counts.onnx"), load_opts());
+  ASSERT_EQ(g.runtime_dims.size(), 72u);
+  const Graph::RuntimeDim& sum = g.runtime_dims.at("concat_70");
+  EXPECT_EQ(sum.node, "concat_idx");
+  EXPECT_EQ(sum.what, "the sum of the dim 1 sizes of its 70 inputs");
+  EXPECT_EQ(sum.bound, 70 * 8);
+  EXPECT_EQ(dims_str(g.values[g.at("idx")].sym->dims), "[1, concat_70]");
+  EXPECT_EQ(dims_str(g.values[g.at("fidx")].sym->dims), "[1, concat_70]");
+  EXPECT_EQ(g.runtime_dims.at("if_71").bound, 8);
+  EXPECT_EQ(dims_str(g.values[g.at("keep")].sym->dims), "[if_71]");
+  for (const float base : {-1.0F, 0.3F, 2.0F}) {
+    std::vector<float> x(8);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = base + 0.1F * static_cast<float>(i) * (base > 0 && base < 1);
+    std::vector<int64_t> idx, keep;
+    for (int t = 0; t < 70; ++t)
+      for (size_t i = 0; i < x.size(); ++i)
+        if (x[i] > static_cast<float>(t / 70.0)) idx.push_back(static_cast<int64_t>(i));
+    for (size_t i = 0; i < x.size() && !idx.empty(); ++i)
+      if (x[i] > 0.5F) keep.push_back(static_cast<int64_t>(i));
+    const std::vector<Tensor> out = run(g, {Tensor::from_floats({8}, x)});
+    EXPECT_EQ(out[0].shape, (Shape{1, static_cast<int64_t>(idx.size())})) << base;
+    EXPECT_EQ(out[0].as_int64s(), idx) << base;
+    EXPECT_EQ(out[1].shape, out[0].shape) << base;
+    EXPECT_EQ(out[2].as_int64s(), keep) << base;
+  }
 }
 
 TEST(ControlFlow, NestedIfInsideLoop) {
