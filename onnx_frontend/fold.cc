@@ -333,14 +333,36 @@ std::optional<SymbolicValue> concat_of_many(Pass& p, const Node& n, const NodeIn
   return out;
 }
 
+// Control-flow node `n` on values with symbolic dims (torchvision's paste-masks Loop: one mask per kept detection,
+// concatenated onto a carried value that grows each iteration): its bodies are typed at the hints only, so every
+// output dim becomes a fresh data-dependent symbol ("loop_5"), unbounded, typed at the shape function's answer at
+// the hints (kUnboundedDimHint when that is 0), known when the node runs. Sets `inferred`'s types to those sizes.
+std::vector<SymbolicValue> control_flow_over_symbols(Pass& p, const Node& n, Inferred& inferred) {
+  std::string prefix = n.op_type;
+  for (char& ch : prefix) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::vector<SymbolicValue> out(inferred.types.size());
+  for (size_t k = 0; k < inferred.types.size(); ++k) {
+    for (int64_t& d : inferred.types[k].shape) {
+      const std::string name = fresh_runtime_symbol(p, prefix);
+      if (d <= 0) d = kUnboundedDimHint;
+      p.g.dim_hints[name] = d;
+      p.g.runtime_dims[name] = {n.name, fmt::format("a dim of output {}, which its body computes", k), -1};
+      out[k].dims.push_back(DimExpr::symbol(name));
+    }
+  }
+  return out;
+}
+
 // The node's outputs over the dim symbols (LoadOptions::keep_symbols), when an input reads one: empty otherwise, or
 // when the shape function gave no types. Its guards join the graph's. Throws UnsupportedError for a node whose
 // outputs' dims cannot be kept symbolic (core/shapes/symbolic.h).
-std::vector<SymbolicValue> infer_symbols(Pass& p, const Node& n, const NodeInputs& in, const Inferred& inferred) {
+std::vector<SymbolicValue> infer_symbols(Pass& p, const Node& n, const NodeInputs& in, Inferred& inferred) {
   if (!in.symbolic || inferred.types.empty()) return {};
-  if (n.has_body())
+  if (n.has_body()) {
+    if (p.opts.data_dependent_dims && !p.body) return control_flow_over_symbols(p, n, inferred);
     throw UnsupportedError(fmt::format(
         "node '{}' ({}): control flow on values with symbolic dims: bind them with --dim", n.name, n.op_type));
+  }
   std::vector<SymbolicInput> sin(n.inputs.size());
   for (size_t k = 0; k < sin.size(); ++k) sin[k] = {in.types[k], in.values[k], in.syms[k]};
   SymbolicResult r;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -219,14 +220,31 @@ void Graph::prune() {
   std::vector<char> live_v(values.size(), 0), live_n(nodes.size(), 0);
   for (int v : outputs) live_v[v] = 1;
   for (int v : inputs) live_v[v] = 1;
+  // the nodes that compute the data-dependent symbols a live value reads (a count folded into a Loop's trip count)
+  std::set<std::string, std::less<>> computing;
+  auto reads = [&](int v) {
+    const Value& val = values[static_cast<size_t>(v)];
+    if (runtime_dims.empty() || !val.sym) return;
+    auto add = [&](const DimExpr& e) {
+      for (const std::string& s : e.symbols())
+        if (auto rt = runtime_dims.find(s); rt != runtime_dims.end()) computing.insert(rt->second.node);
+    };
+    for (const DimExpr& e : val.sym->dims) add(e);
+    if (val.sym->elems)
+      for (const DimExpr& e : *val.sym->elems) add(e);
+  };
+  for (int v : outputs) reads(v);
   for (int n = static_cast<int>(nodes.size()) - 1; n >= 0; --n) {
-    bool live = false;
+    bool live = computing.count(nodes[n].name) > 0;
     for (int o : nodes[n].outputs) live = live || live_v[o];
     if (!live) continue;
     live_n[n] = 1;
     for (int o : nodes[n].outputs) live_v[o] = 1;
     for (int i : nodes[n].inputs)
-      if (i >= 0) live_v[i] = 1;
+      if (i >= 0) {
+        live_v[i] = 1;
+        reads(i);
+      }
   }
   if (std::all_of(live_v.begin(), live_v.end(), [](char c) { return c != 0; }) &&
       std::all_of(live_n.begin(), live_n.end(), [](char c) { return c != 0; }))

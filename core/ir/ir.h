@@ -261,8 +261,9 @@ class Graph {
   /// Checks ids in range, unique names, one producer per value, topological order, outputs produced.
   /// Throws std::runtime_error naming the first problem.
   void verify() const;
-  /// Drops nodes whose outputs reach no graph output, and values nothing uses; renumbers ids. Changes nothing (ids
-  /// and index kept) when everything is used.
+  /// Drops nodes whose outputs reach no graph output, and values nothing uses; renumbers ids. A node that computes
+  /// a data-dependent symbol (runtime_dims) a kept value reads is kept. Changes nothing (ids and index kept) when
+  /// everything is used.
   void prune();
   /// Rebuilds the name index after values were edited in place.
   void reindex();

@@ -687,6 +687,15 @@ std::vector<SymbolicValue> resize_rule(const Ctx& c) {
   return batch_only_rule(c);
 }
 
+// RoiAlign and MaxRoiPool: [num_rois, C, pooled height, pooled width]: the rois' count (a detector's kept
+// proposals: data-dependent), X's channels, the pooled size from the attributes.
+std::vector<SymbolicValue> roi_rule(const Ctx& c) {
+  Exprs o(c.out.at(0).shape.begin(), c.out.at(0).shape.end());
+  o.at(0) = c.dims(1).at(0);
+  o.at(1) = c.dims(0).at(1);
+  return {dims_only(std::move(o))};
+}
+
 const std::unordered_map<std::string, Rule>& rules() {
   static const std::unordered_map<std::string, Rule> table = [] {
     std::unordered_map<std::string, Rule> t;
@@ -696,16 +705,26 @@ const std::unordered_map<std::string, Rule>& rules() {
                            "And",      "Or",         "Xor",       "Where",       "PRelu",
                            "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
       t[op] = broadcast_rule;
-    for (const char* op :
-         {"Identity", "Cast",       "CastLike",  "Neg",         "Abs",        "Relu",  "Sigmoid",
-          "Tanh",     "Exp",        "Log",       "Sqrt",        "Reciprocal", "Erf",   "Sin",
-          "Cos",      "Tan",        "Floor",     "Ceil",        "Round",      "Sign",  "Not",
-          "Softmax",  "LogSoftmax", "Hardmax",   "Trilu",       "Gelu",       "Elu",   "Selu",
-          "Softplus", "Softsign",   "LeakyRelu", "HardSigmoid", "HardSwish",  "Mish",  "IsNaN",
-          "IsInf",    "Clip",       "CumSum",    "Dropout",     "BitwiseNot", "Celu",  "ThresholdedRelu",
-          "Asin",     "Acos",       "Atan",      "Sinh",        "Cosh",       "Asinh", "Acosh",
-          "Atanh"})
+    for (const char* op : {"Identity",   "Cast",        "CastLike",
+                           "Neg",        "Abs",         "Relu",
+                           "Sigmoid",    "Tanh",        "Exp",
+                           "Log",        "Sqrt",        "Reciprocal",
+                           "Erf",        "Sin",         "Cos",
+                           "Tan",        "Floor",       "Ceil",
+                           "Round",      "Sign",        "Not",
+                           "Softmax",    "LogSoftmax",  "Hardmax",
+                           "Trilu",      "Gelu",        "Elu",
+                           "Selu",       "Softplus",    "Softsign",
+                           "LeakyRelu",  "HardSigmoid", "HardSwish",
+                           "Mish",       "IsNaN",       "IsInf",
+                           "Clip",       "CumSum",      "Dropout",
+                           "BitwiseNot", "Celu",        "ThresholdedRelu",
+                           "Asin",       "Acos",        "Atan",
+                           "Sinh",       "Cosh",        "Asinh",
+                           "Acosh",      "Atanh",       "ScatterElements",
+                           "ScatterND",  "Scatter"})
       t[op] = same_dims_rule;
+    t["GatherElements"] = [](const Ctx& c) { return std::vector<SymbolicValue>{dims_only(c.dims(1))}; };
     t["LayerNormalization"] = layer_norm_rule;
     t["Shape"] = shape_rule;
     t["Size"] = size_rule;
@@ -736,6 +755,7 @@ const std::unordered_map<std::string, Rule>& rules() {
     for (const char* op : {"DepthToSpace", "SpaceToDepth", "Upsample", "Pad", "ConvTranspose"}) t[op] = batch_only_rule;
     t["Resize"] = resize_rule;
     t["TopK"] = topk_rule;
+    for (const char* op : {"RoiAlign", "MaxRoiPool"}) t[op] = roi_rule;
     return t;
   }();
   return table;

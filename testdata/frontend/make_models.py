@@ -567,6 +567,37 @@ def many_counts():
          "many_counts.onnx")
 
 
+def growing_loop():
+    """A Loop over a data-dependent count whose carried value grows (torchvision's paste-masks loop): n = the count of
+    x > 0 (NonZero, x float [4]); res starts float [1, 0] and iteration i appends Cast(NonZero(x > i)) along axis 1,
+    so res ends [1, c_0 + ... + c_(n-1)]; its body is untyped at load (a NonZero inside)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    res = helper.make_tensor_value_info("res", TensorProto.FLOAT, [1, "total"])
+    body = helper.make_graph([
+        helper.make_node("Cast", ["i"], ["fi"], name="fi", to=TensorProto.FLOAT),
+        helper.make_node("Greater", ["x", "fi"], ["over"], name="over"),
+        helper.make_node("NonZero", ["over"], ["idx"], name="idx"),
+        helper.make_node("Cast", ["idx"], ["fidx"], name="fidx", to=TensorProto.FLOAT),
+        helper.make_node("Concat", ["acc", "fidx"], ["acc_out"], name="append", axis=1),
+        helper.make_node("Identity", ["cond"], ["cond_out"], name="keep_going")], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc", TensorProto.FLOAT, [1, "a"])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1, "b"])])
+    nodes = [
+        helper.make_node("Greater", ["x", "zero"], ["positive"], name="positive"),
+        helper.make_node("NonZero", ["positive"], ["nz"], name="nonzero"),
+        helper.make_node("Shape", ["nz"], ["nz_shape"], name="nz_shape"),
+        helper.make_node("Gather", ["nz_shape", "one"], ["n"], name="n", axis=0),
+        helper.make_node("Loop", ["n", "true", "start"], ["res"], name="paste", body=body)]
+    inits = [_scalar("zero", 0.0, np.float32), _scalar("one", 1, np.int64), _scalar("true", True, np.bool_),
+             numpy_helper.from_array(np.zeros((1, 0), dtype=np.float32), "start")]
+    g = helper.make_graph(nodes, "growing_loop", [x], [res], inits)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "growing_loop.onnx")
+
+
 if __name__ == "__main__":
     external_chain()
     typed_tensors()
@@ -595,3 +626,4 @@ if __name__ == "__main__":
     seq_io()
     seq_at_ragged()
     many_counts()
+    growing_loop()

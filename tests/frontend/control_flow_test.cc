@@ -152,6 +152,24 @@ TEST(ControlFlow, ConcatOfManyCountsAndABranchOfACount) {
   }
 }
 
+// growing_loop.onnx (make_models.py): a Loop over a data-dependent count whose carried value grows, its body untyped
+// at load (torchvision's paste-masks loop): each of its output's dims is a fresh data-dependent symbol, unbounded,
+// known when the Loop runs; the NonZero whose count is the trip count stays though only that count is read.
+TEST(ControlFlow, LoopOverADataDependentCount) {
+  const Graph g = load_model(frontend_data("growing_loop.onnx"), load_opts());
+  const Value& res = g.values[g.at("res")];
+  ASSERT_TRUE(res.sym);
+  EXPECT_EQ(dims_str(res.sym->dims), "[loop_1, loop_2]");
+  EXPECT_EQ(g.runtime_dims.at("loop_2").bound, -1);
+  EXPECT_EQ(g.runtime_dims.at("loop_2").what, "a dim of output 0, which its body computes");
+  EXPECT_EQ(res.shape, (Shape{1, kUnboundedDimHint}));
+  ASSERT_NE(find_op(g, "NonZero"), nullptr);
+  // n = 3 (x > 0); iteration i appends the positions of x > i: {0, 2, 3}, {2, 3}, {3}
+  const std::vector<Tensor> out = run(g, {Tensor::from_floats({4}, {0.5F, -1, 2, 3})});
+  EXPECT_EQ(out[0].shape, (Shape{1, 6}));
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{0, 2, 3, 2, 3, 3}));
+}
+
 TEST(ControlFlow, NestedIfInsideLoop) {
   Graph g = load_model(frontend_data("nested_if_loop.onnx"), load_opts());
   const Node* loop = find_op(g, "Loop");

@@ -122,6 +122,28 @@ std::string unsupported_message(const std::function<void()>& f) {
 
 // Tensor parallelism splits heads and d_ff, never batch, seq or past: the program keeps them as expressions, and
 // the check at other dims passes; a shape constant whose expression is dropped (a literal the hints froze) is caught.
+// The symbolic rules a detector's box and mask heads need (ONNX operator specs): RoiAlign gives one pooled map per
+// roi ([num_rois, C, output_height, output_width]), ScatterElements its data's dims, GatherElements its indices'.
+TEST(SymbolicRules, DetectorHeadOps) {
+  const DimExpr u = DimExpr::symbol("nms_0");
+  const DimBindings hints{{"nms_0", 5}};
+  const TensorType x{DType::kFloat32, {2, 256, 40, 40}}, rois{DType::kFloat32, {5, 4}}, idx{DType::kInt64, {5}};
+  const SymbolicValue rois_sym{{u, 4}, std::nullopt}, idx_sym{{u}, std::nullopt};
+  const Node roi = testing::make_node("RoiAlign", {{"output_height", int64_t{7}}, {"output_width", int64_t{7}}});
+  SymbolicResult r =
+      infer_symbolic(roi, {{&x, nullptr, nullptr}, {&rois, nullptr, &rois_sym}, {&idx, nullptr, &idx_sym}},
+                     {{DType::kFloat32, {5, 256, 7, 7}}}, 16, hints);
+  EXPECT_EQ(dims_str(r.outputs.at(0).dims), "[nms_0, 256, 7, 7]");
+  const TensorType data{DType::kFloat32, {5, 4}}, upd{DType::kFloat32, {5, 1}}, ind{DType::kInt64, {5, 1}};
+  const SymbolicValue col{{u, 1}, std::nullopt};
+  r = infer_symbolic(testing::make_node("ScatterElements"),
+                     {{&data, nullptr, &rois_sym}, {&ind, nullptr, &col}, {&upd, nullptr, &col}}, {data}, 16, hints);
+  EXPECT_EQ(dims_str(r.outputs.at(0).dims), "[nms_0, 4]");
+  r = infer_symbolic(testing::make_node("GatherElements"), {{&data, nullptr, &rois_sym}, {&ind, nullptr, &col}}, {ind},
+                     16, hints);
+  EXPECT_EQ(dims_str(r.outputs.at(0).dims), "[nms_0, 1]");
+}
+
 TEST(SymbolicPartition, TensorParallelKeepsTheSymbolsAndTheCheckCatchesAFrozenShape) {
   const Graph g = load_symbolic(llama());
   for (int n : {2, 4}) {
