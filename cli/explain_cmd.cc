@@ -254,7 +254,9 @@ int cmd_explain(const ExplainOptions& o) {
           if (auto rt = g.runtime_dims.find(sym); rt != g.runtime_dims.end())
             fmt::print("  dim {}     {} reads {}, {} (node '{}', {}): known only at run time, so never split\n", d,
                        val.sym->dims[d].str(), sym, rt->second.what, rt->second.node,
-                       rt->second.bound >= 0 ? fmt::format("at most {}", rt->second.bound) : std::string("unbounded"));
+                       rt->second.bound < 0
+                           ? std::string("unbounded")
+                           : fmt::format("at most {}{}", rt->second.bound, rt->second.given ? ", from --dim" : ""));
     if (!(s == p.plan.shardings[v]))
       fmt::print("  planned   {} (the partitioner kept it {})\n", p.plan.shardings[v].to_partition_spec(mesh),
                  s.unreduced.empty() ? "as computed" : "unreduced until a consumer needs it reduced");

@@ -192,7 +192,8 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
     for (const auto& [sym, hint] : p.graph.dim_hints) j["dim_hints"][sym] = hint;
   }
   for (const auto& [sym, d] : p.graph.runtime_dims)  // known only at run time: costed at their bounds
-    j["data_dependent_dims"][sym] = {{"bound", d.bound}, {"counts", d.what}, {"node", d.node}};
+    j["data_dependent_dims"][sym] = {
+        {"bound", d.bound}, {"bound_from", d.given ? "--dim" : "the op"}, {"counts", d.what}, {"node", d.node}};
   j["model_flops"] = cost.model_flops;
   j["compile_time_s"] = {{"load", p.times.load},
                          {"propagate", p.times.propagate},
@@ -386,7 +387,9 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
         break;
       }
       dims.push_back(d["bound"].get<int64_t>() >= 0
-                         ? fmt::format("{} <= {} ({})", sym, d["bound"].get<int64_t>(), d["counts"].get<std::string>())
+                         ? fmt::format("{} <= {}{} ({})", sym, d["bound"].get<int64_t>(),
+                                       d.value("bound_from", "") == "--dim" ? " from --dim" : "",
+                                       d["counts"].get<std::string>())
                          : fmt::format("{} unbounded, at {} ({})", sym, r["dim_hints"][sym].get<int64_t>(),
                                        d["counts"].get<std::string>()));
     }

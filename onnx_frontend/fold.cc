@@ -292,11 +292,28 @@ std::string fresh_runtime_symbol(const Pass& p, const std::string& prefix) {
   return name;
 }
 
+// Registers the data-dependent symbol `name` that node `node` computes (Graph::runtime_dims): its upper bound (-1:
+// none) and its hint, the size it is typed and costed at (the bound, else `unbounded_hint`). In the model's graph a
+// `--dim NAME=V` (LoadOptions::dims) gives both instead (RuntimeDim::given). Returns the hint.
+int64_t add_runtime_dim(Pass& p, const std::string& name, const std::string& node, std::string what, int64_t bound,
+                        int64_t unbounded_hint = kUnboundedDimHint) {
+  bool given = false;
+  if (auto it = p.opts.dims.find(name); it != p.opts.dims.end() && !p.body) {
+    if (it->second < 0) throw InputError(fmt::format("--dim {}={}: a size must be >= 0", name, it->second));
+    bound = it->second;
+    given = true;
+  }
+  const int64_t hint = bound >= 0 ? bound : unbounded_hint;
+  p.g.dim_hints[name] = hint;
+  p.g.runtime_dims[name] = {node, std::move(what), bound, given};
+  return hint;
+}
+
 // Concat node `n` whose axis dim, the sum of its inputs' data-dependent counts, has more terms than a DimExpr keeps
 // (SSD's 91 per-class detection counts): that dim becomes a fresh data-dependent symbol ("concat_3", the
 // RuntimeDim of n), bound by the sum of its inputs' bounds, unbounded when one of them is. nullopt for another node,
 // or when data-dependent dims are off.
-std::optional<SymbolicValue> concat_of_many(Pass& p, const Node& n, const NodeInputs& in, const Inferred& inferred) {
+std::optional<SymbolicValue> concat_of_many(Pass& p, const Node& n, const NodeInputs& in, Inferred& inferred) {
   if (n.op_type != "Concat" || !p.opts.data_dependent_dims || p.body || inferred.types.size() != 1) return {};
   const Shape& shape = inferred.types[0].shape;
   const auto rank = static_cast<int64_t>(shape.size());
@@ -324,11 +341,11 @@ std::optional<SymbolicValue> concat_of_many(Pass& p, const Node& n, const NodeIn
   std::string& name = p.sums[fmt::format("{}", fmt::join(terms, " + "))];
   if (name.empty()) {
     name = fresh_runtime_symbol(p, "concat");
-    const int64_t hint = shape[static_cast<size_t>(ax)];  // the sum at the hints, which are the counts' bounds
-    p.g.dim_hints[name] = hint;
-    p.g.runtime_dims[name] = {n.name, fmt::format("the sum of the dim {} sizes of its {} inputs", ax, n.inputs.size()),
-                              bounded ? hint : -1};
+    const int64_t sum = shape[static_cast<size_t>(ax)];  // the sum at the hints, which are the counts' bounds
+    add_runtime_dim(p, name, n.name, fmt::format("the sum of the dim {} sizes of its {} inputs", ax, n.inputs.size()),
+                    bounded ? sum : -1, sum);
   }
+  inferred.types[0].shape[static_cast<size_t>(ax)] = p.g.dim_hints.at(name);
   out.dims[static_cast<size_t>(ax)] = DimExpr::symbol(name);
   return out;
 }
@@ -344,9 +361,8 @@ std::vector<SymbolicValue> control_flow_over_symbols(Pass& p, const Node& n, Inf
   for (size_t k = 0; k < inferred.types.size(); ++k) {
     for (int64_t& d : inferred.types[k].shape) {
       const std::string name = fresh_runtime_symbol(p, prefix);
-      if (d <= 0) d = kUnboundedDimHint;
-      p.g.dim_hints[name] = d;
-      p.g.runtime_dims[name] = {n.name, fmt::format("a dim of output {}, which its body computes", k), -1};
+      d = add_runtime_dim(p, name, n.name, fmt::format("a dim of output {}, which its body computes", k), -1,
+                          d > 0 ? d : kUnboundedDimHint);
       out[k].dims.push_back(DimExpr::symbol(name));
     }
   }
@@ -405,10 +421,9 @@ bool type_data_dependent(Pass& p, const Node& n, const NodeInputs& in, Inferred&
   // unbounded (Range): typed and costed at kUnboundedDimHint, and no run checks it
   const int64_t bound = r->bound ? std::max<int64_t>(r->bound->eval(p.g.dim_hints), 0) : -1;
   const int by = r->input < n.inputs.size() ? n.inputs[r->input] : -1;
-  p.g.dim_hints[name] = bound >= 0 ? bound : kUnboundedDimHint;
-  p.g.runtime_dims[name] = {
-      n.name, by >= 0 ? fmt::format("{} of '{}'", r->counts, p.g.values[static_cast<size_t>(by)].name) : r->counts,
-      bound};
+  add_runtime_dim(p, name, n.name,
+                  by >= 0 ? fmt::format("{} of '{}'", r->counts, p.g.values[static_cast<size_t>(by)].name) : r->counts,
+                  bound);
   inferred = Inferred{};
   for (size_t k = 0; k < r->outputs.size(); ++k) {
     Shape shape;
@@ -455,14 +470,61 @@ bool type_data_dependent_if(Pass& p, const Node& n, const std::map<std::string, 
       const int64_t ba = bound_of(*branch[0], a, d), bb = bound_of(*branch[1], b, d);
       const int64_t bound = ba < 0 || bb < 0 ? -1 : std::max(ba, bb);
       const std::string name = fresh_runtime_symbol(p, "if");
-      p.g.dim_hints[name] = bound >= 0 ? bound : kUnboundedDimHint;
-      p.g.runtime_dims[name] = {n.name,
-                                fmt::format("the dim {} size of output {} of the branch that runs (on '{}')", d, k,
-                                            p.g.values[static_cast<size_t>(n.inputs.at(0))].name),
-                                bound};
+      add_runtime_dim(p, name, n.name,
+                      fmt::format("the dim {} size of output {} of the branch that runs (on '{}')", d, k,
+                                  p.g.values[static_cast<size_t>(n.inputs.at(0))].name),
+                      bound);
       types.back().shape[d] = p.g.dim_hints[name];
       out.back().dims[d] = DimExpr::symbol(name);
     }
+  }
+  inferred = Inferred{};
+  inferred.types = std::move(types);
+  syms = std::move(out);
+  return true;
+}
+
+// Loop node `n` whose trip count is known only at run time (a computed M, or a condition its body computes: the ONNX
+// tests' expanded Range), its body typed (`typed`, type_bodies; its carried values keep their types): the carried
+// values keep their input types and each scan output is [loop_N, per-iteration dims...], loop_N a fresh
+// data-dependent symbol for the number of iterations, bound by M when M is a constant, else unbounded. Sets
+// `inferred` and `syms` as type_data_dependent does; false for another node or an untyped body output.
+bool type_data_dependent_loop(Pass& p, const Node& n, const NodeInputs& in,
+                              const std::map<std::string, std::vector<char>>& typed, Inferred& inferred,
+                              std::vector<SymbolicValue>& syms) {
+  if (!inferred.data_dependent || !p.opts.data_dependent_dims || p.body || n.op_type != "Loop") return false;
+  auto it = typed.find("body");
+  const Graph* body = n.g("body");
+  if (!body || it == typed.end() || std::find(it->second.begin(), it->second.end(), 0) != it->second.end())
+    return false;
+  const size_t carried = own_inputs(n) - 2;
+  if (body->outputs.size() != 1 + carried + (n.outputs.size() - carried) || n.outputs.size() < carried) return false;
+  int64_t bound = -1;
+  if (const Tensor* m = n.inputs.at(0) >= 0 ? in.values[0] : nullptr; m && m->numel() == 1)
+    bound = std::max<int64_t>(m->as_int64s()[0], 0);
+  std::vector<TensorType> types;
+  std::vector<SymbolicValue> out;
+  for (size_t k = 0; k < carried; ++k) {
+    const TensorType* t = in.types.at(2 + k);
+    if (!t) return false;
+    types.push_back(*t);
+    const SymbolicValue* s = in.syms.at(2 + k);
+    out.push_back(s ? *s : SymbolicValue{std::vector<DimExpr>(t->shape.begin(), t->shape.end()), std::nullopt});
+    out.back().elems.reset();
+  }
+  std::string name;
+  for (size_t k = carried; k < n.outputs.size(); ++k) {
+    const Value& v = body->values[static_cast<size_t>(body->outputs[1 + k])];
+    if (v.kind != ValueKind::kTensor || v.sym) return false;
+    if (name.empty()) {
+      name = fresh_runtime_symbol(p, "loop");
+      add_runtime_dim(p, name, n.name, "the number of iterations", bound);
+    }
+    TensorType t{v.dtype, v.shape};
+    t.shape.insert(t.shape.begin(), p.g.dim_hints[name]);
+    out.push_back({std::vector<DimExpr>(t.shape.begin(), t.shape.end()), std::nullopt});
+    out.back().dims[0] = DimExpr::symbol(name);
+    types.push_back(std::move(t));
   }
   inferred = Inferred{};
   inferred.types = std::move(types);
@@ -670,7 +732,8 @@ void run_pass(Pass& p) {
     if (n.has_body()) typed = type_bodies(g.nodes[ni], in.types, p.opts, p.report);
     Inferred inferred = infer(p, n, in);
     std::vector<SymbolicValue> syms;
-    if (type_data_dependent_if(p, n, typed, inferred, syms) || type_data_dependent(p, n, in, inferred, syms)) {
+    if (type_data_dependent_if(p, n, typed, inferred, syms) ||
+        type_data_dependent_loop(p, n, in, typed, inferred, syms) || type_data_dependent(p, n, in, inferred, syms)) {
       type_outputs(p, n, inferred, /*data_dependent=*/true);
       attach_symbols(p, n, std::move(syms));
       continue;

@@ -64,7 +64,10 @@ inline constexpr int64_t kFirstDimHint = 17;
 inline constexpr const char* kDimsInput = "gspmd_dims";
 
 struct LoadOptions {
-  std::map<std::string, int64_t> dims;  // --dim NAME=VALUE: symbolic input dims to bind
+  /// --dim NAME=VALUE: symbolic input dims to bind, and upper bounds of data-dependent dims (`nonzero_0`: typed,
+  /// costed and checked at VALUE instead of the op's bound; Graph::RuntimeDim::given). A name that is neither is an
+  /// InputError.
+  std::map<std::string, int64_t> dims;
   /// Keep the symbolic dims that neither `dims` nor the given inputs bind (docs/shapes.md, "Symbolic dims"), instead
   /// of the error that asks for --dim: each gets a hint (distinct primes from 17 up, in order of first appearance
   /// among the inputs: kFirstDimHint), every value's shape is typed at the hints, and values that depend on a symbol

@@ -59,9 +59,10 @@ struct Loader {
   std::vector<std::string> input_names;  // real graph inputs, in order
   std::vector<Value> consts;             // initializers and Constant outputs, in order
   std::unordered_map<std::string, size_t> const_index;
-  std::unordered_map<std::string, std::string> non_tensor;      // values typed map (or another non-tensor type but a
-                                                                // sequence or optional) by inference
-  DimBindings hints;                                            // opts.keep_symbols: the kept symbols' hints
+  std::unordered_map<std::string, std::string> non_tensor;  // values typed map (or another non-tensor type but a
+                                                            // sequence or optional) by inference
+  DimBindings hints;                                        // opts.keep_symbols: the kept symbols' hints
+  std::set<std::string> input_dim_names;  // the dim_params of the graph inputs, before bind_dims binds them
   std::map<std::string, std::vector<DimExpr>> symbolic_inputs;  // and the inputs' dims that read them
 
   [[noreturn]] void fail(const std::string& why) const { throw InputError(fmt::format("{}: {}", path, why)); }
@@ -471,19 +472,23 @@ struct Loader {
     if (t.has_optional_type()) collect_dim_params(t.optional_type().elem_type(), out);
   }
 
-  // Every --dim names a symbolic dim of the model's inputs: a misspelt one would bind nothing, silently.
-  void check_dim_names() const {
-    if (opts.dims.empty()) return;
-    std::set<std::string> names;
-    for (const auto& in : m.graph().input())
-      if (!const_index.count(in.name())) collect_dim_params(in.type(), names);
-    for (const auto& [name, value] : opts.dims)
-      if (!names.count(name))
-        fail(fmt::format(
-            "--dim {}={}: the model's inputs have no dim named '{}' ({})", cut_text(name), value, cut_text(name),
-            names.empty()
-                ? std::string("their dims are all static")
-                : fmt::format("their symbolic dims: {}", cut_text(fmt::format("{}", fmt::join(names, ", ")), 200))));
+  // Every --dim names a symbolic dim of the model's inputs or, once the graph is typed, a data-dependent dim (whose
+  // bound it gives): a misspelt one would bind nothing, silently. Checked on the typed graph `g`.
+  void check_dim_names(const Graph& g) const {
+    const std::set<std::string>& names = input_dim_names;
+    for (const auto& [name, value] : opts.dims) {
+      if (names.count(name) || g.runtime_dims.count(name)) continue;
+      std::vector<std::string> runtime;
+      for (const auto& [sym, d] : g.runtime_dims) runtime.push_back(sym);
+      fail(fmt::format(
+          "--dim {}={}: the model's inputs have no dim named '{}' ({}{})", cut_text(name), value, cut_text(name),
+          names.empty()
+              ? std::string("their dims are all static")
+              : fmt::format("their symbolic dims: {}", cut_text(fmt::format("{}", fmt::join(names, ", ")), 200)),
+          runtime.empty() ? std::string()
+                          : fmt::format("; its data-dependent dims: {}",
+                                        cut_text(fmt::format("{}", fmt::join(runtime, ", ")), 200))));
+    }
   }
 
   // opts.keep_symbols: input `name`'s dim i (of `rank`) is the symbol `sym`, with the next hint (kFirstDimHint's
@@ -511,7 +516,8 @@ struct Loader {
   }
 
   void bind_dims() {
-    check_dim_names();
+    for (const auto& in : m.graph().input())
+      if (!const_index.count(in.name())) collect_dim_params(in.type(), input_dim_names);
     const std::map<std::string, Shape> given_shapes = this->given_shapes();
     const std::map<std::string, int64_t> bound = bound_dims(given_shapes);
     auto* g = m.mutable_graph();
@@ -966,6 +972,7 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
   } catch (const InputError& e) {
     L.fail(e.what());
   }
+  L.check_dim_names(g);
   {  // prune renumbers the values: the signature follows them by name
     std::vector<std::vector<std::string>> names;
     for (const auto* sig : {&rep.inputs, &rep.outputs})

@@ -1,4 +1,4 @@
-// Spatial sampling and unpooling, plain C++: MaxUnpool (opset 11), RoiAlign (opset 16, avg / max, half_pixel /
+// Spatial sampling and unpooling, plain C++: MaxUnpool (opset 11), RoiAlign (opsets 10 and 16, avg / max, half_pixel /
 // output_half_pixel), GridSample (opset 16, 4-D). Reference: the ONNX operator specs (onnx/docs/Operators.md); where
 // the spec leaves details open, the implementations the ONNX test data comes from (onnxruntime, PyTorch).
 #include <algorithm>
@@ -63,7 +63,9 @@ std::vector<Tensor> roi_align_kernel(const Ctx& c) {
   const int64_t ratio = c.node.i("sampling_ratio", 0);
   const double scale = c.node.f("spatial_scale", 1.f);
   const bool max_mode = c.node.s("mode", "avg") == "max";
-  const bool half_pixel = c.node.s("coordinate_transformation_mode", "half_pixel") == "half_pixel";
+  // opsets 10-15 have no coordinate_transformation_mode and sample as output_half_pixel does (no half-pixel shift)
+  const bool half_pixel =
+      c.node.s("coordinate_transformation_mode", c.opset >= 16 ? "half_pixel" : "output_half_pixel") == "half_pixel";
   Tensor out(X.dtype, {R, C, oh, ow});
   dispatch_float(c, X.dtype, [&]<class T>() {
     for (int64_t r = 0; r < R; ++r) {

@@ -296,6 +296,9 @@ void Executor::check_runtime_dims(const Node& n, int64_t d, size_t k, const Valu
     if (const std::string* s = e.as_symbol()) {
       auto rt = prog_.runtime_dims.find(*s);
       if (rt != prog_.runtime_dims.end() && !seen.count(*s)) {  // its node: its size binds the symbol
+        if (rt->second.given && t.shape[i] > rt->second.bound)  // the user's bound: bad input
+          throw InputError(fmt::format("--dim {}={}: node '{}' ({}) gives {} = {} on device {}", *s, rt->second.bound,
+                                       n.name, n.op_type, *s, t.shape[i], d));
         if (rt->second.bound >= 0 && t.shape[i] > rt->second.bound)
           fail(n, d,
                fmt::format("output {} '{}' dim {} is {}, over the bound {} of {} ({})", k, val.name, i, t.shape[i],

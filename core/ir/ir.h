@@ -235,9 +235,10 @@ class Graph {
   /// each is a dim of a node's outputs that only a run knows (NonZero's count of non-zeros), typed at its upper bound
   /// (its hint). Such a dim is never split; the executor binds it from the tensor the node computes.
   struct RuntimeDim {
-    std::string node;   // the node whose outputs it sizes
-    std::string what;   // what it counts: "the non-zeros of 'mask'"
-    int64_t bound = 0;  // its upper bound, its hint; -1: none (Range's length), typed at another hint
+    std::string node;    // the node whose outputs it sizes
+    std::string what;    // what it counts: "the non-zeros of 'mask'"
+    int64_t bound = 0;   // its upper bound, its hint; -1: none (Range's length), typed at another hint
+    bool given = false;  // the bound is the user's (`--dim NAME=V`), not the op's spec
   };
   std::map<std::string, RuntimeDim, std::less<>> runtime_dims;
 

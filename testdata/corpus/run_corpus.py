@@ -275,6 +275,11 @@ class Runner:
             for rname, rd in list(refs.items())[:-1]:
                 err, msg = compare(d / "ref_ort", rd, n_out)
                 row["refs_agree"] = f"ort~{rname} {err:.0e}" if not msg else f"ort≠{rname}: {msg}"
+                if msg or err > meta.get("ref_rtol", self.a.ref_rtol):
+                    # the exported graph computes something else than eager torch (Mask R-CNN's mask pasting):
+                    # ONNX Runtime, which runs the same graph, is the reference
+                    del refs[rname]
+                    row["refs_agree"] += f" ({rname} not used)"
         else:
             row["refs_agree"] = f"ort✗"
             row["errors"].append(("ort", f"ONNX Runtime: {ort_msg}"))

@@ -595,5 +595,19 @@ TEST(KernelsConformance, LossesUniqueReverseSequence) {
   EXPECT_THROW(run1(make_node("ReverseSequence"), {&seq, &bad}, 10), std::runtime_error);
 }
 
+// RoiAlign's sampling grid (ONNX spec): opset 16 defaults to half_pixel (the roi shifted by half a pixel); opsets 10
+// to 15 have no such attribute and sample as output_half_pixel. On X[h][w] = w, the roi [0, 0, 2, 2] pooled to 1x1
+// with one sample samples its centre: w = 1 unshifted, 0.5 shifted (torchvision exports aligned rois at opset 11 by
+// shifting the boxes itself).
+TEST(KernelsSpatial, RoiAlignDefaultModeFollowsTheOpset) {
+  const Tensor x = F({1, 1, 4, 4}, {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3});
+  const Tensor rois = F({1, 4}, {0, 0, 2, 2});
+  const Tensor batch = I1({0});
+  const Node n = make_node(
+      "RoiAlign", {{"output_height", int64_t{1}}, {"output_width", int64_t{1}}, {"sampling_ratio", int64_t{1}}});
+  expect_vals(run1(n, {&x, &rois, &batch}, 11), {1.0F});
+  expect_vals(run1(n, {&x, &rois, &batch}, 16), {0.5F});
+}
+
 }  // namespace
 }  // namespace gspmd

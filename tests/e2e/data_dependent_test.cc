@@ -38,8 +38,10 @@ TEST(DataDependentCli, OnePartitionServesEveryCount) {
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json report = read_json(d / "report.json");
   EXPECT_EQ(report["data_dependent_dims"]["nonzero_0"],
-            (nlohmann::json{
-                {"bound", 50}, {"counts", "the count of non-zeros of '/Greater_output_0'"}, {"node", "/NonZero"}}));
+            (nlohmann::json{{"bound", 50},
+                            {"bound_from", "the op"},
+                            {"counts", "the count of non-zeros of '/Greater_output_0'"},
+                            {"node", "/NonZero"}}));
   EXPECT_EQ(report["data_dependent_dims"].size(), 4u);
   for (int k = 0; k < 3; ++k) {
     r = cli("run " + kModel + plan + " --program " + d.string() + " --inputs " + set(k) + " --expected " + set(k),
@@ -73,6 +75,33 @@ TEST(DataDependentCli, TheCountsAreNeverSplitAndTheToolSaysWhy) {
   EXPECT_EQ(r.err, "error: " + bad.string() +
                        ": tensors.\"scores_0\": sharding of 'scores_0': dim 0 (min(4, nms_1)) is data-dependent, known "
                        "only when node '/NonMaxSuppression' runs: it cannot be split\n");
+}
+
+// --dim NAME=V gives a data-dependent dim's bound (docs/shapes.md step 6): the summary, report.json and explain say
+// where it came from, the counts it bounds follow, and a run whose count is over it, or a name that is no dim, is a
+// one-line error (exit 2).
+TEST(DataDependentCli, DimGivesACountsBound) {
+  const fs::path rep = scratch("data_dependent_cli") / "bound.report.json";
+  CmdResult r = cli("run " + kModel + " --mesh 1 --dim nonzero_0=20 --inputs " + set(1) + " --expected " + set(1) +
+                        " --report " + rep.string(),
+                    "data_dependent_bound");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("nonzero_0 <= 20 from --dim (the count of non-zeros of '/Greater_output_0')"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("nms_1 <= 20 (the count of selected boxes"), std::string::npos) << r.out;
+  const nlohmann::json report = read_json(rep);
+  EXPECT_EQ(report["data_dependent_dims"]["nonzero_0"]["bound_from"], "--dim");
+  EXPECT_EQ(report["data_dependent_dims"]["nonzero_2"]["bound_from"], "the op");
+  r = cli("explain " + kModel + " --mesh 1 --dim nonzero_0=20 --value /NonZero_output_0", "data_dependent_bound_why");
+  EXPECT_NE(r.out.find("(node '/NonZero', at most 20, from --dim)"), std::string::npos) << r.out;
+  r = cli("run " + kModel + " --mesh 1 --dim nonzero_0=1 --inputs " + set(1), "data_dependent_bound_over");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: --dim nonzero_0=1: node '/NonZero' (NonZero) gives nonzero_0 = 5 on device 0\n");
+  r = cli("run " + kModel + " --mesh 1 --dim nonzero_9=1 --inputs " + set(1), "data_dependent_bound_name");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: " + kModel +
+                       ": --dim nonzero_9=1: the model's inputs have no dim named 'nonzero_9' (their dims are all "
+                       "static; its data-dependent dims: nms_1, nms_3, nonzero_0, nonzero_2)\n");
 }
 
 }  // namespace

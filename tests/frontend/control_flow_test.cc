@@ -73,15 +73,25 @@ TEST(ControlFlow, LoopCapturesOuterValueAndStacksScanOutputs) {
   EXPECT_EQ(floats(out[1]), squares);
 }
 
+// A trip count from a graph input: the scan output's length is a data-dependent dim (loop_0, the number of
+// iterations, unbounded) that each run binds; frozen, it is static.
 TEST(ControlFlow, TripCountFromAnInputIsDataDependentUntilFrozen) {
   const std::string path = frontend_data("loop_dynamic.onnx");
-  test::expect_input_error(
-      [&] { load_model(path, load_opts()); },
-      path +
-          ": value 'squares' (output of node 'loop' (Loop)) has a data-dependent shape: output shape depends on the "
-          "values of input 0 (the trip count), graph input 'M', which is known only at run time; make 'M' a constant "
-          "(an "
-          "initializer) to bind it");
+  const Graph dynamic = load_model(path, load_opts());
+  const Value& squares = dynamic.values[dynamic.outputs[1]];
+  ASSERT_TRUE(squares.sym);
+  EXPECT_EQ(dims_str(squares.sym->dims), "[loop_0, 3]");
+  EXPECT_EQ(dynamic.runtime_dims.at("loop_0").bound, -1);
+  // acc = x + step + i per iteration i; squares = acc^2 per iteration
+  for (int64_t m : {0, 2, 5}) {
+    const std::vector<Tensor> out =
+        run(dynamic, {Tensor::from_floats({3}, {0, 1, 2}), Tensor::from_floats({3}, {1, 1, 1}),
+                      Tensor::from_int64s({m}, /*scalar=*/true)});
+    EXPECT_EQ(out[1].shape, (Shape{m, 3})) << m;
+    float acc = 0;
+    for (int64_t i = 0; i < m; ++i) acc += 1.0F + static_cast<float>(i);
+    EXPECT_EQ(floats(out[0])[0], acc) << m;
+  }
   LoadOptions o = load_opts();
   o.frozen_inputs["M"] = Tensor::from_int64s({2}, /*scalar=*/true);
   Graph g = load_model(path, o);

@@ -7,6 +7,7 @@
 
 #include <sys/stat.h>
 
+#include "backend/pod/pod.h"
 #include "tests/frontend/frontend_test_util.h"
 #include "tests/frontend/onnx_headers.h"
 
@@ -431,6 +432,26 @@ TEST(Loader, UnboundedDataDependentDim) {
   EXPECT_EQ(g.runtime_dims.at("range_0").what, "the length of 'limit'");
   EXPECT_EQ(g.dim_hints.at("range_0"), kUnboundedDimHint);
   EXPECT_EQ(g.values[static_cast<size_t>(g.outputs.at(0))].shape, (Shape{kUnboundedDimHint}));
+}
+
+// The expanded Range: a Loop whose trip count is computed from the inputs' values. Its scan output is
+// [loop_0, per-iteration dims], loop_0 the number of iterations, unbounded; the test's data runs exact.
+TEST(Loader, LoopWithAComputedTripCount) {
+  const std::string dir = "/usr/share/libonnx-testdata/data/node/test_range_float_type_positive_delta_expanded/";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "libonnx-testdata not installed";
+  const Graph g = load_model(dir + "model.onnx", load_opts());
+  ASSERT_EQ(g.runtime_dims.size(), 1u);
+  EXPECT_EQ(g.runtime_dims.at("loop_0").what, "the number of iterations");
+  EXPECT_EQ(g.runtime_dims.at("loop_0").bound, -1);
+  const Value& out = g.values[static_cast<size_t>(g.outputs.at(0))];
+  ASSERT_TRUE(out.sym);
+  EXPECT_EQ(dims_str(out.sym->dims), "[loop_0]");
+  std::vector<Tensor> in;
+  for (int k = 0; k < 3; ++k) in.push_back(read_tensor_pb(dir + "test_data_set_0/input_" + std::to_string(k) + ".pb"));
+  const Tensor want = read_tensor_pb(dir + "test_data_set_0/output_0.pb");
+  const Tensor got = run_single(g, in).outputs.at(0);
+  EXPECT_EQ(got.shape, want.shape);
+  EXPECT_EQ(got.bytes, want.bytes);
 }
 
 // Without data-dependent symbols (the training step builder, pipeline stages) such an output is refused in one line.
