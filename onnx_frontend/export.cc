@@ -325,11 +325,20 @@ struct Exporter {
             break;
           }
           case K::kMin:
-          case K::kMax:
-            if (opset < 12)
-              throw UnsupportedError(fmt::format("export: dim {} needs int64 Min / Max, from opset 12", key));
-            x = binary(a->kind == K::kMin ? "Min" : "Max", expr_value(a->args[0]), expr_value(a->args[1]));
+          case K::kMax: {
+            const std::string p = expr_value(a->args[0]), q = expr_value(a->args[1]);
+            if (opset >= 12) {
+              x = binary(a->kind == K::kMin ? "Min" : "Max", p, q);
+              break;
+            }
+            // int64 Min / Max are opset 12+: Where(p < q, ...) (opsets 9-11)
+            if (opset < 9) throw UnsupportedError(fmt::format("export: dim {} needs Where, from opset 9", key));
+            const std::string less = add_temp("dims/Less", DType::kBool, {1});
+            add_node(fresh("dims/Less"), "Less", {p, q}, {less});
+            x = add_temp("dims/Where", DType::kInt64, {1});
+            add_node(fresh("dims/Where"), "Where", {less, a->kind == K::kMin ? p : q, a->kind == K::kMin ? q : p}, {x});
             break;
+          }
         }
         prod = prod.empty() ? x : binary("Mul", prod, x);
       }
