@@ -503,23 +503,44 @@ void gather_outputs(int rank, int N, const SpmdProgram& p, const Graph& global, 
     const ProgramBinding& b = p.outputs[k];
     const Value& lv = prog.values.at(b.local);
     const Tensor& shard = lr.output_shards[k].at(0);
-    if (shard.dtype != lv.dtype || shard.shape != lv.shape)
+    // a data-dependent dim has the size this run found (docs/shapes.md step 6): the rest is the program's
+    const std::vector<char> runtime = runtime_dims_of(prog, b.local);
+    bool ok = shard.dtype == lv.dtype && shard.shape.size() == lv.shape.size();
+    for (size_t d = 0; ok && d < shard.shape.size(); ++d)
+      ok = shard.shape[d] == lv.shape[d] || (d < runtime.size() && runtime[d]);
+    if (!ok)
       throw std::runtime_error(fmt::format("output '{}' is {}{} but the program declares {}{}", lv.name,
                                            dtype_name(shard.dtype), shape_str(shard.shape), dtype_name(lv.dtype),
                                            shape_str(lv.shape)));
-    const size_t nb = shard.nbytes();
-    std::vector<std::byte> recv(rank == 0 ? nb * static_cast<size_t>(N) : 0);
-    check(MPI_Gather(shard.bytes.data(), count_of(nb, "MPI_Gather"), MPI_BYTE, recv.data(), static_cast<int>(nb),
-                     MPI_BYTE, 0, MPI_COMM_WORLD),
-          "MPI_Gather");
+    // every rank's shape first (they differ only where a data-dependent dim does), then the bytes
+    const size_t r = shard.shape.size();
+    std::vector<int64_t> shapes(rank == 0 ? r * static_cast<size_t>(N) : 0);
+    check(MPI_Gather(shard.shape.data(), static_cast<int>(r), MPI_INT64_T, shapes.data(), static_cast<int>(r),
+                     MPI_INT64_T, 0, MPI_COMM_WORLD),
+          "MPI_Gather (output shapes)");
+    std::vector<Tensor> all;
+    std::vector<int> counts, displs;
+    size_t total = 0;
     if (rank == 0) {
-      std::vector<Tensor> all(static_cast<size_t>(N), Tensor(lv.dtype, lv.shape));
+      for (int d = 0; d < N; ++d) {
+        all.emplace_back(lv.dtype, Shape(shapes.begin() + static_cast<std::ptrdiff_t>(r * d),
+                                         shapes.begin() + static_cast<std::ptrdiff_t>(r * (d + 1))));
+        counts.push_back(count_of(all.back().nbytes(), "MPI_Gatherv"));
+        displs.push_back(count_of(total, "MPI_Gatherv"));
+        total += all.back().nbytes();
+      }
+    }
+    std::vector<std::byte> recv(total);
+    check(MPI_Gatherv(shard.bytes.data(), count_of(shard.nbytes(), "MPI_Gatherv"), MPI_BYTE, recv.data(), counts.data(),
+                      displs.data(), MPI_BYTE, 0, MPI_COMM_WORLD),
+          "MPI_Gatherv");
+    if (rank == 0) {
       std::vector<const Tensor*> ptrs;
       for (int d = 0; d < N; ++d) {
-        std::memcpy(all[d].bytes.data(), recv.data() + static_cast<size_t>(d) * nb, nb);
+        std::memcpy(all[d].bytes.data(), recv.data() + displs[d], all[d].nbytes());
         ptrs.push_back(&all[d]);
       }
-      outputs.push_back(assemble_tensor(ptrs, b.sharding, p.mesh, global.values.at(b.global).shape));
+      outputs.push_back(assemble_tensor(ptrs, b.sharding, p.mesh, run_shape(global, b.global, all[0].shape)));
     }
   }
 }
@@ -588,14 +609,6 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
     throw std::runtime_error(fmt::format("{} ranks for {} devices", N, p.mesh.num_devices()));
   if (measured_runs < 1) throw std::invalid_argument("run_mpi: measured_runs must be >= 1");
   const Graph& program = device_model ? *device_model : p.program;
-  if (!program.runtime_dims.empty()) {  // every rank refuses it, before the first collective
-    std::vector<std::string> dims;
-    for (const auto& [sym, d] : program.runtime_dims) dims.push_back(sym);
-    throw UnsupportedError(
-        fmt::format("--backend mpi: the model has data-dependent dims ({}), whose outputs the ranks cannot gather "
-                    "yet: run it on the emulator (docs/shapes.md)",
-                    fmt::join(dims, ", ")));
-  }
   MpiRun r;
 
   // Communicators first (collective), so that the timed part below is the program only.

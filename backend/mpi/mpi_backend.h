@@ -147,7 +147,9 @@ struct MpiRun {
 /// - `device_model`: nullptr = run the SPMD program with this rank's slices of `global`'s initializers; otherwise
 ///   run this loaded device model (`device_<rank>.onnx`), whose inputs/outputs must have the program's local
 ///   shapes (`p` still gives the shardings used to scatter and assemble).
-/// - Output shards are gathered on rank 0 (MPI_Gather) and assembled with assemble_tensor; so are every rank's stats
+/// - Output shards are gathered on rank 0 (their shapes with MPI_Gather, then their bytes with MPI_Gatherv: a
+///   data-dependent dim, docs/shapes.md step 6, has the size the run found) and assembled with assemble_tensor at
+///   the run's global shape (run_shape); so are every rank's stats
 ///   and its timeline of the median execution (MpiRun::timelines).
 /// - `warmup_runs` untimed executions come first (each rank's first execution pays oneDNN's primitive creation and
 ///   JIT compilation), then `measured_runs` (>= 1, else std::invalid_argument) measured ones, each after a barrier.

@@ -575,20 +575,28 @@ TEST(MpiBadSetup, WithoutMpirunIsOneRank) {
       << r.err;
 }
 
-// Data-dependent dims (docs/shapes.md step 6) run on the emulator only: the ranks refuse them before their first
-// collective, in one line, exit 3 (the first rank to refuse ends the others, which may not print theirs).
-TEST(MpiRun, DataDependentDimsAreRefused) {
+// Data-dependent dims (docs/shapes.md step 6) under MPI: each rank binds the counts from the tensors it computes,
+// the collectives move the sizes it finds, and rank 0 gathers outputs whose sizes only the run knows. The detector's
+// post-processing in miniature runs exact against torch's outputs at every count (none, fewer than k, more than k
+// boxes), with the batch and with the anchors over 2 ranks, and from one partition's device files (--program).
+TEST(MpiRun, DataDependentDimsRunAtEveryCount) {
   const std::string dir = "testdata/data_dependent/";
-  CmdResult r =
-      mpi_run(2, dir + "model.onnx --mesh 2 --shardings " + dir + "dp2.plan.json --inputs " + dir + "test_data_set_1",
-              "mpi_data_dependent");
-  EXPECT_EQ(r.code, 3) << r.out << r.err;
-  const std::string line =
-      ": unsupported: --backend mpi: the model has data-dependent dims (nms_1, nms_3, nonzero_0, nonzero_2), whose "
-      "outputs the ranks cannot gather yet: run it on the emulator (docs/shapes.md)\n";
-  EXPECT_TRUE(r.err.find("error: rank 0" + line) != std::string::npos ||
-              r.err.find("error: rank 1" + line) != std::string::npos)
-      << r.err;
+  const fs::path files = scratch("mpi_data_dependent") / "dp2";
+  ASSERT_EQ(cli("partition " + dir + "model.onnx --mesh 2 --shardings " + dir + "dp2.plan.json -o " + files.string(),
+                "mpi_data_dependent_partition")
+                .code,
+            0);
+  for (const std::string plan : {"dp2", "row2", "dp2 files"})
+    for (int k = 0; k < 3; ++k) {
+      const std::string set = dir + "test_data_set_" + std::to_string(k);
+      const std::string program = plan == "dp2 files" ? " --program " + files.string() : "";
+      CmdResult r = mpi_run(2,
+                            dir + "model.onnx --mesh 2 --shardings " + dir + plan.substr(0, plan.find(" ")) +
+                                ".plan.json" + program + " --inputs " + set + " --expected " + set,
+                            "mpi_data_dependent");
+      EXPECT_EQ(r.code, 0) << plan << " set " << k << ": " << r.out << r.err;
+      EXPECT_NE(r.out.find("expected  passed against " + set), std::string::npos) << r.out;
+    }
 }
 
 }  // namespace
