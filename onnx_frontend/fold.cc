@@ -434,6 +434,15 @@ bool type_data_dependent(Pass& p, const Node& n, const NodeInputs& in, Inferred&
   return true;
 }
 
+// Body `attr` of control-flow node `n` when type_bodies typed every one of its outputs (`typed`), else nullptr.
+const Graph* typed_body(const Node& n, const std::map<std::string, std::vector<char>>& typed, const char* attr) {
+  auto it = typed.find(attr);
+  const Graph* body = n.g(attr);
+  if (!body || it == typed.end() || std::find(it->second.begin(), it->second.end(), 0) != it->second.end())
+    return nullptr;
+  return body;
+}
+
 // If node `n` whose branches give outputs of different sizes (torchvision's batched NMS: an empty tensor, or the kept
 // boxes of a NonMaxSuppression in the else branch), both branches typed (`typed`, type_bodies): each output dim
 // that is not one constant in both becomes a fresh data-dependent symbol ("if_4", a RuntimeDim of n), bound by the
@@ -442,14 +451,9 @@ bool type_data_dependent(Pass& p, const Node& n, const NodeInputs& in, Inferred&
 bool type_data_dependent_if(Pass& p, const Node& n, const std::map<std::string, std::vector<char>>& typed,
                             Inferred& inferred, std::vector<SymbolicValue>& syms) {
   if (!inferred.data_dependent || !p.opts.data_dependent_dims || p.body || n.op_type != "If") return false;
-  const Graph* branch[2] = {n.g("then_branch"), n.g("else_branch")};
-  const std::vector<char>* ok[2] = {nullptr, nullptr};
-  for (int b = 0; b < 2; ++b) {
-    auto it = typed.find(b == 0 ? "then_branch" : "else_branch");
-    if (!branch[b] || it == typed.end() || branch[b]->outputs.size() != n.outputs.size()) return false;
-    ok[b] = &it->second;
-    if (std::find(ok[b]->begin(), ok[b]->end(), 0) != ok[b]->end()) return false;
-  }
+  const Graph* branch[2] = {typed_body(n, typed, "then_branch"), typed_body(n, typed, "else_branch")};
+  for (const Graph* b : branch)
+    if (!b || b->outputs.size() != n.outputs.size()) return false;
   // a branch output dim's bound: its size at the branch's hints, which are its data-dependent dims' bounds
   auto bound_of = [](const Graph& g, const Value& v, size_t d) -> int64_t {
     if (!v.sym) return v.shape[d];
@@ -493,12 +497,10 @@ bool type_data_dependent_loop(Pass& p, const Node& n, const NodeInputs& in,
                               const std::map<std::string, std::vector<char>>& typed, Inferred& inferred,
                               std::vector<SymbolicValue>& syms) {
   if (!inferred.data_dependent || !p.opts.data_dependent_dims || p.body || n.op_type != "Loop") return false;
-  auto it = typed.find("body");
-  const Graph* body = n.g("body");
-  if (!body || it == typed.end() || std::find(it->second.begin(), it->second.end(), 0) != it->second.end())
-    return false;
+  const Graph* body = typed_body(n, typed, "body");
+  if (!body || own_inputs(n) < 2) return false;
   const size_t carried = own_inputs(n) - 2;
-  if (body->outputs.size() != 1 + carried + (n.outputs.size() - carried) || n.outputs.size() < carried) return false;
+  if (n.outputs.size() < carried || body->outputs.size() != 1 + n.outputs.size()) return false;
   int64_t bound = -1;
   if (const Tensor* m = n.inputs.at(0) >= 0 ? in.values[0] : nullptr; m && m->numel() == 1)
     bound = std::max<int64_t>(m->as_int64s()[0], 0);
