@@ -59,6 +59,10 @@ inline constexpr int64_t kUnboundedDimHint = 64;
 /// ...): distinct, and split unevenly over any mesh axis, so that a plan chosen at the hints masks its padding.
 inline constexpr int64_t kFirstDimHint = 17;
 
+/// The most elements a ConstantOfShape or a Range on constants may ask for (2^40; a 175B-parameter model's largest
+/// weight has 6e8): more is refused at load, before ONNX's shape inference allocates per element (docs/loading.md).
+inline constexpr int64_t kMaxConstantElements = int64_t{1} << 40;
+
 /// The input of a device file over split dim symbols that gives the symbols' global sizes, int64 [symbols] in the
 /// order of Graph::dim_hints (docs/shapes.md): a device cannot read a split dim's global size off its padded shard.
 inline constexpr const char* kDimsInput = "gspmd_dims";

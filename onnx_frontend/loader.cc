@@ -1,8 +1,10 @@
 // load_model: ONNX file -> core::Graph with static shapes (bind dims, shape inference, folding).
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <string_view>
@@ -662,6 +664,58 @@ struct Loader {
     }
   }
 
+  // A ConstantOfShape or a Range on constants may not ask for more than kMaxConstantElements elements: ONNX's shape
+  // inference (onnx 1.12) makes the length of such a 1-D tensor the rank of an Expand or Reshape that reads it as its
+  // shape and allocates one dim per element (out of memory at 7e16, found by the model fuzzer). Checked before it.
+  void check_constant_sizes() const {
+    const auto& g = m.graph();
+    std::unordered_map<std::string, const onnx::TensorProto*> small;  // constant operands of at most 8 elements
+    auto keep = [&](const onnx::TensorProto& t, const std::string& name) {
+      if (t.dims_size() <= 1 && (t.dims_size() == 0 || (t.dims(0) >= 0 && t.dims(0) <= 8))) small[name] = &t;
+    };
+    for (const auto& t : g.initializer()) keep(t, t.name());
+    for (const auto& n : g.node())
+      if (n.op_type() == "Constant" && n.output_size() == 1)
+        for (const auto& a : n.attribute())
+          if (a.name() == "value" && a.has_t()) keep(a.t(), n.output(0));
+    auto values = [&](const std::string& name) -> std::optional<std::vector<double>> {
+      auto it = small.find(name);
+      if (it == small.end()) return std::nullopt;
+      try {
+        const Tensor t = tensor_from_proto(*it->second, base_dir, fmt::format("{}: tensor '{}'", path, name));
+        if (t.dtype == DType::kInt64 || t.dtype == DType::kInt32) {
+          const std::vector<int64_t> v = t.as_int64s();
+          return std::vector<double>(v.begin(), v.end());
+        }
+        if (t.dtype == DType::kFloat32) return std::vector<double>(t.data<float>(), t.data<float>() + t.numel());
+        if (t.dtype == DType::kFloat64) return std::vector<double>(t.data<double>(), t.data<double>() + t.numel());
+      } catch (const std::exception&) {  // reported where the tensor is read
+      }
+      return std::nullopt;
+    };
+    const std::vector<std::string> names = unique_node_names(g.node());
+    for (int ni = 0; ni < g.node_size(); ++ni) {
+      const auto& n = g.node(ni);
+      if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
+      double elements = -1;
+      if (n.op_type() == "ConstantOfShape" && n.input_size() >= 1) {
+        if (auto v = values(n.input(0))) {
+          elements = 1;
+          for (double d : *v) elements *= std::max(d, 0.0);
+        }
+      } else if (n.op_type() == "Range" && n.input_size() == 3) {
+        auto a = values(n.input(0)), b = values(n.input(1)), c = values(n.input(2));
+        if (a && b && c && a->size() == 1 && b->size() == 1 && c->size() == 1 && (*c)[0] != 0)
+          elements = std::max(std::ceil(((*b)[0] - (*a)[0]) / (*c)[0]), 0.0);
+      }
+      if (elements > static_cast<double>(kMaxConstantElements))
+        fail(
+            fmt::format("node '{}' ({}): its output would hold {:.3g} elements, more than the {} a tensor may "
+                        "hold here",
+                        names[ni], n.op_type(), elements, kMaxConstantElements));
+    }
+  }
+
   void infer() {
     // Before IR 4, shape inference types only the initializers listed as graph inputs; the constants exposed here
     // (initializers, Constant outputs, folded values) are not, so the proto says IR 4 from here on.
@@ -960,6 +1014,7 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
   rep.sharding_annotations = annotated;
   L.check_reads_defined();
   L.check_conv_pool_ranks();
+  L.check_constant_sizes();
   L.infer();
   std::unordered_set<std::string> unknown;
   Graph g = L.convert(unknown);

@@ -265,6 +265,23 @@ TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
   strides->add_ints(0);
   strides->add_ints(2);
   EXPECT_EQ(error_of(dropout), p + ": node 'conv' (Conv): attribute 'strides' has the entry 0; each must be positive");
+  // onnx 1.12 made a huge constant 1-D tensor's length the rank of the Expand that read it as its shape, and ran out
+  // of memory allocating its dims (fuzz/corpus/model/crash-oom-expand-rank-from-constant-shape.onnx)
+  onnx::ModelProto cls = test::read_onnx_model(frontend_data("loop_scan.onnx"));
+  onnx::NodeProto* cos = cls.mutable_graph()->add_node();
+  cos->set_op_type("ConstantOfShape");
+  cos->set_name("cos");
+  cos->add_input("big_shape");
+  cos->add_output("ones");
+  onnx::TensorProto* three = cls.mutable_graph()->add_initializer();
+  three->set_name("big_shape");
+  three->set_data_type(onnx::TensorProto::INT64);
+  three->add_dims(1);
+  three->add_int64_data(int64_t{1} << 41);
+  EXPECT_EQ(error_of(cls), p + ": node 'cos' (ConstantOfShape): its output would hold 2.2e+12 elements, more than the "
+                               "1099511627776 a tensor may hold here");
+  three->set_int64_data(0, int64_t{1} << 20);  // a large tensor, but not impossibly large
+  EXPECT_EQ(error_of(cls), "loaded");
 }
 
 // Reading a FIFO would wait for a writer forever: only regular files are read.
