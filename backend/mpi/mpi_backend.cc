@@ -608,7 +608,6 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
   if (N != p.mesh.num_devices())
     throw std::runtime_error(fmt::format("{} ranks for {} devices", N, p.mesh.num_devices()));
   if (measured_runs < 1) throw std::invalid_argument("run_mpi: measured_runs must be >= 1");
-  const Graph& program = device_model ? *device_model : p.program;
   MpiRun r;
 
   // Communicators first (collective), so that the timed part below is the program only.
