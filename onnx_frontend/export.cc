@@ -715,6 +715,14 @@ struct Exporter {
                                 "tensors, not {}",
                                 dtype_name(x.dtype)));
     const bool floating = x.dtype == DType::kFloat16 || x.dtype == DType::kFloat32 || x.dtype == DType::kFloat64;
+    // Every lowering but ORT's own AllReduce (a float sum over the world) writes static shapes (Reshape targets,
+    // slice bounds): over the dim symbols it would freeze the file at the hints.
+    const bool ort_sum = a.kind == Collective::kAllReduce && world && a.reduction == ReductionKind::kSum && floating;
+    for (const Value* v : {&x, &y})
+      if (!ort_sum && v->sym && v->sym->has_symbols())
+        ort_refuse(n, fmt::format("'{}' has the dims {}, and this collective's lowering onto ONNX Runtime's writes "
+                                  "static shapes: bind the symbols with --dim, or keep --collectives gspmd",
+                                  v->name, dims_str(v->sym->dims)));
     const size_t rank = x.shape.size();
     // The result in the wire type: y itself, or a temp cast to y at the end.
     const std::string out = wire == y.dtype ? y.name : add_temp(n.name + "/result", wire, y.shape);
@@ -724,7 +732,7 @@ struct Exporter {
     };
     switch (a.kind) {
       case Collective::kAllReduce:
-        if (world && a.reduction == ReductionKind::kSum && floating) {
+        if (ort_sum) {
           add_ms_node(n.name, "AllReduce", x.name, y.name);
           return;
         }
