@@ -612,31 +612,53 @@ void Partitioner::emit_local(const Node& node, const OpShardingRule& rule, const
   const std::vector<int> local_outs = P().nodes.back().outputs;
   // A mean over split reduction factors: each device averaged its (zero-padded) shard; rescale so that the partial
   // results sum to the global mean.
+  // Over a split symbolic dim n the scale is ceil(n / k) / n, computed from the dims at run time (two int64
+  // constants over the symbols, cast and divided) instead of a literal.
   double mean_scale = 1.0;
+  DimExpr shard_count = 1, total_count = 1;
+  bool symbolic_mean = false;
   if (rule.mean)
     for (int f = 0; f < rule.num_factors(); ++f) {
       if (rule.factor_kinds[f] != FactorKind::kReduction || F[f].empty()) continue;
-      for (size_t i = 0; i < node.inputs.size() && i < rule.operands.size(); ++i)  // the scale is a literal
+      DimExpr size = rule.factor_sizes[f];
+      for (size_t i = 0; i < node.inputs.size() && i < rule.operands.size(); ++i)
         for (size_t d = 0; d < rule.operands[i].size(); ++d)
-          if (node.inputs[i] >= 0 && contains(rule.operands[i][d], f))
-            require_static_dim(node.inputs[i], d, fmt::format("{} ({}): a mean over a split", node.name, node.op_type));
+          if (node.inputs[i] >= 0 && contains(rule.operands[i][d], f)) size = global_dim(node.inputs[i], d);
+      symbolic_mean = symbolic_mean || !size.is_constant();
+      shard_count = shard_count * ceil_div(size, mesh_.axes_size(F[f]));
+      total_count = total_count * size;
       mean_scale *= static_cast<double>(ceil_div(rule.factor_sizes[f], mesh_.axes_size(F[f]))) /
                     static_cast<double>(rule.factor_sizes[f]);
     }
   for (size_t r = 0; r < node.outputs.size(); ++r) {
     int out = local_outs[r];
-    if (mean_scale != 1.0) {
+    if (mean_scale != 1.0 || symbolic_mean) {
       const Value& gvv = g_.values[node.outputs[r]];
-      Tensor scale(gvv.dtype, {});
-      if (gvv.dtype == DType::kFloat64)
-        scale.data<double>()[0] = mean_scale;
-      else if (gvv.dtype == DType::kFloat32)
-        scale.data<float>()[0] = static_cast<float>(mean_scale);
-      else
+      if (gvv.dtype != DType::kFloat64 && gvv.dtype != DType::kFloat32)
         throw UnsupportedError(
             fmt::format("{} ({}): mean of {} over a split dim", node.name, node.op_type, dtype_name(gvv.dtype)));
-      out =
-          emit("Mul", {out, new_constant("mean_scale", std::move(scale))}, gvv.name, gvv.dtype, P().values[out].shape);
+      int scale = -1;
+      if (symbolic_mean && P().values[out].shape.empty())  // the [1] scale would make the scalar a [1]
+        throw UnsupportedError(
+            fmt::format("{} ({}): a mean to a scalar over a split symbolic dim ({}) is not "
+                        "partitioned yet: bind it with --dim",
+                        node.name, node.op_type, total_count.str()));
+      if (symbolic_mean) {
+        auto count = [&](const char* hint, const DimExpr& e) {
+          const int c = int64_const(hint, std::vector<DimExpr>{e}, {e.eval(g_.dim_hints)});
+          return emit("Cast", {c}, std::string(hint) + "_f", gvv.dtype, {1}, {{"to", static_cast<int64_t>(gvv.dtype)}});
+        };
+        scale = emit("Div", {count("mean_shard", shard_count), count("mean_total", total_count)}, "mean_scale",
+                     gvv.dtype, {1});
+      } else {
+        Tensor t(gvv.dtype, {});
+        if (gvv.dtype == DType::kFloat64)
+          t.data<double>()[0] = mean_scale;
+        else
+          t.data<float>()[0] = static_cast<float>(mean_scale);
+        scale = new_constant("mean_scale", std::move(t));
+      }
+      out = emit("Mul", {out, scale}, gvv.name, gvv.dtype, P().values[out].shape);
     }
     bind(node.outputs[r], result_shardings[r], out);
   }

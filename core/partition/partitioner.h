@@ -99,7 +99,7 @@ class Partitioner {
   void symbolic_attr(const std::string& attr, const DimExpr& e);
   /// Throws UnsupportedError("<what> of the symbolic dim d of 'v' ...: bind it with --dim") when global value gv's
   /// dim d reads a symbol: for the lowerings that do not carry expressions yet (halo windows, vocab-parallel
-  /// lookups, means over a split dim).
+  /// lookups, LayerNormalization over a split dim).
   void require_static_dim(int gv, size_t d, const std::string& what) const;
   /// Records that program value `lv` holds global value `gv` with sharding `s` (the first one recorded is gv's
   /// primary representation and its final sharding).

@@ -598,6 +598,25 @@ def growing_loop():
          "growing_loop.onnx")
 
 
+def mean_rows():
+    """y = ReduceMean(x, axes [0], keepdims) over x float [n, 8], n a symbol: the mean over a split symbolic dim
+    (tests/e2e/symbolic_test.cc). mean_rows/test_data_set_0 holds n = 5 (uneven over 2) and numpy's mean;
+    mean_rows/rows2.plan.json splits the rows over 2."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    g = helper.make_graph([helper.make_node("ReduceMean", ["x"], ["y"], name="mean", axes=[0], keepdims=1)],
+                          "mean_rows", [x], [y])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "mean_rows.onnx")
+    d = os.path.join(HERE, "mean_rows", "test_data_set_0")
+    os.makedirs(d, exist_ok=True)
+    a = (np.arange(5 * 8, dtype=np.float32) % 7 - 2).reshape(5, 8)
+    onnx.save_tensor(numpy_helper.from_array(a, "x"), os.path.join(d, "input_0.pb"))
+    onnx.save_tensor(numpy_helper.from_array(a.mean(0, keepdims=True), "y"), os.path.join(d, "output_0.pb"))
+    with open(os.path.join(HERE, "mean_rows", "rows2.plan.json"), "w") as f:
+        f.write('{"mesh": {"shape": [2], "axes": ["rows"]}, "tensors": {"x": ["rows", null]}}\n')
+
+
 if __name__ == "__main__":
     external_chain()
     typed_tensors()
@@ -627,3 +646,4 @@ if __name__ == "__main__":
     seq_at_ragged()
     many_counts()
     growing_loop()
+    mean_rows()

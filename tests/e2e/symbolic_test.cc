@@ -63,4 +63,19 @@ TEST(SymbolicCli, OrtCollectivesKeepTheSymbolsOrSaySo) {
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
+// A mean over a split symbolic dim: partitioned without --dim (n's hint is 17), the device files scale each device's
+// mean by ceil(n / 2) / n computed from the run's n, and run exact at n = 5 (uneven over 2).
+TEST(SymbolicCli, AMeanOverASplitSymbolicDimRunsAtOtherSizes) {
+  const fs::path d = scratch("symbolic_mean") / "rows2";
+  const std::string dir = "testdata/frontend/mean_rows/";
+  const std::string plan = " --mesh 2 --shardings " + dir + "rows2.plan.json";
+  CmdResult r = cli("partition testdata/frontend/mean_rows.onnx" + plan + " -o " + d.string(), "symbolic_mean");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = cli("run testdata/frontend/mean_rows.onnx" + plan + " --program " + d.string() + " --inputs " + dir +
+              "test_data_set_0 --expected " + dir + "test_data_set_0",
+          "symbolic_mean_run");
+  EXPECT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("expected  passed"), std::string::npos) << r.out;
+}
+
 }  // namespace

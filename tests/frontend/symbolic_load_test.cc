@@ -4,6 +4,7 @@
 // (attach_program_symbols), its soundness check (check_symbolic_program) and the device files' dim_params.
 #include <gtest/gtest.h>
 
+#include "backend/pod/pod.h"
 #include "core/partition/spmd.h"
 #include "core/shapes/symbolic.h"
 #include "tests/frontend/frontend_test_util.h"
@@ -217,8 +218,11 @@ TEST(SymbolicPartition, ASplitSequenceIsCheckedToo) {
             "(no error)");
 }
 
-// A lowering that writes a size as a literal refuses a symbolic dim in one line: here a mean over a split `n`.
-TEST(SymbolicPartition, AMeanOverASplitSymbolicDimIsRefused) {
+// A mean over a split symbolic dim n: each device averages its ceil(n / 2) rows (the padding masked to zeros), and
+// the partial means are scaled by ceil(n / 2) / n, computed from n at run time (two int64 constants over the
+// symbols) instead of a literal; the check at other sizes passes, and the program run at n = 17 (the hint, uneven)
+// is the unpartitioned mean.
+TEST(SymbolicPartition, AMeanOverASplitSymbolicDimScalesByTheRunsSizes) {
   gspmd::testing::GraphBuilder b;
   const int x = b.input("x", {17, 8});
   b.g.values[static_cast<size_t>(x)].sym =
@@ -232,9 +236,24 @@ TEST(SymbolicPartition, AMeanOverASplitSymbolicDimIsRefused) {
   ann.sharding = TensorSharding::replicated(2);
   ann.sharding.dims[0] = {0};
   a.by_value[x] = ann;
-  EXPECT_EQ(unsupported_message([&] { partition(b.g, propagate(b.g, a), a.mesh); }),
-            "ReduceMean_0 (ReduceMean): a mean over a split of the symbolic dim 0 (n) of 'x' is not partitioned yet: "
-            "bind it with --dim");
+  const SpmdProgram p = partition(b.g, propagate(b.g, a), a.mesh);
+  int counts = 0;
+  for (const Value& v : p.program.values)
+    if (v.sym && v.sym->elems) {
+      EXPECT_TRUE(dims_str(*v.sym->elems) == "[ceil(n / 2)]" || dims_str(*v.sym->elems) == "[n]")
+          << dims_str(*v.sym->elems);
+      ++counts;
+    }
+  EXPECT_EQ(counts, 2);
+  for (int64_t n : {1, 2, 5, 30})
+    EXPECT_EQ(unsupported_message([&] { check_symbolic_program(p, b.g, {{"n", n}}); }), "(no error)") << n;
+  std::vector<float> data(17 * 8);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 13) - 4.0F;
+  const Tensor in = Tensor::from_floats({17, 8}, data);
+  const Tensor want = run_single(b.g, {in}).outputs.at(0);
+  const Tensor got = run_spmd(p, b.g, {in}).outputs.at(0);
+  ASSERT_EQ(got.shape, want.shape);
+  for (int64_t k = 0; k < want.numel(); ++k) EXPECT_NEAR(got.data<float>()[k], want.data<float>()[k], 1e-5) << k;
 }
 
 // The device files keep the symbols as dim_params, and load for any dims bound from their inputs.
