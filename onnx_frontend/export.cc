@@ -250,8 +250,8 @@ struct Exporter {
   std::string dims_input_;  // the gspmd_dims input's name, once a symbol needs it
   // Data-dependent symbols (Graph::runtime_dims): the output and dim where the node that computes each put it, once
   // that node is written; and the constants that read them, written right after the last of those nodes.
-  std::map<std::string, std::pair<int, size_t>> runtime_at_;
-  std::vector<int> pending_constants_;
+  std::map<std::string, std::pair<int, size_t>> runtime_at_ = {};
+  std::vector<int> pending_constants_ = {};
 
   // A [1] int64 value holding dim d of value `v`: Gather(Shape(v), [d]).
   std::string dim_of(const Value& v, size_t d, const std::string& sym) {

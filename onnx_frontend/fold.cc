@@ -283,9 +283,10 @@ Inferred infer(const Pass& p, const Node& n, const NodeInputs& in) {
   return r;
 }
 
-// A fresh name for a data-dependent symbol: "<prefix>_<k>", k the number of such symbols so far (or more, to be
-// unique among the dim symbols).
-std::string fresh_runtime_symbol(const Pass& p, const std::string& prefix) {
+// A fresh name for a data-dependent symbol: "<prefix>_<k>" (the prefix in lower case: "loop_3" for a Loop), k the
+// number of such symbols so far (or more, to be unique among the dim symbols).
+std::string fresh_runtime_symbol(const Pass& p, std::string prefix) {
+  for (char& ch : prefix) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   std::string name;
   for (size_t k = p.g.runtime_dims.size(); name.empty() || p.g.dim_hints.count(name); ++k)
     name = fmt::format("{}_{}", prefix, k);
@@ -355,12 +356,10 @@ std::optional<SymbolicValue> concat_of_many(Pass& p, const Node& n, const NodeIn
 // output dim becomes a fresh data-dependent symbol ("loop_5"), unbounded, typed at the shape function's answer at
 // the hints (kUnboundedDimHint when that is 0), known when the node runs. Sets `inferred`'s types to those sizes.
 std::vector<SymbolicValue> control_flow_over_symbols(Pass& p, const Node& n, Inferred& inferred) {
-  std::string prefix = n.op_type;
-  for (char& ch : prefix) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   std::vector<SymbolicValue> out(inferred.types.size());
   for (size_t k = 0; k < inferred.types.size(); ++k) {
     for (int64_t& d : inferred.types[k].shape) {
-      const std::string name = fresh_runtime_symbol(p, prefix);
+      const std::string name = fresh_runtime_symbol(p, n.op_type);
       d = add_runtime_dim(p, name, n.name, fmt::format("a dim of output {}, which its body computes", k), -1,
                           d > 0 ? d : kUnboundedDimHint);
       out[k].dims.push_back(DimExpr::symbol(name));
@@ -413,9 +412,7 @@ bool type_data_dependent(Pass& p, const Node& n, const NodeInputs& in, Inferred&
   if (!inferred.data_dependent || !p.opts.data_dependent_dims || (p.body && !p.branch)) return false;
   std::vector<SymbolicInput> sin(n.inputs.size());
   for (size_t k = 0; k < sin.size(); ++k) sin[k] = {in.types[k], in.values[k], in.syms[k]};
-  std::string lower = n.op_type == "NonMaxSuppression" ? "nms" : n.op_type;
-  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  const std::string name = fresh_runtime_symbol(p, lower);
+  const std::string name = fresh_runtime_symbol(p, n.op_type == "NonMaxSuppression" ? "nms" : n.op_type);
   std::optional<DataDependentOutputs> r = infer_data_dependent(n, sin, p.g.opset, p.g.dim_hints, name);
   if (!r) return false;
   // unbounded (Range): typed and costed at kUnboundedDimHint, and no run checks it

@@ -76,7 +76,7 @@ struct Pass {
   bool branch = false;
   /// The data-dependent symbols concat_of_many gave, by the sum they stand for (its terms' text): Concats of the
   /// same counts (boxes and their labels) get one symbol.
-  std::map<std::string, std::string> sums;
+  std::map<std::string, std::string> sums = {};
 
   /// Replaces node `ni` by `nodes` (the pass visits them next). The replaced node's outputs that no new node
   /// produces lose their producer.

@@ -61,11 +61,11 @@ struct Loader {
   std::vector<std::string> input_names;  // real graph inputs, in order
   std::vector<Value> consts;             // initializers and Constant outputs, in order
   std::unordered_map<std::string, size_t> const_index;
-  std::unordered_map<std::string, std::string> non_tensor;  // values typed map (or another non-tensor type but a
-                                                            // sequence or optional) by inference
-  DimBindings hints;                                        // opts.keep_symbols: the kept symbols' hints
-  std::set<std::string> input_dim_names;  // the dim_params of the graph inputs, before bind_dims binds them
+  std::unordered_map<std::string, std::string> non_tensor;      // values typed map (or another non-tensor type but a
+                                                                // sequence or optional) by inference
+  DimBindings hints;                                            // opts.keep_symbols: the kept symbols' hints
   std::map<std::string, std::vector<DimExpr>> symbolic_inputs;  // and the inputs' dims that read them
+  std::set<std::string> input_dim_names = {};  // the dim_params of the graph inputs, before bind_dims binds them
 
   [[noreturn]] void fail(const std::string& why) const { throw InputError(fmt::format("{}: {}", path, why)); }
 
@@ -668,31 +668,18 @@ struct Loader {
   // inference (onnx 1.12) makes the length of such a 1-D tensor the rank of an Expand or Reshape that reads it as its
   // shape and allocates one dim per element (out of memory at 7e16, found by the model fuzzer). Checked before it.
   void check_constant_sizes() const {
-    const auto& g = m.graph();
-    std::unordered_map<std::string, const onnx::TensorProto*> small;  // constant operands of at most 8 elements
-    auto keep = [&](const onnx::TensorProto& t, const std::string& name) {
-      if (t.dims_size() <= 1 && (t.dims_size() == 0 || (t.dims(0) >= 0 && t.dims(0) <= 8))) small[name] = &t;
-    };
-    for (const auto& t : g.initializer()) keep(t, t.name());
-    for (const auto& n : g.node())
-      if (n.op_type() == "Constant" && n.output_size() == 1)
-        for (const auto& a : n.attribute())
-          if (a.name() == "value" && a.has_t()) keep(a.t(), n.output(0));
+    // a small constant's elements (prepare() read its data), as doubles
     auto values = [&](const std::string& name) -> std::optional<std::vector<double>> {
-      auto it = small.find(name);
-      if (it == small.end()) return std::nullopt;
-      try {
-        const Tensor t = tensor_from_proto(*it->second, base_dir, fmt::format("{}: tensor '{}'", path, name));
-        if (t.dtype == DType::kInt64 || t.dtype == DType::kInt32) {
-          const std::vector<int64_t> v = t.as_int64s();
-          return std::vector<double>(v.begin(), v.end());
-        }
-        if (t.dtype == DType::kFloat32) return std::vector<double>(t.data<float>(), t.data<float>() + t.numel());
-        if (t.dtype == DType::kFloat64) return std::vector<double>(t.data<double>(), t.data<double>() + t.numel());
-      } catch (const std::exception&) {  // reported where the tensor is read
-      }
-      return std::nullopt;
+      auto it = const_index.find(name);
+      const Tensor* t = it == const_index.end() ? nullptr : consts[it->second].data.get();
+      if (!t || t->numel() > 8) return std::nullopt;
+      if (t->dtype == DType::kFloat32) return std::vector<double>(t->data<float>(), t->data<float>() + t->numel());
+      if (t->dtype == DType::kFloat64) return std::vector<double>(t->data<double>(), t->data<double>() + t->numel());
+      if (t->dtype != DType::kInt64 && t->dtype != DType::kInt32) return std::nullopt;
+      const std::vector<int64_t> v = t->as_int64s();
+      return std::vector<double>(v.begin(), v.end());
     };
+    const auto& g = m.graph();
     const std::vector<std::string> names = unique_node_names(g.node());
     for (int ni = 0; ni < g.node_size(); ++ni) {
       const auto& n = g.node(ni);

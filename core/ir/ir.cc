@@ -241,7 +241,7 @@ void Graph::prune() {
     live_n[n] = 1;
     for (int o : nodes[n].outputs) live_v[o] = 1;
     for (int i : nodes[n].inputs)
-      if (i >= 0) {
+      if (i >= 0 && !live_v[i]) {
         live_v[i] = 1;
         reads(i);
       }

@@ -632,7 +632,7 @@ void Partitioner::emit_local(const Node& node, const OpShardingRule& rule, const
     }
   for (size_t r = 0; r < node.outputs.size(); ++r) {
     int out = local_outs[r];
-    if (mean_scale != 1.0 || symbolic_mean) {
+    if (!(shard_count == total_count)) {
       const Value& gvv = g_.values[node.outputs[r]];
       if (gvv.dtype != DType::kFloat64 && gvv.dtype != DType::kFloat32)
         throw UnsupportedError(
