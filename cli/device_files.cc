@@ -33,9 +33,7 @@ void DeviceFiles::symbolic(const std::string& path, const ModelInfo& info) {
   symbolic.keep_symbols = true;
   const Pipeline sp = build_pipeline(symbolic, /*load_data=*/false);
   symbolic_fingerprint_ = fmt::format("{:016x}", program_fingerprint(sp.program));
-  if (std::find(info.inputs.begin(), info.inputs.end(), kDimsInput) == info.inputs.end()) return;
-  // The files' gspmd_dims input (a split symbolic dim): this run's size of each symbol, read off the model's inputs
-  // where they are the symbol.
+  // This run's size of each symbol, read off the model's inputs where they are the symbol.
   DimBindings dims;
   for (size_t k = 0; k < sp.graph.inputs.size() && k < p_.graph.inputs.size(); ++k) {
     const Value& v = sp.graph.values[static_cast<size_t>(sp.graph.inputs[k])];
@@ -43,6 +41,25 @@ void DeviceFiles::symbolic(const std::string& path, const ModelInfo& info) {
       if (const std::string* sym = v.sym->dims[d].as_symbol())
         dims[*sym] = p_.graph.values[static_cast<size_t>(p_.graph.inputs[k])].shape.at(d);
   }
+  // What the files assume of the dims (a halo window's shards as wide as its halos): checked here, since an
+  // assumption broken could give wrong numbers rather than fail
+  for (const auto& [sym, v] : smallest_sizes(sp.program, sp.graph.dim_hints))
+    if (dims.count(sym) && dims.at(sym) < v)
+      throw InputError(
+          fmt::format("{}: the device files serve {} >= {} (halo windows need shards as wide as their "
+                      "halos), and this run's {} is {}: run without --program, or partition with --dim",
+                      path, sym, v, sym, dims.at(sym)));
+  for (const auto& [a, b] : sp.program.program.dim_guards) {
+    const std::vector<std::string> syms = a.symbols();
+    if (std::all_of(syms.begin(), syms.end(), [&](const std::string& s) { return dims.count(s) != 0; }) &&
+        a.eval(dims) != b.eval(dims))
+      throw InputError(
+          fmt::format("{}: the device files hold where {} == {}, and this run's dims ({}) break it: run "
+                      "without --program, or partition with --dim",
+                      path, a.str(), b.str(), bindings_str(dims)));
+  }
+  // The files' gspmd_dims input (a split symbolic dim): those sizes, in the order of the files' symbols.
+  if (std::find(info.inputs.begin(), info.inputs.end(), kDimsInput) == info.inputs.end()) return;
   std::vector<int64_t> sizes;
   for (const std::string& sym : input_dim_symbols(sp.graph)) {
     if (!dims.count(sym))

@@ -144,8 +144,9 @@ struct StopSignals {
 }  // namespace
 
 // The dims a partition over the symbols is checked at (check_symbolic_program): the symbols at 101, 103, 105, ...
-// (distinct, and larger than the hints), all at 1, and each at its hint + 2; those that break one of the model's
-// guards (seq <= 64 for a 64-row position table) are left out. None for a static model.
+// (distinct, and larger than the hints), all at 1, and each at its hint + 2; those that break one of the program's
+// guards (the model's seq <= 64 for a 64-row position table, a halo window's height >= 7) are left out. None for a
+// static model.
 std::vector<DimBindings> check_dims(const Graph& g) {
   if (g.dim_hints.empty()) return {};
   DimBindings large, ones, near;
@@ -163,6 +164,22 @@ std::vector<DimBindings> check_dims(const Graph& g) {
       r.push_back(at);
   return r;
 }
+
+namespace {
+
+// True when the unpartitioned model types at the dims `at` (check_symbolic_program of the model as its own program).
+bool model_holds_at(const Graph& g, const DimBindings& at) {
+  SpmdProgram whole;
+  whole.program = g;
+  try {
+    check_symbolic_program(whole, g, at);
+    return true;
+  } catch (const UnsupportedError&) {
+    return false;
+  }
+}
+
+}  // namespace
 
 int cmd_partition(const PartitionOptions& o) {
   check_materialized_devices(o.common.mesh, "partition", "writes one file per device");
@@ -183,8 +200,13 @@ int cmd_partition(const PartitionOptions& o) {
   CommonOptions common = o.common;
   common.keep_symbols = true;
   Pipeline p = build_pipeline(common);
-  for (const DimBindings& at : check_dims(p.graph))  // the soundness check (docs/shapes.md)
-    check_symbolic_program(p.program, p.graph, at);
+  for (const DimBindings& at : check_dims(p.program.program)) {  // the soundness check (docs/shapes.md)
+    try {
+      check_symbolic_program(p.program, p.graph, at);
+    } catch (const UnsupportedError&) {
+      if (model_holds_at(p.graph, at)) throw;  // else the model itself has no shapes there (a pool over 1 row)
+    }
+  }
 
   fs::path tmp = out.parent_path() / fmt::format(".{}.tmp-{}", out.filename().string(), ::getpid());
   const StopSignals stop_signals;  // an interrupted partition leaves no temporary folder

@@ -190,6 +190,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   if (!p.graph.dim_hints.empty()) {  // partition over the dim symbols: every size below is at these hints
     j["dim_hints"] = json::object();
     for (const auto& [sym, hint] : p.graph.dim_hints) j["dim_hints"][sym] = hint;
+    for (const auto& [sym, least] : smallest_sizes(p.program, p.graph.dim_hints)) j["smallest_sizes"][sym] = least;
   }
   for (const auto& [sym, d] : p.graph.runtime_dims)  // known only at run time: costed at their bounds
     j["data_dependent_dims"][sym] = {
@@ -378,6 +379,13 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
         "dims      symbolic, kept in the device files; sizes and times below at the hints {} (--dim N=V for "
         "others)\n",
         bindings_str(hints));
+  if (r.contains("smallest_sizes")) {  // a halo window over a symbolic dim (docs/shapes.md)
+    std::vector<std::string> least;
+    for (const auto& [sym, v] : r["smallest_sizes"].items())
+      least.push_back(fmt::format("{} >= {}", sym, v.get<int64_t>()));
+    fmt::print("dims      the device files serve {} (halo windows need shards as wide as their halos)\n",
+               fmt::join(least, ", "));
+  }
   if (!runtime.empty()) {
     constexpr size_t kShown = 6;  // a detector has hundreds: report.json lists them all
     std::vector<std::string> dims;

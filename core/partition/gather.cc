@@ -52,16 +52,17 @@ void Partitioner::lower_gather(int n, const OpShardingRule& rule, const FactorSh
                  DType::kInt64, {});
   // Negative ids count from the end of the table (ONNX Gather): make them positive first.
   const int64_t vocab = tv.shape[axis];
-  int neg = emit("Less", {ids, int64_const("zero", {0}, true)}, on + "/negative", DType::kBool, ids_shape);
+  const int zero_id = int64_const("zero", {0}, true);
+  int neg = emit("Less", {ids, zero_id}, on + "/negative", DType::kBool, ids_shape);
   int wrapped = emit("Add", {ids, int64_const("vocab", {vocab}, true)}, on + "/wrapped", DType::kInt64, ids_shape);
   ids = emit("Where", {neg, wrapped, ids}, on + "/ids", DType::kInt64, ids_shape);
   int li = emit("Sub", {ids, off}, on + "/local_ids", DType::kInt64, ids_shape);
   // li >= 0 as Not(li < 0): GreaterOrEqual is opset 12+, and the device files keep the model's opset (11 and up)
-  int below = emit("Less", {li, int64_const("zero", {0}, true)}, on + "/below", DType::kBool, ids_shape);
+  int below = emit("Less", {li, zero_id}, on + "/below", DType::kBool, ids_shape);
   int ge = emit("Not", {below}, on + "/ge", DType::kBool, ids_shape);
   int lt = emit("Less", {li, int64_const("shard", {shard}, true)}, on + "/lt", DType::kBool, ids_shape);
   int valid = emit("And", {ge, lt}, on + "/valid", DType::kBool, ids_shape);
-  int safe = emit("Where", {valid, li, int64_const("zero", {0}, true)}, on + "/safe_ids", DType::kInt64, ids_shape);
+  int safe = emit("Where", {valid, li, zero_id}, on + "/safe_ids", DType::kInt64, ids_shape);
   TensorSharding rs = sharding_from_factors(F, rule.results[0]);
   const Value& ov = g_.values[node.outputs[0]];
   Shape ls = rs.local_shape(ov.shape, mesh_);

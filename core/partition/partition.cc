@@ -130,8 +130,8 @@ DimExpr Partitioner::local_dim(int gv, size_t d, const std::vector<int>& axes) c
   return ceil_div(global_dim(gv, d), mesh_.axes_size(axes));
 }
 
-void Partitioner::symbolic_attr(const std::string& attr, const DimExpr& e) {
-  if (!e.is_constant()) out_.sym_attrs.push_back({static_cast<int>(P().nodes.size()) - 1, attr, e});
+void Partitioner::symbolic_attr(const std::string& attr, const DimExpr& e, bool even_constant) {
+  if (even_constant || !e.is_constant()) out_.sym_attrs.push_back({static_cast<int>(P().nodes.size()) - 1, attr, e});
 }
 
 void Partitioner::require_static_dim(int gv, size_t d, const std::string& what) const {
@@ -559,8 +559,7 @@ std::vector<int> Partitioner::reshard_operands(const Node& node, const OpShardin
     });
     for (size_t d = 0; d < df.size(); ++d)
       for (int f : df[d])
-        if (rule.factor_kinds[f] == FactorKind::kReduction && !F[f].empty() &&
-            v.shape[d] % mesh_.axes_size(F[f]) != 0) {
+        if (rule.factor_kinds[f] == FactorKind::kReduction && !F[f].empty() && may_pad(gv, d, F[f])) {
           lv = emit(gspmd_node(MaskPadAttrs{.axis = int64_t(d),
                                             .mesh_axes = F[f],
                                             .full_size = v.shape[d],

@@ -93,13 +93,18 @@ class Partitioner {
   int int64_const(const std::string& hint, const std::vector<DimExpr>& e, const std::vector<int64_t>& v);
   /// Global value gv's dim d over the dim symbols (its size when static).
   DimExpr global_dim(int gv, size_t d) const;
+  /// True when global value gv's dim d split over `axes` may leave padding to mask: it does not divide, at the hints
+  /// or (over the dim symbols) at some size (`past + seq` over 2, even at the hints 23 + 19).
+  bool may_pad(int gv, size_t d, const std::vector<int>& axes) const {
+    return !exact_div(global_dim(gv, d), mesh_.axes_size(axes));
+  }
   /// global_dim(gv, d) split over `axes`: its local (padded) size ceil(dim / shards).
   DimExpr local_dim(int gv, size_t d, const std::vector<int>& axes) const;
-  /// Records attribute `attr` of the node emitted last as the expression `e` (when `e` reads a symbol).
-  void symbolic_attr(const std::string& attr, const DimExpr& e);
+  /// Records attribute `attr` of the node emitted last as the expression `e` (when `e` reads a symbol, or always
+  /// with `even_constant`: a size on a symbolic dim that happens to be constant, such as a halo window's step 0).
+  void symbolic_attr(const std::string& attr, const DimExpr& e, bool even_constant = false);
   /// Throws UnsupportedError("<what> of the symbolic dim d of 'v' ...: bind it with --dim") when global value gv's
-  /// dim d reads a symbol: for the lowerings that do not carry expressions yet (halo windows, vocab-parallel
-  /// lookups, LayerNormalization over a split dim).
+  /// dim d reads a symbol: for the lowering that does not carry expressions yet (a vocab-parallel lookup).
   void require_static_dim(int gv, size_t d, const std::string& what) const;
   /// Records that program value `lv` holds global value `gv` with sharding `s` (the first one recorded is gv's
   /// primary representation and its final sharding).
@@ -162,16 +167,23 @@ class Partitioner {
   /// [t*h_loc, (t+1)*h_loc) and computes output rows [t*o_loc, (t+1)*o_loc), which read input rows
   /// [t*o_loc*stride - pad_begin, ... + window). It receives `left` rows from tile t-1 and `right` rows from tile
   /// t+1 (collective-permute), then takes its window at offset base + t*step of [left | local | right].
+  /// Over a symbolic dim (docs/shapes.md) the sizes are those at the hints, `symbolic` is set, and full_e, step_e,
+  /// window_e and mask_step_e are the expressions of full, step, window and o_loc * stride; left and right are the
+  /// widest halos at any size (they are static), and base = left - pad_begin.
   struct Window {
     int dim = 0;  // tensor dim of X and Y
     std::vector<int> axes;
     int64_t full = 0, n = 1, h_loc = 0, o_loc = 0, stride = 1, pad_begin = 0, window = 0;
     int64_t left = 0, right = 0, base = 0, step = 0;
     float pad_value = 0.f;  // what rows outside [0, full) read as (WindowSemantics::pad_value)
+    bool symbolic = false;
+    DimExpr full_e, step_e, window_e, mask_step_e;
   };
   /// Plans the halo exchange of every split windowed factor of F; a split it cannot do exactly (halo wider than a
   /// neighbour's shard, an average whose count would change) is dropped from F with a warning, so that dim is
-  /// gathered instead.
+  /// gathered instead. Over a symbolic dim the plan holds at every size from the smallest whose shards are as wide
+  /// as the halos; a larger smallest size is a guard of the program (SpmdProgram::dim_guards). Throws
+  /// UnsupportedError for SAME padding that changes with a symbolic dim's size.
   std::vector<Window> plan_windows(const Node& node, const OpShardingRule& rule, FactorSharding& F);
   /// Builds each device's input window of local value `x` (operand 0 of `node`): halos from both neighbours, the
   /// window at the device's offset, rows outside the global input masked with the op's padding value.
@@ -247,11 +259,26 @@ class Partitioner {
   bool lower_softmax(int n, bool log);
 
   // windowed.cc
-  /// Kernel extent, stride and paddings of one spatial dim, auto_pad resolved against the global output size.
+  /// Kernel extent, stride and paddings of one spatial dim, auto_pad resolved against the global output size (at
+  /// the program's sizes, or at `x` input and `y` output rows).
   struct SpatialParams {
     int64_t extent, stride, pad_begin, pad_end;
+    bool operator==(const SpatialParams&) const = default;
   };
   SpatialParams spatial_params(const Node& node, int sd) const;
+  SpatialParams spatial_params(const Node& node, int sd, int64_t x, int64_t y) const;
+  /// Output rows of spatial dim sd for `x` input rows (ONNX Conv / pool output-size formulas, floor mode: the
+  /// symbolic rules refuse ceil_mode over a symbolic dim).
+  int64_t spatial_output(const Node& node, int sd, int64_t x) const;
+  /// The window of dim d split over `axes` at `full` input and `out` output rows; `problem` says why an average
+  /// cannot be split exactly (empty when it can; the halos' width is the caller's to check).
+  Window window_at(const Node& node, size_t d, const std::vector<int>& axes, int64_t full, int64_t out,
+                   std::string& problem) const;
+  /// Makes `w` (planned at the hints) hold at every size of its symbolic dim: the widest halos over one period of
+  /// sizes, the expressions, and the guard. Returns the problem that makes the dim gathered instead ("" if none).
+  std::string symbolic_window(const Node& node, Window& w);
+  /// Throws UnsupportedError: node's SAME padding of symbolic dim d of its input changes with the dim's size.
+  [[noreturn]] void throw_padding_varies(const Node& node, size_t d) const;
 
   const Graph& g_;
   const ShardingPlan& plan_;

@@ -34,7 +34,7 @@ bool Partitioner::lower_softmax(int n, bool log) {
   const Shape ls = P().values[x].shape;
   Shape red = ls;
   red[axis] = 1;
-  const bool uneven = xv.shape[axis] % mesh_.axes_size(A) != 0;
+  const bool uneven = may_pad(gx, static_cast<size_t>(axis), A);
   auto mask = [&](int v, float value) {
     if (!uneven) return v;
     const int masked =
@@ -85,16 +85,13 @@ bool Partitioner::lower_split_layer_norm(int n) {
   TensorSharding s = current(gx);
   std::vector<int64_t> norm_dims;
   std::vector<int> A;  // mesh axes splitting the normalized dims
-  int64_t count = 1;
+  DimExpr count = 1;   // the elements normalized together
   for (int64_t d = axis; d < rank; ++d) {
     norm_dims.push_back(d);
     A.insert(A.end(), s.dims[d].begin(), s.dims[d].end());
-    count *= xv.shape[d];
+    count = count * global_dim(gx, static_cast<size_t>(d));
   }
   if (A.empty()) return false;
-  for (int64_t d : norm_dims)  // the count is a literal
-    require_static_dim(gx, static_cast<size_t>(d),
-                       fmt::format("{} (LayerNormalization): a normalization over a split", g_.nodes[n].name));
   const Shape norm_shape(xv.shape.begin() + axis, xv.shape.end());
   for (size_t i = 1; i < node.inputs.size(); ++i)
     if (node.inputs[i] >= 0 && g_.values[node.inputs[i]].shape != norm_shape) return false;
@@ -111,10 +108,16 @@ bool Partitioner::lower_split_layer_norm(int n) {
   Shape red = ls;
   for (int64_t d : norm_dims) red[d] = 1;
   auto scalar = [&](const std::string& hint, float v) { return new_constant(hint, Tensor::from_floats({}, {v})); };
+  // the count: a literal, or over the dim symbols an int64 constant computed from the run's sizes, cast
+  const int64_t count_at_hints = count.eval(g_.dim_hints);
+  const int divisor = count.is_constant()
+                          ? scalar("count", static_cast<float>(count_at_hints))
+                          : emit("Cast", {int64_const("count", std::vector<DimExpr>{count}, {count_at_hints})},
+                                 on + "/count", DType::kFloat32, {1}, {{"to", static_cast<int64_t>(DType::kFloat32)}});
   auto global_mean = [&](int v, const std::string& what) {
     for (int64_t d : norm_dims) {
       const std::vector<int>& ax = s.dims[d];
-      if (ax.empty() || xv.shape[d] % mesh_.axes_size(ax) == 0) continue;
+      if (ax.empty() || !may_pad(gx, static_cast<size_t>(d), ax)) continue;
       v = emit(gspmd_node(MaskPadAttrs{.axis = d, .mesh_axes = ax, .full_size = xv.shape[d], .value = 0.f}), {v},
                on + "/masked", DType::kFloat32, ls);
       symbolic_attr("full_size", global_dim(gx, static_cast<size_t>(d)));
@@ -123,7 +126,7 @@ bool Partitioner::lower_split_layer_norm(int n) {
                      {{"keepdims", int64_t{1}}});
     int sum = collective({.kind = Collective::kAllReduce, .mesh_axes = A, .reduction = ReductionKind::kSum}, local, red,
                          node.name, gx, why + ": global " + what);
-    return emit("Div", {sum, scalar("count", static_cast<float>(count))}, on + "/" + what, DType::kFloat32, red);
+    return emit("Div", {sum, divisor}, on + "/" + what, DType::kFloat32, red);
   };
   int mean = global_mean(x, "mean");
   int d = emit("Sub", {x, mean}, on + "/centered", DType::kFloat32, ls);

@@ -9,6 +9,7 @@
 // defined, with their names, attributes and meaning, in core/partition/program_ops.h.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +76,10 @@ struct SpmdProgram {
     DimExpr expr;
   };
   std::vector<SymbolicAttr> sym_attrs;
+  /// What the program assumes of the dim symbols beyond the model's own Graph::dim_guards, as equalities that hold
+  /// at the sizes it serves: a halo window over a symbolic dim needs shards as wide as its halos
+  /// (`height == max(height, 7)`). attach_program_symbols appends them to program.dim_guards.
+  std::vector<std::pair<DimExpr, DimExpr>> dim_guards;
   /// The expression of node `node`'s attribute `attr`, or its value `value` when it has none.
   DimExpr attr_expr(int node, const std::string& attr, int64_t value) const;
 };
@@ -83,10 +88,17 @@ struct SpmdProgram {
 /// gives every program value of `p` (partitioned from `g` at the hints) that depends on a symbol its local dims as
 /// expressions (Value::sym): a shard keeps its global value's expression on each dim the program keeps whole, the
 /// shape constants of `p.shape_of` take their value's dims as elements, and the other values follow with the
-/// symbolic shape rules (core/shapes/symbolic.h); `p.program` gets g's dim_hints and dim_guards. Nothing for a static
+/// symbolic shape rules (core/shapes/symbolic.h); `p.program` gets g's dim_hints and dim_guards, then p's own
+/// dim_guards. Nothing for a static
 /// `g`. Throws UnsupportedError("value 'x': its dim 0 (batch) is split over the mesh, ...: bind it with --dim") for a
 /// plan that splits a symbolic dim (not partitioned yet), and UnsupportedError from the symbolic rules.
 void attach_program_symbols(SpmdProgram& p, const Graph& g);
+
+/// The smallest size of each symbol that the program's own guards (SpmdProgram::dim_guards, lower bounds such as a
+/// halo window's `height == max(height, 17)`) bound, each at the smallest value in [1, its hint] where every guard
+/// over it alone holds (they are monotone in it). Guards over several symbols are left out, and so is a symbol
+/// whose guards do not hold at its hint. Empty for a program without guards.
+std::map<std::string, int64_t> smallest_sizes(const SpmdProgram& p, const DimBindings& hints);
 
 /// The soundness check of a program over the dim symbols (docs/shapes.md): program `p` (partitioned from `g` at
 /// its hints, with attach_program_symbols) is typed again at the dims `at` (other values of the same symbols): every

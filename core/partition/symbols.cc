@@ -120,6 +120,7 @@ void attach_program_symbols(SpmdProgram& p, const Graph& g) {
   P.dim_hints = g.dim_hints;
   P.runtime_dims = g.runtime_dims;
   P.dim_guards = g.dim_guards;
+  P.dim_guards.insert(P.dim_guards.end(), p.dim_guards.begin(), p.dim_guards.end());
   if (g.dim_hints.empty()) return;
   for (size_t lv = 0; lv < P.values.size() && lv < p.value_origin.size(); ++lv)
     if (const int gv = p.value_origin[lv]; gv >= 0)
@@ -178,6 +179,33 @@ void attach_program_symbols(SpmdProgram& p, const Graph& g) {
       if (syms[k].has_symbols()) v.sym = std::make_shared<const SymbolicValue>(std::move(syms[k]));
     }
   }
+}
+
+std::map<std::string, int64_t> smallest_sizes(const SpmdProgram& p, const DimBindings& hints) {
+  std::map<std::string, std::vector<const std::pair<DimExpr, DimExpr>*>> by_symbol;
+  for (const auto& guard : p.dim_guards)
+    if (const std::vector<std::string> syms = guard.first.symbols(); syms.size() == 1 && hints.count(syms[0]))
+      by_symbol[syms[0]].push_back(&guard);
+  std::map<std::string, int64_t> r;
+  for (const auto& [sym, guards] : by_symbol) {
+    DimBindings at = hints;
+    auto holds = [&](int64_t v) {
+      at[sym] = v;
+      return std::all_of(guards.begin(), guards.end(),
+                         [&](const auto* g) { return g->first.eval(at) == g->second.eval(at); });
+    };
+    int64_t lo = 1, hi = hints.at(sym);  // the smallest in [lo, hi] that holds, hi holding
+    if (!holds(hi)) continue;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (holds(mid))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    r[sym] = hi;
+  }
+  return r;
 }
 
 void check_symbolic_program(const SpmdProgram& p, const Graph& g, const DimBindings& at) {

@@ -617,6 +617,50 @@ def mean_rows():
         f.write('{"mesh": {"shape": [2], "axes": ["rows"]}, "tensors": {"x": ["rows", null]}}\n')
 
 
+def layer_norm_cols():
+    """y = LayerNormalization(x, scale, bias, axis -1) over x float [4, n], scale and bias float [n], n a symbol: a
+    normalization over a split symbolic dim (tests/e2e/symbolic_test.cc). layer_norm_cols/test_data_set_0 holds n = 5
+    (uneven over 2) and numpy's result; layer_norm_cols/cols2.plan.json splits the columns over 2."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, "n"])
+    scale = helper.make_tensor_value_info("scale", TensorProto.FLOAT, ["n"])
+    bias = helper.make_tensor_value_info("bias", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, "n"])
+    g = helper.make_graph([helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], name="ln", axis=-1,
+                                            epsilon=1e-5)], "layer_norm_cols", [x, scale, bias], [y])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py"),
+         "layer_norm_cols.onnx")
+    d = os.path.join(HERE, "layer_norm_cols", "test_data_set_0")
+    os.makedirs(d, exist_ok=True)
+    a = (np.arange(4 * 5, dtype=np.float32) % 7 - 2).reshape(4, 5) * np.float32(0.5)
+    s = np.linspace(0.5, 1.5, 5, dtype=np.float32)
+    b = np.linspace(-1, 1, 5, dtype=np.float32)
+    mean = a.mean(-1, keepdims=True)
+    var = ((a - mean) ** 2).mean(-1, keepdims=True)
+    out = ((a - mean) / np.sqrt(var + np.float32(1e-5)) * s + b).astype(np.float32)
+    for k, (name, t) in enumerate((("x", a), ("scale", s), ("bias", b))):
+        onnx.save_tensor(numpy_helper.from_array(t, name), os.path.join(d, f"input_{k}.pb"))
+    onnx.save_tensor(numpy_helper.from_array(out, "y"), os.path.join(d, "output_0.pb"))
+    with open(os.path.join(HERE, "layer_norm_cols", "cols2.plan.json"), "w") as f:
+        f.write('{"mesh": {"shape": [2], "axes": ["cols"]}, "tensors": {"x": [null, "cols"]}}\n')
+
+
+def same_stride2():
+    """y = Conv(x, w) with auto_pad SAME_UPPER, strides [1, 2], over x float [1, 2, h, w], h and w symbols: SAME
+    padding of a stride-2 dim changes with its size's parity (tests/e2e/symbolic_test.cc). same_stride2/rows2 and
+    cols2 plans split x's rows or columns over 2."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "h", "w"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, "h", "w2"])
+    w = numpy_helper.from_array((np.arange(2 * 2 * 3 * 3, dtype=np.float32) % 5 - 2).reshape(2, 2, 3, 3), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", auto_pad="SAME_UPPER",
+                                            strides=[1, 2])], "same_stride2", [x], [y], [w])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "same_stride2.onnx")
+    os.makedirs(os.path.join(HERE, "same_stride2"), exist_ok=True)
+    for name, spec in (("rows2", '[null, null, "rows", null]'), ("cols2", '[null, null, null, "rows"]')):
+        with open(os.path.join(HERE, "same_stride2", name + ".plan.json"), "w") as f:
+            f.write('{"mesh": {"shape": [2], "axes": ["rows"]}, "tensors": {"x": ' + spec + '}}\n')
+
+
 if __name__ == "__main__":
     external_chain()
     typed_tensors()
@@ -647,3 +691,5 @@ if __name__ == "__main__":
     many_counts()
     growing_loop()
     mean_rows()
+    same_stride2()
+    layer_norm_cols()

@@ -1,6 +1,9 @@
 // Symbolic dims through the CLI (docs/shapes.md): `partition` of a model with dynamic axes needs no --dim, says at
 // which sizes it costed, and its device files run at other sizes with `run --program` on the emulator; --dim still
 // specialises; simulate, which needs sizes, asks for them.
+#include <map>
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include "e2e_util.h"
@@ -76,6 +79,86 @@ TEST(SymbolicCli, AMeanOverASplitSymbolicDimRunsAtOtherSizes) {
           "symbolic_mean_run");
   EXPECT_EQ(r.code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("expected  passed"), std::string::npos) << r.out;
+}
+
+// LayerNormalization over a split symbolic dim: the columns n over 2 (n's hint is 17); each device's statistics are
+// divided by n computed from the run's n, and the device files run exact at n = 5 (uneven over 2).
+TEST(SymbolicCli, ALayerNormOverASplitSymbolicDimRunsAtOtherSizes) {
+  const fs::path d = scratch("symbolic_layer_norm") / "cols2";
+  const std::string dir = "testdata/frontend/layer_norm_cols/";
+  const std::string model = "testdata/frontend/layer_norm_cols.onnx --mesh 2 --shardings " + dir + "cols2.plan.json";
+  CmdResult r = cli("partition " + model + " -o " + d.string(), "symbolic_layer_norm");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = cli("run " + model + " --program " + d.string() + " --inputs " + dir + "test_data_set_0 --expected " + dir +
+              "test_data_set_0",
+          "symbolic_layer_norm_run");
+  EXPECT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("expected  passed"), std::string::npos) << r.out;
+}
+
+// Halo windows over symbolic image dims: a CNN exported with dynamic height and width (testdata/cnn/dyn_cnn: a
+// ResNet-style stem, a stride-2 conv, a dilated conv, an average pool) partitioned by rows over 2, and by rows and
+// columns over 2x2, without --dim. Every windowed op exchanges halos (two collective-permutes per split dim); the
+// files serve every size from the smallest whose shards are as wide as the halos, and run exact against torch at
+// other sizes than the hints, on the emulator. A smaller image is refused in one line; `run` without --program
+// partitions for its size and is exact.
+TEST(SymbolicCli, HaloWindowsOverSymbolicImageDimsRunAtOtherSizes) {
+  const std::string dir = "testdata/cnn/dyn_cnn/";
+  for (const auto& [plan, mesh, least] :
+       {std::tuple<std::string, std::string, std::string>{"rows2", "2", "height >= 17"},
+        {"rows2cols2", "2x2", "height >= 17, width >= 17"}}) {
+    const fs::path d = scratch("symbolic_halo") / plan;
+    const std::string model =
+        "testdata/cnn/dyn_cnn/model.onnx --mesh " + mesh + " --shardings " + dir + plan + ".plan.json";
+    CmdResult r = cli("partition " + model + " -o " + d.string(), "symbolic_halo_" + plan);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("dims      the device files serve " + least +
+                         " (halo windows need shards as wide as their halos)\n"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("gathered instead"), std::string::npos) << r.out;
+    const nlohmann::json report = read_json(d / "report.json");
+    std::map<std::string, int> kinds;
+    for (const auto& c : report["collectives"]) ++kinds[c["kind"].get<std::string>()];
+    // 6 windowed ops, each split on 1 or 2 dims, each dim a halo from both sides; the head's mean all-reduced
+    const int split_dims = plan == "rows2" ? 1 : 2;
+    EXPECT_EQ(kinds, (std::map<std::string, int>{{"collective-permute", 12 * split_dims}, {"all-reduce", 1}}));
+    for (const char* set : {"test_data_set_0", "test_data_set_1"}) {
+      r = cli("run " + model + " --program " + d.string() + " --inputs " + dir + set + " --expected " + dir + set,
+              "symbolic_halo_run_" + plan);
+      EXPECT_EQ(r.code, 0) << r.err << r.out;
+      EXPECT_NE(r.out.find("expected  passed"), std::string::npos) << plan << " " << set << "\n" << r.out;
+    }
+    r = cli("run " + model + " --program " + d.string() + " --inputs " + dir + "test_data_set_2",
+            "symbolic_halo_small_" + plan);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.err, "error: " + (d / "device_0.onnx").string() +
+                         ": the device files serve height >= 17 (halo windows need shards as wide as their halos), "
+                         "and this run's height is 9: run without --program, or partition with --dim\n");
+  }
+  CmdResult r = cli("run testdata/cnn/dyn_cnn/model.onnx --mesh 2 --shardings " + dir + "rows2.plan.json --inputs " +
+                        dir + "test_data_set_2 --expected " + dir + "test_data_set_2",
+                    "symbolic_halo_small_static");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("expected  passed"), std::string::npos) << r.out;
+}
+
+// SAME padding of a stride-2 dim changes with the size's parity, so a symbolic one is refused in one line whether the
+// dim is split (cols2: the halo window) or held whole beside a split one (rows2: the local Conv's pads), and no
+// output is left.
+TEST(SymbolicCli, SamePaddingThatChangesWithTheSizeIsRefused) {
+  for (const char* plan : {"rows2", "cols2"}) {
+    const fs::path d = scratch("symbolic_same") / plan;
+    CmdResult r = cli(std::string("partition testdata/frontend/same_stride2.onnx --mesh 2 --shardings "
+                                  "testdata/frontend/same_stride2/") +
+                          plan + ".plan.json -o " + d.string(),
+                      std::string("symbolic_same_") + plan);
+    EXPECT_EQ(r.code, 3);
+    EXPECT_EQ(r.err,
+              "error: unsupported: conv (Conv): its SAME padding of the symbolic dim 3 (w) of 'x' changes with the "
+              "size: bind it with --dim\n");
+    EXPECT_FALSE(fs::exists(d));
+  }
 }
 
 }  // namespace

@@ -57,6 +57,17 @@ int expect_agrees(const Graph& sym, const Graph& bound, const DimBindings& b) {
   return compared;
 }
 
+// Mesh "2" with each of the rank-2 `values` split on dim `d` over it.
+Annotations split_over_2(const std::vector<int>& values, size_t d) {
+  Annotations a;
+  a.mesh = DeviceMesh::parse("2");
+  Annotation ann;
+  ann.sharding = TensorSharding::replicated(2);
+  ann.sharding.dims[d] = {0};
+  for (int v : values) a.by_value[v] = ann;
+  return a;
+}
+
 TEST(SymbolicLoad, LlamaDecoderKeepsBatchSeqAndPast) {
   const Graph g = load_symbolic(llama());
   // hints: distinct primes from 17, in the order the inputs name the symbols
@@ -230,12 +241,7 @@ TEST(SymbolicPartition, AMeanOverASplitSymbolicDimScalesByTheRunsSizes) {
   b.g.dim_hints = {{"n", 17}};
   const int mean = b.node("ReduceMean", {x}, {1, 8}, {{"axes", std::vector<int64_t>{0}}, {"keepdims", int64_t{1}}});
   b.g.outputs = {b.g.nodes[static_cast<size_t>(mean)].outputs[0]};
-  Annotations a;
-  a.mesh = DeviceMesh::parse("2");
-  Annotation ann;
-  ann.sharding = TensorSharding::replicated(2);
-  ann.sharding.dims[0] = {0};
-  a.by_value[x] = ann;
+  const Annotations a = split_over_2({x}, 0);
   const SpmdProgram p = partition(b.g, propagate(b.g, a), a.mesh);
   int counts = 0;
   for (const Value& v : p.program.values)
@@ -254,6 +260,27 @@ TEST(SymbolicPartition, AMeanOverASplitSymbolicDimScalesByTheRunsSizes) {
   const Tensor got = run_spmd(p, b.g, {in}).outputs.at(0);
   ASSERT_EQ(got.shape, want.shape);
   for (int64_t k = 0; k < want.numel(); ++k) EXPECT_NEAR(got.data<float>()[k], want.data<float>()[k], 1e-5) << k;
+}
+
+// A split dim that divides at the hints but not at every size (past + seq over 2: 23 + 19 is even) is masked as an
+// uneven one: a Softmax over it masks its padding before both reductions, which the hints alone would leave out.
+TEST(SymbolicPartition, ADimEvenOnlyAtTheHintsIsMasked) {
+  gspmd::testing::GraphBuilder b;
+  const int x = b.input("x", {4, 42});
+  const DimExpr keys = DimExpr::symbol("past") + DimExpr::symbol("seq");
+  b.g.values[static_cast<size_t>(x)].sym =
+      std::make_shared<const SymbolicValue>(SymbolicValue{{4, keys}, std::nullopt});
+  b.g.dim_hints = {{"past", 23}, {"seq", 19}};
+  b.g.opset = 17;
+  const int softmax = b.node("Softmax", {x}, {4, 42}, {{"axis", int64_t{1}}});
+  const int y = b.g.nodes[static_cast<size_t>(softmax)].outputs[0];
+  b.g.values[static_cast<size_t>(y)].sym = b.g.values[static_cast<size_t>(x)].sym;
+  b.g.outputs = {y};
+  const Annotations a = split_over_2({x, y}, 1);
+  const SpmdProgram p = partition(b.g, propagate(b.g, a), a.mesh);
+  int masks = 0;
+  for (const Node& n : p.program.nodes) masks += gspmd_op(n) == GspmdOp::kMaskPad;
+  EXPECT_EQ(masks, 2);  // before the max and before the sum
 }
 
 // The device files keep the symbols as dim_params, and load for any dims bound from their inputs.
