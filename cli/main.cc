@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <new>
+#include <stdexcept>
 
 #include "backend/profile/host_target.h"
 #include "cli/commands.h"
@@ -152,7 +155,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    fmt::print(stderr, "error: usage: {} (see gspmd-onnx --help)\n", e.what());
+    std::string what = e.what();  // holds the user's text, which may hold newlines: one line all the same
+    for (size_t k = what.find('\n'); k != std::string::npos; k = what.find('\n', k + 2)) what.replace(k, 1, "\\n");
+    fmt::print(stderr, "error: usage: {} (see gspmd-onnx --help)\n", cut_text(what, 300));
     return 2;
   }
 
@@ -167,6 +172,15 @@ int main(int argc, char** argv) {
   } catch (const UnsupportedError& e) {
     fmt::print(stderr, "error: unsupported: {}\n", first_line(e.what()));
     return 3;
+  } catch (const std::filesystem::filesystem_error& e) {  // a path the user gave: too long, a symlink loop, ...
+    fmt::print(stderr, "error: {}: {}\n", cut_text(e.path1().string(), 200), e.code().message());
+    return 2;
+  } catch (const std::bad_alloc&) {  // sizes the input asks for (a 2^40-row input) beyond this machine
+    fmt::print(stderr, "error: out of memory: the model's or the inputs' sizes need more than this machine has\n");
+    return 2;
+  } catch (const std::length_error& e) {
+    fmt::print(stderr, "error: a size past what this machine can allocate ({})\n", first_line(e.what()));
+    return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: internal error: {}\n", first_line(e.what()));
     return 4;

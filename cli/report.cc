@@ -1,6 +1,10 @@
 #include "cli/report.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -352,6 +356,21 @@ void write_outputs(const std::string& dir, const Graph& g, const LoadReport& sig
   for (size_t i = 0; i < values.size(); ++i)
     write_value_pb((std::filesystem::path(dir) / fmt::format("output_{}.pb", i)).string(), values[i],
                    signature.outputs[i].name);
+}
+
+void check_output_path(const std::string& path, const char* flag, bool folder) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  const std::string shown = cut_text(path, 200);
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && (folder ? !fs::is_directory(st) : !fs::is_regular_file(st)))
+    throw InputError(fmt::format("{}: {}: exists and is not a {}", flag, shown, folder ? "directory" : "regular file"));
+  if (folder) return;  // its missing parents are created
+  fs::path parent = fs::absolute(path, ec).parent_path();
+  if (ec || !fs::is_directory(parent, ec)) throw InputError(fmt::format("{}: {}: no such directory", flag, shown));
+  if (::access(parent.c_str(), W_OK) != 0)
+    throw InputError(fmt::format("{}: {}: cannot write: {}", flag, shown, std::strerror(errno)));
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {

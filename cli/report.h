@@ -95,6 +95,11 @@ void write_outputs(const std::string& dir, const Graph& g, const LoadReport& sig
 
 /// Writes `j` to `path` (pretty-printed); throws InputError("PATH: cannot write") on failure.
 void write_json(const std::string& path, const nlohmann::json& j);
+/// Checks, before anything is computed or written, that output `path` (given with `flag`; a directory when `folder`)
+/// can be written: an existing path is a directory or a regular file as asked (never a FIFO, which would block the
+/// write), and a file's directory exists and is writable. Nothing for an empty path. Throws InputError("FLAG: PATH:
+/// <problem>"), so that a run never leaves one output written and fails on the next (docs/errors.md).
+void check_output_path(const std::string& path, const char* flag, bool folder = false);
 
 /// Prints the human summary of a report to stdout.
 void print_summary(const nlohmann::json& report, const std::string& model);

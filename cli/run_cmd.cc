@@ -219,9 +219,9 @@ int cmd_run(const RunOptions& o) {
   if (o.warmup != 1) throw InputError("--warmup: needs --backend mpi (the emulator executes once)");
   if (o.repeat != 1) throw InputError("--repeat: needs --backend mpi (the emulator executes once)");
   check_materialized_devices(o.common.mesh, "run", "emulates every device in this process");
-  if (std::error_code ec;
-      !o.outputs_dir.empty() && fs::exists(o.outputs_dir, ec) && !fs::is_directory(o.outputs_dir, ec))
-    throw InputError(fmt::format("{}: exists and is not a directory (--outputs)", o.outputs_dir));
+  check_output_path(o.outputs_dir, "--outputs", /*folder=*/true);
+  check_output_path(o.report, "--report");
+  check_output_path(o.trace, "--trace");
   Pipeline p = build_pipeline(o.common);
   std::vector<Tensor> inputs = make_inputs(p.graph, p.load_report, o);
   std::vector<OnnxValue> expected;  // read before the run: a bad --expected is bad input (exit 2), found early

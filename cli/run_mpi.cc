@@ -226,6 +226,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
 }  // namespace
 
 int cmd_run_mpi(const RunOptions& o) {
+  check_output_path(o.report, "--report");
   mpi::Session s;
   try {
     return run_on_rank(s, o);

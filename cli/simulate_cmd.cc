@@ -8,6 +8,8 @@
 namespace gspmd::cli {
 
 int cmd_simulate(const SimulateOptions& o) {
+  check_output_path(o.report, "--report");
+  check_output_path(o.trace, "--trace");
   // The pipeline and the report are left for the process's exit to release, not freed object by object: on a
   // training step of the 96-layer decoder (20k nodes), freeing them took as long as partitioning (bench/README.md).
   Pipeline& p = *new Pipeline(build_pipeline(o.common, /*load_data=*/false));

@@ -674,9 +674,10 @@ void type_outputs(Pass& p, const Node& n, const Inferred& inferred, bool data_de
     if (k >= inferred.types.size()) {
       if (!onnx_typed) {
         p.why[v.name] = untyped_reason(g, n, inferred.error, inferred.data_dependent ? inferred.needed_input : -2);
-      } else if (!inferred.error.empty() && !inferred.data_dependent && k == 0) {  // ONNX typed what it rejects
-        disagreement = fmt::format("value '{}' (node '{}' ({})): shape function failed ({}), ONNX inference {}", v.name,
-                                   n.name, n.op_type, inferred.error, type_str(v.dtype, v.shape));
+      } else if (!inferred.error.empty() && !inferred.data_dependent) {
+        // ONNX typed what the op's spec rejects (a Conv's group that does not divide its channels): the kernel
+        // would fail on it at run time
+        throw InputError(inferred.error);
       }
     } else {
       const TensorType& t = inferred.types[k];

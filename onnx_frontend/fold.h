@@ -40,7 +40,9 @@ void simplify_for_inference(Graph& g, LoadReport& report);
 /// - Shape / Size of a value with a static shape: folded likewise;
 /// - otherwise `opts.shape_function` types its outputs (the executor's own shape functions). Where ONNX inference
 ///   also typed an output, the two must agree: a disagreement is noted in report.shape_disagreements (and thrown as
-///   InputError when opts.strict_shapes). Ops without a shape function keep ONNX's types.
+///   InputError when opts.strict_shapes); a shape function that fails (the node breaks its op's spec: a Conv's
+///   group that does not divide its channels) is an InputError even where ONNX typed the output, since the kernel
+///   would fail on it. Ops without a shape function keep ONNX's types.
 /// `unknown` holds the names of values without a static type; typed values leave it, and `why` maps each value left
 /// unknown to the reason (a data-dependent shape, an untyped input, a shape-function error).
 /// The model's graph: its sequence and optional inputs are bound first (flattened into element inputs, typed from

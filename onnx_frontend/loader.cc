@@ -86,10 +86,124 @@ struct Loader {
     if (opset < 1 || opset > kNewestOpset)
       fail(fmt::format("opset {} of ai.onnx is not one of 1 .. {} (docs/loading.md)", opset, kNewestOpset));
     if (m.graph().output_size() == 0) fail("the graph has no outputs: nothing to compute");
-    // The installed onnx knows the schemas up to its own newest opset (17 for onnx 1.12): a newer model's ops may have
-    // other inputs there (opset 18's ReduceMean takes its axes as an input), so it is not checked against them.
+    // The installed onnx knows the schemas up to its own newest opset (17 for onnx 1.12): a newer model's nodes are
+    // checked against those newest schemas, but for the operators that ONNX changed or added since (opset 18's
+    // ReduceMean takes its axes as an input), which are left to the shape functions and the executor.
     const auto& ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
-    if (auto it = ranges.find(""); it != ranges.end() && opset <= it->second.second) verify_nodes(m.graph());
+    if (auto it = ranges.find(""); it != ranges.end())
+      verify_nodes(m.graph(), std::min<int64_t>(opset, it->second.second), opset > it->second.second);
+    check_function_calls();
+  }
+
+  // No model-local function calls itself, directly or through others (onnx 1.12's shape inference expands calls
+  // without end: a stack overflow). Kahn's algorithm on the call graph, without recursion (a hostile model may chain
+  // many functions).
+  void check_function_calls() const {
+    using Key = std::pair<std::string, std::string>;  // domain, name
+    std::map<Key, const onnx::FunctionProto*> fns;
+    for (const auto& f : m.functions()) fns[{f.domain(), f.name()}] = &f;
+    if (fns.empty()) return;
+    std::map<Key, std::set<Key>> callees;
+    std::map<Key, int> callers;  // per function: the functions calling it that are not yet removed
+    for (const auto& [key, f] : fns) {
+      std::vector<const onnx::NodeProto*> todo;
+      for (const auto& n : f->node()) todo.push_back(&n);
+      while (!todo.empty()) {  // the body's nodes and their subgraphs' nodes
+        const onnx::NodeProto* n = todo.back();
+        todo.pop_back();
+        if (Key c{n->domain(), n->op_type()}; fns.count(c) && callees[key].insert(c).second) ++callers[c];
+        for (const auto& a : n->attribute()) {
+          for (const auto& body : a.graphs())
+            for (const auto& b : body.node()) todo.push_back(&b);
+          if (a.has_g())
+            for (const auto& b : a.g().node()) todo.push_back(&b);
+        }
+      }
+    }
+    std::vector<Key> free;
+    for (const auto& [key, f] : fns)
+      if (!callers[key]) free.push_back(key);
+    size_t removed = 0;
+    while (!free.empty()) {
+      const Key k = free.back();
+      free.pop_back();
+      ++removed;
+      for (const Key& c : callees[k])
+        if (--callers[c] == 0) free.push_back(c);
+    }
+    if (removed == fns.size()) return;
+    for (const auto& [key, f] : fns)
+      if (callers[key] > 0)
+        fail(
+            fmt::format("model-local functions call themselves in a cycle ('{}' of domain '{}' is in it or called "
+                        "from it)",
+                        cut_text(key.second), cut_text(key.first)));
+  }
+
+  // The ai.onnx operators whose inputs, outputs or attributes changed in opsets 18 .. 23 (ONNX's Changelog), and
+  // those added there: a newer model's node of these is not checked against onnx 1.12's schema.
+  static bool changed_after_onnx_1_12(const std::string& op) {
+    static const std::unordered_set<std::string> changed = {"AffineGrid",
+                                                            "Attention",
+                                                            "AveragePool",
+                                                            "BitwiseAnd",
+                                                            "BitwiseNot",
+                                                            "BitwiseOr",
+                                                            "BitwiseXor",
+                                                            "Cast",
+                                                            "CastLike",
+                                                            "CenterCropPad",
+                                                            "Col2Im",
+                                                            "Constant",
+                                                            "ConstantOfShape",
+                                                            "DFT",
+                                                            "DeformConv",
+                                                            "DequantizeLinear",
+                                                            "Equal",
+                                                            "Flatten",
+                                                            "Gelu",
+                                                            "GridSample",
+                                                            "GroupNormalization",
+                                                            "Identity",
+                                                            "If",
+                                                            "ImageDecoder",
+                                                            "IsInf",
+                                                            "IsNaN",
+                                                            "Loop",
+                                                            "LpPool",
+                                                            "Mish",
+                                                            "OptionalGetElement",
+                                                            "OptionalHasElement",
+                                                            "Pad",
+                                                            "QLinearMatMul",
+                                                            "QuantizeLinear",
+                                                            "RMSNormalization",
+                                                            "ReduceL1",
+                                                            "ReduceL2",
+                                                            "ReduceLogSum",
+                                                            "ReduceLogSumExp",
+                                                            "ReduceMax",
+                                                            "ReduceMean",
+                                                            "ReduceMin",
+                                                            "ReduceProd",
+                                                            "ReduceSum",
+                                                            "ReduceSumSquare",
+                                                            "RegexFullMatch",
+                                                            "Reshape",
+                                                            "Resize",
+                                                            "RotaryEmbedding",
+                                                            "Scan",
+                                                            "ScatterElements",
+                                                            "ScatterND",
+                                                            "Shape",
+                                                            "Size",
+                                                            "Split",
+                                                            "Squeeze",
+                                                            "StringConcat",
+                                                            "StringSplit",
+                                                            "Transpose",
+                                                            "Unsqueeze"};
+    return changed.count(op) != 0;
   }
 
   // Every name of graph `g` (bodies included) is UTF-8, as ONNX's IR asks: names reach the JSON the tool writes
@@ -149,22 +263,29 @@ struct Loader {
     return true;
   }
 
+  // The largest value a model may hold, in bytes (docs/loading.md): 1 PiB, far past any model or pod (a 2048-expert
+  // MoE's weights are 2^40 bytes), and small enough that the cost model's sums of such sizes do not overflow int64.
+  static constexpr int64_t kMaxValueBytes = int64_t{1} << 50;
+
   // The newest ai.onnx opset read (ONNX 1.18's); opsets past the installed onnx's own are read with its newest
   // schemas (docs/loading.md).
   static constexpr int64_t kNewestOpset = 23;
 
-  // Every ai.onnx node against its operator schema at the model's opset (onnx's checker: arity, attribute types,
+  // Every ai.onnx node against its operator schema at `schema_opset` (onnx's checker: arity, attribute types,
   // unknown attributes), bodies included. A node of another domain is left to the executor (exit 3 if unknown).
-  // Only for opsets the installed onnx knows.
-  void verify_nodes(const onnx::GraphProto& g) const {
+  // `newer`: the model's opset is past the installed onnx's, whose newest schemas are used for the operators that
+  // did not change since (changed_after_onnx_1_12); an operator it does not know is left to the executor.
+  void verify_nodes(const onnx::GraphProto& g, int64_t schema_opset, bool newer) const {
     for (int i = 0; i < g.node_size(); ++i) {
       const onnx::NodeProto& n = g.node(i);
       const std::string who =
           fmt::format("node '{}' ({})", n.name().empty() ? fmt::format("#{}", i) : cut_text(n.name()), n.op_type());
       for (const auto& a : n.attribute())
-        if (a.has_g()) verify_nodes(a.g());
+        if (a.has_g()) verify_nodes(a.g(), schema_opset, newer);
       if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
-      const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset), "");
+      if (newer && changed_after_onnx_1_12(n.op_type())) continue;
+      const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(schema_opset), "");
+      if (!schema && newer) continue;
       if (!schema) fail(fmt::format("{}: no operator '{}' in ai.onnx opset {}", who, n.op_type(), opset));
       try {
         schema->Verify(n);
@@ -1046,8 +1167,15 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
     if (v.kind != ValueKind::kTensor)  // every node reading it was lowered (sequences.cc): a bug if not
       L.fail(fmt::format("value '{}' is a {} that is still read after lowering", v.name,
                          v.kind == ValueKind::kSequence ? "sequence" : "optional"));
-  for (const Value& v : g.values)
+  for (const Value& v : g.values) {
     if (v.dtype == DType::kString) L.fail(fmt::format("value '{}' is a string tensor, which is not supported", v.name));
+    // sizes the cost model and the executor multiply (a Tile to 2^65 elements overflowed them)
+    int64_t bytes = static_cast<int64_t>(dtype_size(v.dtype));
+    for (int64_t d : v.shape)
+      if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes) || bytes > Loader::kMaxValueBytes)
+        L.fail(fmt::format("value '{}' has the shape {}: {}", cut_text(v.name), cut_text(shape_str(v.shape), 200),
+                           d < 0 ? "a negative dim" : "more than 2^50 bytes (1 PiB), the limit of a value"));
+  }
   try {
     g.verify();
   } catch (const std::exception& e) {

@@ -37,7 +37,8 @@ void set_mesh_metadata(onnx::ModelProto& m, const DeviceMesh& mesh);
 /// followed and '.' and '..' removed (the path to read). A model
 /// comes from strangers, so the location must be a relative path that stays inside that folder, symlinks resolved
 /// (onnx's CVE-2022-25882): throws InputError("WHAT: external data location '../x' leaves the model's folder 'DIR'"),
-/// ("... is an absolute path; it must be relative to the model's folder 'DIR'"), or ("... has no location").
+/// ("... is an absolute path; it must be relative to the model's folder 'DIR'"), ("... has no location"), or, for a
+/// file that exists but is a folder, FIFO, socket or device, ("WHAT: external data file 'F' is not a regular file").
 std::filesystem::path external_data_file(const onnx::TensorProto& t, const std::string& base_dir,
                                          const std::string& what);
 

@@ -144,10 +144,6 @@ Tensor read_external(const onnx::TensorProto& p, DType dt, size_t n, const std::
   if (length >= 0 && length != need)
     throw InputError(fmt::format("{}: external data in '{}' is {} bytes but shape {} of {} needs {}", what,
                                  external_location(p), length, shape_str(proto_shape(p)), dtype_name(dt), need));
-  std::error_code ec;
-  const std::filesystem::file_status st = std::filesystem::status(file, ec);
-  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))  // a FIFO would block, a folder has no size
-    throw InputError(fmt::format("{}: external data file '{}' is not a regular file", what, file.string()));
   std::ifstream in(file, std::ios::binary);
   if (!in) throw InputError(fmt::format("{}: cannot open external data file '{}'", what, file.string()));
   in.seekg(0, std::ios::end);
@@ -189,6 +185,9 @@ std::filesystem::path external_data_file(const onnx::TensorProto& p, const std::
   if (ec || rel.empty() || *rel.begin() == ".." || rel.is_absolute())
     throw InputError(fmt::format("{}: external data location '{}' leaves the model's folder '{}'", what,
                                  cut_text(location), dir.string()));
+  const fs::file_status st = fs::status(file, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st))  // a FIFO would block, a folder has no size
+    throw InputError(fmt::format("{}: external data file '{}' is not a regular file", what, file.string()));
   return file;
 }
 

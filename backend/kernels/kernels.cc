@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <mutex>
+#include <new>
 #include <set>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -280,6 +282,10 @@ std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*
   } catch (const kern::KernelError&) {
     throw;
   } catch (const InputError&) {  // the data, not a bug (a Loop past its limit): as it is
+    throw;
+  } catch (const std::bad_alloc&) {  // sizes the input asks for beyond the machine: the CLI says so (exit 2)
+    throw;
+  } catch (const std::length_error&) {
     throw;
   } catch (const std::exception& e) {
     throw std::runtime_error(ctx.prefix() + e.what());

@@ -6,6 +6,8 @@
 #include <climits>
 #include <cmath>
 #include <exception>
+#include <new>
+#include <stdexcept>
 
 #include <malloc.h>
 #include <omp.h>
@@ -405,6 +407,10 @@ void Executor::run_kernel_node(const Node& n, int node) {
       throw;
     } catch (const InputError&) {  // the data, not a bug: the same error on every device and plan
       throw;
+    } catch (const std::bad_alloc&) {  // sizes past the machine's memory (main: exit 2)
+      throw;
+    } catch (const std::length_error&) {
+      throw;
     } catch (const std::exception& e) {
       fail(n, d, e.what());
     }
@@ -433,6 +439,10 @@ void Executor::run_per_device(const Node& n, const std::vector<int>& axes, const
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, n.op_type, dev_[d], e.what()));
     } catch (const InputError&) {  // the data, not a bug: the same error on every device and plan
+      throw;
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::length_error&) {
       throw;
     } catch (const std::exception& e) {
       std::string w = e.what();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -129,11 +130,14 @@ std::string known_presets() {
 }
 
 bool file_exists(const std::string& p) {
-  std::ifstream f(p);
-  return f.good();
+  std::error_code ec;
+  return std::filesystem::exists(p, ec);
 }
 
 Target load_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))  // a FIFO would block
+    throw InputError(fmt::format("{}: not a regular file (a directory, FIFO, socket or device)", path));
   std::ifstream f(path, std::ios::binary);
   if (!f) throw InputError(fmt::format("{}: cannot open target file", path));
   std::stringstream ss;

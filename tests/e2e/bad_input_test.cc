@@ -1,6 +1,8 @@
 // Bad input through the real CLI: one exact line on stderr, exit code 2, nothing written.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "e2e_util.h"
@@ -160,16 +162,23 @@ TEST(BadInput, FlagsTheRunWouldMisuseAreOneLineErrors) {
 TEST(BadInput, OutputPathsThatCannotBeWrittenAreOneLineErrors) {
   fs::path dir = scratch("bad_outputs");
   std::ofstream(dir / "a_file") << "x";
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);  // writing a report there would wait for a reader forever
   struct Case {
     std::string args, err;
   };
   const std::vector<Case> cases = {
       {"partition " + kModel + " --mesh 2 -o ''", "error: -o: '' is not a directory name"},
       {"run " + kModel + " --mesh 1 --outputs " + (dir / "a_file").string(),
-       "error: " + (dir / "a_file").string() + ": exists and is not a directory (--outputs)"},
+       "error: --outputs: " + (dir / "a_file").string() + ": exists and is not a directory"},
       {"partition " + kModel + " --mesh 2 -o " + (dir / "out").string() + " --annotated-model " +
            (dir / "missing" / "a.onnx").string(),
        "error: --annotated-model: " + (dir / "missing").string() + ": no such directory"},
+      {"simulate " + kModel + " --mesh 2 --report " + (dir / "fifo").string(),
+       "error: --report: " + (dir / "fifo").string() + ": exists and is not a regular file"},
+      // checked before anything is written: no report left behind by a trace that cannot be written
+      {"run " + kModel + " --mesh 1 --report " + (dir / "r.json").string() + " --trace " +
+           (dir / "missing" / "t.json").string(),
+       "error: --trace: " + (dir / "missing" / "t.json").string() + ": no such directory"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     CmdResult r = cli(cases[i].args, "bad_outputs_" + std::to_string(i));
@@ -178,7 +187,8 @@ TEST(BadInput, OutputPathsThatCannotBeWrittenAreOneLineErrors) {
   }
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
-  EXPECT_EQ(left, std::vector<std::string>{"a_file"});
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"a_file", "fifo"}));
 }
 
 // A token id past the vocabulary is refused in one line naming the file, the same under every plan: the vocab-parallel

@@ -284,6 +284,64 @@ TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
   EXPECT_EQ(error_of(cls), "loaded");
 }
 
+// Found by the bad-input suite (tests/bad_input/run_bad_inputs.py): a newer opset's nodes are still checked against
+// the installed onnx's newest schemas where the operator did not change since; a node that breaks its op's spec is
+// refused at load even where ONNX's inference typed it (the kernel failed at run time: an internal error); a value
+// past 2^50 bytes is refused (its sizes overflowed the cost model); a model-local function calling itself is refused
+// before ONNX's inference, which recursed until the stack overflowed.
+TEST(Loader, MalformedGraphsFoundByTheBadInputSuite) {
+  TempDir t;
+  const std::string p = t.file("m.onnx");
+  auto error_of = [&](const onnx::ModelProto& m) {
+    test::write_onnx_model(m, p);
+    try {
+      load_model(p, load_opts({{"batch", 2}}));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  onnx::ModelProto mlp = test::read_onnx_model(frontend_data("mlp.onnx"));
+  mlp.mutable_opset_import(0)->set_version(21);
+  EXPECT_EQ(error_of(mlp), "loaded");
+  mlp.mutable_graph()->mutable_node(0)->add_input("x");
+  EXPECT_EQ(error_of(mlp), p + ": node 'fc_in' (MatMul): Node (fc_in) has input size 3 not in range [min=2, max=2].");
+  onnx::ModelProto conv = test::read_onnx_model(frontend_data("old_opset_dropout.onnx"));
+  auto* group = conv.mutable_graph()->mutable_node(0)->add_attribute();
+  group->set_name("group");
+  group->set_type(onnx::AttributeProto::INT);
+  group->set_i(2);
+  EXPECT_EQ(error_of(conv), p + ": node 'conv' (Conv): X of shape [2,3,4,4] and W of shape [4,3,3,3] do not match "
+                                "group=2");
+  expect_input_error(
+      [&] {
+        load_model(frontend_data("mlp.onnx"), load_opts({{"batch", int64_t{1} << 50}}));
+      },
+      frontend_data("mlp.onnx") +
+          ": value 'x' has the shape [1125899906842624,8]: more than 2^50 bytes (1 PiB), the limit of "
+          "a value");
+  mlp = test::read_onnx_model(frontend_data("mlp.onnx"));
+  auto* f = mlp.add_functions();
+  f->set_name("f");
+  f->set_domain("local");
+  f->add_input("a");
+  f->add_output("b");
+  auto* call = f->add_node();
+  call->set_op_type("f");
+  call->set_domain("local");
+  call->add_input("a");
+  call->add_output("b");
+  f->add_opset_import()->set_version(17);
+  auto* local = mlp.add_opset_import();
+  local->set_domain("local");
+  local->set_version(1);
+  auto* relu = mlp.mutable_graph()->mutable_node(1);
+  relu->set_op_type("f");
+  relu->set_domain("local");
+  EXPECT_EQ(error_of(mlp), p + ": model-local functions call themselves in a cycle ('f' of domain 'local' is in it or "
+                               "called from it)");
+}
+
 // Reading a FIFO would wait for a writer forever: only regular files are read.
 TEST(Loader, OnlyRegularFilesAreRead) {
   TempDir t;
