@@ -287,7 +287,8 @@ int Partitioner::reshard(int gv, int x, const TensorSharding& cur, const TensorS
         x = collective(
             {.kind = Collective::kAllGather, .mesh_axes = st.axes, .axis = d}, x, s, for_node, gv,
             fmt::format("'{}' dim {} is split over {} but {}", v.name, st.dim, axes_str(mesh_, st.axes), why));
-        if (st.trim)  // drop the padding of the last shard
+        // drop the padding of the last shard when the dim becomes whole (also when it divides only at the hints)
+        if (st.trim || (st.after.dims[st.dim].empty() && may_pad(gv, st.dim, at.dims[st.dim])))
           x = emit("Slice",
                    {x, int64_const("starts", {0}),
                     int64_const("ends", std::vector<DimExpr>{global_dim(gv, st.dim)}, {v.shape[st.dim]}),

@@ -283,6 +283,26 @@ TEST(SymbolicPartition, ADimEvenOnlyAtTheHintsIsMasked) {
   EXPECT_EQ(masks, 2);  // before the max and before the sum
 }
 
+// ... and gathered whole, its padding is sliced off at every size, not only where it does not divide at the hints
+// (torchvision's resnet18 split by rows over a dynamic height gathered its late layers so: the check refused it).
+TEST(SymbolicPartition, ADimEvenOnlyAtTheHintsIsTrimmedWhenGathered) {
+  gspmd::testing::GraphBuilder b;
+  const int x = b.input("x", {42, 8});
+  const DimExpr keys = DimExpr::symbol("past") + DimExpr::symbol("seq");
+  b.g.values[static_cast<size_t>(x)].sym =
+      std::make_shared<const SymbolicValue>(SymbolicValue{{keys, 8}, std::nullopt});
+  b.g.dim_hints = {{"past", 23}, {"seq", 19}};
+  const int relu = b.node("Relu", {x}, {42, 8});
+  const int y = b.g.nodes[static_cast<size_t>(relu)].outputs[0];
+  b.g.values[static_cast<size_t>(y)].sym = b.g.values[static_cast<size_t>(x)].sym;
+  b.g.outputs = {y};
+  Annotations a = split_over_2({x}, 0);
+  a.by_value[y].sharding = TensorSharding::replicated(2);  // the output whole
+  SpmdProgram p = partition(b.g, propagate(b.g, a), a.mesh);
+  for (const DimBindings& at : {DimBindings{{"past", 2}, {"seq", 1}}, DimBindings{{"past", 50}, {"seq", 51}}})
+    EXPECT_EQ(unsupported_message([&] { check_symbolic_program(p, b.g, at); }), "(no error)") << bindings_str(at);
+}
+
 // The device files keep the symbols as dim_params, and load for any dims bound from their inputs.
 TEST(SymbolicPartition, DeviceFilesCarryDimParams) {
   const Graph g = load_symbolic(llama());
