@@ -257,7 +257,10 @@ int Partitioner::reshard(int gv, int x, const TensorSharding& cur, const TensorS
     x = make_partial(gv, x, cur, want, extra, for_node, why, partial);
     return reshard(gv, x, partial, want, for_node, why);
   }
-  const ReshardPlan& plan = planner_.plan(v.shape, static_cast<int64_t>(dtype_size(v.dtype)), cur, want);
+  std::vector<char> ragged;  // symbolic dims that may not divide at other sizes than the hints (the planner's)
+  if (v.sym)
+    for (const DimExpr& e : v.sym->dims) ragged.push_back(!e.is_constant() && !exact_div(e, mesh_.num_devices()));
+  const ReshardPlan& plan = planner_.plan(v.shape, static_cast<int64_t>(dtype_size(v.dtype)), cur, want, ragged);
   TensorSharding at = cur;
   for (const ReshardStep& st : plan.steps) {
     const Shape out = st.after.local_shape(v.shape, mesh_);
@@ -287,8 +290,7 @@ int Partitioner::reshard(int gv, int x, const TensorSharding& cur, const TensorS
         x = collective(
             {.kind = Collective::kAllGather, .mesh_axes = st.axes, .axis = d}, x, s, for_node, gv,
             fmt::format("'{}' dim {} is split over {} but {}", v.name, st.dim, axes_str(mesh_, st.axes), why));
-        // drop the padding of the last shard when the dim becomes whole (also when it divides only at the hints)
-        if (st.trim || (st.after.dims[st.dim].empty() && may_pad(gv, st.dim, at.dims[st.dim])))
+        if (st.trim)  // drop the padding of the last shard
           x = emit("Slice",
                    {x, int64_const("starts", {0}),
                     int64_const("ends", std::vector<DimExpr>{global_dim(gv, st.dim)}, {v.shape[st.dim]}),

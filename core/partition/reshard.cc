@@ -76,8 +76,19 @@ std::vector<int> flat_axes(const TensorSharding& s) {
 class Edges {
  public:
   Edges(const DeviceMesh& mesh, const Target& target, const Shape& global, int64_t elem_bytes, const TensorSharding& to,
-        std::vector<int> slice_axes)
-      : mesh_(mesh), target_(target), g_(global), eb_(elem_bytes), to_(to), slice_axes_(std::move(slice_axes)) {}
+        std::vector<int> slice_axes, const std::vector<char>& ragged)
+      : mesh_(mesh),
+        target_(target),
+        g_(global),
+        eb_(elem_bytes),
+        to_(to),
+        slice_axes_(std::move(slice_axes)),
+        ragged_(ragged) {}
+
+  /// Size `size` of dim d divides by `k` at every size of the dim (ReshardPlanner::plan's `ragged`).
+  bool divides(int d, int64_t size, int64_t k) const {
+    return size % k == 0 && !(static_cast<size_t>(d) < ragged_.size() && ragged_[static_cast<size_t>(d)]);
+  }
 
   /// Calls out(step) for every step leaving `s`.
   template <class Out>
@@ -107,7 +118,7 @@ class Edges {
     for (int d = 0; d < rank; ++d) {
       // reduce-scatter onto dim d
       for (const auto& seq : reducible_seqs) {
-        if (L[d] % mesh_.axes_size(seq) != 0) continue;
+        if (!divides(d, L[d], mesh_.axes_size(seq))) continue;
         ReshardStep st = make(ReshardStep::Kind::kReduceScatter, seq, d);
         st.after = reduced(s, seq);
         st.after.dims[d].insert(st.after.dims[d].end(), seq.begin(), seq.end());
@@ -120,7 +131,7 @@ class Edges {
         std::vector<int> gathered(cd.begin() + static_cast<long>(p), cd.end());
         if (p > 0 && !nests(d, keep, gathered)) continue;
         ReshardStep st = make(ReshardStep::Kind::kAllGather, gathered, d);
-        st.trim = p == 0 && L[d] * mesh_.axes_size(gathered) != g_[d];
+        st.trim = p == 0 && !divides(d, g_[d], mesh_.axes_size(gathered));
         st.after = s;
         st.after.dims[d] = keep;
         out(price(L, in, std::move(st)));
@@ -140,7 +151,7 @@ class Edges {
           std::vector<int> moved(cd.begin() + static_cast<long>(p), cd.end());
           std::vector<int> nb = s.dims[b];
           nb.insert(nb.end(), moved.begin(), moved.end());
-          if (g_[d] % mesh_.axes_size(cd) != 0 || g_[b] % mesh_.axes_size(nb) != 0) continue;
+          if (!divides(d, g_[d], mesh_.axes_size(cd)) || !divides(b, g_[b], mesh_.axes_size(nb))) continue;
           ReshardStep st = make(ReshardStep::Kind::kAllToAll, moved, d, b);
           st.after = s;
           st.after.dims[d].resize(p);
@@ -220,6 +231,7 @@ class Edges {
   int64_t eb_;
   const TensorSharding& to_;
   std::vector<int> slice_axes_;
+  const std::vector<char>& ragged_;
 };
 
 }  // namespace
@@ -242,13 +254,15 @@ std::string_view step_name(ReshardStep::Kind k) {
 }
 
 const ReshardPlan& ReshardPlanner::plan(const Shape& global, int64_t elem_bytes, const TensorSharding& from,
-                                        const TensorSharding& to) {
+                                        const TensorSharding& to, const std::vector<char>& ragged) {
   // The key as bytes (every partitioned node asks, for each operand and result: it must be cheap to build): the dims,
   // the element size, then both shardings' axes with dim separators.
   std::string key;
   key.reserve(8 * global.size() + 64);
   key.append(reinterpret_cast<const char*>(global.data()), global.size() * sizeof(int64_t));
   key.append(reinterpret_cast<const char*>(&elem_bytes), sizeof elem_bytes);
+  key.append(ragged.begin(), ragged.end());
+  key += '\xfe';
   for (const TensorSharding* s : {&from, &to}) {
     for (const auto& d : s->dims) {
       for (int a : d) key += static_cast<char>(a);
@@ -263,11 +277,11 @@ const ReshardPlan& ReshardPlanner::plan(const Shape& global, int64_t elem_bytes,
     return it->second;
   }
   ++searches_;
-  return cache_.emplace(std::move(key), search(global, elem_bytes, from, to)).first->second;
+  return cache_.emplace(std::move(key), search(global, elem_bytes, from, to, ragged)).first->second;
 }
 
 ReshardPlan ReshardPlanner::search(const Shape& global, int64_t elem_bytes, const TensorSharding& from,
-                                   const TensorSharding& to) const {
+                                   const TensorSharding& to, const std::vector<char>& ragged) const {
   if (from.rank() != static_cast<int>(global.size()) || to.rank() != from.rank())
     throw InternalError("reshard: sharding rank does not match the value's rank");
   for (int a : to.unreduced)
@@ -303,7 +317,7 @@ ReshardPlan ReshardPlanner::search(const Shape& global, int64_t elem_bytes, cons
   const std::string start = key_of(from), goal = key_of(to);
   seen[start].s = from;
   queue.emplace(0.0, 0, start);
-  const Edges edges(mesh_, target_, global, elem_bytes, to, to.tiled_axes());
+  const Edges edges(mesh_, target_, global, elem_bytes, to, to.tiled_axes(), ragged);
   while (!queue.empty()) {
     auto [f, steps, k] = queue.top();
     queue.pop();

@@ -63,18 +63,21 @@ class ReshardPlanner {
   /// axes (where the kept prefix nests: ceil(d/T) == m*ceil(d/(T*m)), or the dim becomes whole), local slices,
   /// and collective-permutes between layouts with equal local shapes. Cost per collective: collective_time of
   /// core/cost; per slice: the bytes read / HBM bandwidth; ties go to fewer steps.
+  /// `ragged` (per dim, may be empty): the dims whose size is a symbol's (docs/shapes.md), at `global` only at its
+  /// hints: treated as dividing by no split (no reduce-scatter or all-to-all onto them, a trim whenever one is
+  /// gathered whole), since a split that divides at the hints may not at another size.
   /// Throws InternalError when `to` keeps an unreduced axis `from` does not have (unreduced values cannot be
   /// created by a reshard) or the shardings do not fit the rank / mesh.
-  const ReshardPlan& plan(const Shape& global, int64_t elem_bytes, const TensorSharding& from,
-                          const TensorSharding& to);
+  const ReshardPlan& plan(const Shape& global, int64_t elem_bytes, const TensorSharding& from, const TensorSharding& to,
+                          const std::vector<char>& ragged = {});
 
   /// Number of searches run (cache misses) and plans served from the cache.
   int64_t searches() const { return searches_; }
   int64_t hits() const { return hits_; }
 
  private:
-  ReshardPlan search(const Shape& global, int64_t elem_bytes, const TensorSharding& from,
-                     const TensorSharding& to) const;
+  ReshardPlan search(const Shape& global, int64_t elem_bytes, const TensorSharding& from, const TensorSharding& to,
+                     const std::vector<char>& ragged) const;
 
   DeviceMesh mesh_;
   Target target_;

@@ -187,7 +187,9 @@ std::map<std::string, int64_t> smallest_sizes(const SpmdProgram& p, const DimBin
     if (const std::vector<std::string> syms = guard.first.symbols(); syms.size() == 1 && hints.count(syms[0]))
       by_symbol[syms[0]].push_back(&guard);
   std::map<std::string, int64_t> r;
-  for (const auto& [sym, guards] : by_symbol) {
+  for (const auto& entry : by_symbol) {  // not a structured binding: clang 14 cannot capture one in a lambda
+    const std::string& sym = entry.first;
+    const auto& guards = entry.second;
     DimBindings at = hints;
     auto holds = [&](int64_t v) {
       at[sym] = v;

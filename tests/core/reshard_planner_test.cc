@@ -49,6 +49,26 @@ struct Fixture {
   }
 };
 
+// A ragged dim (a symbol's size: the shape holds its hint, which may divide where other sizes do not) takes no
+// reduce-scatter and no all-to-all, and is trimmed when gathered whole, though it divides at the hint.
+TEST(ReshardPlanner, RaggedDimsDivideByNoSplit) {
+  Fixture f("2x2");
+  const DeviceMesh& m = f.mesh;
+  const Shape sh = {1024, 1024};
+  const std::vector<char> ragged = {1, 0};
+  auto plan = [&](const TensorSharding& from, const TensorSharding& to, const std::vector<char>& r) {
+    return f.planner.plan(sh, 4, from, to, r);
+  };
+  EXPECT_EQ(steps_str(m, plan(S(m, {{}, {}}, {"x"}), S(m, {{"x"}, {}}), {})), "reduce-scatter{x} 4194304B");
+  EXPECT_EQ(steps_str(m, plan(S(m, {{}, {}}, {"x"}), S(m, {{"x"}, {}}), ragged)), "all-reduce{x} 4194304B; slice{x}");
+  EXPECT_EQ(steps_str(m, plan(S(m, {{"x"}, {}}), S(m, {{}, {"x"}}), {})), "all-to-all{x} 2097152B");
+  EXPECT_EQ(steps_str(m, plan(S(m, {{"x"}, {}}), S(m, {{}, {"x"}}), ragged)), "all-gather{x} 4194304B; slice{x}");
+  const ReshardPlan& gather = plan(S(m, {{"x"}, {}}), S(m, {{}, {}}), ragged);
+  ASSERT_EQ(gather.steps.size(), 1u);
+  EXPECT_TRUE(gather.steps[0].trim);
+  EXPECT_FALSE(plan(S(m, {{"x"}, {}}), S(m, {{}, {}}), {}).steps[0].trim);
+}
+
 TEST(ReshardPlanner, PicksTheCheapestCollective) {
   Fixture f("2x2");
   const DeviceMesh& m = f.mesh;
