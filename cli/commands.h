@@ -196,6 +196,11 @@ class DeviceFiles {
 /// (InputError naming the file otherwise); else pseudo-random from --seed (docs/cli.md).
 std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, const RunOptions& o);
 
+/// Before a run allocates anything: every value of `g` (its sizes bound for this run) fits this machine's physical
+/// memory, else InputError("value 'x' has the shape [..]: N bytes, more than this machine's memory (M bytes)"). A
+/// failed allocation is an error too (main: exit 2), but under AddressSanitizer one past its limit aborts instead.
+void check_fits_memory(const Graph& g);
+
 struct SimulateOptions {
   CommonOptions common;
   std::string report;  // --report FILE

@@ -1,4 +1,6 @@
 // gspmd-onnx run: partition, run on the emulated pod, check, report.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -214,6 +216,20 @@ CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>
   return compare_outputs(ref.graph, mine, run_single(ref.graph, ref_inputs, progress, exec).outputs, rtol, atol);
 }
 
+void check_fits_memory(const Graph& g) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return;
+  const double memory = static_cast<double>(pages) * static_cast<double>(page);
+  for (const Value& v : g.values) {  // at most 2^50 bytes each (the loader's limit): no overflow
+    const double bytes = static_cast<double>(num_elements(v.shape)) * static_cast<double>(dtype_size(v.dtype));
+    if (bytes > memory)
+      throw InputError(
+          fmt::format("value '{}' has the shape {}: {:.3g} bytes, more than this machine's memory ({:.3g} "
+                      "bytes)",
+                      cut_text(v.name), cut_text(shape_str(v.shape), 200), bytes, memory));
+  }
+}
+
 int cmd_run(const RunOptions& o) {
   if (o.backend == "mpi") return cmd_run_mpi(o);
   if (o.warmup != 1) throw InputError("--warmup: needs --backend mpi (the emulator executes once)");
@@ -223,6 +239,7 @@ int cmd_run(const RunOptions& o) {
   check_output_path(o.report, "--report");
   check_output_path(o.trace, "--trace");
   Pipeline p = build_pipeline(o.common);
+  check_fits_memory(p.graph);
   std::vector<Tensor> inputs = make_inputs(p.graph, p.load_report, o);
   std::vector<OnnxValue> expected;  // read before the run: a bad --expected is bad input (exit 2), found early
   if (!o.expected_dir.empty()) expected = read_expected_outputs(o.expected_dir, p.load_report);

@@ -127,6 +127,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
       throw InputError(fmt::format("the mesh {} has {} devices but this MPI job has {} ranks", p.program.mesh.str(),
                                    p.program.mesh.num_devices(), s.size()));
     if (from_files) device = DeviceFiles(p, common, o.program_dir).load(rank);
+    check_fits_memory(p.graph);
     if (rank == 0) inputs = make_inputs(p.graph, p.load_report, o);
     if (rank == 0 && !o.expected_dir.empty()) expected = read_expected_outputs(o.expected_dir, p.load_report);
   } catch (const std::exception& e) {
