@@ -121,6 +121,11 @@ int Partitioner::int64_const(const std::string& hint, const std::vector<DimExpr>
   return id;
 }
 
+int Partitioner::runtime_size(const std::string& hint, const DimExpr& e, DType dt) {
+  const int c = int64_const(hint, std::vector<DimExpr>{e}, {e.eval(g_.dim_hints)});
+  return emit("Cast", {c}, hint + "_f", dt, {1}, {{"to", static_cast<int64_t>(dt)}});
+}
+
 DimExpr Partitioner::global_dim(int gv, size_t d) const {
   const Value& v = g_.values[static_cast<size_t>(gv)];
   return v.sym ? v.sym->dims.at(d) : DimExpr(v.shape.at(d));
@@ -646,12 +651,10 @@ void Partitioner::emit_local(const Node& node, const OpShardingRule& rule, const
                         "partitioned yet: bind it with --dim",
                         node.name, node.op_type, total_count.str()));
       if (symbolic_mean) {
-        auto count = [&](const char* hint, const DimExpr& e) {
-          const int c = int64_const(hint, std::vector<DimExpr>{e}, {e.eval(g_.dim_hints)});
-          return emit("Cast", {c}, std::string(hint) + "_f", gvv.dtype, {1}, {{"to", static_cast<int64_t>(gvv.dtype)}});
-        };
-        scale = emit("Div", {count("mean_shard", shard_count), count("mean_total", total_count)}, "mean_scale",
-                     gvv.dtype, {1});
+        scale = emit(
+            "Div",
+            {runtime_size("mean_shard", shard_count, gvv.dtype), runtime_size("mean_total", total_count, gvv.dtype)},
+            "mean_scale", gvv.dtype, {1});
       } else {
         Tensor t(gvv.dtype, {});
         if (gvv.dtype == DType::kFloat64)

@@ -91,6 +91,10 @@ class Partitioner {
   /// A new int64 [n] initializer holding `e` at the hints, with `e` as its elements over the dim symbols
   /// (docs/shapes.md).
   int int64_const(const std::string& hint, const std::vector<DimExpr>& e, const std::vector<int64_t>& v);
+  /// A float tensor [1] of dtype `dt` holding `e` (a size over the dim symbols), computed on the device from the
+  /// run's sizes: an int64 constant over the symbols, cast (docs/shapes.md). What a mean over a split symbolic dim
+  /// divides by.
+  int runtime_size(const std::string& hint, const DimExpr& e, DType dt);
   /// Global value gv's dim d over the dim symbols (its size when static).
   DimExpr global_dim(int gv, size_t d) const;
   /// True when global value gv's dim d split over `axes` may leave padding to mask: it does not divide, at the hints

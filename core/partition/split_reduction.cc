@@ -108,12 +108,9 @@ bool Partitioner::lower_split_layer_norm(int n) {
   Shape red = ls;
   for (int64_t d : norm_dims) red[d] = 1;
   auto scalar = [&](const std::string& hint, float v) { return new_constant(hint, Tensor::from_floats({}, {v})); };
-  // the count: a literal, or over the dim symbols an int64 constant computed from the run's sizes, cast
-  const int64_t count_at_hints = count.eval(g_.dim_hints);
-  const int divisor = count.is_constant()
-                          ? scalar("count", static_cast<float>(count_at_hints))
-                          : emit("Cast", {int64_const("count", std::vector<DimExpr>{count}, {count_at_hints})},
-                                 on + "/count", DType::kFloat32, {1}, {{"to", static_cast<int64_t>(DType::kFloat32)}});
+  // the count: a literal, or over the dim symbols computed from the run's sizes
+  const int divisor = count.is_constant() ? scalar("count", static_cast<float>(*count.constant()))
+                                          : runtime_size(on + "/count", count, DType::kFloat32);
   auto global_mean = [&](int v, const std::string& what) {
     for (int64_t d : norm_dims) {
       const std::vector<int>& ax = s.dims[d];

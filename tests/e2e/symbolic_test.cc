@@ -66,34 +66,29 @@ TEST(SymbolicCli, OrtCollectivesKeepTheSymbolsOrSaySo) {
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
-// A mean over a split symbolic dim: partitioned without --dim (n's hint is 17), the device files scale each device's
-// mean by ceil(n / 2) / n computed from the run's n, and run exact at n = 5 (uneven over 2).
-TEST(SymbolicCli, AMeanOverASplitSymbolicDimRunsAtOtherSizes) {
-  const fs::path d = scratch("symbolic_mean") / "rows2";
-  const std::string dir = "testdata/frontend/mean_rows/";
-  const std::string plan = " --mesh 2 --shardings " + dir + "rows2.plan.json";
-  CmdResult r = cli("partition testdata/frontend/mean_rows.onnx" + plan + " -o " + d.string(), "symbolic_mean");
+// testdata/frontend/<name>.onnx partitioned without --dim by <name>/<plan>.plan.json over 2 devices; its device files
+// run test_data_set_0 (other sizes than the hints) and must give its expected outputs.
+void expect_files_run_test_data(const std::string& name, const std::string& plan) {
+  const fs::path d = scratch("symbolic_" + name) / plan;
+  const std::string dir = "testdata/frontend/" + name + "/";
+  const std::string model = "testdata/frontend/" + name + ".onnx --mesh 2 --shardings " + dir + plan + ".plan.json";
+  CmdResult r = cli("partition " + model + " -o " + d.string(), "symbolic_" + name);
   ASSERT_EQ(r.code, 0) << r.err;
-  r = cli("run testdata/frontend/mean_rows.onnx" + plan + " --program " + d.string() + " --inputs " + dir +
-              "test_data_set_0 --expected " + dir + "test_data_set_0",
-          "symbolic_mean_run");
+  r = cli("run " + model + " --program " + d.string() + " --inputs " + dir + "test_data_set_0 --expected " + dir +
+              "test_data_set_0",
+          "symbolic_" + name + "_run");
   EXPECT_EQ(r.code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("expected  passed"), std::string::npos) << r.out;
 }
 
+// A mean over a split symbolic dim: partitioned without --dim (n's hint is 17), the device files scale each device's
+// mean by ceil(n / 2) / n computed from the run's n, and run exact at n = 5 (uneven over 2).
+TEST(SymbolicCli, AMeanOverASplitSymbolicDimRunsAtOtherSizes) { expect_files_run_test_data("mean_rows", "rows2"); }
+
 // LayerNormalization over a split symbolic dim: the columns n over 2 (n's hint is 17); each device's statistics are
 // divided by n computed from the run's n, and the device files run exact at n = 5 (uneven over 2).
 TEST(SymbolicCli, ALayerNormOverASplitSymbolicDimRunsAtOtherSizes) {
-  const fs::path d = scratch("symbolic_layer_norm") / "cols2";
-  const std::string dir = "testdata/frontend/layer_norm_cols/";
-  const std::string model = "testdata/frontend/layer_norm_cols.onnx --mesh 2 --shardings " + dir + "cols2.plan.json";
-  CmdResult r = cli("partition " + model + " -o " + d.string(), "symbolic_layer_norm");
-  ASSERT_EQ(r.code, 0) << r.err;
-  r = cli("run " + model + " --program " + d.string() + " --inputs " + dir + "test_data_set_0 --expected " + dir +
-              "test_data_set_0",
-          "symbolic_layer_norm_run");
-  EXPECT_EQ(r.code, 0) << r.err << r.out;
-  EXPECT_NE(r.out.find("expected  passed"), std::string::npos) << r.out;
+  expect_files_run_test_data("layer_norm_cols", "cols2");
 }
 
 // Halo windows over symbolic image dims: a CNN exported with dynamic height and width (testdata/cnn/dyn_cnn: a
