@@ -11,6 +11,7 @@
 
 #include "backend/profile/host_target.h"
 #include "cli/commands.h"
+#include "cli/report.h"
 
 using namespace gspmd;
 
@@ -166,24 +167,10 @@ int main(int argc, char** argv) {
     if (*run) return cli::cmd_run(ro);
     if (*sim) return cli::cmd_simulate(so);
     if (*explain) return cli::cmd_explain(eo);
-  } catch (const InputError& e) {  // every error is one line (docs/cli.md)
-    fmt::print(stderr, "error: {}\n", first_line(e.what()));
-    return 2;
-  } catch (const UnsupportedError& e) {
-    fmt::print(stderr, "error: unsupported: {}\n", first_line(e.what()));
-    return 3;
-  } catch (const std::filesystem::filesystem_error& e) {  // a path the user gave: too long, a symlink loop, ...
-    fmt::print(stderr, "error: {}: {}\n", cut_text(e.path1().string(), 200), e.code().message());
-    return 2;
-  } catch (const std::bad_alloc&) {  // sizes the input asks for (a 2^40-row input) beyond this machine
-    fmt::print(stderr, "error: out of memory: the model's or the inputs' sizes need more than this machine has\n");
-    return 2;
-  } catch (const std::length_error& e) {
-    fmt::print(stderr, "error: a size past what this machine can allocate ({})\n", first_line(e.what()));
-    return 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: internal error: {}\n", first_line(e.what()));
-    return 4;
+  } catch (const std::exception& e) {  // every error is one line (docs/errors.md)
+    const auto [code, line] = cli::error_exit(e);
+    fmt::print(stderr, "error: {}\n", line);
+    return code;
   }
   return 2;
 }

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <new>
+#include <stdexcept>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -356,6 +358,18 @@ void write_outputs(const std::string& dir, const Graph& g, const LoadReport& sig
   for (size_t i = 0; i < values.size(); ++i)
     write_value_pb((std::filesystem::path(dir) / fmt::format("output_{}.pb", i)).string(), values[i],
                    signature.outputs[i].name);
+}
+
+std::pair<int, std::string> error_exit(const std::exception& e) {
+  if (dynamic_cast<const InputError*>(&e)) return {2, first_line(e.what())};
+  if (dynamic_cast<const UnsupportedError*>(&e)) return {3, "unsupported: " + first_line(e.what())};
+  if (const auto* f = dynamic_cast<const std::filesystem::filesystem_error*>(&e))
+    return {2, fmt::format("{}: {}", cut_text(f->path1().string(), 200), f->code().message())};
+  if (dynamic_cast<const std::bad_alloc*>(&e))
+    return {2, "out of memory: the model's or the inputs' sizes need more than this machine has"};
+  if (dynamic_cast<const std::length_error*>(&e))
+    return {2, fmt::format("a size past what this machine can allocate ({})", first_line(e.what()))};
+  return {4, "internal error: " + first_line(e.what())};
 }
 
 void check_output_path(const std::string& path, const char* flag, bool folder) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "backend/pod/pod.h"
 #include "cli/commands.h"
@@ -100,6 +101,12 @@ void write_json(const std::string& path, const nlohmann::json& j);
 /// write), and a file's directory exists and is writable. Nothing for an empty path. Throws InputError("FLAG: PATH:
 /// <problem>"), so that a run never leaves one output written and fails on the next (docs/errors.md).
 void check_output_path(const std::string& path, const char* flag, bool folder = false);
+
+/// How a command that threw `e` ends (docs/errors.md): the exit code and the one line `main` prints after "error: ".
+/// 2 for an InputError and for what the input asks past this machine (std::bad_alloc, std::length_error, a
+/// std::filesystem error on a path the user gave: too long, a symlink loop), 3 for an UnsupportedError
+/// ("unsupported: ..."), 4 for anything else, a bug ("internal error: ..."). Each line is first_line() of the text.
+std::pair<int, std::string> error_exit(const std::exception& e);
 
 /// Prints the human summary of a report to stdout.
 void print_summary(const nlohmann::json& report, const std::string& model);

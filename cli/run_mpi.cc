@@ -54,9 +54,8 @@ RunProgress die_halfway(int rank, size_t nodes) {
 }
 
 mpi::Failure classify(const std::exception& e) {
-  if (dynamic_cast<const InputError*>(&e)) return {2, e.what()};
-  if (dynamic_cast<const UnsupportedError*>(&e)) return {3, fmt::format("unsupported: {}", e.what())};
-  return {4, fmt::format("internal error: {}", e.what())};
+  auto [code, line] = error_exit(e);
+  return {code, std::move(line)};
 }
 
 /// The fraction of a core each rank gets: this process's cores over (ranks on this host x OpenMP threads), <= 1.

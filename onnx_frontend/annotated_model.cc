@@ -407,7 +407,7 @@ void write_annotated_model(const std::string& model_path, const Graph& g, const 
   }
   move_external_data(m, frontend::dir_of(model_path), frontend::dir_of(out_path));
   if (m.ByteSizeLong() > static_cast<size_t>(std::numeric_limits<int>::max()))
-    throw std::runtime_error(fmt::format("{}: the annotated model is over protobuf's 2 GiB limit", out_path));
+    throw UnsupportedError(fmt::format("{}: the annotated model is over protobuf's 2 GiB limit", out_path));
   frontend::write_file_atomic(out_path, m.SerializeAsString());
 }
 

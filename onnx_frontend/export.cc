@@ -62,7 +62,7 @@ Tensor filled(DType t, const Shape& shape, double v) {
       fill(static_cast<uint16_t>(x >> 16));
       break;
     }
-    default: throw std::runtime_error(fmt::format("export: cannot make a {} constant", dtype_name(t)));
+    default: throw InternalError(fmt::format("export: cannot make a {} constant", dtype_name(t)));
   }
   return out;
 }
@@ -431,8 +431,7 @@ struct Exporter {
   const std::vector<int>& checked(const Node& n, const std::vector<int>& axes) {
     for (int a : axes)
       if (a >= p.mesh.rank())
-        throw std::runtime_error(
-            fmt::format("export: node '{}' ({}): mesh axis {} out of range", n.name, n.op_type, a));
+        throw InternalError(fmt::format("export: node '{}' ({}): mesh axis {} out of range", n.name, n.op_type, a));
     return axes;
   }
 
@@ -440,7 +439,7 @@ struct Exporter {
     int64_t r = static_cast<int64_t>(rank);
     if (axis < 0) axis += r;
     if (axis < 0 || axis >= r)
-      throw std::runtime_error(fmt::format("export: node '{}' ({}): axis out of range", n.name, n.op_type));
+      throw InternalError(fmt::format("export: node '{}' ({}): axis out of range", n.name, n.op_type));
     return axis;
   }
 
@@ -970,23 +969,23 @@ struct Exporter {
         const ProgramBinding& b = *it->second;
         const Value& gv = global.values.at(b.global);
         if (!gv.data)
-          throw std::runtime_error(
+          throw InternalError(
               fmt::format("export: initializer '{}' has no data (the model was loaded without its weights)", gv.name));
         Tensor t = shard_tensor(*gv.data, b.sharding, p.mesh, device);
         if (t.shape != val.shape || t.dtype != val.dtype)
-          throw std::runtime_error(
-              fmt::format("export: slice of '{}' for device {} is {} {} but the program expects {} {}", gv.name, device,
-                          dtype_name(t.dtype), shape_str(t.shape), dtype_name(val.dtype), shape_str(val.shape)));
+          throw InternalError(fmt::format("export: slice of '{}' for device {} is {} {} but the program expects {} {}",
+                                          gv.name, device, dtype_name(t.dtype), shape_str(t.shape),
+                                          dtype_name(val.dtype), shape_str(val.shape)));
         frontend::tensor_to_proto(t, init);
       } else {
-        if (!val.data) throw std::runtime_error(fmt::format("export: initializer '{}' has no data", val.name));
+        if (!val.data) throw InternalError(fmt::format("export: initializer '{}' has no data", val.name));
         frontend::tensor_to_proto(*val.data, init);
       }
     }
     for (const Node& n : G.nodes) {
       const std::optional<GspmdOp> op = gspmd_op(n);
       if (!op && n.domain == kGspmdDomain)
-        throw std::runtime_error(fmt::format("export: node '{}': unknown gspmd op '{}'", n.name, n.op_type));
+        throw InternalError(fmt::format("export: node '{}': unknown gspmd op '{}'", n.name, n.op_type));
       if (op && !is_collective(*op))
         specialise(n, *op);
       else if (op && options.collectives == CollectiveFormat::kOrt)
@@ -1024,10 +1023,9 @@ struct Exporter {
     }
     const size_t size = m.ByteSizeLong();
     if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
-      throw std::runtime_error(
-          fmt::format("{}: the device model is {} bytes, over protobuf's 2 GiB limit", path, size));
+      throw UnsupportedError(fmt::format("{}: the device model is {} bytes, over protobuf's 2 GiB limit", path, size));
     std::string bytes;
-    if (!m.SerializeToString(&bytes)) throw std::runtime_error(fmt::format("{}: cannot serialize the model", path));
+    if (!m.SerializeToString(&bytes)) throw InternalError(fmt::format("{}: cannot serialize the model", path));
     m.Clear();
     frontend::write_file_atomic(path, bytes);
   }

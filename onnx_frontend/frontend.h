@@ -218,7 +218,8 @@ void write_sharding_file(const std::string& path, const Graph& g, const DeviceMe
 /// them), so onnx 1.12 readers load the file and keep them. Metadata gspmd.mesh_shape / gspmd.mesh_axes name the
 /// mesh, gspmd.unreduced the unreduced values (JSON {"value": {"axes": [...], "reduction": "sum"}}; ONNX's specs
 /// have no partial state). Relative external-data locations are rewritten for out_path's directory. The file is
-/// written atomically. Throws InputError for an unreadable model, std::runtime_error when it cannot be written.
+/// written atomically. Throws InputError for an unreadable model or a path that cannot be written, UnsupportedError
+/// past protobuf's 2 GiB.
 void write_annotated_model(const std::string& model_path, const Graph& g, const DeviceMesh& mesh,
                            const std::vector<TensorSharding>& shardings, const std::string& out_path);
 
@@ -250,8 +251,9 @@ struct ExportOptions {
 /// (options.collectives; docs/collectives.md). Donated params (ProgramBinding::donated: a training step's weights and
 /// optimizer state) are also graph inputs, after the data inputs, with their slices as default initializers; their
 /// updated values are among the outputs (docs/training.md, "Export"). The model is validated before it is written
-/// (onnx's checker and strict shape inference with the gspmd schemas, gspmd_schemas.h). Throws std::runtime_error on
-/// I/O failure, InternalError when the model fails validation (a bug), InputError("--collectives ort: node 'n' (Op):
+/// (onnx's checker and strict shape inference with the gspmd schemas, gspmd_schemas.h). Throws InputError on
+/// I/O failure, UnsupportedError for a device model past protobuf's 2 GiB, InternalError when the model fails
+/// validation (a bug), InputError("--collectives ort: node 'n' (Op):
 /// ...") for a collective ONNX Runtime cannot carry (a uint64 or string tensor, a bool reduction).
 void export_device(const SpmdProgram& p, const Graph& global, int64_t device, const std::string& path,
                    const ExportOptions& options = {});

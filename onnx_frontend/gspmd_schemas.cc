@@ -304,7 +304,7 @@ void validate_model(onnx::ModelProto& m, const std::string& what) {
     // The checker passes a node of a domain other than ai.onnx it has no schema for; in `gspmd` that is a fault.
     for (const auto& n : m.graph().node())
       if (n.domain() == kGspmdDomain && !gspmd_op_from_name(n.op_type()))
-        throw std::runtime_error(fmt::format(
+        throw InputError(fmt::format(
             "No Op registered for {} with domain_version of 1 ==> Context: Bad node spec for node. Name: {} OpType: {}",
             n.op_type(), n.name(), n.op_type()));
     onnx::checker::check_model(m);

@@ -90,11 +90,12 @@ void sequence_to_proto(const std::vector<Tensor>& tensors, onnx::SequenceProto* 
   for (const Tensor& t : tensors) frontend::tensor_to_proto(t, p->add_tensor_values());
 }
 
-// Serializes `msg` to `path` (write_file_atomic); std::runtime_error when it cannot.
+// Serializes `msg` to `path` (write_file_atomic); UnsupportedError when it cannot (over protobuf's 2 GiB limit).
 template <class Msg>
 void write_message(const std::string& path, const Msg& msg, const char* what) {
   std::string bytes;
-  if (!msg.SerializeToString(&bytes)) throw std::runtime_error(fmt::format("{}: cannot serialize {}", path, what));
+  if (!msg.SerializeToString(&bytes))
+    throw UnsupportedError(fmt::format("{}: cannot serialize {} (over protobuf's 2 GiB limit)", path, what));
   frontend::write_file_atomic(path, bytes);
 }
 

@@ -312,7 +312,8 @@ void write_tensor_pb(const std::string& path, const Tensor& t, const std::string
   p.set_name(name);
   frontend::tensor_to_proto(t, &p);
   std::string bytes;
-  if (!p.SerializeToString(&bytes)) throw std::runtime_error(fmt::format("{}: cannot serialize tensor", path));
+  if (!p.SerializeToString(&bytes))
+    throw UnsupportedError(fmt::format("{}: cannot serialize the tensor (over protobuf's 2 GiB limit)", path));
   frontend::write_file_atomic(path, bytes);
 }
 

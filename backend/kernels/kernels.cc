@@ -279,16 +279,11 @@ std::vector<Tensor> run_kernel(const Node& node, const std::vector<const Tensor*
     std::lock_guard<std::mutex> lock(widen_mu);
     widen.insert({it->first, half_type});
     return out;
-  } catch (const kern::KernelError&) {
-    throw;
-  } catch (const InputError&) {  // the data, not a bug (a Loop past its limit): as it is
-    throw;
-  } catch (const std::bad_alloc&) {  // sizes the input asks for beyond the machine: the CLI says so (exit 2)
-    throw;
-  } catch (const std::length_error&) {
-    throw;
   } catch (const std::exception& e) {
-    throw std::runtime_error(ctx.prefix() + e.what());
+    // the data, not a bug (a Loop past its limit), or a message that names the node already: as it is
+    if (is_input_caused(e) || std::string_view(e.what()).rfind(ctx.prefix(), 0) == 0) throw;
+    if (dynamic_cast<const SpecError*>(&e)) throw SpecError(ctx.prefix() + e.what());
+    throw InternalError(ctx.prefix() + e.what());
   }
 }
 

@@ -21,8 +21,9 @@ namespace gspmd {
 /// `donated` is empty or has one entry per input: a non-null donated[k] (== inputs[k], made mutable) means the caller
 /// no longer needs input k after this call, so the kernel may move its buffer into an output (Reshape, Identity:
 /// no copy) or compute in place in it (elementwise ops, Softmax); afterwards the caller must only destroy it.
-/// Throws UnsupportedError("node 'n' (OpType): ...") for an op or dtype with no kernel, std::runtime_error for
-/// inputs that violate the spec (shape mismatch), InputError for a Loop past kMaxLoopIterations.
+/// Throws UnsupportedError("node 'n' (OpType): ...") for an op or dtype with no kernel, SpecError for
+/// inputs that violate the spec (shape mismatch), InputError for a Loop past kMaxLoopIterations or indices from the
+/// data out of range, InternalError for anything else (a bug).
 /// `owners` is empty or has one entry per input: a non-null owners[k] owns inputs[k] (== owners[k]->get()) and never
 /// changes it while it lives (a model weight): a kernel may cache what it derives from that input (Conv and
 /// ConvTranspose keep the weights in oneDNN's blocked layout) until the owner is gone.

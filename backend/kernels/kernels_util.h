@@ -18,8 +18,8 @@
 namespace gspmd::kern {
 
 /// A spec violation inside a kernel; its message already names the node ("node 'n' (Op): ...").
-struct KernelError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct KernelError : SpecError {
+  using SpecError::SpecError;
 };
 
 /// Everything a kernel sees: the node, its inputs (nullptr = absent optional input) and the graph opset.

@@ -73,7 +73,7 @@ void execute(dnnl::primitive& p, std::unordered_map<int, memory> args) {
     p.execute(stream(), args);
     stream().wait();
   } catch (const dnnl::error& e) {
-    throw std::runtime_error(std::string("oneDNN: ") + e.what());
+    throw InternalError(std::string("oneDNN: ") + e.what());
   }
 }
 

@@ -3,7 +3,7 @@
 // Primitives are cached by (kind, shapes, parameters, the calling thread's OpenMP thread count) in a process-wide
 // thread-safe cache, so the emulated devices of an SPMD program (identical local shapes) share one primitive per node;
 // one global CPU engine, one stream per calling thread (oneDNN streams are not meant to be shared between threads).
-// Callers guarantee non-empty tensors and ranks <= 12; oneDNN failures surface as std::runtime_error.
+// Callers guarantee non-empty tensors and ranks <= 12; oneDNN failures surface as InternalError.
 #pragma once
 
 #include <cstdint>

@@ -38,7 +38,7 @@ void reorder(memory& from, memory& to) {
   try {
     r = dnnl::reorder(dnnl::reorder::primitive_desc(from, to, attrs()));
   } catch (const dnnl::error& e) {
-    throw std::runtime_error(std::string("oneDNN: ") + e.what());
+    throw InternalError(std::string("oneDNN: ") + e.what());
   }
   execute(r, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }

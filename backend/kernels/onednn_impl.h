@@ -65,7 +65,7 @@ class Cache {
       p = make();
       ++created_;
     } catch (const dnnl::error& e) {
-      if (!allow_unimplemented) throw std::runtime_error(std::string("oneDNN: ") + e.what());
+      if (!allow_unimplemented) throw InternalError(std::string("oneDNN: ") + e.what());
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (map_.size() >= kMaxEntries) map_.clear();

@@ -52,12 +52,12 @@ void check(int rc, const char* what) {
   char s[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, s, &len);
-  throw std::runtime_error(fmt::format("{}: {}", what, std::string(s, static_cast<size_t>(len))));
+  throw InternalError(fmt::format("{}: {}", what, std::string(s, static_cast<size_t>(len))));
 }
 
 int count_of(size_t n, const char* what) {
   if (n > static_cast<size_t>(INT_MAX))
-    throw std::runtime_error(fmt::format("{}: {} elements exceed MPI's int count limit", what, n));
+    throw UnsupportedError(fmt::format("{}: {} elements exceed MPI's int count limit", what, n));
   return static_cast<int>(n);
 }
 
@@ -105,7 +105,7 @@ MPI_Datatype reduction_type(const Tensor& x, ReductionKind k) {
 Session::Session() {
   int provided = 0;
   int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  if (rc != MPI_SUCCESS) throw std::runtime_error("MPI_Init_thread failed");
+  if (rc != MPI_SUCCESS) throw InternalError("MPI_Init_thread failed");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -128,8 +128,7 @@ Session::~Session() {
 namespace {
 void wait_without_spinning(MPI_Request* req, const char* what) {
   for (int done = 0;;) {
-    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-      throw std::runtime_error(fmt::format("{} failed", what));
+    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw InternalError(fmt::format("{} failed", what));
     if (done) return;
     struct timespec ts = {0, 200 * 1000};
     nanosleep(&ts, nullptr);
@@ -140,14 +139,13 @@ void wait_without_spinning(MPI_Request* req, const char* what) {
 std::string Session::broadcast(const std::string& text) const {
   uint64_t n = text.size();
   MPI_Request req;
-  if (MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
-    throw std::runtime_error("MPI_Ibcast failed");
+  if (MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req) != MPI_SUCCESS) throw InternalError("MPI_Ibcast failed");
   wait_without_spinning(&req, "MPI_Ibcast");
-  if (n > static_cast<uint64_t>(INT_MAX)) throw std::runtime_error("Session::broadcast: text over INT_MAX bytes");
+  if (n > static_cast<uint64_t>(INT_MAX)) throw UnsupportedError("Session::broadcast: text over INT_MAX bytes");
   std::string out = rank_ == 0 ? text : std::string(n, '\0');
   if (n == 0) return out;
   if (MPI_Ibcast(out.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
-    throw std::runtime_error("MPI_Ibcast failed");
+    throw InternalError("MPI_Ibcast failed");
   wait_without_spinning(&req, "MPI_Ibcast");
   return out;
 }
@@ -155,7 +153,7 @@ std::string Session::broadcast(const std::string& text) const {
 int Session::ranks_on_this_host() const {
   MPI_Comm local;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local) != MPI_SUCCESS)
-    throw std::runtime_error("MPI_Comm_split_type failed");
+    throw InternalError("MPI_Comm_split_type failed");
   int n = 1;
   MPI_Comm_size(local, &n);
   MPI_Comm_free(&local);
@@ -208,8 +206,7 @@ MpiCollectives::MpiCollectives(const DeviceMesh& mesh, int rank, const Graph& pr
     const std::vector<int> axes = mesh_axes_attr(n);
     for (int a : axes)
       if (a >= mesh.rank())
-        throw std::runtime_error(
-            fmt::format("node '{}': mesh axis {} out of range for mesh {}", n.name, a, mesh.str()));
+        throw InternalError(fmt::format("node '{}': mesh axis {} out of range for mesh {}", n.name, a, mesh.str()));
     bool known = false;
     for (const Comm* c : comms_) known |= c->axes == axes;
     if (known) continue;
@@ -217,7 +214,7 @@ MpiCollectives::MpiCollectives(const DeviceMesh& mesh, int rank, const Graph& pr
     int color = -1;
     for (size_t g = 0; g < groups.size(); ++g)
       if (std::find(groups[g].begin(), groups[g].end(), rank) != groups[g].end()) color = static_cast<int>(g);
-    if (color < 0) throw std::runtime_error(fmt::format("rank {} is not a device of the mesh {}", rank, mesh.str()));
+    if (color < 0) throw InternalError(fmt::format("rank {} is not a device of the mesh {}", rank, mesh.str()));
     auto c = std::make_unique<Comm>();
     c->axes = axes;
     c->tile = static_cast<int>(mesh.tile_index(rank, axes));
@@ -226,9 +223,9 @@ MpiCollectives::MpiCollectives(const DeviceMesh& mesh, int rank, const Graph& pr
     int r = -1;
     MPI_Comm_rank(c->comm, &r);
     if (c->size != static_cast<int>(groups[color].size()) || r != c->tile)
-      throw std::runtime_error(fmt::format("MPI_Comm_split over {}: got {} ranks (rank {}), expected {} (tile {})",
-                                           fmt::join(mesh.axis_names(axes), ","), c->size, r, groups[color].size(),
-                                           c->tile));
+      throw InternalError(fmt::format("MPI_Comm_split over {}: got {} ranks (rank {}), expected {} (tile {})",
+                                      fmt::join(mesh.axis_names(axes), ","), c->size, r, groups[color].size(),
+                                      c->tile));
     comms_.push_back(c.release());
   }
 }
@@ -245,7 +242,7 @@ MpiCollectives::~MpiCollectives() {
 const MpiCollectives::Comm& MpiCollectives::comm(const std::vector<int>& mesh_axes) const {
   for (const Comm* c : comms_)
     if (c->axes == mesh_axes) return *c;
-  throw std::runtime_error(
+  throw InternalError(
       fmt::format("no communicator over mesh axes {} (not in the program given at setup)", fmt::join(mesh_axes, ",")));
 }
 
@@ -253,11 +250,11 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
                                         const std::vector<const Tensor*>& ins) {
   if (!call.group || members.size() != 1 || ins.size() != 1 || !ins[0] ||
       (*call.group)[static_cast<size_t>(members[0])] != rank_)
-    throw std::runtime_error(fmt::format("mpi collective: rank {} must hold exactly its own member", rank_));
+    throw InternalError(fmt::format("mpi collective: rank {} must hold exactly its own member", rank_));
   const Comm& c = comm(call.mesh_axes);
   if (c.tile != members[0] || c.size != static_cast<int>(call.group->size()))
-    throw std::runtime_error(fmt::format("mpi collective: rank {} is tile {} of {} but the group says {} of {}", rank_,
-                                         c.tile, c.size, members[0], call.group->size()));
+    throw InternalError(fmt::format("mpi collective: rank {} is tile {} of {} but the group says {} of {}", rank_,
+                                    c.tile, c.size, members[0], call.group->size()));
   const Tensor& x = *ins[0];
   const int n = c.size;
   const size_t nb = x.nbytes();
@@ -287,8 +284,8 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
     case Collective::kReduceScatter: {
       int64_t a = pod::norm_axis(call.axis, x.shape.size(), "reduce-scatter axis");
       if (x.shape[a] % n != 0)
-        throw std::runtime_error(fmt::format("reduce-scatter: dim {} of {} is not divisible by the group size {}", a,
-                                             shape_str(x.shape), n));
+        throw InternalError(fmt::format("reduce-scatter: dim {} of {} is not divisible by the group size {}", a,
+                                        shape_str(x.shape), n));
       MPI_Datatype t = reduction_type(x, call.reduction);
       std::vector<std::byte> packed = pod::pack_chunks(x, a, n);
       Shape s = x.shape;
@@ -305,7 +302,7 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
       int64_t sa = pod::norm_axis(call.split_axis, x.shape.size(), "all-to-all split_axis");
       int64_t ca = pod::norm_axis(call.concat_axis, x.shape.size(), "all-to-all concat_axis");
       if (x.shape[sa] % n != 0)
-        throw std::runtime_error(
+        throw InternalError(
             fmt::format("all-to-all: dim {} of {} is not divisible by the group size {}", sa, shape_str(x.shape), n));
       std::vector<std::byte> packed = pod::pack_chunks(x, sa, n);
       std::vector<std::byte> recv(nb);
@@ -323,8 +320,7 @@ std::vector<Tensor> MpiCollectives::run(const CollectiveCall& call, const std::v
     }
     case Collective::kCollectivePermute: {
       if (call.sources.size() != static_cast<size_t>(n))
-        throw std::runtime_error(
-            fmt::format("collective-permute: {} sources for a group of {}", call.sources.size(), n));
+        throw InternalError(fmt::format("collective-permute: {} sources for a group of {}", call.sources.size(), n));
       const int me = c.tile;
       const int64_t src = call.sources[static_cast<size_t>(me)];
       std::vector<int> dests;
@@ -361,7 +357,7 @@ constexpr int kStats = 7;
 
 /// Rank 0 slices every device's shard of each program input from `inputs` (the full global inputs) and scatters
 /// them over MPI_COMM_WORLD (a replicated input is broadcast); collective. Returns shards[k][0], this rank's shard
-/// of program input k (p.inputs order) on the program's local shape. Throws std::runtime_error when a program input
+/// of program input k (p.inputs order) on the program's local shape. Throws InternalError when a program input
 /// binds a value that is not a graph input or a shard's size differs from the program's, or on an MPI error.
 std::vector<std::vector<Tensor>> scatter_inputs(int rank, int N, const SpmdProgram& p, const Graph& global,
                                                 const std::vector<Tensor>& inputs) {
@@ -374,7 +370,7 @@ std::vector<std::vector<Tensor>> scatter_inputs(int rank, int N, const SpmdProgr
     const Value& lv = prog.values.at(b.local);
     const Value& gv = global.values.at(b.global);
     const int gk = input_index.at(b.global);
-    if (gk < 0) throw std::runtime_error(fmt::format("program input binds '{}', not a graph input", gv.name));
+    if (gk < 0) throw InternalError(fmt::format("program input binds '{}', not a graph input", gv.name));
     Tensor local(lv.dtype, lv.shape);
     const size_t nb = local.nbytes();
     const bool replicated = b.sharding.is_replicated() && lv.shape == gv.shape;
@@ -388,8 +384,8 @@ std::vector<std::vector<Tensor>> scatter_inputs(int rank, int N, const SpmdProgr
         for (int d = 0; d < N; ++d) {
           Tensor s = shard_tensor(inputs.at(static_cast<size_t>(gk)), b.sharding, p.mesh, d);
           if (s.nbytes() != nb)
-            throw std::runtime_error(fmt::format("input '{}': device {}'s shard is {} bytes, the program expects {}",
-                                                 gv.name, d, s.nbytes(), nb));
+            throw InternalError(fmt::format("input '{}': device {}'s shard is {} bytes, the program expects {}",
+                                            gv.name, d, s.nbytes(), nb));
           std::memcpy(send.data() + static_cast<size_t>(d) * nb, s.bytes.data(), nb);
         }
       }
@@ -406,7 +402,7 @@ std::vector<std::vector<Tensor>> scatter_inputs(int rank, int N, const SpmdProgr
 /// timed, each after a barrier on MPI_COMM_WORLD; `progress` goes to the first execution only. Appends kStats numbers
 /// per measured execution to `rows` (compute, communication and wall seconds, peak bytes, FLOPs, run seconds, CPU
 /// seconds) and its timeline to `timelines`, and returns the last execution's result. Throws what `execute` throws,
-/// std::runtime_error on an MPI error.
+/// InternalError on an MPI error.
 LocalRun execute_runs(const std::function<LocalRun(const RunProgress&)>& execute, int warmup_runs, int measured_runs,
                       const RunProgress& progress, std::vector<double>& rows,
                       std::vector<std::vector<ExecutedStep>>& timelines) {
@@ -434,7 +430,7 @@ LocalRun execute_runs(const std::function<LocalRun(const RunProgress&)>& execute
 
 /// Gathers every rank's `mine` (its steps of one execution) on rank 0 into r.timelines (indexed by rank); other
 /// ranks leave it empty. Per step, the times travel as doubles (start, end, node count) and the names as text
-/// (name, op type, each NUL-terminated). Collective; throws std::runtime_error on an MPI error.
+/// (name, op type, each NUL-terminated). Collective; throws InternalError on an MPI error.
 void gather_timelines(int rank, int N, const std::vector<ExecutedStep>& mine, MpiRun& r) {
   std::vector<double> nums;
   std::string text;
@@ -491,13 +487,13 @@ void gather_timelines(int rank, int N, const std::vector<ExecutedStep>& mine, Mp
 }
 
 /// Gathers every rank's shard of each program output (lr.output_shards[k][0]) on rank 0, which appends the assembled
-/// global output to `outputs` (p.outputs order); collective. Throws std::runtime_error when the run's outputs do not
+/// global output to `outputs` (p.outputs order); collective. Throws InternalError when the run's outputs do not
 /// match the program's (count, dtype, shape) or on an MPI error.
 void gather_outputs(int rank, int N, const SpmdProgram& p, const Graph& global, const LocalRun& lr,
                     std::vector<Tensor>& outputs) {
   const Graph& prog = p.program;
   if (lr.output_shards.size() != p.outputs.size())
-    throw std::runtime_error(
+    throw InternalError(
         fmt::format("the run gave {} outputs, the program has {}", lr.output_shards.size(), p.outputs.size()));
   for (size_t k = 0; k < p.outputs.size(); ++k) {
     const ProgramBinding& b = p.outputs[k];
@@ -509,9 +505,9 @@ void gather_outputs(int rank, int N, const SpmdProgram& p, const Graph& global, 
     for (size_t d = 0; ok && d < shard.shape.size(); ++d)
       ok = shard.shape[d] == lv.shape[d] || (d < runtime.size() && runtime[d]);
     if (!ok)
-      throw std::runtime_error(fmt::format("output '{}' is {}{} but the program declares {}{}", lv.name,
-                                           dtype_name(shard.dtype), shape_str(shard.shape), dtype_name(lv.dtype),
-                                           shape_str(lv.shape)));
+      throw InternalError(fmt::format("output '{}' is {}{} but the program declares {}{}", lv.name,
+                                      dtype_name(shard.dtype), shape_str(shard.shape), dtype_name(lv.dtype),
+                                      shape_str(lv.shape)));
     // every rank's shape first (they differ only where a data-dependent dim does), then the bytes
     const size_t r = shard.shape.size();
     std::vector<int64_t> shapes(rank == 0 ? r * static_cast<size_t>(N) : 0);
@@ -563,7 +559,7 @@ RankStats stats_row(const std::vector<double>& from, int d, int m, int measured_
 
 /// Gathers every rank's stats rows (`rows_mine`, from execute_runs) and host name on rank 0, which sets r.steps_s,
 /// r.median_run and r.ranks (every rank's stats of the median execution); another rank sets r.ranks to its own stats
-/// of its last execution. Collective; throws std::runtime_error on an MPI error.
+/// of its last execution. Collective; throws InternalError on an MPI error.
 void gather_rank_stats(int rank, int N, int measured_runs, const std::vector<double>& rows_mine, MpiRun& r) {
   // Stats: every rank's rows on rank 0, which keeps the execution whose step (its slowest rank's) is the median.
   std::vector<double> rows(rank == 0 ? rows_mine.size() * static_cast<size_t>(N) : 0);
@@ -605,8 +601,7 @@ MpiRun run_mpi(const Session& session, const SpmdProgram& p, const Graph& global
                const RunProgress& progress) {
   const int rank = session.rank();
   const int N = session.size();
-  if (N != p.mesh.num_devices())
-    throw std::runtime_error(fmt::format("{} ranks for {} devices", N, p.mesh.num_devices()));
+  if (N != p.mesh.num_devices()) throw InternalError(fmt::format("{} ranks for {} devices", N, p.mesh.num_devices()));
   if (measured_runs < 1) throw std::invalid_argument("run_mpi: measured_runs must be >= 1");
   MpiRun r;
 

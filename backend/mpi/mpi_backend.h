@@ -44,7 +44,7 @@ struct RankFailure : std::runtime_error {
 class Session {
  public:
   /// Initialises MPI (MPI_Init_thread, funneled; errors on MPI_COMM_WORLD return instead of aborting, and are
-  /// thrown as std::runtime_error naming the MPI call). Throws std::runtime_error when MPI cannot be initialised.
+  /// thrown as InternalError naming the MPI call). Throws InternalError when MPI cannot be initialised.
   Session();
   ~Session();
   Session(const Session&) = delete;
@@ -69,7 +69,7 @@ class Session {
 
   /// Collective over MPI_COMM_WORLD: returns rank 0's `text` on every rank (MPI_Ibcast of the length, then of the
   /// bytes). Waiting ranks poll every 200 us with a sleep instead of spinning, so rank 0 may measure the host
-  /// meanwhile. Throws std::runtime_error naming the MPI call on failure.
+  /// meanwhile. Throws InternalError naming the MPI call on failure.
   std::string broadcast(const std::string& text) const;
 
   /// Collective over MPI_COMM_WORLD: ranks of this job on this host (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED).
@@ -96,8 +96,8 @@ class MpiCollectives final : public CollectiveExecutor {
   MpiCollectives(const MpiCollectives&) = delete;
   MpiCollectives& operator=(const MpiCollectives&) = delete;
 
-  /// `members` must be exactly this rank's tile. Throws std::runtime_error on a count above INT_MAX, a missing
-  /// communicator or an MPI error; UnsupportedError for a reduction over another dtype.
+  /// `members` must be exactly this rank's tile. Throws UnsupportedError on a count above INT_MAX, InternalError on a
+  /// missing communicator or an MPI error; UnsupportedError for a reduction over another dtype.
   std::vector<Tensor> run(const CollectiveCall& call, const std::vector<int64_t>& members,
                           const std::vector<const Tensor*>& ins) override;
 

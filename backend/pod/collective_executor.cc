@@ -11,8 +11,8 @@ namespace gspmd {
 std::vector<Tensor> InProcessCollectives::run(const CollectiveCall& call, const std::vector<int64_t>& members,
                                               const std::vector<const Tensor*>& ins) {
   if (!call.group || members.size() != call.group->size() || ins.size() != members.size())
-    throw std::runtime_error(fmt::format("in-process collective: {} of {} group members are in this process",
-                                         members.size(), call.group ? call.group->size() : 0));
+    throw InternalError(fmt::format("in-process collective: {} of {} group members are in this process", members.size(),
+                                    call.group ? call.group->size() : 0));
   switch (call.op) {
     case Collective::kAllReduce: return pod::all_reduce(ins, call.reduction);
     case Collective::kAllGather: return pod::all_gather(ins, call.axis);

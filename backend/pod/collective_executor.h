@@ -43,7 +43,7 @@ class CollectiveExecutor {
   /// Runs `call` for the members of *call.group held by this process: `members` are their tile indices (ascending,
   /// non-empty) and `ins[k]` is the operand of member members[k] (same dtype and local shape on every member, as
   /// the SPMD program guarantees). Returns one result per entry of `members`, in the same order.
-  /// Throws std::runtime_error when the operands violate the op's contract (shape, axis, divisibility) or the
+  /// Throws InternalError when the operands violate the op's contract (shape, axis, divisibility) or the
   /// transport fails, UnsupportedError for a reduction over an unsupported dtype.
   virtual std::vector<Tensor> run(const CollectiveCall& call, const std::vector<int64_t>& members,
                                   const std::vector<const Tensor*>& ins) = 0;

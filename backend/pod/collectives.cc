@@ -15,7 +15,7 @@ namespace gspmd::pod {
 int64_t norm_axis(int64_t axis, size_t rank, const char* what) {
   int64_t r = static_cast<int64_t>(rank);
   int64_t a = axis < 0 ? axis + r : axis;
-  if (a < 0 || a >= r) throw std::runtime_error(fmt::format("{} {} out of range for rank {}", what, axis, r));
+  if (a < 0 || a >= r) throw InternalError(fmt::format("{} {} out of range for rank {}", what, axis, r));
   return a;
 }
 
@@ -34,12 +34,12 @@ Blocks blocks(const Shape& s, int64_t axis, size_t esize) {
 }
 
 void check_same(const std::vector<const Tensor*>& ins) {
-  if (ins.empty()) throw std::runtime_error("collective over an empty group");
+  if (ins.empty()) throw InternalError("collective over an empty group");
   for (const Tensor* t : ins) {
-    if (!t) throw std::runtime_error("collective operand missing");
+    if (!t) throw InternalError("collective operand missing");
     if (t->dtype != ins[0]->dtype || t->shape != ins[0]->shape)
-      throw std::runtime_error(fmt::format("collective operands differ: {}{} vs {}{}", dtype_name(ins[0]->dtype),
-                                           shape_str(ins[0]->shape), dtype_name(t->dtype), shape_str(t->shape)));
+      throw InternalError(fmt::format("collective operands differ: {}{} vs {}{}", dtype_name(ins[0]->dtype),
+                                      shape_str(ins[0]->shape), dtype_name(t->dtype), shape_str(t->shape)));
   }
 }
 
@@ -151,9 +151,9 @@ void copy_along_axis(const Tensor& src, int64_t axis, int64_t src_start, Tensor&
   int64_t sa = src.shape[axis], da = dst.shape[axis];
   if (bs.outer != bd.outer || bs.inner != bd.inner || src.dtype != dst.dtype || src_start < 0 || dst_start < 0 ||
       src_start + len > sa || dst_start + len > da)
-    throw std::runtime_error(fmt::format("copy_along_axis: bad block {}{}[{}:+{}] -> {}{}[{}] along axis {}",
-                                         dtype_name(src.dtype), shape_str(src.shape), src_start, len,
-                                         dtype_name(dst.dtype), shape_str(dst.shape), dst_start, axis));
+    throw InternalError(fmt::format("copy_along_axis: bad block {}{}[{}:+{}] -> {}{}[{}] along axis {}",
+                                    dtype_name(src.dtype), shape_str(src.shape), src_start, len, dtype_name(dst.dtype),
+                                    shape_str(dst.shape), dst_start, axis));
   const std::byte* s = src.bytes.data();
   std::byte* d = dst.bytes.data();
   size_t chunk = static_cast<size_t>(len) * bs.inner;
@@ -209,8 +209,8 @@ std::vector<Tensor> reduce_scatter(const std::vector<const Tensor*>& ins, int64_
   int64_t n = static_cast<int64_t>(ins.size());
   int64_t d = ins[0]->shape[a];
   if (d % n != 0)
-    throw std::runtime_error(fmt::format("reduce-scatter: dim {} of {} is not divisible by the group size {}", a,
-                                         shape_str(ins[0]->shape), n));
+    throw InternalError(fmt::format("reduce-scatter: dim {} of {} is not divisible by the group size {}", a,
+                                    shape_str(ins[0]->shape), n));
   Tensor full = reduce_all(ins, k, acc);
   int64_t len = d / n;
   Shape s = full.shape;
@@ -232,7 +232,7 @@ std::vector<Tensor> all_to_all(const std::vector<const Tensor*>& ins, int64_t sp
   int64_t ca = norm_axis(concat_axis, x.shape.size(), "all-to-all concat_axis");
   int64_t n = static_cast<int64_t>(ins.size());
   if (x.shape[sa] % n != 0)
-    throw std::runtime_error(
+    throw InternalError(
         fmt::format("all-to-all: dim {} of {} is not divisible by the group size {}", sa, shape_str(x.shape), n));
   int64_t len = x.shape[sa] / n;
   Shape cs = x.shape;  // chunk shape
@@ -260,8 +260,7 @@ std::vector<Tensor> all_to_all(const std::vector<const Tensor*>& ins, int64_t sp
 std::vector<Tensor> collective_permute(const std::vector<const Tensor*>& ins, const std::vector<int64_t>& sources) {
   check_same(ins);
   if (sources.size() != ins.size())
-    throw std::runtime_error(
-        fmt::format("collective-permute: {} sources for a group of {}", sources.size(), ins.size()));
+    throw InternalError(fmt::format("collective-permute: {} sources for a group of {}", sources.size(), ins.size()));
   std::vector<Tensor> out;
   out.reserve(ins.size());
   for (int64_t src : sources) {
@@ -275,7 +274,7 @@ std::vector<Tensor> collective_permute(const std::vector<const Tensor*>& ins, co
 
 Tensor shard_slice(const Tensor& x, int64_t axis, int64_t start, int64_t size) {
   int64_t a = norm_axis(axis, x.shape.size(), "ShardSlice axis");
-  if (size < 0) throw std::runtime_error(fmt::format("ShardSlice: negative size {}", size));
+  if (size < 0) throw InternalError(fmt::format("ShardSlice: negative size {}", size));
   Shape s = x.shape;
   s[a] = size;
   Tensor y(x.dtype, s);

@@ -3,7 +3,7 @@
 // Collectives take the operands of one replica group in tile order and return one result per member, in the same
 // order. Data movement is dtype-agnostic (byte blocks); reductions support float32, float64, int8..int64, uint8..uint64
 // and bool (sum/max = or, min/prod = and); other dtypes throw UnsupportedError.
-// All functions throw std::runtime_error on operands that violate the op's contract (shape mismatch, bad axis).
+// All functions throw InternalError on operands that violate the op's contract (shape mismatch, bad axis).
 #pragma once
 
 #include <cstddef>
@@ -22,7 +22,7 @@ namespace gspmd::pod {
 std::vector<Tensor> all_reduce(const std::vector<const Tensor*>& ins, ReductionKind k, Tensor* acc = nullptr);
 /// Every member gets the operands concatenated along `axis` in tile order.
 /// `axis` of a rank-`rank` tensor made non-negative (ONNX negative axes count from the end). Throws
-/// std::runtime_error("<what> <axis> out of range for rank <rank>") outside [-rank, rank).
+/// InternalError("<what> <axis> out of range for rank <rank>") outside [-rank, rank).
 int64_t norm_axis(int64_t axis, size_t rank, const char* what);
 
 std::vector<Tensor> all_gather(const std::vector<const Tensor*>& ins, int64_t axis);

@@ -56,12 +56,12 @@ class Executor final : private FusionHost {
   /// Device d's value v, or nullptr when it is not live.
   const Tensor* get(int64_t d, int v) const { return ptr_[d][v]; }
   /// Moves value v of device d out (copies it when shared). The slot becomes empty; its bytes stay accounted.
-  /// Throws std::runtime_error "value 'X' is not available" when the slot is empty.
+  /// Throws InternalError "value 'X' is not available" when the slot is empty.
   Tensor take(int64_t d, int v);
 
   /// Runs every program node on every local device, calling `progress` (when set) with (nodes done, nodes in all)
   /// after each node or fused group. Throws as run_spmd (pod.h): UnsupportedError for a node with no kernel,
-  /// std::runtime_error "node 'X' (Op) on device k: <what>" on a kernel or collective failure or a result whose
+  /// InternalError "node 'X' (Op) on device k: <what>" on a kernel or collective failure or a result whose
   /// dtype/shape differs from the program's.
   void run(const RunProgress& progress = {});
 
@@ -111,7 +111,7 @@ class Executor final : private FusionHost {
   const Tensor* value(int64_t d, int v) const override { return ptr_[d][v]; }
   void parallel_for(int64_t count, const std::function<void(int64_t)>& f) override;
   void add_compute_s(int64_t d, double seconds) override { stats_[d].compute_wall_s += seconds; }
-  /// Throws std::runtime_error "node 'X' (Op) on device k: <what>" (k: the global id of local device d).
+  /// Throws InternalError "node 'X' (Op) on device k: <what>" (k: the global id of local device d).
   [[noreturn]] void fail(const Node& n, int64_t d, const std::string& what) const override;
   /// Device d's input k of node n (nullptr for an omitted optional input); fails when it is not live.
   const Tensor* input(const Node& n, int64_t d, size_t k) const override;

@@ -42,7 +42,7 @@ class FusionHost {
   virtual const Tensor* value(int64_t d, int v) const = 0;
   /// Device d's input k of node n; throws (as fail) when it is not available.
   virtual const Tensor* input(const Node& n, int64_t d, size_t k) const = 0;
-  /// Throws std::runtime_error "node 'X' (Op) on device k: <what>".
+  /// Throws InternalError "node 'X' (Op) on device k: <what>".
   [[noreturn]] virtual void fail(const Node& n, int64_t d, const std::string& what) const = 0;
   /// f(i) for i in [0, count), up to parallelism() at a time; rethrows the lowest index's exception.
   virtual void parallel_for(int64_t count, const std::function<void(int64_t)>& f) = 0;

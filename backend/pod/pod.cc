@@ -97,7 +97,7 @@ void Executor::set_shared(int64_t d, int v, const Tensor* t, const std::shared_p
 
 Tensor Executor::take(int64_t d, int v) {
   const Tensor* p = ptr_[d][v];
-  if (!p) throw std::runtime_error(fmt::format("value '{}' is not available", prog_.values[v].name));
+  if (!p) throw InternalError(fmt::format("value '{}' is not available", prog_.values[v].name));
   Tensor out = p == &own_[d][v] ? std::move(own_[d][v]) : *p;
   ptr_[d][v] = nullptr;
   return out;
@@ -403,15 +403,8 @@ void Executor::run_kernel_node(const Node& n, int node) {
     auto t0 = Clock::now();
     try {
       outs = run_kernel(n, ins, prog_.opset, donated, owners);
-    } catch (const UnsupportedError&) {
-      throw;
-    } catch (const InputError&) {  // the data, not a bug: the same error on every device and plan
-      throw;
-    } catch (const std::bad_alloc&) {  // sizes past the machine's memory (main: exit 2)
-      throw;
-    } catch (const std::length_error&) {
-      throw;
     } catch (const std::exception& e) {
+      if (is_input_caused(e)) throw;  // the data, not a bug: the same error on every device and plan
       fail(n, d, e.what());
     }
     stats_[d].compute_wall_s += seconds_since(t0);
@@ -438,16 +431,10 @@ void Executor::run_per_device(const Node& n, const std::vector<int>& axes, const
       body(d, mesh_.tile_index(dev_[d], axes));
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(fmt::format("node '{}' ({}) on device {}: {}", n.name, n.op_type, dev_[d], e.what()));
-    } catch (const InputError&) {  // the data, not a bug: the same error on every device and plan
-      throw;
-    } catch (const std::bad_alloc&) {
-      throw;
-    } catch (const std::length_error&) {
-      throw;
     } catch (const std::exception& e) {
-      std::string w = e.what();
-      if (w.rfind("node '", 0) == 0) throw;  // fail()'s message, from a nested executor
-      fail(n, d, w);
+      // the data, not a bug, or fail()'s message from a nested executor
+      if (is_input_caused(e) || std::string_view(e.what()).rfind("node '", 0) == 0) throw;
+      fail(n, d, e.what());
     }
     stats_[d].compute_wall_s += seconds_since(t0);
   });

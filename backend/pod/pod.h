@@ -82,7 +82,7 @@ using RunProgress = std::function<void(size_t done, size_t total)>;
 /// Runs `p` on mesh.num_devices() emulated devices. `global` is the unpartitioned graph: its initializers give the
 /// weights (each device gets shard_tensor of them per p.params) and `inputs` (one per global graph input, full
 /// values) are sharded per p.inputs. Outputs are assembled per p.outputs.
-/// Throws UnsupportedError for a node with no kernel (unchanged from run_kernel), std::runtime_error
+/// Throws UnsupportedError for a node with no kernel (unchanged from run_kernel), InternalError
 /// "node 'X' (Op) on device k: <what>" on a kernel or collective failure or when a result's dtype/shape differs from
 /// the program's declared value, InputError when `inputs` do not match the global graph's inputs (count, dtype,
 /// shape) or a param's global initializer has no data.

@@ -106,15 +106,15 @@ void bind_weights(Executor& ex, const SpmdProgram& p, const Graph& global, const
     for (int64_t d = 0; d < n; ++d) ex.set_shared(d, local, of_device[static_cast<size_t>(d)]);
 }
 
-/// Checks that every program input and initializer is bound (bound[v] != 0, else std::runtime_error naming it) and
+/// Checks that every program input and initializer is bound (bound[v] != 0, else InternalError naming it) and
 /// keeps the program outputs to the end of the run.
 void finish_binding(Executor& ex, const SpmdProgram& p, const std::vector<char>& bound) {
   const Graph& prog = p.program;
   for (int v : prog.inputs)
-    if (!bound[v]) throw std::runtime_error(fmt::format("program input '{}' has no binding", prog.values[v].name));
+    if (!bound[v]) throw InternalError(fmt::format("program input '{}' has no binding", prog.values[v].name));
   for (size_t v = 0; v < prog.values.size(); ++v)
     if (prog.values[v].is_initializer && !bound[v])
-      throw std::runtime_error(
+      throw InternalError(
           fmt::format("program initializer '{}' has neither data nor a param binding", prog.values[v].name));
   for (const ProgramBinding& b : p.outputs) ex.keep(b.local);
 }
@@ -131,7 +131,7 @@ void finish_local_run(Executor& ex, Clock::time_point t_start, LocalRun& r) {
 
 /// Runs a plain graph as `device` of `mesh`: initializers are shared resident constants, inputs shared.
 /// output_shards[k][0] is graph output k. Throws InputError on an input count, dtype or shape mismatch or an
-/// initializer without data, std::runtime_error when an output was not computed, and as Executor::run.
+/// initializer without data, InternalError when an output was not computed, and as Executor::run.
 LocalRun run_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const std::vector<Tensor>& inputs,
                    CollectiveExecutor& coll, const RunProgress& progress, const ExecutorOptions& options) {
   auto t_start = Clock::now();
@@ -159,7 +159,7 @@ LocalRun run_graph(const Graph& g, const DeviceMesh& mesh, int64_t device, const
     bool again = false;
     for (size_t j = k + 1; j < g.outputs.size(); ++j) again |= g.outputs[j] == v;
     const Tensor* t = ex.get(0, v);
-    if (!t) throw std::runtime_error(fmt::format("graph output '{}' was not computed", g.values[v].name));
+    if (!t) throw InternalError(fmt::format("graph output '{}' was not computed", g.values[v].name));
     r.output_shards.push_back({});
     r.output_shards.back().push_back(again ? *t : ex.take(0, v));
   }
@@ -189,7 +189,7 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
   for (const ProgramBinding& b : p.inputs) {
     const Value& gv = global.values.at(b.global);
     int k = input_index.at(b.global);
-    if (k < 0) throw std::runtime_error(fmt::format("program input binds '{}', not a graph input", gv.name));
+    if (k < 0) throw InternalError(fmt::format("program input binds '{}', not a graph input", gv.name));
     check_input(gv, inputs[k]);
     bool shared = b.sharding.is_replicated() && prog.values.at(b.local).shape == gv.shape;
     for (int64_t d = 0; d < N; ++d) {
@@ -212,7 +212,7 @@ PodRun run_spmd(const SpmdProgram& p, const Graph& global, const std::vector<Ten
     for (int64_t d = 0; d < N; ++d) {
       shards[d] = ex.get(d, b.local);
       if (!shards[d])
-        throw std::runtime_error(fmt::format("program output '{}' was not computed", prog.values[b.local].name));
+        throw InternalError(fmt::format("program output '{}' was not computed", prog.values[b.local].name));
     }
     r.outputs.push_back(assemble_tensor(shards, b.sharding, mesh, run_shape(global, b.global, shards[0]->shape)));
   }
@@ -234,7 +234,7 @@ LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global, const std::ve
         fmt::format("run: the program has {} inputs, {} were given", p.inputs.size(), input_shards.size()));
   for (int64_t d : devices)
     if (d < 0 || d >= p.mesh.num_devices())
-      throw std::runtime_error(fmt::format("device {} is not on the mesh {}", d, p.mesh.str()));
+      throw InternalError(fmt::format("device {} is not on the mesh {}", d, p.mesh.str()));
   std::vector<std::unique_ptr<Tensor>> slices;  // weight slices shared by devices; outlive the executor's use
   Executor ex(prog, p.mesh, devices, collectives, options);
   std::vector<char> bound(prog.values.size(), 0);
@@ -242,8 +242,8 @@ LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global, const std::ve
   for (size_t k = 0; k < p.inputs.size(); ++k) {
     const ProgramBinding& b = p.inputs[k];
     if (input_shards[k].size() != devices.size())
-      throw std::runtime_error(fmt::format("input '{}': {} shards for {} devices", prog.values[b.local].name,
-                                           input_shards[k].size(), devices.size()));
+      throw InternalError(fmt::format("input '{}': {} shards for {} devices", prog.values[b.local].name,
+                                      input_shards[k].size(), devices.size()));
     for (size_t d = 0; d < devices.size(); ++d) {
       check_input(prog.values[b.local], input_shards[k][d]);
       ex.set_shared(static_cast<int64_t>(d), b.local, &input_shards[k][d]);
@@ -262,7 +262,7 @@ LocalRun run_spmd_local(const SpmdProgram& p, const Graph& global, const std::ve
     r.output_shards.emplace_back();
     for (size_t d = 0; d < devices.size(); ++d) {
       if (!ex.get(static_cast<int64_t>(d), b.local))
-        throw std::runtime_error(fmt::format("program output '{}' was not computed", prog.values[b.local].name));
+        throw InternalError(fmt::format("program output '{}' was not computed", prog.values[b.local].name));
       r.output_shards.back().push_back(*ex.get(static_cast<int64_t>(d), b.local));
     }
   }
@@ -274,7 +274,7 @@ LocalRun run_device_graph(const Graph& g, const DeviceMesh& mesh, int64_t device
                           CollectiveExecutor& collectives, const RunProgress& progress,
                           const ExecutorOptions& options) {
   if (device < 0 || device >= mesh.num_devices())
-    throw std::runtime_error(fmt::format("device {} is not on the mesh {}", device, mesh.str()));
+    throw InternalError(fmt::format("device {} is not on the mesh {}", device, mesh.str()));
   return run_graph(g, mesh, device, inputs, collectives, progress, options);
 }
 

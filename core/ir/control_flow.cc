@@ -9,7 +9,7 @@ namespace gspmd {
 namespace {
 
 [[noreturn]] void fail(const Node& n, const std::string& why) {
-  throw std::runtime_error(fmt::format("node '{}' ({}): {}", n.name, n.op_type, why));
+  throw SpecError(fmt::format("node '{}' ({}): {}", n.name, n.op_type, why));
 }
 
 // `attr` as a list of `count` entries, `def` each when absent.

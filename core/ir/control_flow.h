@@ -27,7 +27,7 @@ struct ScanLayout {
   std::vector<char> out_reverse;  // per scan output: filled from the end
 };
 
-/// Scan's layout for `node` whose body has `body_outputs` outputs, at `opset`. Throws std::runtime_error naming the
+/// Scan's layout for `node` whose body has `body_outputs` outputs, at `opset`. Throws SpecError naming the
 /// node when the attributes do not match the inputs (num_scan_inputs, axes lists of the wrong length).
 ScanLayout scan_layout(const Node& node, size_t body_outputs, int64_t opset);
 
@@ -37,7 +37,7 @@ inline size_t own_inputs(const Node& node) { return node.inputs.size() - static_
 /// The types of `body`'s inputs when `node` (If, Loop, Scan) runs it with inputs of `types` (one per node input,
 /// nullptr = absent): its formal inputs per the ONNX spec (If: none; Loop: int64 iteration number, bool condition,
 /// the carried values; Scan: the states, then one slice per scan input without its scan axis (and batch dim)), then
-/// the captured values. Throws std::runtime_error naming the node when a required input is absent or has too few
+/// the captured values. Throws SpecError naming the node when a required input is absent or has too few
 /// dims, or the body's input count does not match.
 std::vector<TensorType> body_input_types(const Node& node, const Graph& body,
                                          const std::vector<const TensorType*>& types, int64_t opset);

@@ -75,7 +75,7 @@ std::vector<int64_t> Tensor::as_int64s() const {
       case DType::kBool:
       case DType::kUInt8: out[i] = data<uint8_t>()[i]; break;
       case DType::kInt8: out[i] = data<int8_t>()[i]; break;
-      default: throw std::runtime_error(fmt::format("cannot read {} tensor as integers", dtype_name(dtype)));
+      default: throw SpecError(fmt::format("cannot read {} tensor as integers", dtype_name(dtype)));
     }
   }
   return out;
@@ -100,7 +100,7 @@ template <class T>
 const T& get_attr(const Node& n, const std::string& a) {
   const auto& v = n.attrs.at(a);
   if (const T* p = std::get_if<T>(&v)) return *p;
-  throw std::runtime_error(fmt::format("node '{}' ({}): attribute '{}' has the wrong type", n.name, n.op_type, a));
+  throw SpecError(fmt::format("node '{}' ({}): attribute '{}' has the wrong type", n.name, n.op_type, a));
 }
 }  // namespace
 
@@ -194,26 +194,26 @@ void Graph::verify() const {
   const int nv = static_cast<int>(values.size());
   std::vector<char> ready(values.size(), 0);
   for (int v = 0; v < nv; ++v) {
-    if (find(values[v].name) != v) throw std::runtime_error(fmt::format("value '{}' is not indexed", values[v].name));
+    if (find(values[v].name) != v) throw InternalError(fmt::format("value '{}' is not indexed", values[v].name));
     if (values[v].producer < 0) ready[v] = 1;
   }
   for (int n = 0; n < static_cast<int>(nodes.size()); ++n) {
     const Node& node = nodes[n];
     for (int v : node.inputs) {
-      if (v < -1 || v >= nv) throw std::runtime_error(fmt::format("node '{}': input id {} out of range", node.name, v));
+      if (v < -1 || v >= nv) throw InternalError(fmt::format("node '{}': input id {} out of range", node.name, v));
       if (v >= 0 && !ready[v])
-        throw std::runtime_error(fmt::format("node '{}' reads '{}' before it is produced", node.name, values[v].name));
+        throw InternalError(fmt::format("node '{}' reads '{}' before it is produced", node.name, values[v].name));
     }
     for (int v : node.outputs) {
-      if (v < 0 || v >= nv) throw std::runtime_error(fmt::format("node '{}': output id {} out of range", node.name, v));
+      if (v < 0 || v >= nv) throw InternalError(fmt::format("node '{}': output id {} out of range", node.name, v));
       if (values[v].producer != n)
-        throw std::runtime_error(
+        throw InternalError(
             fmt::format("value '{}' has producer {} but node {} writes it", values[v].name, values[v].producer, n));
       ready[v] = 1;
     }
   }
   for (int v : outputs)
-    if (v < 0 || v >= nv || !ready[v]) throw std::runtime_error(fmt::format("graph output id {} is not produced", v));
+    if (v < 0 || v >= nv || !ready[v]) throw InternalError(fmt::format("graph output id {} is not produced", v));
 }
 
 void Graph::prune() {
@@ -404,6 +404,11 @@ std::vector<std::string> input_dim_symbols(const Graph& g) {
 
 std::string cut_text(std::string_view text, size_t max) {
   return text.size() <= max ? std::string(text) : std::string(text.substr(0, max < 3 ? 0 : max - 3)) + "...";
+}
+
+bool is_input_caused(const std::exception& e) {
+  return dynamic_cast<const InputError*>(&e) || dynamic_cast<const UnsupportedError*>(&e) ||
+         dynamic_cast<const std::bad_alloc*>(&e) || dynamic_cast<const std::length_error*>(&e);
 }
 
 }  // namespace gspmd

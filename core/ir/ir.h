@@ -150,7 +150,7 @@ struct Node {
   std::map<std::string, AttrValue> attrs;
 
   bool has(const std::string& a) const { return attrs.count(a) != 0; }
-  /// Typed attribute getters; return `def` when absent, throw std::runtime_error naming the node when mistyped.
+  /// Typed attribute getters; return `def` when absent, throw SpecError naming the node when mistyped.
   int64_t i(const std::string& a, int64_t def = 0) const;
   float f(const std::string& a, float def = 0.f) const;
   std::string s(const std::string& a, const std::string& def = "") const;
@@ -260,7 +260,7 @@ class Graph {
   /// consumers()[v] = ids of nodes that read value v (a node reading v twice is listed once). O(edges).
   std::vector<std::vector<int>> consumers() const;
   /// Checks ids in range, unique names, one producer per value, topological order, outputs produced.
-  /// Throws std::runtime_error naming the first problem.
+  /// Throws InternalError naming the first problem (the loader reports it as an InputError).
   void verify() const;
   /// Drops nodes whose outputs reach no graph output, and values nothing uses; renumbers ids. A node that computes
   /// a data-dependent symbol (runtime_dims) a kept value reads is kept. Changes nothing (ids and index kept) when
@@ -315,6 +315,15 @@ struct DataDependentError : std::runtime_error {
   int input;  // the node input whose values are needed (-1: not one input)
 };
 
+/// A node that breaks its operator's spec (the ONNX operator spec): shapes that cannot broadcast, a missing required
+/// input, a mistyped attribute, an index out of range. Shape functions, attribute readers and kernels throw it with
+/// the node named ("node 'n' (Add): ..."); whoever called them decides what it means: the loader reports it as an
+/// InputError naming the model, the executor as an InternalError (the partitioner built a bad program) unless the
+/// kernel checked values that came from the input (then the kernel throws InputError itself; docs/errors.md).
+struct SpecError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 /// Error for a valid model using an operator the executor cannot run (CLI exit 3).
 struct UnsupportedError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -327,5 +336,10 @@ struct UnsupportedError : std::runtime_error {
 struct InternalError : std::logic_error {
   using std::logic_error::logic_error;
 };
+
+/// True for an error the input can cause and `cli/main.cc` reports as such (exit 2 or 3): InputError,
+/// UnsupportedError, std::bad_alloc and std::length_error (sizes past this machine). Code that adds a node's name to
+/// the errors it catches passes these through unchanged and reports anything else as an InternalError.
+bool is_input_caused(const std::exception& e);
 
 }  // namespace gspmd

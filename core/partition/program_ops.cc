@@ -96,7 +96,7 @@ bool is_collective(const Node& n) { return collective_of(n).has_value(); }
 namespace {
 
 [[noreturn]] void fail(const Node& n, const std::string& what) {
-  throw std::runtime_error(fmt::format("node '{}' ({}): {}", n.name, n.op_type, what));
+  throw InternalError(fmt::format("node '{}' ({}): {}", n.name, n.op_type, what));
 }
 
 /// Checks that `n` is the gspmd op `want`.

@@ -106,7 +106,7 @@ std::optional<Collective> collective_of(const Node& n);
 bool is_collective(const Node& n);
 
 // ---- typed attributes ----------------------------------------------------------------------------------------
-// Readers take a node of the matching op and throw std::runtime_error naming the node ("node 'x' (AllGather): ...")
+// Readers take a node of the matching op and throw InternalError naming the node ("node 'x' (AllGather): ...")
 // when it is another op, a required attribute is missing, an attribute has the wrong type, or a value is invalid
 // (a negative mesh axis, an unknown reduction). They do not check mesh axes against a mesh: the consumer that has
 // the mesh does. Builders (gspmd_node) write exactly the attributes that are set, so a node read back gives the same
@@ -162,7 +162,7 @@ struct PartitionOffsetAttrs {
 
 /// The mesh_axes attribute of a gspmd node (required on every gspmd op).
 std::vector<int> mesh_axes_attr(const Node& n);
-/// Readers (see above): each throws std::runtime_error naming the node unless `n` is that op with its required
+/// Readers (see above): each throws InternalError naming the node unless `n` is that op with its required
 /// attributes.
 CollectiveAttrs collective_attrs(const Node& n);
 ShardSliceAttrs shard_slice_attrs(const Node& n);

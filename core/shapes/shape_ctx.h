@@ -28,7 +28,7 @@ struct ShapeCtx {
   size_t n_in() const { return types.size(); }
   /// True when input i is present.
   bool has(size_t i) const { return i < types.size() && types[i] != nullptr; }
-  /// Input i's type; fails (std::runtime_error naming the node) when the required input is absent.
+  /// Input i's type; fails (SpecError naming the node) when the required input is absent.
   const TensorType& type(size_t i) const;
   const Shape& shape(size_t i) const { return type(i).shape; }
   DType dtype(size_t i) const { return type(i).dtype; }
@@ -42,7 +42,7 @@ struct ShapeCtx {
   size_t n_out() const { return node.outputs.empty() ? 1 : node.outputs.size(); }
   /// "node 'n' (Op): "
   std::string prefix() const;
-  /// Throws std::runtime_error(prefix() + msg): the inputs violate the op's spec.
+  /// Throws SpecError(prefix() + msg): the inputs violate the op's spec.
   [[noreturn]] void fail(std::string_view msg) const;
   /// Normalises axis `a` into [0, rank) (negative counts from the end); fails if out of range.
   int64_t axis(int64_t a, int64_t rank) const;

@@ -26,7 +26,7 @@ const Tensor& ShapeCtx::needs_value(size_t i, std::string_view what) const {
 
 std::string ShapeCtx::prefix() const { return fmt::format("node '{}' ({}): ", node.name, node.op_type); }
 
-void ShapeCtx::fail(std::string_view msg) const { throw std::runtime_error(prefix() + std::string(msg)); }
+void ShapeCtx::fail(std::string_view msg) const { throw SpecError(prefix() + std::string(msg)); }
 
 int64_t ShapeCtx::axis(int64_t a, int64_t rank) const { return normalize_axis(*this, a, rank); }
 
@@ -92,7 +92,7 @@ std::vector<TensorType> infer_types(const Node& node, const std::vector<const Te
   } catch (const std::exception& e) {
     const std::string what = e.what();
     if (what.rfind(ctx.prefix(), 0) == 0) throw;
-    throw std::runtime_error(ctx.prefix() + what);
+    throw SpecError(ctx.prefix() + what);
   }
 }
 

@@ -33,7 +33,7 @@ using ValueEvaluator =
 /// even when their inputs are constant.
 /// Throws DataDependentError when an output shape depends on the values of an input that is not constant (NonZero,
 /// Unique, TopK with a computed K, ...), UnsupportedError("node 'n' (Op): no shape function ...") for an op with no
-/// kernel, std::runtime_error("node 'n' (Op): ...") for inputs that violate the spec.
+/// kernel, SpecError("node 'n' (Op): ...") for inputs that violate the spec.
 std::vector<TensorType> infer_types(const Node& node, const std::vector<const TensorType*>& types,
                                     const std::vector<const Tensor*>& values, int64_t opset,
                                     const ValueEvaluator* evaluate = nullptr);

@@ -167,7 +167,7 @@ TEST(PodLocal, InProcessCollectivesNeedsEveryMember) {
   call.op = Collective::kAllReduce;
   call.group = &group;
   Tensor t = Tensor::from_floats({1}, {1});
-  EXPECT_THROW(InProcessCollectives().run(call, {0}, {&t}), std::runtime_error);
+  EXPECT_THROW(InProcessCollectives().run(call, {0}, {&t}), InternalError);
 }
 
 }  // namespace

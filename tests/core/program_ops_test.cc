@@ -26,13 +26,15 @@ Node node_of(const std::string& name, const std::string& op, std::map<std::strin
   return n;
 }
 
-/// Runs `f`, expects a std::runtime_error whose message names the node and contains `what`.
+/// Runs `f`, expects an InternalError (or the attribute reader's SpecError) whose message names the node and contains
+/// `what`.
 template <class F>
 void expect_error(F&& f, const std::string& node, const std::string& what) {
   try {
     f();
     ADD_FAILURE() << "expected an error naming '" << node << "' with '" << what << "'";
-  } catch (const std::runtime_error& e) {
+  } catch (const std::exception& e) {
+    EXPECT_TRUE(dynamic_cast<const InternalError*>(&e) || dynamic_cast<const SpecError*>(&e)) << e.what();
     EXPECT_THAT(e.what(), HasSubstr("node '" + node + "'"));
     EXPECT_THAT(e.what(), HasSubstr(what));
   }

@@ -237,7 +237,7 @@ TEST(Export, ParamWithoutDataFails) {
   Fixture f;
   f.global.values[f.global.at("w")].data.reset();
   TempDir d;
-  EXPECT_THROW(export_device(f.p, f.global, 0, d.file("d.onnx")), std::runtime_error);
+  EXPECT_THROW(export_device(f.p, f.global, 0, d.file("d.onnx")), InternalError);
   EXPECT_FALSE(std::filesystem::exists(d.file("d.onnx")));
 }
 
