@@ -57,6 +57,7 @@ struct Loader {
   const LoadOptions& opts;
   std::string base_dir;
   onnx::ModelProto m;
+  frontend::ExternalDataFiles external{base_dir};  // external data locations, each resolved once
   int64_t opset = -1;
   std::vector<std::string> input_names;  // real graph inputs, in order
   std::vector<Value> consts;             // initializers and Constant outputs, in order
@@ -65,9 +66,17 @@ struct Loader {
                                                                 // sequence or optional) by inference
   DimBindings hints;                                            // opts.keep_symbols: the kept symbols' hints
   std::map<std::string, std::vector<DimExpr>> symbolic_inputs;  // and the inputs' dims that read them
-  std::set<std::string> input_dim_names = {};  // the dim_params of the graph inputs, before bind_dims binds them
+  std::set<std::string> input_dim_names = {};      // the dim_params of the graph inputs, before bind_dims binds them
+  std::unordered_set<std::string> verified_nodes;  // verify_nodes: what a node's schema check reads, once checked
+
+  Loader(const std::string& model_path, const LoadOptions& options)
+      : path(model_path), opts(options), base_dir(frontend::dir_of(model_path)) {}
 
   [[noreturn]] void fail(const std::string& why) const { throw InputError(fmt::format("{}: {}", path, why)); }
+
+  // The name the loaded graph gives node `ni` of the main graph (unique_node_names), for an error message: O(nodes),
+  // so the checks ask for it only when they fail.
+  std::string node_label(int ni) const { return unique_node_names(m.graph().node())[static_cast<size_t>(ni)]; }
 
   void parse() {
     frontend::parse_model_file(path, &m);
@@ -275,23 +284,46 @@ struct Loader {
   // unknown attributes), bodies included. A node of another domain is left to the executor (exit 3 if unknown).
   // `newer`: the model's opset is past the installed onnx's, whose newest schemas are used for the operators that
   // did not change since (changed_after_onnx_1_12); an operator it does not know is left to the executor.
-  void verify_nodes(const onnx::GraphProto& g, int64_t schema_opset, bool newer) const {
+  void verify_nodes(const onnx::GraphProto& g, int64_t schema_opset, bool newer) {
     for (int i = 0; i < g.node_size(); ++i) {
       const onnx::NodeProto& n = g.node(i);
-      const std::string who =
-          fmt::format("node '{}' ({})", n.name().empty() ? fmt::format("#{}", i) : cut_text(n.name()), n.op_type());
-      for (const auto& a : n.attribute())
+      auto who = [&] {
+        return fmt::format("node '{}' ({})", n.name().empty() ? fmt::format("#{}", i) : cut_text(n.name()),
+                           n.op_type());
+      };
+      bool small_attrs = true;
+      for (const auto& a : n.attribute()) {
         if (a.has_g()) verify_nodes(a.g(), schema_opset, newer);
+        small_attrs = small_attrs && !a.has_g() && a.graphs_size() == 0;
+      }
       if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
       if (newer && changed_after_onnx_1_12(n.op_type())) continue;
+      // OpSchema::Verify reads the op, which inputs and outputs are present, and the attributes, never the names:
+      // the nodes of repeated layers are verified once (a 96-layer decoder has 34 distinct nodes, not 3,269).
+      std::string key;
+      if (small_attrs) {
+        key = n.op_type() + '\0';
+        for (const auto& in : n.input()) key += in.empty() ? '0' : '1';
+        key += '\0';
+        for (const auto& out : n.output()) key += out.empty() ? '0' : '1';
+        for (const auto& a : n.attribute()) {
+          if (a.ByteSizeLong() > 256) {
+            key.clear();
+            break;
+          }
+          key += '\0' + a.SerializeAsString();
+        }
+        if (!key.empty() && verified_nodes.count(key)) continue;
+      }
       const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(schema_opset), "");
       if (!schema && newer) continue;
-      if (!schema) fail(fmt::format("{}: no operator '{}' in ai.onnx opset {}", who, n.op_type(), opset));
+      if (!schema) fail(fmt::format("{}: no operator '{}' in ai.onnx opset {}", who(), n.op_type(), opset));
       try {
         schema->Verify(n);
       } catch (const std::exception& e) {
-        fail(fmt::format("{}: {}", who, first_line(e.what())));
+        fail(fmt::format("{}: {}", who(), first_line(e.what())));
       }
+      if (!key.empty()) verified_nodes.insert(std::move(key));
     }
   }
 
@@ -303,11 +335,11 @@ struct Loader {
     for (auto d : t.dims())  // saturated: the dims come from the file (tensor_from_proto refuses what is too large)
       if (__builtin_mul_overflow(bytes, d, &bytes)) small = false;
     small = small && bytes <= static_cast<int64_t>(kInlineForInference);
-    if (opts.load_data) return std::make_shared<const Tensor>(tensor_from_proto(t, base_dir, what));
-    if (is_external(t)) frontend::external_data_file(t, base_dir, what);  // refused even when not read
+    if (opts.load_data) return std::make_shared<const Tensor>(tensor_from_proto(t, external, what));
+    if (is_external(t)) external.file(t, what);  // refused even when not read
     if (!small) return nullptr;
     try {
-      return std::make_shared<const Tensor>(tensor_from_proto(t, base_dir, what));
+      return std::make_shared<const Tensor>(tensor_from_proto(t, external, what));
     } catch (const InputError&) {
       if (is_external(t)) return nullptr;  // external file absent: shapes only
       throw;
@@ -502,6 +534,14 @@ struct Loader {
 
   void name_absent_outputs() {
     auto* g = m.mutable_graph();
+    auto has_gap = [](const onnx::NodeProto& n) {  // an absent output before a present one
+      int last = n.output_size() - 1;
+      while (last >= 0 && n.output(last).empty()) --last;
+      for (int k = 0; k < last; ++k)
+        if (n.output(k).empty()) return true;
+      return false;
+    };
+    if (std::none_of(g->node().begin(), g->node().end(), has_gap)) return;
     std::unordered_set<std::string> taken;
     for (const auto& n : g->node())
       for (const auto& o : n.output()) taken.insert(o);
@@ -700,7 +740,6 @@ struct Loader {
     std::unordered_set<std::string> defined;
     for (const auto& in : g.input()) defined.insert(in.name());
     for (const auto& t : g.initializer()) defined.insert(t.name());
-    const std::vector<std::string> names = unique_node_names(g.node());
     for (int ni = 0; ni < g.node_size(); ++ni) {
       const auto& n = g.node(ni);
       for (const auto& in : n.input())
@@ -708,28 +747,28 @@ struct Loader {
           fail(
               fmt::format("node '{}' ({}) reads '{}' before it is defined (missing value or graph not topologically "
                           "sorted)",
-                          names[ni], n.op_type(), in));
+                          node_label(ni), n.op_type(), in));
       for (const auto& a : n.attribute()) {
-        if (a.has_g()) check_body_reads(a.g(), defined, names[ni], n.op_type());
-        for (const auto& b : a.graphs()) check_body_reads(b, defined, names[ni], n.op_type());
+        if (a.has_g()) check_body_reads(a.g(), defined, ni);
+        for (const auto& b : a.graphs()) check_body_reads(b, defined, ni);
       }
       for (const auto& o : n.output())
         if (!o.empty()) defined.insert(o);
     }
   }
 
-  // check_reads_defined for body `b` of top-level node `node` (`op`), which sees the values `defined` before it.
-  void check_body_reads(const onnx::GraphProto& b, std::unordered_set<std::string> defined, const std::string& node,
-                        const std::string& op) const {
+  // check_reads_defined for body `b` of top-level node `ni`, which sees the values `defined` before it.
+  void check_body_reads(const onnx::GraphProto& b, std::unordered_set<std::string> defined, int ni) const {
     for (const auto& in : b.input()) defined.insert(in.name());
     for (const auto& t : b.initializer()) defined.insert(t.name());
     for (const auto& n : b.node()) {
       for (const auto& in : n.input())
         if (!in.empty() && !defined.count(in))
-          fail(fmt::format("node '{}' ({}): its body reads '{}', which is not defined before it", node, op, in));
+          fail(fmt::format("node '{}' ({}): its body reads '{}', which is not defined before it", node_label(ni),
+                           m.graph().node(ni).op_type(), in));
       for (const auto& a : n.attribute()) {
-        if (a.has_g()) check_body_reads(a.g(), defined, node, op);
-        for (const auto& inner : a.graphs()) check_body_reads(inner, defined, node, op);
+        if (a.has_g()) check_body_reads(a.g(), defined, ni);
+        for (const auto& inner : a.graphs()) check_body_reads(inner, defined, ni);
       }
       for (const auto& o : n.output())
         if (!o.empty()) defined.insert(o);
@@ -743,21 +782,22 @@ struct Loader {
   // SIGFPE on a stride of 0; found by the model fuzzers).
   void check_conv_pool_ranks() const {
     const auto& g = m.graph();
+    static const std::unordered_set<std::string> kOps = {"Conv",    "ConvTranspose", "ConvInteger", "QLinearConv",
+                                                         "MaxPool", "AveragePool",   "LpPool"};
+    if (std::none_of(g.node().begin(), g.node().end(), [](const auto& n) { return kOps.count(n.op_type()) != 0; }))
+      return;
     std::unordered_map<std::string, int> rank;
     for (const auto& t : g.initializer()) rank[t.name()] = t.dims_size();
     for (const auto* list : {&g.input(), &g.value_info()})
       for (const auto& v : *list)
         if (v.type().has_tensor_type() && v.type().tensor_type().has_shape())
           rank[v.name()] = v.type().tensor_type().shape().dim_size();
-    static const std::unordered_set<std::string> kOps = {"Conv",    "ConvTranspose", "ConvInteger", "QLinearConv",
-                                                         "MaxPool", "AveragePool",   "LpPool"};
-    const std::vector<std::string> names = unique_node_names(g.node());
     for (int ni = 0; ni < g.node_size(); ++ni) {
       const auto& n = g.node(ni);
       if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
       if (!kOps.count(n.op_type()) || n.input_size() == 0) continue;
       auto bad = [&](const std::string& what) {
-        fail(fmt::format("node '{}' ({}): {}", names[ni], n.op_type(), what));
+        fail(fmt::format("node '{}' ({}): {}", node_label(ni), n.op_type(), what));
       };
       for (const auto& a : n.attribute())  // onnx 1.12 divided by a stride of 0 (SIGFPE, found by the fuzzer)
         if (a.name() == "strides" || a.name() == "dilations" || a.name() == "kernel_shape")
@@ -801,7 +841,6 @@ struct Loader {
       return std::vector<double>(v.begin(), v.end());
     };
     const auto& g = m.graph();
-    const std::vector<std::string> names = unique_node_names(g.node());
     for (int ni = 0; ni < g.node_size(); ++ni) {
       const auto& n = g.node(ni);
       if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
@@ -820,7 +859,7 @@ struct Loader {
         fail(
             fmt::format("node '{}' ({}): its output would hold {:.3g} elements, more than the {} a tensor may "
                         "hold here",
-                        names[ni], n.op_type(), elements, kMaxConstantElements));
+                        node_label(ni), n.op_type(), elements, kMaxConstantElements));
     }
   }
 
@@ -880,7 +919,7 @@ struct Loader {
       case AP::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
       case AP::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
       case AP::TENSOR:
-        return tensor_from_proto(a.t(), base_dir,
+        return tensor_from_proto(a.t(), external,
                                  fmt::format("{}: node '{}' attribute '{}'", path, node_name, a.name()));
       case AP::GRAPH:
         bodies.graphs.push_back(convert_body(a.g(), bodies.captures));
@@ -1109,7 +1148,7 @@ struct Loader {
 }  // namespace
 
 Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* report) {
-  Loader L{path, opts, frontend::dir_of(path), {}, -1, {}, {}, {}, {}, {}, {}};
+  Loader L(path, opts);
   L.parse();
   const bool annotated = frontend::has_sharding_annotations(L.m);
   L.prepare();

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include <onnx/onnx_pb.h>
 
@@ -41,6 +43,25 @@ void set_mesh_metadata(onnx::ModelProto& m, const DeviceMesh& mesh);
 /// file that exists but is a folder, FIFO, socket or device, ("WHAT: external data file 'F' is not a regular file").
 std::filesystem::path external_data_file(const onnx::TensorProto& t, const std::string& base_dir,
                                          const std::string& what);
+
+/// The external data files of one model: external_data_file's answer for each location, resolved once (a model's
+/// weights mostly share one file: the GPT-3 decoder's 1,541 all live in gpt3.bin, and resolving a path costs a system
+/// call per component). Only accepted locations are kept; a refused one throws each time it is asked.
+class ExternalDataFiles {
+ public:
+  /// `base_dir`: the model's folder ("" = the current directory).
+  explicit ExternalDataFiles(std::string base_dir) : base_dir_(std::move(base_dir)) {}
+  /// external_data_file(t, base_dir, what), from the cache after its location's first call. Throws as it does.
+  const std::filesystem::path& file(const onnx::TensorProto& t, const std::string& what);
+  const std::string& base_dir() const { return base_dir_; }
+
+ private:
+  std::string base_dir_;
+  std::unordered_map<std::string, std::filesystem::path> files_;  // by location
+};
+
+/// tensor_from_proto with the external data files resolved through `files` (the loader's, one per model).
+Tensor tensor_from_proto(const onnx::TensorProto& t, ExternalDataFiles& files, const std::string& what);
 
 /// Converts a TensorProto (raw_data, typed fields, or external data resolved against `base_dir`) into a Tensor.
 /// `what` prefixes error messages (e.g. "model.onnx: initializer 'w'"). Throws InputError.

@@ -126,7 +126,7 @@ void copy_field(const Field& f, Tensor& t) {
 
 // The external data of `p` (`n` elements of `dt`): the file, its size and the range checked before the tensor is
 // allocated (a few bytes of model can declare a tensor of terabytes).
-Tensor read_external(const onnx::TensorProto& p, DType dt, size_t n, const std::string& base_dir,
+Tensor read_external(const onnx::TensorProto& p, DType dt, size_t n, ExternalDataFiles& files,
                      const std::string& what) {
   int64_t offset = 0, length = -1;
   for (const auto& kv : p.external_data()) {
@@ -139,7 +139,7 @@ Tensor read_external(const onnx::TensorProto& p, DType dt, size_t n, const std::
       throw InputError(fmt::format("{}: external data {} '{}' is not a number", what, kv.key(), kv.value()));
     }
   }
-  const std::filesystem::path file = external_data_file(p, base_dir, what);
+  const std::filesystem::path& file = files.file(p, what);
   const int64_t need = static_cast<int64_t>(n * dtype_size(dt));  // n <= 2^40 (tensor_from_proto)
   if (length >= 0 && length != need)
     throw InputError(fmt::format("{}: external data in '{}' is {} bytes but shape {} of {} needs {}", what,
@@ -191,7 +191,19 @@ std::filesystem::path external_data_file(const onnx::TensorProto& p, const std::
   return file;
 }
 
+const std::filesystem::path& ExternalDataFiles::file(const onnx::TensorProto& t, const std::string& what) {
+  const std::string location = external_location(t);
+  auto it = files_.find(location);
+  if (it == files_.end()) it = files_.emplace(location, external_data_file(t, base_dir_, what)).first;
+  return it->second;
+}
+
 Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir, const std::string& what) {
+  ExternalDataFiles files(base_dir);
+  return tensor_from_proto(p, files, what);
+}
+
+Tensor tensor_from_proto(const onnx::TensorProto& p, ExternalDataFiles& files, const std::string& what) {
   DType dt = proto_dtype(p.data_type(), what);
   if (dt == DType::kString) throw InputError(fmt::format("{}: string tensors are not supported", what));
   for (auto d : p.dims())
@@ -216,7 +228,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir
       throw InputError(fmt::format("{}: tensor has {} elements of data but shape {} needs {}", what, have,
                                    shape_str(proto_shape(p)), n));
   }
-  if (is_external(p)) return read_external(p, dt, n, base_dir, what);
+  if (is_external(p)) return read_external(p, dt, n, files, what);
   Tensor t(dt, proto_shape(p));
   if (p.has_raw_data()) {
     if (!p.raw_data().empty()) std::memcpy(t.bytes.data(), p.raw_data().data(), t.nbytes());

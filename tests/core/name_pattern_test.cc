@@ -1,5 +1,6 @@
 // Users' regular expressions over value names (core/ir/name_pattern.h, RE2) and sub-axis names
 // (parse_sub_axis_name): hostile patterns and names finish in linear time, and bad patterns are one-line errors.
+// Users' JSON (core/ir/json_bounded.h): nested at most 64 levels.
 #include "core/ir/name_pattern.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "core/ir/ir.h"
+#include "core/ir/json_bounded.h"
 #include "core/sharding/sharding.h"
 
 namespace gspmd {
@@ -81,6 +83,29 @@ TEST(ErrorText, OneLineOfBoundedLength) {
   EXPECT_EQ(first_line(""), "");
   EXPECT_EQ(cut_text(std::string(100, 'x'), 10), "xxxxxxx...");
   EXPECT_EQ(cut_text("short", 10), "short");
+}
+
+// The depth is counted over the brackets outside strings: 64 levels parse, 65 do not, and brackets (or an escaped
+// quote followed by brackets) inside a string are text.
+TEST(JsonBounded, SixtyFourLevelsParseAndSixtyFiveDoNot) {
+  auto nested = [](int levels, const std::string& inner) {
+    std::string t;
+    for (int k = 0; k < levels; ++k) t += k % 2 ? "[" : "{\"a\":";
+    t += inner;
+    for (int k = levels - 1; k >= 0; --k) t += k % 2 ? "]" : "}";
+    return t;
+  };
+  EXPECT_EQ(parse_json_bounded(nested(64, "1"), "f.json").flatten().size(), 1u);
+  try {
+    parse_json_bounded(nested(65, "1"), "f.json");
+    FAIL() << "65 levels parsed";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "f.json: JSON nested deeper than 64 levels");
+  }
+  EXPECT_EQ(parse_json_bounded(nested(64, R"("\"[[[[{{{{")"), "f.json").flatten().begin()->get<std::string>(),
+            "\"[[[[{{{{");
+  // 100 brackets inside a string, in malformed text (no closing bracket): the parser's error, not the depth's
+  EXPECT_THROW(parse_json_bounded("[\"" + std::string(100, '[') + "\"", "f.json"), nlohmann::json::parse_error);
 }
 
 }  // namespace

@@ -284,6 +284,17 @@ TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
   EXPECT_EQ(error_of(cls), "loaded");
 }
 
+// Writes `m` to `path` and loads it (batch 2): the InputError's text, or "loaded".
+std::string load_error(const onnx::ModelProto& m, const std::string& path) {
+  test::write_onnx_model(m, path);
+  try {
+    load_model(path, load_opts({{"batch", 2}}));
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "loaded";
+}
+
 // Found by the bad-input suite (tests/bad_input/run_bad_inputs.py): a newer opset's nodes are still checked against
 // the installed onnx's newest schemas where the operator did not change since; a node that breaks its op's spec is
 // refused at load even where ONNX's inference typed it (the kernel failed at run time: an internal error); a value
@@ -292,15 +303,7 @@ TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
 TEST(Loader, MalformedGraphsFoundByTheBadInputSuite) {
   TempDir t;
   const std::string p = t.file("m.onnx");
-  auto error_of = [&](const onnx::ModelProto& m) {
-    test::write_onnx_model(m, p);
-    try {
-      load_model(p, load_opts({{"batch", 2}}));
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("loaded");
-  };
+  auto error_of = [&](const onnx::ModelProto& m) { return load_error(m, p); };
   onnx::ModelProto mlp = test::read_onnx_model(frontend_data("mlp.onnx"));
   mlp.mutable_opset_import(0)->set_version(21);
   EXPECT_EQ(error_of(mlp), "loaded");
@@ -340,6 +343,36 @@ TEST(Loader, MalformedGraphsFoundByTheBadInputSuite) {
   relu->set_domain("local");
   EXPECT_EQ(error_of(mlp), p + ": model-local functions call themselves in a cycle ('f' of domain 'local' is in it or "
                                "called from it)");
+}
+
+// The schema check runs once per distinct node (op, inputs and outputs present, attributes; names aside): a node that
+// differs from a checked twin in any of them is checked itself.
+TEST(Loader, SchemaCheckOfRepeatedNodesStillSeesEachDifference) {
+  TempDir t;
+  const std::string p = t.file("m.onnx");
+  auto error_of = [&](const onnx::ModelProto& m) { return load_error(m, p); };
+  onnx::ModelProto mlp = test::read_onnx_model(frontend_data("mlp.onnx"));
+  auto gemm = [&](int node, onnx::AttributeProto::AttributeType type) {  // fc_in and fc_out: twins but for alpha
+    auto* n = mlp.mutable_graph()->mutable_node(node);
+    n->set_op_type("Gemm");
+    auto* alpha = n->add_attribute();
+    alpha->set_name("alpha");
+    alpha->set_type(type);
+    if (type == onnx::AttributeProto::FLOAT) alpha->set_f(1);
+    if (type == onnx::AttributeProto::INT) alpha->set_i(1);
+  };
+  gemm(0, onnx::AttributeProto::FLOAT);
+  gemm(2, onnx::AttributeProto::FLOAT);
+  EXPECT_EQ(error_of(mlp), "loaded");
+  mlp = test::read_onnx_model(frontend_data("mlp.onnx"));
+  gemm(0, onnx::AttributeProto::FLOAT);
+  gemm(2, onnx::AttributeProto::INT);
+  EXPECT_EQ(error_of(mlp), p + ": node 'fc_out' (Gemm): Mismatched attribute type in 'fc_out : alpha'");
+  mlp = test::read_onnx_model(frontend_data("mlp.onnx"));
+  mlp.mutable_graph()->mutable_node(2)->set_input(0, "");  // a required input left out
+  EXPECT_EQ(
+      error_of(mlp),
+      p + ": node 'fc_out' (MatMul): Node (fc_out)'s input 0 is marked single but has an empty string in the graph");
 }
 
 // Reading a FIFO would wait for a writer forever: only regular files are read.
