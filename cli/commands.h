@@ -43,18 +43,19 @@ struct PipelineFlags {
 
 /// Flags shared by partition, run, simulate and explain.
 struct CommonOptions {
-  std::string model;              // MODEL path
-  std::string mesh;               // --mesh "4x4"
-  std::string shardings;          // --shardings FILE: a sharding file, or an annotated model (*.onnx); "" = MODEL's
-                                  // own annotations, or its sibling <stem>.sharding.json if present
-  std::vector<std::string> dims;  // --dim NAME=VALUE
-  std::string target = "tpu-v3";  // --target
-  std::string device_order;       // --device-order "y,x" ("" = the default mapping; Target::parse_device_order)
-  bool overlap = false;           // --overlap: collectives overlap independent compute in the simulated step
-  bool auto_search = false;       // --auto: search shardings for what the sharding file leaves open (core/auto)
-  std::string memory_limit;       // --memory-limit BYTES for --auto ("" = the target's HBM)
-  bool measure_host_ops = true;   // --target host: build_pipeline measures the program's ops (measure_program_ops)
-  std::string inputs_dir;         // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
+  std::string model;               // MODEL path
+  std::string mesh;                // --mesh "4x4"
+  std::string shardings;           // --shardings FILE: a sharding file, or an annotated model (*.onnx); "" = MODEL's
+                                   // own annotations, or its sibling <stem>.sharding.json if present
+  std::vector<std::string> dims;   // --dim NAME=VALUE
+  std::vector<std::string> hints;  // partition --hint NAME=VALUE (LoadOptions::hints)
+  std::string target = "tpu-v3";   // --target
+  std::string device_order;        // --device-order "y,x" ("" = the default mapping; Target::parse_device_order)
+  bool overlap = false;            // --overlap: collectives overlap independent compute in the simulated step
+  bool auto_search = false;        // --auto: search shardings for what the sharding file leaves open (core/auto)
+  std::string memory_limit;        // --memory-limit BYTES for --auto ("" = the target's HBM)
+  bool measure_host_ops = true;    // --target host: build_pipeline measures the program's ops (measure_program_ops)
+  std::string inputs_dir;          // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
   /// partition: keep the symbolic dims that neither --dim nor --inputs bind (LoadOptions::keep_symbols), so that
   /// the device files serve every size (docs/shapes.md); not with --training, --pipeline or --auto, which need sizes.
   bool keep_symbols = false;

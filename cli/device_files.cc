@@ -2,6 +2,7 @@
 // thread per device on the emulator (`run --program DIR`) or one MPI rank per device (cli/run_mpi.cc).
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -20,6 +21,22 @@ std::string meta(const ModelInfo& info, const std::string& key) {
   return it == info.metadata.end() ? "" : it->second;
 }
 
+/// The entries of a device file's gspmd.dim_hints ("batch=17,height=224,nonzero_0=64") that name a symbolic dim of
+/// `model`'s inputs, as --hint flags: the data-dependent dims' hints are their bounds, which loading finds itself.
+std::vector<std::string> input_dim_hints(const std::string& model, const std::string& dim_hints) {
+  std::set<std::string> params;
+  for (const auto& dims : read_model_info(model).input_dim_params) params.insert(dims.begin(), dims.end());
+  std::vector<std::string> out;
+  for (size_t at = 0; at < dim_hints.size();) {
+    const size_t end = std::min(dim_hints.find(',', at), dim_hints.size());
+    const std::string entry = dim_hints.substr(at, end - at);
+    const size_t eq = entry.rfind('=');
+    if (eq != std::string::npos && params.count(entry.substr(0, eq))) out.push_back(entry);
+    at = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 DeviceFiles::DeviceFiles(const Pipeline& p, const CommonOptions& common, std::string dir)
@@ -27,10 +44,11 @@ DeviceFiles::DeviceFiles(const Pipeline& p, const CommonOptions& common, std::st
 
 void DeviceFiles::symbolic(const std::string& path, const ModelInfo& info) {
   if (symbolic_fingerprint_) return;
-  CommonOptions symbolic = common_;  // the same partition, its dims unbound
+  CommonOptions symbolic = common_;  // the same partition, its dims unbound, at the files' hints (partition --hint)
   symbolic.dims.clear();
   symbolic.inputs_dir.clear();
   symbolic.keep_symbols = true;
+  symbolic.hints = input_dim_hints(common_.model, meta(info, "gspmd.dim_hints"));
   const Pipeline sp = build_pipeline(symbolic, /*load_data=*/false);
   symbolic_fingerprint_ = fmt::format("{:016x}", program_fingerprint(sp.program));
   // This run's size of each symbol, read off the model's inputs where they are the symbol.

@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
   auto* part = app.add_subcommand("partition", "infer shardings, partition, write one ONNX model per device");
   add_common(part, po.common);
   part->add_option("-o,--output", po.out_dir, "output directory")->required();
+  part->add_option("--hint", po.common.hints,
+                   "the size a symbolic dim is partitioned and costed at, NAME=VALUE, without binding it: the files "
+                   "still serve every size (repeatable; default: primes from 17)");
   part->add_option("--notation", po.notation, "notation of shardings.json: spec (default), hlo or sbp")
       ->check(CLI::IsMember({"spec", "hlo", "sbp"}));
   part->add_option("--collectives", po.collectives,

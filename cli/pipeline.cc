@@ -337,23 +337,28 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
       };
   if (!o.training.on && !o.training.shard_update.empty()) throw InputError("--shard-update: only used with --training");
   if (!o.training.on && o.training.remat != "none") throw InputError("--remat: only used with --training");
-  for (const std::string& d : o.dims) {
-    auto eq = d.find('=');
-    int64_t v = 0;
-    try {
-      if (eq == std::string::npos || eq == 0) throw std::invalid_argument(d);
-      size_t used = 0;
-      v = std::stoll(d.substr(eq + 1), &used);
-      if (used != d.size() - eq - 1 || v <= 0) throw std::invalid_argument(d);
-    } catch (const std::exception&) {
-      throw InputError(fmt::format("--dim: '{}' is not NAME=VALUE with a positive VALUE", cut_text(d)));
+  // --dim and --hint: NAME=VALUE, VALUE in 1 .. kMaxDim, each NAME once
+  auto sizes = [](const std::vector<std::string>& flags, const char* flag, std::map<std::string, int64_t>& out) {
+    for (const std::string& d : flags) {
+      auto eq = d.find('=');
+      int64_t v = 0;
+      try {
+        if (eq == std::string::npos || eq == 0) throw std::invalid_argument(d);
+        size_t used = 0;
+        v = std::stoll(d.substr(eq + 1), &used);
+        if (used != d.size() - eq - 1 || v <= 0) throw std::invalid_argument(d);
+      } catch (const std::exception&) {
+        throw InputError(fmt::format("{}: '{}' is not NAME=VALUE with a positive VALUE", flag, cut_text(d)));
+      }
+      if (v > kMaxDim)
+        throw InputError(
+            fmt::format("{}: '{}' is more than the {} a dim may be (docs/cli.md#limits)", flag, cut_text(d), kMaxDim));
+      if (auto [it, fresh] = out.emplace(d.substr(0, eq), v); !fresh)
+        throw InputError(fmt::format("{}: '{}' is given twice ({} and {})", flag, cut_text(it->first), it->second, v));
     }
-    if (v > kMaxDim)
-      throw InputError(
-          fmt::format("--dim: '{}' is more than the {} a dim may be (docs/cli.md#limits)", cut_text(d), kMaxDim));
-    if (auto [it, fresh] = lo.dims.emplace(d.substr(0, eq), v); !fresh)
-      throw InputError(fmt::format("--dim: '{}' is given twice ({} and {})", cut_text(it->first), it->second, v));
-  }
+  };
+  sizes(o.dims, "--dim", lo.dims);
+  sizes(o.hints, "--hint", lo.hints);
 
   Pipeline p;
   p.target = Target::load(o.target);

@@ -409,8 +409,8 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
       if (!runtime.contains(sym)) hints[sym] = hint.get<int64_t>();
   if (!hints.empty())
     fmt::print(
-        "dims      symbolic, kept in the device files; sizes and times below at the hints {} (--dim N=V for "
-        "others)\n",
+        "dims      symbolic, kept in the device files; sizes and times below at the hints {} (--hint N=V to "
+        "plan at others, --dim N=V to bind)\n",
         bindings_str(hints));
   if (r.contains("smallest_sizes")) {  // a halo window over a symbolic dim (docs/shapes.md)
     std::vector<std::string> least;

@@ -79,6 +79,11 @@ struct LoadOptions {
   /// whose outputs depend on a symbol fold only when their values are such expressions. Graph::dim_hints lists the
   /// symbols, Graph::dim_guards what the model assumes of them.
   bool keep_symbols = false;
+  /// partition --hint NAME=VALUE: the hint of kept symbol NAME (keep_symbols) in place of the next prime: the size
+  /// partitioning decides and costs at, and that the report's numbers are for, without specialising the files to it
+  /// (images at 224 rows, where the primes' 17 rows would gather every deep layer's halo). A name that is not a kept
+  /// symbol (unknown, or bound by `dims` or the inputs) is an InputError.
+  std::map<std::string, int64_t> hints;
   /// The outputs of NonZero, Compress, TopK with a computed k, Unique and NonMaxSuppression on values known only at
   /// run time get a data-dependent dim symbol each (Graph::runtime_dims, docs/shapes.md step 6) instead of staying
   /// untyped (false: such a node is the one-line "has a data-dependent shape" error, as for other ops).

@@ -654,9 +654,26 @@ struct Loader {
     }
   }
 
-  // opts.keep_symbols: input `name`'s dim i (of `rank`) is the symbol `sym`, with the next hint (kFirstDimHint's
-  // sequence of primes) when it is new.
+  // Every --hint names a symbol that loading keeps (a misspelt one would change nothing, silently).
+  void check_hint_names() const {
+    for (const auto& [name, value] : opts.hints) {
+      if (hints.count(name)) continue;
+      if (input_dim_names.count(name))
+        fail(fmt::format("--hint {}={}: '{}' is bound{}, so it has no hint", cut_text(name), value, cut_text(name),
+                         opts.keep_symbols ? " by --dim or --inputs"
+                                           : " here (--training, --pipeline and --auto need sizes: use --dim)"));
+      fail(fmt::format(
+          "--hint {}={}: the model's inputs have no dim named '{}' ({})", cut_text(name), value, cut_text(name),
+          input_dim_names.empty() ? std::string("their dims are all static")
+                                  : fmt::format("their symbolic dims: {}",
+                                                cut_text(fmt::format("{}", fmt::join(input_dim_names, ", ")), 200))));
+    }
+  }
+
+  // opts.keep_symbols: input `name`'s dim i (of `rank`) is the symbol `sym`, with its --hint or else the next hint
+  // (kFirstDimHint's sequence of primes) when it is new.
   void keep_symbol(const std::string& name, int i, int rank, const std::string& sym) {
+    if (auto given = opts.hints.find(sym); given != opts.hints.end() && !hints.count(sym)) hints[sym] = given->second;
     if (!hints.count(sym)) {
       int64_t h = hints.empty() ? kFirstDimHint
                                 : std::max_element(
@@ -716,6 +733,7 @@ struct Loader {
         d->set_dim_value(it->second);
       }
     }
+    check_hint_names();
     // The same symbols elsewhere (outputs, value_info) are bound too, so stale annotations cannot conflict.
     auto bind = [&](onnx::ValueInfoProto& vi) {
       if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) return;

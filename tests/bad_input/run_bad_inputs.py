@@ -141,6 +141,11 @@ def flag_cases(work: Path):
     cases += [(f"run {' '.join(b)!r}", ["run", m, "--mesh", "1"] + b) for b in newline]
     cases += [(f"partition {' '.join(b)!r}", ["partition", m, "--mesh", "2", "-o", str(work / "nl")] + b)
               for b in (["--notation", "a\nb"], ["--collectives", "a\nb"])]
+    hint = [["--hint", x] for x in ["=", "batch", "batch=0", "batch=-1", "batch=2199023255552", "seq=3", "a\nb=3"]]
+    hint += [["--hint", "batch=4", "--dim", "batch=4"], ["--hint", "batch=4", "--hint", "batch=5"],
+             ["--hint", "batch=4", "--training"]]
+    cases += [(f"partition {' '.join(b)!r}", ["partition", m, "--mesh", "2", "-o", str(work / "hint")] + b)
+              for b in hint]
     return cases
 
 

@@ -218,7 +218,9 @@ TEST(AutoConstraints, TheSidecarsAnnotationsAreKept) {
   ASSERT_EQ(p.code, 0) << p.out << p.err;
   nlohmann::json sh = read_json(d / "out" / "shardings.json");
   EXPECT_EQ(sh["tensors"]["input_ids"], nlohmann::json::parse("[\"model\", null]")) << sh["tensors"].dump();
-  for (const auto& c : read_json(d / "out" / "report.json")["auto"]["choices"])
+  const nlohmann::json report = read_json(d / "out" / "report.json");  // alive while the loop reads it
+  ASSERT_FALSE(report["auto"]["choices"].empty());
+  for (const auto& c : report["auto"]["choices"])
     for (const auto& v : c["values"]) EXPECT_NE(v.get<std::string>(), "input_ids");
 }
 

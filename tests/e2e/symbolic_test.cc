@@ -1,6 +1,7 @@
 // Symbolic dims through the CLI (docs/shapes.md): `partition` of a model with dynamic axes needs no --dim, says at
 // which sizes it costed, and its device files run at other sizes with `run --program` on the emulator; --dim still
 // specialises; simulate, which needs sizes, asks for them.
+#include <fstream>
 #include <map>
 #include <tuple>
 
@@ -20,7 +21,7 @@ TEST(SymbolicCli, PartitionWithoutDimKeepsTheSymbolsAndTheFilesRunAtOtherSizes) 
   CmdResult r = cli("partition " + kLlama + kTp2 + " -o " + (d / "tp2").string(), "symbolic_partition");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("dims      symbolic, kept in the device files; sizes and times below at the hints batch=17, "
-                       "past=23, seq=19 (--dim N=V for others)\n"),
+                       "past=23, seq=19 (--hint N=V to plan at others, --dim N=V to bind)\n"),
             std::string::npos)
       << r.out;
   const nlohmann::json report = read_json(d / "tp2" / "report.json");
@@ -136,6 +137,55 @@ TEST(SymbolicCli, HaloWindowsOverSymbolicImageDimsRunAtOtherSizes) {
                     "symbolic_halo_small_static");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("expected  passed"), std::string::npos) << r.out;
+}
+
+// --hint plans at a realistic size without binding it: the image rows over 4 at the hint 19 are shards too narrow for
+// five of the six windowed layers' halos, gathered with a warning; at --hint height=45 two are, the files serve
+// height >= 33, and `run --program` (which partitions again at the files' hints to check them) runs them exact at
+// 45x38; a --hint that names no symbol kept, or a bound one, is one line.
+TEST(SymbolicCli, AHintPlansAtARealisticSizeWithoutBindingIt) {
+  const fs::path d = scratch("symbolic_hint");
+  fs::create_directories(d);
+  {
+    std::ofstream(d / "rows4.plan.json")
+        << R"({"mesh": {"shape": [4], "axes": ["rows"]}, "tensors": {"image": [null, null, "rows", null]}})";
+  }
+  const std::string dir = "testdata/cnn/dyn_cnn/";
+  const std::string model = dir + "model.onnx --mesh 4 --shardings " + (d / "rows4.plan.json").string();
+  auto gathered = [](const std::string& out) {
+    int n = 0;
+    for (size_t at = out.find("gathered instead"); at != std::string::npos; at = out.find("gathered instead", at + 1))
+      ++n;
+    return n;
+  };
+  CmdResult r = cli("partition " + model + " -o " + (d / "primes").string(), "symbolic_hint_primes");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(gathered(r.out), 5) << r.out;
+  r = cli("partition " + model + " --hint height=45 -o " + (d / "h45").string(), "symbolic_hint_45");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(gathered(r.out), 2) << r.out;
+  EXPECT_NE(r.out.find("the hints batch=17, height=45, width=47 (--hint"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dims      the device files serve height >= 33 "), std::string::npos) << r.out;
+  const nlohmann::json report = read_json(d / "h45" / "report.json");
+  std::map<std::string, int> kinds;
+  for (const auto& c : report["collectives"]) ++kinds[c["kind"].get<std::string>()];
+  EXPECT_EQ(kinds, (std::map<std::string, int>{{"collective-permute", 8}, {"all-gather", 2}, {"all-reduce", 1}}));
+  r = cli("run " + model + " --program " + (d / "h45").string() + " --inputs " + dir + "test_data_set_0 --expected " +
+              dir + "test_data_set_0",
+          "symbolic_hint_run");
+  EXPECT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("expected  passed"), std::string::npos) << r.out;
+  r = cli("partition " + model + " --hint hieght=45 -o " + (d / "bad").string(), "symbolic_hint_unknown");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: " + dir +
+                       "model.onnx: --hint hieght=45: the model's inputs have no dim named 'hieght' (their symbolic "
+                       "dims: batch, height, width)\n");
+  r = cli("partition " + model + " --hint height=45 --dim height=45 -o " + (d / "bad").string(), "symbolic_hint_bound");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: " + dir +
+                       "model.onnx: --hint height=45: 'height' is bound by --dim or --inputs, so it has "
+                       "no hint\n");
+  EXPECT_FALSE(fs::exists(d / "bad"));
 }
 
 // SAME padding of a stride-2 dim changes with the size's parity, so a symbolic one is refused in one line whether the
