@@ -645,16 +645,14 @@ void Partitioner::emit_local(const Node& node, const OpShardingRule& rule, const
         throw UnsupportedError(
             fmt::format("{} ({}): mean of {} over a split dim", node.name, node.op_type, dtype_name(gvv.dtype)));
       int scale = -1;
-      if (symbolic_mean && P().values[out].shape.empty())  // the [1] scale would make the scalar a [1]
-        throw UnsupportedError(
-            fmt::format("{} ({}): a mean to a scalar over a split symbolic dim ({}) is not "
-                        "partitioned yet: bind it with --dim",
-                        node.name, node.op_type, total_count.str()));
       if (symbolic_mean) {
         scale = emit(
             "Div",
             {runtime_size("mean_shard", shard_count, gvv.dtype), runtime_size("mean_total", total_count, gvv.dtype)},
             "mean_scale", gvv.dtype, {1});
+        if (P().values[out].shape.empty())  // a mean to a scalar: the [1] scale would make it a [1]
+          scale = emit("Reshape", {scale, int64_const("scalar_shape", std::vector<int64_t>{})}, "mean_scale", gvv.dtype,
+                       {});
       } else {
         Tensor t(gvv.dtype, {});
         if (gvv.dtype == DType::kFloat64)

@@ -2,6 +2,8 @@
 // dynamic axes load without --dim, every value that depends on a symbol carries its dims as expressions, and those
 // expressions are the shapes that loading with any binding of the symbols gives. Partitioning such a graph
 // (attach_program_symbols), its soundness check (check_symbolic_program) and the device files' dim_params.
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include "backend/pod/pod.h"
@@ -234,32 +236,34 @@ TEST(SymbolicPartition, ASplitSequenceIsCheckedToo) {
 // symbols) instead of a literal; the check at other sizes passes, and the program run at n = 17 (the hint, uneven)
 // is the unpartitioned mean.
 TEST(SymbolicPartition, AMeanOverASplitSymbolicDimScalesByTheRunsSizes) {
-  gspmd::testing::GraphBuilder b;
-  const int x = b.input("x", {17, 8});
-  b.g.values[static_cast<size_t>(x)].sym =
-      std::make_shared<const SymbolicValue>(SymbolicValue{{DimExpr::symbol("n"), 8}, std::nullopt});
-  b.g.dim_hints = {{"n", 17}};
-  const int mean = b.node("ReduceMean", {x}, {1, 8}, {{"axes", std::vector<int64_t>{0}}, {"keepdims", int64_t{1}}});
-  b.g.outputs = {b.g.nodes[static_cast<size_t>(mean)].outputs[0]};
-  const Annotations a = split_over_2({x}, 0);
-  const SpmdProgram p = partition(b.g, propagate(b.g, a), a.mesh);
-  int counts = 0;
-  for (const Value& v : p.program.values)
-    if (v.sym && v.sym->elems) {
-      EXPECT_TRUE(dims_str(*v.sym->elems) == "[ceil(n / 2)]" || dims_str(*v.sym->elems) == "[n]")
-          << dims_str(*v.sym->elems);
-      ++counts;
-    }
-  EXPECT_EQ(counts, 2);
-  for (int64_t n : {1, 2, 5, 30})
-    EXPECT_EQ(unsupported_message([&] { check_symbolic_program(p, b.g, {{"n", n}}); }), "(no error)") << n;
-  std::vector<float> data(17 * 8);
-  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 13) - 4.0F;
-  const Tensor in = Tensor::from_floats({17, 8}, data);
-  const Tensor want = run_single(b.g, {in}).outputs.at(0);
-  const Tensor got = run_spmd(p, b.g, {in}).outputs.at(0);
-  ASSERT_EQ(got.shape, want.shape);
-  for (int64_t k = 0; k < want.numel(); ++k) EXPECT_NEAR(got.data<float>()[k], want.data<float>()[k], 1e-5) << k;
+  // over the rows, keeping them ([1, 8]), and over everything to a scalar (the scale reshaped to a scalar)
+  for (const auto& [axes, keepdims, shape] :
+       {std::tuple<std::vector<int64_t>, int64_t, Shape>{{0}, 1, {1, 8}}, {{0, 1}, 0, {}}}) {
+    gspmd::testing::GraphBuilder b;
+    const int x = b.input("x", {17, 8});
+    b.g.values[static_cast<size_t>(x)].sym =
+        std::make_shared<const SymbolicValue>(SymbolicValue{{DimExpr::symbol("n"), 8}, std::nullopt});
+    b.g.dim_hints = {{"n", 17}};
+    const int mean = b.node("ReduceMean", {x}, shape, {{"axes", axes}, {"keepdims", keepdims}});
+    b.g.outputs = {b.g.nodes[static_cast<size_t>(mean)].outputs[0]};
+    const Annotations a = split_over_2({x}, 0);
+    const SpmdProgram p = partition(b.g, propagate(b.g, a), a.mesh);
+    std::vector<std::string> counts;
+    for (const Value& v : p.program.values)
+      if (v.sym && v.sym->elems) counts.push_back(dims_str(*v.sym->elems));
+    std::sort(counts.begin(), counts.end());
+    // the split factor's counts: each device's rows and all of them (the unsplit columns divide out)
+    EXPECT_EQ(counts, (std::vector<std::string>{"[ceil(n / 2)]", "[n]"})) << keepdims;
+    for (int64_t n : {1, 2, 5, 30})
+      EXPECT_EQ(unsupported_message([&] { check_symbolic_program(p, b.g, {{"n", n}}); }), "(no error)") << n;
+    std::vector<float> data(17 * 8);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 13) - 4.0F;
+    const Tensor in = Tensor::from_floats({17, 8}, data);
+    const Tensor want = run_single(b.g, {in}).outputs.at(0);
+    const Tensor got = run_spmd(p, b.g, {in}).outputs.at(0);
+    ASSERT_EQ(got.shape, want.shape);
+    for (int64_t k = 0; k < want.numel(); ++k) EXPECT_NEAR(got.data<float>()[k], want.data<float>()[k], 1e-5) << k;
+  }
 }
 
 // A split dim that divides at the hints but not at every size (past + seq over 2: 23 + 19 is even) is masked as an
