@@ -453,7 +453,10 @@ struct Exporter {
   }
   // True when per-device op `ni` on x's `axis` involves the dim symbols (its input dim there, or an attribute).
   bool symbolic_window(const Value& x, int64_t axis, int ni) const {
-    if (!dim_of(x, axis).is_constant()) return true;
+    return !dim_of(x, axis).is_constant() || has_symbolic_attrs(ni);
+  }
+  // True when an attribute of program node `ni` is an expression over the symbols (SpmdProgram::sym_attrs).
+  bool has_symbolic_attrs(int ni) const {
     return std::any_of(p.sym_attrs.begin(), p.sym_attrs.end(),
                        [&](const SpmdProgram::SymbolicAttr& a) { return a.node == ni; });
   }
@@ -464,6 +467,14 @@ struct Exporter {
       case GspmdOp::kPartitionOffset: {
         const PartitionOffsetAttrs a = partition_offset_attrs(n);
         const int64_t tile = p.mesh.tile_index(device, checked(n, a.mesh_axes));
+        if (const int ni = node_index(n); has_symbolic_attrs(ni)) {  // a shard size over the symbols
+          const std::string off = expr_value(p.attr_expr(ni, "shard_size", a.shard_size) * tile);  // [1]
+          if (y.shape.empty())
+            add_node(n.name, "Reshape", {off, add_const(n.name + "/scalar", Tensor::from_int64s({}))}, {y.name});
+          else
+            add_node(n.name, "Identity", {off}, {y.name});
+          return;
+        }
         auto* c = add_node(n.name, "Constant", {}, {y.name});
         Tensor t = Tensor::from_int64s({a.offset(tile)}, /*scalar=*/true);
         t.shape = y.shape;  // scalar or [1], as the program says

@@ -18,7 +18,6 @@ void Partitioner::lower_gather(int n, const OpShardingRule& rule, const FactorSh
   const int64_t axis_attr = node.i("axis", 0);
   const int rank = static_cast<int>(tv.shape.size());
   const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
-  require_static_dim(gtable, static_cast<size_t>(axis), node.name + " (Gather): a vocab-parallel lookup");
   int vf = -1;
   for (int f : rule.operands[0][axis]) vf = f;
   const std::vector<int>& A = F[vf];
@@ -29,38 +28,50 @@ void Partitioner::lower_gather(int n, const OpShardingRule& rule, const FactorSh
   const Shape ids_shape = P().values[ids].shape;
   if (P().values[ids].dtype != DType::kInt64)
     ids = emit("Cast", {ids}, on + "/ids", DType::kInt64, ids_shape, {{"to", int64_t(DType::kInt64)}});
+  // Over a symbolic vocabulary (docs/shapes.md) the sizes below are expressions computed on the device from the run's
+  // sizes: the vocabulary, the shard size (ceil(vocab / k)), each device's offset and the range check's table.
+  const DimExpr vocab = global_dim(gtable, static_cast<size_t>(axis));
+  const DimExpr shard = local_dim(gtable, static_cast<size_t>(axis), A);
   // The ids' range, checked as the model's own Gather checks them: a lookup of the global ids in a zero-width table
   // of the whole vocabulary (no data moves), under the node's name. The masked lookup below would otherwise turn an
   // id the unpartitioned run refuses into zeros (issue 28).
-  {
+  if (tv.shape.size() >= 2) {
     Shape none = tv.shape;
     none[static_cast<size_t>(axis == 0 ? 1 : 0)] = 0;
-    if (tv.shape.size() >= 2) {
-      Node check;
-      check.op_type = "Gather";
-      check.attrs["axis"] = int64_t{axis};
-      Shape out(none.begin(), none.begin() + axis);  // Gather's result: table dims, ids dims, table dims
-      out.insert(out.end(), ids_shape.begin(), ids_shape.end());
-      out.insert(out.end(), none.begin() + axis + 1, none.end());
-      emit(std::move(check), {new_constant(on + "/range_check_table", Tensor(tv.dtype, none)), ids},
-           on + "/range_check", tv.dtype, out);
-      P().nodes.back().name = node.name;
+    int empty = -1;
+    if (vocab.is_constant()) {
+      empty = new_constant(on + "/range_check_table", Tensor(tv.dtype, none));
+    } else {  // ConstantOfShape of the table's dims over the symbols, one of them 0
+      std::vector<DimExpr> dims;
+      for (size_t d = 0; d < none.size(); ++d) dims.push_back(none[d] == 0 ? DimExpr(0) : global_dim(gtable, d));
+      Node fill;
+      fill.op_type = "ConstantOfShape";
+      fill.attrs["value"] = Tensor(tv.dtype, {1});
+      empty = emit(std::move(fill), {int64_const(on + "/range_check_shape", dims, none)}, on + "/range_check_table",
+                   tv.dtype, none);
     }
+    Node check;
+    check.op_type = "Gather";
+    check.attrs["axis"] = int64_t{axis};
+    Shape out(none.begin(), none.begin() + axis);  // Gather's result: table dims, ids dims, table dims
+    out.insert(out.end(), ids_shape.begin(), ids_shape.end());
+    out.insert(out.end(), none.begin() + axis + 1, none.end());
+    emit(std::move(check), {empty, ids}, on + "/range_check", tv.dtype, out);
+    P().nodes.back().name = node.name;
   }
-  const int64_t shard = P().values[table].shape[axis];
-  int off = emit(gspmd_node(PartitionOffsetAttrs{.mesh_axes = A, .shard_size = shard}), {}, on + "/offset",
-                 DType::kInt64, {});
+  int off = emit(gspmd_node(PartitionOffsetAttrs{.mesh_axes = A, .shard_size = shard.eval(g_.dim_hints)}), {},
+                 on + "/offset", DType::kInt64, {});
+  symbolic_attr("shard_size", shard, false);
   // Negative ids count from the end of the table (ONNX Gather): make them positive first.
-  const int64_t vocab = tv.shape[axis];
   const int zero_id = int64_const("zero", {0}, true);
   int neg = emit("Less", {ids, zero_id}, on + "/negative", DType::kBool, ids_shape);
-  int wrapped = emit("Add", {ids, int64_const("vocab", {vocab}, true)}, on + "/wrapped", DType::kInt64, ids_shape);
+  int wrapped = emit("Add", {ids, int64_scalar("vocab", vocab)}, on + "/wrapped", DType::kInt64, ids_shape);
   ids = emit("Where", {neg, wrapped, ids}, on + "/ids", DType::kInt64, ids_shape);
   int li = emit("Sub", {ids, off}, on + "/local_ids", DType::kInt64, ids_shape);
   // li >= 0 as Not(li < 0): GreaterOrEqual is opset 12+, and the device files keep the model's opset (11 and up)
   int below = emit("Less", {li, zero_id}, on + "/below", DType::kBool, ids_shape);
   int ge = emit("Not", {below}, on + "/ge", DType::kBool, ids_shape);
-  int lt = emit("Less", {li, int64_const("shard", {shard}, true)}, on + "/lt", DType::kBool, ids_shape);
+  int lt = emit("Less", {li, int64_scalar("shard", shard)}, on + "/lt", DType::kBool, ids_shape);
   int valid = emit("And", {ge, lt}, on + "/valid", DType::kBool, ids_shape);
   int safe = emit("Where", {valid, li, zero_id}, on + "/safe_ids", DType::kInt64, ids_shape);
   TensorSharding rs = sharding_from_factors(F, rule.results[0]);

@@ -126,6 +126,17 @@ int Partitioner::runtime_size(const std::string& hint, const DimExpr& e, DType d
   return emit("Cast", {c}, hint + "_f", dt, {1}, {{"to", static_cast<int64_t>(dt)}});
 }
 
+int Partitioner::to_scalar(int v) {
+  const Value& x = P().values[static_cast<size_t>(v)];
+  return emit("Reshape", {v, int64_const("scalar_shape", std::vector<int64_t>{})}, x.name, x.dtype, {});
+}
+
+int Partitioner::int64_scalar(const std::string& hint, const DimExpr& e) {
+  const int64_t at_hints = e.eval(g_.dim_hints);
+  if (e.is_constant()) return int64_const(hint, {at_hints}, true);
+  return to_scalar(int64_const(hint, std::vector<DimExpr>{e}, {at_hints}));
+}
+
 DimExpr Partitioner::global_dim(int gv, size_t d) const {
   const Value& v = g_.values[static_cast<size_t>(gv)];
   return v.sym ? v.sym->dims.at(d) : DimExpr(v.shape.at(d));
@@ -137,15 +148,6 @@ DimExpr Partitioner::local_dim(int gv, size_t d, const std::vector<int>& axes) c
 
 void Partitioner::symbolic_attr(const std::string& attr, const DimExpr& e, bool even_constant) {
   if (even_constant || !e.is_constant()) out_.sym_attrs.push_back({static_cast<int>(P().nodes.size()) - 1, attr, e});
-}
-
-void Partitioner::require_static_dim(int gv, size_t d, const std::string& what) const {
-  const DimExpr e = global_dim(gv, d);
-  if (!e.is_constant())
-    throw UnsupportedError(
-        fmt::format("{} of the symbolic dim {} ({}) of '{}' is not partitioned yet: bind it with "
-                    "--dim",
-                    what, d, e.str(), g_.values[static_cast<size_t>(gv)].name));
 }
 
 void Partitioner::bind(int gv, const TensorSharding& s, int lv) {
@@ -650,9 +652,7 @@ void Partitioner::emit_local(const Node& node, const OpShardingRule& rule, const
             "Div",
             {runtime_size("mean_shard", shard_count, gvv.dtype), runtime_size("mean_total", total_count, gvv.dtype)},
             "mean_scale", gvv.dtype, {1});
-        if (P().values[out].shape.empty())  // a mean to a scalar: the [1] scale would make it a [1]
-          scale = emit("Reshape", {scale, int64_const("scalar_shape", std::vector<int64_t>{})}, "mean_scale", gvv.dtype,
-                       {});
+        if (P().values[out].shape.empty()) scale = to_scalar(scale);  // a mean to a scalar: [1] would make it a [1]
       } else {
         Tensor t(gvv.dtype, {});
         if (gvv.dtype == DType::kFloat64)

@@ -95,6 +95,12 @@ class Partitioner {
   /// run's sizes: an int64 constant over the symbols, cast (docs/shapes.md). What a mean over a split symbolic dim
   /// divides by.
   int runtime_size(const std::string& hint, const DimExpr& e, DType dt);
+  /// An int64 scalar holding `e` (a size over the dim symbols): a literal when `e` is constant, else the [1] constant
+  /// over the symbols reshaped to a scalar, computed on the device from the run's sizes (a vocab-parallel lookup's
+  /// vocabulary and shard size over a symbolic table).
+  int int64_scalar(const std::string& hint, const DimExpr& e);
+  /// `v` (a [1] value) reshaped to a scalar.
+  int to_scalar(int v);
   /// Global value gv's dim d over the dim symbols (its size when static).
   DimExpr global_dim(int gv, size_t d) const;
   /// True when global value gv's dim d split over `axes` may leave padding to mask: it does not divide, at the hints
@@ -107,9 +113,6 @@ class Partitioner {
   /// Records attribute `attr` of the node emitted last as the expression `e` (when `e` reads a symbol, or always
   /// with `even_constant`: a size on a symbolic dim that happens to be constant, such as a halo window's step 0).
   void symbolic_attr(const std::string& attr, const DimExpr& e, bool even_constant = false);
-  /// Throws UnsupportedError("<what> of the symbolic dim d of 'v' ...: bind it with --dim") when global value gv's
-  /// dim d reads a symbol: for the lowering that does not carry expressions yet (a vocab-parallel lookup).
-  void require_static_dim(int gv, size_t d, const std::string& what) const;
   /// Records that program value `lv` holds global value `gv` with sharding `s` (the first one recorded is gv's
   /// primary representation and its final sharding).
   void bind(int gv, const TensorSharding& s, int lv);

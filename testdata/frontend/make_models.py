@@ -644,6 +644,30 @@ def layer_norm_cols():
         f.write('{"mesh": {"shape": [2], "axes": ["cols"]}, "tensors": {"x": [null, "cols"]}}\n')
 
 
+def lookup_vocab():
+    """y = Gather(table, ids) over table float [vocab, 4], vocab a symbol, and ids int64 [3]: a vocab-parallel lookup
+    of a symbolic table (tests/e2e/symbolic_test.cc). lookup_vocab/test_data_set_0 holds vocab = 5 (uneven over 2),
+    ids [4, -1, 0] (a negative id counts from the end) and numpy's lookup; test_data_set_1 an id of 5, out of range;
+    lookup_vocab/vocab2.plan.json splits the table's rows over 2."""
+    table = helper.make_tensor_value_info("table", TensorProto.FLOAT, ["vocab", 4])
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])
+    g = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["y"], name="lookup", axis=0)],
+                          "lookup_vocab", [table, ids], [y])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "lookup_vocab.onnx")
+    t = (np.arange(5 * 4, dtype=np.float32) % 7 - 2).reshape(5, 4)
+    for k, i in enumerate((np.array([4, -1, 0], np.int64), np.array([1, 5, 0], np.int64))):
+        d = os.path.join(HERE, "lookup_vocab", f"test_data_set_{k}")
+        os.makedirs(d, exist_ok=True)
+        onnx.save_tensor(numpy_helper.from_array(t, "table"), os.path.join(d, "input_0.pb"))
+        onnx.save_tensor(numpy_helper.from_array(i, "ids"), os.path.join(d, "input_1.pb"))
+        if k == 0:
+            onnx.save_tensor(numpy_helper.from_array(t[i], "y"), os.path.join(d, "output_0.pb"))
+    with open(os.path.join(HERE, "lookup_vocab", "vocab2.plan.json"), "w") as f:
+        f.write('{"mesh": {"shape": [2], "axes": ["vocab"]}, "tensors": {"table": ["vocab", null]}}\n')
+
+
 def same_stride2():
     """y = Conv(x, w) with auto_pad SAME_UPPER, strides [1, 2], over x float [1, 2, h, w], h and w symbols: SAME
     padding of a stride-2 dim changes with its size's parity (tests/e2e/symbolic_test.cc). same_stride2/rows2 and
@@ -691,5 +715,6 @@ if __name__ == "__main__":
     many_counts()
     growing_loop()
     mean_rows()
+    lookup_vocab()
     same_stride2()
     layer_norm_cols()

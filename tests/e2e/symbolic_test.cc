@@ -92,6 +92,23 @@ TEST(SymbolicCli, ALayerNormOverASplitSymbolicDimRunsAtOtherSizes) {
   expect_files_run_test_data("layer_norm_cols", "cols2");
 }
 
+// A vocab-parallel lookup of a symbolic table: the rows over 2 (vocab's hint is 17); each device's offset, shard size
+// and the id range check are computed from the run's vocabulary, and the files run exact at vocab = 5 (uneven over
+// 2) with a negative id. An id past the table is the unpartitioned run's own line.
+TEST(SymbolicCli, AVocabParallelLookupOfASymbolicTableRunsAtOtherSizes) {
+  expect_files_run_test_data("lookup_vocab", "vocab2");
+  const std::string dir = "testdata/frontend/lookup_vocab/";
+  CmdResult r =
+      cli("run testdata/frontend/lookup_vocab.onnx --mesh 2 --shardings " + dir + "vocab2.plan.json --program " +
+              (fs::path(GSPMD_BINARY_DIR) / "e2e-scratch" / "symbolic_lookup_vocab" / "vocab2").string() +
+              " --inputs " + dir + "test_data_set_1",
+          "symbolic_lookup_vocab_range");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: " + dir +
+                       "test_data_set_1/input_1.pb: input 'ids' holds index 5 (element 1), out of range for Gather "
+                       "'lookup' (axis 0 of size 5)\n");
+}
+
 // Halo windows over symbolic image dims: a CNN exported with dynamic height and width (testdata/cnn/dyn_cnn: a
 // ResNet-style stem, a stride-2 conv, a dilated conv, an average pool) partitioned by rows over 2, and by rows and
 // columns over 2x2, without --dim. Every windowed op exchanges halos (two collective-permutes per split dim); the
