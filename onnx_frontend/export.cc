@@ -609,35 +609,74 @@ struct Exporter {
     return n;
   }
 
-  /// `x` (of type `from`) as type `to`: x itself or a Cast to a temp of `shape`, or to `out` when given.
-  std::string cast(const Node& n, const std::string& x, DType from, DType to, const Shape& shape,
+  // The lowering's shapes are dims over the symbols (a static dim is a constant expression): its temps declare them
+  // as dim_params and its Reshape targets are computed from the run's sizes (expr_value), so that a device file over
+  // the symbols stays one (docs/shapes.md).
+  using Dims = std::vector<DimExpr>;
+  static Dims dims_of_value(const Value& v) { return v.sym ? v.sym->dims : Dims(v.shape.begin(), v.shape.end()); }
+
+  /// A temp of type t with the dims `d`.
+  std::string add_dims_temp(const std::string& hint, DType t, const Dims& d) {
+    Value v;
+    v.name = fresh(hint);
+    v.dtype = t;
+    bool symbolic = false;
+    for (const DimExpr& e : d) {
+      v.shape.push_back(e.eval(G.dim_hints));
+      symbolic = symbolic || !e.is_constant();
+    }
+    if (symbolic) v.sym = std::make_shared<const SymbolicValue>(SymbolicValue{d, std::nullopt});
+    set_value_info(pg->add_value_info(), v);
+    return v.name;
+  }
+
+  /// The int64 [rank] shape operand holding `d`: a constant, or the dims computed from the run's sizes.
+  std::string shape_operand(const Node& n, const Dims& d) {
+    if (std::all_of(d.begin(), d.end(), [](const DimExpr& e) { return e.is_constant(); })) {
+      std::vector<int64_t> v;
+      for (const DimExpr& e : d) v.push_back(e.constant_part());
+      return add_const(n.name + "/shape", Tensor::from_int64s(v));
+    }
+    std::vector<std::string> parts;
+    for (const DimExpr& e : d) parts.push_back(expr_value(e));
+    const std::string y = add_temp(n.name + "/shape", DType::kInt64, {static_cast<int64_t>(d.size())});
+    set_attr(add_node(fresh(n.name + "/Concat"), "Concat", parts, {y})->add_attribute(), "axis", int64_t{0});
+    return y;
+  }
+
+  /// `x` (of type `from`) as type `to`: x itself or a Cast to a temp of dims `d`, or to `out` when given.
+  std::string cast(const Node& n, const std::string& x, DType from, DType to, const Dims& d,
                    const std::string& out = "") {
     if (from == to) return x;
     if (opset < 6) ort_refuse(n, fmt::format("casting {} needs ai.onnx opset >= 6", dtype_name(from)));
-    std::string y = out.empty() ? add_temp(n.name + "/cast", to, shape) : out;
+    std::string y = out.empty() ? add_dims_temp(n.name + "/cast", to, d) : out;
     auto* c = add_node(fresh(n.name + "/Cast"), "Cast", {x}, {y});
     set_attr(c->add_attribute(), "to", static_cast<int64_t>(to));
     return y;
   }
 
-  /// `x` reshaped to `to` (a temp, or `out`).
-  std::string reshape(const Node& n, const std::string& x, DType t, const Shape& to, const std::string& out = "") {
-    std::string y = out.empty() ? add_temp(n.name + "/reshaped", t, to) : out;
+  /// `x` reshaped to the dims `to` (a temp, or `out`).
+  std::string reshape(const Node& n, const std::string& x, DType t, const Dims& to, const std::string& out = "") {
+    std::string y = out.empty() ? add_dims_temp(n.name + "/reshaped", t, to) : out;
     if (opset >= 5) {
-      add_node(fresh(n.name + "/Reshape"), "Reshape", {x, add_const(n.name + "/shape", Tensor::from_int64s(to))}, {y});
-    } else {
-      auto* r = add_node(fresh(n.name + "/Reshape"), "Reshape", {x}, {y});
-      set_attr(r->add_attribute(), "shape", to);
+      add_node(fresh(n.name + "/Reshape"), "Reshape", {x, shape_operand(n, to)}, {y});
+      return y;
     }
+    std::vector<int64_t> shape;
+    for (const DimExpr& e : to) {
+      if (!e.is_constant()) ort_refuse(n, "a Reshape to dims over the symbols needs ai.onnx opset >= 5");
+      shape.push_back(e.constant_part());
+    }
+    auto* r = add_node(fresh(n.name + "/Reshape"), "Reshape", {x}, {y});
+    set_attr(r->add_attribute(), "shape", shape);
     return y;
   }
 
-  /// `x` of `shape` transposed by `perm` (a temp).
-  std::string transpose(const Node& n, const std::string& x, DType t, const Shape& shape,
-                        const std::vector<int64_t>& perm) {
-    Shape to;
-    for (int64_t a : perm) to.push_back(shape[static_cast<size_t>(a)]);
-    std::string y = add_temp(n.name + "/transposed", t, to);
+  /// `x` of dims `d` transposed by `perm` (a temp).
+  std::string transpose(const Node& n, const std::string& x, DType t, const Dims& d, const std::vector<int64_t>& perm) {
+    Dims to;
+    for (int64_t a : perm) to.push_back(d[static_cast<size_t>(a)]);
+    std::string y = add_dims_temp(n.name + "/transposed", t, to);
     auto* tr = add_node(fresh(n.name + "/Transpose"), "Transpose", {x}, {y});
     set_attr(tr->add_attribute(), "perm", perm);
     return y;
@@ -648,32 +687,33 @@ struct Exporter {
   /// the members are all devices in order).
   std::string gather_rows(const Node& n, const Value& x, DType wire, const std::vector<int64_t>& members) {
     const int64_t N = p.mesh.num_devices();
-    Shape one = x.shape, all = x.shape, sel = x.shape;
+    const Dims d = dims_of_value(x);
+    Dims one = d, all = d, sel = d;
     one.insert(one.begin(), 1);
     all.insert(all.begin(), N);
     sel.insert(sel.begin(), static_cast<int64_t>(members.size()));
-    const std::string x1 = reshape(n, cast(n, x.name, x.dtype, wire, x.shape), wire, one);
-    const std::string g = add_temp(n.name + "/all", wire, all);
+    const std::string x1 = reshape(n, cast(n, x.name, x.dtype, wire, d), wire, one);
+    const std::string g = add_dims_temp(n.name + "/all", wire, all);
     auto* ag = add_ms_node(n.name, "AllGather", x1, g);
     set_attr(ag->add_attribute(), "axis", int64_t{0});
     set_attr(ag->add_attribute(), "group_size", N);
     bool identity = static_cast<int64_t>(members.size()) == N;
     for (size_t k = 0; identity && k < members.size(); ++k) identity = members[k] == static_cast<int64_t>(k);
     if (identity) return g;
-    const std::string rows = add_temp(n.name + "/members_x", wire, sel);
+    const std::string rows = add_dims_temp(n.name + "/members_x", wire, sel);
     auto* ga = add_node(fresh(n.name + "/Gather"), "Gather",
                         {g, add_const(n.name + "/members", Tensor::from_int64s(members))}, {rows});
     set_attr(ga->add_attribute(), "axis", int64_t{0});
     return rows;
   }
 
-  /// The reduction of `rows` ([n, ...shape], type `wire`) over axis 0, into a temp of `shape` (or `out`).
-  std::string reduce_rows(const Node& n, const std::string& rows, DType wire, const Shape& shape, ReductionKind r,
+  /// The reduction of `rows` ([n, ...d], type `wire`) over axis 0, into a temp of dims `d` (or `out`).
+  std::string reduce_rows(const Node& n, const std::string& rows, DType wire, const Dims& d, ReductionKind r,
                           const std::string& out = "") {
     if (wire == DType::kBool) ort_refuse(n, "ONNX Runtime's collectives cannot reduce bool tensors");
     static const char* const kOps[] = {"ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"};
     const std::string op = kOps[static_cast<int>(r)];
-    const std::string y = out.empty() ? add_temp(n.name + "/reduced", wire, shape) : out;
+    const std::string y = out.empty() ? add_dims_temp(n.name + "/reduced", wire, d) : out;
     onnx::NodeProto* red = nullptr;
     if (opset >= (r == ReductionKind::kSum ? 13 : 18)) {  // axes became an input (ReduceSum-13, the others 18)
       red = add_node(fresh(n.name + "/" + op), op, {rows, add_const(n.name + "/axes", Tensor::from_int64s({0}))}, {y});
@@ -685,31 +725,34 @@ struct Exporter {
     return y;
   }
 
-  /// `rows` ([count, ...shape]: count members' tensors in order) concatenated along `axis` of `shape` into `out`: the
-  /// leading axis moved in front of `axis` (Transpose), then merged with it (Reshape).
-  void merge_rows(const Node& n, const std::string& rows, int64_t count, DType wire, const Shape& shape, int64_t axis,
+  /// `rows` ([count, ...d]: count members' tensors in order) concatenated along `axis` of `d` into `out`: the leading
+  /// axis moved in front of `axis` (Transpose), then merged with it (Reshape).
+  void merge_rows(const Node& n, const std::string& rows, int64_t count, DType wire, const Dims& d, int64_t axis,
                   const std::string& out) {
     std::string x = rows;
     if (axis > 0) {
-      Shape in = shape;
+      Dims in = d;
       in.insert(in.begin(), count);
       std::vector<int64_t> perm;
       for (int64_t k = 1; k <= axis; ++k) perm.push_back(k);
       perm.push_back(0);
-      for (int64_t k = axis + 1; k <= static_cast<int64_t>(shape.size()); ++k) perm.push_back(k);
+      for (int64_t k = axis + 1; k <= static_cast<int64_t>(d.size()); ++k) perm.push_back(k);
       x = transpose(n, rows, wire, in, perm);
     }
-    Shape merged = shape;
-    merged[static_cast<size_t>(axis)] *= count;
+    Dims merged = d;
+    merged[static_cast<size_t>(axis)] = merged[static_cast<size_t>(axis)] * count;
     reshape(n, x, wire, merged, out);
   }
 
-  /// Writes collective `n` as ONNX Runtime's com.microsoft collectives and standard ops (ExportOptions).
+  /// Writes collective `n` as ONNX Runtime's com.microsoft collectives and standard ops (ExportOptions). Over the dim
+  /// symbols every shape is dims over them; the axes a collective splits (reduce-scatter, all-to-all) are static, as
+  /// the reshard planner never splits a symbolic dim by a collective (ReshardPlanner::plan's ragged dims).
   void lower_ort(const Node& n) {
     const CollectiveAttrs a = collective_attrs(n);
     const std::vector<int>& axes = checked(n, a.mesh_axes);
     const Value& x = G.values.at(n.inputs.at(0));
     const Value& y = G.values.at(n.outputs.at(0));
+    const Dims X = dims_of_value(x), Y = dims_of_value(y);
     const int64_t N = p.mesh.num_devices();
     std::vector<int64_t> members;
     for (auto& grp : p.mesh.replica_groups(axes))
@@ -725,69 +768,67 @@ struct Exporter {
                                 "tensors, not {}",
                                 dtype_name(x.dtype)));
     const bool floating = x.dtype == DType::kFloat16 || x.dtype == DType::kFloat32 || x.dtype == DType::kFloat64;
-    // Every lowering but ORT's own AllReduce (a float sum over the world) writes static shapes (Reshape targets,
-    // slice bounds): over the dim symbols it would freeze the file at the hints.
     const bool ort_sum = a.kind == Collective::kAllReduce && world && a.reduction == ReductionKind::kSum && floating;
-    for (const Value* v : {&x, &y})
-      if (!ort_sum && v->sym && v->sym->has_symbols())
-        ort_refuse(n, fmt::format("'{}' has the dims {}, and this collective's lowering onto ONNX Runtime's writes "
-                                  "static shapes: bind the symbols with --dim, or keep --collectives gspmd",
-                                  v->name, dims_str(v->sym->dims)));
     const size_t rank = x.shape.size();
-    // The result in the wire type: y itself, or a temp cast to y at the end.
-    const std::string out = wire == y.dtype ? y.name : add_temp(n.name + "/result", wire, y.shape);
-    auto slice_tile = [&](const std::string& full, int64_t axis, const Shape& full_shape, const std::string& to) {
-      const int64_t c = full_shape[static_cast<size_t>(axis)] / ng;
-      emit_slice(n.name, full, to, axis, tile * c, (tile + 1) * c);
+    // One member's part of static dim `axis` of dims `d` (what a reduce-scatter or an all-to-all splits).
+    auto part = [&](const Dims& d, int64_t axis) {
+      const DimExpr& e = d[static_cast<size_t>(axis)];
+      if (!e.is_constant())
+        throw InternalError(
+            fmt::format("export: node '{}' ({}) splits the symbolic dim {} ({})", n.name, n.op_type, axis, e.str()));
+      return e.constant_part() / ng;
     };
+    // The result in the wire type: y itself, or a temp cast to y at the end.
+    const std::string out = wire == y.dtype ? y.name : add_dims_temp(n.name + "/result", wire, Y);
     switch (a.kind) {
       case Collective::kAllReduce:
         if (ort_sum) {
           add_ms_node(n.name, "AllReduce", x.name, y.name);
           return;
         }
-        reduce_rows(n, gather_rows(n, x, wire, members), wire, x.shape, a.reduction, out);
+        reduce_rows(n, gather_rows(n, x, wire, members), wire, X, a.reduction, out);
         break;
       case Collective::kAllGather: {
         const int64_t axis = norm_axis(n, a.axis, rank);
         if (in_order) {
-          auto* ag = add_ms_node(n.name, "AllGather", cast(n, x.name, x.dtype, wire, x.shape), out);
+          auto* ag = add_ms_node(n.name, "AllGather", cast(n, x.name, x.dtype, wire, X), out);
           set_attr(ag->add_attribute(), "axis", axis);
           set_attr(ag->add_attribute(), "group_size", N);
           break;
         }
-        merge_rows(n, gather_rows(n, x, wire, members), ng, wire, x.shape, axis, out);
+        merge_rows(n, gather_rows(n, x, wire, members), ng, wire, X, axis, out);
         break;
       }
       case Collective::kReduceScatter: {
         const int64_t axis = norm_axis(n, a.axis, rank);
         std::string full;
         if (world && a.reduction == ReductionKind::kSum && floating) {
-          full = add_temp(n.name + "/reduced", x.dtype, x.shape);
+          full = add_dims_temp(n.name + "/reduced", x.dtype, X);
           add_ms_node(n.name, "AllReduce", x.name, full);
         } else {
-          full = reduce_rows(n, gather_rows(n, x, wire, members), wire, x.shape, a.reduction);
+          full = reduce_rows(n, gather_rows(n, x, wire, members), wire, X, a.reduction);
         }
-        slice_tile(full, axis, x.shape, out);
+        const int64_t c = part(X, axis);
+        emit_slice(n.name, full, out, axis, tile * c, (tile + 1) * c);
         break;
       }
       case Collective::kAllToAll: {
         const int64_t sa = norm_axis(n, a.split_axis, rank), ca = norm_axis(n, a.concat_axis, rank);
-        const int64_t c = x.shape[static_cast<size_t>(sa)] / ng;
-        Shape chunk = x.shape;  // one member's chunk
+        const int64_t c = part(X, sa);
+        Dims chunk = X;  // one member's chunk
         chunk[static_cast<size_t>(sa)] = c;
-        Shape rows_shape = chunk;
-        rows_shape.insert(rows_shape.begin(), ng);
+        Dims rows_dims = chunk;
+        rows_dims.insert(rows_dims.begin(), ng);
         std::string rows;
         if (in_order) {
-          std::string xi = cast(n, x.name, x.dtype, wire, x.shape);
+          std::string xi = cast(n, x.name, x.dtype, wire, X);
           if (sa == 0 && ca == 0) {
             auto* aa = add_ms_node(n.name, "AllToAll", xi, out);
             set_attr(aa->add_attribute(), "group_size", N);
             break;
           }
           // x as [N, ...chunk]: split_axis cut into [N, c] and N moved to the front; AllToAll swaps the N chunks.
-          Shape cut = x.shape;
+          Dims cut = X;
           cut[static_cast<size_t>(sa)] = c;
           cut.insert(cut.begin() + sa, N);
           std::string front = reshape(n, xi, wire, cut);
@@ -797,12 +838,12 @@ struct Exporter {
               if (k != sa) perm.push_back(k);
             front = transpose(n, front, wire, cut, perm);
           }
-          rows = add_temp(n.name + "/exchanged", wire, rows_shape);
+          rows = add_dims_temp(n.name + "/exchanged", wire, rows_dims);
           auto* aa = add_ms_node(n.name, "AllToAll", front, rows);
           set_attr(aa->add_attribute(), "group_size", N);
         } else {
           // every member's x, then each one's chunk `tile` along split_axis
-          rows = add_temp(n.name + "/chunks", wire, rows_shape);
+          rows = add_dims_temp(n.name + "/chunks", wire, rows_dims);
           emit_slice(n.name, gather_rows(n, x, wire, members), rows, sa + 1, tile * c, (tile + 1) * c);
         }
         merge_rows(n, rows, ng, wire, chunk, ca, out);
@@ -810,25 +851,25 @@ struct Exporter {
       }
       case Collective::kCollectivePermute: {
         const int64_t src = permute_sources(p.mesh, axes, a.shift, a.target_axes, a.wrap).at(static_cast<size_t>(tile));
-        Shape one = x.shape;
+        Dims one = X;
         one.insert(one.begin(), 1);
         if (src >= 0) {
-          reshape(n, gather_rows(n, x, wire, {members[static_cast<size_t>(src)]}), wire, x.shape, out);
+          reshape(n, gather_rows(n, x, wire, {members[static_cast<size_t>(src)]}), wire, X, out);
           break;
         }
         // No source: zeros, computed from the gathered rows so that this device still takes part in the AllGather.
         const std::string own = gather_rows(n, x, wire, {device});
-        Shape none = one;
+        Dims none = one;
         none[0] = 0;
-        const std::string empty = add_temp(n.name + "/empty", wire, none);
+        const std::string empty = add_dims_temp(n.name + "/empty", wire, none);
         emit_slice(n.name, own, empty, 0, 0, 0);
-        const std::string zeros = add_temp(n.name + "/zeros", wire, one);
+        const std::string zeros = add_dims_temp(n.name + "/zeros", wire, one);
         emit_pad(n.name, empty, zeros, wire, one.size(), 0, 0, 1, 0.0);
-        reshape(n, zeros, wire, x.shape, out);
+        reshape(n, zeros, wire, X, out);
         break;
       }
     }
-    if (out != y.name) cast(n, out, wire, y.dtype, y.shape, y.name);
+    if (out != y.name) cast(n, out, wire, y.dtype, Y, y.name);
   }
 
   /// The partitioner writes the ops it adds (Slice, Unsqueeze, ReduceSum, ...) in their newest form, operands such as

@@ -443,6 +443,41 @@ TEST(DeviceFiles, OrtFilesMatchOrtSchemasAndRunStandalone) {
   for (size_t o = 0; o < got.size(); ++o) expect_close(got[o], want[o], "output " + std::to_string(o));
 }
 
+// --collectives ort over the dim symbols: the Llama decoder's data x model plan (its all-reduces over `model`, two
+// devices of four, lowered onto an AllGather of every device's value) partitioned without --dim; the files pass
+// ORT's schemas, their inputs keep the symbols, and, with ORT's collectives read as gspmd's over every device, they
+// run exact at the test data's sizes and at others than the hints (an uneven batch of 3 over `data`).
+TEST(DeviceFiles, OrtFilesKeepTheSymbolsAndRunAtOtherSizes) {
+  register_ort_collective_schemas();
+  const fs::path dir = scratch("device_files_ort_symbolic"), run_dir = dir / "as_gspmd";
+  const std::string model = "testdata/llama/model.onnx --mesh 2x2 --shardings testdata/llama/dp2tp2.plan.json";
+  CmdResult r = e2e::cli("partition " + model + " --collectives ort -o " + (dir / "ort").string(), "df_ort_sym");
+  ASSERT_EQ(r.code, 0) << r.err;
+  fs::create_directories(run_dir);
+  for (int k = 0; k < 4; ++k) {
+    SCOPED_TRACE("device " + std::to_string(k));
+    const fs::path f = dir / "ort" / ("device_" + std::to_string(k) + ".onnx");
+    EXPECT_NO_THROW(check_onnx_model(f.string()));
+    onnx::ModelProto m = test::read_onnx_model(f.string());
+    std::map<std::string, int> ops;
+    for (const auto& n : m.graph().node())
+      if (!n.domain().empty()) ++ops[n.domain() + "." + n.op_type()];
+    EXPECT_EQ(ops, (std::map<std::string, int>{{"com.microsoft.AllGather", 4}}));
+    EXPECT_EQ(m.graph().input(0).type().tensor_type().shape().dim(0).dim_param(), "ceil(batch / 2)");
+    ort_to_gspmd(m, 2, 4);
+    test::write_onnx_model(m, (run_dir / f.filename()).string());
+  }
+  r = e2e::cli("run " + model + " --program " + run_dir.string() +
+                   " --inputs testdata/llama/test_data_set_0 --expected testdata/llama/test_data_set_0",
+               "df_ort_sym_run");
+  EXPECT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("expected  passed"), std::string::npos) << r.out;
+  r = e2e::cli("run " + model + " --program " + run_dir.string() + " --dim batch=3 --dim seq=2 --dim past=1 --check",
+               "df_ort_sym_check");
+  EXPECT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("check     passed"), std::string::npos) << r.out;
+}
+
 TEST(DeviceFiles, OrtSchemasAreEnforced) {
   // The encoded ORT schemas reject what ORT would: an attribute AllReduce does not have, an int64 AllReduce.
   register_ort_collective_schemas();
