@@ -373,13 +373,26 @@ std::vector<SymbolicValue> control_flow_over_symbols(Pass& p, const Node& n, Inf
 // outputs' dims cannot be kept symbolic (core/shapes/symbolic.h).
 std::vector<SymbolicValue> infer_symbols(Pass& p, const Node& n, const NodeInputs& in, Inferred& inferred) {
   if (!in.symbolic || inferred.types.empty()) return {};
+  std::vector<SymbolicInput> sin(n.inputs.size());
+  for (size_t k = 0; k < sin.size(); ++k) sin[k] = {in.types[k], in.values[k], in.syms[k]};
+  auto adopt = [&](SymbolicResult& r) {  // its guards join the graph's
+    for (auto& guard : r.assumed_equal)
+      if (std::find(p.g.dim_guards.begin(), p.g.dim_guards.end(), guard) == p.g.dim_guards.end())
+        p.g.dim_guards.push_back(std::move(guard));
+    return std::move(r.outputs);
+  };
   if (n.has_body()) {
+    if (has_symbolic_rule(n.domain, n.op_type)) {  // a Scan whose body sees static values: its length stays
+      try {
+        SymbolicResult r = infer_symbolic(n, sin, inferred.types, p.g.opset, p.g.dim_hints);
+        return adopt(r);
+      } catch (const UnsupportedError&) {  // its body sees symbols: as other control flow
+      }
+    }
     if (p.opts.data_dependent_dims && !p.body) return control_flow_over_symbols(p, n, inferred);
     throw UnsupportedError(fmt::format(
         "node '{}' ({}): control flow on values with symbolic dims: bind them with --dim", n.name, n.op_type));
   }
-  std::vector<SymbolicInput> sin(n.inputs.size());
-  for (size_t k = 0; k < sin.size(); ++k) sin[k] = {in.types[k], in.values[k], in.syms[k]};
   SymbolicResult r;
   try {
     r = infer_symbolic(n, sin, inferred.types, p.g.opset, p.g.dim_hints);
@@ -397,10 +410,7 @@ std::vector<SymbolicValue> infer_symbols(Pass& p, const Node& n, const NodeInput
                            " (data-dependent dims are typed by NonZero, Compress, TopK, Unique and NonMaxSuppression "
                            "and the ops of core/shapes/symbolic.h; docs/shapes.md)");
   }
-  for (auto& guard : r.assumed_equal)
-    if (std::find(p.g.dim_guards.begin(), p.g.dim_guards.end(), guard) == p.g.dim_guards.end())
-      p.g.dim_guards.push_back(std::move(guard));
-  return std::move(r.outputs);
+  return adopt(r);
 }
 
 // Node `n`'s outputs when their size depends on its input values (inferred.data_dependent; LoadOptions::

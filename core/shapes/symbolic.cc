@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/ir/control_flow.h"
 #include "core/shapes/shapes.h"
 
 namespace gspmd {
@@ -398,6 +399,47 @@ std::vector<SymbolicValue> flatten_rule(const Ctx& c) {
   return {with_elems({product(d, 0, static_cast<size_t>(ax)), product(d, static_cast<size_t>(ax))}, c.elems(0))};
 }
 
+// Scan (opset 9+; ONNX spec): the states keep their dims and each scan output is the body's per-iteration output
+// with the scan length inserted at its axis. The body must see static values (the states, the captured values and
+// the scan inputs off their scan axis hold no symbol), so its per-iteration outputs are the static ones typed at the
+// hints. The scan length is the first scan input's dim on its axis, a symbol when that input's length is known only
+// at run time (a NonZero count); the other scan inputs' lengths must equal it (a guard when not provably so).
+std::vector<SymbolicValue> scan_rule(const Ctx& c) {
+  const ScanLayout s = scan_layout(c.node, c.node.outputs.size(), c.opset);
+  if (s.batched) c.unsupported("a batched Scan (opset 8)");
+  const size_t first_scan = static_cast<size_t>(s.first_state + s.num_state);
+  auto is_static = [](const Exprs& d, int64_t except) {
+    for (size_t k = 0; k < d.size(); ++k)
+      if (static_cast<int64_t>(k) != except && !d[k].is_constant()) return false;
+    return true;
+  };
+  std::vector<SymbolicValue> out;
+  for (size_t k = 0; k < c.in.size(); ++k) {
+    if (!c.has(k) || (k >= first_scan && k < first_scan + static_cast<size_t>(s.num_scan_in))) continue;
+    if (!is_static(c.dims(k), -1)) c.unsupported("a state or captured value over the symbols");
+  }
+  for (int k = 0; k < s.num_state; ++k) out.push_back(dims_only(c.dims(static_cast<size_t>(s.first_state + k))));
+  DimExpr length;
+  for (int k = 0; k < s.num_scan_in; ++k) {
+    const Exprs d = c.dims(first_scan + static_cast<size_t>(k));
+    const int64_t axis = c.axis(s.in_axes[static_cast<size_t>(k)], static_cast<int64_t>(d.size()));
+    if (!is_static(d, axis)) c.unsupported("a scan input over the symbols off its scan axis");
+    const DimExpr& len = d[static_cast<size_t>(axis)];
+    if (k == 0)
+      length = len;
+    else if (!(len == length))
+      c.guards.emplace_back(length, len);
+  }
+  for (size_t k = static_cast<size_t>(s.num_state); k < c.out.size(); ++k) {
+    const Shape& shape = c.out[k].shape;
+    Exprs d(shape.begin(), shape.end());
+    const int64_t axis = c.axis(s.out_axes[k - static_cast<size_t>(s.num_state)], static_cast<int64_t>(d.size()));
+    d[static_cast<size_t>(axis)] = length;
+    out.push_back(dims_only(std::move(d)));
+  }
+  return out;
+}
+
 std::vector<SymbolicValue> concat_rule(const Ctx& c) {
   Exprs o = c.dims(0);
   const int64_t ax = c.axis(c.node.i("axis", 0), static_cast<int64_t>(o.size()));
@@ -735,6 +777,7 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["Reshape"] = reshape_rule;
     t["Flatten"] = flatten_rule;
     t["Concat"] = concat_rule;
+    t["Scan"] = scan_rule;
     t["Slice"] = slice_rule;
     t["Transpose"] = transpose_rule;
     t["Split"] = split_rule;

@@ -598,6 +598,44 @@ def growing_loop():
          "growing_loop.onnx")
 
 
+def scan_count():
+    """A Scan over a data-dependent length: the running sums of x's positive entries (x float [6]; NonZero(x > 0)
+    picks them, a Scan adds them up). Its outputs are the last sum (a scalar) and all of them ([nonzero_0]): the scan
+    length is the NonZero count (tests/e2e/data_dependent_test.cc). scan_count/test_data_set_<k> hold some, no and
+    all entries positive with numpy's sums; scan_count/x2.plan.json splits x over 2."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "e"], ["s_out"], name="add"),
+                              helper.make_node("Identity", ["s_out"], ["o"], name="out")], "body",
+                             [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, []),
+                              helper.make_tensor_value_info("e", TensorProto.FLOAT, [])],
+                             [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, []),
+                              helper.make_tensor_value_info("o", TensorProto.FLOAT, [])])
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["positive"], name="positive"),
+             helper.make_node("NonZero", ["positive"], ["nz"], name="nonzero"),
+             helper.make_node("Squeeze", ["nz", "axis0"], ["ids"], name="ids"),
+             helper.make_node("Gather", ["x", "ids"], ["picked"], name="picked", axis=0),
+             helper.make_node("Scan", ["start", "picked"], ["total", "sums"], name="running_sum", body=body,
+                              num_scan_inputs=1)]
+    inits = [_scalar("zero", 0.0, np.float32), numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             _scalar("start", 0.0, np.float32)]
+    outs = [helper.make_tensor_value_info("total", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("sums", TensorProto.FLOAT, ["n"])]
+    g = helper.make_graph(nodes, "scan_count", [x], outs, inits)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_models.py"),
+         "scan_count.onnx")
+    for k, v in enumerate(([1, -2, 3, 0, 5, -1], [-1, -2, 0, 0, -5, -1], [1, 2, 3, 4, 5, 6])):
+        d = os.path.join(HERE, "scan_count", f"test_data_set_{k}")
+        os.makedirs(d, exist_ok=True)
+        a = np.array(v, np.float32)
+        sums = np.cumsum(a[a > 0]).astype(np.float32)
+        onnx.save_tensor(numpy_helper.from_array(a, "x"), os.path.join(d, "input_0.pb"))
+        onnx.save_tensor(numpy_helper.from_array(np.array(sums[-1] if len(sums) else 0, np.float32), "total"),
+                         os.path.join(d, "output_0.pb"))
+        onnx.save_tensor(numpy_helper.from_array(sums, "sums"), os.path.join(d, "output_1.pb"))
+    with open(os.path.join(HERE, "scan_count", "x2.plan.json"), "w") as f:
+        f.write('{"mesh": {"shape": [2], "axes": ["x"]}, "tensors": {"x": ["x"]}}\n')
+
+
 def mean_rows():
     """y = ReduceMean(x, axes [0], keepdims) over x float [n, 8], n a symbol: the mean over a split symbolic dim
     (tests/e2e/symbolic_test.cc). mean_rows/test_data_set_0 holds n = 5 (uneven over 2) and numpy's mean;
@@ -715,6 +753,7 @@ if __name__ == "__main__":
     many_counts()
     growing_loop()
     mean_rows()
+    scan_count()
     lookup_vocab()
     same_stride2()
     layer_norm_cols()

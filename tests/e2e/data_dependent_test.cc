@@ -104,4 +104,26 @@ TEST(DataDependentCli, DimGivesACountsBound) {
                        "static; its data-dependent dims: nms_1, nms_3, nonzero_0, nonzero_2)\n");
 }
 
+// A Scan over a data-dependent length (testdata/frontend/scan_count: running sums of a NonZero's picks): its length
+// is the NonZero count itself (bound 6), not a fresh unbounded symbol, since its body sees static values; one
+// partition's device files, with the input split over 2, run exact with some, no and all entries picked.
+TEST(DataDependentCli, AScanOverACountKeepsItsLength) {
+  const std::string dir = "testdata/frontend/scan_count/";
+  const std::string model = "testdata/frontend/scan_count.onnx --mesh 2 --shardings " + dir + "x2.plan.json";
+  const fs::path d = scratch("data_dependent_scan");
+  CmdResult r = cli("partition " + model + " -o " + d.string(), "data_dependent_scan_partition");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("sizes and times below at their bounds: nonzero_0 <= 6 (the count of non-zeros of "
+                       "'positive')\n"),
+            std::string::npos)
+      << r.out;
+  for (int k = 0; k < 3; ++k) {
+    const std::string set = dir + "test_data_set_" + std::to_string(k);
+    r = cli("run " + model + " --program " + d.string() + " --inputs " + set + " --expected " + set,
+            "data_dependent_scan_run");
+    EXPECT_EQ(r.code, 0) << "set " << k << ": " << r.err << r.out;
+    EXPECT_NE(r.out.find("expected  passed against"), std::string::npos) << r.out;
+  }
+}
+
 }  // namespace
