@@ -4,6 +4,7 @@
 // as XLA treats tuples: ops on them become aliases, constants, Identity / Slice / Reshape / Concat / Gather nodes,
 // and unrolled bodies. What is left has tensors only, for the partitioner and the executor.
 #include <algorithm>
+#include <optional>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -76,6 +77,12 @@ struct Lowering {
   Lowered unsupported(const std::string& what) {
     return fail(fmt::format("has no static shape: node '{}' ({}): {}", n.name, n.op_type, what));
   }
+  // Constant `t` (`what`) must hold one element, the spec's scalar (found by the model fuzzer: an empty position read
+  // past its end): else the outputs stay untyped, saying so.
+  std::optional<Lowered> not_one_element(const Tensor& t, const std::string& what) {
+    if (t.numel() == 1) return std::nullopt;
+    return unsupported(fmt::format("{} holds {} elements; the spec wants one", what, t.numel()));
+  }
   // Replaces the node by `nodes`.
   Lowered splice(std::vector<Node> nodes) {
     p.splice(ni, std::move(nodes));
@@ -113,6 +120,10 @@ struct Lowering {
     const Tensor* t = constant(k);
     if (!t) {
       result = data_dependent(k, fmt::format("the position '{}'", val(in(k)).name));
+      return false;
+    }
+    if (auto bad = not_one_element(*t, fmt::format("the position '{}'", val(in(k)).name))) {
+      result = *bad;
       return false;
     }
     pos = t->as_int64s().at(0);
@@ -392,12 +403,14 @@ struct Lowering {
     if (in(0) >= 0) {
       const Tensor* m = constant(0);
       if (!m) return data_dependent(0, fmt::format("the trip count '{}'", val(in(0)).name));
+      if (auto bad = not_one_element(*m, fmt::format("the trip count '{}'", val(in(0)).name))) return *bad;
       trips = m->as_int64s().at(0);
     }
     bool cond = true;
     if (in(1) >= 0) {
       const Tensor* c = constant(1);
       if (!c) return data_dependent(1, fmt::format("the condition '{}'", val(in(1)).name));
+      if (auto bad = not_one_element(*c, fmt::format("the condition '{}'", val(in(1)).name))) return *bad;
       cond = c->bytes.at(0) != std::byte{0};
     }
     if (state.next >= trips || !cond) return finish_loop(state, carried);

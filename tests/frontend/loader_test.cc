@@ -282,6 +282,19 @@ TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
                                "1099511627776 a tensor may hold here");
   three->set_int64_data(0, int64_t{1} << 20);  // a large tensor, but not impossibly large
   EXPECT_EQ(error_of(cls), "loaded");
+  // A SequenceInsert's position with no element was read past its end (std::out_of_range, an internal error;
+  // fuzz/corpus/model/crash-sequence-position-empty.onnx)
+  onnx::ModelProto seq = test::read_onnx_model(frontend_data("seq_split_concat.onnx"));
+  onnx::TensorProto* position = nullptr;
+  for (auto& t : *seq.mutable_graph()->mutable_initializer())
+    if (t.name() == "zero") position = &t;
+  ASSERT_NE(position, nullptr);
+  position->clear_int64_data();
+  position->clear_raw_data();
+  position->clear_dims();
+  position->add_dims(0);
+  EXPECT_EQ(error_of(seq), p + ": value 'seq' (output of node 'insert' (SequenceInsert)) has no static shape: node "
+                               "'insert' (SequenceInsert): the position 'zero' holds 0 elements; the spec wants one");
 }
 
 // Writes `m` to `path` and loads it (batch 2): the InputError's text, or "loaded".
