@@ -845,7 +845,8 @@ struct Loader {
 
   // A ConstantOfShape or a Range on constants may not ask for more than kMaxConstantElements elements: ONNX's shape
   // inference (onnx 1.12) makes the length of such a 1-D tensor the rank of an Expand or Reshape that reads it as its
-  // shape and allocates one dim per element (out of memory at 7e16, found by the model fuzzer). Checked before it.
+  // shape and allocates one dim per element (out of memory at 7e16, found by the model fuzzer); and a
+  // SplitToSequence's scalar split on a constant must be positive (onnx 1.12 divides by it). Checked before it.
   void check_constant_sizes() const {
     // a small constant's elements (prepare() read its data), as doubles
     auto values = [&](const std::string& name) -> std::optional<std::vector<double>> {
@@ -872,6 +873,16 @@ struct Loader {
         auto a = values(n.input(0)), b = values(n.input(1)), c = values(n.input(2));
         if (a && b && c && a->size() == 1 && b->size() == 1 && c->size() == 1 && (*c)[0] != 0)
           elements = std::max(std::ceil(((*b)[0] - (*a)[0]) / (*c)[0]), 0.0);
+      } else if (n.op_type() == "SplitToSequence" && n.input_size() >= 2) {
+        // a scalar split is the chunk length, which onnx 1.12's inference divides by (SIGFPE on 0, found by the
+        // model fuzzer: fuzz/corpus/model/crash-split-to-sequence-zero.onnx)
+        auto it = const_index.find(n.input(1));
+        const Tensor* t = it == const_index.end() ? nullptr : consts[it->second].data.get();
+        if (t && t->shape.empty() && (t->dtype == DType::kInt64 || t->dtype == DType::kInt32) && t->as_int64s()[0] <= 0)
+          fail(
+              fmt::format("node '{}' (SplitToSequence): the split '{}' is {}; a scalar split is a chunk length and "
+                          "must be positive",
+                          node_label(ni), cut_text(n.input(1)), t->as_int64s()[0]));
       }
       if (elements > static_cast<double>(kMaxConstantElements))
         fail(

@@ -295,6 +295,13 @@ TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
   position->add_dims(0);
   EXPECT_EQ(error_of(seq), p + ": value 'seq' (output of node 'insert' (SequenceInsert)) has no static shape: node "
                                "'insert' (SequenceInsert): the position 'zero' holds 0 elements; the spec wants one");
+  // onnx 1.12's SplitToSequence inference divided by a scalar split of 0 (SIGFPE;
+  // fuzz/corpus/model/crash-split-to-sequence-zero.onnx)
+  seq = test::read_onnx_model(frontend_data("seq_split_concat.onnx"));
+  for (auto& t : *seq.mutable_graph()->mutable_initializer())
+    if (t.name() == "two") t.set_raw_data(std::string(8, '\0'));
+  EXPECT_EQ(error_of(seq), p + ": node 'split' (SplitToSequence): the split 'two' is 0; a scalar split is a chunk "
+                               "length and must be positive");
 }
 
 // Writes `m` to `path` and loads it (batch 2): the InputError's text, or "loaded".
