@@ -370,18 +370,11 @@ struct Exporter {
   // A value made by the exporter between two of its nodes (gets a value_info entry), of type t[s], or with `like`'s
   // dims over the symbols (all but those where s differs from like's shape, which are s's).
   std::string add_temp(const std::string& hint, DType t, const Shape& s, const Value* like = nullptr) {
-    Value v;
-    v.name = fresh(hint);
-    v.dtype = t;
-    v.shape = s;
-    if (like && like->sym && like->shape.size() == s.size()) {
-      SymbolicValue sym{like->sym->dims, std::nullopt};
-      for (size_t d = 0; d < s.size(); ++d)
-        if (s[d] != like->shape[d]) sym.dims[d] = s[d];
-      v.sym = std::make_shared<const SymbolicValue>(std::move(sym));
-    }
-    set_value_info(pg->add_value_info(), v);
-    return v.name;
+    Dims d(s.begin(), s.end());
+    if (like && like->sym && like->shape.size() == s.size())
+      for (size_t k = 0; k < s.size(); ++k)
+        if (s[k] == like->shape[k]) d[k] = like->sym->dims[k];
+    return add_dims_temp(hint, t, d);
   }
 
   void emit_slice(const std::string& node, const std::string& x, const std::string& y, int64_t axis, int64_t start,
