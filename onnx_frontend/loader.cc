@@ -1237,6 +1237,7 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
                          v.kind == ValueKind::kSequence ? "sequence" : "optional"));
   for (const Value& v : g.values) {
     if (v.dtype == DType::kString) L.fail(fmt::format("value '{}' is a string tensor, which is not supported", v.name));
+    if (dtype_name(v.dtype) == "undefined") L.fail(fmt::format("value '{}' has no element type", v.name));
     // sizes the cost model and the executor multiply (a Tile to 2^65 elements overflowed them)
     int64_t bytes = static_cast<int64_t>(dtype_size(v.dtype));
     for (int64_t d : v.shape)

@@ -63,6 +63,12 @@ struct Lowering {
     v.data = std::make_shared<const Tensor>(std::move(t));
     p.typed(n.outputs[k]);
   }
+  // The element type that ONNX's TensorProto.DataType `v` names, if it is one of DType's.
+  static std::optional<DType> elem_dtype(int64_t v) {
+    const DType t = static_cast<DType>(v);
+    if (v < 1 || v > 16 || dtype_name(t) == "undefined") return std::nullopt;
+    return t;
+  }
   // Every output stays untyped for `reason` (the rest of the loader's error, fold.h untyped_reason).
   Lowered fail(const std::string& reason) {
     for (int o : n.outputs) p.why[val(o).name] = reason;
@@ -139,7 +145,9 @@ struct Lowering {
   Lowered run() {
     const std::string& op = n.op_type;
     if (op == "SequenceEmpty") {
-      return define(0, {"", {ValueKind::kSequence, true, false, static_cast<DType>(n.i("dtype", 1))}, {}});
+      const std::optional<DType> dt = elem_dtype(n.i("dtype", 1));
+      if (!dt) return fail(fmt::format("has no element type: attribute 'dtype' is {}", n.i("dtype", 1)));
+      return define(0, {"", {ValueKind::kSequence, true, false, *dt}, {}});
     }
     if (op == "SequenceConstruct") {
       FlatValue s{"", {ValueKind::kSequence, true, false, DType::kUndefined}, {}};
@@ -162,7 +170,11 @@ struct Lowering {
       } else {  // the empty optional of attribute `type` ([is a sequence, element type], loader.cc)
         const std::vector<int64_t> type = n.ints("type");
         s.structure.of_sequence = !type.empty() && type[0] == 1;
-        if (type.size() > 1) s.structure.elem_dtype = static_cast<DType>(type[1]);
+        if (type.size() > 1) {
+          const std::optional<DType> dt = elem_dtype(type[1]);
+          if (!dt) return fail(fmt::format("has no element type: attribute 'type' names {}", type[1]));
+          s.structure.elem_dtype = *dt;
+        }
       }
       return define(0, std::move(s));
     }

@@ -20,7 +20,7 @@ std::vector<TensorType> where_types(const ShapeCtx& c) {
 }
 
 std::vector<TensorType> cast_types(const ShapeCtx& c) {
-  return one_type(static_cast<DType>(c.node.i("to")), c.shape(0));
+  return one_type(c.dtype_attr("to", 0), c.shape(0));
 }
 
 std::vector<TensorType> cast_like_types(const ShapeCtx& c) { return one_type(c.dtype(1), c.shape(0)); }

@@ -286,8 +286,11 @@ Shape resize_shape(const C& c, const Shape& in, std::vector<double>& scales, con
   }
   if (scales.size() != r) c.fail(fmt::format("scales has {} entries for rank {}", scales.size(), r));
   for (size_t i = 0; i < r; ++i) {
-    if (scales[i] <= 0) c.fail("scales must be positive");
-    os[i] = static_cast<int64_t>(std::floor(static_cast<double>(in[i]) * static_cast<float>(scales[i])));
+    if (!(scales[i] > 0) || !std::isfinite(static_cast<float>(scales[i])))  // NaN too (found by the model fuzzer)
+      c.fail(fmt::format("scales must be positive and finite, got {}", scales[i]));
+    const double size = std::floor(static_cast<double>(in[i]) * static_cast<float>(scales[i]));
+    if (size >= 0x1p62) c.fail(fmt::format("scale {} makes dim {} of size {} past 2^62", scales[i], i, in[i]));
+    os[i] = static_cast<int64_t>(size);
   }
   return os;
 }

@@ -56,7 +56,7 @@ std::vector<TensorType> trilu_types(const ShapeCtx& c) {
 
 std::vector<TensorType> eye_like_types(const ShapeCtx& c) {
   if (c.rank(0) != 2) c.fail("input must be 2-D");
-  return one_type(c.node.has("dtype") ? static_cast<DType>(c.node.i("dtype")) : c.dtype(0), c.shape(0));
+  return one_type(c.node.has("dtype") ? c.dtype_attr("dtype", 0) : c.dtype(0), c.shape(0));
 }
 
 // Unique: Y, indices, inverse_indices, counts; the unique count comes from the values.

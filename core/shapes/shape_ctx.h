@@ -44,6 +44,9 @@ struct ShapeCtx {
   std::string prefix() const;
   /// Throws SpecError(prefix() + msg): the inputs violate the op's spec.
   [[noreturn]] void fail(std::string_view msg) const;
+  /// The element type that integer attribute `name` (default `dflt`) names, as ONNX's TensorProto.DataType (Cast's
+  /// `to`, EyeLike's `dtype`, the windows' `output_datatype`); fails unless it is one of DType's (not undefined).
+  DType dtype_attr(const char* name, int64_t dflt) const;
   /// Normalises axis `a` into [0, rank) (negative counts from the end); fails if out of range.
   int64_t axis(int64_t a, int64_t rank) const;
   /// Multidirectional (numpy) broadcast of two shapes; fails when they do not broadcast.

@@ -28,6 +28,17 @@ std::string ShapeCtx::prefix() const { return fmt::format("node '{}' ({}): ", no
 
 void ShapeCtx::fail(std::string_view msg) const { throw SpecError(prefix() + std::string(msg)); }
 
+DType ShapeCtx::dtype_attr(const char* name, int64_t dflt) const {
+  const int64_t v = node.i(name, dflt);
+  const DType t = static_cast<DType>(v);
+  if (v < INT32_MIN || v > INT32_MAX || t == DType::kUndefined || dtype_name(t) == "undefined")
+    fail(
+        fmt::format("attribute '{}' is {}, which is not an element type (ONNX TensorProto.DataType) this tool "
+                    "supports",
+                    name, v));
+  return t;
+}
+
 int64_t ShapeCtx::axis(int64_t a, int64_t rank) const { return normalize_axis(*this, a, rank); }
 
 Shape ShapeCtx::broadcast(const Shape& a, const Shape& b) const { return broadcast_shapes(*this, a, b); }

@@ -11,7 +11,7 @@ namespace {
 std::vector<TensorType> window_types(const ShapeCtx& c) {
   const std::vector<int64_t> sz = c.needs_value(0, "window size").as_int64s();
   if (sz.size() != 1 || sz[0] < 0) c.fail("size must be a non-negative scalar");
-  return one_type(static_cast<DType>(c.node.i("output_datatype", 1)), {sz[0]});
+  return one_type(c.dtype_attr("output_datatype", 1), {sz[0]});
 }
 
 // Input i's only (first) value when it is present with elements, else `def` (an empty dft_length / frame_length
@@ -56,7 +56,7 @@ std::vector<TensorType> mel_weight_matrix_types(const ShapeCtx& c) {
   const int64_t mel = c.needs_value(0, "num_mel_bins").as_int64s().at(0);
   const int64_t dft = c.needs_value(1, "dft_length").as_int64s().at(0);
   if (mel <= 0 || dft <= 0) c.fail("num_mel_bins, dft_length and sample_rate must be positive");
-  return one_type(static_cast<DType>(c.node.i("output_datatype", 1)), {dft / 2 + 1, mel});
+  return one_type(c.dtype_attr("output_datatype", 1), {dft / 2 + 1, mel});
 }
 
 }  // namespace

@@ -302,6 +302,24 @@ TEST(Loader, HostileSizesAndNamesFoundByFuzzing) {
     if (t.name() == "two") t.set_raw_data(std::string(8, '\0'));
   EXPECT_EQ(error_of(seq), p + ": node 'split' (SplitToSequence): the split 'two' is 0; a scalar split is a chunk "
                                "length and must be positive");
+  // A Cast to element type 0 inside a Loop's body, which ONNX's inference does not check, typed a value 'undefined'
+  // whose size was asked later (std::invalid_argument, an internal error); a Resize scale of NaN was cast to a dim
+  // (UB). Both found by the shapes-only fuzzer at stop 38.
+  auto error_of_file = [&](const std::string& name) {
+    const std::string f = std::string(GSPMD_SOURCE_DIR) + "/fuzz/corpus/model/" + name;
+    try {
+      load_model(f, load_opts());
+    } catch (const InputError& e) {
+      return std::string(e.what()).substr(f.size());
+    }
+    return std::string("loaded");
+  };
+  EXPECT_EQ(error_of_file("crash-cast-to-undefined.onnx"),
+            ": value 'loop/0/fi' (output of node 'loop/0/cast_i' (Cast)) has no static shape: attribute 'to' is 0, "
+            "which is not an element type (ONNX TensorProto.DataType) this tool supports");
+  EXPECT_EQ(error_of_file("crash-resize-nan-scale.onnx"),
+            ": value 'Y' (output of node 'Resize_0' (Resize)) has no static shape: scales must be positive and finite, "
+            "got -nan");
 }
 
 // Writes `m` to `path` and loads it (batch 2): the InputError's text, or "loaded".
