@@ -194,8 +194,10 @@ class DeviceFiles {
 
 /// The run inputs, one per g.inputs: with --inputs, DIR/input_<i>.pb per ONNX input of `signature` (a tensor,
 /// sequence or optional; docs/sequences.md), flattened and checked against the graph inputs' dtype and shape
-/// (InputError naming the file otherwise); else pseudo-random from --seed (docs/cli.md).
-std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, const RunOptions& o);
+/// (InputError naming the file otherwise); else pseudo-random from --seed (docs/cli.md), except the optimizer state
+/// of `step`'s variables (trained graph inputs), which starts at zero like an initializer's (a fresh optimizer).
+std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, const RunOptions& o,
+                                const TrainingStep* step);
 
 /// Before a run allocates anything: every value of `g` (its sizes bound for this run) fits this machine's physical
 /// memory, else InputError("value 'x' has the shape [..]: N bytes, more than this machine's memory (M bytes)"). A

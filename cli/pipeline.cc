@@ -69,8 +69,11 @@ void check_materialized_devices(const std::string& mesh_text, const char* cmd, c
 std::function<bool(const Value&)> trainable_weights(const TrainingFlags& f) {
   std::optional<NamePattern> re;
   if (!f.trainable.empty()) re.emplace(f.trainable, "--trainable");
+  // With a pattern, graph inputs (neither initializers nor computed) are variables too.
   return [re](const Value& v) {
-    return v.is_initializer && is_floating(v.dtype) && (re ? re->search(v.name) : num_elements(v.shape) > 1);
+    if (!is_floating(v.dtype)) return false;
+    if (v.is_initializer) return re ? re->search(v.name) : num_elements(v.shape) > 1;
+    return re && v.producer < 0 && re->search(v.name);
   };
 }
 
@@ -119,9 +122,17 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
   const auto trainable = trainable_weights(f);
   for (const Value& v : forward.values)
     if (trainable(v)) t.trainable.push_back(v.name);
+  if (!f.trainable.empty()) {  // integer inputs that match are not trained, and the summary says so
+    const NamePattern re(f.trainable, "--trainable");
+    for (int i : forward.inputs) {
+      const Value& v = forward.values[static_cast<size_t>(i)];
+      if (!is_floating(v.dtype) && re.search(v.name)) t.ignored.push_back(v.name);
+    }
+  }
   if (t.trainable.empty())
-    throw InputError(f.trainable.empty() ? std::string("--training: the model has no float initializer to train")
-                                         : fmt::format("--trainable: '{}' matches no float initializer", f.trainable));
+    throw InputError(f.trainable.empty()
+                         ? std::string("--training: the model has no float initializer to train")
+                         : fmt::format("--trainable: '{}' matches no float initializer or graph input", f.trainable));
   return t;
 }
 

@@ -292,6 +292,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
     tr["weights"] = std::move(weights);
     tr["weight_bytes"] = bytes;
     tr["unused"] = p.training->unused;
+    tr["ignored"] = p.training->ignored;
     tr["remat"] = remat_name(p.training->remat);
     tr["recomputed_nodes"] = p.training->recomputed_nodes;
     tr["recomputed_flops"] = p.training->recomputed_flops;
@@ -440,11 +441,15 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
         fmt::join(dims, ", "));
   }
   if (r.contains("training"))
-    fmt::print("training  one step: loss '{}', {} weights ({}){}\n", r["training"]["loss"].get<std::string>(),
+    fmt::print("training  one step: loss '{}', {} weights ({}){}{}\n", r["training"]["loss"].get<std::string>(),
                r["training"]["weights"].size(), human_bytes(r["training"]["weight_bytes"].get<double>()),
                r["training"]["unused"].empty()
                    ? std::string()
-                   : fmt::format(", {} not reaching the loss", r["training"]["unused"].size()));
+                   : fmt::format(", {} not reaching the loss", r["training"]["unused"].size()),
+               r["training"]["ignored"].empty()
+                   ? std::string()
+                   : fmt::format("; not trained, not floating point: {}",
+                                 fmt::join(r["training"]["ignored"].get<std::vector<std::string>>(), ", ")));
   if (r.contains("training") && r["training"].value("recomputed_nodes", 0) > 0)
     fmt::print(
         "remat     {}: {} forward nodes recomputed in the backward pass ({:.3g} FLOPs, {:.1f}% of the model FLOPs)\n",

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -86,7 +87,8 @@ void check_index_inputs(const Graph& g, const std::vector<Tensor>& inputs, const
 
 }  // namespace
 
-std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, const RunOptions& o) {
+std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, const RunOptions& o,
+                                const TrainingStep* step) {
   if (!o.common.inputs_dir.empty()) {
     // One file per ONNX input (a tensor, sequence or optional), flattened as the model was loaded.
     std::vector<OnnxValue> values;
@@ -114,10 +116,17 @@ std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, con
   std::vector<Tensor> inputs;
   std::mt19937_64 rng(o.seed);
   auto consumers = g.consumers();
+  std::unordered_set<std::string> zeros;  // the variables' optimizer state
+  if (step)
+    for (const TrainingStep::Weight& w : step->weights) zeros.insert(w.state.begin(), w.state.end());
   for (int v : g.inputs) {
     const Value& val = g.values[v];
     Tensor t(val.dtype, val.shape);
     const int64_t n = t.numel();
+    if (zeros.count(val.name)) {
+      inputs.push_back(std::move(t));  // Tensor's storage starts zeroed
+      continue;
+    }
     switch (val.dtype) {
       case DType::kFloat32: {
         std::normal_distribution<float> d(0.f, 1.f);
@@ -240,7 +249,7 @@ int cmd_run(const RunOptions& o) {
   check_output_path(o.trace, "--trace");
   Pipeline p = build_pipeline(o.common);
   check_fits_memory(p.graph);
-  std::vector<Tensor> inputs = make_inputs(p.graph, p.load_report, o);
+  std::vector<Tensor> inputs = make_inputs(p.graph, p.load_report, o, p.training ? &*p.training : nullptr);
   std::vector<OnnxValue> expected;  // read before the run: a bad --expected is bad input (exit 2), found early
   if (!o.expected_dir.empty()) expected = read_expected_outputs(o.expected_dir, p.load_report);
   const ExecutorOptions exec = executor_options_from_env();

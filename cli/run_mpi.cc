@@ -127,7 +127,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
                                    p.program.mesh.num_devices(), s.size()));
     if (from_files) device = DeviceFiles(p, common, o.program_dir).load(rank);
     check_fits_memory(p.graph);
-    if (rank == 0) inputs = make_inputs(p.graph, p.load_report, o);
+    if (rank == 0) inputs = make_inputs(p.graph, p.load_report, o, p.training ? &*p.training : nullptr);
     if (rank == 0 && !o.expected_dir.empty()) expected = read_expected_outputs(o.expected_dir, p.load_report);
   } catch (const std::exception& e) {
     failure = classify(e);

@@ -125,8 +125,14 @@ class StepBuilder final : public GradContext {
     return id;
   }
 
-  /// A new initializer named `name` of `like`'s type: zeros when `with_data`, else shapes only.
-  int zeros_like(const std::string& name, const Value& like, bool with_data) {
+  /// Optimizer state named `name` of `like`'s type for a weight: an initializer of zeros when `with_data`, else
+  /// shapes only; a new graph input (after the others) when the weight is a variable (a graph input).
+  int state_like(const std::string& name, const Value& like, bool with_data, bool variable) {
+    if (variable) {
+      const int id = g_.add_value_unique(name, like.dtype, like.shape);
+      g_.inputs.push_back(id);
+      return id;
+    }
     return initializer(name, like.dtype, like.shape,
                        with_data ? std::make_shared<const Tensor>(Tensor(like.dtype, like.shape)) : nullptr);
   }
@@ -352,7 +358,7 @@ std::vector<char> remat_saved(const Graph& g, size_t forward_nodes, const std::v
 /// in float16 the default epsilons, 1e-8 and 1e-30, are 0 and a zero gradient's update is 0/0).
 DType optimizer_dtype(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16 ? DType::kFloat32 : t; }
 
-int adafactor_update(StepBuilder& b, const TrainingOptions& o, const Value& w, int grad16, bool data,
+int adafactor_update(StepBuilder& b, const TrainingOptions& o, const Value& w, int grad16, bool data, bool variable,
                      TrainingStep::Weight& tw, std::vector<int>& state_outputs) {
   constexpr double kDecayRate = 0.8, kClipThreshold = 1.0;
   const DType dt = optimizer_dtype(w.dtype);
@@ -370,7 +376,7 @@ int adafactor_update(StepBuilder& b, const TrainingOptions& o, const Value& w, i
     Value like = w;
     like.shape = std::move(shape);
     like.dtype = dt;
-    const int s = b.zeros_like(w.name + suffix, like, data);
+    const int s = b.state_like(w.name + suffix, like, data, variable);
     tw.state.push_back(b.value(s).name);
     tw.state_reduced_dim.push_back(reduced_dim);
     return s;
@@ -420,9 +426,11 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
     const int v = g.find(name);
     if (v < 0) throw InputError(fmt::format("--training: trainable weight '{}' is not a value of the model", name));
     const Value& w = g.values[static_cast<size_t>(v)];
-    if (!w.is_initializer || !is_floating(w.dtype))
-      throw InputError(fmt::format("--training: '{}' is not a floating-point initializer ({}{})", name,
-                                   type_str(w.dtype, w.shape), w.is_initializer ? "" : ", not an initializer"));
+    const bool input = std::find(g.inputs.begin(), g.inputs.end(), v) != g.inputs.end();
+    if (!(w.is_initializer || input) || !is_floating(w.dtype))
+      throw InputError(fmt::format("--training: '{}' is not a floating-point initializer or graph input ({}{})", name,
+                                   type_str(w.dtype, w.shape),
+                                   w.is_initializer || input ? "" : ", computed by a node"));
     weights.push_back(v);
   }
   // requires_[v]: v is floating point and computed from a weight. Marked for nodes [from, end), in order.
@@ -493,13 +501,14 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
     TrainingStep::Weight tw;
     tw.name = wv.name;
     const bool data = wv.data != nullptr;
+    const bool variable = !wv.is_initializer;  // a graph input: its state is an input too
     const DType dt = wv.dtype;
     const int lr = b.scalar(o.lr, dt);
     int update = grad;  // what lr multiplies
     switch (o.optimizer) {
       case OptimizerKind::kSgd: break;
       case OptimizerKind::kMomentum: {
-        const int v = b.zeros_like(wv.name + ".momentum", wv, data);
+        const int v = b.state_like(wv.name + ".momentum", wv, data, variable);
         const int v1 = b.op("Add", {b.op("Mul", {v, b.scalar(o.momentum, dt)}), grad});
         tw.state.push_back(g.values[static_cast<size_t>(v)].name);
         state_outputs.push_back(v1);
@@ -511,8 +520,8 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
         Value like = wv;
         like.dtype = ct;
         const int gc = b.cast(grad, ct);
-        const int m = b.zeros_like(wv.name + ".adam_m", like, data);
-        const int v = b.zeros_like(wv.name + ".adam_v", like, data);
+        const int m = b.state_like(wv.name + ".adam_m", like, data, variable);
+        const int v = b.state_like(wv.name + ".adam_v", like, data, variable);
         const int m1 =
             b.op("Add", {b.op("Mul", {m, b.scalar(o.beta1, ct)}), b.op("Mul", {gc, b.scalar(1 - o.beta1, ct)})});
         const int g2 = b.op("Mul", {gc, gc});
@@ -527,7 +536,9 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
         state_outputs.push_back(v1);
         break;
       }
-      case OptimizerKind::kAdafactor: update = adafactor_update(b, o, wv, grad, data, tw, state_outputs); break;
+      case OptimizerKind::kAdafactor:
+        update = adafactor_update(b, o, wv, grad, data, variable, tw, state_outputs);
+        break;
     }
     tw.state_reduced_dim.resize(tw.state.size(), -1);
     int updated = b.op("Sub", {w, b.op("Mul", {update, lr})});
@@ -565,6 +576,7 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
   g.verify();
   step.forward_nodes = g.values[static_cast<size_t>(g.at(step.loss))].producer + 1;
   step.remat = o.remat;
+  step.ignored = o.ignored;
   for (const Node& n : g.nodes)
     if (n.name.starts_with(kRematPrefix)) {
       ++step.recomputed_nodes;

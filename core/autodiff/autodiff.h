@@ -66,15 +66,21 @@ struct TrainingOptions {
   /// Under --remat: forward values always saved, never recomputed, and so never what keeps a node from being a cut
   /// point (a pipeline's microbatch rows and results, which live across its iterations: core/pipeline/schedule.h).
   std::vector<std::string> remat_keep;
-  /// The weights to train: names of floating-point initializers of the forward graph. Weights that do not reach
-  /// the loss are left out (TrainingStep::unused).
+  /// The weights to train: names of floating-point initializers or graph inputs of the forward graph. A graph input
+  /// is a variable (JAX's params as arguments): its optimizer state becomes graph inputs too, after the others, where
+  /// an initializer's is initializers of zeros. Weights that do not reach the loss are left out
+  /// (TrainingStep::unused).
   std::vector<std::string> trainable;
+  /// Names that matched the trainable pattern but are not floating point (integer graph inputs): not trained,
+  /// reported (TrainingStep::ignored).
+  std::vector<std::string> ignored;
 };
 
 /// The result of build_training_step: the step graph and the names of what it computes.
 struct TrainingStep {
-  /// Inputs: the forward graph's inputs (and the added labels input). Initializers: the weights, the optimizer
-  /// state (zeros, or no data when the weights have none) and constants. Outputs: the loss, then per weight its
+  /// Inputs: the forward graph's inputs (and the added labels input), then the optimizer state of the variables
+  /// (trained graph inputs). Initializers: the weights, their optimizer state (zeros, or no data when the weights
+  /// have none) and constants. Outputs: the loss, then per weight its
   /// updated value, then the updated optimizer state, weight by weight.
   Graph graph;
   std::string loss;
@@ -88,7 +94,8 @@ struct TrainingStep {
     std::vector<int> state_reduced_dim;
   };
   std::vector<Weight> weights;
-  std::vector<std::string> unused;  // trainable names that do not reach the loss (no gradient, not updated)
+  std::vector<std::string> unused;   // trainable names that do not reach the loss (no gradient, not updated)
+  std::vector<std::string> ignored;  // TrainingOptions::ignored: matched, not floating point, not trained
   /// Nodes [0, forward_nodes) of `graph` compute the forward pass and the loss; the backward pass and the update
   /// follow.
   int forward_nodes = 0;
@@ -105,11 +112,11 @@ MemoryRoles training_memory_roles(const Graph& g, const TrainingStep& step);
 
 /// Builds one training step of `forward` (a loaded graph: static shapes, every node typed; taken by value, so a
 /// caller that no longer needs it moves it in). `shapes` types the emitted nodes (the executor's shape functions).
-/// Throws InputError for: an unknown or non-float trainable name, a non-scalar output 0 with LossKind::kOutput,
-/// labels of the wrong type or shape, no trainable weight reaching the loss, and an op on a path from a weight to
-/// the loss without a gradient rule ("--training: node 'n' (Op): no gradient rule for Op"). Throws
-/// InternalError when a rule emits a gradient of the wrong dtype or shape (a bug). O(nodes + edges) plus the
-/// emitted nodes' shape functions.
+/// Throws InputError for: an unknown trainable name, or one that is not a floating-point initializer or graph input, a
+/// non-scalar output 0 with LossKind::kOutput, labels of the wrong type or shape, no trainable weight reaching the
+/// loss, and an op on a path from a weight to the loss without a gradient rule ("--training: node 'n' (Op): no gradient
+/// rule for Op"). Throws InternalError when a rule emits a gradient of the wrong dtype or shape (a bug). O(nodes +
+/// edges) plus the emitted nodes' shape functions.
 TrainingStep build_training_step(Graph forward, const TrainingOptions& options, const ShapeFunction& shapes);
 
 }  // namespace gspmd

@@ -449,7 +449,14 @@ MemoryBreakdown memory_breakdown(const SpmdProgram& p, const MemoryRoles* roles)
       kind[v] = MemoryKind::kSavedActivations;
     }
   }
-  for (int v : program.inputs) kind[static_cast<size_t>(v)] = MemoryKind::kInputs;
+  for (int v : program.inputs) {  // data and labels; a variable (a trained graph input) and its state by role
+    const int o = origin(v);
+    const MemoryKind role = roles && o >= 0 && static_cast<size_t>(o) < roles->kind.size()
+                                ? roles->kind[static_cast<size_t>(o)]
+                                : MemoryKind::kTransient;
+    kind[static_cast<size_t>(v)] =
+        role == MemoryKind::kWeights || role == MemoryKind::kOptimizerState ? role : MemoryKind::kInputs;
+  }
 
   MemoryBreakdown r;
   std::array<int64_t, kMemoryKinds> live{};
@@ -472,6 +479,8 @@ MemoryBreakdown memory_breakdown(const SpmdProgram& p, const MemoryRoles* roles)
     if (kind[v] == MemoryKind::kSavedActivations || kind[v] == MemoryKind::kInputs)
       total(kind[v]) += bytes(static_cast<int>(v));
   }
+  for (int v : program.inputs)  // the variables and their state
+    if (kind[static_cast<size_t>(v)] != MemoryKind::kInputs) total(kind[static_cast<size_t>(v)]) += bytes(v);
   for (int64_t b : smallest) total(MemoryKind::kGradients) += std::max<int64_t>(b, 0);
   for (size_t v = 0; v < nv; ++v) {
     if (!program.values[v].is_initializer) continue;

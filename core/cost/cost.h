@@ -59,11 +59,13 @@ double node_time(const Graph& program, const Node& node, const DeviceMesh& mesh,
 
 /// What a buffer of the step holds, for the memory breakdown (docs/training.md, "Memory").
 enum class MemoryKind : uint8_t {
-  kWeights,           // initializers (trained weights, frozen weights, constants) and the updated weights
+  kWeights,           // initializers (trained weights, frozen weights, constants), variables (trained graph
+                      // inputs) and the updated weights
   kGradients,         // the trained weights' gradients and their resharded copies
-  kOptimizerState,    // momentum / Adam moments, before and after the update, and their copies
+  kOptimizerState,    // momentum / Adam moments (initializers, or inputs for variables), before and after the
+                      // update, and their copies
   kSavedActivations,  // computed by the forward pass and read by the backward pass (kept across the boundary)
-  kInputs,            // the step's graph inputs (data, labels)
+  kInputs,            // the step's other graph inputs (data, labels)
   kTransient,         // everything else: intermediates, collective buffers, copies of weights
 };
 inline constexpr size_t kMemoryKinds = 6;

@@ -4,11 +4,14 @@
 Run with Debian's interpreter (torch 1.13, onnx 1.12, numpy):
 
     /usr/bin/python3 testdata/training/torch_reference.py make DIR [--opset 13|17] [--fold]
-                                                              [--optimizer sgd|adam|adafactor]
+                                                              [--optimizer sgd|adam|adafactor] [--variables]
         exports a small GPT (testdata/gpt/export_gpt.py's architecture) to DIR/model.onnx, its run inputs to
         DIR/inputs/input_0.pb (input_ids) and input_1.pb (labels), and torch's training step to DIR/torch/:
         loss.pb and, per parameter p, p.grad.pb and p.updated.pb (one torch.optim step with lr --lr; torch 1.13
-        has no Adafactor: adafactor_step below, in numpy float64 from torch's gradients)
+        has no Adafactor: adafactor_step below, in numpy float64 from torch's gradients). With --variables the
+        parameters are graph inputs, not initializers (a JAX-style step: params as arguments), and the run inputs
+        are input_ids, the parameters in the model's input order, labels, then the optimizer state (zeros, for
+        `run --trainable '\.(weight|bias)$'`: per parameter in that order, Adam's m and v)
     /usr/bin/python3 testdata/training/torch_reference.py compare DIR OUT
         compares `run --training --outputs OUT` (output_<i>.pb, named loss / <p>.updated) with DIR/torch: the loss,
         and every updated parameter (sgd: the implied gradient (p - p.updated) / lr against p.grad). Prints one
@@ -70,8 +73,23 @@ def make(a):
     model.eval()
     torch.onnx.export(model, (ids,), os.path.join(a.dir, "model.onnx"), opset_version=a.opset,
                       do_constant_folding=a.fold, input_names=["input_ids"], output_names=["logits"])
-    save(os.path.join(a.dir, "inputs", "input_0.pb"), ids.numpy(), "input_ids")
-    save(os.path.join(a.dir, "inputs", "input_1.pb"), labels.numpy(), "labels")
+    inputs = [(ids.numpy(), "input_ids"), (labels.numpy(), "labels")]
+    if a.variables:
+        path = os.path.join(a.dir, "model.onnx")
+        m = onnx.load(path)
+        params = [t for t in m.graph.initializer if t.name.endswith((".weight", ".bias"))]
+        for t in params:
+            m.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        values = [(onnx.numpy_helper.to_array(t), t.name) for t in params]
+        kept = [t for t in m.graph.initializer if not t.name.endswith((".weight", ".bias"))]
+        del m.graph.initializer[:]
+        m.graph.initializer.extend(kept)
+        onnx.save(m, path)
+        state = [] if a.optimizer == "sgd" else [(np.zeros_like(x), n + s) for x, n in values
+                                                 for s in (".adam_m", ".adam_v")]
+        inputs = inputs[:1] + values + inputs[1:] + state
+    for k, (x, name) in enumerate(inputs):
+        save(os.path.join(a.dir, "inputs", f"input_{k}.pb"), x, name)
 
     logits = model(ids)
     loss = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1))
@@ -114,13 +132,13 @@ def compare(a):
     e = rel(ours["loss"], load(os.path.join(ref, "loss.pb"))[1]) if "loss" in ours else float("inf")
     rows.append(("loss", e))
     model = onnx.load(os.path.join(a.dir, "model.onnx"))
-    initializers = {t.name for t in model.graph.initializer}
+    weights = {t.name for t in model.graph.initializer} | {i.name for i in model.graph.input}
     for path in sorted(glob.glob(os.path.join(ref, "*.updated.pb"))):
         name = os.path.basename(path)[: -len(".updated.pb")]
         grad = load(os.path.join(ref, name + ".grad.pb"))[1]
         w = load(os.path.join(ref, name + ".pb"))[1]
-        if name not in initializers:  # folded by torch's exporter (wpe(arange(T)) with --fold): not a weight
-            print(f"{'skipped':8s} {name:32s} not an initializer of the model")
+        if name not in weights:  # folded by torch's exporter (wpe(arange(T)) with --fold): not a weight
+            print(f"{'skipped':8s} {name:32s} not an initializer or input of the model")
             continue
         zero = np.linalg.norm(grad) < 1e-6 * np.linalg.norm(w)  # 0 in exact arithmetic (attention's key bias)
         if zero and optimizer != "sgd":
@@ -153,6 +171,7 @@ def main():
     m.add_argument("--fold", action="store_true")
     m.add_argument("--optimizer", choices=["sgd", "adam", "adafactor"], default="sgd")
     m.add_argument("--lr", type=float, default=1.0)
+    m.add_argument("--variables", action="store_true", help="the parameters as graph inputs")
     c = sub.add_parser("compare")
     c.add_argument("dir")
     c.add_argument("out")

@@ -287,6 +287,18 @@ TEST(Training, AutoChoosesByTrainingStepMemory) {
   EXPECT_GT(j["simulated"]["memory"]["at_peak"]["optimizer_state"].get<int64_t>(), 0);
 }
 
+/// Runs the Python `body` on the device file `file` (Debian's onnx), with `ins` (input names, in order), `outs`
+/// (output names) and `inits` (initializer names) defined.
+CmdResult inspect_device_file(const fs::path& file, const std::string& body, const std::string& tag) {
+  return sh(debian_python() +
+                " -c \"import onnx, sys\n"
+                "g = onnx.load(sys.argv[1]).graph\n"
+                "ins = [i.name for i in g.input]; outs = {o.name for o in g.output}\n"
+                "inits = {i.name for i in g.initializer}\n" +
+                body + "\" " + file.string(),
+            tag);
+}
+
 // partition --training writes one training-step model per device: after the data inputs, every weight slice and
 // optimizer-state slice is an input (its initializer the default), paired by name with its updated output.
 TEST(Training, DeviceFilesTakeWeightsAndStateAsInputs) {
@@ -295,16 +307,11 @@ TEST(Training, DeviceFilesTakeWeightsAndStateAsInputs) {
                         (d / "out").string(),
                     "train_export");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  CmdResult py = sh(debian_python() +
-                        " -c \"import onnx, sys\n"
-                        "g = onnx.load(sys.argv[1]).graph\n"
-                        "ins = [i.name for i in g.input]; outs = {o.name for o in g.output}\n"
-                        "inits = {i.name for i in g.initializer}\n"
-                        "state = ins[2:]\n"
-                        "print(ins[:2], len(state), len(outs))\n"
-                        "print(sum(s + '.updated' in outs and s in inits for s in state))\" " +
-                        (d / "out" / "device_3.onnx").string(),
-                    "train_export_inspect");
+  CmdResult py = inspect_device_file(d / "out" / "device_3.onnx",
+                                     "state = ins[2:]\n"
+                                     "print(ins[:2], len(state), len(outs))\n"
+                                     "print(sum(s + '.updated' in outs and s in inits for s in state))",
+                                     "train_export_inspect");
   ASSERT_EQ(py.code, 0) << py.out << py.err;
   // 37 weights, each with Adam's m and v: 111 state inputs, all paired; outputs: the loss and 111 updated values.
   EXPECT_EQ(py.out, "['input_ids', 'labels'] 111 112\n111\n");
@@ -379,6 +386,38 @@ TEST_F(TorchReference, AdamStepMatchesTorchOptim) {
   run_and_compare(d, " --mesh 2x2" + plan("paper2d") + " --optimizer adam --lr 0.01", "adam_paper2d");
 }
 
+// Variables (--trainable selecting graph inputs; docs/training.md): the same GPT with its parameters as graph
+// inputs, fed the exported values, trains like torch (SGD under Megatron, Adam under the paper's 2D plan, whose
+// m and v become inputs fed zeros). Integer inputs that match are named as not trained. Partitioned, each device
+// file takes the variables and their state as inputs without data, paired with their updated outputs.
+TEST_F(TorchReference, VariablesTrainLikeTorch) {
+  const std::string vars = " --trainable '\\.(weight|bias)$'";
+  const fs::path sgd = make("vars_sgd", " --opset 13 --variables");
+  run_and_compare(sgd, " --mesh 2x2" + plan("megatron") + vars + " --lr 1", "vars_sgd_megatron");
+  const fs::path adam = make("vars_adam", " --opset 17 --fold --variables --optimizer adam --lr 0.01");
+  run_and_compare(adam, " --mesh 2x2" + plan("paper2d") + vars + " --optimizer adam --lr 0.01", "vars_adam_paper2d");
+
+  const std::string model = (sgd / "model.onnx").string();
+  CmdResult r = cli("simulate " + model + " --mesh 2x2" + plan("megatron") + kTrain + " --trainable 'weight|bias|ids'",
+                    "vars_ignored");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find(", 37 weights (116.5 KiB); not trained, not floating point: input_ids\n"), std::string::npos)
+      << r.out;
+  const fs::path out = scratch("vars_export") / "out";
+  r = cli("partition " + model + " --mesh 2x2" + plan("megatron") + kTrain + vars + " --optimizer momentum -o " +
+              out.string(),
+          "vars_export");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  CmdResult py = inspect_device_file(out / "device_3.onnx",
+                                     "print(ins[:2], len(ins), len(inits & set(ins)), 'wte.weight.momentum' in ins)\n"
+                                     "print(sum(i + '.updated' in outs for i in ins))",
+                                     "vars_export_inspect");
+  ASSERT_EQ(py.code, 0) << py.out << py.err;
+  // input_ids, the 37 weights, labels and the weights' momentum (no data: the caller feeds them); each weight and
+  // state paired with its updated output
+  EXPECT_EQ(py.out, "['input_ids', 'wte.weight'] 76 0 True\n74\n");
+}
+
 // Adafactor against the numpy transcription of HF transformers' Adafactor (torch 1.13 has none; torch autograd's
 // gradients), partitioned by the GSPMD paper's 2D plan. Clipping is active for most matrices (RMS of the update
 // 1.01 - 1.13) and not for the embeddings (0.65, 0.95).
@@ -432,7 +471,8 @@ TEST(Training, BadFlagsAreOneLineErrors) {
       {kTrain + " --optimizer lamb", "error: --optimizer: 'lamb' is not sgd, momentum, adam or adafactor\n"},
       {kTrain + " --remat some", "error: --remat: 'some' is not none, full or dots\n"},
       {" --remat full", "error: --remat: only used with --training\n"},
-      {kTrain + " --trainable nothing_matches", "error: --trainable: 'nothing_matches' matches no float initializer\n"},
+      {kTrain + " --trainable nothing_matches",
+       "error: --trainable: 'nothing_matches' matches no float initializer or graph input\n"},
       {kTrain + " --trainable '('", "error: --trainable: '(' is not a regular expression RE2 accepts: missing ): (\n"},
       {" --training --loss cross-entropy:input_ids --trainable wte",
        ""},  // input_ids is int64 [8,64]: valid labels (predict the input)
