@@ -308,6 +308,13 @@ void mask_pad(Tensor& x, int64_t axis, int64_t first_global, int64_t full_size, 
       pat.assign(1, static_cast<std::byte>(b));
       break;
     }
+    case DType::kFloat16:  // the 16-bit pattern of the value (0, or -inf / +inf for max / min)
+    case DType::kBFloat16: {
+      const uint16_t h = x.dtype == DType::kFloat16 ? float_to_half(value) : float_to_bf16(value);
+      pat.resize(sizeof h);
+      std::memcpy(pat.data(), &h, sizeof h);
+      break;
+    }
     default: throw UnsupportedError(fmt::format("MaskPad of {} is not supported by the pod", dtype_name(x.dtype)));
   }
   size_t es = pat.size();

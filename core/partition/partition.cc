@@ -643,25 +643,36 @@ void Partitioner::emit_local(const Node& node, const OpShardingRule& rule, const
     int out = local_outs[r];
     if (!(shard_count == total_count)) {
       const Value& gvv = g_.values[node.outputs[r]];
-      if (gvv.dtype != DType::kFloat64 && gvv.dtype != DType::kFloat32)
+      const DType dt = gvv.dtype;
+      if (!is_floating(dt))
         throw UnsupportedError(
-            fmt::format("{} ({}): mean of {} over a split dim", node.name, node.op_type, dtype_name(gvv.dtype)));
+            fmt::format("{} ({}): mean of {} over a split dim", node.name, node.op_type, dtype_name(dt)));
+      // 16-bit results are scaled in float32 (one rounding, as the kernels compute them), unless the scale is a
+      // power of two, which scales exactly in their own type (an even split over 2^k devices)
+      const bool half = dt == DType::kFloat16 || dt == DType::kBFloat16;
+      const bool exact = !symbolic_mean && std::ilogb(mean_scale) != FP_ILOGBNAN &&
+                         std::ldexp(1.0, std::ilogb(mean_scale)) == mean_scale;
+      const DType st = half && !exact ? DType::kFloat32 : dt;  // the scale's and the product's type
+      const Shape shape = P().values[out].shape;
       int scale = -1;
       if (symbolic_mean) {
-        scale = emit(
-            "Div",
-            {runtime_size("mean_shard", shard_count, gvv.dtype), runtime_size("mean_total", total_count, gvv.dtype)},
-            "mean_scale", gvv.dtype, {1});
-        if (P().values[out].shape.empty()) scale = to_scalar(scale);  // a mean to a scalar: [1] would make it a [1]
+        scale = emit("Div", {runtime_size("mean_shard", shard_count, st), runtime_size("mean_total", total_count, st)},
+                     "mean_scale", st, {1});
+        if (shape.empty()) scale = to_scalar(scale);  // a mean to a scalar: [1] would make it a [1]
       } else {
-        Tensor t(gvv.dtype, {});
-        if (gvv.dtype == DType::kFloat64)
+        Tensor t(st, {});
+        if (st == DType::kFloat64)
           t.data<double>()[0] = mean_scale;
-        else
+        else if (st == DType::kFloat32)
           t.data<float>()[0] = static_cast<float>(mean_scale);
+        else  // a power of two: exact in both 16-bit types
+          t.data<uint16_t>()[0] = st == DType::kFloat16 ? float_to_half(static_cast<float>(mean_scale))
+                                                        : float_to_bf16(static_cast<float>(mean_scale));
         scale = new_constant("mean_scale", std::move(t));
       }
-      out = emit("Mul", {out, scale}, gvv.name, gvv.dtype, P().values[out].shape);
+      if (st != dt) out = emit("Cast", {out}, gvv.name, st, shape, {{"to", static_cast<int64_t>(st)}});
+      out = emit("Mul", {out, scale}, gvv.name, st, shape);
+      if (st != dt) out = emit("Cast", {out}, gvv.name, dt, shape, {{"to", static_cast<int64_t>(dt)}});
     }
     bind(node.outputs[r], result_shardings[r], out);
   }
