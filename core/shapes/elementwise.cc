@@ -19,9 +19,7 @@ std::vector<TensorType> where_types(const ShapeCtx& c) {
   return one_type(c.dtype(1), c.broadcast(c.broadcast(c.shape(0), c.shape(1)), c.shape(2)));
 }
 
-std::vector<TensorType> cast_types(const ShapeCtx& c) {
-  return one_type(c.dtype_attr("to", 0), c.shape(0));
-}
+std::vector<TensorType> cast_types(const ShapeCtx& c) { return one_type(c.dtype_attr("to", 0), c.shape(0)); }
 
 std::vector<TensorType> cast_like_types(const ShapeCtx& c) { return one_type(c.dtype(1), c.shape(0)); }
 
