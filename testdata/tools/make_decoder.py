@@ -10,7 +10,7 @@ in an external data file).
     /usr/bin/python3 testdata/tools/make_decoder.py --layers 4 --d-model 1024 --heads 16 --vocab 0 \
         --batch 4 --seq 256 --weights random --out /tmp/dec4           # 107 GFLOP forward, 201 MB of weights
 
-The graph (opset 17, float32, pre-LN, names as testdata/gpt/export_gpt.py so the sidecars carry over):
+The graph (opset 17, float32 or --dtype bfloat16, pre-LN, names as testdata/gpt/export_gpt.py so the sidecars carry over):
     vocab > 0:  input_ids int64 [B,S] -> Gather(wte) + wpe -> blocks -> LayerNormalization -> MatMul(wte^T) ->
                 logits [B,S,V]
     vocab == 0: x float32 [B,S,D] -> blocks -> LayerNormalization -> y [B,S,D] (no embedding or LM head)
@@ -19,6 +19,9 @@ The graph (opset 17, float32, pre-LN, names as testdata/gpt/export_gpt.py so the
                 -> Add (bias) -> Add (residual) = h.i.attn_out -> LN -> MatMul + Add (fc_in) -> GELU (Erf form) ->
                 MatMul + Add (fc_out) -> Add (residual) = h.i.out
 Forward FLOPs per block: 24*B*S*D^2 (the six weight matmuls, fc 4x) + 4*B*S^2*D (attention).
+
+--dtype bfloat16: every float value (weights, inputs, activations, the mask, the constants) in bfloat16, as the
+GSPMD paper's runs train (weights as inputs: `simulate --training --trainable '\.(weight|bias)$'`).
 
 --weights absent: every initializer (and the mask) is external data in NAME.bin, which is not written: the model
 is shapes only (`simulate` works, `run` says the file is missing). --weights random: N(0, 0.02) weights written to
@@ -45,12 +48,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sharding_json  # noqa: E402
 
 
+def bf16_bytes(a):
+    """float32 array -> bfloat16 little-endian bytes, rounded to nearest even (as torch and the tool round)."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
+
+
 class Builder:
-    def __init__(self, name, weights, rng):
+    def __init__(self, name, weights, rng, dtype="float32"):
+        self.ftype = TensorProto.BFLOAT16 if dtype == "bfloat16" else TensorProto.FLOAT
+        self.fbytes = 2 if dtype == "bfloat16" else 4
         self.nodes, self.inits, self.weight_inputs = [], [], []
         self.bin_name, self.weights, self.rng = name + ".bin", weights, rng
         self.offset = 0
-        self.params = 0  # float32 elements of all weights (the mask included)
+        self.params = 0  # float elements of all weights (the mask included)
         self.blob = []  # random mode: the bytes of NAME.bin, in order
         self.counter = 0
 
@@ -64,22 +75,26 @@ class Builder:
         return out
 
     def inline(self, name, array):
-        self.inits.append(numpy_helper.from_array(array, name))
+        if array.dtype == np.float32 and self.ftype == TensorProto.BFLOAT16:
+            t = helper.make_tensor(name, TensorProto.BFLOAT16, list(array.shape), bf16_bytes(array), raw=True)
+        else:
+            t = numpy_helper.from_array(array, name)
+        self.inits.append(t)
         return name
 
     def weight(self, name, shape, kind="normal"):
-        """A float32 weight: an initializer with external data in NAME.bin (absent or written), or with
+        """A float weight (--dtype): an initializer with external data in NAME.bin (absent or written), or with
         --weights inputs a graph input (a variable, as in a training step). The mask is always an initializer."""
         n = int(np.prod(shape))
         self.params += n
         if self.weights == "inputs" and kind != "mask":
-            self.weight_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+            self.weight_inputs.append(helper.make_tensor_value_info(name, self.ftype, shape))
             return name
         t = TensorProto()
-        t.name, t.data_type = name, TensorProto.FLOAT
+        t.name, t.data_type = name, self.ftype
         t.dims.extend(shape)
         t.data_location = TensorProto.EXTERNAL
-        for k, v in (("location", self.bin_name), ("offset", str(self.offset)), ("length", str(4 * n))):
+        for k, v in (("location", self.bin_name), ("offset", str(self.offset)), ("length", str(self.fbytes * n))):
             e = t.external_data.add()
             e.key, e.value = k, v
         if self.weights == "random":
@@ -92,8 +107,8 @@ class Builder:
                 a = np.triu(np.full((s, s), -1e9, dtype=np.float32), 1).reshape(-1)
             else:
                 a = np.zeros(n, dtype=np.float32)
-            self.blob.append(a.astype("<f4").tobytes())
-        self.offset += 4 * n
+            self.blob.append(bf16_bytes(a) if self.fbytes == 2 else a.astype("<f4").tobytes())
+        self.offset += self.fbytes * n
         self.inits.append(t)
         return name
 
@@ -103,7 +118,7 @@ def build(args):
     F = args.mlp or 4 * D
     assert D % H == 0, "--d-model must be a multiple of --heads"
     Dh = D // H
-    b = Builder(args.name, args.weights, np.random.default_rng(args.seed))
+    b = Builder(args.name, args.weights, np.random.default_rng(args.seed), args.dtype)
     shape_bshd = b.inline("shape_bshd", np.array([B, S, H, Dh], dtype=np.int64))
     shape_bsd = b.inline("shape_bsd", np.array([B, S, D], dtype=np.int64))
     scale = b.inline("attn_scale", np.array(1.0 / math.sqrt(Dh), dtype=np.float32))
@@ -118,7 +133,7 @@ def build(args):
         wpe = b.weight("wpe.weight", [S, D])
         x = b.node("Add", [b.node("Gather", [wte, "input_ids"]), wpe], "h.0.in")
     else:
-        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, D])]
+        inputs = [helper.make_tensor_value_info("x", b.ftype, [B, S, D])]
         x = "x"
 
     def ln(v, p):
@@ -148,10 +163,10 @@ def build(args):
     if V > 0:
         wte_t = b.node("Transpose", ["wte.weight"], perm=[1, 0])
         out = b.node("MatMul", [y, wte_t], "logits")
-        outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [B, S, V])]
+        outputs = [helper.make_tensor_value_info("logits", b.ftype, [B, S, V])]
     else:
         out = b.node("Identity", [y], "y")
-        outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, S, D])]
+        outputs = [helper.make_tensor_value_info("y", b.ftype, [B, S, D])]
     del out
     graph = helper.make_graph(b.nodes, args.name, inputs + b.weight_inputs, outputs, b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_decoder.py")
@@ -200,6 +215,8 @@ def main():
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--weights", choices=["absent", "random", "inputs"], default="absent")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="the type of every float value (weights, activations, the mask and constants)")
     ap.add_argument("--mesh", default="2x2", help="mesh shape written into the sidecars")
     ap.add_argument("--name", default="decoder")
     ap.add_argument("--out", required=True)

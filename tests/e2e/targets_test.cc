@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "e2e_util.h"
 
@@ -202,6 +203,35 @@ TEST(Targets, Gpt3SizedTrainingStepMirrorsTheForwardCollectives) {
         c["axes"] == nlohmann::json{"data"})
       regathered += c["count"].get<int>();
   EXPECT_EQ(regathered, 4 * L);
+}
+
+// The paper's setting (issue 29): a bfloat16 step whose weights are graph inputs (variables, trained by
+// --trainable), GPT-3's shapes with 2 layers on 64x32 under the 2D plan. Each layer's 6 weight gradients are
+// reduce-scattered over data, each of the bfloat16 partial sum's bytes: [D, D/32] for q, k, v and the projection,
+// [D, 4D/32] and [4D/32, D] for the MLP, 2 bytes per element (half the float32 step's).
+TEST(Targets, Bf16VariablesTrainingStepReduceScattersWeightGradientsOverData) {
+  fs::path d = scratch("targets_gpt3_bf16");
+  ASSERT_TRUE(fs::exists(
+      make_decoder(d, "gpt3", kGpt3 + " --layers 2 --weights inputs --dtype bfloat16 --mesh 64x32", "gpt3_bf16_make")));
+  CmdResult r = cli("simulate " + (d / "gpt3.onnx").string() + " --mesh 64x32 --shardings " +
+                        (d / "gpt3.2d.sharding.json").string() +
+                        " --training --loss mean --optimizer adafactor --trainable '\\.(weight|bias)$' --report " +
+                        (d / "r.json").string(),
+                    "gpt3_bf16_simulate");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json rep = read_json(d / "r.json");
+  EXPECT_EQ(rep["training"]["weights"].size(), 36u);  // 2 x 16, wte, wpe, ln_f's scale and bias
+  const int64_t D = 12288, bf16 = 2;
+  std::multiset<int64_t> bytes;
+  for (const auto& c : rep["collectives"])
+    if (c["kind"] == "reduce-scatter" && c["axes"] == nlohmann::json{"data"})
+      for (int k = 0; k < c["count"]; ++k) bytes.insert(c["bytes"].get<int64_t>());
+  std::multiset<int64_t> want;
+  for (int layer = 0; layer < 2; ++layer) {
+    for (int w = 0; w < 4; ++w) want.insert(D * D / 32 * bf16);
+    for (int w = 0; w < 2; ++w) want.insert(4 * D * D / 32 * bf16);
+  }
+  EXPECT_EQ(bytes, want);
 }
 
 TEST(Targets, GpuNodesPriceCollectivesInsideAndAcrossNodes) {
