@@ -18,6 +18,15 @@ struct CheckResult {
   double max_abs_error = 0;  // max |partitioned - reference| over all outputs
   double max_rel_error = 0;  // per output: max |partitioned - reference| / max |reference| (normwise)
   std::string worst;         // "output 'logits' element 123: 1.5 vs 1.49"
+  std::string tolerance;     // what compare_outputs allowed: "rtol 0.0001, atol 1e-05" (and the 16-bit rule)
+  /// A trained weight whose Adam or Adafactor update differs beyond the tolerance only where its gradient is
+  /// within the check's tolerance of 0 (compare_outputs): those elements are reported here, not failed.
+  struct Amplified {
+    std::string weight;
+    int64_t elements = 0, total = 0;  // elements amplified, of the weight's
+    double max_abs_error = 0;         // the largest |partitioned - reference| among them
+  };
+  std::vector<Amplified> amplified;
 };
 
 /// Compares `got` with `want` (output `name`) into `r`: passes when |a-b| <= atol + rtol*|b| everywhere (integers and
@@ -32,9 +41,18 @@ void compare_tensor(const Tensor& got, const Tensor& want, double rtol, double a
 /// values), with the counts: a check compares such values equal in both runs, so the summary says so.
 std::vector<std::string> nonfinite_warnings(const Graph& g, const std::vector<Tensor>& outputs);
 
-/// --check: compare_tensor for every graph output of `g` against the unpartitioned run's `want`.
+/// --check: compare_tensor for every graph output of `g` against the unpartitioned run's `want`; sets
+/// CheckResult::tolerance. With `step` (a training step), an adaptive optimizer's updated weight is judged with its
+/// state: Adam's first step is g / (|g| + eps) and Adafactor's divides g by its RMS, so a gradient element that is 0
+/// in exact arithmetic (attention's key bias) or too small to have a sign at the check's precision becomes a step
+/// of about lr whose sign is rounding noise, different in the two runs. An element of `<w>.updated` that fails is
+/// *amplified*, not failed, when the reference run's state says its gradient is within the tolerance of 0: Adam's
+/// m (`<w>.adam_m.updated`) differs in sign between the runs or is below rtol times the largest m of the step;
+/// Adafactor's accumulator of its row or column (or its own, for a weight of fewer than 2 dims) has a square root
+/// below rtol times the largest of the step (rtol: the check's, raised for 16-bit outputs). Such elements count in
+/// CheckResult::amplified and not in the errors; every other element, and every other output, is compared as usual.
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
-                            double rtol, double atol);
+                            double rtol, double atol, const TrainingStep* step = nullptr);
 
 /// Result of `run --expected DIR`: the run's outputs against DIR/output_<i>.pb.
 struct ExpectedResult {

@@ -57,6 +57,29 @@ INSTANTIATE_TEST_SUITE_P(Plans, GptTraining,
                            return n;
                          });
 
+// docs/training.md's first example (Adam, Megatron 2x2, torch's default eps): attention's key bias has a gradient
+// that is 0 in exact arithmetic, so Adam's first step g / (|g| + eps) is a sign of rounding noise there, different
+// in the two runs. The check names those elements instead of failing on them (it failed before, max abs error
+// 1.4e-4 on h.0.attn.k.bias.updated), states its tolerance, and compares every other element as usual.
+TEST(Training, HeadlineExampleNamesTheAmplifiedWeights) {
+  const fs::path rep = scratch("train_headline") / "report.json";
+  CmdResult r = cli("run " + kGpt + " --mesh 2x2" + plan("megatron") + kTrain + " --optimizer adam --lr 1e-3 --check" +
+                        " --report " + rep.string(),
+                    "train_headline");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("; rtol 0.0001, atol 1e-05)\n"), std::string::npos) << r.out;
+  const nlohmann::json c = read_json(rep)["check"];
+  EXPECT_TRUE(c["passed"].get<bool>());
+  std::set<std::string> amplified;
+  for (const auto& a : c["amplified"]) {
+    amplified.insert(a["weight"].get<std::string>());
+    EXPECT_LE(a["elements"].get<int64_t>(), a["of"].get<int64_t>());
+    EXPECT_LE(a["max_abs_error"].get<double>(), 2 * 1e-3 * 1.001) << a.dump();  // at most two steps of lr apart
+  }
+  EXPECT_TRUE(amplified.count("h.0.attn.k.bias") && amplified.count("h.1.attn.k.bias")) << c.dump();
+  EXPECT_NE(r.out.find("\namplified "), std::string::npos) << r.out;
+}
+
 /// `run MODEL --mesh MESH --shardings PLAN --training --loss mean --check`: expects exit 0, `weights` weights
 /// trained and the check passed; returns the report (null when the run failed).
 nlohmann::json run_check_mean_loss(const fs::path& model, const std::string& mesh, const fs::path& plan, int weights,
