@@ -11,6 +11,7 @@
 #include "core/autodiff/autodiff.h"
 #include "core/cost/cost.h"
 #include "core/ir/ir.h"
+#include "core/ir/precision.h"
 #include "core/partition/spmd.h"
 #include "core/pipeline/schedule.h"
 #include "core/propagation/propagation.h"
@@ -59,6 +60,7 @@ struct CommonOptions {
   /// partition: keep the symbolic dims that neither --dim nor --inputs bind (LoadOptions::keep_symbols), so that
   /// the device files serve every size (docs/shapes.md); not with --training, --pipeline or --auto, which need sizes.
   bool keep_symbols = false;
+  std::string precision;         // --precision bf16|mixed|f32 ("" = as the model declares; core/ir/precision.h)
   TrainingFlags training;        // --training ...
   PipelineFlags pipeline;        // --pipeline ...
   std::optional<bool> progress;  // show the --auto search's progress on stderr (nullopt: when it is a terminal;
@@ -78,6 +80,7 @@ struct MicrobatchCandidate {
 struct Pipeline {
   Target target;  // --target with --device-order applied (resolved once: "host" is measured)
   Graph graph;
+  Precision precision = Precision::kAsLoaded;  // --precision (applied to `graph` right after loading)
   RuleTable rules;  // every node's sharding rule, built once after loading (auto, propagate, partition)
   Annotations annotations;
   std::string sharding_file;  // the file actually read ("" if none)

@@ -379,6 +379,13 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   lo.keep_symbols = o.keep_symbols && !o.training.on && o.pipeline.axis.empty() && !o.auto_search;
   lo.data_dependent_dims = !o.training.on && o.pipeline.axis.empty();  // the step builder and stages are static
   p.graph = load_model(o.model, lo, &p.load_report);
+  if (!o.precision.empty()) {
+    const Precision precision =
+        pick<Precision>(o.precision, "--precision",
+                        {{"bf16", Precision::kBF16}, {"mixed", Precision::kMixed}, {"f32", Precision::kF32}});
+    set_precision(p.graph, precision, trainable_weights(o.training), lo.shape_function);
+    p.precision = precision;
+  }
   const std::string file = sharding_file_of(o, p.load_report);
   auto read_annotations = [&](const Graph& g) {
     if (file.empty()) {

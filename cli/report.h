@@ -51,8 +51,12 @@ std::vector<std::string> nonfinite_warnings(const Graph& g, const std::vector<Te
 /// Adafactor's accumulator of its row or column (or its own, for a weight of fewer than 2 dims) has a square root
 /// below rtol times the largest of the step (rtol: the check's, raised for 16-bit outputs). Such elements count in
 /// CheckResult::amplified and not in the errors; every other element, and every other output, is compared as usual.
+/// With `inputs` (the run's, one per g.inputs) a trained weight's `<w>.updated` is compared by its step,
+/// w - <w>.updated (w: its initializer's data or its input), within the tolerance relative to the step's size plus
+/// one unit of the weight's type per element (the rounding of w - step): the weight's own size would hide the step.
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
-                            double rtol, double atol, const TrainingStep* step = nullptr);
+                            double rtol, double atol, const TrainingStep* step = nullptr,
+                            const std::vector<Tensor>* inputs = nullptr);
 
 /// Result of `run --expected DIR`: the run's outputs against DIR/output_<i>.pb.
 struct ExpectedResult {

@@ -176,7 +176,7 @@ CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>
   if (!p.reference || !p.reference_training)  // the model itself (with --pipeline: as loaded; same signature)
     return compare_outputs(p.graph, outputs,
                            run_single(p.reference ? *p.reference : p.graph, inputs, progress, exec).outputs, rtol, atol,
-                           p.training ? &*p.training : nullptr);
+                           p.training ? &*p.training : nullptr, &inputs);
   // --pipeline --training: the model's own step, fed by input name, and the program's outputs in its terms.
   const TrainingStep ref =
       build_training_step(*p.reference, *p.reference_training, kernel_load_options().shape_function);
@@ -223,7 +223,8 @@ CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>
     std::memcpy(t.bytes.data(), row_of->bytes.data() + row * bytes, bytes);
     mine.push_back(std::move(t));
   }
-  return compare_outputs(ref.graph, mine, run_single(ref.graph, ref_inputs, progress, exec).outputs, rtol, atol, &ref);
+  return compare_outputs(ref.graph, mine, run_single(ref.graph, ref_inputs, progress, exec).outputs, rtol, atol, &ref,
+                         &ref_inputs);
 }
 
 void check_fits_memory(const Graph& g) {

@@ -190,10 +190,14 @@ class StepBuilder final : public GradContext {
 int build_loss(StepBuilder& b, const TrainingOptions& o) {
   Graph& g = b.g();
   if (g.outputs.empty()) throw InputError("--training: the model has no output");
-  const int out = g.outputs[0];
-  const Value y = g.values.at(static_cast<size_t>(out));  // a copy: emitting appends to g.values
+  int out = g.outputs[0];
+  Value y = g.values.at(static_cast<size_t>(out));  // a copy: emitting appends to g.values
   if (!is_floating(y.dtype))
     throw InputError(fmt::format("--training: output 0 '{}' is {}, not floating point", y.name, dtype_name(y.dtype)));
+  if (y.dtype == DType::kFloat16 || y.dtype == DType::kBFloat16) {  // the loss in float32, as torch's autocast
+    out = b.cast(out, DType::kFloat32);
+    y.dtype = DType::kFloat32;
+  }
   const auto all_axes = [&](int v) {
     std::vector<int64_t> axes;
     for (size_t d = 0; d < b.value(v).shape.size(); ++d) axes.push_back(static_cast<int64_t>(d));

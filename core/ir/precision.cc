@@ -1,0 +1,137 @@
+#include "core/ir/precision.h"
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/ir/typing.h"
+
+namespace gspmd {
+namespace {
+
+/// Element i of a floating-point tensor as a double.
+double element(const Tensor& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::kFloat32: return t.data<float>()[i];
+    case DType::kFloat64: return t.data<double>()[i];
+    case DType::kFloat16: return half_to_float(t.data<uint16_t>()[i]);
+    case DType::kBFloat16: return bf16_to_float(t.data<uint16_t>()[i]);
+    default: throw InternalError(fmt::format("--precision: {} is not a float type", dtype_name(t.dtype)));
+  }
+}
+
+/// `t` (floating point) converted to the floating-point type `to`, rounded to nearest even.
+Tensor converted(const Tensor& t, DType to) {
+  if (t.dtype == to) return t;
+  Tensor r(to, t.shape);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double x = element(t, i);
+    switch (to) {
+      case DType::kFloat32: r.data<float>()[i] = static_cast<float>(x); break;
+      case DType::kFloat64: r.data<double>()[i] = x; break;
+      case DType::kFloat16: r.data<uint16_t>()[i] = float_to_half(static_cast<float>(x)); break;
+      default: r.data<uint16_t>()[i] = float_to_bf16(static_cast<float>(x)); break;
+    }
+  }
+  return r;
+}
+
+/// A Cast of value `x` to `to`, appended to `g`: its output's id (named after `name`).
+int cast(Graph& g, int x, DType to, const std::string& name) {
+  Node n;
+  n.name = name;
+  n.op_type = "Cast";
+  n.inputs = {x};
+  n.attrs["to"] = static_cast<int64_t>(to);
+  n.outputs = {g.add_value_unique(name, to, g.values[static_cast<size_t>(x)].shape)};
+  const int out = n.outputs[0];
+  g.add_node(std::move(n));
+  return out;
+}
+
+}  // namespace
+
+std::string_view precision_name(Precision p) {
+  switch (p) {
+    case Precision::kAsLoaded: return "as-loaded";
+    case Precision::kF32: return "f32";
+    case Precision::kBF16: return "bf16";
+    case Precision::kMixed: return "mixed";
+  }
+  return "as-loaded";
+}
+
+void set_precision(Graph& g, Precision p, const std::function<bool(const Value&)>& master,
+                   const ShapeFunction& shapes) {
+  if (p == Precision::kAsLoaded) return;
+  const DType compute = p == Precision::kF32 ? DType::kFloat32 : DType::kBFloat16;
+  for (const Node& n : g.nodes)
+    if (n.has_body())
+      throw UnsupportedError(fmt::format("--precision {}: node '{}' ({}) has a body, whose values it does not retype",
+                                         precision_name(p), n.name, n.op_type));
+  // Values: the compute type, or float32 for the masters under kMixed.
+  std::vector<char> is_master(g.values.size(), 0);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    Value& val = g.values[v];
+    if (!is_floating(val.dtype)) continue;
+    is_master[v] = p == Precision::kMixed && val.producer < 0 && master && master(val);
+    const DType to = is_master[v] ? DType::kFloat32 : compute;
+    if (val.data) val.data = std::make_shared<const Tensor>(converted(*val.data, to));
+    val.dtype = to;
+  }
+  // Nodes, rebuilt in order: the masters' Casts first, Softmax and LogSoftmax between float32 Casts.
+  std::vector<Node> old = std::move(g.nodes);
+  g.nodes.clear();
+  std::vector<int> read_as(g.values.size(), -1);  // a master's bfloat16 Cast
+  for (size_t v = 0; v < is_master.size(); ++v)
+    if (is_master[v]) read_as[v] = cast(g, static_cast<int>(v), compute, g.values[v].name + ".bf16");
+  for (Node& n : old) {
+    for (int& x : n.inputs)
+      if (x >= 0 && read_as[static_cast<size_t>(x)] >= 0) x = read_as[static_cast<size_t>(x)];
+    const int out = n.outputs.empty() ? -1 : n.outputs[0];
+    const DType out_type = out >= 0 ? g.values[static_cast<size_t>(out)].dtype : DType::kUndefined;
+    if (n.op_type == "Cast" && is_floating(out_type)) n.attrs["to"] = static_cast<int64_t>(out_type);
+    if (n.has("dtype") && is_floating(out_type)) n.attrs["dtype"] = static_cast<int64_t>(out_type);
+    if (n.op_type == "ConstantOfShape" && n.t("value") && is_floating(n.t("value")->dtype))
+      n.attrs["value"] = converted(*n.t("value"), out_type);
+    const bool softmax =
+        (n.op_type == "Softmax" || n.op_type == "LogSoftmax") && n.domain.empty() && out_type == DType::kBFloat16;
+    if (softmax) {
+      n.inputs[0] = cast(g, n.inputs[0], DType::kFloat32, n.name + "/input_f32");
+      n.outputs[0] = g.add_value_unique(n.name + "/f32", DType::kFloat32, g.values[static_cast<size_t>(out)].shape);
+    }
+    std::vector<TensorType> want;
+    try {
+      want = node_types(g, n, shapes);
+    } catch (const std::exception& e) {
+      throw UnsupportedError(
+          fmt::format("--precision {}: node '{}' ({}): {}", precision_name(p), n.name, n.op_type, e.what()));
+    }
+    for (size_t k = 0; k < n.outputs.size() && k < want.size(); ++k) {
+      const int o = n.outputs[k];
+      if (o >= 0 && g.values[static_cast<size_t>(o)].dtype != want[k].dtype)
+        throw UnsupportedError(fmt::format("--precision {}: node '{}' ({}) gives {} where {} was set",
+                                           precision_name(p), n.name, n.op_type, dtype_name(want[k].dtype),
+                                           dtype_name(g.values[static_cast<size_t>(o)].dtype)));
+    }
+    const std::string name = n.name;
+    const int f32_out = softmax ? n.outputs[0] : -1;
+    // add_node sets the producers; a Softmax's declared output is now its Cast's
+    const int id = g.add_node(std::move(n));
+    (void)id;
+    if (softmax) {
+      Node back;
+      back.name = name + "/output_bf16";
+      back.op_type = "Cast";
+      back.inputs = {f32_out};
+      back.outputs = {out};
+      back.attrs["to"] = static_cast<int64_t>(DType::kBFloat16);
+      g.add_node(std::move(back));
+    }
+  }
+  g.verify();
+}
+
+}  // namespace gspmd
