@@ -1,5 +1,6 @@
 #include "core/ir/precision.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -84,12 +85,18 @@ void set_precision(Graph& g, Precision p, const std::function<bool(const Value&)
   // Nodes, rebuilt in order: the masters' Casts first, Softmax and LogSoftmax between float32 Casts.
   std::vector<Node> old = std::move(g.nodes);
   g.nodes.clear();
-  std::vector<int> read_as(g.values.size(), -1);  // a master's bfloat16 Cast
-  for (size_t v = 0; v < is_master.size(); ++v)
-    if (is_master[v]) read_as[v] = cast(g, static_cast<int>(v), compute, g.values[v].name + ".bf16");
   for (Node& n : old) {
-    for (int& x : n.inputs)
-      if (x >= 0 && read_as[static_cast<size_t>(x)] >= 0) x = read_as[static_cast<size_t>(x)];
+    // a master's bfloat16 Cast for each node that reads it, right before it: a copy shared by distant readers (a
+    // tied embedding and LM head) would be a value computed from the weights that lives across the whole forward
+    // pass, and --remat would find no cut between them
+    std::vector<std::pair<int, int>> casts;  // (master, its Cast for this node)
+    for (int& x : n.inputs) {
+      if (x < 0 || !is_master[static_cast<size_t>(x)]) continue;
+      auto it = std::find_if(casts.begin(), casts.end(), [&](const auto& c) { return c.first == x; });
+      if (it == casts.end())
+        it = casts.insert(casts.end(), {x, cast(g, x, compute, g.values[static_cast<size_t>(x)].name + ".bf16")});
+      x = it->second;
+    }
     const int out = n.outputs.empty() ? -1 : n.outputs[0];
     const DType out_type = out >= 0 ? g.values[static_cast<size_t>(out)].dtype : DType::kUndefined;
     if (n.op_type == "Cast" && is_floating(out_type)) n.attrs["to"] = static_cast<int64_t>(out_type);
@@ -118,9 +125,7 @@ void set_precision(Graph& g, Precision p, const std::function<bool(const Value&)
     }
     const std::string name = n.name;
     const int f32_out = softmax ? n.outputs[0] : -1;
-    // add_node sets the producers; a Softmax's declared output is now its Cast's
-    const int id = g.add_node(std::move(n));
-    (void)id;
+    g.add_node(std::move(n));  // sets the producers; a Softmax's declared output is its Cast's, below
     if (softmax) {
       Node back;
       back.name = name + "/output_bf16";

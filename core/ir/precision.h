@@ -28,7 +28,9 @@ std::string_view precision_name(Precision p);
 /// float32 for kF32), its data converted (rounded to nearest even); the attributes that name an output's element
 /// type (Cast's `to`, ConstantOfShape's `value`, `dtype` of EyeLike and the Random ops) follow their output. Under
 /// kMixed, a value for which `master` is true (an initializer or graph input: the weights) stays float32 and every
-/// node that reads it reads a Cast of it to bfloat16, named "<w>.bf16" (inserted first). Softmax and LogSoftmax
+/// node that reads it reads its own Cast of it to bfloat16, named "<w>.bf16" (made unique), inserted right before
+/// it: a copy shared by distant readers (a tied embedding and LM head) would live across the forward pass and leave
+/// --remat no cut between them. Softmax and LogSoftmax
 /// run in float32 between Casts (attention logits and the loss in float32, as Lingvo's attention_logits_dtype and
 /// torch's autocast do); LayerNormalization computes in float32 by its spec (stash_type 1) and every kernel
 /// accumulates 16-bit operands in float32 (backend/kernels), so only those two are cast. `shapes` retypes each node:
