@@ -82,7 +82,7 @@ void set_precision(Graph& g, Precision p, const std::function<bool(const Value&)
     if (val.data) val.data = std::make_shared<const Tensor>(converted(*val.data, to));
     val.dtype = to;
   }
-  // Nodes, rebuilt in order: the masters' Casts first, Softmax and LogSoftmax between float32 Casts.
+  // Nodes, rebuilt in order: a Cast of each master before each reader, Softmax and LogSoftmax between float32 Casts.
   std::vector<Node> old = std::move(g.nodes);
   g.nodes.clear();
   for (Node& n : old) {
