@@ -66,15 +66,27 @@ void check_materialized_devices(const std::string& mesh_text, const char* cmd, c
                     cmd, mesh_text, n, cmd, what, kMaxMaterializedDevices, kMaxDevices));
 }
 
-std::function<bool(const Value&)> trainable_weights(const TrainingFlags& f) {
+namespace {
+/// --trainable's compiled pattern (nullopt when not given).
+std::optional<NamePattern> trainable_pattern(const TrainingFlags& f) {
   std::optional<NamePattern> re;
   if (!f.trainable.empty()) re.emplace(f.trainable, "--trainable");
-  // With a pattern, graph inputs (neither initializers nor computed) are variables too.
-  return [re](const Value& v) {
+  return re;
+}
+
+/// trainable_weights over a compiled pattern. With a pattern, graph inputs (neither initializers nor computed) are
+/// variables too.
+std::function<bool(const Value&)> trainable_predicate(std::optional<NamePattern> re) {
+  return [re = std::move(re)](const Value& v) {
     if (!is_floating(v.dtype)) return false;
     if (v.is_initializer) return re ? re->search(v.name) : num_elements(v.shape) > 1;
     return re && v.producer < 0 && re->search(v.name);
   };
+}
+}  // namespace
+
+std::function<bool(const Value&)> trainable_weights(const TrainingFlags& f) {
+  return trainable_predicate(trainable_pattern(f));
 }
 
 namespace {
@@ -119,16 +131,15 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
   t.beta2 = f.beta2;
   t.eps = f.eps ? *f.eps : t.optimizer == OptimizerKind::kAdafactor ? 1e-30 : 1e-8;
   t.shard_update = !f.shard_update.empty();
-  const auto trainable = trainable_weights(f);
+  const std::optional<NamePattern> re = trainable_pattern(f);
+  const auto trainable = trainable_predicate(re);
   for (const Value& v : forward.values)
     if (trainable(v)) t.trainable.push_back(v.name);
-  if (!f.trainable.empty()) {  // integer inputs that match are not trained, and the summary says so
-    const NamePattern re(f.trainable, "--trainable");
+  if (re)  // integer inputs that match are not trained, and the summary says so
     for (int i : forward.inputs) {
       const Value& v = forward.values[static_cast<size_t>(i)];
-      if (!is_floating(v.dtype) && re.search(v.name)) t.ignored.push_back(v.name);
+      if (!is_floating(v.dtype) && re->search(v.name)) t.ignored.push_back(v.name);
     }
-  }
   if (t.trainable.empty())
     throw InputError(f.trainable.empty()
                          ? std::string("--training: the model has no float initializer to train")
@@ -336,7 +347,8 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   if (memory_limit > 0 && !o.auto_search) throw InputError("--memory-limit: only used with --auto");
   LoadOptions lo = kernel_load_options();
   lo.load_data = load_data;
-  if (o.training.on) lo.variable = trainable_weights(o.training);
+  const std::function<bool(const Value&)> trained = trainable_weights(o.training);
+  if (o.training.on) lo.variable = trained;
   // An annotated weight (a float initializer of more than one element, as --training's trainable set) is a
   // constraint: it stays in the graph, not folded into a transposed copy of another name.
   const fs::path sibling = sibling_sharding_file(o);
@@ -383,7 +395,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     const Precision precision =
         pick<Precision>(o.precision, "--precision",
                         {{"bf16", Precision::kBF16}, {"mixed", Precision::kMixed}, {"f32", Precision::kF32}});
-    set_precision(p.graph, precision, trainable_weights(o.training), lo.shape_function);
+    set_precision(p.graph, precision, trained, lo.shape_function);
     p.precision = precision;
   }
   const std::string file = sharding_file_of(o, p.load_report);

@@ -110,8 +110,25 @@ nlohmann::json auto_json(const AutoResult& a, const Graph& g, const DeviceMesh& 
           {"choices", choices}};
 }
 
-/// The 16-bit rule of compare_tensor: 4 units of the type's rounding (bfloat16: 2^-8, float16: 2^-11); 0 otherwise.
-double half_tolerance(DType t) { return t == DType::kBFloat16 ? 4 * 0x1p-8 : t == DType::kFloat16 ? 4 * 0x1p-11 : 0; }
+/// The unit of a float type's rounding, relative: 2^-8 (bfloat16), 2^-11 (float16), 2^-24, 2^-53; 0 otherwise.
+double rounding_unit(DType t) {
+  switch (t) {
+    case DType::kBFloat16: return 0x1p-8;
+    case DType::kFloat16: return 0x1p-11;
+    case DType::kFloat32: return 0x1p-24;
+    case DType::kFloat64: return 0x1p-53;
+    default: return 0;
+  }
+}
+
+/// The 16-bit rule of compare_tensor: 4 units of the type's rounding for bfloat16 and float16; 0 otherwise.
+double half_tolerance(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16 ? 4 * rounding_unit(t) : 0; }
+
+/// True for a weight updated by Adam or Adafactor, which divide its gradient by its size (their state's names,
+/// core/autodiff/autodiff.h); momentum and SGD are linear in the gradient.
+bool adaptive(const TrainingStep::Weight& w) {
+  return !w.state.empty() && (w.state[0].ends_with(".adam_m") || w.state[0].find(".adafactor_") != std::string::npos);
+}
 
 /// The narrowest floating-point type among `g`'s values (kUndefined: none narrower than float32), the precision
 /// its outputs carry.
@@ -169,9 +186,7 @@ void compare_tensor(const Tensor& a, const Tensor& b, double rtol, double atol, 
       // results, which the unpartitioned run never does, and cancellation can leave a small sum of large parts.
       const double tol = half_tolerance(a.dtype);
       const Tensor wa = widen_half(a), wb = widen_half(b);
-      double scale = 0;
-      for (int64_t i = 0; i < wb.numel(); ++i)
-        if (std::isfinite(wb.data<float>()[i])) scale = std::max(scale, std::fabs(double{wb.data<float>()[i]}));
+      const double scale = largest_magnitude(as_doubles(b));
       compare_typed<float>(wa, wb, std::max(rtol, tol), std::max(atol, tol * scale), name, against, r);
       break;
     }
@@ -216,13 +231,12 @@ namespace {
 /// compare_outputs' amplified elements (see there): per adaptive weight whose updated value fails, the elements
 /// whose gradient the reference state shows within the tolerance of 0. Returns the patched outputs (those elements
 /// set to the reference's) by output index, and records each weight in r.amplified.
-std::map<size_t, Tensor> amplified_elements(const Graph& g, const std::vector<const Tensor*>& got,
+std::map<size_t, Tensor> amplified_elements(const std::unordered_map<std::string, size_t>& at,
+                                            const std::vector<const Tensor*>& got,
                                             const std::vector<const Tensor*>& want, const std::vector<double>& rtol,
                                             const std::vector<double>& atol,
                                             const std::vector<std::vector<double>>& slack, const TrainingStep& step,
                                             CheckResult& r) {
-  std::unordered_map<std::string, size_t> at;
-  for (size_t o = 0; o < want.size(); ++o) at.emplace(g.values[static_cast<size_t>(g.outputs[o])].name, o);
   struct Adaptive {
     const TrainingStep::Weight* w;
     size_t updated;
@@ -232,9 +246,8 @@ std::map<size_t, Tensor> amplified_elements(const Graph& g, const std::vector<co
   std::vector<Adaptive> weights;
   double largest[2] = {0, 0};  // the step's largest |m| (Adam) and sqrt(accumulator) (Adafactor)
   for (const TrainingStep::Weight& w : step.weights) {
-    if (w.state.empty() || !at.count(w.updated)) continue;
+    if (!adaptive(w) || !at.count(w.updated)) continue;
     const bool adam = w.state[0].ends_with(".adam_m");
-    if (!adam && w.state[0].find(".adafactor_") == std::string::npos) continue;  // momentum: linear in g
     Adaptive a{&w, at.at(w.updated), {}, adam};
     for (const std::string& s : w.state_updated)
       if (at.count(s)) a.state.push_back(at.at(s));
@@ -319,10 +332,10 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
   // from the same w, and its size, not the weight's, sets the tolerance; an element may also differ by one unit of
   // the weight's type, to which w - step rounds.
   std::map<size_t, std::pair<Tensor, Tensor>> steps;
-  std::vector<char> normwise(want.size(), 0);  // a 16-bit model's adaptive step: compared as a whole (below)
+  std::vector<char> normwise(want.size(), 0);      // a 16-bit model's adaptive step: compared as a whole (below)
+  std::unordered_map<std::string, size_t> out_at;  // output name -> index
+  for (size_t o = 0; step && o < want.size(); ++o) out_at.emplace(g.values[static_cast<size_t>(g.outputs[o])].name, o);
   if (step && inputs) {
-    std::unordered_map<std::string, size_t> out_at;
-    for (size_t o = 0; o < want.size(); ++o) out_at.emplace(g.values[static_cast<size_t>(g.outputs[o])].name, o);
     for (const TrainingStep::Weight& w : step->weights) {
       const auto it = out_at.find(w.updated);
       const int v = g.find(w.name);
@@ -334,10 +347,7 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
       if (!before || before->shape != want[o].shape || got[o].shape != want[o].shape) continue;
       const std::vector<double> b = as_doubles(*before), x = as_doubles(got[o]), y = as_doubles(want[o]);
       if (b.empty() || x.empty()) continue;
-      const double unit = want[o].dtype == DType::kBFloat16  ? 0x1p-8
-                          : want[o].dtype == DType::kFloat16 ? 0x1p-11
-                          : want[o].dtype == DType::kFloat32 ? 0x1p-24
-                                                             : 0x1p-53;
+      const double unit = rounding_unit(want[o].dtype);
       Tensor dx(DType::kFloat64, want[o].shape), dy(DType::kFloat64, want[o].shape);
       slack[o].resize(b.size());
       for (size_t i = 0; i < b.size(); ++i) {
@@ -346,15 +356,14 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
         slack[o][i] = unit * std::fabs(y[i]);
       }
       at[o] = std::max(atol, tol[o] * largest_magnitude(as_doubles(dy)));
-      normwise[o] = low != DType::kUndefined && !w.state.empty() &&
-                    (w.state[0].ends_with(".adam_m") || w.state[0].find(".adafactor_") != std::string::npos);
+      normwise[o] = low != DType::kUndefined && adaptive(w);
       auto& [sx, sy] = steps[o] = {std::move(dx), std::move(dy)};
       gp[o] = &sx;
       wp[o] = &sy;
     }
   }
   const std::map<size_t, Tensor> patched =
-      step ? amplified_elements(g, gp, wp, rt, at, slack, *step, r) : std::map<size_t, Tensor>();
+      step ? amplified_elements(out_at, gp, wp, rt, at, slack, *step, r) : std::map<size_t, Tensor>();
   for (size_t o = 0; o < want.size(); ++o) {
     auto p = patched.find(o);
     const Tensor& x = p == patched.end() ? *gp[o] : p->second;
