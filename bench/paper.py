@@ -13,9 +13,14 @@ With --training (docs/training.md) it then simulates one training step of the sa
 held in the same 2D sharding, so a weight is all-gathered where it is used and its gradient reduce-scattered; the
 causal mask is not trained; mean loss; Adafactor, as GShard and Lingvo train these models): the step, the peak
 memory split by kind, and the collectives by phase (forward, backward, update).
+With --lingvo it instead simulates the training steps of the six dense-LM configurations of Lingvo's
+lm/params/synthetic_packed_input.py, the file the paper's dense-LM runs come from (LINGVO below: the shapes, meshes,
+batches, optimizers and the tokens/s each class's comment expects on TPU v3), with --precision mixed and --remat
+full, and prints predicted against expected throughput as utilization, and where each step's time goes.
 See docs/paper-reproduction.md for the discussion.
 
     /usr/bin/python3 bench/paper.py [--meshes 8x16 16x16 32x16 32x32 64x32] [--training] [--bin PATH]
+    /usr/bin/python3 bench/paper.py --lingvo [--json FILE]
 """
 import argparse
 import collections
@@ -73,9 +78,16 @@ def main():
     ap.add_argument("--meshes", nargs="+", default=["8x16", "16x16", "32x16", "32x32", "64x32"])
     ap.add_argument("--layers", type=int, default=96)
     ap.add_argument("--training", action="store_true", help="also simulate one training step (docs/training.md)")
+    ap.add_argument("--lingvo", action="store_true",
+                    help="only the training steps of Lingvo's six dense-LM configurations (LINGVO), against their "
+                         "expected tokens/s")
+    ap.add_argument("--json", help="--lingvo: also write the table's rows here")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin", "gspmd-onnx"))
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="gspmd-bench-paper.")
+    if args.lingvo:
+        lingvo(args, work)
+        return
     bf16 = os.path.join(work, "tpu-v3-bf16-bytes.json")
     json.dump({"base": "tpu-v3", "name": "tpu-v3 (bf16 bytes)", "hbm_bandwidth": 2 * 450e9,
                "link_bandwidth": 2 * 340e12 / 1024 / 4 / 2}, open(bf16, "w"))
@@ -103,9 +115,11 @@ def main():
 
 
 def phase(node):
-    """The step phase of a collective's global node (docs/training.md names: grad/..., update/...)."""
+    """The step phase of a collective's global node (docs/training.md names: remat/..., grad/..., update/...)."""
     if node.startswith("update/"):
         return "update"
+    if node.startswith("remat/"):
+        return "recompute"
     if node.startswith("grad/") and not node.startswith("grad/step/"):
         return "backward"
     return "forward"
@@ -135,6 +149,83 @@ def training(args, work, bf16):
           " saved activations | transient |", 1, rows)
     print()
     table("| mesh | phase | collective | axis | count | GiB per device | time (s) |", 4, breakdown)
+
+
+# The dense-LM configurations of Lingvo's lingvo/tasks/lm/params/synthetic_packed_input.py (the GSPMD paper's
+# dense-LM runs; TPU v3, one device per core): the class, DEVICE_MESH_SHAPE as data x model (axis 0 splits the batch
+# and the weights' d_model, axis 1 the heads, the hidden dim and the activations' d_model), NUM_TRANSFORMER_LAYERS,
+# MODEL_DIM, NUM_HEADS (of ATTENTION_KEY_VALUE_DIM 128), HIDDEN_DIM, GATED_GELU, POSITIONAL_EMBEDDING,
+# SEQUENCE_LENGTH, the global batch (BATCH_DIM_PER_DEVICE x NUM_DEVICES_PER_SPLIT), the optimizer, and the tokens/s
+# the class's comment expects ("Expect ~ 3.7k tokens/sec"). VOCAB_SIZE is 32000 in all six.
+LINGVO = [
+    ("DenseLm128B8x8", "8x16", 64, 8192, 128, 65536, True, False, 1024, 16, "adafactor", 3.7e3),
+    ("DenseLm128B16x16", "16x32", 64, 8192, 128, 65536, True, False, 1024, 128, "adafactor", 18e3),
+    ("DenseLm128B32x32", "32x64", 64, 8192, 128, 65536, True, False, 1024, 512, "adafactor", 62e3),
+    ("DenseLm175B32x32", "64x32", 96, 12288, 96, 49152, False, True, 2048, 1024, "adafactor", 51.53e3),
+    ("DenseLm1T16x16", "16x32", 128, 16384, 256, 131072, True, False, 512, 16, "adafactor", 1.4e3),
+    ("DenseLm12kWide162BAdam16x16", "16x32", 96, 12288, 96, 49152, False, True, 2048, 64, "adam", 12.5e3),
+]
+# FLOPs per parameter per token of a training step with full rematerialization: 2 in the forward pass, 2 in its
+# recomputation, 4 in the backward pass (two matmuls per weight). Predicted and expected throughput are both turned
+# into utilization with it, so their difference in points is a difference in tokens/s.
+FLOPS_PER_PARAM_TOKEN = 8
+
+
+def lingvo(args, work):
+    """Simulates one training step of each LINGVO configuration (make_decoder.py's graph with the configuration's
+    shapes, weights as variables, the paper's 2D sharding, --precision mixed, --remat full, the class's optimizer),
+    with and without --overlap, and prints predicted against expected throughput and where the time goes."""
+    rows, time_rows, out = [], [], []
+    for (name, mesh, layers, d, heads, ffn, gated, positions, seq, batch, optimizer, expected) in LINGVO:
+        x, y = (int(s) for s in mesh.split("x"))
+        cores = x * y
+        dd = os.path.join(work, name)
+        subprocess.run([sys.executable, os.path.join(ROOT, "testdata", "tools", "make_decoder.py"), "--layers",
+                        str(layers), "--d-model", str(d), "--heads", str(heads), "--head-dim", "128", "--mlp",
+                        str(ffn), "--vocab", "32000", "--batch", str(batch), "--seq", str(seq), "--weights", "inputs",
+                        "--mesh", mesh, "--out", dd, "--name", "lm"] + (["--gated"] if gated else []) +
+                       ([] if positions else ["--no-positions"]), check=True, stdout=subprocess.DEVNULL)
+        model, side = os.path.join(dd, "lm.onnx"), os.path.join(dd, "lm.2d.sharding.json")
+        flags = ["--training", "--loss", "mean", "--optimizer", optimizer, "--trainable", r"\.(weight|bias)$",
+                 "--precision", "mixed", "--remat", "full"]
+        plain = simulate(args.bin, model, mesh, side, os.path.join(dd, "a.json"), flags)
+        over = simulate(args.bin, model, mesh, side, os.path.join(dd, "b.json"), flags + ["--overlap"])
+        s = plain["simulated"]
+        params = plain["training"]["weight_bytes"] / 4  # the float32 master weights of --precision mixed
+        tokens = batch * seq
+        predicted = tokens / s["step_time_s"]
+        util = lambda tps: 100 * tps * FLOPS_PER_PARAM_TOKEN * params / (cores * plain["target_spec"]["peak_flops"])  # noqa: E731
+        row = {"configuration": name, "mesh": mesh, "cores": cores, "params": params, "tokens_per_step": tokens,
+               "step_time_s": s["step_time_s"], "predicted_tokens_per_s": predicted,
+               "expected_tokens_per_s": expected, "predicted_utilization": util(predicted),
+               "expected_utilization": util(expected), "difference_points": util(predicted) - util(expected),
+               "model_flops_utilization": 100 * s["flops_utilization"], "compute_time_s": s["compute_time_s"],
+               "overlap_hides_s": s["step_time_s"] - over["simulated"]["step_time_s"],
+               "peak_memory_gib": s["memory"]["peak_bytes"] / 2**30}
+        by = group_collectives(plain, lambda c: (phase(c["node"]), c["kind"]))
+        row["collectives_s"] = {f"{ph} {kind}": t for (ph, kind), (n, b, t) in by.items()}
+        out.append(row)
+        rows.append(f"| {name} | {cores} ({mesh}) | {params / 1e9:.1f} B | {tokens} | {s['step_time_s']:.2f} | "
+                    f"{predicted / 1e3:.2f}k | {expected / 1e3:.2f}k | {row['predicted_utilization']:.1f}% | "
+                    f"{row['expected_utilization']:.1f}% | {row['difference_points']:+.1f} | "
+                    f"{row['model_flops_utilization']:.1f}% | {row['peak_memory_gib']:.1f} |")
+        t = collections.defaultdict(float)
+        for (ph, kind), (n, b, sec) in by.items():
+            t[kind if kind == "all-reduce" else ("backward " if ph == "backward" else "forward ") + kind] += sec
+        time_rows.append(f"| {name} | {s['step_time_s']:.2f} | {s['compute_time_s']:.2f} | "
+                         f"{s['communication_time_s']:.2f} | " +
+                         " | ".join(f"{t[k]:.2f}" for k in ("forward all-gather", "forward reduce-scatter",
+                                                             "backward all-gather", "backward reduce-scatter",
+                                                             "all-reduce")) +
+                         f" | {row['overlap_hides_s']:.2f} |")
+    table("| configuration | cores (mesh) | parameters | tokens/step | step (s) | predicted tokens/s |"
+          " expected tokens/s | predicted | expected | difference (points) | MFU | peak/core (GiB) |", 1, rows)
+    print()
+    table("| configuration | step (s) | compute | communication | forward all-gather | forward reduce-scatter |"
+          " backward all-gather | backward reduce-scatter | all-reduce | --overlap hides |", 1, time_rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

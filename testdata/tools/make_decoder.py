@@ -18,7 +18,13 @@ The graph (opset 17, float32 or --dtype bfloat16, pre-LN, names as testdata/gpt/
                 (1/sqrt(Dh)) -> Add (causal mask) -> Softmax -> MatMul (PV) -> Transpose -> Reshape -> MatMul (proj)
                 -> Add (bias) -> Add (residual) = h.i.attn_out -> LN -> MatMul + Add (fc_in) -> GELU (Erf form) ->
                 MatMul + Add (fc_out) -> Add (residual) = h.i.out
-Forward FLOPs per block: 24*B*S*D^2 (the six weight matmuls, fc 4x) + 4*B*S^2*D (attention).
+Forward FLOPs per block: 2*B*S*(4*D*A + 2*D*F) (the weight matmuls; 24*B*S*D^2 when A = D and F = 4D) +
+4*B*S^2*A (attention), where A = heads * head_dim is the attention's inner width.
+
+Options for the GSPMD paper's dense LMs (Lingvo's lm/params/synthetic_packed_input.py; bench/paper.py):
+--head-dim Dh gives the heads their own width (A = heads * Dh need not be d_model), --gated multiplies the GELU by a
+second projection of the LN output (gated GELU, `mlp.fc_gate`, split as `mlp.fc_in`: one more D x F matmul), and
+--no-positions drops the learned position embedding `wpe`.
 
 --dtype bfloat16: every float value (weights, inputs, activations, the mask, the constants) in bfloat16, as the
 GSPMD paper's runs train (weights as inputs: `simulate --training --trainable '\.(weight|bias)$'`).
@@ -116,11 +122,12 @@ class Builder:
 def build(args):
     B, S, D, H, V, L = args.batch, args.seq, args.d_model, args.heads, args.vocab, args.layers
     F = args.mlp or 4 * D
-    assert D % H == 0, "--d-model must be a multiple of --heads"
-    Dh = D // H
+    assert args.head_dim or D % H == 0, "--d-model must be a multiple of --heads (or give --head-dim)"
+    Dh = args.head_dim or D // H
+    A = H * Dh  # the attention's inner width (q, k, v features; Lingvo's 128B has 128 x 128 against d_model 8192)
     b = Builder(args.name, args.weights, np.random.default_rng(args.seed), args.dtype)
     shape_bshd = b.inline("shape_bshd", np.array([B, S, H, Dh], dtype=np.int64))
-    shape_bsd = b.inline("shape_bsd", np.array([B, S, D], dtype=np.int64))
+    shape_bsa = b.inline("shape_bsa", np.array([B, S, A], dtype=np.int64))
     scale = b.inline("attn_scale", np.array(1.0 / math.sqrt(Dh), dtype=np.float32))
     sqrt2 = b.inline("sqrt2", np.array(math.sqrt(2.0), dtype=np.float32))
     one = b.inline("one", np.array(1.0, dtype=np.float32))
@@ -130,8 +137,10 @@ def build(args):
     if V > 0:
         inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, S])]
         wte = b.weight("wte.weight", [V, D])
-        wpe = b.weight("wpe.weight", [S, D])
-        x = b.node("Add", [b.node("Gather", [wte, "input_ids"]), wpe], "h.0.in")
+        if args.no_positions:
+            x = b.node("Gather", [wte, "input_ids"], "h.0.in")
+        else:
+            x = b.node("Add", [b.node("Gather", [wte, "input_ids"]), b.weight("wpe.weight", [S, D])], "h.0.in")
     else:
         inputs = [helper.make_tensor_value_info("x", b.ftype, [B, S, D])]
         x = "x"
@@ -149,15 +158,18 @@ def build(args):
         a = ln(x, p + "ln_1")
         heads = {}
         for m, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
-            t = b.node("Reshape", [linear(a, p + f"attn.{m}", D, D), shape_bshd])
+            t = b.node("Reshape", [linear(a, p + f"attn.{m}", D, A), shape_bshd])
             heads[m] = b.node("Transpose", [t], perm=perm)
         s = b.node("Mul", [b.node("MatMul", [heads["q"], heads["k"]]), scale])
         pr = b.node("Softmax", [b.node("Add", [s, mask])], axis=-1)
         ctx = b.node("Reshape", [b.node("Transpose", [b.node("MatMul", [pr, heads["v"]])], perm=[0, 2, 1, 3]),
-                                 shape_bsd])
-        x = b.node("Add", [x, linear(ctx, p + "attn.proj", D, D)], p + "attn_out")
-        f = linear(ln(x, p + "ln_2"), p + "mlp.fc_in", D, F)
+                                 shape_bsa])
+        x = b.node("Add", [x, linear(ctx, p + "attn.proj", A, D)], p + "attn_out")
+        a = ln(x, p + "ln_2")
+        f = linear(a, p + "mlp.fc_in", D, F)
         g = b.node("Mul", [b.node("Mul", [f, half]), b.node("Add", [b.node("Erf", [b.node("Div", [f, sqrt2])]), one])])
+        if args.gated:
+            g = b.node("Mul", [g, linear(a, p + "mlp.fc_gate", D, F)])
         x = b.node("Add", [x, linear(g, p + "mlp.fc_out", F, D)], p + "out" if i + 1 < L else "h.last")
     y = ln(x, "ln_f")
     if V > 0:
@@ -180,6 +192,9 @@ def sidecars(args, F):
     first = {"input_ids": ["data", None]} if args.vocab > 0 else {"x": ["data", None, None]}
     meg = dict(first)
     meg.update(sharding_json.megatron_layer_specs("h.", L))
+    if args.gated:
+        for i in range(L):
+            meg[f"h.{i}.mlp.fc_gate.weight"], meg[f"h.{i}.mlp.fc_gate.bias"] = [None, "model"], ["model"]
     sharding_json.write(os.path.join(args.out, args.name + ".megatron.sharding.json"), mesh, axes, meg)
     # The paper's 2D sharding: activations [X, -, Y] at block boundaries, weights split over both axes, X on the
     # model dimension D, Y on the heads / hidden dimension.
@@ -198,6 +213,8 @@ def sidecars(args, F):
         t2[p + "attn.proj.weight"] = ["model", "data"]
         t2[p + "mlp.fc_in.weight"] = ["data", "model"]
         t2[p + "mlp.fc_in.bias"] = ["model"]
+        if args.gated:
+            t2[p + "mlp.fc_gate.weight"], t2[p + "mlp.fc_gate.bias"] = ["data", "model"], ["model"]
         t2[p + "mlp.fc_out.weight"] = ["model", "data"]
         t2[p + "attn_out"] = ["data", None, "model"]
         t2[p + "out" if i + 1 < L else "h.last"] = ["data", None, "model"]
@@ -210,6 +227,9 @@ def main():
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--mlp", type=int, default=0, help="hidden size of the MLP (default 4*d)")
+    ap.add_argument("--head-dim", type=int, default=0, help="width of one head (default d / heads)")
+    ap.add_argument("--gated", action="store_true", help="gated GELU: gelu(x W_in) * (x W_gate)")
+    ap.add_argument("--no-positions", action="store_true", help="no learned position embedding")
     ap.add_argument("--vocab", type=int, default=512, help="0: float input x [B,S,D], no embedding and no head")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=64)
@@ -235,7 +255,8 @@ def main():
     sidecars(args, F)
     n_params = b.params
     D, S, T = args.d_model, args.seq, args.batch * args.seq
-    flops = args.layers * (2 * T * (4 * D * D + 2 * D * F) + 4 * T * S * D)
+    A = args.heads * (args.head_dim or D // args.heads)
+    flops = args.layers * (2 * T * (4 * D * A + (3 if args.gated else 2) * D * F) + 4 * T * S * A)
     if args.vocab > 0:
         flops += 2 * T * D * args.vocab
     print(f"{path}: {len(model.graph.node)} nodes, {n_params / 1e9:.3f} G parameters (mask included), "

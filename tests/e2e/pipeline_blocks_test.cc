@@ -91,7 +91,7 @@ TEST(PipelineBlocks, BertAndAFiveLayerDecoder) {
   for (size_t i = 1; i < 5; ++i) EXPECT_EQ(five.blocks[i].input, five.blocks[i - 1].output);
   // The causal mask and the shape and scalar constants every layer reads.
   EXPECT_EQ(names(g, five.side_inputs),
-            (std::vector<std::string>{"shape_bshd", "attn_scale", "attn_mask", "shape_bsd", "half", "sqrt2", "one"}));
+            (std::vector<std::string>{"shape_bshd", "attn_scale", "attn_mask", "shape_bsa", "half", "sqrt2", "one"}));
   // --layers names the index explicitly; a regex without a capture group is refused.
   EXPECT_EQ(find_layer_blocks(g, "^h\\.(\\d+)\\.").blocks.size(), 5u);
   EXPECT_EQ(error_of(g, "^h\\."), "--layers: '^h\\.' has no capture group for the layer index");

@@ -169,8 +169,9 @@ TEST(Targets, Gpt3SizedTrainingStepMirrorsTheForwardCollectives) {
     if (!backward && !node.starts_with("update/"))  // the forward pass and the loss
       by["forward " + c["kind"].get<std::string>() + " " + c["axes"].dump()] += c["count"].get<int>();
     if (backward) by["backward " + c["kind"].get<std::string>() + " " + c["axes"].dump()] += c["count"].get<int>();
-    if (backward && c["kind"] == "reduce-scatter" && c["axes"] == nlohmann::json{"data"})
+    if (backward && c["kind"] == "reduce-scatter" && c["axes"] == nlohmann::json{"data"}) {
       EXPECT_EQ(c["bytes"].get<int64_t>() % (12288 / 32), 0) << c.dump();  // a [D/X.., D/Y] weight gradient
+    }
   }
   const int L = 2;
   EXPECT_EQ(by, (std::map<std::string, int>{{"forward all-gather [\"data\"]", 6 * L},
@@ -232,6 +233,38 @@ TEST(Targets, Bf16VariablesTrainingStepReduceScattersWeightGradientsOverData) {
     for (int w = 0; w < 2; ++w) want.insert(4 * D * D / 32 * bf16);
   }
   EXPECT_EQ(bytes, want);
+}
+
+// The paper's dense-LM runs (issue 29): bench/paper.py --lingvo simulates one training step of each of the six
+// configurations of Lingvo's synthetic_packed_input.py (--precision mixed, --remat full, the 2D plan) and turns the
+// predicted and the expected tokens/s into utilization alike (8 FLOPs per parameter per token). The graphs have
+// Lingvo's parameter counts (its comments' totals, within 0.1%: our biases and LayerNorm parameters), and every
+// prediction is within 5 points of Lingvo's expectation but DenseLm128B8x8's, which predicts 7.1 points more than
+// Lingvo's 3.7k tokens/s (docs/paper-reproduction.md: no effect the cost model leaves out explains that one alone).
+// When a change of the cost model moves it, this test says so, and the page's table is run again.
+TEST(Targets, LingvoDenseLmConfigurationsPredictTheirExpectedThroughput) {
+  fs::path d = scratch("targets_lingvo");
+  CmdResult r = sh(debian_python() + " bench/paper.py --lingvo --json " + (d / "rows.json").string() + " --bin " +
+                       std::string(GSPMD_BINARY_DIR) + "/bin/gspmd-onnx",
+                   "lingvo_bench");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const nlohmann::json rows = read_json(d / "rows.json");
+  ASSERT_EQ(rows.size(), 6u);
+  const std::map<std::string, double> lingvo_params = {
+      {"DenseLm128B8x8", 137702416384.0}, {"DenseLm175B32x32", 174366928896.0}, {"DenseLm1T16x16", 1100041175040.0}};
+  for (const auto& row : rows) {
+    const std::string name = row["configuration"].get<std::string>();
+    const double diff = row["difference_points"].get<double>();
+    if (lingvo_params.contains(name)) {
+      EXPECT_NEAR(row["params"].get<double>() / lingvo_params.at(name), 1.0, 1e-3) << name;
+    }
+    if (name == "DenseLm128B8x8") {
+      EXPECT_GT(diff, 5.0) << name;
+      EXPECT_LT(diff, 8.0) << name;
+    } else {
+      EXPECT_LE(std::abs(diff), 5.0) << name << ": predicted " << row["predicted_tokens_per_s"] << " tokens/s";
+    }
+  }
 }
 
 TEST(Targets, GpuNodesPriceCollectivesInsideAndAcrossNodes) {
