@@ -48,15 +48,6 @@ void compare_typed(const Tensor& a, const Tensor& b, double rtol, double atol, c
   r.max_rel_error = std::max(r.max_rel_error, max_err / std::max(scale, atol));
 }
 
-// A float16 / bfloat16 tensor as float32 (exact).
-Tensor widen_half(const Tensor& t) {
-  Tensor f(DType::kFloat32, t.shape);
-  const uint16_t* src = t.data<uint16_t>();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    f.data<float>()[i] = t.dtype == DType::kFloat16 ? half_to_float(src[i]) : bf16_to_float(src[i]);
-  return f;
-}
-
 std::string human_bytes(double b) {
   if (b >= 1 << 30) return fmt::format("{:.2f} GiB", b / (1 << 30));
   if (b >= 1 << 20) return fmt::format("{:.2f} MiB", b / (1 << 20));
@@ -165,6 +156,14 @@ std::vector<double> as_doubles(const Tensor& t) {
 }
 
 }  // namespace
+
+Tensor widen_half(const Tensor& t) {
+  Tensor f(DType::kFloat32, t.shape);
+  const uint16_t* src = t.data<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    f.data<float>()[i] = t.dtype == DType::kFloat16 ? half_to_float(src[i]) : bf16_to_float(src[i]);
+  return f;
+}
 
 void compare_tensor(const Tensor& a, const Tensor& b, double rtol, double atol, const std::string& name,
                     std::string_view against, CheckResult& r) {
@@ -306,7 +305,8 @@ std::map<size_t, Tensor> amplified_elements(const std::unordered_map<std::string
 }  // namespace
 
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
-                            double rtol, double atol, const TrainingStep* step, const std::vector<Tensor>* inputs) {
+                            double rtol, double atol, const TrainingStep* step, const std::vector<Tensor>* inputs,
+                            const std::vector<Tensor>* float32_run) {
   CheckResult r;
   // A model that computes in 16 bits carries their rounding into every float output, float32 ones included (a
   // mixed-precision step's optimizer state): all are compared within 4 units of that rounding, as compare_tensor
@@ -318,6 +318,11 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
         "; the model computes in {}: within 4 units of 2^-{} ({:g}) of each element and of the output's largest "
         "magnitude",
         dtype_name(low), low == DType::kBFloat16 ? 8 : 11, half_tolerance(low));
+  const bool anchored = low != DType::kUndefined && float32_run && float32_run->size() == want.size() && step &&
+                        std::any_of(step->weights.begin(), step->weights.end(), adaptive);
+  if (anchored)
+    r.tolerance +=
+        "; an Adam or Adafactor step also within twice the reference step's normwise distance from a float32 run";
   std::vector<const Tensor*> gp(want.size()), wp(want.size());
   std::vector<double> rt(want.size(), rtol), at(want.size(), atol), tol(want.size(), 0);
   std::vector<std::vector<double>> slack(want.size());
@@ -332,8 +337,9 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
   // from the same w, and its size, not the weight's, sets the tolerance; an element may also differ by one unit of
   // the weight's type, to which w - step rounds.
   std::map<size_t, std::pair<Tensor, Tensor>> steps;
-  std::vector<char> normwise(want.size(), 0);      // a 16-bit model's adaptive step: compared as a whole (below)
-  std::unordered_map<std::string, size_t> out_at;  // output name -> index
+  std::vector<char> normwise(want.size(), 0);       // a 16-bit model's adaptive step: compared as a whole (below)
+  std::vector<double> anchor_rtol(want.size(), 0);  // twice the reference step's normwise distance from float32's
+  std::unordered_map<std::string, size_t> out_at;   // output name -> index
   for (size_t o = 0; step && o < want.size(); ++o) out_at.emplace(g.values[static_cast<size_t>(g.outputs[o])].name, o);
   if (step && inputs) {
     for (const TrainingStep::Weight& w : step->weights) {
@@ -357,6 +363,17 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
       }
       at[o] = std::max(atol, tol[o] * largest_magnitude(as_doubles(dy)));
       normwise[o] = low != DType::kUndefined && adaptive(w);
+      if (normwise[o] && anchored && (*float32_run)[o].shape == want[o].shape) {
+        // The float32 run's step from the same w: by the triangle inequality a run as accurate as the reference is
+        // within twice the reference step's normwise distance from it.
+        const std::vector<double> z = as_doubles((*float32_run)[o]);
+        double off = 0, norm = 0;
+        for (size_t i = 0; i < b.size(); ++i) {
+          off += (y[i] - z[i]) * (y[i] - z[i]);
+          norm += (b[i] - z[i]) * (b[i] - z[i]);
+        }
+        anchor_rtol[o] = 2 * std::sqrt(off) / std::max(std::sqrt(norm), 1e-30);
+      }
       auto& [sx, sy] = steps[o] = {std::move(dx), std::move(dy)};
       gp[o] = &sx;
       wp[o] = &sy;
@@ -378,12 +395,12 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
         diff += (xs[i] - ys[i]) * (xs[i] - ys[i]);
         norm += ys[i] * ys[i];
       }
-      const double e = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+      const double e = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30), limit = std::max(rt[o], anchor_rtol[o]);
       r.max_rel_error = std::max(r.max_rel_error, e);
-      if (!(e <= rt[o]) && r.passed) {
+      if (!(e <= limit) && r.passed) {
         r.passed = false;
-        r.worst = fmt::format("the step w - w.updated of '{}': normwise relative error {:.3g}, more than {:g}", name, e,
-                              rt[o]);
+        r.worst = fmt::format("the step w - w.updated of '{}': normwise relative error {:.3g}, more than {:.3g}", name,
+                              e, limit);
       }
     } else if (slack[o].empty()) {
       compare_tensor(x, *wp[o], rt[o], at[o], name, "reference", r);

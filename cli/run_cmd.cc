@@ -20,6 +20,7 @@
 #include "cli/trace.h"
 #include "cli/wiring.h"
 #include "core/ir/ir.h"
+#include "core/ir/precision.h"
 #include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {
@@ -170,13 +171,37 @@ std::vector<Tensor> make_inputs(const Graph& g, const LoadReport& signature, con
   return inputs;
 }
 
+namespace {
+
+/// --check of a graph that computes in 16 bits: the graph retyped to float32 (set_precision kF32) and run on one
+/// device with `inputs` widened, the anchor compare_outputs measures the reference's own rounding against. Empty
+/// when the graph has no 16-bit value or cannot be retyped (then the fixed 16-bit tolerance alone applies).
+std::vector<Tensor> float32_run(const Graph& g, const std::vector<Tensor>& inputs, const RunProgress& progress,
+                                const ExecutorOptions& exec) {
+  const auto half = [](DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; };
+  if (std::none_of(g.values.begin(), g.values.end(), [&](const Value& v) { return half(v.dtype); })) return {};
+  Graph f = g;
+  try {
+    set_precision(f, Precision::kF32, {}, kernel_load_options().shape_function);
+  } catch (const UnsupportedError&) {
+    return {};
+  }
+  std::vector<Tensor> wide;
+  for (const Tensor& t : inputs) wide.push_back(half(t.dtype) ? widen_half(t) : t);
+  return run_single(f, wide, progress, exec).outputs;
+}
+
+}  // namespace
+
 CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>& inputs,
                                     const std::vector<Tensor>& outputs, double rtol, double atol,
                                     const RunProgress& progress, const ExecutorOptions& exec) {
-  if (!p.reference || !p.reference_training)  // the model itself (with --pipeline: as loaded; same signature)
-    return compare_outputs(p.graph, outputs,
-                           run_single(p.reference ? *p.reference : p.graph, inputs, progress, exec).outputs, rtol, atol,
-                           p.training ? &*p.training : nullptr, &inputs);
+  if (!p.reference || !p.reference_training) {  // the model itself (with --pipeline: as loaded; same signature)
+    const Graph& ref = p.reference ? *p.reference : p.graph;
+    const std::vector<Tensor> anchor = p.training ? float32_run(ref, inputs, progress, exec) : std::vector<Tensor>();
+    return compare_outputs(p.graph, outputs, run_single(ref, inputs, progress, exec).outputs, rtol, atol,
+                           p.training ? &*p.training : nullptr, &inputs, anchor.empty() ? nullptr : &anchor);
+  }
   // --pipeline --training: the model's own step, fed by input name, and the program's outputs in its terms.
   const TrainingStep ref =
       build_training_step(*p.reference, *p.reference_training, kernel_load_options().shape_function);
