@@ -37,8 +37,9 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_flag("--auto", o.auto_search, "search shardings for everything the sharding file leaves open");
   c->add_option("--memory-limit", o.memory_limit, "--auto: per-device peak memory limit in bytes (default: HBM)");
   c->add_option("--precision", o.precision,
-                "retype the model's float values: bf16, mixed (bfloat16 compute, float32 weights cast where read) or "
-                "f32 (default: as the model declares them; docs/training.md)");
+                "retype the model's float values: bf16, mixed (bfloat16 compute, float32 weights cast where read), "
+                "autocast (torch.autocast's: contractions in bfloat16, the rest in its inputs' widest type) or f32 "
+                "(default: as the model declares them; docs/training.md)");
   auto& t = o.training;
   c->add_flag("--training", t.on, "one training step: forward, loss, backward, optimizer update (docs/training.md)");
   c->add_option("--loss", t.loss, "--training: output (a scalar output 0, default), mean, sum or cross-entropy:LABELS");

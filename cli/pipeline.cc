@@ -392,9 +392,11 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   lo.data_dependent_dims = !o.training.on && o.pipeline.axis.empty();  // the step builder and stages are static
   p.graph = load_model(o.model, lo, &p.load_report);
   if (!o.precision.empty()) {
-    const Precision precision =
-        pick<Precision>(o.precision, "--precision",
-                        {{"bf16", Precision::kBF16}, {"mixed", Precision::kMixed}, {"f32", Precision::kF32}});
+    const Precision precision = pick<Precision>(o.precision, "--precision",
+                                                {{"bf16", Precision::kBF16},
+                                                 {"mixed", Precision::kMixed},
+                                                 {"autocast", Precision::kAutocast},
+                                                 {"f32", Precision::kF32}});
     set_precision(p.graph, precision, trained, lo.shape_function);
     p.precision = precision;
   }

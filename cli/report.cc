@@ -138,6 +138,16 @@ double largest_magnitude(const std::vector<double>& v) {
   return m;
 }
 
+/// |x - y| / |y| over all elements (Euclidean norms; |y| at least 1e-30).
+double normwise_error(const std::vector<double>& x, const std::vector<double>& y) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    diff += (x[i] - y[i]) * (x[i] - y[i]);
+    norm += y[i] * y[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
 /// A floating-point tensor's elements as doubles (16-bit exactly); empty for other dtypes.
 std::vector<double> as_doubles(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
@@ -318,11 +328,11 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
         "; the model computes in {}: within 4 units of 2^-{} ({:g}) of each element and of the output's largest "
         "magnitude",
         dtype_name(low), low == DType::kBFloat16 ? 8 : 11, half_tolerance(low));
-  const bool anchored = low != DType::kUndefined && float32_run && float32_run->size() == want.size() && step &&
-                        std::any_of(step->weights.begin(), step->weights.end(), adaptive);
+  const bool anchored = low != DType::kUndefined && float32_run && float32_run->size() == want.size() && step;
   if (anchored)
     r.tolerance +=
-        "; an Adam or Adafactor step also within twice the reference step's normwise distance from a float32 run";
+        "; a trained weight's step and optimizer state normwise, within that or twice the reference's distance from a "
+        "float32 run";
   std::vector<const Tensor*> gp(want.size()), wp(want.size());
   std::vector<double> rt(want.size(), rtol), at(want.size(), atol), tol(want.size(), 0);
   std::vector<std::vector<double>> slack(want.size());
@@ -337,7 +347,7 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
   // from the same w, and its size, not the weight's, sets the tolerance; an element may also differ by one unit of
   // the weight's type, to which w - step rounds.
   std::map<size_t, std::pair<Tensor, Tensor>> steps;
-  std::vector<char> normwise(want.size(), 0);       // a 16-bit model's adaptive step: compared as a whole (below)
+  std::vector<char> normwise(want.size(), 0);       // a 16-bit model's step: compared as a whole (below)
   std::vector<double> anchor_rtol(want.size(), 0);  // twice the reference step's normwise distance from float32's
   std::unordered_map<std::string, size_t> out_at;   // output name -> index
   for (size_t o = 0; step && o < want.size(); ++o) out_at.emplace(g.values[static_cast<size_t>(g.outputs[o])].name, o);
@@ -362,23 +372,30 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
         slack[o][i] = unit * std::fabs(y[i]);
       }
       at[o] = std::max(atol, tol[o] * largest_magnitude(as_doubles(dy)));
-      normwise[o] = low != DType::kUndefined && adaptive(w);
+      normwise[o] = low != DType::kUndefined;
       if (normwise[o] && anchored && (*float32_run)[o].shape == want[o].shape) {
         // The float32 run's step from the same w: by the triangle inequality a run as accurate as the reference is
         // within twice the reference step's normwise distance from it.
-        const std::vector<double> z = as_doubles((*float32_run)[o]);
-        double off = 0, norm = 0;
-        for (size_t i = 0; i < b.size(); ++i) {
-          off += (y[i] - z[i]) * (y[i] - z[i]);
-          norm += (b[i] - z[i]) * (b[i] - z[i]);
-        }
-        anchor_rtol[o] = 2 * std::sqrt(off) / std::max(std::sqrt(norm), 1e-30);
+        std::vector<double> z = as_doubles((*float32_run)[o]);
+        for (size_t i = 0; i < z.size(); ++i) z[i] = b[i] - z[i];
+        anchor_rtol[o] = 2 * normwise_error(as_doubles(dy), z);
       }
       auto& [sx, sy] = steps[o] = {std::move(dx), std::move(dy)};
       gp[o] = &sx;
       wp[o] = &sy;
     }
   }
+  // The optimizer's updated state in a 16-bit model: functions of the gradients (Adam's m and v, Adafactor's
+  // accumulators, momentum), compared normwise like the steps, for the same reasons.
+  for (size_t k = 0; step && low != DType::kUndefined && k < step->weights.size(); ++k)
+    for (const std::string& s : step->weights[k].state_updated) {
+      const auto it = out_at.find(s);
+      if (it == out_at.end() || !is_floating(want[it->second].dtype)) continue;
+      const size_t o = it->second;
+      normwise[o] = 1;
+      if (anchored && (*float32_run)[o].shape == want[o].shape)
+        anchor_rtol[o] = 2 * normwise_error(as_doubles(want[o]), as_doubles((*float32_run)[o]));
+    }
   const std::map<size_t, Tensor> patched =
       step ? amplified_elements(out_at, gp, wp, rt, at, slack, *step, r) : std::map<size_t, Tensor>();
   for (size_t o = 0; o < want.size(); ++o) {
@@ -386,21 +403,16 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
     const Tensor& x = p == patched.end() ? *gp[o] : p->second;
     const std::string& name = g.values[static_cast<size_t>(g.outputs[o])].name;
     if (normwise[o]) {
-      // In a model that computes in 16 bits, an adaptive step divides each gradient element by its row's or its own
-      // size, so an element far below the largest carries the 16-bit rounding of the largest, relative to itself:
-      // the step is compared as a whole, by its normwise relative error (as the torch references are).
-      const std::vector<double> xs = as_doubles(x), ys = as_doubles(*wp[o]);
-      double diff = 0, norm = 0;
-      for (size_t i = 0; i < xs.size(); ++i) {
-        diff += (xs[i] - ys[i]) * (xs[i] - ys[i]);
-        norm += ys[i] * ys[i];
-      }
-      const double e = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30), limit = std::max(rt[o], anchor_rtol[o]);
+      // In a model that computes in 16 bits a gradient element that is a small sum of large terms carries their
+      // 16-bit rounding, large relative to itself, and an adaptive step divides each element by its row's or its own
+      // size, so an element far below the largest carries the largest's rounding: the step is compared as a whole,
+      // by its normwise relative error (as the torch references are).
+      const double e = normwise_error(as_doubles(x), as_doubles(*wp[o])), limit = std::max(rt[o], anchor_rtol[o]);
       r.max_rel_error = std::max(r.max_rel_error, e);
       if (!(e <= limit) && r.passed) {
         r.passed = false;
-        r.worst = fmt::format("the step w - w.updated of '{}': normwise relative error {:.3g}, more than {:.3g}", name,
-                              e, limit);
+        r.worst = fmt::format("{}'{}': normwise relative error {:.3g}, more than {:.3g}",
+                              steps.count(o) ? "the step w - w.updated of " : "output ", name, e, limit);
       }
     } else if (slack[o].empty()) {
       compare_tensor(x, *wp[o], rt[o], at[o], name, "reference", r);
@@ -643,10 +655,13 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
              r["devices"].get<int64_t>(), r["target"].get<std::string>(),
              r["target_spec"]["topology"].get<std::string>(), r["device_order"].get<std::string>());
   if (const std::string pr = r.value("precision", "as-loaded"); pr != "as-loaded")
-    fmt::print("precision {}\n", pr == "mixed"  ? "mixed: bfloat16 compute, float32 weights (each cast where read), "
-                                                  "gradients of the weights and optimizer state"
-                                 : pr == "bf16" ? "bf16: every float value in bfloat16"
-                                                : "f32: every float value in float32");
+    fmt::print("precision {}\n",
+               pr == "mixed"      ? "mixed: bfloat16 compute, float32 weights (each cast where read), gradients of the "
+                                    "weights and optimizer state"
+               : pr == "autocast" ? "autocast: contractions in bfloat16 (operands cast where read), every other op in "
+                                    "the widest type of its inputs, float32 weights (torch.autocast)"
+               : pr == "bf16"     ? "bf16: every float value in bfloat16"
+                                  : "f32: every float value in float32");
   const nlohmann::json runtime = r.value("data_dependent_dims", nlohmann::json::object());
   DimBindings hints;
   if (r.contains("dim_hints"))

@@ -54,12 +54,14 @@ std::vector<std::string> nonfinite_warnings(const Graph& g, const std::vector<Te
 /// With `inputs` (the run's, one per g.inputs) a trained weight's `<w>.updated` is compared by its step,
 /// w - <w>.updated (w: its initializer's data or its input), within the tolerance relative to the step's size plus
 /// one unit of the weight's type per element (the rounding of w - step): the weight's own size would hide the step.
-/// With `float32_run` (the reference graph retyped to float32 and run on the same inputs, widened; one output per
-/// graph output) and a graph that computes in 16 bits, an adaptive optimizer's step (compared normwise) may also
-/// differ from the reference step by twice the reference step's own normwise distance from the float32 run's: a run
-/// as accurate as the reference is that close to it (triangle inequality), so the check does not fail a partitioned
-/// run for rounding that the unpartitioned run has as much of (Adafactor's bfloat16 step of a Megatron-split weight
-/// was 1.06x the fixed 4 units). The tolerance says so.
+/// In a graph that computes in 16 bits a trained weight's step and its optimizer's updated state are compared as a
+/// whole, by their normwise relative error (a gradient element that is a small sum of large terms carries their
+/// rounding). With `float32_run` (the
+/// reference graph retyped to float32 and run on the same inputs, widened; one output per graph output) the step may
+/// also differ from the reference step by twice the reference step's own normwise distance from the float32 run's: a
+/// run as accurate as the reference is that close to it (triangle inequality), so the check does not fail a
+/// partitioned run for rounding that the unpartitioned run has as much of (Adafactor's bfloat16 step of a
+/// Megatron-split weight was 1.06x the fixed 4 units). The tolerance says so.
 CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, const std::vector<Tensor>& want,
                             double rtol, double atol, const TrainingStep* step = nullptr,
                             const std::vector<Tensor>* inputs = nullptr,

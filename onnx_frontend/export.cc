@@ -137,7 +137,7 @@ void write_node(const Node& n, onnx::NodeProto* pn, const std::vector<std::strin
   }
   for (int o : n.outputs) pn->add_output(name.at(static_cast<size_t>(o)));
   for (const auto& [k, v] : n.attrs)
-    if (k != "gspmd_captures") set_attr(pn->add_attribute(), k, v, captured);
+    if (k != "gspmd_captures" && k != "gspmd_truncate_bf16") set_attr(pn->add_attribute(), k, v, captured);
 }
 
 std::vector<std::string> value_names(const Graph& g) {

@@ -1039,6 +1039,12 @@ struct Loader {
   void convert_attrs(const onnx::NodeProto& pn, Node& n, const std::function<int(const std::string&)>& resolve) {
     Bodies bodies;
     for (const auto& a : pn.attribute()) n.attrs.emplace(a.name(), convert_attr(pn, n.name, a, bodies));
+    // Before opset 19 ONNX's reference Cast truncates float32 to bfloat16 (onnx 1.12's test data); the model's own
+    // Casts keep that, every other rounding to bfloat16 (kernels' outputs, the Casts --precision, the partitioner and
+    // the step builder insert) is to nearest even, as TPUs and torch round (backend/kernels: cast_tensor).
+    if (opset < 19 && (pn.domain().empty() || pn.domain() == "ai.onnx") &&
+        (pn.op_type() == "Cast" || pn.op_type() == "CastLike"))
+      n.attrs["gspmd_truncate_bf16"] = int64_t{1};
     const std::vector<std::string>& captures = bodies.captures;
     if (captures.empty()) return;
     for (const std::shared_ptr<Graph>& b : bodies.graphs)

@@ -288,7 +288,9 @@ void strided_copy(std::byte* dst, const int64_t* dst_strides, const std::byte* s
 Tensor broadcast_to(const Tensor& t, const Shape& out);
 
 /// Copy of `t` with dtype converted to `to` (same shape). Supports float16/bfloat16/float32/64, int8..int64,
-/// uint8..uint64 and bool (ONNX Cast semantics: to bool is != 0; 16-bit floats round to nearest even through float32).
+/// uint8..uint64 and bool (ONNX Cast semantics: to bool is != 0; 16-bit floats round to nearest even through float32,
+/// but bfloat16 truncates for a node marked `gspmd_truncate_bf16`: a model's own Cast before opset 19, as ONNX's
+/// reference computes it).
 Tensor cast_tensor(const Ctx& c, const Tensor& t, DType to);
 
 /// Single-output helper.

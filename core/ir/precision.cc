@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,50 @@ int cast(Graph& g, int x, DType to, const std::string& name) {
   return out;
 }
 
+/// The bits of a floating-point type (16, 32, 64).
+int float_bits(DType t) { return t == DType::kFloat64 ? 64 : t == DType::kFloat32 ? 32 : 16; }
+
+/// set_precision's kAutocast (see there): torch.autocast's bfloat16 policy, node by node in graph order.
+void set_autocast(Graph& g, const ShapeFunction& shapes) {
+  std::vector<Node> old = std::move(g.nodes);
+  g.nodes.clear();
+  for (Node& n : old) {
+    static const std::set<std::string> contractions = {"MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose"};
+    const bool contraction = n.domain.empty() && contractions.count(n.op_type);
+    DType widest = DType::kUndefined;
+    for (int x : n.inputs)
+      if (x >= 0 && is_floating(g.values[static_cast<size_t>(x)].dtype) &&
+          (widest == DType::kUndefined || float_bits(g.values[static_cast<size_t>(x)].dtype) > float_bits(widest)))
+        widest = g.values[static_cast<size_t>(x)].dtype;
+    std::vector<std::pair<int, int>> casts;  // (input, its Cast for this node)
+    for (int& x : n.inputs) {
+      if (x < 0) continue;
+      const DType t = g.values[static_cast<size_t>(x)].dtype;
+      if (!is_floating(t)) continue;
+      const DType to = contraction ? DType::kBFloat16 : float_bits(t) == 16 ? widest : t;
+      if (to == t) continue;
+      auto it = std::find_if(casts.begin(), casts.end(), [&](const auto& c) { return c.first == x; });
+      if (it == casts.end())
+        it = casts.insert(
+            casts.end(),
+            {x, cast(g, x, to, g.values[static_cast<size_t>(x)].name + (to == DType::kBFloat16 ? ".bf16" : ".f32"))});
+      x = it->second;
+    }
+    std::vector<TensorType> want;
+    try {
+      want = node_types(g, n, shapes);
+    } catch (const std::exception& e) {
+      throw UnsupportedError(fmt::format("--precision autocast: node '{}' ({}): {}", n.name, n.op_type, e.what()));
+    }
+    for (size_t k = 0; k < n.outputs.size() && k < want.size(); ++k) {
+      Value& out = g.values[static_cast<size_t>(n.outputs[k])];
+      if (n.outputs[k] >= 0 && is_floating(out.dtype) && is_floating(want[k].dtype)) out.dtype = want[k].dtype;
+    }
+    g.add_node(std::move(n));
+  }
+  g.verify();
+}
+
 }  // namespace
 
 std::string_view precision_name(Precision p) {
@@ -60,6 +105,7 @@ std::string_view precision_name(Precision p) {
     case Precision::kF32: return "f32";
     case Precision::kBF16: return "bf16";
     case Precision::kMixed: return "mixed";
+    case Precision::kAutocast: return "autocast";
   }
   return "as-loaded";
 }
@@ -67,11 +113,12 @@ std::string_view precision_name(Precision p) {
 void set_precision(Graph& g, Precision p, const std::function<bool(const Value&)>& master,
                    const ShapeFunction& shapes) {
   if (p == Precision::kAsLoaded) return;
-  const DType compute = p == Precision::kF32 ? DType::kFloat32 : DType::kBFloat16;
   for (const Node& n : g.nodes)
     if (n.has_body())
       throw UnsupportedError(fmt::format("--precision {}: node '{}' ({}) has a body, whose values it does not retype",
                                          precision_name(p), n.name, n.op_type));
+  if (p == Precision::kAutocast) return set_autocast(g, shapes);
+  const DType compute = p == Precision::kF32 ? DType::kFloat32 : DType::kBFloat16;
   // Values: the compute type, or float32 for the masters under kMixed.
   std::vector<char> is_master(g.values.size(), 0);
   for (size_t v = 0; v < g.values.size(); ++v) {

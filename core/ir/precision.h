@@ -18,9 +18,12 @@ enum class Precision {
               // Adam's and Adafactor's state and arithmetic in float32, core/autodiff)
   kMixed,     // bfloat16 activations and gradients; the weights (`master`) are float32 variables, each Cast to
               // bfloat16 where it is read, so their gradients, updates and optimizer state are float32
+  kAutocast,  // torch's automatic mixed precision (torch.autocast, bfloat16): contractions compute in bfloat16
+              // (their floating-point inputs Cast where read), every other op in the widest floating-point type
+              // among its inputs; weights and what is computed from them outside contractions stay float32
 };
 
-/// "as-loaded", "f32", "bf16", "mixed".
+/// "as-loaded", "f32", "bf16", "mixed", "autocast".
 std::string_view precision_name(Precision p);
 
 /// Retypes `g` (a loaded graph: every node typed) to precision `p`; kAsLoaded changes nothing. Every value of a
@@ -35,7 +38,12 @@ std::string_view precision_name(Precision p);
 /// torch's autocast do); LayerNormalization computes in float32 by its spec (stash_type 1) and every kernel
 /// accumulates 16-bit operands in float32 (backend/kernels), so only those two are cast. `shapes` retypes each node:
 /// a node whose output type does not follow (an op without a 16-bit form) throws UnsupportedError("--precision
-/// bf16: node 'n' (Op) gives float32 where bfloat16 was set"). O(values + nodes).
+/// bf16: node 'n' (Op) gives float32 where bfloat16 was set"). kAutocast retypes no value up front: in graph order,
+/// each MatMul, Gemm, Einsum, Conv and ConvTranspose reads its own Cast to bfloat16 of each floating-point input (as
+/// torch's autocast casts linear, matmul and convolution operands, `<v>.bf16`), any other node whose floating-point
+/// inputs differ in type reads Casts of its 16-bit ones to the widest (torch's type promotion, `<v>.f32`), and each
+/// node's outputs take the types `shapes` gives (a contraction's bfloat16, a bias Add of it float32). O(values +
+/// nodes).
 void set_precision(Graph& g, Precision p, const std::function<bool(const Value&)>& master, const ShapeFunction& shapes);
 
 }  // namespace gspmd

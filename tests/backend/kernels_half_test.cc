@@ -38,6 +38,10 @@ TEST_P(HalfKernels, MatMulKeepsTheTypeAndRoundsOnce) {
   EXPECT_EQ(out[0].shape, (Shape{2, 1}));
   EXPECT_EQ(at(out[0], 0), 1.375f);  // 0.5 + 0.5 + 0.375, exact in both types
   EXPECT_EQ(at(out[0], 1), 4.f);     // 2 + 1.25 + 0.75
+  // The result rounds to nearest even at any opset (an opset-17 model's bfloat16 MatMul once truncated, as that
+  // opset's own Cast does): 1 + 3 * 2^-9 is 1 + 2^-7 in bfloat16, 1 + 3 * 2^-9 in float16.
+  const Tensor c = half_tensor(t, {1, 2}, {1, 1}), d = half_tensor(t, {2, 1}, {1, 0.005859375f});
+  EXPECT_EQ(at(run_kernel(node("MatMul", 2), {&c, &d}, 13)[0], 0), t == DType::kBFloat16 ? 1.0078125f : 1.005859375f);
 }
 
 // A donated 16-bit input is not consumed by the first attempt (the kernel may move it before it rejects the dtype).

@@ -85,8 +85,8 @@ TEST(Training, HeadlineExampleNamesTheAmplifiedWeights) {
 // to float32: each all-reduce moves exactly half the float32 step's bytes (the loss's stays float32). The step passes
 // --check under the data, Megatron and 2D plans, with SGD, Adam and Adafactor (whose bfloat16 step of the Megatron-
 // split h.1.attn.q.weight differs normwise by 0.0165 from the unpartitioned one's, more than 4 units of 2^-8: the check
-// also runs the step in float32 and allows twice the reference's own distance from it); --precision bf16 halves the
-// weights too.
+// also runs the step in float32 and allows twice the reference's own distance from it, for every optimizer);
+// --precision bf16 halves the weights too.
 TEST(Training, MixedPrecisionStepsHalveTheGradientBytes) {
   const fs::path d = scratch("train_mixed");
   auto all_reduce_bytes = [&](const std::string& extra, const std::string& tag) {
@@ -117,9 +117,9 @@ TEST(Training, MixedPrecisionStepsHalveTheGradientBytes) {
       EXPECT_NE(r.out.find("precision mixed: bfloat16 compute, float32 weights"), std::string::npos) << r.out;
       EXPECT_NE(r.out.find("check     passed"), std::string::npos) << p << " " << opt << "\n" << r.out;
       EXPECT_NE(r.out.find("; the model computes in bfloat16: within 4 units of 2^-8"), std::string::npos) << r.out;
-      EXPECT_EQ(r.out.find("; an Adam or Adafactor step also within twice the reference step's normwise distance "
-                           "from a float32 run)") != std::string::npos,
-                std::string(opt) != "sgd")
+      EXPECT_NE(r.out.find("; a trained weight's step and optimizer state normwise, within that or twice the "
+                           "reference's distance from a float32 run)"),
+                std::string::npos)
           << r.out;
     }
   // --remat full recomputes the same forward work as in the float32 step: each reader casts the float32 weight
@@ -137,7 +137,7 @@ TEST(Training, MixedPrecisionStepsHalveTheGradientBytes) {
   EXPECT_NE(bf16.out.find("37 weights (1.02 MiB)"), std::string::npos) << bf16.out;  // the float32 step's 2.04
   CmdResult bad = cli("simulate " + kGpt + " --mesh 2x2" + kTrain + " --precision fp8", "train_fp8");
   EXPECT_EQ(bad.code, 2);
-  EXPECT_EQ(bad.err, "error: --precision: 'fp8' is not bf16, mixed or f32\n");
+  EXPECT_EQ(bad.err, "error: --precision: 'fp8' is not bf16, mixed, autocast or f32\n");
 }
 
 /// `run MODEL --mesh MESH --shardings PLAN --training --loss mean --check`: expects exit 0, `weights` weights
@@ -446,7 +446,8 @@ class TorchReference : public ::testing::Test {
     EXPECT_EQ(r.code, 0) << r.out << r.err;
     return d;
   }
-  static void run_and_compare(const fs::path& d, const std::string& args, const std::string& tag) {
+  static void run_and_compare(const fs::path& d, const std::string& args, const std::string& tag,
+                              const std::string& verdict = "within 0.0001") {
     const fs::path out = d / ("out_" + tag);
     CmdResult r = cli("run " + (d / "model.onnx").string() + kTrain + " --inputs " + (d / "inputs").string() +
                           " --outputs " + out.string() + args,
@@ -456,7 +457,7 @@ class TorchReference : public ::testing::Test {
         sh(debian_python() + " testdata/training/torch_reference.py compare " + d.string() + " " + out.string(),
            "torch_ref_cmp_" + tag);
     EXPECT_EQ(c.code, 0) << c.out << c.err;
-    EXPECT_NE(c.out.find("within 0.0001"), std::string::npos) << c.out;
+    EXPECT_NE(c.out.find(verdict), std::string::npos) << c.out;
   }
 };
 
@@ -501,6 +502,27 @@ TEST_F(TorchReference, VariablesTrainLikeTorch) {
   // input_ids, the 37 weights, labels and the weights' momentum (no data: the caller feeds them); each weight and
   // state paired with its updated output
   EXPECT_EQ(py.out, "['input_ids', 'wte.weight'] 76 0 True\n74\n");
+}
+
+// bfloat16 steps against torch (issue 29): --precision autocast against torch.autocast's step, --precision mixed
+// against torch's step of a bfloat16 copy of the model updating its float32 parameters (every activation bfloat16,
+// float32 masters), SGD under Megatron 2x2 and 2D 4x4, and autocast with Adam under the paper's 2D plan. Each value
+// (the loss, each implied gradient, each Adam step) is within run --check's rule for a 16-bit step: 4 units of
+// bfloat16 or twice torch's own distance from its float32 step (torch_reference.py saves both). Before the kernels
+// rounded to bfloat16 to nearest even (an opset-17 model truncated at every rounding), mixed's gradients were up to
+// 4.4% from torch's, over the 3.1% of that rule.
+TEST_F(TorchReference, BFloat16StepsMatchTorch) {
+  for (const std::string precision : {"autocast", "mixed"}) {
+    const fs::path d = make("bf16_" + precision, " --opset 17 --fold --lr 1 --precision " + precision);
+    for (const auto& [p, mesh] : {std::pair{"megatron", "2x2"}, {"2d", "4x4"}}) {
+      const std::string tag = precision + "_" + p;
+      run_and_compare(d, " --mesh " + std::string(mesh) + plan(p) + " --lr 1 --precision " + precision, tag,
+                      "37/37 within 0.015625 or twice torch's " + precision + " distance from float32");
+    }
+  }
+  const fs::path adam = make("bf16_adam", " --opset 17 --fold --optimizer adam --lr 0.01 --precision autocast");
+  run_and_compare(adam, " --mesh 2x2" + plan("paper2d") + " --optimizer adam --lr 0.01 --precision autocast",
+                  "autocast_adam", "37/37 within 0.015625 or twice torch's autocast distance from float32");
 }
 
 // Adafactor against the numpy transcription of HF transformers' Adafactor (torch 1.13 has none; torch autograd's
