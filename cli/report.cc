@@ -329,10 +329,10 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
         "magnitude",
         dtype_name(low), low == DType::kBFloat16 ? 8 : 11, half_tolerance(low));
   const bool anchored = low != DType::kUndefined && float32_run && float32_run->size() == want.size() && step;
-  if (anchored)
-    r.tolerance +=
-        "; a trained weight's step and optimizer state normwise, within that or twice the reference's distance from a "
-        "float32 run";
+  if (low != DType::kUndefined && step)
+    r.tolerance += anchored ? "; a trained weight's step and optimizer state normwise, within that or twice the "
+                              "reference's distance from a float32 run"
+                            : "; a trained weight's step and optimizer state normwise";
   std::vector<const Tensor*> gp(want.size()), wp(want.size());
   std::vector<double> rt(want.size(), rtol), at(want.size(), atol), tol(want.size(), 0);
   std::vector<std::vector<double>> slack(want.size());
@@ -347,8 +347,8 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
   // from the same w, and its size, not the weight's, sets the tolerance; an element may also differ by one unit of
   // the weight's type, to which w - step rounds.
   std::map<size_t, std::pair<Tensor, Tensor>> steps;
-  std::vector<char> normwise(want.size(), 0);       // a 16-bit model's step: compared as a whole (below)
-  std::vector<double> anchor_rtol(want.size(), 0);  // twice the reference step's normwise distance from float32's
+  std::vector<char> normwise(want.size(), 0);       // a 16-bit model's step or state: compared as a whole (below)
+  std::vector<double> anchor_rtol(want.size(), 0);  // twice the reference's normwise distance from float32's
   std::unordered_map<std::string, size_t> out_at;   // output name -> index
   for (size_t o = 0; step && o < want.size(); ++o) out_at.emplace(g.values[static_cast<size_t>(g.outputs[o])].name, o);
   if (step && inputs) {

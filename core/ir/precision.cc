@@ -63,11 +63,11 @@ void set_autocast(Graph& g, const ShapeFunction& shapes) {
   for (Node& n : old) {
     static const std::set<std::string> contractions = {"MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose"};
     const bool contraction = n.domain.empty() && contractions.count(n.op_type);
-    DType widest = DType::kUndefined;
-    for (int x : n.inputs)
-      if (x >= 0 && is_floating(g.values[static_cast<size_t>(x)].dtype) &&
-          (widest == DType::kUndefined || float_bits(g.values[static_cast<size_t>(x)].dtype) > float_bits(widest)))
-        widest = g.values[static_cast<size_t>(x)].dtype;
+    DType widest = DType::kUndefined;  // among the floating-point inputs
+    for (int x : n.inputs) {
+      const DType t = x < 0 ? DType::kUndefined : g.values[static_cast<size_t>(x)].dtype;
+      if (is_floating(t) && (widest == DType::kUndefined || float_bits(t) > float_bits(widest))) widest = t;
+    }
     std::vector<std::pair<int, int>> casts;  // (input, its Cast for this node)
     for (int& x : n.inputs) {
       if (x < 0) continue;
@@ -89,8 +89,9 @@ void set_autocast(Graph& g, const ShapeFunction& shapes) {
       throw UnsupportedError(fmt::format("--precision autocast: node '{}' ({}): {}", n.name, n.op_type, e.what()));
     }
     for (size_t k = 0; k < n.outputs.size() && k < want.size(); ++k) {
+      if (n.outputs[k] < 0) continue;
       Value& out = g.values[static_cast<size_t>(n.outputs[k])];
-      if (n.outputs[k] >= 0 && is_floating(out.dtype) && is_floating(want[k].dtype)) out.dtype = want[k].dtype;
+      if (is_floating(out.dtype) && is_floating(want[k].dtype)) out.dtype = want[k].dtype;
     }
     g.add_node(std::move(n));
   }

@@ -100,10 +100,9 @@ def make(a):
     for k, (x, name) in enumerate(inputs):
         save(os.path.join(a.dir, "inputs", f"input_{k}.pb"), x, name)
 
-    float32 = copy.deepcopy(model)  # --precision: the same step in float32 too, the anchor of the comparison
+    if a.precision != "f32":  # the same step in float32 too, the anchor of the comparison
+        step(a, copy.deepcopy(model), ids, labels, os.path.join(a.dir, "torch", "float32"), "f32")
     loss = step(a, model, ids, labels, os.path.join(a.dir, "torch"), a.precision)
-    if a.precision != "f32":
-        step(a, float32, ids, labels, os.path.join(a.dir, "torch", "float32"), "f32")
     with open(os.path.join(a.dir, "torch", "optimizer.txt"), "w") as f:
         f.write(f"{a.optimizer} {a.lr} {a.precision}\n")
     print("ok:", a.dir, f"loss {loss:.6f}")

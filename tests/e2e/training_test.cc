@@ -161,6 +161,15 @@ TEST(Training, MixedPrecisionStepsHalveTheGradientBytes) {
                 std::string::npos)
           << r.out;
     }
+  // --precision autocast (torch.autocast's policy) passes --check under the same plans.
+  for (const auto& [p, mesh] : {std::pair{"dp", "2x2"}, {"megatron", "2x2"}, {"2d", "4x4"}}) {
+    CmdResult r =
+        cli("run " + kGpt + " --mesh " + mesh + plan(p) + kTrain + " --precision autocast --optimizer adam --check",
+            std::string("train_autocast_check_") + p);
+    EXPECT_EQ(r.code, 0) << p << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("precision autocast: contractions in bfloat16"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("check     passed"), std::string::npos) << p << "\n" << r.out;
+  }
   // --remat full recomputes the same forward work as in the float32 step: each reader casts the float32 weight
   // itself, so the tied embedding's copy does not live from the embedding to the LM head (a shared copy left no cut:
   // 27.7% of the model FLOPs recomputed instead of 17.2%).
