@@ -103,8 +103,9 @@ TEST(Training, EveryCommandOfTheTrainingPageRuns) {
     const bool more = !line.empty() && line.back() == '\\';
     command += more ? line.substr(0, line.size() - 1) : line;
     if (more) continue;
-    for (size_t at = command.find("/tmp/"); at != std::string::npos; at = command.find("/tmp/", at))
-      command.replace(at, 5, tmp.string() + "/");
+    const std::string to = tmp.string() + "/";  // (a build tree under /tmp holds "/tmp/" itself: search past it)
+    for (size_t at = command.find("/tmp/"); at != std::string::npos; at = command.find("/tmp/", at + to.size()))
+      command.replace(at, 5, to);
     if (command.starts_with("gspmd-onnx ")) command = std::string(GSPMD_BINARY_DIR) + "/bin/" + command;
     commands.push_back(command);
     command.clear();
