@@ -62,8 +62,8 @@ int64_t ravel(const std::vector<int64_t>& idx, const Shape& s) {
 struct ConvCase {
   Shape x, w;
   int64_t group = 1;
-  std::vector<int64_t> strides, dilations, pads;  // empty = defaults
-  std::string auto_pad;                           // empty = NOTSET
+  std::vector<int64_t> strides = {}, dilations = {}, pads = {};  // empty = defaults
+  std::string auto_pad = "";                                     // empty = NOTSET
   bool bias = true;
 };
 
@@ -330,7 +330,7 @@ TEST(KernelsConvTranspose, OutputShapeAndSame) {
 struct PoolCase {
   Shape x;
   std::vector<int64_t> k, s, d, pads;
-  std::string auto_pad;
+  std::string auto_pad = "";  // "" (NOTSET), SAME_UPPER, SAME_LOWER, VALID
   bool ceil = false;
 };
 
