@@ -121,15 +121,6 @@ bool adaptive(const TrainingStep::Weight& w) {
   return !w.state.empty() && (w.state[0].ends_with(".adam_m") || w.state[0].find(".adafactor_") != std::string::npos);
 }
 
-/// The narrowest floating-point type among `g`'s values (kUndefined: none narrower than float32), the precision
-/// its outputs carry.
-DType compute_precision(const Graph& g) {
-  DType low = DType::kUndefined;
-  for (const Value& v : g.values)
-    if (v.dtype == DType::kBFloat16 || (v.dtype == DType::kFloat16 && low != DType::kBFloat16)) low = v.dtype;
-  return low;
-}
-
 /// The largest finite magnitude among `v`.
 double largest_magnitude(const std::vector<double>& v) {
   double m = 0;
@@ -166,6 +157,13 @@ std::vector<double> as_doubles(const Tensor& t) {
 }
 
 }  // namespace
+
+DType compute_precision(const Graph& g) {
+  DType low = DType::kUndefined;
+  for (const Value& v : g.values)
+    if (v.dtype == DType::kBFloat16 || (v.dtype == DType::kFloat16 && low != DType::kBFloat16)) low = v.dtype;
+  return low;
+}
 
 Tensor widen_half(const Tensor& t) {
   Tensor f(DType::kFloat32, t.shape);

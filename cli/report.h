@@ -67,6 +67,10 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
                             const std::vector<Tensor>* inputs = nullptr,
                             const std::vector<Tensor>* float32_run = nullptr);
 
+/// The narrowest floating-point type among `g`'s values: kBFloat16 or kFloat16 when the graph computes in 16 bits
+/// (bfloat16 when it has both), kUndefined when nothing is narrower than float32. The precision its outputs carry.
+DType compute_precision(const Graph& g);
+
 /// A float16 or bfloat16 tensor as float32 (exact).
 Tensor widen_half(const Tensor& t);
 

@@ -178,8 +178,7 @@ namespace {
 /// when the graph has no 16-bit value or cannot be retyped (then the fixed 16-bit tolerance alone applies).
 std::vector<Tensor> float32_run(const Graph& g, const std::vector<Tensor>& inputs, const RunProgress& progress,
                                 const ExecutorOptions& exec) {
-  const auto half = [](DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; };
-  if (std::none_of(g.values.begin(), g.values.end(), [&](const Value& v) { return half(v.dtype); })) return {};
+  if (compute_precision(g) == DType::kUndefined) return {};
   Graph f = g;
   try {
     set_precision(f, Precision::kF32, {}, kernel_load_options().shape_function);
@@ -187,7 +186,8 @@ std::vector<Tensor> float32_run(const Graph& g, const std::vector<Tensor>& input
     return {};
   }
   std::vector<Tensor> wide;
-  for (const Tensor& t : inputs) wide.push_back(half(t.dtype) ? widen_half(t) : t);
+  for (const Tensor& t : inputs)
+    wide.push_back(t.dtype == DType::kBFloat16 || t.dtype == DType::kFloat16 ? widen_half(t) : t);
   return run_single(f, wide, progress, exec).outputs;
 }
 

@@ -53,6 +53,16 @@ int cast(Graph& g, int x, DType to, const std::string& name) {
   return out;
 }
 
+/// Points input `x` of the node being rebuilt at its own Cast of `x` to `to` (made on first use, named after `x` with
+/// `suffix`, appended to `g` before the node): `casts` holds that node's (input, Cast) pairs, so an input read twice
+/// is cast once.
+void read_through_cast(Graph& g, std::vector<std::pair<int, int>>& casts, int& x, DType to, const char* suffix) {
+  auto it = std::find_if(casts.begin(), casts.end(), [&](const auto& c) { return c.first == x; });
+  if (it == casts.end())
+    it = casts.insert(casts.end(), {x, cast(g, x, to, g.values[static_cast<size_t>(x)].name + suffix)});
+  x = it->second;
+}
+
 /// The bits of a floating-point type (16, 32, 64).
 int float_bits(DType t) { return t == DType::kFloat64 ? 64 : t == DType::kFloat32 ? 32 : 16; }
 
@@ -74,13 +84,7 @@ void set_autocast(Graph& g, const ShapeFunction& shapes) {
       const DType t = g.values[static_cast<size_t>(x)].dtype;
       if (!is_floating(t)) continue;
       const DType to = contraction ? DType::kBFloat16 : float_bits(t) == 16 ? widest : t;
-      if (to == t) continue;
-      auto it = std::find_if(casts.begin(), casts.end(), [&](const auto& c) { return c.first == x; });
-      if (it == casts.end())
-        it = casts.insert(
-            casts.end(),
-            {x, cast(g, x, to, g.values[static_cast<size_t>(x)].name + (to == DType::kBFloat16 ? ".bf16" : ".f32"))});
-      x = it->second;
+      if (to != t) read_through_cast(g, casts, x, to, to == DType::kBFloat16 ? ".bf16" : ".f32");
     }
     std::vector<TensorType> want;
     try {
@@ -139,11 +143,7 @@ void set_precision(Graph& g, Precision p, const std::function<bool(const Value&)
     // pass, and --remat would find no cut between them
     std::vector<std::pair<int, int>> casts;  // (master, its Cast for this node)
     for (int& x : n.inputs) {
-      if (x < 0 || !is_master[static_cast<size_t>(x)]) continue;
-      auto it = std::find_if(casts.begin(), casts.end(), [&](const auto& c) { return c.first == x; });
-      if (it == casts.end())
-        it = casts.insert(casts.end(), {x, cast(g, x, compute, g.values[static_cast<size_t>(x)].name + ".bf16")});
-      x = it->second;
+      if (x >= 0 && is_master[static_cast<size_t>(x)]) read_through_cast(g, casts, x, compute, ".bf16");
     }
     const int out = n.outputs.empty() ? -1 : n.outputs[0];
     const DType out_type = out >= 0 ? g.values[static_cast<size_t>(out)].dtype : DType::kUndefined;
