@@ -26,7 +26,7 @@ struct TrainingFlags {
   std::string loss = "output";    // --loss output|mean|sum|cross-entropy:LABELS
   std::string optimizer = "sgd";  // --optimizer sgd|momentum|adam|adafactor
   std::string shard_update;       // --shard-update AXIS: shard each update and its optimizer state over AXIS
-  std::string remat = "none";     // --remat none|full|dots
+  std::string remat;              // --remat none|full|dots; "" = none, or with --auto the search chooses
   std::string trainable;          // --trainable REGEX over initializer names ("" = float initializers of >1 element)
   double lr = 0.01;               // --lr
   double momentum = 0.9;          // --momentum

@@ -19,20 +19,25 @@ std::string device_list(const std::vector<int64_t>& ds) {
   return s;
 }
 
-std::string plan_line(const AutoPlanCost& c) {
+std::string plan_line(const AutoPlanCost& c, bool training) {
   if (!c.valid) return fmt::format("{:<14} cannot be partitioned: {}", c.name, c.error);
   return fmt::format(
       "{:<14} step {:.6g} s (compute {:.6g} s, communication {:.6g} s), peak memory {} bytes per "
-      "device{}",
+      "device{}{}{}",
       c.name, c.step_time_s, c.compute_time_s, c.communication_time_s, c.peak_memory_bytes,
+      training ? fmt::format(", remat {}", remat_name(c.remat)) : "", c.estimated ? ", estimated" : "",
       c.fits ? "" : " (does not fit)");
 }
 
 /// Why the --auto plan beat the obvious alternatives: their step times and memory next to the chosen one.
-void explain_auto(const AutoResult& a, const DeviceMesh& user_mesh) {
-  fmt::print("--auto searched {} plans in {:.3f} s ({} decisions for {} tensors; memory limit {} bytes per device)\n",
-             a.evaluations, a.search_time_s, a.groups, a.variables, a.memory_limit_bytes);
-  fmt::print("  {}\n", plan_line(a.chosen));
+void explain_auto(const AutoResult& a, const DeviceMesh& user_mesh, bool training) {
+  fmt::print("--auto searched {} plans in {:.3f} s ({} decisions for {} tensors; memory limit {} bytes per device{})\n",
+             a.evaluations, a.search_time_s, a.groups, a.variables, a.memory_limit_bytes,
+             a.layer_blocks > 0 ? fmt::format("; the classical plans estimated from 1 and 2 of {} alike layer blocks, "
+                                              "the chosen one costed on the whole model",
+                                              a.layer_blocks)
+                                : "");
+  fmt::print("  {}\n", plan_line(a.chosen, training));
   for (const AutoPlanCost& b : a.baselines) {
     std::string why;
     if (!b.valid)
@@ -50,7 +55,7 @@ void explain_auto(const AutoResult& a, const DeviceMesh& user_mesh) {
       why = "the same step time, more memory";
     else
       why = "nothing: it costs the same as the chosen plan (the search keeps the first plan it reaches at a cost)";
-    fmt::print("  {}\n    not chosen: {}\n", plan_line(b), why);
+    fmt::print("  {}\n    not chosen: {}\n", plan_line(b, training), why);
   }
   fmt::print("  chosen annotations (layer numbers as #; the rest is propagated):\n");
   for (const AutoChoice& c : a.choices)
@@ -240,7 +245,7 @@ int cmd_explain(const ExplainOptions& o) {
   }
   if (only < 0) explain_loading(p.load_report);
   if (only < 0 && p.pipeline) explain_pipeline(*p.pipeline, p.pipeline_axis);
-  if (p.auto_result) explain_auto(*p.auto_result, p.annotations.mesh.user());
+  if (p.auto_result) explain_auto(*p.auto_result, p.annotations.mesh.user(), p.training.has_value());
   for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
     if (only >= 0 && v != only) continue;
     const Value& val = g.values[v];

@@ -49,9 +49,10 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_option("--shard-update", t.shard_update,
                 "--training: shard the weight update and optimizer state over mesh axis AXIS: reduce-scatter the "
                 "gradient, update the shard, all-gather the weight (weight-update sharding, ZeRO-1/2)");
-  c->add_option("--remat", t.remat,
-                "--training: rematerialization: none (default), full (keep only the cut values between segments, "
-                "recompute the rest in the backward) or dots (also keep contraction outputs)");
+  c->add_option(
+      "--remat", t.remat,
+      "--training: rematerialization: none (default; with --auto the search chooses), full (keep only the cut "
+      "values between segments, recompute the rest in the backward) or dots (also keep contraction outputs)");
   c->add_option("--lr", t.lr, "--training: learning rate (default 0.01)");
   c->add_option("--momentum", t.momentum, "--optimizer momentum: momentum (default 0.9)");
   c->add_option("--beta1", t.beta1, "--optimizer adam: beta1 (default 0.9)");

@@ -123,8 +123,9 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
                                      {"momentum", OptimizerKind::kMomentum},
                                      {"adam", OptimizerKind::kAdam},
                                      {"adafactor", OptimizerKind::kAdafactor}});
-  t.remat = pick<RematPolicy>(
-      f.remat, "--remat", {{"none", RematPolicy::kNone}, {"full", RematPolicy::kFull}, {"dots", RematPolicy::kDots}});
+  t.remat =
+      pick<RematPolicy>(f.remat.empty() ? "none" : f.remat, "--remat",
+                        {{"none", RematPolicy::kNone}, {"full", RematPolicy::kFull}, {"dots", RematPolicy::kDots}});
   t.lr = f.lr;
   t.momentum = f.momentum;
   t.beta1 = f.beta1;
@@ -359,7 +360,8 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
         return (is_floating(v.dtype) && num_elements(v.shape) > 1 && annotated(v)) || (trained && trained(v));
       };
   if (!o.training.on && !o.training.shard_update.empty()) throw InputError("--shard-update: only used with --training");
-  if (!o.training.on && o.training.remat != "none") throw InputError("--remat: only used with --training");
+  if (!o.training.on && !o.training.remat.empty() && o.training.remat != "none")
+    throw InputError("--remat: only used with --training");
   // --dim and --hint: NAME=VALUE, VALUE in 1 .. kMaxDim, each NAME once
   auto sizes = [](const std::vector<std::string>& flags, const char* flag, std::map<std::string, int64_t>& out) {
     for (const std::string& d : flags) {
@@ -429,8 +431,13 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     if (o.pipeline.schedule != "gpipe") throw InputError("--schedule: only used with --pipeline");
     if (!o.pipeline.layers.empty()) throw InputError("--layers: only used with --pipeline");
   }
+  // --auto costs repeated layers once, on the model cut to its first layers (docs/auto.md, "Scale"): it needs the
+  // forward graph (values share their data, so the copy is cheap) and a builder of the step from it.
+  std::optional<Graph> forward;
+  if (o.auto_search && o.pipeline.axis.empty()) forward = p.graph;
+  std::vector<std::string> input_names;  // the forward's inputs, as the load report lists them
+  const size_t forward_inputs = p.load_report.inputs.size();
   if (o.training.on) {
-    std::vector<std::string> input_names;
     for (const FlatValue& fv : p.load_report.inputs)
       for (int v : fv.values) input_names.push_back(p.graph.values[static_cast<size_t>(v)].name);
     p.training = build_training_step(std::move(p.graph), *to, lo.shape_function);
@@ -458,8 +465,42 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     ao.memory_limit_bytes = memory_limit;
     ao.memory_roles = p.memory_roles ? &*p.memory_roles : nullptr;
     ao.progress = o.progress ? auto_progress(*o.progress) : auto_progress();
+    if (forward) {
+      ao.forward = &*forward;
+      ao.build = [&](Graph g, RematPolicy remat) {
+        AutoModel m;
+        if (!to) {
+          m.graph = std::move(g);
+          return m;
+        }
+        TrainingOptions t = *to;
+        t.remat = remat;
+        std::erase_if(t.trainable, [&](const std::string& name) { return g.find(name) < 0; });
+        m.training = build_training_step(std::move(g), t, lo.shape_function);
+        m.roles = training_memory_roles(m.training->graph, *m.training);
+        m.graph = std::move(m.training->graph);
+        m.training->graph = Graph();
+        return m;
+      };
+      if (to) {
+        ao.remat = to->remat;
+        // --training without --remat: the search chooses the policy (docs/auto.md, "Training").
+        if (o.training.remat.empty()) ao.remat_choices = {RematPolicy::kNone, RematPolicy::kDots, RematPolicy::kFull};
+      }
+    }
     p.auto_result = auto_shard(p.graph, p.annotations, ao, &p.rules);
     p.annotations = p.auto_result->annotations;
+    if (p.auto_result->model) {  // the chosen plan rematerializes otherwise than the step was built: its step
+      AutoModel& m = *p.auto_result->model;
+      p.graph = std::move(m.graph);
+      p.training = std::move(m.training);
+      p.memory_roles = std::move(m.roles);
+      p.load_report.inputs.erase(p.load_report.inputs.begin() + static_cast<long>(forward_inputs),
+                                 p.load_report.inputs.end());
+      training_signature(p.load_report, input_names, p.graph);
+      p.rules = RuleTable(p.graph);
+      p.auto_result->model.reset();
+    }
   }
   t0 = std::chrono::steady_clock::now();
   p.annotations = refine_for_reshapes(p.graph, p.annotations, &p.rules);

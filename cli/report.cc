@@ -72,6 +72,7 @@ nlohmann::json cost_json(const AutoPlanCost& c) {
   j["communication_time_s"] = c.communication_time_s;
   j["peak_memory_bytes"] = c.peak_memory_bytes;
   j["fits"] = c.fits;
+  j["estimated"] = c.estimated;
   return j;
 }
 
@@ -95,6 +96,7 @@ nlohmann::json auto_json(const AutoResult& a, const Graph& g, const DeviceMesh& 
           {"sweeps", a.sweeps},
           {"starts", a.starts},
           {"budget_exhausted", a.budget_exhausted},
+          {"layer_blocks", a.layer_blocks},
           {"memory_limit_bytes", a.memory_limit_bytes},
           {"chosen", cost_json(a.chosen)},
           {"baselines", baselines},
@@ -784,11 +786,14 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
   if (r.contains("auto")) {
     const auto& a = r["auto"];
     fmt::print(
-        "auto      searched {} plans in {} ({} decisions for {} tensors, {} descents, {} sweeps{}), memory "
+        "auto      searched {} plans in {} ({} decisions for {} tensors, {} descents, {} sweeps{}{}), memory "
         "limit {}\n",
         a["evaluations"].get<int64_t>(), human_time(a["search_time_s"].get<double>()), a["groups"].get<int64_t>(),
         a["variables"].get<int64_t>(), a["starts"].get<int64_t>(), a["sweeps"].get<int64_t>(),
         a["budget_exhausted"].get<bool>() ? ", time budget spent" : "",
+        a["layer_blocks"].get<int64_t>() > 0
+            ? fmt::format(", costed on 1 and 2 of {} alike layer blocks", a["layer_blocks"].get<int64_t>())
+            : "",
         human_bytes(a["memory_limit_bytes"].get<double>()));
     for (const auto& c : a["choices"]) {
       if (c["free"].get<bool>()) continue;
@@ -798,8 +803,9 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
       if (!c["valid"].get<bool>())
         return fmt::format("  {:<18} not partitionable: {}", c["name"].get<std::string>(),
                            c["error"].get<std::string>());
-      return fmt::format("  {:<18} step {:>12}  memory {:>10} per device{}", c["name"].get<std::string>(),
+      return fmt::format("  {:<18} step {:>12}  memory {:>10} per device{}{}", c["name"].get<std::string>(),
                          human_time(c["step_time_s"].get<double>()), human_bytes(c["peak_memory_bytes"].get<double>()),
+                         c.value("estimated", false) ? " (estimated)" : "",
                          c["fits"].get<bool>() ? "" : "  (does not fit)");
     };
     fmt::print("{}\n", line(a["chosen"]));

@@ -3,49 +3,63 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "core/cost/cost.h"
+#include "core/ir/cuts.h"
 #include "core/partition/spmd.h"
+#include "core/pipeline/blocks.h"
 #include "core/rules/rule.h"
 
 namespace gspmd {
-
-std::string layer_key(const std::string& name) {
-  // A component is a maximal run between separators; a component made only of digits becomes '#'.
-  auto is_sep = [](char c) { return c == '.' || c == '/' || c == '_' || c == ':' || c == '-'; };
-  std::string out;
-  size_t i = 0;
-  while (i < name.size()) {
-    if (is_sep(name[i])) {
-      out += name[i++];
-      continue;
-    }
-    size_t j = i;
-    while (j < name.size() && !is_sep(name[j])) ++j;
-    const bool digits = std::all_of(name.begin() + static_cast<long>(i), name.begin() + static_cast<long>(j),
-                                    [](char c) { return c >= '0' && c <= '9'; });
-    out += digits ? std::string("#") : name.substr(i, j - i);
-    i = j;
-  }
-  return out;
-}
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// What a variable is: the search chooses each kind's candidates and seeds differently.
+enum class VarKind {
+  kWeight,      // an initializer or graph input (a variable of the step) that a factor rule contracts over
+  kInput,       // another graph input (the batch)
+  kActivation,  // the activation operand of a contraction over a weight (pass-through dims only)
+  kStream,      // a residual-stream value between and inside layer blocks (layered costing): any dim the consumers'
+                // rules let be split, so d_model too (the paper's [data, -, model])
+};
+
+/// A variable of one graph: a value the search annotates, and the key that ties it to its group.
+struct Var {
+  int value = -1;
+  std::string key;   // group key: kind, layer key, shape, dtype
+  std::string name;  // display: the layer key, or "input of <weight's layer key>"
+  VarKind kind = VarKind::kWeight;
+  int weight = -1;  // activations: the weight of its first contracting consumer
+};
+
+/// A graph the search costs plans on: the whole model, or the model cut down to its first layers (layered costing).
+struct Instance {
+  std::unique_ptr<Graph> own_graph;
+  const Graph* g = nullptr;
+  Annotations cons;  // the constraints, on this graph's values
+  std::unique_ptr<MemoryRoles> own_roles;
+  const MemoryRoles* roles = nullptr;
+  std::unique_ptr<RuleTable> own_rules;
+  const RuleTable* rules = nullptr;
+  std::vector<std::vector<int>> members;  // per group: this graph's values (graph order)
+};
+
 /// A group of tied variables and its candidate shardings (index 0 = free, no annotation).
 struct Group {
-  std::string key;
-  std::vector<int> members;
-  bool is_input = false;
-  bool is_activation = false;  // the activation operand of a contraction over a weight group
-  int act_group = -1;          // weight groups: the group of their contraction's activation operand, if any
+  std::string key;           // display
+  std::string tie;           // Var::key of its members
+  std::vector<int> members;  // the base instance's values
+  VarKind kind = VarKind::kWeight;
+  int act_group = -1;  // weight groups: the group of their contraction's activation operand, if any
   std::vector<std::optional<TensorSharding>> candidates;
 };
 
@@ -65,21 +79,38 @@ bool better(const AutoPlanCost& a, const AutoPlanCost& b) {
 class Search {
  public:
   Search(const Graph& g, const Annotations& constraints, const AutoOptions& o, const RuleTable& rules)
-      : g_(g), cons_(constraints), o_(o), mesh_(constraints.mesh), rules_(rules) {
+      : o_(o), mesh_(constraints.mesh) {
     limit_ = o.memory_limit_bytes > 0 ? o.memory_limit_bytes : static_cast<int64_t>(o.target.hbm_bytes);
+    full_.g = &g;
+    full_.cons = constraints;
+    full_.roles = o.memory_roles;
+    full_.rules = &rules;
   }
 
   AutoResult run();
 
  private:
+  /// Layered costing (docs/auto.md, "Scale"): when o_.forward has at least three alike layer blocks, plans are costed
+  /// on the model cut to its first two blocks and to its first one, and extrapolated to all of them. Sets up
+  /// layers_ (and layered_); leaves the search on the whole graph otherwise.
+  void setup_layers();
+  /// The variables of one graph (graph inputs, contracted weights, their contractions' activation operands), in
+  /// order of first use.
+  std::vector<Var> find_variables(const Instance& in) const;
   void find_groups();
+  /// in.members from the group keys of in's variables.
+  void assign_members(Instance& in, const std::vector<Var>& vars) const;
+  Annotations annotations(const Instance& in, const std::vector<int>& assign) const;
+  /// The pipeline on one graph (throws what it throws). `resident` (optional): the bytes live together when the
+  /// forward pass ends: weights, optimizer state, saved activations and inputs, in all (MemoryBreakdown::total).
+  AutoPlanCost cost_on(const Instance& in, const std::vector<int>& assign, int64_t* resident = nullptr) const;
   /// Dims of value v that every consuming rule lets be split (and that have at least 2 elements). For activations
   /// (`pass_through_only`), only dims whose factors are pass-through everywhere: the batch-like dims that decide
   /// where a contraction runs (contracted and windowed dims follow from the weights and propagation).
   std::vector<int> allowed_dims(int v, const std::vector<std::vector<int>>& consumers, bool pass_through_only) const;
   void add_candidates(Group& gr, const std::vector<int>& dims) const;
   int candidate_index(const Group& gr, const TensorSharding& s) const;
-  Annotations annotations(const std::vector<int>& assign) const;
+  /// The plan's cost: the pipeline on the whole graph, or extrapolated from the layered instances.
   AutoPlanCost evaluate(const std::vector<int>& assign, bool rethrow = false);
   std::vector<int> data_parallel_seed(const std::vector<int>& axes) const;
   std::optional<std::vector<int>> megatron_seed();
@@ -91,18 +122,40 @@ class Search {
   /// activation operand is pinned to the batch over the data axes only (it is all-gathered over the model axis
   /// there). The activations between these Megatron islands stay split over every axis.
   std::vector<int> hybrid_seed(const std::vector<int>& dp, const std::vector<int>& megatron);
+  /// `assign` with every residual-stream group split on its batch dim over `batch_axes` and, when `model_dim` is not
+  /// 0, on that dim (negative: from the end) over the model axis: the GSPMD paper's 2D activations `[data, -, model]`
+  /// (model_dim -1) and Megatron's sequence parallelism `[data, model, -]` (model_dim 1).
+  std::vector<int> with_stream(std::vector<int> assign, const std::vector<int>& batch_axes, int model_dim) const;
+  /// FSDP (ZeRO-3): the batch over `axes`, every weight split over `axes` on its largest dim (gathered where used).
+  std::vector<int> fsdp_seed(const std::vector<int>& axes) const;
   /// Axes (mesh order, size > 1) assigned greedily to a dim of size `dim` while the shard count still fits in it.
   std::vector<int> fitting_axes(const std::vector<int>& axes, int64_t dim) const;
 
-  const Graph& g_;
-  const Annotations& cons_;
   const AutoOptions& o_;
   const DeviceMesh& mesh_;
-  const RuleTable& rules_;  // one per graph, shared by every evaluation
+  Instance full_;                      // the graph the plan is for
+  std::vector<RematPolicy> policies_;  // the rematerialization policies searched (o_.remat alone, or the choices)
+  size_t policy_ = 0;                  // the one evaluate() costs under
+  /// Layered costing: per policy p, the model cut to two blocks (layers_[2p]) and to one (layers_[2p + 1]); else
+  /// empty.
+  std::vector<Instance> layers_;
+  struct Rebuilt {  // the whole step under a policy other than o_.remat's
+    Instance in;
+    std::optional<TrainingStep> training;
+  };
+  std::map<size_t, Rebuilt> rebuilt_;
+  /// The whole graph under policy p: full_, or the step rebuilt by o_.build (kept in rebuilt_). May throw.
+  const Instance& whole(size_t p);
+  /// A search instance that owns `m`'s graph and roles, with full_'s constraints carried over by value name.
+  Instance instance(AutoModel&& m) const;
+  int64_t blocks_ = 0;                     // layered costing: the whole model's layer blocks
+  std::vector<std::string> stream_names_;  // layered costing: the residual stream's values (cut points in the blocks)
+  /// The instance groups and candidates are found on: the first layered one, else the whole graph.
+  const Instance& base() const { return layers_.empty() ? full_ : layers_[0]; }
   int64_t limit_ = 0;
   std::vector<Group> groups_;
-  std::map<std::vector<int>, AutoPlanCost> memo_;
-  int model_axis_ = -1;                // the Megatron seed's model axis
+  std::map<std::pair<size_t, std::vector<int>>, AutoPlanCost> memo_;  // by (policy, assignment)
+  int model_axis_ = -1;                                               // the Megatron seed's model axis
   std::vector<bool> megatron_column_;  // per group: the Megatron seed splits it column-parallel
   int evaluations_ = 0;
   Clock::time_point start_ = Clock::now();
@@ -120,11 +173,16 @@ void Search::report_progress() {
 
 std::vector<int> Search::allowed_dims(int v, const std::vector<std::vector<int>>& consumers,
                                       bool pass_through_only) const {
-  const int rank = static_cast<int>(g_.values[v].shape.size());
+  const Graph& g = *base().g;
+  const int rank = static_cast<int>(g.values[v].shape.size());
   std::vector<bool> ok(rank, true), seen(rank, false);
+  const MemoryRoles* roles = base().roles;
   for (int n : consumers[v]) {
-    const Node& node = g_.nodes[n];
-    const OpShardingRule* rule = rules_.rule(n);
+    // An activation's split is decided by the forward pass; the backward pass contracts over its batch dims (the
+    // weight's gradient), which says nothing of where the forward contraction runs.
+    if (pass_through_only && roles && n >= roles->forward_nodes) continue;
+    const Node& node = g.nodes[n];
+    const OpShardingRule* rule = base().rules->rule(n);
     if (!rule) continue;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (node.inputs[i] != v || i >= rule->operands.size()) continue;
@@ -141,12 +199,12 @@ std::vector<int> Search::allowed_dims(int v, const std::vector<std::vector<int>>
   }
   std::vector<int> dims;
   for (int d = 0; d < rank; ++d)
-    if (ok[d] && seen[d] && g_.values[v].shape[d] >= 2) dims.push_back(d);
+    if (ok[d] && seen[d] && g.values[v].shape[d] >= 2) dims.push_back(d);
   return dims;
 }
 
 void Search::add_candidates(Group& gr, const std::vector<int>& dims) const {
-  const Shape& shape = g_.values[gr.members[0]].shape;
+  const Shape& shape = base().g->values[gr.members[0]].shape;
   const int rank = static_cast<int>(shape.size());
   std::vector<int> axes;  // mesh axes that can split something
   for (int a = 0; a < mesh_.rank(); ++a)
@@ -173,44 +231,145 @@ void Search::add_candidates(Group& gr, const std::vector<int>& dims) const {
   }
 }
 
-void Search::find_groups() {
-  const auto consumers = g_.consumers();
-  std::vector<int> first_use(g_.values.size(), static_cast<int>(g_.nodes.size()));
-  for (int n = static_cast<int>(g_.nodes.size()) - 1; n >= 0; --n)
-    for (int v : g_.nodes[n].inputs)
+Instance Search::instance(AutoModel&& m) const {
+  Instance in;
+  in.own_graph = std::make_unique<Graph>(std::move(m.graph));
+  in.g = in.own_graph.get();
+  if (m.roles) in.own_roles = std::make_unique<MemoryRoles>(std::move(*m.roles));
+  in.roles = in.own_roles.get();
+  in.own_rules = std::make_unique<RuleTable>(*in.g);
+  in.rules = in.own_rules.get();
+  in.cons.mesh = full_.cons.mesh;
+  for (const auto& [v, ann] : full_.cons.by_value)
+    if (const int w = in.g->find(full_.g->values[static_cast<size_t>(v)].name); w >= 0)
+      in.cons.by_value.emplace(w, ann);
+  return in;
+}
+
+const Instance& Search::whole(size_t p) {
+  if (policies_[p] == o_.remat) return full_;
+  auto it = rebuilt_.find(p);
+  if (it == rebuilt_.end()) {
+    AutoModel m = o_.build(*o_.forward, policies_[p]);
+    Rebuilt r;
+    r.training = std::move(m.training);
+    r.in = instance(std::move(m));
+    assign_members(r.in, find_variables(r.in));
+    it = rebuilt_.emplace(p, std::move(r)).first;
+  }
+  return it->second.in;
+}
+
+void Search::setup_layers() {
+  policies_ = {o_.remat};
+  if (!o_.forward || !o_.build) return;
+  LayerBlocks b;
+  try {
+    b = find_layer_blocks(*o_.forward, "", /*variables=*/true);
+  } catch (const InputError&) {
+    return;  // no alike layers: every plan is costed on the whole graph
+  }
+  if (b.blocks.size() < 3) return;
+  // The constraints must treat every layer alike: the values of one layer key annotated the same way, or none of them.
+  const Graph& g = *full_.g;
+  std::map<std::string, const Annotation*> seen;
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    std::string key = layer_key(g.values[v].name);
+    if (key == g.values[v].name) continue;
+    auto it = full_.cons.by_value.find(static_cast<int>(v));
+    const Annotation* a = it == full_.cons.by_value.end() ? nullptr : &it->second;
+    auto [at, fresh] = seen.emplace(std::move(key), a);
+    if (!fresh && (!at->second) != (!a)) return;
+    if (!fresh && a &&
+        (at->second->sharding != a->sharding || at->second->priority != a->priority || at->second->open != a->open ||
+         at->second->open_dims != a->open_dims))
+      return;
+  }
+  std::vector<Instance> layers;
+  if (!o_.remat_choices.empty()) policies_ = o_.remat_choices;
+  try {
+    for (RematPolicy p : policies_)
+      for (size_t k : {size_t{2}, size_t{1}})
+        layers.push_back(instance(o_.build(keep_first_layers(*o_.forward, b, k), p)));
+  } catch (const std::exception&) {  // the builder failed on a cut model: cost whole graphs
+    policies_ = {o_.remat};
+    return;
+  }
+  layers_ = std::move(layers);
+  blocks_ = static_cast<int64_t>(b.blocks.size());
+  // The residual stream: the blocks' inputs, and every cut point inside the blocks (a value that is all that crosses
+  // from the nodes before it to the nodes after: a transformer's residual adds).
+  const Graph& f = *o_.forward;
+  std::vector<char> in_blocks(f.nodes.size(), 0);
+  for (size_t i = 0; i < b.blocks.size(); ++i)
+    for (int n : b.blocks[i].nodes) in_blocks[static_cast<size_t>(n)] = 1;
+  const std::vector<char> cut = cut_points(
+      f, f.nodes.size(),
+      [&](int v) {
+        const int p = f.values[static_cast<size_t>(v)].producer;
+        return v == b.blocks[0].input || (p >= 0 && in_blocks[static_cast<size_t>(p)] != 0);
+      },
+      true);
+  std::set<std::string> names;
+  for (const LayerBlocks::Block& blk : b.blocks) names.insert(f.values[static_cast<size_t>(blk.input)].name);
+  for (size_t n = 0; n < f.nodes.size(); ++n)
+    if (cut[n] && in_blocks[n])
+      for (int v : f.nodes[n].outputs)
+        if (v >= 0) names.insert(f.values[static_cast<size_t>(v)].name);
+  stream_names_.assign(names.begin(), names.end());
+}
+
+std::vector<Var> Search::find_variables(const Instance& in) const {
+  const Graph& g = *in.g;
+  const RuleTable& rules = *in.rules;
+  const auto consumers = g.consumers();
+  std::vector<int> first_use(g.values.size(), static_cast<int>(g.nodes.size()));
+  for (int n = static_cast<int>(g.nodes.size()) - 1; n >= 0; --n)
+    for (int v : g.nodes[n].inputs)
       if (v >= 0) first_use[v] = n;
-  std::set<int> inputs(g_.inputs.begin(), g_.inputs.end());
+  std::set<int> inputs(g.inputs.begin(), g.inputs.end());
   std::vector<int> vars;
-  for (int v = 0; v < static_cast<int>(g_.values.size()); ++v) {
-    const Value& val = g_.values[v];
-    if (cons_.by_value.count(v) || val.shape.empty() || consumers[v].empty()) continue;
-    if (inputs.count(v)) {
-      vars.push_back(v);
-      continue;
-    }
-    if (!val.is_initializer || val.shape.size() < 2) continue;
-    // A weight that some factor rule contracts over (a reduction factor on one of its dims).
+  std::set<int> weights;
+  for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
+    const Value& val = g.values[v];
+    if (in.cons.by_value.count(v) || val.shape.empty() || consumers[v].empty()) continue;
+    // Graph inputs are variables, except the ones that follow a weight: optimizer state (a step's variables take
+    // theirs as inputs) and float vectors (biases and scales), which propagation derives as it does for initializers.
+    const bool input = inputs.count(v) > 0 && !(val.shape.size() < 2 && is_floating(val.dtype)) &&
+                       !(in.roles && in.roles->kind[v] == MemoryKind::kOptimizerState);
+    if (!input && (!(val.is_initializer || inputs.count(v)) || val.shape.size() < 2)) continue;
+    // A weight: some factor rule contracts over it (a reduction factor on one of its dims).
     bool contracted = false;
     for (int n : consumers[v]) {
-      const Node& node = g_.nodes[n];
-      const OpShardingRule* rule = rules_.rule(n);
+      const Node& node = g.nodes[n];
+      const OpShardingRule* rule = rules.rule(n);
       if (!rule) continue;
       for (size_t i = 0; i < node.inputs.size() && i < rule->operands.size(); ++i)
         if (node.inputs[i] == v)
           for (const auto& fs : rule->operands[i])
             for (int f : fs) contracted |= rule->factor_kinds[f] == FactorKind::kReduction;
     }
-    if (contracted) vars.push_back(v);
+    contracted = contracted && is_floating(val.dtype) && val.shape.size() >= 2;
+    // A graph input is a weight (a variable of the step) when the step's roles say so, or, in a forward graph, when
+    // every node reads it as a later operand (MatMul's B, Conv's W), not as the data (operand 0).
+    if (contracted && input) {
+      if (in.roles) {
+        contracted = in.roles->kind[v] == MemoryKind::kWeights;
+      } else {
+        for (int n : consumers[v])
+          for (size_t i = 0; i < g.nodes[n].inputs.size(); ++i)
+            if (g.nodes[n].inputs[i] == v && i == 0) contracted = false;
+      }
+    }
+    if (contracted) weights.insert(v);
+    if (contracted || input) vars.push_back(v);
   }
   // The activation operands of contractions over those weights (the input of q/k/v, of a Megatron MLP's first
   // matmul...): activation names carry no layer number, so each is tied through its weight's layer key.
-  std::set<int> weights;
-  for (int v : vars)
-    if (!inputs.count(v)) weights.insert(v);
   std::map<int, int> act_weight;  // activation value -> the weight of its first contracting consumer
-  for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
-    const Node& node = g_.nodes[n];
-    const OpShardingRule* rule = rules_.rule(n);
+  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
+    const Node& node = g.nodes[n];
+    const OpShardingRule* rule = rules.rule(n);
     int w = -1;
     for (size_t i = 0; i < node.inputs.size() && w < 0; ++i) {
       if (!weights.count(node.inputs[i])) continue;
@@ -221,47 +380,90 @@ void Search::find_groups() {
     }
     if (w < 0) continue;
     for (int v : node.inputs) {
-      if (v < 0 || v == w || act_weight.count(v) || cons_.by_value.count(v) || inputs.count(v)) continue;
-      const Value& val = g_.values[v];
+      if (v < 0 || v == w || act_weight.count(v) || in.cons.by_value.count(v) || inputs.count(v)) continue;
+      const Value& val = g.values[v];
       if (val.is_initializer || val.shape.empty()) continue;
       act_weight[v] = w;
       vars.push_back(v);
     }
   }
+  // The residual stream (layered costing): where the GSPMD paper's 2D plan and Megatron's sequence parallelism put
+  // their activation layouts.
+  for (const std::string& name : stream_names_)
+    if (const int v = g.find(name); v >= 0 && !in.cons.by_value.count(v) && !act_weight.count(v) && !inputs.count(v) &&
+                                    !g.values[v].shape.empty() && !consumers[v].empty()) {
+      vars.push_back(v);
+    }
   std::stable_sort(vars.begin(), vars.end(), [&](int a, int b) { return first_use[a] < first_use[b]; });
-  std::map<std::string, size_t> index;
+  std::vector<Var> out;
+  out.reserve(vars.size());
   for (int v : vars) {
-    const Value& val = g_.values[v];
-    const bool is_input = inputs.count(v) > 0;
-    const bool is_act = act_weight.count(v) > 0;
-    const std::string name = is_act ? "input of " + layer_key(g_.values[act_weight[v]].name) : layer_key(val.name);
-    std::string key =
-        fmt::format("{}|{}|{}|{}|{}", is_input, is_act, name, shape_str(val.shape), static_cast<int>(val.dtype));
-    auto [it, fresh] = index.emplace(key, groups_.size());
+    const Value& val = g.values[v];
+    Var x;
+    x.value = v;
+    x.kind = weights.count(v)      ? VarKind::kWeight
+             : inputs.count(v)     ? VarKind::kInput
+             : act_weight.count(v) ? VarKind::kActivation
+                                   : VarKind::kStream;
+    x.weight = x.kind == VarKind::kActivation ? act_weight[v] : -1;
+    x.name = x.weight >= 0 ? "input of " + layer_key(g.values[x.weight].name) : layer_key(val.name);
+    x.key =
+        fmt::format("{}|{}|{}|{}", static_cast<int>(x.kind), x.name, shape_str(val.shape), static_cast<int>(val.dtype));
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+void Search::find_groups() {
+  const Instance& in = base();
+  const Graph& g = *in.g;
+  const std::vector<Var> vars = find_variables(in);
+  std::map<std::string, size_t> index;
+  std::map<int, size_t> group_of;
+  for (const Var& x : vars) {
+    auto [it, fresh] = index.emplace(x.key, groups_.size());
     if (fresh) {
       Group gr;
-      gr.key = name;
-      gr.is_input = is_input;
-      gr.is_activation = is_act;
+      gr.key = x.name;
+      gr.tie = x.key;
+      gr.kind = x.kind;
       groups_.push_back(gr);
     }
-    groups_[it->second].members.push_back(v);
+    groups_[it->second].members.push_back(x.value);
+    group_of[x.value] = it->second;
   }
   // Each weight group points at the activation group of its first member's contraction.
-  std::map<int, size_t> group_of;
-  for (size_t k = 0; k < groups_.size(); ++k)
-    for (int v : groups_[k].members) group_of[v] = k;
-  for (size_t k = 0; k < groups_.size(); ++k) {
-    if (!groups_[k].is_activation) continue;
-    Group& wg = groups_[group_of[act_weight[groups_[k].members[0]]]];
-    if (wg.act_group < 0) wg.act_group = static_cast<int>(k);
+  for (const Var& x : vars) {
+    if (x.kind != VarKind::kActivation) continue;
+    Group& wg = groups_[group_of[x.weight]];
+    if (wg.act_group < 0) wg.act_group = static_cast<int>(group_of[x.value]);
   }
   // Groups whose display keys collide (same layer key, different shapes) show their shape too.
   std::map<std::string, int> uses;
   for (const Group& gr : groups_) ++uses[gr.key];
   for (Group& gr : groups_)
-    if (uses[gr.key] > 1) gr.key += " " + shape_str(g_.values[gr.members[0]].shape);
-  for (Group& gr : groups_) add_candidates(gr, allowed_dims(gr.members[0], consumers, gr.is_activation));
+    if (uses[gr.key] > 1) gr.key += " " + shape_str(g.values[gr.members[0]].shape);
+  const auto consumers = g.consumers();
+  for (Group& gr : groups_) {
+    // The stream may be split on any dim (a LayerNorm over a split d_model is the partitioner's to reshard); the
+    // other kinds on the dims their consumers' rules let be split.
+    std::vector<int> dims;
+    if (gr.kind == VarKind::kStream) {
+      for (int d = 0; d < static_cast<int>(g.values[gr.members[0]].shape.size()); ++d)
+        if (g.values[gr.members[0]].shape[d] >= 2) dims.push_back(d);
+    } else {
+      dims = allowed_dims(gr.members[0], consumers, gr.kind == VarKind::kActivation);
+    }
+    add_candidates(gr, dims);
+  }
+}
+
+void Search::assign_members(Instance& in, const std::vector<Var>& vars) const {
+  std::map<std::string, size_t> index;
+  for (size_t k = 0; k < groups_.size(); ++k) index.emplace(groups_[k].tie, k);
+  in.members.assign(groups_.size(), {});
+  for (const Var& x : vars)
+    if (auto it = index.find(x.key); it != index.end()) in.members[it->second].push_back(x.value);
 }
 
 int Search::candidate_index(const Group& gr, const TensorSharding& s) const {
@@ -275,38 +477,83 @@ int Search::candidate_index(const Group& gr, const TensorSharding& s) const {
   return 0;
 }
 
-Annotations Search::annotations(const std::vector<int>& assign) const {
-  Annotations a = cons_;
+Annotations Search::annotations(const Instance& in, const std::vector<int>& assign) const {
+  Annotations a = in.cons;
   for (size_t k = 0; k < groups_.size(); ++k) {
     const auto& c = groups_[k].candidates[assign[k]];
     if (!c) continue;
-    for (int v : groups_[k].members) a.by_value[v] = Annotation{*c, 0, "--auto"};
+    for (int v : in.members[k]) a.by_value[v] = Annotation{*c, 0, "--auto"};
   }
   return a;
 }
 
+AutoPlanCost Search::cost_on(const Instance& in, const std::vector<int>& assign, int64_t* resident) const {
+  Annotations refined = refine_for_reshapes(*in.g, annotations(in, assign), in.rules);
+  ShardingPlan plan = propagate(*in.g, refined, in.rules);
+  SpmdProgram p = partition(*in.g, plan, refined.mesh, o_.target, in.rules, in.roles);
+  CostReport r = simulate_cost(*in.g, p, o_.target, o_.overlap, in.roles);
+  AutoPlanCost c;
+  c.valid = true;
+  c.step_time_s = r.step_time_s;
+  c.compute_time_s = r.compute_time_s;
+  c.communication_time_s = r.communication_time_s;
+  c.peak_memory_bytes = r.peak_memory_bytes;
+  c.fits = c.peak_memory_bytes <= limit_;
+  if (resident) {
+    *resident = 0;
+    for (MemoryKind k :
+         {MemoryKind::kWeights, MemoryKind::kOptimizerState, MemoryKind::kSavedActivations, MemoryKind::kInputs})
+      *resident += r.memory.total[static_cast<size_t>(k)];
+  }
+  return c;
+}
+
 AutoPlanCost Search::evaluate(const std::vector<int>& assign, bool rethrow) {
-  auto it = memo_.find(assign);
+  auto it = memo_.find({policy_, assign});
   if (it != memo_.end()) return it->second;
   AutoPlanCost c;
   ++evaluations_;
   try {
-    Annotations refined = refine_for_reshapes(g_, annotations(assign), &rules_);
-    ShardingPlan plan = propagate(g_, refined, &rules_);
-    SpmdProgram p = partition(g_, plan, refined.mesh, o_.target, &rules_, o_.memory_roles);
-    CostReport r = simulate_cost(g_, p, o_.target, o_.overlap, o_.memory_roles);
-    c.valid = true;
-    c.step_time_s = r.step_time_s;
-    c.compute_time_s = r.compute_time_s;
-    c.communication_time_s = r.communication_time_s;
-    c.peak_memory_bytes = r.peak_memory_bytes;
-    c.fits = c.peak_memory_bytes <= limit_;
+    if (layers_.empty()) {
+      c = cost_on(full_, assign);
+    } else {
+      // Times are linear in the number of alike blocks: t(n) = t(1) + (n - 1) (t(2) - t(1)). The peak is a maximum over
+      // the step of what is live, so it can grow faster than from one block to two shows (the saved activations of
+      // 96 layers outgrow the logits that are the peak of one); it is taken as at least the bytes live together at
+      // the end of the forward pass, which are linear.
+      // The two cut models are costed at once, on two threads (each pipeline reads only its own graph and tables).
+      int64_t resident_one = 0, resident_two = 0;
+      const Instance& cut_two = layers_[2 * policy_];
+      const Instance& cut_one = layers_[2 * policy_ + 1];
+      std::future<AutoPlanCost> one_f =
+          std::async(std::launch::async, [&] { return cost_on(cut_one, assign, &resident_one); });
+      AutoPlanCost two;
+      try {
+        two = cost_on(cut_two, assign, &resident_two);
+      } catch (...) {
+        one_f.wait();
+        throw;
+      }
+      const AutoPlanCost one = one_f.get();
+      const double n = static_cast<double>(blocks_ - 1);
+      auto extrapolate = [&](double a, double b) { return b + n * (a - b); };
+      c = two;
+      c.estimated = true;
+      c.step_time_s = extrapolate(two.step_time_s, one.step_time_s);
+      c.compute_time_s = extrapolate(two.compute_time_s, one.compute_time_s);
+      c.communication_time_s = extrapolate(two.communication_time_s, one.communication_time_s);
+      c.peak_memory_bytes = static_cast<int64_t>(
+          std::max(extrapolate(static_cast<double>(two.peak_memory_bytes), static_cast<double>(one.peak_memory_bytes)),
+                   extrapolate(static_cast<double>(resident_two), static_cast<double>(resident_one))));
+      c.fits = c.peak_memory_bytes <= limit_;
+    }
   } catch (const std::exception& e) {
     if (rethrow) throw;
     c.valid = false;
     c.error = e.what();
   }
-  memo_[assign] = c;
+  c.remat = policies_[policy_];
+  memo_[{policy_, assign}] = c;
   if (c.valid && c.fits && (progress_.best_step_time_s == 0 || c.step_time_s < progress_.best_step_time_s))
     progress_.best_step_time_s = c.step_time_s;
   report_progress();
@@ -327,10 +574,40 @@ std::vector<int> Search::fitting_axes(const std::vector<int>& axes, int64_t dim)
 std::vector<int> Search::data_parallel_seed(const std::vector<int>& axes) const {
   std::vector<int> assign(groups_.size(), 0);
   for (size_t k = 0; k < groups_.size(); ++k) {
-    if (!groups_[k].is_input) continue;
-    const Shape& shape = g_.values[groups_[k].members[0]].shape;
+    if (groups_[k].kind != VarKind::kInput) continue;
+    const Value& val = base().g->values[groups_[k].members[0]];
+    if (val.shape.size() < 2 && is_floating(val.dtype)) continue;  // a bias or a scale the step takes as input
+    TensorSharding s = TensorSharding::replicated(static_cast<int>(val.shape.size()));
+    s.dims[0] = fitting_axes(axes, val.shape[0]);
+    assign[k] = candidate_index(groups_[k], s);
+  }
+  return assign;
+}
+
+std::vector<int> Search::with_stream(std::vector<int> assign, const std::vector<int>& batch_axes, int model_dim) const {
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    if (groups_[k].kind != VarKind::kStream) continue;
+    const Shape& shape = base().g->values[groups_[k].members[0]].shape;
+    const int rank = static_cast<int>(shape.size());
+    TensorSharding s = TensorSharding::replicated(rank);
+    s.dims[0] = fitting_axes(batch_axes, shape[0]);
+    const int d = model_dim < 0 ? rank + model_dim : model_dim;
+    if (d > 0 && d < rank && model_axis_ >= 0) s.dims[d] = fitting_axes({model_axis_}, shape[d]);
+    assign[k] = candidate_index(groups_[k], s);
+  }
+  return assign;
+}
+
+std::vector<int> Search::fsdp_seed(const std::vector<int>& axes) const {
+  std::vector<int> assign = with_stream(data_parallel_seed(axes), axes, 0);
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    if (groups_[k].kind != VarKind::kWeight) continue;
+    const Shape& shape = base().g->values[groups_[k].members[0]].shape;
+    int largest = 0;
+    for (int d = 1; d < static_cast<int>(shape.size()); ++d)
+      if (shape[d] > shape[largest]) largest = d;
     TensorSharding s = TensorSharding::replicated(static_cast<int>(shape.size()));
-    s.dims[0] = fitting_axes(axes, shape[0]);
+    s.dims[largest] = fitting_axes(axes, shape[largest]);
     assign[k] = candidate_index(groups_[k], s);
   }
   return assign;
@@ -349,17 +626,17 @@ std::optional<std::vector<int>> Search::megatron_seed() {
   for (int a = 0; a < mesh_.rank(); ++a)
     if (a != model) data_axes.push_back(a);
   std::vector<int> assign = data_parallel_seed(data_axes);
-  const auto consumers = g_.consumers();
+  const auto consumers = base().g->consumers();
   for (size_t k = 0; k < groups_.size(); ++k) {
-    if (groups_[k].is_input || groups_[k].is_activation) continue;
+    if (groups_[k].kind != VarKind::kWeight) continue;
     const int w = groups_[k].members[0];
-    const Shape& shape = g_.values[w].shape;
+    const Shape& shape = base().g->values[w].shape;
     // The first consumer that contracts over the weight decides: if its other operands already arrive split over
     // the model axis on the contracted factor, split the weight there (row-parallel); otherwise split the weight's
     // own output factor (column-parallel). Embedding tables (Gather) are left to propagation.
     for (int n : consumers[w]) {
-      const Node& node = g_.nodes[n];
-      const OpShardingRule* rule = rules_.rule(n);
+      const Node& node = base().g->nodes[n];
+      const OpShardingRule* rule = base().rules->rule(n);
       if (!rule || node.op_type == "Gather") continue;
       int wi = -1;
       for (size_t i = 0; i < node.inputs.size() && i < rule->operands.size(); ++i)
@@ -369,7 +646,7 @@ std::optional<std::vector<int>> Search::megatron_seed() {
       int red_dim = -1, out_dim = -1, red_factor = -1;
       std::set<int> other_factors;
       for (size_t i = 0; i < rule->operands.size() && i < node.inputs.size(); ++i)  // activations, not biases
-        if (static_cast<int>(i) != wi && node.inputs[i] >= 0 && !g_.values[node.inputs[i]].is_initializer)
+        if (static_cast<int>(i) != wi && node.inputs[i] >= 0 && !base().g->values[node.inputs[i]].is_initializer)
           for (const auto& fs : rule->operands[i]) other_factors.insert(fs.begin(), fs.end());
       for (int d = 0; d < static_cast<int>(wdf.size()); ++d) {
         if (wdf[d].size() != 1) continue;
@@ -379,8 +656,8 @@ std::optional<std::vector<int>> Search::megatron_seed() {
       }
       if (red_dim < 0) break;
       bool row = false;
-      Annotations refined = refine_for_reshapes(g_, annotations(assign), &rules_);
-      ShardingPlan plan = propagate(g_, refined, &rules_);
+      Annotations refined = refine_for_reshapes(*base().g, annotations(base(), assign), base().rules);
+      ShardingPlan plan = propagate(*base().g, refined, base().rules);
       for (size_t i = 0; i < node.inputs.size() && i < rule->operands.size(); ++i) {
         if (static_cast<int>(i) == wi || node.inputs[i] < 0) continue;
         const TensorSharding& s = plan.shardings[node.inputs[i]];
@@ -406,14 +683,14 @@ std::vector<int> Search::two_d_seed(const std::vector<int>& megatron) const {
   std::vector<int> assign(groups_.size(), 0);
   for (size_t k = 0; k < groups_.size(); ++k) {
     const auto& c = groups_[k].candidates[megatron[k]];
-    if (groups_[k].is_input || groups_[k].is_activation || !c || c->rank() != 2) continue;
+    if (groups_[k].kind != VarKind::kWeight || !c || c->rank() != 2) continue;
     const int model_dim = c->dims[0].empty() ? 1 : 0;
     TensorSharding s = *c;
     std::vector<int> others;
     for (int a = 0; a < mesh_.rank(); ++a)
       if (std::find(c->dims[model_dim].begin(), c->dims[model_dim].end(), a) == c->dims[model_dim].end())
         others.push_back(a);
-    s.dims[1 - model_dim] = fitting_axes(others, g_.values[groups_[k].members[0]].shape[1 - model_dim]);
+    s.dims[1 - model_dim] = fitting_axes(others, base().g->values[groups_[k].members[0]].shape[1 - model_dim]);
     assign[k] = candidate_index(groups_[k], s);
   }
   return assign;
@@ -424,9 +701,9 @@ std::vector<int> Search::hybrid_seed(const std::vector<int>& dp, const std::vect
   AutoPlanCost c = evaluate(assign);
   std::vector<size_t> order;
   for (size_t k = 0; k < groups_.size(); ++k)
-    if (!groups_[k].is_input && !groups_[k].is_activation && megatron[k] != 0) order.push_back(k);
+    if (groups_[k].kind == VarKind::kWeight && megatron[k] != 0) order.push_back(k);
   auto bytes = [&](size_t k) {
-    return g_.values[groups_[k].members[0]].nbytes() * static_cast<int64_t>(groups_[k].members.size());
+    return base().g->values[groups_[k].members[0]].nbytes() * static_cast<int64_t>(full_.members[k].size());
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes(a) > bytes(b); });
   std::vector<int> data_axes;
@@ -437,7 +714,7 @@ std::vector<int> Search::hybrid_seed(const std::vector<int>& dp, const std::vect
     assign[k] = megatron[k];
     const int act = groups_[k].act_group;
     if (megatron_column_[k] && act >= 0) {
-      const Shape& shape = g_.values[groups_[act].members[0]].shape;
+      const Shape& shape = base().g->values[groups_[act].members[0]].shape;
       TensorSharding s = TensorSharding::replicated(static_cast<int>(shape.size()));
       s.dims[0] = fitting_axes(data_axes, shape[0]);
       assign[act] = candidate_index(groups_[act], s);
@@ -452,7 +729,25 @@ AutoResult Search::run() {
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start_).count(); };
   if (o_.memory_limit_bytes < 0)
     throw InputError(fmt::format("--memory-limit: {} is not a positive number of bytes", o_.memory_limit_bytes));
+  setup_layers();
   find_groups();
+  if (!layers_.empty()) {
+    // The plan with nothing annotated must cost on the cut models; if not, they are not like the model.
+    for (Instance& in : layers_) assign_members(in, find_variables(in));
+    assign_members(full_, find_variables(full_));
+    try {
+      for (const Instance& in : layers_) cost_on(in, std::vector<int>(groups_.size(), 0));
+    } catch (const std::exception&) {
+      layers_.clear();
+      policies_ = {o_.remat};
+      groups_.clear();
+      find_groups();
+    }
+  }
+  if (layers_.empty()) {
+    full_.members.clear();
+    for (const Group& gr : groups_) full_.members.push_back(gr.members);
+  }
   progress_.groups = static_cast<int>(groups_.size());
   struct Done {  // the last progress call, however the search ends
     Search& s;
@@ -463,46 +758,86 @@ AutoResult Search::run() {
   } done{*this};
   AutoResult res;
   res.memory_limit_bytes = limit_;
-  for (const Group& gr : groups_) res.variables += static_cast<int>(gr.members.size());
+  for (const auto& m : full_.members) res.variables += static_cast<int>(m.size());
+  res.layer_blocks = layers_.empty() ? 0 : blocks_;
   res.groups = static_cast<int>(groups_.size());
+  res.remat_searched = policies_.size() > 1;
 
-  // Seeds. The all-free plan is what the pipeline does without --auto: its errors are the user's errors.
+  // Seeds: the classical plans. The all-free plan is what the pipeline does without --auto: its errors are the
+  // user's errors.
   std::vector<std::pair<std::string, std::vector<int>>> seeds;
   seeds.emplace_back("replicated", std::vector<int>(groups_.size(), 0));
   std::vector<int> all_axes;
   for (int a = 0; a < mesh_.rank(); ++a) all_axes.push_back(a);
   seeds.emplace_back("data-parallel", data_parallel_seed(all_axes));
   if (mesh_.rank() >= 2) seeds.emplace_back("data-parallel (first axis)", data_parallel_seed({0}));
+  seeds.emplace_back("fsdp", fsdp_seed(all_axes));
   if (auto m = megatron_seed()) {
+    std::vector<int> data_axes;
+    for (int a = 0; a < mesh_.rank(); ++a)
+      if (a != model_axis_) data_axes.push_back(a);
     seeds.emplace_back(mesh_.rank() >= 2 ? "megatron+data" : "megatron", *m);
-    if (mesh_.rank() >= 2) seeds.emplace_back("2d-weights", two_d_seed(*m));
+    if (!stream_names_.empty()) seeds.emplace_back("megatron-sp", with_stream(*m, data_axes, 1));
+    if (mesh_.rank() >= 2) {
+      seeds.emplace_back("2d-weights", two_d_seed(*m));
+      if (!stream_names_.empty()) {  // the paper's 2D plan: its weights, the batch over data, [data, -, model]
+        std::vector<int> paper = seeds.back().second;
+        const std::vector<int> batch = data_parallel_seed(data_axes);
+        const Graph& bg = *base().g;
+        const auto readers = bg.consumers();
+        for (size_t k = 0; k < groups_.size(); ++k) {
+          if (groups_[k].kind == VarKind::kInput) paper[k] = batch[k];
+          if (groups_[k].kind != VarKind::kWeight) continue;
+          // An embedding table (and the LM head tied to it) is split over the vocabulary on the model axis.
+          const int w = groups_[k].members[0];
+          for (int n : readers[w])
+            if (bg.nodes[n].op_type == "Gather" && bg.nodes[n].inputs[0] == w) {
+              TensorSharding s = TensorSharding::replicated(static_cast<int>(bg.values[w].shape.size()));
+              s.dims[0] = fitting_axes({model_axis_}, bg.values[w].shape[0]);
+              paper[k] = candidate_index(groups_[k], s);
+            }
+        }
+        seeds.emplace_back("2d", with_stream(std::move(paper), data_axes, -1));
+      }
+    }
     seeds.emplace_back("hybrid", hybrid_seed(seeds[1].second, *m));
   }
 
+  // Each seed under each rematerialization policy; a seed's baseline is its best.
+  policy_ = 0;
   evaluate(seeds[0].second, /*rethrow=*/true);
-  std::vector<std::pair<AutoPlanCost, std::vector<int>>> starts;  // distinct seeds, best first
-  for (size_t i = 0; i < seeds.size(); ++i) {
-    AutoPlanCost c = evaluate(seeds[i].second);
-    c.name = seeds[i].first;
-    if (seeds[i].first == "replicated" || seeds[i].first == "data-parallel" || seeds[i].first.rfind("megatron", 0) == 0)
-      res.baselines.push_back(c);
+  struct Start {
+    AutoPlanCost cost;
+    std::vector<int> assign;
+    size_t policy = 0;
+    std::string seed;  // the seed the plan was searched from
+  };
+  std::vector<Start> starts;  // distinct seeds, best first
+  for (const auto& [name, assign] : seeds) {
+    Start s;
+    for (size_t p = 0; p < policies_.size(); ++p) {
+      policy_ = p;
+      AutoPlanCost c = evaluate(assign);
+      if (p == 0 || better(c, s.cost)) s = Start{c, assign, p, name};
+    }
+    s.cost.name = name;
+    res.baselines.push_back(s.cost);
     bool seen = false;
-    for (const auto& st : starts) seen |= st.second == seeds[i].second;
-    if (!seen) starts.emplace_back(c, seeds[i].second);
+    for (const Start& st : starts) seen |= st.assign == assign;
+    if (!seen) starts.push_back(std::move(s));
   }
-  std::stable_sort(starts.begin(), starts.end(), [](const auto& a, const auto& b) { return better(a.first, b.first); });
+  std::stable_sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return better(a.cost, b.cost); });
 
-  // Coordinate descent over the groups from the best seed. A local search is path dependent, and when memory is
-  // tight the least-memory seed is not always the one whose neighbourhood holds a plan that fits: while no fitting
-  // plan is found, the descent is repeated from the next best distinct seed (three starts at most, and only while
-  // half the time budget is left).
-  std::vector<int> best_assign = starts[0].second;
-  AutoPlanCost best = starts[0].first;
+  // Coordinate descent over the groups from the best seed, under its policy. A local search is path dependent, and
+  // when memory is tight the least-memory seed is not always the one whose neighbourhood holds a plan that fits:
+  // while no fitting plan is found, the descent is repeated from the next best distinct seed (three starts at most,
+  // and only while half the time budget is left).
+  Start best = starts[0];
   const size_t max_starts = std::min<size_t>(3, starts.size());
   for (size_t st = 0; st < max_starts && !res.budget_exhausted; ++st) {
-    if (st > 0 && (best.fits || elapsed() > o_.time_budget_s / 2)) break;
-    std::vector<int> cur = starts[st].second;
-    AutoPlanCost cur_cost = starts[st].first;
+    if (st > 0 && (best.cost.fits || elapsed() > o_.time_budget_s / 2)) break;
+    Start cur = starts[st];
+    policy_ = cur.policy;
     progress_.descent = static_cast<int>(st) + 1;
     for (int sweep = 0; sweep < o_.max_sweeps && !res.budget_exhausted; ++sweep) {
       ++res.sweeps;
@@ -510,44 +845,82 @@ AutoResult Search::run() {
       bool changed = false;
       for (size_t k = 0; k < groups_.size() && !res.budget_exhausted; ++k) {
         progress_.group = static_cast<int>(k);
-        int best_opt = cur[k];
+        int best_opt = cur.assign[k];
         for (int opt = 0; opt < static_cast<int>(groups_[k].candidates.size()); ++opt) {
-          if (opt == cur[k]) continue;
+          if (opt == cur.assign[k]) continue;
           if (elapsed() > o_.time_budget_s) {
             res.budget_exhausted = true;
             break;
           }
-          std::vector<int> a = cur;
+          std::vector<int> a = cur.assign;
           a[k] = opt;
           AutoPlanCost c = evaluate(a);
-          if (better(c, cur_cost)) cur_cost = c, best_opt = opt;
+          if (better(c, cur.cost)) cur.cost = c, best_opt = opt;
         }
-        if (best_opt != cur[k]) cur[k] = best_opt, changed = true;
+        if (best_opt != cur.assign[k]) cur.assign[k] = best_opt, changed = true;
       }
       if (!changed) break;
     }
     ++res.starts;
-    if (better(cur_cost, best)) best = cur_cost, best_assign = cur;
+    if (better(cur.cost, best.cost)) best = cur;
   }
-  const std::vector<int>& cur = best_assign;
 
-  best.name = "auto";
-  res.chosen = best;
-  res.annotations = annotations(cur);
+  const Instance* final_graph = &full_;
+  if (!layers_.empty()) {
+    // The extrapolated costs chose; the whole graph decides. The descent's plan, and while it does not fit the best
+    // seeds that do, are costed on it, and the better is the plan, with the numbers of the program that runs.
+    std::vector<Start> finalists = {best};
+    for (const Start& st : starts)
+      if (st.cost.fits && st.assign != best.assign && finalists.size() < 3) finalists.push_back(st);
+    std::optional<Start> final_best;
+    for (const Start& f : finalists) {
+      Start c = f;
+      ++evaluations_;
+      const Instance* in = nullptr;
+      try {
+        in = &whole(f.policy);
+        c.cost = cost_on(*in, f.assign);
+        c.cost.remat = policies_[f.policy];
+      } catch (const std::exception& e) {
+        c.cost = AutoPlanCost{};
+        c.cost.error = e.what();
+      }
+      report_progress();
+      if (!final_best || better(c.cost, final_best->cost)) final_best = c, final_graph = in ? in : &full_;
+      if (final_best->cost.fits) break;  // the best that fits by the estimate fits: it is the plan
+    }
+    best = *final_best;
+  }
+
+  best.cost.name = "auto";
+  res.chosen = best.cost;
+  res.remat = best.cost.remat;
+  res.annotations = annotations(*final_graph, best.assign);
   for (size_t k = 0; k < groups_.size(); ++k) {
     AutoChoice ch;
     ch.group = groups_[k].key;
-    ch.values = groups_[k].members;
-    if (const auto& c = groups_[k].candidates[cur[k]]) ch.annotated = true, ch.sharding = *c;
+    ch.values = final_graph->members[k];
+    if (const auto& c = groups_[k].candidates[best.assign[k]]) ch.annotated = true, ch.sharding = *c;
     res.choices.push_back(ch);
+  }
+  if (final_graph != &full_) {  // the step rebuilt under the chosen policy: the graph the annotations are for
+    Rebuilt& r = rebuilt_.at(best.policy);
+    AutoModel m;
+    m.graph = std::move(*r.in.own_graph);
+    if (r.in.own_roles) m.roles = std::move(*r.in.own_roles);
+    m.training = std::move(r.training);
+    res.model = std::move(m);
   }
   res.evaluations = evaluations_;
   res.search_time_s = elapsed();
-  if (!best.valid) throw InputError(fmt::format("--auto: no sharding plan could be partitioned: {}", best.error));
-  if (!best.fits)
+  if (!best.cost.valid)
+    throw InputError(fmt::format("--auto: no sharding plan could be partitioned: {}", best.cost.error));
+  if (!best.cost.fits)
     throw InputError(fmt::format(
-        "--auto: no sharding plan fits in {} bytes per device; the best plan found needs {} bytes per device", limit_,
-        best.peak_memory_bytes));
+        "--auto: no sharding plan fits in {} bytes per device; the best plan found needs {} bytes per device (searched "
+        "from the {} plan{})",
+        limit_, best.cost.peak_memory_bytes, best.seed,
+        o_.memory_roles ? fmt::format(", remat {}", remat_name(best.cost.remat)) : ""));
   return res;
 }
 

@@ -27,12 +27,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/autodiff/autodiff.h"
 #include "core/cost/cost.h"
 #include "core/cost/target.h"
 #include "core/ir/ir.h"
+#include "core/ir/name_pattern.h"
 #include "core/propagation/propagation.h"
 #include "core/sharding/sharding.h"
 
@@ -53,6 +56,20 @@ struct AutoProgress {
   bool done = false;            // the search is over: the last call
 };
 
+/// A graph --auto costs: a forward graph, or the training step built from it, with the step's memory roles.
+struct AutoModel {
+  Graph graph;
+  std::optional<MemoryRoles> roles;      // the training step's (memory_breakdown), or none for a forward graph
+  std::optional<TrainingStep> training;  // the step `graph` is (its own `graph` moved into `graph`), or none
+};
+
+/// Builds the graph that --auto costs from a forward graph: the identity without --training, else the training step
+/// under rematerialization policy `remat` (build_training_step with the run's options, restricted to the weights the
+/// graph has). Called on the model cut to its first layers (keep_first_layers, core/pipeline/blocks.h), and on the
+/// whole forward graph when the search chooses another policy than the step's. May throw: the search then costs
+/// whole graphs, under the step's own policy.
+using AutoModelBuilder = std::function<AutoModel(Graph forward, RematPolicy remat)>;
+
 /// Options of the search. Units: bytes, seconds.
 struct AutoOptions {
   Target target;                              // the pod whose simulated step time is minimised (--target)
@@ -60,7 +77,19 @@ struct AutoOptions {
   bool overlap = false;                       // cost with overlapped collectives (--overlap)
   const MemoryRoles* memory_roles = nullptr;  // a training step's memory roles (memory_breakdown), or null; must
                                               // outlive the search
-  int max_sweeps = 4;                         // coordinate-descent sweeps at most
+  /// Layered costing (docs/auto.md, "Scale"): the model before --training's step is built (the graph searched
+  /// when there is no step), and the builder of the searched graph from it. When both are set and the forward graph
+  /// has at least three alike layer blocks (find_layer_blocks) and the constraints treat every layer alike, plans
+  /// are costed on the model cut to two blocks and to one and extrapolated linearly to all of them; the plan chosen
+  /// is costed again on the whole graph. `forward` must outlive the search.
+  const Graph* forward = nullptr;
+  AutoModelBuilder build;
+  /// A training step's rematerialization policy, as the searched graph was built (--remat).
+  RematPolicy remat = RematPolicy::kNone;
+  /// With layered costing: the policies the search chooses among (--training without --remat: none, dots, full);
+  /// empty: only `remat`. Each seed is costed under each; the descent keeps the best seed's.
+  std::vector<RematPolicy> remat_choices;
+  int max_sweeps = 4;         // coordinate-descent sweeps at most
   double time_budget_s = 50;  // stop the descent (keeping the best plan so far) once this much time is spent
   /// Called on the searching thread after every pipeline evaluation and once more at the end (done = true), also
   /// when the search then throws (so it must not throw itself). Empty: no calls.
@@ -69,13 +98,15 @@ struct AutoOptions {
 
 /// One evaluated plan: the real pipeline's simulated step and static peak memory.
 struct AutoPlanCost {
-  std::string name;                 // "auto", "data-parallel", "megatron+data", "replicated"
-  bool valid = false;               // false: the pipeline rejected the plan (`error` says why)
-  double step_time_s = 0;           // simulate_cost(...).step_time_s (s)
-  double compute_time_s = 0;        // (s)
-  double communication_time_s = 0;  // (s)
-  int64_t peak_memory_bytes = 0;    // memory_breakdown of the program, per device (bytes)
-  bool fits = false;                // peak_memory_bytes <= the limit
+  std::string name;                        // "auto", "data-parallel", "megatron+data", "replicated"
+  bool valid = false;                      // false: the pipeline rejected the plan (`error` says why)
+  bool estimated = false;                  // extrapolated from the model cut to its first layers (layered costing)
+  RematPolicy remat = RematPolicy::kNone;  // a training step's rematerialization policy the plan was costed under
+  double step_time_s = 0;                  // simulate_cost(...).step_time_s (s)
+  double compute_time_s = 0;               // (s)
+  double communication_time_s = 0;         // (s)
+  int64_t peak_memory_bytes = 0;           // memory_breakdown of the program, per device (bytes)
+  bool fits = false;                       // peak_memory_bytes <= the limit
   std::string error;
 };
 
@@ -102,15 +133,19 @@ struct AutoResult {
   int sweeps = 0;                       // coordinate-descent sweeps run, over all starts
   int starts = 0;                       // descents run (more than one only while no plan fitted; at most 3)
   bool budget_exhausted = false;        // the time budget stopped the descent
+  int64_t layer_blocks = 0;             // layered costing: the alike layer blocks the costs were extrapolated to
+                                        // (0: every plan was costed on the whole graph)
+  RematPolicy remat = RematPolicy::kNone;  // the rematerialization policy of the chosen plan
+  bool remat_searched = false;             // the search chose it (AutoOptions::remat_choices)
+  /// Set when the chosen policy is not the one the searched graph was built with: the step rebuilt under it (from
+  /// AutoOptions::build on the whole forward graph). `annotations` and `chosen` are then for this graph.
+  std::optional<AutoModel> model;
 };
-
-/// The name with every whole numeric component ("h.12.mlp" / "layer/3/x" / "blk_7_w") replaced by '#': the key
-/// that ties a value to its copies in repeated layers (together with shape and dtype).
-std::string layer_key(const std::string& name);
 
 /// Searches a plan for `g` over `constraints.mesh` (the user's mesh, not refined) that keeps every annotation of
 /// `constraints` (hard constraints; there may be none) and minimises the simulated step time within the memory limit.
-/// Throws InputError("--auto: no sharding plan fits in L bytes per device (the best found needs P bytes: ...)") when
+/// Throws InputError("--auto: no sharding plan fits in L bytes per device; the best plan found needs P bytes per device
+/// (searched from the S plan[, remat R])") when
 /// no candidate fits, and InputError("--memory-limit: ...") for a negative limit. The returned annotations,
 /// refined, propagated and partitioned with the same target, give exactly `chosen`. `rules`: the graph's rule table
 /// (RuleTable(g), shared by every evaluation); built here when null.

@@ -1,5 +1,7 @@
-// core/ir: user patterns over value names, with RE2 (name_pattern.h).
+// core/ir: user patterns over value names, with RE2, and the layer key of a name (name_pattern.h).
 #include "core/ir/name_pattern.h"
+
+#include <algorithm>
 
 #include <re2/re2.h>
 
@@ -45,6 +47,26 @@ std::optional<std::pair<size_t, size_t>> NamePattern::search_group1(std::string_
     return std::nullopt;
   const size_t begin = static_cast<size_t>(group[1].data() - name.data());
   return std::make_pair(begin, begin + group[1].size());
+}
+
+std::string layer_key(const std::string& name) {
+  // A component is a maximal run between separators; a component made only of digits becomes '#'.
+  auto is_sep = [](char c) { return c == '.' || c == '/' || c == '_' || c == ':' || c == '-'; };
+  std::string out;
+  size_t i = 0;
+  while (i < name.size()) {
+    if (is_sep(name[i])) {
+      out += name[i++];
+      continue;
+    }
+    size_t j = i;
+    while (j < name.size() && !is_sep(name[j])) ++j;
+    const bool digits = std::all_of(name.begin() + static_cast<long>(i), name.begin() + static_cast<long>(j),
+                                    [](char c) { return c >= '0' && c <= '9'; });
+    out += digits ? std::string("#") : name.substr(i, j - i);
+    i = j;
+  }
+  return out;
 }
 
 }  // namespace gspmd

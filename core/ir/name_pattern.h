@@ -46,4 +46,8 @@ class NamePattern {
   std::shared_ptr<const re2::RE2> re_;
 };
 
+/// The name with every whole numeric component ("h.12.mlp" / "layer/3/x" / "blk_7_w") replaced by '#': the key
+/// that ties a value to its copies in repeated layers (together with shape and dtype).
+std::string layer_key(const std::string& name);
+
 }  // namespace gspmd

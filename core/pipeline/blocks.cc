@@ -10,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include "core/auto/auto.h"
 #include "core/ir/cuts.h"
 #include "core/ir/name_pattern.h"
 
@@ -38,8 +37,18 @@ std::optional<int64_t> first_number(const std::string& name) {
   return std::nullopt;
 }
 
+/// Per value: 1 for an initializer, and with `variables` for a graph input too (a weight the step takes as input).
+std::vector<char> weight_like_values(const Graph& g, bool variables) {
+  std::vector<char> w(g.values.size(), 0);
+  for (size_t v = 0; v < g.values.size(); ++v) w[v] = g.values[v].is_initializer;
+  if (variables)
+    for (int v : g.inputs) w[static_cast<size_t>(v)] = 1;
+  return w;
+}
+
 /// Per value: its LayerWeight, for the layer weights (see find_layer_blocks).
-std::vector<std::optional<LayerWeight>> layer_weights(const Graph& g, const std::string& layers) {
+std::vector<std::optional<LayerWeight>> layer_weights(const Graph& g, const std::string& layers,
+                                                      const std::vector<char>& weight_like) {
   std::vector<std::optional<LayerWeight>> w(g.values.size());
   if (!layers.empty()) {
     const NamePattern re(layers, "--layers");
@@ -47,7 +56,7 @@ std::vector<std::optional<LayerWeight>> layer_weights(const Graph& g, const std:
       throw InputError(fmt::format("--layers: '{}' has no capture group for the layer index", layers));
     for (size_t v = 0; v < g.values.size(); ++v) {
       const Value& val = g.values[v];
-      if (!val.is_initializer) continue;
+      if (!weight_like[v]) continue;
       const std::optional<std::pair<size_t, size_t>> m = re.search_group1(val.name);
       if (!m) continue;
       const std::string captured = val.name.substr(m->first, m->second - m->first);
@@ -65,13 +74,14 @@ std::vector<std::optional<LayerWeight>> layer_weights(const Graph& g, const std:
   // By name: per layer_key the layer indices that carry it; the layers are the index set most keys share.
   // Float initializers of more than one element, as --training's default trainable set: a per-layer scalar (a
   // folded Constant like /h.3/attn/Constant_output_0) is a constant that every layer must have equal.
-  auto candidate = [](const Value& val) {
-    return val.is_initializer && is_floating(val.dtype) && num_elements(val.shape) > 1;
+  auto candidate = [&](size_t v) {
+    const Value& val = g.values[v];
+    return weight_like[v] && is_floating(val.dtype) && num_elements(val.shape) > 1;
   };
   std::map<std::string, std::set<int64_t>> indices;
-  for (const Value& val : g.values)
-    if (candidate(val))
-      if (auto n = first_number(val.name)) indices[layer_key(val.name)].insert(*n);
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (candidate(v))
+      if (auto n = first_number(g.values[v].name)) indices[layer_key(g.values[v].name)].insert(*n);
   std::map<std::set<int64_t>, int> sets;
   for (const auto& [key, s] : indices)
     if (s.size() >= 2) ++sets[s];
@@ -87,7 +97,7 @@ std::vector<std::optional<LayerWeight>> layer_weights(const Graph& g, const std:
   };
   for (size_t v = 0; v < g.values.size(); ++v) {
     const Value& val = g.values[v];
-    if (!candidate(val)) continue;
+    if (!candidate(v)) continue;
     const auto n = first_number(val.name);
     const std::string key = layer_key(val.name);
     if (n && within_best(indices[key])) w[v] = LayerWeight{*n, key};
@@ -122,8 +132,9 @@ bool same_tensor(const Value& a, const Value& b) {
 
 }  // namespace
 
-LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
-  const std::vector<std::optional<LayerWeight>> lw = layer_weights(g, layers);
+LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers, bool variables) {
+  const std::vector<char> weight_like = weight_like_values(g, variables);
+  const std::vector<std::optional<LayerWeight>> lw = layer_weights(g, layers, weight_like);
   const size_t nv = g.values.size(), nn = g.nodes.size();
   auto node_name = [&](size_t k) { return fmt::format("'{}' ({})", g.nodes[k].name, g.nodes[k].op_type); };
 
@@ -308,7 +319,8 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
     // that only block b's nodes read.
     auto owned_weight = [&](int v, size_t b) {
       const Value& x = g.values[static_cast<size_t>(v)];
-      if (!x.is_initializer || !is_floating(x.dtype) || readers[static_cast<size_t>(v)].empty()) return false;
+      if (!weight_like[static_cast<size_t>(v)] || !is_floating(x.dtype) || readers[static_cast<size_t>(v)].empty())
+        return false;
       return std::all_of(readers[static_cast<size_t>(v)].begin(), readers[static_cast<size_t>(v)].end(),
                          [&](int k) { return block_of[static_cast<size_t>(k)] == static_cast<int>(b); });
     };
@@ -418,6 +430,33 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers) {
     }
     throw;  // the one-layer blocks' error
   }
+}
+
+Graph keep_first_layers(const Graph& g, const LayerBlocks& b, size_t k) {
+  if (k < 1 || k > b.blocks.size())
+    throw std::invalid_argument(fmt::format("keep_first_layers: {} of {} blocks", k, b.blocks.size()));
+  Graph out = g;
+  if (k == b.blocks.size()) return out;
+  const int last = b.blocks.back().output, kept = b.blocks[k - 1].output;
+  for (int n : b.suffix)
+    for (int& v : out.nodes[static_cast<size_t>(n)].inputs)
+      if (v == last) v = kept;
+  for (int& v : out.outputs)
+    if (v == last) v = kept;
+  // Graph inputs that only the dropped blocks read (their weights, when the step takes them as arguments) go too.
+  std::vector<char> read_by_dropped(g.values.size(), 0), read_by_kept(g.values.size(), 0);
+  std::vector<char> dropped(g.nodes.size(), 0);
+  for (size_t i = k; i < b.blocks.size(); ++i)
+    for (int n : b.blocks[i].nodes) dropped[static_cast<size_t>(n)] = 1;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (int v : g.nodes[n].inputs)
+      if (v >= 0) (dropped[n] ? read_by_dropped : read_by_kept)[static_cast<size_t>(v)] = 1;
+  for (int v : out.outputs) read_by_kept[static_cast<size_t>(v)] = 1;
+  std::erase_if(out.inputs, [&](int v) {
+    return read_by_dropped[static_cast<size_t>(v)] && !read_by_kept[static_cast<size_t>(v)];
+  });
+  out.prune();
+  return out;
 }
 
 }  // namespace gspmd

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "core/auto/auto.h"
+#include "core/ir/name_pattern.h"
 #include "core/ir/typing.h"
 
 namespace gspmd {

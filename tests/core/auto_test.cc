@@ -74,7 +74,9 @@ TEST(AutoShard, RepeatedLayersAreOneDecisionAndTheCostIsThePipelines) {
     for (int v : c.values) {
       auto it = r.annotations.by_value.find(v);
       EXPECT_EQ(it != r.annotations.by_value.end(), c.annotated) << g.values[v].name;
-      if (c.annotated && it != r.annotations.by_value.end()) EXPECT_EQ(it->second.sharding, c.sharding);
+      if (c.annotated && it != r.annotations.by_value.end()) {
+        EXPECT_EQ(it->second.sharding, c.sharding);
+      }
     }
   }
   // What the search reports is what the pipeline produces from its annotations.

@@ -98,6 +98,36 @@ TEST(PipelineBlocks, BertAndAFiveLayerDecoder) {
   EXPECT_EQ(error_of(g, "(["), "--layers: '([' is not a regular expression RE2 accepts: missing ]: [");
 }
 
+// --auto's layered costing (docs/auto.md, "Scale"): a 5-layer decoder whose weights are graph inputs (variables) has
+// 5 blocks when graph inputs count as weights, none when they do not; cut to its first k blocks it is the model
+// make_decoder builds with k layers, with the same names, and the later layers' weight inputs are gone.
+TEST(PipelineBlocks, FirstLayersOfAStepThatTakesItsWeights) {
+  const fs::path d = scratch("pipeline_blocks_first");
+  const std::string flags = "--heads 4 --vocab 128 --batch 2 --seq 8 --weights inputs";
+  const Graph g = load_model(make_decoder(d, "v5", "--layers 5 --d-model 64 " + flags, "first_make5").string(),
+                             test::load_opts({}, false));
+  EXPECT_NE(error_of(g), "");
+  const LayerBlocks b = find_layer_blocks(g, "", /*variables=*/true);
+  ASSERT_EQ(b.blocks.size(), 5u);
+  for (size_t k : {size_t{1}, size_t{2}}) {
+    SCOPED_TRACE(k);
+    const Graph cut = keep_first_layers(g, b, k);
+    const Graph ref =
+        load_model(make_decoder(d, "v" + std::to_string(k), "--layers " + std::to_string(k) + " --d-model 64 " + flags,
+                                "first_make" + std::to_string(k))
+                       .string(),
+                   test::load_opts({}, false));
+    EXPECT_EQ(cut.nodes.size(), ref.nodes.size());
+    EXPECT_EQ(names(cut, cut.inputs), names(ref, ref.inputs));
+    EXPECT_EQ(names(cut, cut.outputs), names(ref, ref.outputs));
+    for (size_t n = 0; n < cut.nodes.size() && n < ref.nodes.size(); ++n)
+      EXPECT_EQ(cut.nodes[n].op_type, ref.nodes[n].op_type);
+    EXPECT_NO_THROW(cut.verify());
+  }
+  EXPECT_THROW(keep_first_layers(g, b, 0), std::invalid_argument);
+  EXPECT_EQ(keep_first_layers(g, b, 5).nodes.size(), g.nodes.size());
+}
+
 // Models without two alike layers are refused in one line that says why.
 TEST(PipelineBlocks, RefusalsNameTheProblem) {
   // An MLP's weights carry no layer numbers that layers share: nothing to pipeline.
