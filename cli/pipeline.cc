@@ -464,6 +464,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     ao.overlap = o.overlap;
     ao.memory_limit_bytes = memory_limit;
     ao.memory_roles = p.memory_roles ? &*p.memory_roles : nullptr;
+    ao.training = p.training ? &*p.training : nullptr;
     ao.progress = o.progress ? auto_progress(*o.progress) : auto_progress();
     if (forward) {
       ao.forward = &*forward;

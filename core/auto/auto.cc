@@ -51,7 +51,31 @@ struct Instance {
   std::unique_ptr<RuleTable> own_rules;
   const RuleTable* rules = nullptr;
   std::vector<std::vector<int>> members;  // per group: this graph's values (graph order)
+  /// A training step's trained weights: per weight value, the values that take its sharding when the search
+  /// annotates it (its gradient, updated value and optimizer state, as annotate_training does for the user's
+  /// annotations), each with the weight dim it lacks (Adafactor's factored state) or -1.
+  std::map<int, std::vector<std::pair<int, int>>> followers;
 };
+
+/// in.followers from the step `s` (names looked up in in.g).
+void set_followers(Instance& in, const TrainingStep& s) {
+  in.followers.clear();
+  for (const TrainingStep::Weight& w : s.weights) {
+    const int wid = in.g->find(w.name);
+    if (wid < 0) continue;
+    auto& f = in.followers[wid];
+    auto add = [&](const std::string& name, int reduced) {
+      if (const int v = name.empty() ? -1 : in.g->find(name); v >= 0) f.emplace_back(v, reduced);
+    };
+    add(w.grad, -1);
+    add(w.update_shard, -1);
+    add(w.updated, -1);
+    for (size_t k = 0; k < w.state.size(); ++k) {
+      add(w.state[k], w.state_reduced_dim[k]);
+      add(w.state_updated[k], w.state_reduced_dim[k]);
+    }
+  }
+}
 
 /// A group of tied variables and its candidate shardings (index 0 = free, no annotation).
 struct Group {
@@ -85,6 +109,7 @@ class Search {
     full_.cons = constraints;
     full_.roles = o.memory_roles;
     full_.rules = &rules;
+    if (o.training) set_followers(full_, *o.training);
   }
 
   AutoResult run();
@@ -146,7 +171,8 @@ class Search {
   std::map<size_t, Rebuilt> rebuilt_;
   /// The whole graph under policy p: full_, or the step rebuilt by o_.build (kept in rebuilt_). May throw.
   const Instance& whole(size_t p);
-  /// A search instance that owns `m`'s graph and roles, with full_'s constraints carried over by value name.
+  /// A search instance that takes `m`'s graph and roles (leaving `m.training`), with full_'s constraints carried
+  /// over by value name and the followers of `m.training`'s weights.
   Instance instance(AutoModel&& m) const;
   int64_t blocks_ = 0;                     // layered costing: the whole model's layer blocks
   std::vector<std::string> stream_names_;  // layered costing: the residual stream's values (cut points in the blocks)
@@ -243,6 +269,7 @@ Instance Search::instance(AutoModel&& m) const {
   for (const auto& [v, ann] : full_.cons.by_value)
     if (const int w = in.g->find(full_.g->values[static_cast<size_t>(v)].name); w >= 0)
       in.cons.by_value.emplace(w, ann);
+  if (m.training) set_followers(in, *m.training);
   return in;
 }
 
@@ -252,8 +279,8 @@ const Instance& Search::whole(size_t p) {
   if (it == rebuilt_.end()) {
     AutoModel m = o_.build(*o_.forward, policies_[p]);
     Rebuilt r;
+    r.in = instance(std::move(m));  // takes the graph and the roles, reads the step's names
     r.training = std::move(m.training);
-    r.in = instance(std::move(m));
     assign_members(r.in, find_variables(r.in));
     it = rebuilt_.emplace(p, std::move(r)).first;
   }
@@ -482,7 +509,17 @@ Annotations Search::annotations(const Instance& in, const std::vector<int>& assi
   for (size_t k = 0; k < groups_.size(); ++k) {
     const auto& c = groups_[k].candidates[assign[k]];
     if (!c) continue;
-    for (int v : in.members[k]) a.by_value[v] = Annotation{*c, 0, "--auto"};
+    for (int v : in.members[k]) {
+      a.by_value[v] = Annotation{*c, 0, "--auto"};
+      auto f = in.followers.find(v);
+      if (f == in.followers.end()) continue;
+      for (const auto& [u, reduced] : f->second) {
+        if (in.cons.by_value.count(u)) continue;
+        TensorSharding su = *c;
+        if (reduced >= 0 && reduced < su.rank()) su.dims.erase(su.dims.begin() + reduced);
+        a.by_value[u] = Annotation{std::move(su), 0, "--auto (follows its weight)"};
+      }
+    }
   }
   return a;
 }

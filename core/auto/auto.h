@@ -77,6 +77,10 @@ struct AutoOptions {
   bool overlap = false;                       // cost with overlapped collectives (--overlap)
   const MemoryRoles* memory_roles = nullptr;  // a training step's memory roles (memory_breakdown), or null; must
                                               // outlive the search
+  /// The training step the searched graph is (its names; its `graph` may be moved out), or null. A weight the
+  /// search annotates passes its sharding to its gradient, updated value and optimizer state, as the user's
+  /// annotations do (docs/training.md); must outlive the search.
+  const TrainingStep* training = nullptr;
   /// Layered costing (docs/auto.md, "Scale"): the model before --training's step is built (the graph searched
   /// when there is no step), and the builder of the searched graph from it. When both are set and the forward graph
   /// has at least three alike layer blocks (find_layer_blocks) and the constraints treat every layer alike, plans

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 #include <unordered_map>
 
@@ -256,7 +257,7 @@ double cheapest_gather(double S, const std::vector<AxisLink>& links) {
 struct NodeSpread {
   double k = 1, m = 1;
 };
-NodeSpread node_spread(const std::vector<int>& mesh_axes, const DeviceMesh& mesh, int64_t per_node) {
+NodeSpread node_spread_of_groups(const std::vector<int>& mesh_axes, const DeviceMesh& mesh, int64_t per_node) {
   NodeSpread s;
   std::unordered_map<int64_t, int64_t> on_node;  // node -> devices of the group on it
   for (const std::vector<int64_t>& group : mesh.replica_groups(mesh_axes)) {
@@ -266,6 +267,26 @@ NodeSpread node_spread(const std::vector<int>& mesh_axes, const DeviceMesh& mesh
     for (const auto& [node, count] : on_node) s.k = std::max(s.k, static_cast<double>(count));
   }
   return s;
+}
+
+// node_spread_of_groups, remembered per thread for meshes in the identity device order (the spread depends only on
+// the shape, the axes' parts and the node size then): a step has thousands of collectives over a few axis sets, and
+// walking 2048 devices for each would make costing a plan grow with the device count.
+NodeSpread node_spread(const std::vector<int>& mesh_axes, const DeviceMesh& mesh, int64_t per_node) {
+  if (mesh.has_device_order()) return node_spread_of_groups(mesh_axes, mesh, per_node);
+  std::vector<int64_t> key = mesh.shape;
+  key.push_back(-1);
+  for (const DeviceMesh::SubAxis& a : mesh.sub) key.insert(key.end(), {a.parent, a.pre});
+  key.push_back(-1);
+  key.insert(key.end(), mesh_axes.begin(), mesh_axes.end());
+  key.push_back(per_node);
+  thread_local std::map<std::vector<int64_t>, NodeSpread> memo;
+  auto it = memo.find(key);
+  if (it == memo.end()) {
+    if (memo.size() > 4096) memo.clear();  // bounded: meshes come and go over a long search
+    it = memo.emplace(std::move(key), node_spread_of_groups(mesh_axes, mesh, per_node)).first;
+  }
+  return it->second;
 }
 
 // A collective whose groups span nodes (docs/cost-model.md, "GPU clusters"): two levels, k devices per node on the

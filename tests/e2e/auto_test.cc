@@ -215,6 +215,46 @@ TEST(AutoPartition, WritesThePlanWhichReadsBackToTheSameProgram) {
       << p.out;
 }
 
+// The same for a training step whose layers are costed once (a 4-layer decoder): the search chooses the remat
+// policy too, and its short file, pinned with that policy, gives the same program, because a weight the search
+// annotates passes its sharding to its gradient and optimizer state as the file's annotations do. And `run --check`
+// of the searched step, rebuilt under the chosen policy, matches the unpartitioned step.
+TEST(AutoPartition, ATrainingPlanReadsBackToTheSameProgram) {
+  fs::path d = scratch("auto_partition_training");
+  const fs::path model = make_decoder(d, "dec4",
+                                      "--layers 4 --d-model 64 --heads 4 --vocab 128 --batch 8 --seq 32 "
+                                      "--weights random --mesh 2x2",
+                                      "auto_part_train_make");
+  const std::string train = " --training --loss mean --optimizer adam", limit = " --memory-limit 3000000";
+  CmdResult p =
+      cli("partition " + model.string() + " --mesh 2x2 --auto" + train + limit + " -o " + (d / "out").string(),
+          "auto_part_train");
+  ASSERT_EQ(p.code, 0) << p.out << p.err;
+  const nlohmann::json rep = read_json(d / "out" / "report.json");
+  EXPECT_EQ(rep["auto"]["layer_blocks"].get<int64_t>(), 4);
+  const std::string remat = rep["training"]["remat"].get<std::string>();
+  EXPECT_NE(remat, "none") << "under 3 MB the step needs rematerialization";
+  CmdResult s =
+      cli("simulate " + model.string() + " --mesh 2x2 --shardings " + (d / "out" / "auto.sharding.json").string() +
+              train + " --remat " + remat + " --report " + (d / "pinned.json").string(),
+          "auto_part_train_pinned");
+  ASSERT_EQ(s.code, 0) << s.out << s.err;
+  const nlohmann::json pinned = read_json(d / "pinned.json");
+  EXPECT_DOUBLE_EQ(pinned["simulated"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
+  EXPECT_EQ(pinned["simulated"]["memory"]["peak_bytes"], rep["simulated"]["memory"]["peak_bytes"]);
+  // The same collectives (their reasons name the file instead of --auto).
+  auto without_reasons = [](nlohmann::json cs) {
+    for (auto& c : cs) c.erase("reason");
+    return cs;
+  };
+  EXPECT_TRUE(without_reasons(pinned["collectives"]) == without_reasons(rep["collectives"]));
+  CmdResult r =
+      cli("run " + model.string() + " --mesh 2x2 --auto" + train + " --check --report " + (d / "run.json").string(),
+          "auto_part_train_run");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(read_json(d / "run.json")["check"]["passed"].get<bool>());
+}
+
 TEST(AutoConstraints, TheSidecarsAnnotationsAreKept) {
   fs::path d = scratch("auto_constraints");
   fs::path f = d / "c.sharding.json";
