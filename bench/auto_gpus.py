@@ -11,10 +11,11 @@ costed on the whole model). The table prints the chosen plan's step and peak, ea
 where it does not fit the device's memory), the ratio of the best classical plan that fits to --auto, and the
 search's wall time on this machine.
 
-The first five rows are Alpa's GPT weak-scaling settings (Zheng et al., OSDI'22, section 8.1; the shapes, device
-counts, global batch 1024 and sequence 1024 from alpa-projects/alpa, benchmark/alpa/paper_auto_gpt_suite.py): same
-models, same device counts, same batch. Alpa measured them on V100 GPUs with pipeline stages, which --auto does not
-search yet; the comparison is of the settings and the plans, not of throughputs on other hardware.
+The 2.6B to 39B rows are Alpa's GPT weak-scaling settings (Zheng et al., OSDI'22; the shapes, device counts, global
+batch 1024 and sequence 1024 from alpa-projects/alpa, benchmark/alpa/paper_auto_gpt_suite.py; Alpa runs 1.3B on 4
+devices, here on 8): same models, same device counts, same batch. Alpa trains them with pipeline stages and
+microbatches, which --auto does not search yet; the comparison is of the settings and the plans, not of throughputs
+on other hardware.
 
     /usr/bin/python3 bench/auto_gpus.py [--bin PATH] [--targets dgx-h100 tpu-v4] [--json FILE]
 """
