@@ -28,8 +28,8 @@ enum class VarKind {
   kWeight,      // an initializer or graph input (a variable of the step) that a factor rule contracts over
   kInput,       // another graph input (the batch)
   kActivation,  // the activation operand of a contraction over a weight (pass-through dims only)
-  kStream,      // a residual-stream value between and inside layer blocks (layered costing): any dim the consumers'
-                // rules let be split, so d_model too (the paper's [data, -, model])
+  kStream,      // a residual-stream value between and inside layer blocks (layered costing): any dim, d_model too
+                // (the paper's [data, -, model]; a LayerNorm over a split d_model is the partitioner's to reshard)
 };
 
 /// A variable of one graph: a value the search annotates, and the key that ties it to its group.
@@ -116,8 +116,9 @@ class Search {
 
  private:
   /// Layered costing (docs/auto.md, "Scale"): when o_.forward has at least three alike layer blocks, plans are costed
-  /// on the model cut to its first two blocks and to its first one, and extrapolated to all of them. Sets up
-  /// layers_ (and layered_); leaves the search on the whole graph otherwise.
+  /// on the model cut to its first two blocks and to its first one (per rematerialization policy), and extrapolated to
+  /// all of them. Sets up policies_, layers_, blocks_ and stream_names_; leaves the search on the whole graph
+  /// (policies_ = {o_.remat}) otherwise.
   void setup_layers();
   /// The variables of one graph (graph inputs, contracted weights, their contractions' activation operands), in
   /// order of first use.
