@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/wiring.h"
+#include "core/autodiff/step_shardings.h"
 #include "core/ir/name_pattern.h"
 #include "onnx_frontend/frontend.h"
 
@@ -169,79 +170,18 @@ void training_signature(LoadReport& r, const std::vector<std::string>& names, co
   r.outputs.clear();
   for (int v : g.outputs) r.outputs.push_back(tensor(v));
 }
-/// The sharding of a trained weight's gradient, update and optimizer state under --shard-update AXIS: the weight's
-/// own sharding `w` with AXIS added (minor) to its largest dim that can take it; `w` itself when the weight already
-/// uses AXIS or no dim is at least size(AXIS) long.
-TensorSharding update_sharding(const TensorSharding& w, const Shape& shape, const DeviceMesh& mesh, int axis) {
-  for (int a : w.tiled_axes())
-    if (a == axis) return w;
-  int best = -1;
-  for (int d = 0; d < w.rank(); ++d) {
-    const int64_t per_shard = (shape[static_cast<size_t>(d)] + w.shards(d, mesh) - 1) / w.shards(d, mesh);
-    if (per_shard >= mesh.shape[static_cast<size_t>(axis)] &&
-        (best < 0 || shape[static_cast<size_t>(d)] > shape[static_cast<size_t>(best)]))
-      best = d;
-  }
-  TensorSharding s = w;
-  if (best >= 0) s.dims[static_cast<size_t>(best)].push_back(axis);
-  return s;
-}
-
-/// Annotations of the training step's values (docs/training.md): a trained weight's gradient, updated value and
-/// optimizer state take the weight's annotation, unless the file annotates them itself. With --shard-update AXIS
-/// the gradient, the update and the state are sharded over AXIS too (update_sharding) and the updated weight keeps
-/// the weight's sharding: the program reduce-scatters the gradient, updates the shard and all-gathers the weight.
+/// Annotations of the training step's values (docs/training.md): annotate_step (core/autodiff/step_shardings.h) from
+/// the file's annotations, with --shard-update AXIS as the update axis.
 void annotate_training(Pipeline& p, const std::string& shard_update) {
-  const DeviceMesh& mesh = p.annotations.mesh;
   int axis = -1;
   if (!shard_update.empty()) {
-    axis = mesh.axis_index(shard_update);
+    axis = p.annotations.mesh.axis_index(shard_update);
     if (axis < 0)
-      throw InputError(fmt::format("--shard-update: '{}' is not an axis of the mesh {}", shard_update, mesh.str()));
+      throw InputError(
+          fmt::format("--shard-update: '{}' is not an axis of the mesh {}", shard_update, p.annotations.mesh.str()));
   }
-  for (const TrainingStep::Weight& w : p.training->weights) {
-    const int wid = p.graph.at(w.name);
-    auto it = p.annotations.by_value.find(wid);
-    if (it == p.annotations.by_value.end() && axis < 0) continue;
-    Annotation base;
-    if (it != p.annotations.by_value.end()) {
-      base = it->second;
-    } else {
-      base.sharding =
-          TensorSharding::replicated(static_cast<int>(p.graph.values[static_cast<size_t>(wid)].shape.size()));
-      base.source = fmt::format("--shard-update {}: '{}' is not annotated, held replicated", shard_update, w.name);
-    }
-    Annotation shard = base;
-    if (axis >= 0)
-      shard.sharding = update_sharding(base.sharding, p.graph.values[static_cast<size_t>(wid)].shape, mesh, axis);
-    auto follow = [&](const std::string& name, const Annotation& a, const char* why) {
-      if (name.empty()) return;
-      Annotation x = a;
-      x.source = fmt::format("{} (--training: {} '{}')", base.source, why, w.name);
-      p.annotations.by_value.emplace(p.graph.at(name), std::move(x));
-    };
-    // An unannotated weight is replicated: held so, or propagation would carry the update's sharding back into
-    // the weight and every forward use would all-gather it (that would be ZeRO-3, not weight-update sharding).
-    if (it == p.annotations.by_value.end()) p.annotations.by_value.emplace(wid, base);
-    const char* sharded = axis >= 0 ? "the update of" : "follows";
-    follow(w.grad, shard, sharded);
-    follow(w.update_shard, shard, sharded);
-    for (size_t k = 0; k < w.state.size(); ++k) {
-      // A state tensor that lacks a weight dim (Adafactor's row and column accumulators) takes the weight's
-      // sharding without that dim, sharded over AXIS by its own shape.
-      Annotation st = shard;
-      if (const int d = w.state_reduced_dim[k]; d >= 0) {
-        st = base;
-        st.sharding.dims.erase(st.sharding.dims.begin() + d);
-        if (axis >= 0)
-          st.sharding = update_sharding(st.sharding, p.graph.values[static_cast<size_t>(p.graph.at(w.state[k]))].shape,
-                                        mesh, axis);
-      }
-      follow(w.state[k], st, sharded);
-      follow(w.state_updated[k], st, sharded);
-    }
-    follow(w.updated, base, "follows");
-  }
+  annotate_step(p.graph, step_followers(p.graph, *p.training), axis, fmt::format("--shard-update {}", shard_update),
+                p.annotations);
 }
 
 /// MODEL's sibling sharding file, <stem>.sharding.json (it may not exist).

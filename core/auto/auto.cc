@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "core/autodiff/step_shardings.h"
 #include "core/cost/cost.h"
 #include "core/ir/cuts.h"
 #include "core/partition/spmd.h"
@@ -51,31 +52,9 @@ struct Instance {
   std::unique_ptr<RuleTable> own_rules;
   const RuleTable* rules = nullptr;
   std::vector<std::vector<int>> members;  // per group: this graph's values (graph order)
-  /// A training step's trained weights: per weight value, the values that take its sharding when the search
-  /// annotates it (its gradient, updated value and optimizer state, as annotate_training does for the user's
-  /// annotations), each with the weight dim it lacks (Adafactor's factored state) or -1.
-  std::map<int, std::vector<std::pair<int, int>>> followers;
+  /// A training step's trained weights and the values that take their shardings (annotate_step).
+  std::vector<WeightFollowers> followers;
 };
-
-/// in.followers from the step `s` (names looked up in in.g).
-void set_followers(Instance& in, const TrainingStep& s) {
-  in.followers.clear();
-  for (const TrainingStep::Weight& w : s.weights) {
-    const int wid = in.g->find(w.name);
-    if (wid < 0) continue;
-    auto& f = in.followers[wid];
-    auto add = [&](const std::string& name, int reduced) {
-      if (const int v = name.empty() ? -1 : in.g->find(name); v >= 0) f.emplace_back(v, reduced);
-    };
-    add(w.grad, -1);
-    add(w.update_shard, -1);
-    add(w.updated, -1);
-    for (size_t k = 0; k < w.state.size(); ++k) {
-      add(w.state[k], w.state_reduced_dim[k]);
-      add(w.state_updated[k], w.state_reduced_dim[k]);
-    }
-  }
-}
 
 /// A group of tied variables and its candidate shardings (index 0 = free, no annotation).
 struct Group {
@@ -109,7 +88,7 @@ class Search {
     full_.cons = constraints;
     full_.roles = o.memory_roles;
     full_.rules = &rules;
-    if (o.training) set_followers(full_, *o.training);
+    if (o.training) full_.followers = step_followers(g, *o.training);
   }
 
   AutoResult run();
@@ -136,13 +115,21 @@ class Search {
   std::vector<int> allowed_dims(int v, const std::vector<std::vector<int>>& consumers, bool pass_through_only) const;
   void add_candidates(Group& gr, const std::vector<int>& dims) const;
   int candidate_index(const Group& gr, const TensorSharding& s) const;
-  /// The plan's cost: the pipeline on the whole graph, or extrapolated from the layered instances.
+  /// One counted evaluation under policy_: `cost()`, or its error as an invalid plan (rethrown when `rethrow`); the
+  /// progress is told.
+  AutoPlanCost counted(const std::function<AutoPlanCost()>& cost, bool rethrow = false);
+  /// Layered costing: the plan's cost under policy_, extrapolated from the two cut models to all blocks_ blocks.
+  AutoPlanCost extrapolated(const std::vector<int>& assign) const;
+  /// The plan's cost (remembered): the pipeline on the whole graph, or extrapolated from the layered instances.
   AutoPlanCost evaluate(const std::vector<int>& assign, bool rethrow = false);
   std::vector<int> data_parallel_seed(const std::vector<int>& axes) const;
   std::optional<std::vector<int>> megatron_seed();
   /// From the Megatron seed: every weight it splits over the model axis gets the other mesh axes on its other dim
   /// (the GSPMD paper's 2D weight sharding, section 5.1); inputs are left free. The plan with the least weight memory.
   std::vector<int> two_d_seed(const std::vector<int>& megatron) const;
+  /// The GSPMD paper's 2D plan (section 5.1) from the 2D-weights seed `two_d`: the batch over `data_axes`, embedding
+  /// tables over the vocabulary on the model axis, the residual stream [data, -, model].
+  std::vector<int> paper_2d_seed(const std::vector<int>& two_d, const std::vector<int>& data_axes) const;
   /// Data parallel over every axis where the weights fit, Megatron where they do not: starting from the data-parallel
   /// seed, weight groups take their Megatron split, largest first, until the plan fits; a column-parallel group's
   /// activation operand is pinned to the batch over the data axes only (it is all-gathered over the model axis
@@ -270,7 +257,7 @@ Instance Search::instance(AutoModel&& m) const {
   for (const auto& [v, ann] : full_.cons.by_value)
     if (const int w = in.g->find(full_.g->values[static_cast<size_t>(v)].name); w >= 0)
       in.cons.by_value.emplace(w, ann);
-  if (m.training) set_followers(in, *m.training);
+  if (m.training) in.followers = step_followers(*in.g, *m.training);
   return in;
 }
 
@@ -473,8 +460,7 @@ void Search::find_groups() {
     if (uses[gr.key] > 1) gr.key += " " + shape_str(g.values[gr.members[0]].shape);
   const auto consumers = g.consumers();
   for (Group& gr : groups_) {
-    // The stream may be split on any dim (a LayerNorm over a split d_model is the partitioner's to reshard); the
-    // other kinds on the dims their consumers' rules let be split.
+    // The stream on any dim (VarKind::kStream); the other kinds on the dims their consumers' rules let be split.
     std::vector<int> dims;
     if (gr.kind == VarKind::kStream) {
       for (int d = 0; d < static_cast<int>(g.values[gr.members[0]].shape.size()); ++d)
@@ -510,18 +496,9 @@ Annotations Search::annotations(const Instance& in, const std::vector<int>& assi
   for (size_t k = 0; k < groups_.size(); ++k) {
     const auto& c = groups_[k].candidates[assign[k]];
     if (!c) continue;
-    for (int v : in.members[k]) {
-      a.by_value[v] = Annotation{*c, 0, "--auto"};
-      auto f = in.followers.find(v);
-      if (f == in.followers.end()) continue;
-      for (const auto& [u, reduced] : f->second) {
-        if (in.cons.by_value.count(u)) continue;
-        TensorSharding su = *c;
-        if (reduced >= 0 && reduced < su.rank()) su.dims.erase(su.dims.begin() + reduced);
-        a.by_value[u] = Annotation{std::move(su), 0, "--auto (follows its weight)"};
-      }
-    }
+    for (int v : in.members[k]) a.by_value[v] = Annotation{*c, 0, "--auto"};
   }
+  annotate_step(*in.g, in.followers, -1, "--auto", a);
   return a;
 }
 
@@ -546,55 +523,61 @@ AutoPlanCost Search::cost_on(const Instance& in, const std::vector<int>& assign,
   return c;
 }
 
-AutoPlanCost Search::evaluate(const std::vector<int>& assign, bool rethrow) {
-  auto it = memo_.find({policy_, assign});
-  if (it != memo_.end()) return it->second;
+AutoPlanCost Search::counted(const std::function<AutoPlanCost()>& cost, bool rethrow) {
   AutoPlanCost c;
   ++evaluations_;
   try {
-    if (layers_.empty()) {
-      c = cost_on(full_, assign);
-    } else {
-      // Times are linear in the number of alike blocks: t(n) = t(1) + (n - 1) (t(2) - t(1)). The peak is a maximum over
-      // the step of what is live, so it can grow faster than from one block to two shows (the saved activations of
-      // 96 layers outgrow the logits that are the peak of one); it is taken as at least the bytes live together at
-      // the end of the forward pass, which are linear.
-      // The two cut models are costed at once, on two threads (each pipeline reads only its own graph and tables).
-      int64_t resident_one = 0, resident_two = 0;
-      const Instance& cut_two = layers_[2 * policy_];
-      const Instance& cut_one = layers_[2 * policy_ + 1];
-      std::future<AutoPlanCost> one_f =
-          std::async(std::launch::async, [&] { return cost_on(cut_one, assign, &resident_one); });
-      AutoPlanCost two;
-      try {
-        two = cost_on(cut_two, assign, &resident_two);
-      } catch (...) {
-        one_f.wait();
-        throw;
-      }
-      const AutoPlanCost one = one_f.get();
-      const double n = static_cast<double>(blocks_ - 1);
-      auto extrapolate = [&](double a, double b) { return b + n * (a - b); };
-      c = two;
-      c.estimated = true;
-      c.step_time_s = extrapolate(two.step_time_s, one.step_time_s);
-      c.compute_time_s = extrapolate(two.compute_time_s, one.compute_time_s);
-      c.communication_time_s = extrapolate(two.communication_time_s, one.communication_time_s);
-      c.peak_memory_bytes = static_cast<int64_t>(
-          std::max(extrapolate(static_cast<double>(two.peak_memory_bytes), static_cast<double>(one.peak_memory_bytes)),
-                   extrapolate(static_cast<double>(resident_two), static_cast<double>(resident_one))));
-      c.fits = c.peak_memory_bytes <= limit_;
-    }
+    c = cost();
   } catch (const std::exception& e) {
     if (rethrow) throw;
-    c.valid = false;
+    c = AutoPlanCost{};
     c.error = e.what();
   }
   c.remat = policies_[policy_];
-  memo_[{policy_, assign}] = c;
   if (c.valid && c.fits && (progress_.best_step_time_s == 0 || c.step_time_s < progress_.best_step_time_s))
     progress_.best_step_time_s = c.step_time_s;
   report_progress();
+  return c;
+}
+
+AutoPlanCost Search::extrapolated(const std::vector<int>& assign) const {
+  // Times are linear in the number of alike blocks: t(n) = t(1) + (n - 1) (t(2) - t(1)). The peak is a maximum
+  // over the step of what is live, so it can grow faster than from one block to two shows (the saved activations
+  // of 96 layers outgrow the logits that are the peak of one); it is taken as at least the bytes live together at
+  // the end of the forward pass, which are linear.
+  // The two cut models are costed at once, on two threads (each pipeline reads only its own graph and tables).
+  int64_t resident_one = 0, resident_two = 0;
+  const Instance& cut_two = layers_[2 * policy_];
+  const Instance& cut_one = layers_[2 * policy_ + 1];
+  std::future<AutoPlanCost> one_f =
+      std::async(std::launch::async, [&] { return cost_on(cut_one, assign, &resident_one); });
+  AutoPlanCost two;
+  try {
+    two = cost_on(cut_two, assign, &resident_two);
+  } catch (...) {
+    one_f.wait();
+    throw;
+  }
+  const AutoPlanCost one = one_f.get();
+  const double n = static_cast<double>(blocks_ - 1);
+  auto extrapolate = [&](double a, double b) { return b + n * (a - b); };
+  AutoPlanCost c = two;
+  c.estimated = true;
+  c.step_time_s = extrapolate(two.step_time_s, one.step_time_s);
+  c.compute_time_s = extrapolate(two.compute_time_s, one.compute_time_s);
+  c.communication_time_s = extrapolate(two.communication_time_s, one.communication_time_s);
+  c.peak_memory_bytes = static_cast<int64_t>(
+      std::max(extrapolate(static_cast<double>(two.peak_memory_bytes), static_cast<double>(one.peak_memory_bytes)),
+               extrapolate(static_cast<double>(resident_two), static_cast<double>(resident_one))));
+  c.fits = c.peak_memory_bytes <= limit_;
+  return c;
+}
+
+AutoPlanCost Search::evaluate(const std::vector<int>& assign, bool rethrow) {
+  auto it = memo_.find({policy_, assign});
+  if (it != memo_.end()) return it->second;
+  AutoPlanCost c = counted([&] { return layers_.empty() ? cost_on(full_, assign) : extrapolated(assign); }, rethrow);
+  memo_[{policy_, assign}] = c;
   return c;
 }
 
@@ -734,6 +717,26 @@ std::vector<int> Search::two_d_seed(const std::vector<int>& megatron) const {
   return assign;
 }
 
+std::vector<int> Search::paper_2d_seed(const std::vector<int>& two_d, const std::vector<int>& data_axes) const {
+  std::vector<int> assign = two_d;
+  const std::vector<int> batch = data_parallel_seed(data_axes);
+  const Graph& g = *base().g;
+  const auto readers = g.consumers();
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    if (groups_[k].kind == VarKind::kInput) assign[k] = batch[k];
+    if (groups_[k].kind != VarKind::kWeight) continue;
+    // An embedding table (and the LM head tied to it) is split over the vocabulary on the model axis.
+    const int w = groups_[k].members[0];
+    for (int n : readers[w])
+      if (g.nodes[n].op_type == "Gather" && g.nodes[n].inputs[0] == w) {
+        TensorSharding s = TensorSharding::replicated(static_cast<int>(g.values[w].shape.size()));
+        s.dims[0] = fitting_axes({model_axis_}, g.values[w].shape[0]);
+        assign[k] = candidate_index(groups_[k], s);
+      }
+  }
+  return with_stream(std::move(assign), data_axes, -1);
+}
+
 std::vector<int> Search::hybrid_seed(const std::vector<int>& dp, const std::vector<int>& megatron) {
   std::vector<int> assign = dp;
   AutoPlanCost c = evaluate(assign);
@@ -818,25 +821,7 @@ AutoResult Search::run() {
     if (!stream_names_.empty()) seeds.emplace_back("megatron-sp", with_stream(*m, data_axes, 1));
     if (mesh_.rank() >= 2) {
       seeds.emplace_back("2d-weights", two_d_seed(*m));
-      if (!stream_names_.empty()) {  // the paper's 2D plan: its weights, the batch over data, [data, -, model]
-        std::vector<int> paper = seeds.back().second;
-        const std::vector<int> batch = data_parallel_seed(data_axes);
-        const Graph& bg = *base().g;
-        const auto readers = bg.consumers();
-        for (size_t k = 0; k < groups_.size(); ++k) {
-          if (groups_[k].kind == VarKind::kInput) paper[k] = batch[k];
-          if (groups_[k].kind != VarKind::kWeight) continue;
-          // An embedding table (and the LM head tied to it) is split over the vocabulary on the model axis.
-          const int w = groups_[k].members[0];
-          for (int n : readers[w])
-            if (bg.nodes[n].op_type == "Gather" && bg.nodes[n].inputs[0] == w) {
-              TensorSharding s = TensorSharding::replicated(static_cast<int>(bg.values[w].shape.size()));
-              s.dims[0] = fitting_axes({model_axis_}, bg.values[w].shape[0]);
-              paper[k] = candidate_index(groups_[k], s);
-            }
-        }
-        seeds.emplace_back("2d", with_stream(std::move(paper), data_axes, -1));
-      }
+      if (!stream_names_.empty()) seeds.emplace_back("2d", paper_2d_seed(seeds.back().second, data_axes));
     }
     seeds.emplace_back("hybrid", hybrid_seed(seeds[1].second, *m));
   }
@@ -913,17 +898,12 @@ AutoResult Search::run() {
     std::optional<Start> final_best;
     for (const Start& f : finalists) {
       Start c = f;
-      ++evaluations_;
       const Instance* in = nullptr;
-      try {
+      policy_ = f.policy;
+      c.cost = counted([&] {
         in = &whole(f.policy);
-        c.cost = cost_on(*in, f.assign);
-        c.cost.remat = policies_[f.policy];
-      } catch (const std::exception& e) {
-        c.cost = AutoPlanCost{};
-        c.cost.error = e.what();
-      }
-      report_progress();
+        return cost_on(*in, f.assign);
+      });
       if (!final_best || better(c.cost, final_best->cost)) final_best = c, final_graph = in ? in : &full_;
       if (final_best->cost.fits) break;  // the best that fits by the estimate fits: it is the plan
     }

@@ -314,12 +314,7 @@ using namespace e2e;
 // hand-written 2D plan (the training step's under its fastest --remat policy that fits); the layers are costed once.
 // bench/auto_pod.py prints the same rows with the search times.
 TEST(AutoPod, PaperModelsFitAndAreNoSlowerThanThe2DPlan) {
-  fs::path d = scratch("auto_pod");
-  CmdResult r = sh(debian_python() + " bench/auto_pod.py --json " + (d / "rows.json").string() + " --bin " +
-                       std::string(GSPMD_BINARY_DIR) + "/bin/gspmd-onnx",
-                   "auto_pod_bench");
-  ASSERT_EQ(r.code, 0) << r.out << r.err;
-  const nlohmann::json rows = read_json(d / "rows.json");
+  const nlohmann::json rows = bench_rows("auto_pod.py", "", "auto_pod");
   ASSERT_EQ(rows.size(), 4u);
   for (const auto& row : rows) {
     SCOPED_TRACE(row.dump());

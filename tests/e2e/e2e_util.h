@@ -89,8 +89,20 @@ inline std::vector<gspmd::Tensor> small_inputs(const gspmd::Graph& g) {
   return inputs;
 }
 
-/// True if python3 with onnx (Debian's) is available for cross-checks.
+/// Debian's python3 (torch, onnx, numpy from apt), for exports and cross-checks.
 inline std::string debian_python() { return "/usr/bin/python3"; }
+
+/// Runs the benchmark `script` (under bench/, with `args`) against the built binary, writing its rows with --json into
+/// a scratch directory named `tag`, and returns the rows. The script's failure fails the calling test (its output
+/// is printed) and returns an empty array.
+inline nlohmann::json bench_rows(const std::string& script, const std::string& args, const std::string& tag) {
+  const fs::path rows = scratch(tag) / "rows.json";
+  CmdResult r = sh(debian_python() + " bench/" + script + " " + args + " --json " + rows.string() + " --bin " +
+                       std::string(GSPMD_BINARY_DIR) + "/bin/gspmd-onnx",
+                   tag);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  return r.code == 0 ? read_json(rows) : nlohmann::json::array();
+}
 
 /// Runs testdata/tools/make_decoder.py with `flags` (sizes, --weights, --mesh) into `out` as `<name>.onnx` plus its
 /// sharding sidecars, tagged `tag`; returns the model's path. A failure is reported (EXPECT) and leaves no model.

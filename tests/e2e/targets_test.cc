@@ -243,12 +243,7 @@ TEST(Targets, Bf16VariablesTrainingStepReduceScattersWeightGradientsOverData) {
 // Lingvo's 3.7k tokens/s (docs/paper-reproduction.md: no effect the cost model leaves out explains that one alone).
 // When a change of the cost model moves it, this test says so, and the page's table is run again.
 TEST(Targets, LingvoDenseLmConfigurationsPredictTheirExpectedThroughput) {
-  fs::path d = scratch("targets_lingvo");
-  CmdResult r = sh(debian_python() + " bench/paper.py --lingvo --json " + (d / "rows.json").string() + " --bin " +
-                       std::string(GSPMD_BINARY_DIR) + "/bin/gspmd-onnx",
-                   "lingvo_bench");
-  ASSERT_EQ(r.code, 0) << r.out << r.err;
-  const nlohmann::json rows = read_json(d / "rows.json");
+  const nlohmann::json rows = bench_rows("paper.py", "--lingvo", "targets_lingvo");
   ASSERT_EQ(rows.size(), 6u);
   const std::map<std::string, double> lingvo_params = {
       {"DenseLm128B8x8", 137702416384.0}, {"DenseLm175B32x32", 174366928896.0}, {"DenseLm1T16x16", 1100041175040.0}};
