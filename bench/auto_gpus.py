@@ -4,7 +4,8 @@
 Each model is a shapes-only GPT decoder from testdata/tools/make_decoder.py (bfloat16, weights as graph inputs, as
 in a JAX step), simulated as one training step (Adam, mean loss) on `dgx-h100` (8 GPUs per node, NVLink inside,
 InfiniBand between) and on `tpu-v4`, on a mesh `data x model` with the model axis of 8 inside a node (a row of the
-TPU slice). `--auto` is given only the mesh and chooses the shardings and the remat policy; its report also holds every
+TPU slice). `--auto` is given only the mesh and chooses the shardings, the remat policy and whether the weight update
+is sharded over the data axis (ZeRO-1/2); its report also holds every
 classical plan it started from (data parallel, FSDP, Megatron + data, Megatron with sequence parallelism, the GSPMD
 paper's 2D plan), each costed under its best remat policy (estimated from one and two layers; the chosen plan is
 costed on the whole model). The table prints the chosen plan's step and peak, each classical plan's step (or "-"
@@ -74,7 +75,8 @@ def main():
                 a = rep["auto"]
                 row.update({"auto_step_s": a["chosen"]["step_time_s"],
                             "auto_peak_bytes": a["chosen"]["peak_memory_bytes"],
-                            "remat": rep["training"]["remat"], "search_s": a["search_time_s"],
+                            "remat": rep["training"]["remat"], "shard_update": rep["training"]["shard_update"],
+                            "search_s": a["search_time_s"],
                             "plans": a["evaluations"], "classical": {}})
                 for b in a["baselines"]:
                     if b["name"] in CLASSICAL and b.get("valid"):
@@ -83,7 +85,7 @@ def main():
                 fitting = [c["step_s"] for c in row["classical"].values() if c["fits"]]
                 row["best_classical_over_auto"] = min(fitting) / row["auto_step_s"] if fitting else None
                 rows.append(row)
-    print("| model | devices (mesh) | target | --auto step (s) | peak (GiB) | remat | " +
+    print("| model | devices (mesh) | target | --auto step (s) | peak (GiB) | remat, update | " +
           " | ".join(CLASSICAL) + " | best classical / --auto | search (s) |")
     print("|---|---:|---|---:|---:|---|" + "---:|" * len(CLASSICAL) + "---:|---:|")
     for r in rows:
@@ -96,7 +98,8 @@ def main():
             cells.append(f"{x['step_s']:.3f}" if x and x["fits"] else "-")
         best = r["best_classical_over_auto"]
         print(f"| {r['model']} | {r['devices']} ({r['mesh']}) | {r['target']} | {r['auto_step_s']:.3f} | "
-              f"{r['auto_peak_bytes'] / 2**30:.1f} | {r['remat']} | " + " | ".join(cells) +
+              f"{r['auto_peak_bytes'] / 2**30:.1f} | {r['remat']}"
+              f"{', sharded over ' + r['shard_update'] if r['shard_update'] else ''} | " + " | ".join(cells) +
               f" | {'%.2f' % best if best else 'none fits'} | {r['search_s']:.1f} |")
     if args.json:
         json.dump(rows, open(args.json, "w"), indent=1)

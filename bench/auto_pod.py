@@ -4,7 +4,8 @@
 The paper's dense LMs as Lingvo trains them (bfloat16, weights as graph inputs): 128B on 512 TPU v3 cores (mesh
 16x32) and GPT-3 175B on 2048 (64x32), built by testdata/tools/make_decoder.py. For each, forward and training step
 (Adafactor, mean loss), the script simulates the hand-written 2D sidecar (the training step under each --remat
-policy, the fastest that fits counting) and `--auto` given only the mesh (the search chooses the remat policy too),
+policy, the fastest that fits counting) and `--auto` given only the mesh (the search chooses the remat policy and
+the weight-update sharding too),
 and prints the step and peak memory of both, their ratio, whether --auto's plan fits in the 16 GiB of a v3 core,
 and the search's wall time (the report's `auto.search_time_s`; seconds on this machine, which vary between runs).
 docs/auto.md, "Scale", discusses the numbers.
@@ -39,7 +40,8 @@ def simulate(binary, model, mesh, flags, report):
     rep = json.load(open(report))
     per = rep["simulated"]["per_device"][0]
     return {"step_s": rep["simulated"]["step_time_s"], "peak_bytes": per["peak_memory_bytes"],
-            "remat": rep.get("training", {}).get("remat", ""), "auto": rep.get("auto")}
+            "remat": rep.get("training", {}).get("remat", ""),
+            "shard_update": rep.get("training", {}).get("shard_update"), "auto": rep.get("auto")}
 
 
 def main():
@@ -73,6 +75,7 @@ def main():
                              "hand_step_s": hand["step_s"], "hand_peak_bytes": hand["peak_bytes"],
                              "hand_remat": hand["remat"], "auto_step_s": a["step_s"],
                              "auto_peak_bytes": a["peak_bytes"], "auto_remat": a["remat"],
+                             "auto_shard_update": a["shard_update"],
                              "ratio": a["step_s"] / hand["step_s"], "fits": a["peak_bytes"] <= HBM,
                              "search_s": a["auto"]["search_time_s"], "plans": a["auto"]["evaluations"],
                              "layer_blocks": a["auto"]["layer_blocks"]})
@@ -82,7 +85,8 @@ def main():
     for r in rows:
         rm = lambda x: f", remat {x}" if x else ""
         print(f"| {r['model']} | {r['devices']} ({r['mesh']}) | {r['step']} | {r['hand_step_s']:.3f}{rm(r['hand_remat'])}"
-              f" | {r['hand_peak_bytes'] / 2**30:.2f} | {r['auto_step_s']:.3f}{rm(r['auto_remat'])} | "
+              f" | {r['hand_peak_bytes'] / 2**30:.2f} | {r['auto_step_s']:.3f}{rm(r['auto_remat'])}"
+              f"{', update sharded over ' + r['auto_shard_update'] if r['auto_shard_update'] else ''} | "
               f"{r['auto_peak_bytes'] / 2**30:.2f} | {r['ratio']:.3f} | {'yes' if r['fits'] else 'NO'} | "
               f"{r['search_s']:.1f} | {r['plans']} |")
     if args.json:

@@ -93,6 +93,8 @@ struct Pipeline {
     double load = 0, propagate = 0, partition = 0, measure_ops = 0, cost = 0;
   } times;
   std::optional<TrainingStep> training;     // --training: what the step graph computes (its graph is `graph`)
+  std::string shard_update;                 // --training: the axis weight updates are sharded over (--shard-update, or
+                                            // --auto's choice), or ""
   std::optional<MemoryRoles> memory_roles;  // --training: the step's memory roles; the program's donated params
                                             // (the weights and optimizer state) follow them
   std::optional<AutoResult> auto_result;    // --auto: the search's choices, cost and baselines

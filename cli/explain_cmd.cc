@@ -19,14 +19,15 @@ std::string device_list(const std::vector<int64_t>& ds) {
   return s;
 }
 
-std::string plan_line(const AutoPlanCost& c, bool training) {
+std::string plan_line(const AutoPlanCost& c, bool training, const DeviceMesh& mesh) {
   if (!c.valid) return fmt::format("{:<14} cannot be partitioned: {}", c.name, c.error);
   return fmt::format(
       "{:<14} step {:.6g} s (compute {:.6g} s, communication {:.6g} s), peak memory {} bytes per "
-      "device{}{}{}",
+      "device{}{}{}{}",
       c.name, c.step_time_s, c.compute_time_s, c.communication_time_s, c.peak_memory_bytes,
-      training ? fmt::format(", remat {}", remat_name(c.remat)) : "", c.estimated ? ", estimated" : "",
-      c.fits ? "" : " (does not fit)");
+      training ? fmt::format(", remat {}", remat_name(c.step.remat)) : "",
+      c.step.update_axis >= 0 ? fmt::format(", weight update sharded over '{}'", mesh.axes[c.step.update_axis]) : "",
+      c.estimated ? ", estimated" : "", c.fits ? "" : " (does not fit)");
 }
 
 /// Why the --auto plan beat the obvious alternatives: their step times and memory next to the chosen one.
@@ -37,7 +38,7 @@ void explain_auto(const AutoResult& a, const DeviceMesh& user_mesh, bool trainin
                                               "the chosen one costed on the whole model",
                                               a.layer_blocks)
                                 : "");
-  fmt::print("  {}\n", plan_line(a.chosen, training));
+  fmt::print("  {}\n", plan_line(a.chosen, training, user_mesh));
   for (const AutoPlanCost& b : a.baselines) {
     std::string why;
     if (!b.valid)
@@ -55,7 +56,7 @@ void explain_auto(const AutoResult& a, const DeviceMesh& user_mesh, bool trainin
       why = "the same step time, more memory";
     else
       why = "nothing: it costs the same as the chosen plan (the search keeps the first plan it reaches at a cost)";
-    fmt::print("  {}\n    not chosen: {}\n", plan_line(b, training), why);
+    fmt::print("  {}\n    not chosen: {}\n", plan_line(b, training, user_mesh), why);
   }
   fmt::print("  chosen annotations (layer numbers as #; the rest is propagated):\n");
   for (const AutoChoice& c : a.choices)

@@ -170,18 +170,15 @@ void training_signature(LoadReport& r, const std::vector<std::string>& names, co
   r.outputs.clear();
   for (int v : g.outputs) r.outputs.push_back(tensor(v));
 }
-/// Annotations of the training step's values (docs/training.md): annotate_step (core/autodiff/step_shardings.h) from
-/// the file's annotations, with --shard-update AXIS as the update axis.
-void annotate_training(Pipeline& p, const std::string& shard_update) {
-  int axis = -1;
-  if (!shard_update.empty()) {
-    axis = p.annotations.mesh.axis_index(shard_update);
-    if (axis < 0)
-      throw InputError(
-          fmt::format("--shard-update: '{}' is not an axis of the mesh {}", shard_update, p.annotations.mesh.str()));
-  }
-  annotate_step(p.graph, step_followers(p.graph, *p.training), axis, fmt::format("--shard-update {}", shard_update),
-                p.annotations);
+/// --shard-update AXIS's mesh axis in p's mesh, or -1 without it; sets p.shard_update.
+int shard_update_axis(Pipeline& p, const std::string& shard_update) {
+  if (shard_update.empty()) return -1;
+  const int axis = p.annotations.mesh.axis_index(shard_update);
+  if (axis < 0)
+    throw InputError(
+        fmt::format("--shard-update: '{}' is not an axis of the mesh {}", shard_update, p.annotations.mesh.str()));
+  p.shard_update = shard_update;
+  return axis;
 }
 
 /// MODEL's sibling sharding file, <stem>.sharding.json (it may not exist).
@@ -389,8 +386,9 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   p.annotations = pipelined ? std::move(*pipelined) : read_annotations(p.graph);
   for (auto& [name, ann] : pipelined_by_name) p.annotations.by_value.emplace(p.graph.at(name), std::move(ann));
   p.sharding_file = file;
+  int update_axis = -1;
   if (p.training) {
-    annotate_training(p, o.training.shard_update);
+    update_axis = shard_update_axis(p, o.training.shard_update);
     p.memory_roles = training_memory_roles(p.graph, *p.training);
   }
   p.target.check_device_order(p.annotations.mesh);
@@ -408,14 +406,15 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     ao.progress = o.progress ? auto_progress(*o.progress) : auto_progress();
     if (forward) {
       ao.forward = &*forward;
-      ao.build = [&](Graph g, RematPolicy remat) {
+      ao.build = [&](Graph g, const StepChoice& step) {
         AutoModel m;
         if (!to) {
           m.graph = std::move(g);
           return m;
         }
         TrainingOptions t = *to;
-        t.remat = remat;
+        t.remat = step.remat;
+        t.shard_update = step.update_axis >= 0;
         std::erase_if(t.trainable, [&](const std::string& name) { return g.find(name) < 0; });
         m.training = build_training_step(std::move(g), t, lo.shape_function);
         m.roles = training_memory_roles(m.training->graph, *m.training);
@@ -424,14 +423,18 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
         return m;
       };
       if (to) {
-        ao.remat = to->remat;
-        // --training without --remat: the search chooses the policy (docs/auto.md, "Training").
+        ao.step = {to->remat, update_axis};
+        // --training without --remat (--shard-update): the search chooses the policy (and the weight-update sharding)
+        // (docs/auto.md, "Training").
         if (o.training.remat.empty()) ao.remat_choices = {RematPolicy::kNone, RematPolicy::kDots, RematPolicy::kFull};
+        ao.update_choice = o.training.shard_update.empty();
       }
     }
     p.auto_result = auto_shard(p.graph, p.annotations, ao, &p.rules);
     p.annotations = p.auto_result->annotations;
-    if (p.auto_result->model) {  // the chosen plan rematerializes otherwise than the step was built: its step
+    update_axis = p.auto_result->chosen.step.update_axis;
+    if (update_axis >= 0) p.shard_update = p.annotations.mesh.axes[update_axis];
+    if (p.auto_result->model) {  // the chosen plan's step is built otherwise than the searched one: its step
       AutoModel& m = *p.auto_result->model;
       p.graph = std::move(m.graph);
       p.training = std::move(m.training);
@@ -443,6 +446,10 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
       p.auto_result->model.reset();
     }
   }
+  // The step's values follow their weights' annotations (docs/training.md), --auto's too.
+  if (p.training)
+    annotate_step(p.graph, step_followers(p.graph, *p.training), update_axis,
+                  fmt::format("--shard-update {}", p.shard_update), p.annotations);
   t0 = std::chrono::steady_clock::now();
   p.annotations = refine_for_reshapes(p.graph, p.annotations, &p.rules);
   p.plan = propagate(p.graph, p.annotations, &p.rules);

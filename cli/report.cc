@@ -61,7 +61,7 @@ std::string human_time(double s) {
   return fmt::format("{:.3f} us", s * 1e6);
 }
 
-nlohmann::json cost_json(const AutoPlanCost& c) {
+nlohmann::json cost_json(const AutoPlanCost& c, const DeviceMesh& mesh) {
   nlohmann::json j = {{"name", c.name}, {"valid", c.valid}};
   if (!c.valid) {
     j["error"] = c.error;
@@ -73,6 +73,8 @@ nlohmann::json cost_json(const AutoPlanCost& c) {
   j["peak_memory_bytes"] = c.peak_memory_bytes;
   j["fits"] = c.fits;
   j["estimated"] = c.estimated;
+  j["remat"] = remat_name(c.step.remat);
+  j["shard_update"] = c.step.update_axis >= 0 ? nlohmann::json(mesh.axes[c.step.update_axis]) : nlohmann::json(nullptr);
   return j;
 }
 
@@ -88,7 +90,7 @@ nlohmann::json auto_json(const AutoResult& a, const Graph& g, const DeviceMesh& 
          {"free", !c.annotated}});
   }
   nlohmann::json baselines = nlohmann::json::array();
-  for (const AutoPlanCost& b : a.baselines) baselines.push_back(cost_json(b));
+  for (const AutoPlanCost& b : a.baselines) baselines.push_back(cost_json(b, mesh));
   return {{"search_time_s", a.search_time_s},
           {"evaluations", a.evaluations},
           {"variables", a.variables},
@@ -98,7 +100,7 @@ nlohmann::json auto_json(const AutoResult& a, const Graph& g, const DeviceMesh& 
           {"budget_exhausted", a.budget_exhausted},
           {"layer_blocks", a.layer_blocks},
           {"memory_limit_bytes", a.memory_limit_bytes},
-          {"chosen", cost_json(a.chosen)},
+          {"chosen", cost_json(a.chosen, mesh)},
           {"baselines", baselines},
           {"choices", choices}};
 }
@@ -531,6 +533,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
       e["name"] = w.name;
       e["grad"] = w.grad;
       e["updated"] = w.updated;
+      e["shape"] = v.shape;
       e["bytes"] = v.nbytes();
     }
     json& tr = j["training"];
@@ -540,6 +543,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
     tr["unused"] = p.training->unused;
     tr["ignored"] = p.training->ignored;
     tr["remat"] = remat_name(p.training->remat);
+    tr["shard_update"] = p.shard_update.empty() ? json(nullptr) : json(p.shard_update);
     tr["recomputed_nodes"] = p.training->recomputed_nodes;
     tr["recomputed_flops"] = p.training->recomputed_flops;
   }
@@ -700,8 +704,11 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
         fmt::join(dims, ", "));
   }
   if (r.contains("training"))
-    fmt::print("training  one step: loss '{}', {} weights ({}){}{}\n", r["training"]["loss"].get<std::string>(),
+    fmt::print("training  one step: loss '{}', {} weights ({}){}{}{}\n", r["training"]["loss"].get<std::string>(),
                r["training"]["weights"].size(), human_bytes(r["training"]["weight_bytes"].get<double>()),
+               r["training"]["shard_update"].is_string()
+                   ? fmt::format(", weight update sharded over '{}'", r["training"]["shard_update"].get<std::string>())
+                   : std::string(),
                r["training"]["unused"].empty()
                    ? std::string()
                    : fmt::format(", {} not reaching the loss", r["training"]["unused"].size()),
@@ -803,9 +810,15 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
       if (!c["valid"].get<bool>())
         return fmt::format("  {:<18} not partitionable: {}", c["name"].get<std::string>(),
                            c["error"].get<std::string>());
-      return fmt::format("  {:<18} step {:>12}  memory {:>10} per device{}{}", c["name"].get<std::string>(),
+      std::string step;  // a training step's build: its remat policy and weight-update sharding
+      if (r.contains("training"))
+        step =
+            fmt::format(", remat {}{}", c["remat"].get<std::string>(),
+                        c["shard_update"].is_string() ? ", update sharded over " + c["shard_update"].get<std::string>()
+                                                      : std::string());
+      return fmt::format("  {:<18} step {:>12}  memory {:>10} per device{}{}{}", c["name"].get<std::string>(),
                          human_time(c["step_time_s"].get<double>()), human_bytes(c["peak_memory_bytes"].get<double>()),
-                         c.value("estimated", false) ? " (estimated)" : "",
+                         step, c.value("estimated", false) ? " (estimated)" : "",
                          c["fits"].get<bool>() ? "" : "  (does not fit)");
     };
     fmt::print("{}\n", line(a["chosen"]));

@@ -52,8 +52,10 @@ struct Instance {
   std::unique_ptr<RuleTable> own_rules;
   const RuleTable* rules = nullptr;
   std::vector<std::vector<int>> members;  // per group: this graph's values (graph order)
-  /// A training step's trained weights and the values that take their shardings (annotate_step).
+  /// A training step's trained weights and the values that take their shardings (annotate_step), under
+  /// weight-update sharding over this mesh axis (or -1).
   std::vector<WeightFollowers> followers;
+  int update_axis = -1;
 };
 
 /// A group of tied variables and its candidate shardings (index 0 = free, no annotation).
@@ -89,15 +91,16 @@ class Search {
     full_.roles = o.memory_roles;
     full_.rules = &rules;
     if (o.training) full_.followers = step_followers(g, *o.training);
+    full_.update_axis = o.step.update_axis;
   }
 
   AutoResult run();
 
  private:
   /// Layered costing (docs/auto.md, "Scale"): when o_.forward has at least three alike layer blocks, plans are costed
-  /// on the model cut to its first two blocks and to its first one (per rematerialization policy), and extrapolated to
-  /// all of them. Sets up policies_, layers_, blocks_ and stream_names_; leaves the search on the whole graph
-  /// (policies_ = {o_.remat}) otherwise.
+  /// on the model cut to its first two blocks and to its first one (per step choice), and extrapolated to all of
+  /// them. Sets up policies_, layers_, blocks_ and stream_names_; leaves the search on the whole graph (policies_ =
+  /// {o_.step}) otherwise.
   void setup_layers();
   /// The variables of one graph (graph inputs, contracted weights, their contractions' activation operands), in
   /// order of first use.
@@ -105,6 +108,9 @@ class Search {
   void find_groups();
   /// in.members from the group keys of in's variables.
   void assign_members(Instance& in, const std::vector<Var>& vars) const;
+  /// The constraints and the choices of `assign` on in's values.
+  Annotations choices(const Instance& in, const std::vector<int>& assign) const;
+  /// choices(), and a training step's values that follow the weights (annotate_step under in.update_axis).
   Annotations annotations(const Instance& in, const std::vector<int>& assign) const;
   /// The pipeline on one graph (throws what it throws). `resident` (optional): the bytes live together when the
   /// forward pass ends: weights, optimizer state, saved activations and inputs, in all (MemoryBreakdown::total).
@@ -124,6 +130,12 @@ class Search {
   AutoPlanCost evaluate(const std::vector<int>& assign, bool rethrow = false);
   std::vector<int> data_parallel_seed(const std::vector<int>& axes) const;
   std::optional<std::vector<int>> megatron_seed();
+  /// The Megatron seed's model axis: one named "model" if it has more than one device, else the last axis that has;
+  /// -1 for a mesh of one device.
+  int model_axis() const;
+  /// Weight-update sharding's axis (AutoOptions::update_choice): the first axis of more than one device that is not
+  /// the model axis, else the model axis (a one-axis mesh); -1 for a mesh of one device.
+  int data_axis() const;
   /// From the Megatron seed: every weight it splits over the model axis gets the other mesh axes on its other dim
   /// (the GSPMD paper's 2D weight sharding, section 5.1); inputs are left free. The plan with the least weight memory.
   std::vector<int> two_d_seed(const std::vector<int>& megatron) const;
@@ -146,13 +158,14 @@ class Search {
 
   const AutoOptions& o_;
   const DeviceMesh& mesh_;
-  Instance full_;                      // the graph the plan is for
-  std::vector<RematPolicy> policies_;  // the rematerialization policies searched (o_.remat alone, or the choices)
-  size_t policy_ = 0;                  // the one evaluate() costs under
+  Instance full_;  // the graph the plan is for
+  /// The step choices searched (o_.step alone, or each remat choice, then each with weight-update sharding).
+  std::vector<StepChoice> policies_;
+  size_t policy_ = 0;  // the one evaluate() costs under
   /// Layered costing: per policy p, the model cut to two blocks (layers_[2p]) and to one (layers_[2p + 1]); else
   /// empty.
   std::vector<Instance> layers_;
-  struct Rebuilt {  // the whole step under a policy other than o_.remat's
+  struct Rebuilt {  // the whole step under a choice other than o_.step
     Instance in;
     std::optional<TrainingStep> training;
   };
@@ -161,7 +174,7 @@ class Search {
   const Instance& whole(size_t p);
   /// A search instance that takes `m`'s graph and roles (leaving `m.training`), with full_'s constraints carried
   /// over by value name and the followers of `m.training`'s weights.
-  Instance instance(AutoModel&& m) const;
+  Instance instance(AutoModel&& m, int update_axis) const;
   int64_t blocks_ = 0;                     // layered costing: the whole model's layer blocks
   std::vector<std::string> stream_names_;  // layered costing: the residual stream's values (cut points in the blocks)
   /// The instance groups and candidates are found on: the first layered one, else the whole graph.
@@ -245,8 +258,9 @@ void Search::add_candidates(Group& gr, const std::vector<int>& dims) const {
   }
 }
 
-Instance Search::instance(AutoModel&& m) const {
+Instance Search::instance(AutoModel&& m, int update_axis) const {
   Instance in;
+  in.update_axis = update_axis;
   in.own_graph = std::make_unique<Graph>(std::move(m.graph));
   in.g = in.own_graph.get();
   if (m.roles) in.own_roles = std::make_unique<MemoryRoles>(std::move(*m.roles));
@@ -262,12 +276,12 @@ Instance Search::instance(AutoModel&& m) const {
 }
 
 const Instance& Search::whole(size_t p) {
-  if (policies_[p] == o_.remat) return full_;
+  if (policies_[p] == o_.step) return full_;
   auto it = rebuilt_.find(p);
   if (it == rebuilt_.end()) {
     AutoModel m = o_.build(*o_.forward, policies_[p]);
     Rebuilt r;
-    r.in = instance(std::move(m));  // takes the graph and the roles, reads the step's names
+    r.in = instance(std::move(m), policies_[p].update_axis);  // takes the graph and the roles, reads the names
     r.training = std::move(m.training);
     assign_members(r.in, find_variables(r.in));
     it = rebuilt_.emplace(p, std::move(r)).first;
@@ -276,7 +290,7 @@ const Instance& Search::whole(size_t p) {
 }
 
 void Search::setup_layers() {
-  policies_ = {o_.remat};
+  policies_ = {o_.step};
   if (!o_.forward || !o_.build) return;
   LayerBlocks b;
   try {
@@ -301,13 +315,16 @@ void Search::setup_layers() {
       return;
   }
   std::vector<Instance> layers;
-  if (!o_.remat_choices.empty()) policies_ = o_.remat_choices;
+  for (RematPolicy r : o_.remat_choices)
+    if (r != o_.step.remat) policies_.push_back({r, o_.step.update_axis});
+  if (const int data = data_axis(); o_.update_choice && data >= 0 && o_.step.update_axis < 0)
+    for (size_t p = 0, n = policies_.size(); p < n; ++p) policies_.push_back({policies_[p].remat, data});
   try {
-    for (RematPolicy p : policies_)
+    for (const StepChoice& p : policies_)
       for (size_t k : {size_t{2}, size_t{1}})
-        layers.push_back(instance(o_.build(keep_first_layers(*o_.forward, b, k), p)));
+        layers.push_back(instance(o_.build(keep_first_layers(*o_.forward, b, k), p), p.update_axis));
   } catch (const std::exception&) {  // the builder failed on a cut model: cost whole graphs
-    policies_ = {o_.remat};
+    policies_ = {o_.step};
     return;
   }
   layers_ = std::move(layers);
@@ -491,14 +508,19 @@ int Search::candidate_index(const Group& gr, const TensorSharding& s) const {
   return 0;
 }
 
-Annotations Search::annotations(const Instance& in, const std::vector<int>& assign) const {
+Annotations Search::choices(const Instance& in, const std::vector<int>& assign) const {
   Annotations a = in.cons;
   for (size_t k = 0; k < groups_.size(); ++k) {
     const auto& c = groups_[k].candidates[assign[k]];
     if (!c) continue;
     for (int v : in.members[k]) a.by_value[v] = Annotation{*c, 0, "--auto"};
   }
-  annotate_step(*in.g, in.followers, -1, "--auto", a);
+  return a;
+}
+
+Annotations Search::annotations(const Instance& in, const std::vector<int>& assign) const {
+  Annotations a = choices(in, assign);
+  annotate_step(*in.g, in.followers, in.update_axis, "--auto", a);
   return a;
 }
 
@@ -533,7 +555,7 @@ AutoPlanCost Search::counted(const std::function<AutoPlanCost()>& cost, bool ret
     c = AutoPlanCost{};
     c.error = e.what();
   }
-  c.remat = policies_[policy_];
+  c.step = policies_[policy_];
   if (c.valid && c.fits && (progress_.best_step_time_s == 0 || c.step_time_s < progress_.best_step_time_s))
     progress_.best_step_time_s = c.step_time_s;
   report_progress();
@@ -634,12 +656,23 @@ std::vector<int> Search::fsdp_seed(const std::vector<int>& axes) const {
   return assign;
 }
 
-std::optional<std::vector<int>> Search::megatron_seed() {
-  // The model axis: one named "model" if the mesh has it, else the last axis with more than one device.
+int Search::model_axis() const {
   int model = mesh_.axis_index("model");
   if (model >= 0 && mesh_.shape[model] <= 1) model = -1;
   for (int a = mesh_.rank() - 1; a >= 0 && model < 0; --a)
     if (mesh_.shape[a] > 1) model = a;
+  return model;
+}
+
+int Search::data_axis() const {
+  const int model = model_axis();
+  for (int a = 0; a < mesh_.rank(); ++a)
+    if (mesh_.shape[a] > 1 && a != model) return a;
+  return model;
+}
+
+std::optional<std::vector<int>> Search::megatron_seed() {
+  const int model = model_axis();
   if (model < 0) return std::nullopt;
   model_axis_ = model;
   megatron_column_.assign(groups_.size(), false);
@@ -780,7 +813,7 @@ AutoResult Search::run() {
       for (const Instance& in : layers_) cost_on(in, std::vector<int>(groups_.size(), 0));
     } catch (const std::exception&) {
       layers_.clear();
-      policies_ = {o_.remat};
+      policies_ = {o_.step};
       groups_.clear();
       find_groups();
     }
@@ -802,7 +835,7 @@ AutoResult Search::run() {
   for (const auto& m : full_.members) res.variables += static_cast<int>(m.size());
   res.layer_blocks = layers_.empty() ? 0 : blocks_;
   res.groups = static_cast<int>(groups_.size());
-  res.remat_searched = policies_.size() > 1;
+  res.step_searched = policies_.size() > 1;
 
   // Seeds: the classical plans. The all-free plan is what the pipeline does without --auto: its errors are the
   // user's errors.
@@ -826,7 +859,8 @@ AutoResult Search::run() {
     seeds.emplace_back("hybrid", hybrid_seed(seeds[1].second, *m));
   }
 
-  // Each seed under each rematerialization policy; a seed's baseline is its best.
+  // Each seed with and without weight-update sharding (it saves memory at the price of little time), then under each
+  // rematerialization policy (which trades time for memory) with the better; a seed's baseline is its best.
   policy_ = 0;
   evaluate(seeds[0].second, /*rethrow=*/true);
   struct Start {
@@ -838,10 +872,14 @@ AutoResult Search::run() {
   std::vector<Start> starts;  // distinct seeds, best first
   for (const auto& [name, assign] : seeds) {
     Start s;
-    for (size_t p = 0; p < policies_.size(); ++p) {
-      policy_ = p;
-      AutoPlanCost c = evaluate(assign);
-      if (p == 0 || better(c, s.cost)) s = Start{c, assign, p, name};
+    for (bool remat : {false, true}) {
+      const int update = policies_[s.policy].update_axis;
+      for (size_t p = 0; p < policies_.size(); ++p) {
+        if ((policies_[p].remat != o_.step.remat) != remat || (remat && policies_[p].update_axis != update)) continue;
+        policy_ = p;
+        AutoPlanCost c = evaluate(assign);
+        if (p == 0 || better(c, s.cost)) s = Start{c, assign, p, name};
+      }
     }
     s.cost.name = name;
     res.baselines.push_back(s.cost);
@@ -912,8 +950,7 @@ AutoResult Search::run() {
 
   best.cost.name = "auto";
   res.chosen = best.cost;
-  res.remat = best.cost.remat;
-  res.annotations = annotations(*final_graph, best.assign);
+  res.annotations = choices(*final_graph, best.assign);
   for (size_t k = 0; k < groups_.size(); ++k) {
     AutoChoice ch;
     ch.group = groups_[k].key;
@@ -936,9 +973,12 @@ AutoResult Search::run() {
   if (!best.cost.fits)
     throw InputError(fmt::format(
         "--auto: no sharding plan fits in {} bytes per device; the best plan found needs {} bytes per device (searched "
-        "from the {} plan{})",
+        "from the {} plan{}{})",
         limit_, best.cost.peak_memory_bytes, best.seed,
-        o_.memory_roles ? fmt::format(", remat {}", remat_name(best.cost.remat)) : ""));
+        o_.memory_roles ? fmt::format(", remat {}", remat_name(best.cost.step.remat)) : "",
+        best.cost.step.update_axis >= 0
+            ? fmt::format(", weight update sharded over '{}'", mesh_.axes[best.cost.step.update_axis])
+            : ""));
   return res;
 }
 

@@ -63,12 +63,21 @@ struct AutoModel {
   std::optional<TrainingStep> training;  // the step `graph` is (its own `graph` moved into `graph`), or none
 };
 
+/// How a training step is built and its update sharded: what --auto chooses besides the annotations.
+struct StepChoice {
+  RematPolicy remat = RematPolicy::kNone;  // --remat
+  /// Weight-update sharding over this mesh axis (--shard-update; the step built with TrainingOptions::shard_update,
+  /// its values annotated by annotate_step, core/autodiff/step_shardings.h), or -1 for none.
+  int update_axis = -1;
+  friend bool operator==(const StepChoice&, const StepChoice&) = default;
+};
+
 /// Builds the graph that --auto costs from a forward graph: the identity without --training, else the training step
-/// under rematerialization policy `remat` (build_training_step with the run's options, restricted to the weights the
-/// graph has). Called on the model cut to its first layers (keep_first_layers, core/pipeline/blocks.h), and on the
-/// whole forward graph when the search chooses another policy than the step's. May throw: the search then costs
-/// whole graphs, under the step's own policy.
-using AutoModelBuilder = std::function<AutoModel(Graph forward, RematPolicy remat)>;
+/// under `step` (build_training_step with the run's options, rematerialization policy step.remat, shard_update when
+/// step.update_axis >= 0; restricted to the weights the graph has). Called on the model cut to its first layers
+/// (keep_first_layers, core/pipeline/blocks.h), and on the whole forward graph when the search chooses another
+/// choice than the step's. May throw: the search then costs whole graphs, under the step's own choice.
+using AutoModelBuilder = std::function<AutoModel(Graph forward, const StepChoice& step)>;
 
 /// Options of the search. Units: bytes, seconds.
 struct AutoOptions {
@@ -88,11 +97,16 @@ struct AutoOptions {
   /// is costed again on the whole graph. `forward` must outlive the search.
   const Graph* forward = nullptr;
   AutoModelBuilder build;
-  /// A training step's rematerialization policy, as the searched graph was built (--remat).
-  RematPolicy remat = RematPolicy::kNone;
-  /// With layered costing: the policies the search chooses among (--training without --remat: none, dots, full);
-  /// empty: only `remat`. Each seed is costed under each; the descent keeps the best seed's.
+  /// A training step's build, as the searched graph was built (--remat, --shard-update). The search annotates the
+  /// step's values that follow the weights (annotate_step) under step.update_axis.
+  StepChoice step;
+  /// With layered costing: the rematerialization policies the search chooses among (--training without --remat:
+  /// none, dots, full); empty: only step.remat. Each seed is costed under each; the descent keeps the best seed's.
   std::vector<RematPolicy> remat_choices;
+  /// With layered costing (--training without --shard-update): each seed is also costed with weight-update sharding
+  /// over the data axis (the first mesh axis of more than one device that is not the Megatron seed's model axis),
+  /// and the rematerialization policies under the better of the two (docs/auto.md, "Training").
+  bool update_choice = false;
   int max_sweeps = 4;         // coordinate-descent sweeps at most
   double time_budget_s = 50;  // stop the descent (keeping the best plan so far) once this much time is spent
   /// Called on the searching thread after every pipeline evaluation and once more at the end (done = true), also
@@ -102,15 +116,15 @@ struct AutoOptions {
 
 /// One evaluated plan: the real pipeline's simulated step and static peak memory.
 struct AutoPlanCost {
-  std::string name;                        // "auto", "data-parallel", "megatron+data", "replicated"
-  bool valid = false;                      // false: the pipeline rejected the plan (`error` says why)
-  bool estimated = false;                  // extrapolated from the model cut to its first layers (layered costing)
-  RematPolicy remat = RematPolicy::kNone;  // a training step's rematerialization policy the plan was costed under
-  double step_time_s = 0;                  // simulate_cost(...).step_time_s (s)
-  double compute_time_s = 0;               // (s)
-  double communication_time_s = 0;         // (s)
-  int64_t peak_memory_bytes = 0;           // memory_breakdown of the program, per device (bytes)
-  bool fits = false;                       // peak_memory_bytes <= the limit
+  std::string name;                 // "auto", "data-parallel", "megatron+data", "replicated"
+  bool valid = false;               // false: the pipeline rejected the plan (`error` says why)
+  bool estimated = false;           // extrapolated from the model cut to its first layers (layered costing)
+  StepChoice step;                  // a training step's build the plan was costed under
+  double step_time_s = 0;           // simulate_cost(...).step_time_s (s)
+  double compute_time_s = 0;        // (s)
+  double communication_time_s = 0;  // (s)
+  int64_t peak_memory_bytes = 0;    // memory_breakdown of the program, per device (bytes)
+  bool fits = false;                // peak_memory_bytes <= the limit
   std::string error;
 };
 
@@ -125,7 +139,9 @@ struct AutoChoice {
 
 /// What the search found, plus the obvious alternatives for `explain --auto`.
 struct AutoResult {
-  Annotations annotations;              // the constraints plus the chosen annotations, on the user's (unrefined) mesh
+  /// The constraints plus the chosen annotations, on the user's (unrefined) mesh; a training step's values that
+  /// follow the weights are not among them (annotate_step adds them, under chosen.step.update_axis).
+  Annotations annotations;
   std::vector<AutoChoice> choices;      // one per group, in order of first use
   AutoPlanCost chosen;                  // the chosen plan's cost (name "auto")
   std::vector<AutoPlanCost> baselines;  // the seeds: "replicated", "data-parallel", "megatron+data" (when built)
@@ -139,9 +155,8 @@ struct AutoResult {
   bool budget_exhausted = false;        // the time budget stopped the descent
   int64_t layer_blocks = 0;             // layered costing: the alike layer blocks the costs were extrapolated to
                                         // (0: every plan was costed on the whole graph)
-  RematPolicy remat = RematPolicy::kNone;  // the rematerialization policy of the chosen plan
-  bool remat_searched = false;             // the search chose it (AutoOptions::remat_choices)
-  /// Set when the chosen policy is not the one the searched graph was built with: the step rebuilt under it (from
+  bool step_searched = false;           // the search chose chosen.step (AutoOptions::remat_choices, update_choice)
+  /// Set when the chosen step is not built as the searched graph was: the step rebuilt under chosen.step (from
   /// AutoOptions::build on the whole forward graph). `annotations` and `chosen` are then for this graph.
   std::optional<AutoModel> model;
 };
@@ -149,9 +164,10 @@ struct AutoResult {
 /// Searches a plan for `g` over `constraints.mesh` (the user's mesh, not refined) that keeps every annotation of
 /// `constraints` (hard constraints; there may be none) and minimises the simulated step time within the memory limit.
 /// Throws InputError("--auto: no sharding plan fits in L bytes per device; the best plan found needs P bytes per device
-/// (searched from the S plan[, remat R])") when
-/// no candidate fits, and InputError("--memory-limit: ...") for a negative limit. The returned annotations,
-/// refined, propagated and partitioned with the same target, give exactly `chosen`. `rules`: the graph's rule table
+/// (searched from the S plan[, remat R][, weight update sharded over 'A'])") when
+/// no candidate fits, and InputError("--memory-limit: ...") for a negative limit. The returned annotations (for a
+/// training step with annotate_step under chosen.step.update_axis), refined, propagated and partitioned with the same
+/// target, give exactly `chosen`. `rules`: the graph's rule table
 /// (RuleTable(g), shared by every evaluation); built here when null.
 AutoResult auto_shard(const Graph& g, const Annotations& constraints, const AutoOptions& o,
                       const RuleTable* rules = nullptr);

@@ -48,9 +48,10 @@ void annotate_step(const Graph& g, const std::vector<WeightFollowers>& weights, 
   for (const WeightFollowers& f : weights) {
     auto it = a.by_value.find(f.weight);
     if (it == a.by_value.end()) {
-      if (update_axis < 0) continue;
+      const int rank = static_cast<int>(g.values[static_cast<size_t>(f.weight)].shape.size());
+      if (update_axis < 0 || rank < 2) continue;
       Annotation r;
-      r.sharding = TensorSharding::replicated(static_cast<int>(g.values[static_cast<size_t>(f.weight)].shape.size()));
+      r.sharding = TensorSharding::replicated(rank);
       r.source = fmt::format("{}: '{}' is not annotated, held replicated", held, f.name);
       it = a.by_value.emplace(f.weight, std::move(r)).first;
     }

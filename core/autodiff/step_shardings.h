@@ -45,8 +45,11 @@ TensorSharding update_sharding(const TensorSharding& w, const Shape& shape, cons
 ///    source `<weight's source> (--training: follows '<w>')`;
 ///  - `update_axis` >= 0 (weight-update sharding): the gradient, the update and the state take update_sharding of it
 ///    (source `... (--training: the update of '<w>')`), the updated weight the weight's own sharding, and an
-///    unannotated weight is first held replicated (source `<held>: '<w>' is not annotated, held replicated`), since
-///    otherwise propagation would carry the update's sharding back into the weight (ZeRO-3, not update sharding).
+///    unannotated weight of rank 2 or more is first held replicated (source `<held>: '<w>' is not annotated, held
+///    replicated`), since otherwise propagation would carry the update's sharding back into the weight (ZeRO-3, not
+///    update sharding). An unannotated vector (a bias, a LayerNorm scale) is left to propagation with its update:
+///    holding it replicated would fight the sharding its consumers give it (the 2D plan splits a bias over the model
+///    axis), for a saving of a few bytes.
 /// `update_axis` must be an axis of a.mesh. O(followers).
 void annotate_step(const Graph& g, const std::vector<WeightFollowers>& weights, int update_axis, std::string_view held,
                    Annotations& a);
