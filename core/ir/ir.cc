@@ -95,6 +95,19 @@ Tensor Tensor::from_floats(const Shape& shape, const std::vector<float>& v) {
   return t;
 }
 
+Tensor Tensor::filled(DType t, const Shape& shape, double v) {
+  Tensor r(t, shape);
+  auto fill = [&](auto x) { std::fill_n(r.data<decltype(x)>(), r.numel(), x); };
+  switch (t) {
+    case DType::kFloat32: fill(static_cast<float>(v)); break;
+    case DType::kFloat64: fill(v); break;
+    case DType::kFloat16: fill(float_to_half(static_cast<float>(v))); break;
+    case DType::kBFloat16: fill(float_to_bf16(static_cast<float>(v))); break;
+    default: throw std::invalid_argument(fmt::format("{} is not a floating-point type", dtype_name(t)));
+  }
+  return r;
+}
+
 namespace {
 template <class T>
 const T& get_attr(const Node& n, const std::string& a) {

@@ -114,6 +114,9 @@ struct Tensor {
   static Tensor from_int64s(const std::vector<int64_t>& v, bool scalar = false);
   /// Makes a float32 tensor of `shape` from `v` (sizes must match, else std::invalid_argument).
   static Tensor from_floats(const Shape& shape, const std::vector<float>& v);
+  /// A floating-point tensor (float32, float64, float16 or bfloat16) of `shape` with every element `v`, rounded to
+  /// nearest even in the 16-bit types. Throws std::invalid_argument for another type.
+  static Tensor filled(DType t, const Shape& shape, double v);
 };
 
 /// A value's static type: element type and dims (what a shape function computes for each node output).

@@ -278,14 +278,8 @@ void BlockStacker::stack(const Node& n, const std::string& tag) {
     int y = emit(n, "MatMul", {a, b2}, {}, 1, name + "/matmul")[0];
     const DType t = out_.values[static_cast<size_t>(y)].dtype;
     auto scalar = [&](float v, const std::string& what) {
-      Tensor c(t, {});
-      if (t == DType::kFloat32)
-        c.data<float>()[0] = v;
-      else if (t == DType::kFloat64)
-        c.data<double>()[0] = v;
-      else
-        throw fail("supported in float32 and float64");
-      return constant(n.name + "/" + what, std::move(c));
+      if (!is_floating(t)) throw fail("supported in floating-point types");
+      return constant(n.name + "/" + what, Tensor::filled(t, {}, v));
     };
     if (const float alpha = n.f("alpha", 1.f); alpha != 1.f)
       y = emit(n, "Mul", {y, scalar(alpha, "alpha")}, {}, 1, name + "/alpha")[0];
@@ -321,15 +315,13 @@ void BlockStacker::stack(const Node& n, const std::string& tag) {
     // shift by the stacked parameters lined up with the stage dim.
     const bool scale_stacked = in.size() > 1 && in[1].stacked, bias_stacked = in.size() > 2 && in[2].stacked;
     if (scale_stacked || bias_stacked) {
-      if (out_.values[static_cast<size_t>(ids[0])].dtype != DType::kFloat32)
-        throw fail("stacked LayerNormalization parameters are supported in float32");
       const Shape& norm_shape = g_.values[static_cast<size_t>(n.inputs[1])].shape;
       const int ones = [&] {
         auto it = unit_scales_.find(n.inputs[1]);
         if (it != unit_scales_.end()) return it->second;
-        Tensor t(out_.values[static_cast<size_t>(ids[0])].dtype, norm_shape);
-        for (int64_t k = 0; k < t.numel(); ++k) t.data<float>()[k] = 1.f;
-        return unit_scales_[n.inputs[1]] = constant(n.name + "/unit_scale", std::move(t));
+        return unit_scales_[n.inputs[1]] =
+                   constant(n.name + "/unit_scale",
+                            Tensor::filled(out_.values[static_cast<size_t>(ids[0])].dtype, norm_shape, 1));
       }();
       std::vector<int> y = emit(n, op, {ids[0], ones}, attrs, n.outputs.size(), name);
       const size_t rank = static_cast<size_t>(orig_rank(in[0]));

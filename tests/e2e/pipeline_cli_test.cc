@@ -269,6 +269,20 @@ TEST(PipelineCli, DecoderOnFourStagesTimesDataTimesModelIsExact) {
   }
 }
 
+// A bfloat16 decoder (as the paper's and bench/auto_gpus.py's models are): its stacked LayerNorms normalize with a
+// unit scale of the model's type, then scale and shift by the stacked parameters, and the forward pass through four
+// stages gives the unpartitioned model's output bit for bit.
+TEST(PipelineCli, BFloat16DecoderPipelinesExactly) {
+  const fs::path d = scratch("pipeline_cli_bf16");
+  const fs::path dec = e2e::make_decoder(
+      d, "b4", "--layers 4 --d-model 32 --heads 4 --vocab 64 --batch 8 --seq 8 --weights random --dtype bfloat16",
+      "pipeline_cli_make_b4");
+  const nlohmann::json j = run_checked(dec.string() + " --mesh 4 --pipeline x --microbatches 4", d, "b4_run");
+  ASSERT_TRUE(j.contains("check"));
+  EXPECT_EQ(j["check"]["max_abs_error"].get<double>(), 0);
+  EXPECT_EQ(j["pipeline"]["stages"], 4);
+}
+
 TEST(PipelineCli, BertAndADecoderWhoseLayersDoNotDivideAreExact) {
   const fs::path d = scratch("pipeline_cli_misc");
   const nlohmann::json bert = run_checked(
