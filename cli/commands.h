@@ -126,8 +126,9 @@ std::function<bool(const Value&)> trainable_weights(const TrainingFlags& f);
 /// over float initializers, default those of more than one element), the loss, the optimizer. Throws InputError for
 /// a bad --loss / --optimizer, a REGEX that is not a regular expression or matches no float initializer.
 TrainingOptions training_options(const TrainingFlags& f, const Graph& forward);
-/// --memory-limit text -> bytes: a positive decimal number ("8589934592", "8e9"); "" -> 0 (the target's HBM).
-/// Throws InputError("--memory-limit: 'x' is not a positive number of bytes").
+/// --memory-limit text -> bytes: a positive number ("8589934592", "8.5e9") with optionally a unit right after it: B,
+/// kB/KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), as "16GiB"; "" -> 0 (the target's
+/// HBM). Throws InputError("--memory-limit: 'x' is not a positive number of bytes (like ...)").
 int64_t parse_memory_limit(const std::string& text);
 
 /// The largest value `--dim NAME=V` may give (docs/cli.md#limits): 2^31 - 1, far above any real dim.

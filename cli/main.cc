@@ -35,7 +35,8 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
                 "(default: axis i on dim i, extra axes folded onto the last)");
   c->add_flag("--overlap", o.overlap, "simulated step: overlap collectives with independent compute (default off)");
   c->add_flag("--auto", o.auto_search, "search shardings for everything the sharding file leaves open");
-  c->add_option("--memory-limit", o.memory_limit, "--auto: per-device peak memory limit in bytes (default: HBM)");
+  c->add_option("--memory-limit", o.memory_limit,
+                "--auto: per-device peak memory limit: bytes, or 512MiB, 16GiB, 12GB (default: HBM)");
   c->add_option("--precision", o.precision,
                 "retype the model's float values: bf16, mixed (bfloat16 compute, float32 weights cast where read), "
                 "autocast (torch.autocast's: contractions in bfloat16, the rest in its inputs' widest type) or f32 "

@@ -45,16 +45,26 @@ CostReport Pipeline::cost(bool overlap) {
 
 int64_t parse_memory_limit(const std::string& text) {
   if (text.empty()) return 0;
-  double v = 0;
+  // A number, then optionally a unit: B, kB/MB/GB/TB (powers of 1000), KiB/MiB/GiB/TiB (powers of 1024).
+  static const std::pair<std::string_view, double> kUnits[] = {
+      {"", 1},      {"B", 1},        {"kB", 1e3},     {"KB", 1e3},     {"MB", 1e6},    {"GB", 1e9},
+      {"TB", 1e12}, {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30}, {"TiB", 0x1p40}};
+  double v = -1;
+  size_t used = 0;
   try {
-    size_t used = 0;
     v = std::stod(text, &used);
-    if (used != text.size()) throw std::invalid_argument(text);
   } catch (const std::exception&) {
     v = -1;
   }
+  const std::string_view unit = std::string_view(text).substr(std::min(used, text.size()));
+  auto u = std::find_if(std::begin(kUnits), std::end(kUnits), [&](const auto& x) { return x.first == unit; });
+  if (u == std::end(kUnits))
+    v = -1;
+  else
+    v *= u->second;
   if (!(v >= 1) || !std::isfinite(v) || v > 9.0e18)
-    throw InputError(fmt::format("--memory-limit: '{}' is not a positive number of bytes", text));
+    throw InputError(fmt::format(
+        "--memory-limit: '{}' is not a positive number of bytes (like 17179869184, 8.5e9, 512MiB or 16GiB)", text));
   return static_cast<int64_t>(v);
 }
 

@@ -329,14 +329,40 @@ TEST(AutoExplain, ShowsTheBaselinesNextToTheChosenPlan) {
   EXPECT_NE(r.out.find("    not chosen: its step is "), std::string::npos) << r.out;
 }
 
+// --memory-limit takes bytes with a unit, as a user writes them (issue 31): powers of 1024 (KiB, MiB, GiB, TiB) or
+// of 1000 (kB, MB, GB, TB), or a plain number (8.5e9).
+TEST(AutoMemory, LimitTakesUnits) {
+  const fs::path d = scratch("auto_limit_units");
+  for (const auto& [text, bytes] : std::vector<std::pair<std::string, int64_t>>{{"16GiB", int64_t{16} << 30},
+                                                                                {"512MiB", int64_t{512} << 20},
+                                                                                {"8.5e9", 8500000000},
+                                                                                {"12GB", 12000000000},
+                                                                                {"1.5TiB", int64_t{3} << 39},
+                                                                                {"4096", 4096}}) {
+    CmdResult r = cli("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto --memory-limit " + text + " --report " +
+                          (d / "r.json").string(),
+                      "auto_limit_units");
+    if (bytes >= 1000000) {
+      ASSERT_EQ(r.code, 0) << text << r.err;
+      EXPECT_EQ(read_json(d / "r.json")["auto"]["memory_limit_bytes"], bytes) << text;
+    } else {  // too small for any plan: the error names the limit in bytes
+      EXPECT_EQ(r.code, 2);
+      EXPECT_TRUE(r.err.starts_with("error: --auto: no sharding plan fits in 4096 bytes per device")) << r.err;
+    }
+  }
+}
+
 TEST(AutoErrors, ExactMessages) {
   const std::string gpt = "simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 ";
+  const std::string like = " is not a positive number of bytes (like 17179869184, 8.5e9, 512MiB or 16GiB)\n";
   CmdResult a = cli(gpt + "--auto --memory-limit 0", "auto_err_zero");
   EXPECT_EQ(a.code, 2);
-  EXPECT_EQ(a.err, "error: --memory-limit: '0' is not a positive number of bytes\n");
-  CmdResult b = cli(gpt + "--auto --memory-limit 12GB", "auto_err_text");
-  EXPECT_EQ(b.code, 2);
-  EXPECT_EQ(b.err, "error: --memory-limit: '12GB' is not a positive number of bytes\n");
+  EXPECT_EQ(a.err, "error: --memory-limit: '0'" + like);
+  for (const std::string bad : {"12XB", "GiB", "16 GiB", "-1GiB", "nan", "1e30"}) {
+    CmdResult b = cli(gpt + "--auto --memory-limit '" + bad + "'", "auto_err_text");
+    EXPECT_EQ(b.code, 2);
+    EXPECT_EQ(b.err, "error: --memory-limit: '" + bad + "'" + like);
+  }
   CmdResult c = cli(gpt + "--memory-limit 1000000", "auto_err_noauto");
   EXPECT_EQ(c.code, 2);
   EXPECT_EQ(c.err, "error: --memory-limit: only used with --auto\n");
