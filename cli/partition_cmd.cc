@@ -196,6 +196,13 @@ int cmd_partition(const PartitionOptions& o) {
                                    o.annotated_model, o.out_dir));
     if (!fs::is_directory(annotated.parent_path()))
       throw InputError(fmt::format("--annotated-model: {}: no such directory", annotated.parent_path().string()));
+    // Never over an input: the model, or an annotated model read as the sharding file.
+    for (const auto& [input, what] :
+         {std::pair{o.common.model, "the input model"}, std::pair{o.common.shardings, "the sharding file read"}}) {
+      std::error_code ec;
+      if (!input.empty() && fs::exists(annotated) && fs::equivalent(annotated, input, ec))
+        throw InputError(fmt::format("--annotated-model: {} is {}; write it elsewhere", o.annotated_model, what));
+    }
   }
   CommonOptions common = o.common;
   common.keep_symbols = true;

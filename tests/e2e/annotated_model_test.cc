@@ -97,6 +97,25 @@ TEST(AnnotatedModelCli, Errors) {
   EXPECT_EQ(r.err, "error: --annotated-model: " + (d / "out" / "a.onnx").string() + " is inside the output directory " +
                        (d / "out").string() + "; write it elsewhere\n");
   EXPECT_FALSE(fs::exists(d / "out"));
+  // Nor over its input (issue 31: it used to overwrite the model), found as the same file by any path.
+  fs::copy_file(kGpt, d / "in.onnx", fs::copy_options::overwrite_existing);
+  const std::string before = e2e::read_file(d / "in.onnx");
+  r = cli("partition " + (d / "in.onnx").string() + " --mesh 2x2 " + kMegatron + " -o " + (d / "out").string() +
+              " --annotated-model " + (d / "." / "in.onnx").string(),
+          "am_err_input");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: --annotated-model: " + (d / "." / "in.onnx").string() +
+                       " is the input model; write it "
+                       "elsewhere\n");
+  EXPECT_EQ(e2e::read_file(d / "in.onnx"), before);
+  r = cli("partition " + kGpt + " --mesh 2x2 -o " + (d / "out").string() + " --shardings " + (d / "in.onnx").string() +
+              " --annotated-model " + (d / "in.onnx").string(),
+          "am_err_shardings");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: --annotated-model: " + (d / "in.onnx").string() +
+                       " is the sharding file read; write it "
+                       "elsewhere\n");
+  EXPECT_FALSE(fs::exists(d / "out"));
 }
 
 }  // namespace
