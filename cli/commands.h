@@ -83,7 +83,8 @@ struct Pipeline {
   Precision precision = Precision::kAsLoaded;  // --precision (applied to `graph` right after loading)
   RuleTable rules;  // every node's sharding rule, built once after loading (auto, propagate, partition)
   Annotations annotations;
-  std::string sharding_file;  // the file actually read ("" if none)
+  std::string sharding_file;            // the file actually read ("" if none)
+  bool sharding_file_implicit = false;  // read without --shardings: MODEL's own annotations or its sibling file
   ShardingPlan plan;
   SpmdProgram program;
   /// Wall time of each stage (s), reported as "compile_time_s": loading (with the sharding file), propagation

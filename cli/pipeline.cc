@@ -396,6 +396,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   p.annotations = pipelined ? std::move(*pipelined) : read_annotations(p.graph);
   for (auto& [name, ann] : pipelined_by_name) p.annotations.by_value.emplace(p.graph.at(name), std::move(ann));
   p.sharding_file = file;
+  p.sharding_file_implicit = o.shardings.empty() && !file.empty();
   int update_axis = -1;
   if (p.training) {
     update_axis = shard_update_axis(p, o.training.shard_update);

@@ -440,6 +440,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   j["target_spec"] = json::parse(t.to_json());   // every number the cost model used (loadable with --target FILE)
   j["device_order"] = t.device_order_str(mesh);  // which mesh axes lie along which physical dim
   j["sharding_file"] = p.sharding_file;
+  j["sharding_file_implicit"] = p.sharding_file_implicit;
   j["precision"] = precision_name(p.precision);
   if (!p.graph.dim_hints.empty()) {  // partition over the dim symbols: every size below is at these hints
     j["dim_hints"] = json::object();
@@ -655,6 +656,12 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
   for (size_t a = 0; a < r["mesh"]["axes"].size(); ++a)
     mesh.push_back(fmt::format("{}={}", r["mesh"]["axes"][a].get<std::string>(), r["mesh"]["shape"][a].get<int64_t>()));
   fmt::print("model     {}\n", model);
+  // The annotations read without --shardings are named, so that a sibling file picked up by itself is no surprise.
+  if (r.value("sharding_file_implicit", false)) {
+    const std::string f = r["sharding_file"].get<std::string>();
+    fmt::print("shardings {} ({}; --shardings FILE reads another)\n", f,
+               f == model ? "the model's own annotations" : "found beside the model");
+  }
   fmt::print("mesh      {{{}}}: {} devices, target {} ({}, device order {})\n", fmt::join(mesh, ", "),
              r["devices"].get<int64_t>(), r["target"].get<std::string>(),
              r["target_spec"]["topology"].get<std::string>(), r["device_order"].get<std::string>());
@@ -755,12 +762,24 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
   // 96-layer training step has thousands of entries; the report lists them all).
   constexpr size_t kListed = 40;
   if (r["collectives"].size() <= kListed) {
+    // Entries that differ only in their reasons print alike: one line, their counts summed, in order of first use.
+    struct Line {
+      std::string head, at;  // "kind over {axes} bytes", "node (value)"
+      int64_t count = 0;
+    };
+    std::vector<Line> lines;
+    std::map<std::pair<std::string, std::string>, size_t> index;
     for (const auto& c : r["collectives"]) {
-      std::vector<std::string> axes = c["axes"].get<std::vector<std::string>>();
-      fmt::print("  {:<18} over {{{}}} {:>10} x{}  at {} ({})\n", c["kind"].get<std::string>(), fmt::join(axes, ","),
-                 human_bytes(c["bytes"].get<double>()), c["count"].get<int64_t>(), c["node"].get<std::string>(),
-                 c["value"].get<std::string>());
+      const std::string node = c["node"].get<std::string>(), value = c["value"].get<std::string>();
+      Line l{
+          fmt::format("{:<18} over {{{}}} {:>10}", c["kind"].get<std::string>(),
+                      fmt::join(c["axes"].get<std::vector<std::string>>(), ","), human_bytes(c["bytes"].get<double>())),
+          node.empty() ? fmt::format("graph output '{}'", value) : fmt::format("{} ({})", node, value)};
+      auto [it, fresh] = index.emplace(std::pair{l.head, l.at}, lines.size());
+      if (fresh) lines.push_back(std::move(l));
+      lines[it->second].count += c["count"].get<int64_t>();
     }
+    for (const Line& l : lines) fmt::print("  {} x{}  at {}\n", l.head, l.count, l.at);
   } else {
     std::map<std::pair<std::string, std::string>, std::pair<int64_t, double>> by;  // (kind, axes): count, bytes
     for (const auto& c : r["collectives"]) {

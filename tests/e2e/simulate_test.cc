@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
+#include <sstream>
 
 #include "e2e_util.h"
 
@@ -67,6 +69,49 @@ TEST(Simulate, WorksWithoutTheWeightsExternalData) {
   CmdResult run = cli("run " + model.string() + " --mesh 2x2 " + kMegatron, "simext_run");
   EXPECT_EQ(run.code, 2) << run.err;
   EXPECT_NE(run.err.find("gpt_ext.bin"), std::string::npos) << run.err;
+}
+
+// The summary as a newcomer reads it (issue 31): the sharding file picked up beside the model is named, a graph
+// output's reshard says so instead of an empty node, and entries that differ only in their reasons (LayerNorm's mean
+// and variance over a split d_model) are one line with their counts summed.
+TEST(Simulate, SummaryNamesItsSourcesAndGroupsAlikeLines) {
+  const fs::path d = scratch("simulate_summary");
+  fs::copy_file(kGpt, d / "gpt.onnx", fs::copy_options::overwrite_existing);
+  fs::copy_file("testdata/gpt/gpt.megatron.sharding.json", d / "gpt.sharding.json",
+                fs::copy_options::overwrite_existing);
+  CmdResult r = cli("simulate " + (d / "gpt.onnx").string() + " --mesh 2x2", "simulate_summary_sibling");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nshardings " + (d / "gpt.sharding.json").string() +
+                       " (found beside the model; --shardings FILE reads another)\n"),
+            std::string::npos)
+      << r.out;
+  r = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron, "simulate_summary_flag");
+  EXPECT_EQ(r.out.find("shardings "), std::string::npos) << r.out;
+
+  std::ofstream(d / "head.json") << R"({"mesh": {"shape": [2, 2], "axes": ["data", "model"]},
+                                       "tensors": {"lm_head.weight": ["model", null]}})";
+  r = cli("simulate " + kGpt + " --mesh 2x2 --shardings " + (d / "head.json").string(), "simulate_summary_output");
+  EXPECT_NE(r.out.find("\n  all-reduce         over {model}   1.00 MiB x1  at graph output 'logits'\n"),
+            std::string::npos)
+      << r.out;
+
+  r = cli("simulate " + kGpt + " --mesh 2x2 --shardings testdata/gpt/gpt.paper2d.sharding.json --report " +
+              (d / "p.json").string(),
+          "simulate_summary_alike");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\n  all-reduce         over {model}    1.0 KiB x2  at /h.0/ln_1/LayerNormalization "
+                       "(/Add_output_0)\n"),
+            std::string::npos)
+      << r.out;
+  std::set<std::string> lines;
+  size_t listed = 0;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("  all-") || line.starts_with("  reduce-") || line.starts_with("  collective-")) {
+      ++listed;
+      EXPECT_TRUE(lines.insert(line).second) << "printed twice: " << line;
+    }
+  EXPECT_LT(listed, read_json(d / "p.json")["collectives"].size());
 }
 
 TEST(Trace, OneTrackPerDeviceAndSpansSumToTheStep) {
