@@ -40,6 +40,10 @@ void explain_auto(const AutoResult& a, const DeviceMesh& user_mesh, bool trainin
                                 : "");
   fmt::print("  {}\n", plan_line(a.chosen, training, user_mesh));
   for (const AutoPlanCost& b : a.baselines) {
+    if (!b.same_as.empty()) {
+      fmt::print("  {:<14} the same plan as {} under the annotations\n", b.name, b.same_as);
+      continue;
+    }
     std::string why;
     if (!b.valid)
       why = "it cannot be partitioned";

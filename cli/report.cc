@@ -63,6 +63,7 @@ std::string human_time(double s) {
 
 nlohmann::json cost_json(const AutoPlanCost& c, const DeviceMesh& mesh) {
   nlohmann::json j = {{"name", c.name}, {"valid", c.valid}};
+  if (!c.same_as.empty()) j["same_as"] = c.same_as;
   if (!c.valid) {
     j["error"] = c.error;
     return j;
@@ -835,6 +836,9 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
             fmt::format(", remat {}{}", c["remat"].get<std::string>(),
                         c["shard_update"].is_string() ? ", update sharded over " + c["shard_update"].get<std::string>()
                                                       : std::string());
+      if (c.contains("same_as"))
+        return fmt::format("  {:<18} the same plan as {}", c["name"].get<std::string>(),
+                           c["same_as"].get<std::string>());
       return fmt::format("  {:<18} step {:>12}  memory {:>10} per device{}{}{}", c["name"].get<std::string>(),
                          human_time(c["step_time_s"].get<double>()), human_bytes(c["peak_memory_bytes"].get<double>()),
                          step, c.value("estimated", false) ? " (estimated)" : "",

@@ -859,6 +859,14 @@ AutoResult Search::run() {
     seeds.emplace_back("hybrid", hybrid_seed(seeds[1].second, *m));
   }
 
+  // Seeds are named by what they are under the constraints: the all-free seed is the annotations alone, and a seed
+  // that comes out the same as an earlier one says so.
+  if (!full_.cons.by_value.empty()) seeds[0].first = "annotations only";
+  std::vector<std::string> same_as(seeds.size());
+  for (size_t i = 1; i < seeds.size(); ++i)
+    for (size_t j = 0; j < i && same_as[i].empty(); ++j)
+      if (seeds[j].second == seeds[i].second) same_as[i] = seeds[j].first;
+
   // Each seed with and without weight-update sharding (it saves memory at the price of little time), then under each
   // rematerialization policy (which trades time for memory) with the better; a seed's baseline is its best.
   policy_ = 0;
@@ -870,7 +878,8 @@ AutoResult Search::run() {
     std::string seed;  // the seed the plan was searched from
   };
   std::vector<Start> starts;  // distinct seeds, best first
-  for (const auto& [name, assign] : seeds) {
+  for (size_t i = 0; i < seeds.size(); ++i) {
+    const auto& [name, assign] = seeds[i];
     Start s;
     for (bool remat : {false, true}) {
       const int update = policies_[s.policy].update_axis;
@@ -882,6 +891,7 @@ AutoResult Search::run() {
       }
     }
     s.cost.name = name;
+    s.cost.same_as = same_as[i];
     res.baselines.push_back(s.cost);
     bool seen = false;
     for (const Start& st : starts) seen |= st.assign == assign;

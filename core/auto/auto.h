@@ -116,12 +116,15 @@ struct AutoOptions {
 
 /// One evaluated plan: the real pipeline's simulated step and static peak memory.
 struct AutoPlanCost {
-  std::string name;                 // "auto", "data-parallel", "megatron+data", "replicated"
-  bool valid = false;               // false: the pipeline rejected the plan (`error` says why)
-  bool estimated = false;           // extrapolated from the model cut to its first layers (layered costing)
-  StepChoice step;                  // a training step's build the plan was costed under
-  double step_time_s = 0;           // simulate_cost(...).step_time_s (s)
-  double compute_time_s = 0;        // (s)
+  /// "auto", or the seed: "replicated" ("annotations only" when there are constraints: nothing else annotated),
+  /// "data-parallel", "fsdp", "megatron+data", ...
+  std::string name;
+  std::string same_as;        // a seed the constraints make the same plan as an earlier one: that one's name, else ""
+  bool valid = false;         // false: the pipeline rejected the plan (`error` says why)
+  bool estimated = false;     // extrapolated from the model cut to its first layers (layered costing)
+  StepChoice step;            // a training step's build the plan was costed under
+  double step_time_s = 0;     // simulate_cost(...).step_time_s (s)
+  double compute_time_s = 0;  // (s)
   double communication_time_s = 0;  // (s)
   int64_t peak_memory_bytes = 0;    // memory_breakdown of the program, per device (bytes)
   bool fits = false;                // peak_memory_bytes <= the limit

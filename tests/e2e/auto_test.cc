@@ -319,6 +319,34 @@ TEST(AutoConstraints, TheSidecarsAnnotationsAreKept) {
     for (const auto& v : c["values"]) EXPECT_NE(v.get<std::string>(), "input_ids");
 }
 
+// Under a sharding file the seeds are named by what they are (issue 31): the plan with nothing else annotated is
+// "annotations only", and the data-parallel seeds, whose only move (the batch over every axis) the file already
+// makes, say they are that same plan instead of repeating its numbers under another name.
+TEST(AutoConstraints, BaselinesAreNamedByWhatTheyAreUnderTheAnnotations) {
+  const fs::path d = scratch("auto_names");
+  CmdResult r =
+      cli("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto --shardings "
+          "testdata/gpt/gpt.dp.sharding.json --report " +
+              (d / "r.json").string(),
+          "auto_names");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json b = read_json(d / "r.json")["auto"]["baselines"];
+  ASSERT_GE(b.size(), 2u);
+  EXPECT_EQ(b[0]["name"], "annotations only");
+  EXPECT_FALSE(b[0].contains("same_as"));
+  EXPECT_EQ(b[1]["name"], "data-parallel");
+  EXPECT_EQ(b[1]["same_as"], "annotations only");
+  EXPECT_NE(r.out.find("\n  data-parallel      the same plan as annotations only\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("  replicated "), std::string::npos) << r.out;
+  // Without annotations the first seed is the replicated plan, and no seed is another's.
+  r = cli("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto --report " + (d / "free.json").string(),
+          "auto_names_free");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json f = read_json(d / "free.json")["auto"]["baselines"];
+  EXPECT_EQ(f[0]["name"], "replicated");
+  EXPECT_FALSE(f[1].contains("same_as"));
+}
+
 TEST(AutoExplain, ShowsTheBaselinesNextToTheChosenPlan) {
   CmdResult r = cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto", "auto_explain");
   ASSERT_EQ(r.code, 0) << r.err;
