@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "core/sharding/padding.h"
 #include "onnx_frontend/frontend.h"
 
 namespace gspmd::cli {
@@ -525,6 +526,28 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   }
   j["collectives"] = std::move(colls);
   j["warnings"] = p.program.warnings;
+  {
+    // Padded split dims of what the user names and provides: graph inputs, weights, graph outputs.
+    std::vector<int> values;
+    std::vector<char> seen(p.graph.values.size(), 0);
+    auto add = [&](int v) {
+      if (v >= 0 && !seen[static_cast<size_t>(v)]) seen[static_cast<size_t>(v)] = 1, values.push_back(v);
+    };
+    for (int v : p.graph.inputs) add(v);
+    for (size_t v = 0; v < p.graph.values.size(); ++v)
+      if (p.graph.values[v].is_initializer) add(static_cast<int>(v));
+    for (int v : p.graph.outputs) add(v);
+    json& pads = j["padding"] = json::array();
+    for (const PaddedDim& d : padded_dims(p.graph, p.plan.shardings, mesh, values))
+      pads.push_back({{"value", p.graph.values[static_cast<size_t>(d.value)].name},
+                      {"dim", d.dim},
+                      {"size", d.size},
+                      {"axes", mesh.axis_names(d.axes)},
+                      {"shards", d.shards},
+                      {"per_shard", d.per_shard},
+                      {"padding", d.padding()},
+                      {"empty_shards", d.empty_shards()}});
+  }
   if (p.training) {
     json weights = json::array();
     int64_t bytes = 0;
@@ -794,6 +817,21 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
     fmt::print("  ({} entries by node and value in the report's \"collectives\")\n", r["collectives"].size());
   }
   for (const auto& w : r["warnings"]) fmt::print("warning   {}\n", w.get<std::string>());
+  // Padded split dims: the first few, then how many more the report lists.
+  constexpr size_t kPaddingLines = 8;
+  const nlohmann::json& pads = r.contains("padding") ? r["padding"] : nlohmann::json::array();
+  for (size_t i = 0; i < pads.size() && i < kPaddingLines; ++i) {
+    const auto& d = pads[i];
+    const int64_t shards = d["shards"].get<int64_t>(), empty = d["empty_shards"].get<int64_t>();
+    fmt::print("warning   padding: '{}' dim {} of {} over {{{}}}={}: {}\n", d["value"].get<std::string>(),
+               d["dim"].get<int>(), d["size"].get<int64_t>(), fmt::join(d["axes"].get<std::vector<std::string>>(), ","),
+               shards,
+               empty > 0 ? fmt::format("{} of {} shards hold only padding", empty, shards)
+                         : fmt::format("shards of {}, {} of {} indices padding", d["per_shard"].get<int64_t>(),
+                                       d["padding"].get<int64_t>(), d["per_shard"].get<int64_t>() * shards));
+  }
+  if (pads.size() > kPaddingLines)
+    fmt::print("warning   padding: {} more padded dims in the report's \"padding\"\n", pads.size() - kPaddingLines);
   const auto& s = r["simulated"];
   fmt::print("simulated step {} (compute {}, communication {}{}), FLOPs utilization {:.1f}% of {:.3g} model FLOPs\n",
              human_time(s["step_time_s"].get<double>()), human_time(s["compute_time_s"].get<double>()),

@@ -114,6 +114,36 @@ TEST(Simulate, SummaryNamesItsSourcesAndGroupsAlikeLines) {
   EXPECT_LT(listed, read_json(d / "p.json")["collectives"].size());
 }
 
+// Padding is visible (issue 31): a batch of 8 over data=32 leaves 24 shards with only padding, over data=3 the shards
+// hold 3, 3 and 2 rows; the summary warns with the amount and the report lists each padded dim.
+TEST(Simulate, PaddedShardsAreWarnedAbout) {
+  const fs::path d = scratch("simulate_padding");
+  CmdResult r = cli("simulate " + kGpt + " --mesh 32x64 " + kMegatron + " --report " + (d / "big.json").string(),
+                    "simulate_padding_big");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nwarning   padding: 'input_ids' dim 0 of 8 over {data}=32: 24 of 32 shards hold only padding\n"
+                       "warning   padding: 'logits' dim 0 of 8 over {data}=32: 24 of 32 shards hold only padding\n"),
+            std::string::npos)
+      << r.out;
+  const nlohmann::json pads = read_json(d / "big.json")["padding"];
+  ASSERT_EQ(pads.size(), 2u);
+  EXPECT_EQ(pads[0], nlohmann::json::parse(R"({"value": "input_ids", "dim": 0, "size": 8, "axes": ["data"],
+      "shards": 32, "per_shard": 1, "padding": 24, "empty_shards": 24})"));
+
+  std::ofstream(d / "d3.json")
+      << R"({"mesh": {"shape": [3], "axes": ["data"]}, "tensors": {"input_ids": ["data", null]}})";
+  r = cli("simulate " + kGpt + " --mesh 3 --shardings " + (d / "d3.json").string(), "simulate_padding_3");
+  EXPECT_NE(
+      r.out.find("\nwarning   padding: 'input_ids' dim 0 of 8 over {data}=3: shards of 3, 1 of 9 indices padding\n"),
+      std::string::npos)
+      << r.out;
+  // Even shards: no padding, no warning.
+  r = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --report " + (d / "even.json").string(),
+          "simulate_padding_even");
+  EXPECT_EQ(r.out.find("padding"), std::string::npos) << r.out;
+  EXPECT_EQ(read_json(d / "even.json")["padding"], nlohmann::json::array());
+}
+
 TEST(Trace, OneTrackPerDeviceAndSpansSumToTheStep) {
   fs::path d = scratch("trace");
   for (const char* cmd : {"simulate", "run"}) {
