@@ -138,9 +138,8 @@ inline constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
 /// and `explain` take meshes up to kMaxDevices (2^20).
 inline constexpr int64_t kMaxMaterializedDevices = 16384;
 /// Throws InputError("<cmd>: the mesh 256x256 has 65536 devices; <cmd> <what> for at most 16384 (simulate costs
-/// meshes of up to 1048576 devices)") when --mesh `mesh_text` has more than kMaxMaterializedDevices devices, and
-/// DeviceMesh::parse's errors for bad text.
-void check_materialized_devices(const std::string& mesh_text, const char* cmd, const char* what);
+/// meshes of up to 1048576 devices)") when the user's mesh `mesh` has more than kMaxMaterializedDevices devices.
+void check_materialized_devices(const DeviceMesh& mesh, const char* cmd, const char* what);
 
 struct PartitionOptions {
   CommonOptions common;

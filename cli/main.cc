@@ -19,7 +19,9 @@ namespace {
 
 void add_common(CLI::App* c, cli::CommonOptions& o) {
   c->add_option("model", o.model, "ONNX model file")->required();
-  c->add_option("--mesh", o.mesh, "device mesh shape, e.g. 4x4, 16, 2x2x4")->required();
+  c->add_option(
+      "--mesh", o.mesh,
+      "device mesh shape, e.g. 4x4, 16, 2x2x4 (default: the mesh the sharding file or annotated model names)");
   c->add_option("--shardings", o.shardings,
                 "sharding file, or an annotated model (.onnx) (default: MODEL's own annotations, or its sibling "
                 "<stem>.sharding.json)");

@@ -182,7 +182,8 @@ bool model_holds_at(const Graph& g, const DimBindings& at) {
 }  // namespace
 
 int cmd_partition(const PartitionOptions& o) {
-  check_materialized_devices(o.common.mesh, "partition", "writes one file per device");
+  if (!o.common.mesh.empty())  // early, before the model is read; again below for a mesh from the sharding file
+    check_materialized_devices(DeviceMesh::parse(o.common.mesh), "partition", "writes one file per device");
   if (o.out_dir.empty()) throw InputError("-o: '' is not a directory name");
   fs::path out = fs::absolute(o.out_dir).lexically_normal();
   if (out.filename().empty()) out = out.parent_path();
@@ -207,6 +208,7 @@ int cmd_partition(const PartitionOptions& o) {
   CommonOptions common = o.common;
   common.keep_symbols = true;
   Pipeline p = build_pipeline(common);
+  check_materialized_devices(p.annotations.mesh.user(), "partition", "writes one file per device");
   for (const DimBindings& at : check_dims(p.program.program)) {  // the soundness check (docs/shapes.md)
     try {
       check_symbolic_program(p.program, p.graph, at);

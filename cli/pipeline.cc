@@ -68,13 +68,13 @@ int64_t parse_memory_limit(const std::string& text) {
   return static_cast<int64_t>(v);
 }
 
-void check_materialized_devices(const std::string& mesh_text, const char* cmd, const char* what) {
-  const int64_t n = DeviceMesh::parse(mesh_text).num_devices();
+void check_materialized_devices(const DeviceMesh& mesh, const char* cmd, const char* what) {
+  const int64_t n = mesh.num_devices();
   if (n > kMaxMaterializedDevices)
     throw InputError(
         fmt::format("{}: the mesh {} has {} devices; {} {} for at most {} (simulate costs meshes of up "
                     "to {} devices)",
-                    cmd, mesh_text, n, cmd, what, kMaxMaterializedDevices, kMaxDevices));
+                    cmd, fmt::join(mesh.shape, "x"), n, cmd, what, kMaxMaterializedDevices, kMaxDevices));
 }
 
 namespace {
@@ -290,7 +290,8 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
 }  // namespace
 
 Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
-  DeviceMesh cli_mesh = DeviceMesh::parse(o.mesh);
+  std::optional<DeviceMesh> cli_mesh;  // --mesh, else the mesh the sharding file names
+  if (!o.mesh.empty()) cli_mesh = DeviceMesh::parse(o.mesh);
   const int64_t memory_limit = parse_memory_limit(o.memory_limit);
   if (memory_limit > 0 && !o.auto_search) throw InputError("--memory-limit: only used with --auto");
   LoadOptions lo = kernel_load_options();
@@ -352,12 +353,16 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   const std::string file = sharding_file_of(o, p.load_report);
   auto read_annotations = [&](const Graph& g) {
     if (file.empty()) {
+      if (!cli_mesh)
+        throw InputError(fmt::format(
+            "{}: no mesh: give --mesh, or a sharding file that names one (--shardings FILE, or {} beside the model)",
+            o.model, sibling_sharding_file(o).filename().string()));
       Annotations a;
-      a.mesh = cli_mesh;
+      a.mesh = *cli_mesh;
       return a;
     }
-    return fs::path(file).extension() == ".onnx" ? read_annotated_model(file, g, &cli_mesh)
-                                                 : read_sharding_file(file, g, &cli_mesh);
+    const DeviceMesh* m = cli_mesh ? &*cli_mesh : nullptr;
+    return fs::path(file).extension() == ".onnx" ? read_annotated_model(file, g, m) : read_sharding_file(file, g, m);
   };
   std::optional<TrainingOptions> to;  // against the model as loaded
   if (o.training.on) to = training_options(o.training, p.graph);

@@ -270,11 +270,13 @@ int cmd_run(const RunOptions& o) {
   if (o.backend == "mpi") return cmd_run_mpi(o);
   if (o.warmup != 1) throw InputError("--warmup: needs --backend mpi (the emulator executes once)");
   if (o.repeat != 1) throw InputError("--repeat: needs --backend mpi (the emulator executes once)");
-  check_materialized_devices(o.common.mesh, "run", "emulates every device in this process");
+  if (!o.common.mesh.empty())  // early, before the model is read; again below for a mesh from the sharding file
+    check_materialized_devices(DeviceMesh::parse(o.common.mesh), "run", "emulates every device in this process");
   check_output_path(o.outputs_dir, "--outputs", /*folder=*/true);
   check_output_path(o.report, "--report");
   check_output_path(o.trace, "--trace");
   Pipeline p = build_pipeline(o.common);
+  check_materialized_devices(p.annotations.mesh.user(), "run", "emulates every device in this process");
   check_fits_memory(p.graph);
   std::vector<Tensor> inputs = make_inputs(p.graph, p.load_report, o, p.training ? &*p.training : nullptr);
   std::vector<OnnxValue> expected;  // read before the run: a bad --expected is bad input (exit 2), found early

@@ -110,6 +110,8 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
   std::optional<mpi::Failure> failure;
   const double share = core_share(s.ranks_on_this_host());  // collective: every rank
   try {
+    // The ranks exist before the model is read, so their count comes from --mesh.
+    if (o.common.mesh.empty()) throw InputError("--backend mpi: --mesh is required (it is the number of ranks)");
     const int64_t n = DeviceMesh::parse(o.common.mesh).num_devices();
     if (n != s.size())
       throw InputError(

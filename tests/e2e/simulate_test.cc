@@ -144,6 +144,42 @@ TEST(Simulate, PaddedShardsAreWarnedAbout) {
   EXPECT_EQ(read_json(d / "even.json")["padding"], nlohmann::json::array());
 }
 
+// The mesh comes from where it is written (issue 31): without --mesh, the sharding file's, the sibling file's or the
+// annotated model's mesh is used; with none of them the error says what to give.
+TEST(Simulate, MeshComesFromTheShardingFile) {
+  const fs::path d = scratch("simulate_mesh_from_file");
+  auto mesh_of = [&](const std::string& args, const std::string& tag) {
+    CmdResult r = cli("simulate " + args + " --report " + (d / (tag + ".json")).string(), tag);
+    EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
+    return r.code == 0 ? read_json(d / (tag + ".json"))["mesh"] : nlohmann::json();
+  };
+  const nlohmann::json two_by_two = nlohmann::json::parse(R"({"shape": [2, 2], "axes": ["data", "model"]})");
+  auto same = [&](const nlohmann::json& m) {
+    return m["shape"] == two_by_two["shape"] && m["axes"] == two_by_two["axes"];
+  };
+  EXPECT_TRUE(same(mesh_of(kGpt + " " + kMegatron, "mesh_flag_file")));
+  fs::copy_file(kGpt, d / "gpt.onnx", fs::copy_options::overwrite_existing);
+  fs::copy_file("testdata/gpt/gpt.megatron.sharding.json", d / "gpt.sharding.json",
+                fs::copy_options::overwrite_existing);
+  EXPECT_TRUE(same(mesh_of((d / "gpt.onnx").string(), "mesh_sibling")));
+  CmdResult p = cli("partition " + kGpt + " " + kMegatron + " -o " + (d / "out").string() + " --annotated-model " +
+                        (d / "annotated.onnx").string(),
+                    "mesh_partition");
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_TRUE(same(mesh_of((d / "annotated.onnx").string(), "mesh_annotated")));
+
+  CmdResult none = cli("simulate " + kGpt, "mesh_none");
+  EXPECT_EQ(none.code, 2);
+  EXPECT_EQ(none.err, "error: " + kGpt +
+                          ": no mesh: give --mesh, or a sharding file that names one (--shardings FILE, or "
+                          "gpt_opset17.sharding.json beside the model)\n");
+  std::ofstream(d / "no_mesh.json") << R"({"tensors": {"input_ids": ["x", null]}})";
+  CmdResult bare = cli("simulate " + kGpt + " --shardings " + (d / "no_mesh.json").string(), "mesh_bare");
+  EXPECT_EQ(bare.code, 2);
+  EXPECT_EQ(bare.err,
+            "error: " + (d / "no_mesh.json").string() + ": mesh: the file has no mesh and no --mesh was given\n");
+}
+
 TEST(Trace, OneTrackPerDeviceAndSpansSumToTheStep) {
   fs::path d = scratch("trace");
   for (const char* cmd : {"simulate", "run"}) {
