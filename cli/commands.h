@@ -44,19 +44,19 @@ struct PipelineFlags {
 
 /// Flags shared by partition, run, simulate and explain.
 struct CommonOptions {
-  std::string model;               // MODEL path
-  std::string mesh;                // --mesh "4x4"
-  std::string shardings;           // --shardings FILE: a sharding file, or an annotated model (*.onnx); "" = MODEL's
-                                   // own annotations, or its sibling <stem>.sharding.json if present
-  std::vector<std::string> dims;   // --dim NAME=VALUE
-  std::vector<std::string> hints;  // partition --hint NAME=VALUE (LoadOptions::hints)
-  std::string target = "tpu-v3";   // --target
-  std::string device_order;        // --device-order "y,x" ("" = the default mapping; Target::parse_device_order)
-  bool overlap = false;            // --overlap: collectives overlap independent compute in the simulated step
-  bool auto_search = false;        // --auto: search shardings for what the sharding file leaves open (core/auto)
-  std::string memory_limit;        // --memory-limit BYTES for --auto ("" = the target's HBM)
-  bool measure_host_ops = true;    // --target host: build_pipeline measures the program's ops (measure_program_ops)
-  std::string inputs_dir;          // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
+  std::string model;                // MODEL path
+  std::optional<std::string> mesh;  // --mesh "4x4"; none: the mesh the sharding file names
+  std::string shardings;            // --shardings FILE: a sharding file, or an annotated model (*.onnx); "" = MODEL's
+                                    // own annotations, or its sibling <stem>.sharding.json if present
+  std::vector<std::string> dims;    // --dim NAME=VALUE
+  std::vector<std::string> hints;   // partition --hint NAME=VALUE (LoadOptions::hints)
+  std::string target = "tpu-v3";    // --target
+  std::string device_order;         // --device-order "y,x" ("" = the default mapping; Target::parse_device_order)
+  bool overlap = false;             // --overlap: collectives overlap independent compute in the simulated step
+  bool auto_search = false;         // --auto: search shardings for what the sharding file leaves open (core/auto)
+  std::string memory_limit;         // --memory-limit BYTES for --auto ("" = the target's HBM)
+  bool measure_host_ops = true;     // --target host: build_pipeline measures the program's ops (measure_program_ops)
+  std::string inputs_dir;           // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
   /// partition: keep the symbolic dims that neither --dim nor --inputs bind (LoadOptions::keep_symbols), so that
   /// the device files serve every size (docs/shapes.md); not with --training, --pipeline or --auto, which need sizes.
   bool keep_symbols = false;
@@ -226,8 +226,12 @@ struct ExplainOptions {
 };
 int cmd_explain(const ExplainOptions& o);
 
-/// Box picture of a 1-D or 2-D value's shards on the mesh (device ids per shard), "" for other ranks or more than
-/// 16 shards per dim. Like jax.debug.visualize_array_sharding.
+/// Box picture of a 1-D or 2-D value's shards on the mesh (device ids per shard; uneven shards drawn in proportion
+/// to their real extent), "" for other ranks or more than 16 shards per dim. Like jax.debug.visualize_array_sharding.
 std::string sharding_picture(const Shape& shape, const TensorSharding& s, const DeviceMesh& mesh);
+/// Each shard's index ranges of a tiled value, one line per distinct range with the devices that hold it ("[0:3, :]
+/// device 0", "(padding only)" for a shard of padding), at most 32 lines; "" for an untiled value. As PyTorch
+/// DTensor's visualize_sharding lists offsets.
+std::string shard_ranges(const Shape& shape, const TensorSharding& s, const DeviceMesh& mesh);
 
 }  // namespace gspmd::cli

@@ -1,5 +1,7 @@
 // gspmd-onnx explain: every value's sharding (three notations) with its origin, and every collective with its reason.
 #include <algorithm>
+#include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -160,27 +162,53 @@ void explain_pipeline(const PipelineLayout& l, const std::string& axis) {
 
 namespace {
 
+/// The real (unpadded) extent of each of `shards` shards of a dim of `size` (ceil(size / shards) each, the last ones
+/// short or empty).
+std::vector<int64_t> shard_extents(int64_t size, int64_t shards) {
+  const int64_t per = (size + shards - 1) / shards;
+  std::vector<int64_t> out;
+  for (int64_t k = 0; k < shards; ++k) out.push_back(std::clamp<int64_t>(size - k * per, 0, per));
+  return out;
+}
+
 /// Boxes of `cell` (rows x cols, each the devices holding that shard), drawn as jax.debug.visualize_array_sharding
-/// does.
-std::string boxes(const std::vector<std::vector<std::vector<int64_t>>>& cell) {
+/// does, each box as wide (tall) as its shard's real extent `col_extent[c]` (`row_extent[r]`) against the full shard:
+/// padded shards are drawn smaller (DTensor's visualize_sharding shows the ranges instead; we do both).
+std::string boxes(const std::vector<std::vector<std::vector<int64_t>>>& cell, const std::vector<int64_t>& row_extent,
+                  const std::vector<int64_t>& col_extent) {
   const size_t rows = cell.size(), cols = cell[0].size();
-  size_t width = 0;
+  size_t label = 0;
   for (const auto& row : cell)
-    for (const auto& c : row) width = std::max(width, device_list(c).size());
-  width += 2;
+    for (const auto& c : row) label = std::max(label, device_list(c).size());
+  const int64_t row_full = *std::max_element(row_extent.begin(), row_extent.end());
+  const int64_t col_full = *std::max_element(col_extent.begin(), col_extent.end());
+  const bool uneven_cols = *std::min_element(col_extent.begin(), col_extent.end()) < col_full;
+  const bool uneven_rows = *std::min_element(row_extent.begin(), row_extent.end()) < row_full;
+  // Even shards: every box as wide as the widest label, one line tall. Uneven: the full width doubled and two lines,
+  // scaled by each shard's extent (never narrower than its label).
+  const double full_width = static_cast<double>(label + 2) * (uneven_cols ? 2 : 1);
+  std::vector<size_t> width(cols);
+  for (size_t c = 0; c < cols; ++c)
+    width[c] = std::max<size_t>(
+        label + 2, static_cast<size_t>(std::lround(full_width * static_cast<double>(col_extent[c]) / col_full)));
   auto line = [&](const char* l, const char* m, const char* r) {
     std::string out = l;
     for (size_t c = 0; c < cols; ++c) {
-      for (size_t i = 0; i < width; ++i) out += "─";
+      for (size_t i = 0; i < width[c]; ++i) out += "─";
       out += c + 1 < cols ? m : r;
     }
     return out + "\n";
   };
   std::string out = line("┌", "┬", "┐");
   for (size_t r = 0; r < rows; ++r) {
-    out += "│";
-    for (size_t c = 0; c < cols; ++c) out += fmt::format("{:^{}}│", device_list(cell[r][c]), width);
-    out += "\n";
+    const int64_t height =
+        uneven_rows ? std::max<int64_t>(1, std::lround(2.0 * static_cast<double>(row_extent[r]) / row_full)) : 1;
+    for (int64_t h = 0; h < height; ++h) {
+      out += "│";
+      for (size_t c = 0; c < cols; ++c)
+        out += fmt::format("{:^{}}│", h == 0 ? device_list(cell[r][c]) : std::string(), width[c]);
+      out += "\n";
+    }
     out += r + 1 < rows ? line("├", "┼", "┤") : line("└", "┴", "┘");
   }
   return out;
@@ -225,10 +253,37 @@ std::string sharding_picture(const Shape& shape, const TensorSharding& s, const 
           fmt::format("dims {} x {}{}\n", row_dim, col_dim,
                       others.empty() ? std::string()
                                      : fmt::format(", tile {} of {} over dims {}", t, slices, fmt::join(others, ",")));
-    out += boxes(cell);
+    out += boxes(cell, row_dim < 0 ? std::vector<int64_t>{1} : shard_extents(shape[row_dim], rows),
+                 shard_extents(shape[col_dim], cols));
   }
   if (slices > 4) out += fmt::format("({} more slices)\n", slices - 4);
   if (!s.unreduced.empty()) out += "(each box holds a partial value: the devices listed in a box sum to it)\n";
+  return out;
+}
+
+std::string shard_ranges(const Shape& shape, const TensorSharding& s, const DeviceMesh& mesh) {
+  if (!s.is_tiled()) return "";
+  std::vector<std::pair<std::string, std::vector<int64_t>>> ranges;  // (range, devices), in device order
+  std::map<std::string, size_t> index;
+  for (int64_t dev = 0; dev < mesh.num_devices(); ++dev) {
+    std::vector<std::string> dims;
+    bool empty = false;
+    for (int d = 0; d < static_cast<int>(shape.size()); ++d) {
+      const int64_t at = std::min(s.offset(d, shape, mesh, dev), shape[d]), n = s.valid(d, shape, mesh, dev);
+      empty |= n == 0;
+      dims.push_back(s.shards(d, mesh) == 1 ? ":" : fmt::format("{}:{}", at, at + n));
+    }
+    std::string r = fmt::format("[{}]{}", fmt::join(dims, ", "), empty ? " (padding only)" : "");
+    auto [it, fresh] = index.emplace(r, ranges.size());
+    if (fresh) ranges.emplace_back(r, std::vector<int64_t>{});
+    ranges[it->second].second.push_back(dev);
+  }
+  std::string out = "  shards    (index ranges, as DTensor's visualize_sharding lists them)\n";
+  constexpr size_t kListed = 32;
+  for (size_t i = 0; i < ranges.size() && i < kListed; ++i)
+    out += fmt::format("    {:<24} device{} {}\n", ranges[i].first, ranges[i].second.size() == 1 ? "" : "s",
+                       device_list(ranges[i].second));
+  if (ranges.size() > kListed) out += fmt::format("    ({} more shards)\n", ranges.size() - kListed);
   return out;
 }
 
@@ -280,13 +335,20 @@ int cmd_explain(const ExplainOptions& o) {
       if (std::find(f.outputs.begin(), f.outputs.end(), val.name) != f.outputs.end())
         fmt::print("  folded    at load: node '{}' ({}) evaluated once on constants\n", f.node, f.op_type);
     if (only >= 0) {
-      std::string pic = sharding_picture(val.shape, s, mesh);
-      if (!pic.empty()) fmt::print("{}", pic);
+      fmt::print("{}{}", sharding_picture(val.shape, s, mesh), shard_ranges(val.shape, s, mesh));
     }
   }
-  fmt::print("\n{} collectives\n", p.program.collectives.size());
-  for (const CollectiveRecord& c : p.program.collectives) {
-    if (only >= 0 && c.value != g.values[only].name) continue;
+  // With --value, the collectives of that value: the count is of the ones listed.
+  std::vector<const CollectiveRecord*> listed;
+  for (const CollectiveRecord& c : p.program.collectives)
+    if (only < 0 || c.value == g.values[only].name) listed.push_back(&c);
+  if (only < 0)
+    fmt::print("\n{} collectives\n", listed.size());
+  else
+    fmt::print("\n{} of the program's {} collectives move '{}'\n", listed.size(), p.program.collectives.size(),
+               g.values[only].name);
+  for (const CollectiveRecord* cp : listed) {
+    const CollectiveRecord& c = *cp;
     const std::vector<std::string> axes = mesh.axis_names(c.mesh_axes);
     fmt::print("  {} over {{{}}} of '{}' ({} bytes per device) for {}: {}\n", collective_name(c.kind),
                fmt::join(axes, ","), c.value, c.bytes, c.for_node.empty() ? "graph output" : c.for_node, c.reason);

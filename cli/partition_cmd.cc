@@ -182,8 +182,8 @@ bool model_holds_at(const Graph& g, const DimBindings& at) {
 }  // namespace
 
 int cmd_partition(const PartitionOptions& o) {
-  if (!o.common.mesh.empty())  // early, before the model is read; again below for a mesh from the sharding file
-    check_materialized_devices(DeviceMesh::parse(o.common.mesh), "partition", "writes one file per device");
+  if (o.common.mesh)  // early, before the model is read; again below for a mesh from the sharding file
+    check_materialized_devices(DeviceMesh::parse(*o.common.mesh), "partition", "writes one file per device");
   if (o.out_dir.empty()) throw InputError("-o: '' is not a directory name");
   fs::path out = fs::absolute(o.out_dir).lexically_normal();
   if (out.filename().empty()) out = out.parent_path();

@@ -291,7 +291,7 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
 
 Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   std::optional<DeviceMesh> cli_mesh;  // --mesh, else the mesh the sharding file names
-  if (!o.mesh.empty()) cli_mesh = DeviceMesh::parse(o.mesh);
+  if (o.mesh) cli_mesh = DeviceMesh::parse(*o.mesh);
   const int64_t memory_limit = parse_memory_limit(o.memory_limit);
   if (memory_limit > 0 && !o.auto_search) throw InputError("--memory-limit: only used with --auto");
   LoadOptions lo = kernel_load_options();

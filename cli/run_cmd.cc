@@ -270,8 +270,8 @@ int cmd_run(const RunOptions& o) {
   if (o.backend == "mpi") return cmd_run_mpi(o);
   if (o.warmup != 1) throw InputError("--warmup: needs --backend mpi (the emulator executes once)");
   if (o.repeat != 1) throw InputError("--repeat: needs --backend mpi (the emulator executes once)");
-  if (!o.common.mesh.empty())  // early, before the model is read; again below for a mesh from the sharding file
-    check_materialized_devices(DeviceMesh::parse(o.common.mesh), "run", "emulates every device in this process");
+  if (o.common.mesh)  // early, before the model is read; again below for a mesh from the sharding file
+    check_materialized_devices(DeviceMesh::parse(*o.common.mesh), "run", "emulates every device in this process");
   check_output_path(o.outputs_dir, "--outputs", /*folder=*/true);
   check_output_path(o.report, "--report");
   check_output_path(o.trace, "--trace");

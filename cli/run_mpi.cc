@@ -111,13 +111,13 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
   const double share = core_share(s.ranks_on_this_host());  // collective: every rank
   try {
     // The ranks exist before the model is read, so their count comes from --mesh.
-    if (o.common.mesh.empty()) throw InputError("--backend mpi: --mesh is required (it is the number of ranks)");
-    const int64_t n = DeviceMesh::parse(o.common.mesh).num_devices();
+    if (!o.common.mesh) throw InputError("--backend mpi: --mesh is required (it is the number of ranks)");
+    const int64_t n = DeviceMesh::parse(*o.common.mesh).num_devices();
     if (n != s.size())
       throw InputError(
           fmt::format("--mesh {} has {} devices but this MPI job has {} rank{}: start it with "
                       "mpirun -np {}",
-                      o.common.mesh, n, s.size(), s.size() == 1 ? "" : "s", n));
+                      *o.common.mesh, n, s.size(), s.size() == 1 ? "" : "s", n));
     if (o.common.target == "host") share_host_target(s, share);
     // with --program the weights come from the device files; rank 0 still needs them for --check
     CommonOptions common = o.common;

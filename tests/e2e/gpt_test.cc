@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "e2e_util.h"
 #include "onnx_frontend/frontend.h"
@@ -217,6 +218,50 @@ TEST(GptExplain, ShowsNotationsOriginPictureAndCollectiveReasons) {
                          "/h.0/attn/proj/Add (Add) needs operand 0 as [\"data\", null, null]"),
             std::string::npos)
       << all.out;
+}
+
+// explain --value shows uneven shards as they are (issue 31): a batch of 8 over 3 devices is drawn as boxes of 3, 3
+// and 2 rows (two lines, two, one), each device's index ranges are listed, and the footer counts the collectives it
+// lists. Over 32 devices, 24 shards hold only padding and say so.
+TEST(GptExplain, UnevenShardsAreDrawnInProportionWithTheirRanges) {
+  const fs::path d = scratch("explain_uneven");
+  std::ofstream(d / "d3.json")
+      << R"({"mesh": {"shape": [3], "axes": ["data"]}, "tensors": {"input_ids": ["data", null]}})";
+  CmdResult r =
+      cli("explain " + kGpt + " --shardings " + (d / "d3.json").string() + " --value input_ids", "explain_uneven_3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("┌───┐\n"
+                       "│ 0 │\n"
+                       "│   │\n"
+                       "├───┤\n"
+                       "│ 1 │\n"
+                       "│   │\n"
+                       "├───┤\n"
+                       "│ 2 │\n"
+                       "└───┘\n"
+                       "  shards    (index ranges, as DTensor's visualize_sharding lists them)\n"
+                       "    [0:3, :]                 device 0\n"
+                       "    [3:6, :]                 device 1\n"
+                       "    [6:8, :]                 device 2\n"
+                       "\n0 of the program's 0 collectives move 'input_ids'\n"),
+            std::string::npos)
+      << r.out;
+  std::ofstream(d / "d32.json")
+      << R"({"mesh": {"shape": [32], "axes": ["data"]}, "tensors": {"input_ids": ["data", null]}})";
+  r = cli("explain " + kGpt + " --shardings " + (d / "d32.json").string() + " --value input_ids", "explain_uneven_32");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("    [7:8, :]                 device 7\n"
+                       "    [8:8, :] (padding only)  devices 8,9,10,11,..(+20)\n"),
+            std::string::npos)
+      << r.out;
+  // The footer counts what it lists: the program's collectives that move the value.
+  r = cli("explain " + kGpt + " --mesh 2x2 " + kMegatron + " --value /h.0/attn/proj/MatMul_output_0",
+          "explain_uneven_footer");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\n1 of the program's 5 collectives move '/h.0/attn/proj/MatMul_output_0'\n  all-reduce over "
+                       "{model} of '/h.0/attn/proj/MatMul_output_0'"),
+            std::string::npos)
+      << r.out;
 }
 
 }  // namespace
