@@ -47,6 +47,15 @@ std::vector<IterationSpan> iteration_spans(const SpmdProgram& p, const Graph& g,
   return out;
 }
 
+/// "device 3", "devices 0..15", or "devices 0,1,4,5" / "devices 0,2,4,...,30 (16)" for a list not in one run.
+std::string devices_label(const std::vector<int64_t>& ds) {
+  if (ds.size() == 1) return fmt::format("device {}", ds[0]);
+  if (ds.back() - ds.front() + 1 == static_cast<int64_t>(ds.size()))
+    return fmt::format("devices {}..{}", ds.front(), ds.back());
+  if (ds.size() <= 8) return fmt::format("devices {}", fmt::join(ds, ","));
+  return fmt::format("devices {},{},{},...,{} ({})", ds[0], ds[1], ds[2], ds.back(), ds.size());
+}
+
 }  // namespace
 
 std::optional<PipelineTrack> pipeline_track(const Pipeline& p) {
@@ -93,32 +102,31 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
   f << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
   f << fmt::format(R"({{"ph":"M","pid":0,"name":"process_name","args":{{"name":{}}}}})",
                    nlohmann::json("gspmd-onnx " + target).dump());
-  // Without overlap one track per device (tid = device); with it, collectives get a second track per device
-  // (tid = devices + device), since they run beside the compute.
+  // Every device runs the same program, whose simulated timeline is the same on each: one track for all of them
+  // (tid 0), and with overlap a second one for the collectives (tid 1), which run beside the compute.
   const int64_t n = p.mesh.num_devices();
-  for (int64_t d = 0; d < n; ++d) {
-    f << fmt::format(
-        ",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"device {}\"}}}}", d, d);
-    if (cost.overlap)
-      f << fmt::format(
-          ",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"device {} "
-          "collectives\"}}}}",
-          n + d, d);
-    for (size_t i = 0; i < body.size(); ++i)
-      f << fmt::format(",\n{{\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.6f},\"dur\":{:.6f},{}}}",
-                       on_comm[i] ? n + d : d, start[i], dur[i], body[i]);
-  }
-  // The pipeline: per device, what its stage computes in each iteration.
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  for (int64_t d = 0; d < n; ++d) all[static_cast<size_t>(d)] = d;
+  const std::string label = devices_label(all);
+  auto track = [&](int64_t tid, const std::string& name) {
+    f << fmt::format(",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":{}}}}}", tid,
+                     nlohmann::json(name).dump());
+  };
+  track(0, label);
+  if (cost.overlap) track(1, label + " collectives");
+  for (size_t i = 0; i < body.size(); ++i)
+    f << fmt::format(",\n{{\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.6f},\"dur\":{:.6f},{}}}", on_comm[i] ? 1 : 0,
+                     start[i], dur[i], body[i]);
+  // The pipeline: per stage (its devices' timelines are alike), what it computes in each iteration.
   if (pipeline) {
     const PipelineLayout& l = *pipeline->layout;
     const std::vector<IterationSpan> spans = iteration_spans(p, *pipeline->graph, start, dur);
-    const int64_t base = cost.overlap ? 2 * n : n;
-    for (int64_t d = 0; d < n; ++d) {
-      const int64_t s = p.mesh.tile_index(d, {pipeline->axis});
-      f << fmt::format(
-          ",\n{{\"ph\":\"M\",\"pid\":0,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"device {}: stage "
-          "{}\"}}}}",
-          base + d, d, s);
+    const int64_t base = cost.overlap ? 2 : 1;
+    std::vector<std::vector<int64_t>> stage_devices(static_cast<size_t>(l.stages));
+    for (int64_t d = 0; d < n; ++d)
+      stage_devices[static_cast<size_t>(p.mesh.tile_index(d, {pipeline->axis}))].push_back(d);
+    for (int64_t s = 0; s < l.stages; ++s) {
+      track(base + s, fmt::format("stage {}: {}", s, devices_label(stage_devices[static_cast<size_t>(s)])));
       for (const IterationSpan& sp : spans) {
         const int64_t m = l.microbatch_at(sp.t, s);
         std::string what = sp.t >= l.iterations ? "the last results leave" : "bubble";
@@ -132,7 +140,7 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
         f << fmt::format(
             ",\n{{\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.6f},\"dur\":{:.6f},\"name\":{},\"cat\":\"pipeline\","
             "\"args\":{{\"iteration\":{},\"stage\":{},\"microbatch\":{}}}}}",
-            base + d, sp.start, sp.end - sp.start,
+            base + s, sp.start, sp.end - sp.start,
             nlohmann::json(fmt::format("{}t{}: {}", sp.backward ? "backward " : "", sp.t, what)).dump(), sp.t, s, m);
       }
     }

@@ -227,12 +227,13 @@ TEST(PipelineCli, TraceShowsEachStagesIterations) {
     if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int64_t>()] = e["args"]["name"];
     if (e["ph"] == "X" && e["cat"] == "pipeline") iterations[e["tid"].get<int64_t>()].push_back(e["name"]);
   }
-  EXPECT_EQ(tracks[4], "device 0: stage 0");
-  EXPECT_EQ(tracks[7], "device 3: stage 1");  // mesh 2x2 (stage, model): device 3 is stage 1
-  EXPECT_EQ(iterations[4], (std::vector<std::string>{"t0: microbatch 0, layer 0", "t1: microbatch 1, layer 0",
+  // One track for the devices' program, then one per stage: mesh 2x2 (stage, model), devices 2 and 3 are stage 1.
+  EXPECT_EQ(tracks, (std::map<int64_t, std::string>{
+                        {0, "devices 0..3"}, {1, "stage 0: devices 0..1"}, {2, "stage 1: devices 2..3"}}));
+  EXPECT_EQ(iterations[1], (std::vector<std::string>{"t0: microbatch 0, layer 0", "t1: microbatch 1, layer 0",
                                                      "t2: microbatch 2, layer 0", "t3: microbatch 3, layer 0",
                                                      "t4: bubble", "t5: the last results leave"}));
-  EXPECT_EQ(iterations[7], (std::vector<std::string>{"t0: bubble", "t1: microbatch 0, layer 1",
+  EXPECT_EQ(iterations[2], (std::vector<std::string>{"t0: bubble", "t1: microbatch 0, layer 1",
                                                      "t2: microbatch 1, layer 1", "t3: microbatch 2, layer 1",
                                                      "t4: microbatch 3, layer 1", "t5: the last results leave"}));
 }
