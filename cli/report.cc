@@ -526,28 +526,16 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   }
   j["collectives"] = std::move(colls);
   j["warnings"] = p.program.warnings;
-  {
-    // Padded split dims of what the user names and provides: graph inputs, weights, graph outputs.
-    std::vector<int> values;
-    std::vector<char> seen(p.graph.values.size(), 0);
-    auto add = [&](int v) {
-      if (v >= 0 && !seen[static_cast<size_t>(v)]) seen[static_cast<size_t>(v)] = 1, values.push_back(v);
-    };
-    for (int v : p.graph.inputs) add(v);
-    for (size_t v = 0; v < p.graph.values.size(); ++v)
-      if (p.graph.values[v].is_initializer) add(static_cast<int>(v));
-    for (int v : p.graph.outputs) add(v);
-    json& pads = j["padding"] = json::array();
-    for (const PaddedDim& d : padded_dims(p.graph, p.plan.shardings, mesh, values))
-      pads.push_back({{"value", p.graph.values[static_cast<size_t>(d.value)].name},
-                      {"dim", d.dim},
-                      {"size", d.size},
-                      {"axes", mesh.axis_names(d.axes)},
-                      {"shards", d.shards},
-                      {"per_shard", d.per_shard},
-                      {"padding", d.padding()},
-                      {"empty_shards", d.empty_shards()}});
-  }
+  json& pads = j["padding"] = json::array();
+  for (const PaddedDim& d : padded_interface_dims(p.graph, p.plan.shardings, mesh))
+    pads.push_back({{"value", p.graph.values[static_cast<size_t>(d.value)].name},
+                    {"dim", d.dim},
+                    {"size", d.size},
+                    {"axes", mesh.axis_names(d.axes)},
+                    {"shards", d.shards},
+                    {"per_shard", d.per_shard},
+                    {"padding", d.padding()},
+                    {"empty_shards", d.empty_shards()}});
   if (p.training) {
     json weights = json::array();
     int64_t bytes = 0;

@@ -92,6 +92,12 @@ class Search {
     full_.rules = &rules;
     if (o.training) full_.followers = step_followers(g, *o.training);
     full_.update_axis = o.step.update_axis;
+    model_axis_ = mesh_.axis_index("model");
+    if (model_axis_ >= 0 && mesh_.shape[model_axis_] <= 1) model_axis_ = -1;
+    for (int a = mesh_.rank() - 1; a >= 0 && model_axis_ < 0; --a)
+      if (mesh_.shape[a] > 1) model_axis_ = a;
+    for (int a = 0; a < mesh_.rank(); ++a)
+      if (a != model_axis_) data_axes_.push_back(a);
   }
 
   AutoResult run();
@@ -99,7 +105,7 @@ class Search {
  private:
   /// Layered costing (docs/auto.md, "Scale"): when o_.forward has at least three alike layer blocks, plans are costed
   /// on the model cut to its first two blocks and to its first one (per step choice), and extrapolated to all of
-  /// them. Sets up policies_, layers_, blocks_ and stream_names_; leaves the search on the whole graph (policies_ =
+  /// them. Sets up steps_, layers_, blocks_ and stream_names_; leaves the search on the whole graph (steps_ =
   /// {o_.step}) otherwise.
   void setup_layers();
   /// The variables of one graph (graph inputs, contracted weights, their contractions' activation operands), in
@@ -121,27 +127,24 @@ class Search {
   std::vector<int> allowed_dims(int v, const std::vector<std::vector<int>>& consumers, bool pass_through_only) const;
   void add_candidates(Group& gr, const std::vector<int>& dims) const;
   int candidate_index(const Group& gr, const TensorSharding& s) const;
-  /// One counted evaluation under policy_: `cost()`, or its error as an invalid plan (rethrown when `rethrow`); the
+  /// One counted evaluation under step_: `cost()`, or its error as an invalid plan (rethrown when `rethrow`); the
   /// progress is told.
   AutoPlanCost counted(const std::function<AutoPlanCost()>& cost, bool rethrow = false);
-  /// Layered costing: the plan's cost under policy_, extrapolated from the two cut models to all blocks_ blocks.
+  /// Layered costing: the plan's cost under step_, extrapolated from the two cut models to all blocks_ blocks.
   AutoPlanCost extrapolated(const std::vector<int>& assign) const;
   /// The plan's cost (remembered): the pipeline on the whole graph, or extrapolated from the layered instances.
   AutoPlanCost evaluate(const std::vector<int>& assign, bool rethrow = false);
   std::vector<int> data_parallel_seed(const std::vector<int>& axes) const;
   std::optional<std::vector<int>> megatron_seed();
-  /// The Megatron seed's model axis: one named "model" if it has more than one device, else the last axis that has;
-  /// -1 for a mesh of one device.
-  int model_axis() const;
   /// Weight-update sharding's axis (AutoOptions::update_choice): the first axis of more than one device that is not
   /// the model axis, else the model axis (a one-axis mesh); -1 for a mesh of one device.
   int data_axis() const;
   /// From the Megatron seed: every weight it splits over the model axis gets the other mesh axes on its other dim
   /// (the GSPMD paper's 2D weight sharding, section 5.1); inputs are left free. The plan with the least weight memory.
   std::vector<int> two_d_seed(const std::vector<int>& megatron) const;
-  /// The GSPMD paper's 2D plan (section 5.1) from the 2D-weights seed `two_d`: the batch over `data_axes`, embedding
+  /// The GSPMD paper's 2D plan (section 5.1) from the 2D-weights seed `two_d`: the batch over data_axes_, embedding
   /// tables over the vocabulary on the model axis, the residual stream [data, -, model].
-  std::vector<int> paper_2d_seed(const std::vector<int>& two_d, const std::vector<int>& data_axes) const;
+  std::vector<int> paper_2d_seed(const std::vector<int>& two_d) const;
   /// Data parallel over every axis where the weights fit, Megatron where they do not: starting from the data-parallel
   /// seed, weight groups take their Megatron split, largest first, until the plan fits; a column-parallel group's
   /// activation operand is pinned to the batch over the data axes only (it is all-gathered over the model axis
@@ -160,9 +163,9 @@ class Search {
   const DeviceMesh& mesh_;
   Instance full_;  // the graph the plan is for
   /// The step choices searched (o_.step alone, or each remat choice, then each with weight-update sharding).
-  std::vector<StepChoice> policies_;
-  size_t policy_ = 0;  // the one evaluate() costs under
-  /// Layered costing: per policy p, the model cut to two blocks (layers_[2p]) and to one (layers_[2p + 1]); else
+  std::vector<StepChoice> steps_;
+  size_t step_ = 0;  // the one evaluate() costs under
+  /// Layered costing: per step choice p, the model cut to two blocks (layers_[2p]) and to one (layers_[2p + 1]); else
   /// empty.
   std::vector<Instance> layers_;
   struct Rebuilt {  // the whole step under a choice other than o_.step
@@ -170,7 +173,7 @@ class Search {
     std::optional<TrainingStep> training;
   };
   std::map<size_t, Rebuilt> rebuilt_;
-  /// The whole graph under policy p: full_, or the step rebuilt by o_.build (kept in rebuilt_). May throw.
+  /// The whole graph under step choice p: full_, or the step rebuilt by o_.build (kept in rebuilt_). May throw.
   const Instance& whole(size_t p);
   /// A search instance that takes `m`'s graph and roles (leaving `m.training`), with full_'s constraints carried
   /// over by value name and the followers of `m.training`'s weights.
@@ -181,8 +184,11 @@ class Search {
   const Instance& base() const { return layers_.empty() ? full_ : layers_[0]; }
   int64_t limit_ = 0;
   std::vector<Group> groups_;
-  std::map<std::pair<size_t, std::vector<int>>, AutoPlanCost> memo_;  // by (policy, assignment)
-  int model_axis_ = -1;                                               // the Megatron seed's model axis
+  std::map<std::pair<size_t, std::vector<int>>, AutoPlanCost> memo_;  // by (step choice, assignment)
+  /// The Megatron seed's model axis: one named "model" if it has more than one device, else the last axis that has;
+  /// -1 for a mesh of one device.
+  int model_axis_ = -1;
+  std::vector<int> data_axes_;         // the other axes (every axis when model_axis_ is -1)
   std::vector<bool> megatron_column_;  // per group: the Megatron seed splits it column-parallel
   int evaluations_ = 0;
   Clock::time_point start_ = Clock::now();
@@ -276,12 +282,12 @@ Instance Search::instance(AutoModel&& m, int update_axis) const {
 }
 
 const Instance& Search::whole(size_t p) {
-  if (policies_[p] == o_.step) return full_;
+  if (steps_[p] == o_.step) return full_;
   auto it = rebuilt_.find(p);
   if (it == rebuilt_.end()) {
-    AutoModel m = o_.build(*o_.forward, policies_[p]);
+    AutoModel m = o_.build(*o_.forward, steps_[p]);
     Rebuilt r;
-    r.in = instance(std::move(m), policies_[p].update_axis);  // takes the graph and the roles, reads the names
+    r.in = instance(std::move(m), steps_[p].update_axis);  // takes the graph and the roles, reads the names
     r.training = std::move(m.training);
     assign_members(r.in, find_variables(r.in));
     it = rebuilt_.emplace(p, std::move(r)).first;
@@ -290,7 +296,7 @@ const Instance& Search::whole(size_t p) {
 }
 
 void Search::setup_layers() {
-  policies_ = {o_.step};
+  steps_ = {o_.step};
   if (!o_.forward || !o_.build) return;
   LayerBlocks b;
   try {
@@ -316,15 +322,15 @@ void Search::setup_layers() {
   }
   std::vector<Instance> layers;
   for (RematPolicy r : o_.remat_choices)
-    if (r != o_.step.remat) policies_.push_back({r, o_.step.update_axis});
+    if (r != o_.step.remat) steps_.push_back({r, o_.step.update_axis});
   if (const int data = data_axis(); o_.update_choice && data >= 0 && o_.step.update_axis < 0)
-    for (size_t p = 0, n = policies_.size(); p < n; ++p) policies_.push_back({policies_[p].remat, data});
+    for (size_t p = 0, n = steps_.size(); p < n; ++p) steps_.push_back({steps_[p].remat, data});
   try {
-    for (const StepChoice& p : policies_)
+    for (const StepChoice& p : steps_)
       for (size_t k : {size_t{2}, size_t{1}})
         layers.push_back(instance(o_.build(keep_first_layers(*o_.forward, b, k), p), p.update_axis));
   } catch (const std::exception&) {  // the builder failed on a cut model: cost whole graphs
-    policies_ = {o_.step};
+    steps_ = {o_.step};
     return;
   }
   layers_ = std::move(layers);
@@ -555,7 +561,7 @@ AutoPlanCost Search::counted(const std::function<AutoPlanCost()>& cost, bool ret
     c = AutoPlanCost{};
     c.error = e.what();
   }
-  c.step = policies_[policy_];
+  c.step = steps_[step_];
   if (c.valid && c.fits && (progress_.best_step_time_s == 0 || c.step_time_s < progress_.best_step_time_s))
     progress_.best_step_time_s = c.step_time_s;
   report_progress();
@@ -569,8 +575,8 @@ AutoPlanCost Search::extrapolated(const std::vector<int>& assign) const {
   // the end of the forward pass, which are linear.
   // The two cut models are costed at once, on two threads (each pipeline reads only its own graph and tables).
   int64_t resident_one = 0, resident_two = 0;
-  const Instance& cut_two = layers_[2 * policy_];
-  const Instance& cut_one = layers_[2 * policy_ + 1];
+  const Instance& cut_two = layers_[2 * step_];
+  const Instance& cut_one = layers_[2 * step_ + 1];
   std::future<AutoPlanCost> one_f =
       std::async(std::launch::async, [&] { return cost_on(cut_one, assign, &resident_one); });
   AutoPlanCost two;
@@ -596,10 +602,10 @@ AutoPlanCost Search::extrapolated(const std::vector<int>& assign) const {
 }
 
 AutoPlanCost Search::evaluate(const std::vector<int>& assign, bool rethrow) {
-  auto it = memo_.find({policy_, assign});
+  auto it = memo_.find({step_, assign});
   if (it != memo_.end()) return it->second;
   AutoPlanCost c = counted([&] { return layers_.empty() ? cost_on(full_, assign) : extrapolated(assign); }, rethrow);
-  memo_[{policy_, assign}] = c;
+  memo_[{step_, assign}] = c;
   return c;
 }
 
@@ -656,30 +662,16 @@ std::vector<int> Search::fsdp_seed(const std::vector<int>& axes) const {
   return assign;
 }
 
-int Search::model_axis() const {
-  int model = mesh_.axis_index("model");
-  if (model >= 0 && mesh_.shape[model] <= 1) model = -1;
-  for (int a = mesh_.rank() - 1; a >= 0 && model < 0; --a)
-    if (mesh_.shape[a] > 1) model = a;
-  return model;
-}
-
 int Search::data_axis() const {
-  const int model = model_axis();
-  for (int a = 0; a < mesh_.rank(); ++a)
-    if (mesh_.shape[a] > 1 && a != model) return a;
-  return model;
+  for (int a : data_axes_)
+    if (mesh_.shape[a] > 1) return a;
+  return model_axis_;
 }
 
 std::optional<std::vector<int>> Search::megatron_seed() {
-  const int model = model_axis();
-  if (model < 0) return std::nullopt;
-  model_axis_ = model;
+  if (model_axis_ < 0) return std::nullopt;
   megatron_column_.assign(groups_.size(), false);
-  std::vector<int> data_axes;
-  for (int a = 0; a < mesh_.rank(); ++a)
-    if (a != model) data_axes.push_back(a);
-  std::vector<int> assign = data_parallel_seed(data_axes);
+  std::vector<int> assign = data_parallel_seed(data_axes_);
   const auto consumers = base().g->consumers();
   for (size_t k = 0; k < groups_.size(); ++k) {
     if (groups_[k].kind != VarKind::kWeight) continue;
@@ -718,13 +710,13 @@ std::optional<std::vector<int>> Search::megatron_seed() {
         for (int d = 0; d < static_cast<int>(rule->operands[i].size()) && d < s.rank(); ++d) {
           const auto& fs = rule->operands[i][d];
           if (std::find(fs.begin(), fs.end(), red_factor) == fs.end()) continue;
-          for (int a : s.dims[d]) row |= refined.mesh.user_axis(a) == model;
+          for (int a : s.dims[d]) row |= refined.mesh.user_axis(a) == model_axis_;
         }
       }
       const int dim = row ? red_dim : out_dim;
-      if (dim < 0 || shape[dim] < mesh_.shape[model]) break;
+      if (dim < 0 || shape[dim] < mesh_.shape[model_axis_]) break;
       TensorSharding s = TensorSharding::replicated(static_cast<int>(shape.size()));
-      s.dims[dim] = {model};
+      s.dims[dim] = {model_axis_};
       assign[k] = candidate_index(groups_[k], s);
       megatron_column_[k] = !row && assign[k] != 0;
       break;
@@ -750,9 +742,9 @@ std::vector<int> Search::two_d_seed(const std::vector<int>& megatron) const {
   return assign;
 }
 
-std::vector<int> Search::paper_2d_seed(const std::vector<int>& two_d, const std::vector<int>& data_axes) const {
+std::vector<int> Search::paper_2d_seed(const std::vector<int>& two_d) const {
   std::vector<int> assign = two_d;
-  const std::vector<int> batch = data_parallel_seed(data_axes);
+  const std::vector<int> batch = data_parallel_seed(data_axes_);
   const Graph& g = *base().g;
   const auto readers = g.consumers();
   for (size_t k = 0; k < groups_.size(); ++k) {
@@ -767,7 +759,7 @@ std::vector<int> Search::paper_2d_seed(const std::vector<int>& two_d, const std:
         assign[k] = candidate_index(groups_[k], s);
       }
   }
-  return with_stream(std::move(assign), data_axes, -1);
+  return with_stream(std::move(assign), data_axes_, -1);
 }
 
 std::vector<int> Search::hybrid_seed(const std::vector<int>& dp, const std::vector<int>& megatron) {
@@ -780,9 +772,6 @@ std::vector<int> Search::hybrid_seed(const std::vector<int>& dp, const std::vect
     return base().g->values[groups_[k].members[0]].nbytes() * static_cast<int64_t>(full_.members[k].size());
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes(a) > bytes(b); });
-  std::vector<int> data_axes;
-  for (int a = 0; a < mesh_.rank(); ++a)
-    if (a != model_axis_) data_axes.push_back(a);
   for (size_t k : order) {
     if (c.valid && c.fits) break;
     assign[k] = megatron[k];
@@ -790,7 +779,7 @@ std::vector<int> Search::hybrid_seed(const std::vector<int>& dp, const std::vect
     if (megatron_column_[k] && act >= 0) {
       const Shape& shape = base().g->values[groups_[act].members[0]].shape;
       TensorSharding s = TensorSharding::replicated(static_cast<int>(shape.size()));
-      s.dims[0] = fitting_axes(data_axes, shape[0]);
+      s.dims[0] = fitting_axes(data_axes_, shape[0]);
       assign[act] = candidate_index(groups_[act], s);
     }
     c = evaluate(assign);
@@ -813,7 +802,7 @@ AutoResult Search::run() {
       for (const Instance& in : layers_) cost_on(in, std::vector<int>(groups_.size(), 0));
     } catch (const std::exception&) {
       layers_.clear();
-      policies_ = {o_.step};
+      steps_ = {o_.step};
       groups_.clear();
       find_groups();
     }
@@ -835,7 +824,6 @@ AutoResult Search::run() {
   for (const auto& m : full_.members) res.variables += static_cast<int>(m.size());
   res.layer_blocks = layers_.empty() ? 0 : blocks_;
   res.groups = static_cast<int>(groups_.size());
-  res.step_searched = policies_.size() > 1;
 
   // Seeds: the classical plans. The all-free plan is what the pipeline does without --auto: its errors are the
   // user's errors.
@@ -847,14 +835,11 @@ AutoResult Search::run() {
   if (mesh_.rank() >= 2) seeds.emplace_back("data-parallel (first axis)", data_parallel_seed({0}));
   seeds.emplace_back("fsdp", fsdp_seed(all_axes));
   if (auto m = megatron_seed()) {
-    std::vector<int> data_axes;
-    for (int a = 0; a < mesh_.rank(); ++a)
-      if (a != model_axis_) data_axes.push_back(a);
     seeds.emplace_back(mesh_.rank() >= 2 ? "megatron+data" : "megatron", *m);
-    if (!stream_names_.empty()) seeds.emplace_back("megatron-sp", with_stream(*m, data_axes, 1));
+    if (!stream_names_.empty()) seeds.emplace_back("megatron-sp", with_stream(*m, data_axes_, 1));
     if (mesh_.rank() >= 2) {
       seeds.emplace_back("2d-weights", two_d_seed(*m));
-      if (!stream_names_.empty()) seeds.emplace_back("2d", paper_2d_seed(seeds.back().second, data_axes));
+      if (!stream_names_.empty()) seeds.emplace_back("2d", paper_2d_seed(seeds.back().second));
     }
     seeds.emplace_back("hybrid", hybrid_seed(seeds[1].second, *m));
   }
@@ -869,23 +854,23 @@ AutoResult Search::run() {
 
   // Each seed with and without weight-update sharding (it saves memory at the price of little time), then under each
   // rematerialization policy (which trades time for memory) with the better; a seed's baseline is its best.
-  policy_ = 0;
+  step_ = 0;
   evaluate(seeds[0].second, /*rethrow=*/true);
   struct Start {
     AutoPlanCost cost;
     std::vector<int> assign;
-    size_t policy = 0;
-    std::string seed;  // the seed the plan was searched from
+    size_t step_index = 0;  // in steps_
+    std::string seed;       // the seed the plan was searched from
   };
   std::vector<Start> starts;  // distinct seeds, best first
   for (size_t i = 0; i < seeds.size(); ++i) {
     const auto& [name, assign] = seeds[i];
     Start s;
     for (bool remat : {false, true}) {
-      const int update = policies_[s.policy].update_axis;
-      for (size_t p = 0; p < policies_.size(); ++p) {
-        if ((policies_[p].remat != o_.step.remat) != remat || (remat && policies_[p].update_axis != update)) continue;
-        policy_ = p;
+      const int update = steps_[s.step_index].update_axis;
+      for (size_t p = 0; p < steps_.size(); ++p) {
+        if ((steps_[p].remat != o_.step.remat) != remat || (remat && steps_[p].update_axis != update)) continue;
+        step_ = p;
         AutoPlanCost c = evaluate(assign);
         if (p == 0 || better(c, s.cost)) s = Start{c, assign, p, name};
       }
@@ -899,7 +884,7 @@ AutoResult Search::run() {
   }
   std::stable_sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return better(a.cost, b.cost); });
 
-  // Coordinate descent over the groups from the best seed, under its policy. A local search is path dependent, and
+  // Coordinate descent over the groups from the best seed, under its step choice. A local search is path dependent, and
   // when memory is tight the least-memory seed is not always the one whose neighbourhood holds a plan that fits:
   // while no fitting plan is found, the descent is repeated from the next best distinct seed (three starts at most,
   // and only while half the time budget is left).
@@ -908,7 +893,7 @@ AutoResult Search::run() {
   for (size_t st = 0; st < max_starts && !res.budget_exhausted; ++st) {
     if (st > 0 && (best.cost.fits || elapsed() > o_.time_budget_s / 2)) break;
     Start cur = starts[st];
-    policy_ = cur.policy;
+    step_ = cur.step_index;
     progress_.descent = static_cast<int>(st) + 1;
     for (int sweep = 0; sweep < o_.max_sweeps && !res.budget_exhausted; ++sweep) {
       ++res.sweeps;
@@ -947,9 +932,9 @@ AutoResult Search::run() {
     for (const Start& f : finalists) {
       Start c = f;
       const Instance* in = nullptr;
-      policy_ = f.policy;
+      step_ = f.step_index;
       c.cost = counted([&] {
-        in = &whole(f.policy);
+        in = &whole(f.step_index);
         return cost_on(*in, f.assign);
       });
       if (!final_best || better(c.cost, final_best->cost)) final_best = c, final_graph = in ? in : &full_;
@@ -969,7 +954,7 @@ AutoResult Search::run() {
     res.choices.push_back(ch);
   }
   if (final_graph != &full_) {  // the step rebuilt under the chosen policy: the graph the annotations are for
-    Rebuilt& r = rebuilt_.at(best.policy);
+    Rebuilt& r = rebuilt_.at(best.step_index);
     AutoModel m;
     m.graph = std::move(*r.in.own_graph);
     if (r.in.own_roles) m.roles = std::move(*r.in.own_roles);

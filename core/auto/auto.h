@@ -158,7 +158,6 @@ struct AutoResult {
   bool budget_exhausted = false;        // the time budget stopped the descent
   int64_t layer_blocks = 0;             // layered costing: the alike layer blocks the costs were extrapolated to
                                         // (0: every plan was costed on the whole graph)
-  bool step_searched = false;           // the search chose chosen.step (AutoOptions::remat_choices, update_choice)
   /// Set when the chosen step is not built as the searched graph was: the step rebuilt under chosen.step (from
   /// AutoOptions::build on the whole forward graph). `annotations` and `chosen` are then for this graph.
   std::optional<AutoModel> model;

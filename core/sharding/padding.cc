@@ -18,4 +18,18 @@ std::vector<PaddedDim> padded_dims(const Graph& g, const std::vector<TensorShard
   return out;
 }
 
+std::vector<PaddedDim> padded_interface_dims(const Graph& g, const std::vector<TensorSharding>& shardings,
+                                             const DeviceMesh& mesh) {
+  std::vector<int> values;
+  std::vector<char> seen(g.values.size(), 0);
+  auto add = [&](int v) {
+    if (v >= 0 && !seen[static_cast<size_t>(v)]) seen[static_cast<size_t>(v)] = 1, values.push_back(v);
+  };
+  for (int v : g.inputs) add(v);
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].is_initializer) add(static_cast<int>(v));
+  for (int v : g.outputs) add(v);
+  return padded_dims(g, shardings, mesh, values);
+}
+
 }  // namespace gspmd

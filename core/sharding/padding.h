@@ -33,4 +33,9 @@ struct PaddedDim {
 std::vector<PaddedDim> padded_dims(const Graph& g, const std::vector<TensorSharding>& shardings, const DeviceMesh& mesh,
                                    const std::vector<int>& values);
 
+/// padded_dims() of what the user names and provides: the graph inputs, then the initializers (weights), then the
+/// graph outputs, each once. The report's "padding" list and the summary's padding warnings (docs/cli.md).
+std::vector<PaddedDim> padded_interface_dims(const Graph& g, const std::vector<TensorSharding>& shardings,
+                                             const DeviceMesh& mesh);
+
 }  // namespace gspmd

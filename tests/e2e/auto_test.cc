@@ -20,12 +20,10 @@ struct Sim {
 
 /// simulate MODEL ARGS --report; asserts exit 0.
 Sim simulate(const std::string& model, const std::string& args, const std::string& tag) {
-  fs::path d = scratch("auto_sim_" + tag);
-  CmdResult r = cli("simulate " + model + " " + args + " --report " + (d / "r.json").string(), "auto_" + tag);
-  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  Reported x = cli_report("simulate " + model + " " + args, scratch("auto_sim_" + tag), "auto_" + tag);
   Sim s;
-  if (r.code != 0) return s;
-  s.report = read_json(d / "r.json");
+  if (x.report.is_null()) return s;
+  s.report = std::move(x.report);
   s.step = s.report["simulated"]["step_time_s"].get<double>();
   s.peak = s.report["simulated"]["per_device"][0]["peak_memory_bytes"].get<int64_t>();
   return s;
@@ -159,13 +157,10 @@ TEST(AutoCnn, Resnet18IsAtLeastDataParallel) {
 // The chosen plans run correctly on the emulated pod.
 TEST(AutoRun, CheckPassesOnTheTestdataModels) {
   fs::path d = scratch("auto_run");
-  CmdResult r =
-      cli("run testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto --inputs testdata/gpt/test_data_set_0 "
-          "--check --report " +
-              (d / "gpt.json").string(),
-          "auto_run_gpt");
-  ASSERT_EQ(r.code, 0) << r.out << r.err;
-  nlohmann::json rep = read_json(d / "gpt.json");
+  const auto [r, rep] =
+      cli_report("run testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto --inputs testdata/gpt/test_data_set_0 --check", d,
+                 "auto_run_gpt");
+  ASSERT_FALSE(rep.is_null());
   EXPECT_TRUE(rep["check"]["passed"].get<bool>());
   EXPECT_TRUE(rep.contains("auto"));
   EXPECT_NE(r.out.find("auto      searched "), std::string::npos) << r.out;
@@ -173,12 +168,12 @@ TEST(AutoRun, CheckPassesOnTheTestdataModels) {
 
   const Export& e = exported("resnet18");
   ASSERT_TRUE(e.error.empty()) << e.error;
-  CmdResult c = cli("run " + (e.dir / "resnet18.onnx").string() + " --mesh 2x2 --shardings " +
-                        empty_sidecar("run_cnn").string() + " --auto --inputs " + (e.dir / "test_data_set_0").string() +
-                        " --check --report " + (d / "cnn.json").string(),
-                    "auto_run_cnn");
-  ASSERT_EQ(c.code, 0) << c.out << c.err;
-  EXPECT_TRUE(read_json(d / "cnn.json")["check"]["passed"].get<bool>());
+  const Reported c = cli_report("run " + (e.dir / "resnet18.onnx").string() + " --mesh 2x2 --shardings " +
+                                    empty_sidecar("run_cnn").string() + " --auto --inputs " +
+                                    (e.dir / "test_data_set_0").string() + " --check",
+                                d, "auto_run_cnn");
+  ASSERT_FALSE(c.report.is_null());
+  EXPECT_TRUE(c.report["check"]["passed"].get<bool>());
 }
 
 // partition --auto writes the chosen plan as shardings.json; pinned with --shardings (no --auto) it gives the same
@@ -193,11 +188,9 @@ TEST(AutoPartition, WritesThePlanWhichReadsBackToTheSameProgram) {
   // simulate pinned to a sharding file gives the searched plan: the same step and collectives
   auto expect_pins = [&](const fs::path& file, const std::string& tag) {
     SCOPED_TRACE(file.string());
-    CmdResult s = cli("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings " + file.string() + " --report " +
-                          (d / (tag + ".json")).string(),
-                      tag);
-    ASSERT_EQ(s.code, 0) << s.out << s.err;
-    nlohmann::json pinned = read_json(d / (tag + ".json"));
+    const nlohmann::json pinned =
+        cli_report("simulate testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings " + file.string(), d, tag).report;
+    ASSERT_FALSE(pinned.is_null());
     EXPECT_DOUBLE_EQ(pinned["simulated"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
     EXPECT_EQ(pinned["collectives"], rep["collectives"]);
   };
@@ -235,13 +228,13 @@ TEST(AutoPartition, ATrainingPlanReadsBackToTheSameProgram) {
   const std::string remat = rep["training"]["remat"].get<std::string>();
   EXPECT_NE(remat, "none") << "under 3 MB the step needs rematerialization";
   const nlohmann::json& update = rep["training"]["shard_update"];
-  CmdResult s =
-      cli("simulate " + model.string() + " --mesh 2x2 --shardings " + (d / "out" / "auto.sharding.json").string() +
-              train + " --remat " + remat + (update.is_string() ? " --shard-update " + update.get<std::string>() : "") +
-              " --report " + (d / "pinned.json").string(),
-          "auto_part_train_pinned");
-  ASSERT_EQ(s.code, 0) << s.out << s.err;
-  const nlohmann::json pinned = read_json(d / "pinned.json");
+  const nlohmann::json pinned =
+      cli_report("simulate " + model.string() + " --mesh 2x2 --shardings " +
+                     (d / "out" / "auto.sharding.json").string() + train + " --remat " + remat +
+                     (update.is_string() ? " --shard-update " + update.get<std::string>() : ""),
+                 d, "auto_part_train_pinned")
+          .report;
+  ASSERT_FALSE(pinned.is_null());
   EXPECT_DOUBLE_EQ(pinned["simulated"]["step_time_s"].get<double>(), rep["simulated"]["step_time_s"].get<double>());
   EXPECT_EQ(pinned["simulated"]["memory"]["peak_bytes"], rep["simulated"]["memory"]["peak_bytes"]);
   // The same collectives (their reasons name the file instead of --auto).

@@ -95,13 +95,11 @@ TEST(Constraints, EveryClosedAnnotationOfTestdataIsKeptInShardingsJson) {
 
 TEST(Constraints, Gspmd2DPlanKeepsWeightsShardedAndGathersThemWhereUsed) {
   const fs::path dir = scratch("constraints_paper2d");
-  CmdResult r =
-      cli("run testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.paper2d.sharding.json "
-          "--inputs testdata/gpt/test_data_set_0 --check --report " +
-              (dir / "report.json").string(),
-          "constraints_paper2d");
-  ASSERT_EQ(r.code, 0) << r.out << r.err;
-  const nlohmann::json rep = read_json(dir / "report.json");
+  const auto [r, rep] = cli_report(
+      "run testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.paper2d.sharding.json "
+      "--inputs testdata/gpt/test_data_set_0 --check",
+      dir, "constraints_paper2d");
+  ASSERT_FALSE(rep.is_null());
   EXPECT_TRUE(rep["check"]["passed"].get<bool>());
   // Per block: q, k, v, proj, fc_in, fc_out are held [data, model] (or [model, data]) and all-gathered over data
   // where used: the M side (128) whole, the other side split over model.
@@ -183,12 +181,11 @@ TEST(Constraints, AnnotatedWeightsAreNotFoldedAway) {
     EXPECT_EQ(sh[p + "0.weight"], nlohmann::json::parse(R"(["model", null])")) << k;
     EXPECT_EQ(sh[p + "3.weight"], nlohmann::json::parse(R"([null, "model"])")) << k;
   }
-  const CmdResult run = cli("run " + (e.dir / "vit.onnx").string() + " --mesh 2x2 --shardings " +
-                                (e.dir / "megatron.plan.json").string() + " --inputs " + data + " --expected " + data +
-                                " --check --report " + (d / "run.json").string(),
-                            "constraints_vit_run");
-  ASSERT_EQ(run.code, 0) << run.out << run.err;
-  const nlohmann::json j = read_json(d / "run.json");
+  const auto [run, j] =
+      cli_report("run " + (e.dir / "vit.onnx").string() + " --mesh 2x2 --shardings " +
+                     (e.dir / "megatron.plan.json").string() + " --inputs " + data + " --expected " + data + " --check",
+                 d, "constraints_vit_run");
+  ASSERT_FALSE(j.is_null());
   EXPECT_TRUE(j["check"]["passed"].get<bool>());
   EXPECT_TRUE(j["expected"]["passed"].get<bool>());
   int reduced = 0;

@@ -1,6 +1,7 @@
 // Helpers for end-to-end tests: run the gspmd-onnx binary and read what it wrote.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,6 +65,22 @@ inline CmdResult cli(const std::string& args, const std::string& tag) {
 }
 
 inline nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(read_file(p)); }
+
+/// A command and the report it wrote.
+struct Reported {
+  CmdResult r;
+  nlohmann::json report;  // null when the command failed
+};
+
+/// Runs gspmd-onnx with `args --report <dir>/<tag>.json` and reads the report back. A non-zero exit is a test
+/// failure (printing the command's output) and leaves `report` null: callers ASSERT_FALSE(report.is_null()).
+inline Reported cli_report(const std::string& args, const fs::path& dir, const std::string& tag) {
+  const fs::path file = dir / (tag + ".json");
+  Reported x{cli(args + " --report " + file.string(), tag), nullptr};
+  EXPECT_EQ(x.r.code, 0) << args << "\n" << x.r.out << x.r.err;
+  if (x.r.code == 0) x.report = read_json(file);
+  return x;
+}
 
 /// Number of collectives of `kind` in a report (summing counts).
 inline int count_collectives(const nlohmann::json& report, const std::string& kind) {

@@ -54,11 +54,10 @@ class GptEquivalence : public ::testing::TestWithParam<Case> {};
 TEST_P(GptEquivalence, RunCheckPassesAndMatchesExporterOutputs) {
   const Case& c = GetParam();
   fs::path dir = scratch("gpt_" + c.name());
-  CmdResult r = cli("run " + c.args() + " --inputs testdata/gpt/test_data_set_0 --check --report " +
-                        (dir / "report.json").string() + " --outputs " + (dir / "out").string(),
-                    c.name());
-  ASSERT_EQ(r.code, 0) << r.out << r.err;
-  auto rep = read_json(dir / "report.json");
+  const auto [r, rep] = cli_report(
+      "run " + c.args() + " --inputs testdata/gpt/test_data_set_0 --check --outputs " + (dir / "out").string(), dir,
+      c.name());
+  ASSERT_FALSE(rep.is_null());
   EXPECT_TRUE(rep["check"]["passed"].get<bool>());
   EXPECT_LT(rep["check"]["max_rel_error"].get<double>(), 1e-4);
   EXPECT_EQ(rep["devices"].get<int>(), c.mesh == "1" ? 1 : c.mesh == "2x2" ? 4 : 16);

@@ -10,9 +10,8 @@ namespace {
 
 void expect_run_check(const std::string& args, const std::string& tag) {
   fs::path dir = scratch(tag);
-  CmdResult r = cli("run " + args + " --check --report " + (dir / "report.json").string(), tag);
-  ASSERT_EQ(r.code, 0) << r.out << r.err;
-  auto rep = read_json(dir / "report.json");
+  const auto [r, rep] = cli_report("run " + args + " --check", dir, tag);
+  ASSERT_FALSE(rep.is_null());
   EXPECT_TRUE(rep["check"]["passed"].get<bool>()) << r.out;
 }
 

@@ -14,11 +14,9 @@ using namespace e2e;
 
 TEST(Simulate, SameReportAsRunWithoutHostOrCheck) {
   fs::path d = scratch("simulate_same");
-  CmdResult s = cli("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --report " + (d / "sim.json").string(), "sim");
-  ASSERT_EQ(s.code, 0) << s.err;
-  CmdResult r = cli("run " + kGpt + " --mesh 2x2 " + kMegatron + " --report " + (d / "run.json").string(), "simrun");
-  ASSERT_EQ(r.code, 0) << r.err;
-  nlohmann::json sim = read_json(d / "sim.json"), run = read_json(d / "run.json");
+  const auto [s, sim] = cli_report("simulate " + kGpt + " --mesh 2x2 " + kMegatron, d, "sim");
+  const nlohmann::json run = cli_report("run " + kGpt + " --mesh 2x2 " + kMegatron, d, "simrun").report;
+  ASSERT_FALSE(sim.is_null() || run.is_null());
   EXPECT_FALSE(sim.contains("host"));
   EXPECT_FALSE(sim.contains("check"));
   EXPECT_TRUE(run.contains("host"));
@@ -149,9 +147,8 @@ TEST(Simulate, PaddedShardsAreWarnedAbout) {
 TEST(Simulate, MeshComesFromTheShardingFile) {
   const fs::path d = scratch("simulate_mesh_from_file");
   auto mesh_of = [&](const std::string& args, const std::string& tag) {
-    CmdResult r = cli("simulate " + args + " --report " + (d / (tag + ".json")).string(), tag);
-    EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
-    return r.code == 0 ? read_json(d / (tag + ".json"))["mesh"] : nlohmann::json();
+    const nlohmann::json rep = cli_report("simulate " + args, d, tag).report;
+    return rep.is_null() ? rep : rep["mesh"];
   };
   const nlohmann::json two_by_two = nlohmann::json::parse(R"({"shape": [2, 2], "axes": ["data", "model"]})");
   auto same = [&](const nlohmann::json& m) {
