@@ -219,6 +219,20 @@ struct SimulateOptions {
 /// be absent); prints and writes the run report without host and check, with the static peak memory per device.
 int cmd_simulate(const SimulateOptions& o);
 
+/// gspmd-onnx inspect (docs/cli.md, "inspect"): the model's values, a starter sharding file, or a file's rules.
+struct InspectOptions {
+  std::string model;                // MODEL path
+  bool weights = false;             // --weights: only the weights
+  std::string match;                // --match REGEX (RE2, over names and module paths)
+  std::string template_name;        // --template data|fsdp|megatron|2d: print a starter sharding file
+  std::optional<std::string> mesh;  // --mesh (with --template; with --shardings, as the other commands take it)
+  std::string shardings;            // --shardings FILE: what each of its rules matches, and where one fails
+  std::string output;               // -o FILE: write the template here instead of stdout
+};
+/// Returns the exit code: 0, or 2 when a rule of --shardings fails on a tensor it matches (after the report).
+/// Throws InputError for a bad model, a bad flag or an unusable template.
+int cmd_inspect(const InspectOptions& o);
+
 struct ExplainOptions {
   CommonOptions common;
   std::string value;         // --value NAME ("" = all)

@@ -163,6 +163,19 @@ int main(int argc, char** argv) {
   explain->add_flag("--constraints", eo.constraints,
                     "list every annotation: open or a constraint, kept as computed or resharded, at what cost");
 
+  cli::InspectOptions io;
+  auto* inspect = app.add_subcommand(
+      "inspect", "list the model's values (names, shapes, weights, torch modules), or print a starter sharding file");
+  inspect->add_option("model", io.model, "ONNX model file")->required();
+  inspect->add_flag("--weights", io.weights, "only the weights (float initializers)");
+  inspect->add_option("--match", io.match, "only values whose name or module path matches this regex (RE2)");
+  inspect->add_option("--template", io.template_name,
+                      "print a starter sharding file for a classical plan: data, fsdp, megatron or 2d (needs --mesh)");
+  inspect->add_option("--mesh", io.mesh, "device mesh shape for --template, e.g. 2x4 (axes named data, model)");
+  inspect->add_option("--shardings", io.shardings,
+                      "report what each tensor and rule of this sharding file annotates, and where a rule fails");
+  inspect->add_option("-o", io.output, "write the --template file here (default: standard output)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -178,6 +191,7 @@ int main(int argc, char** argv) {
     if (*run) return cli::cmd_run(ro);
     if (*sim) return cli::cmd_simulate(so);
     if (*explain) return cli::cmd_explain(eo);
+    if (*inspect) return cli::cmd_inspect(io);
   } catch (const std::exception& e) {  // every error is one line (docs/errors.md)
     const auto [code, line] = cli::error_exit(e);
     fmt::print(stderr, "error: {}\n", line);

@@ -182,6 +182,14 @@ ModelInfo read_model_info(const std::string& path);
 /// `report` (optional) receives what was folded and rewritten.
 Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* report = nullptr);
 
+/// What one entry of a sharding file's `rules` matched (read_sharding_file, `inspect --shardings`).
+struct RuleMatches {
+  std::string key;             // "rules[3]"
+  std::string pattern;         // its "match" regex
+  std::vector<int> annotated;  // values it annotates (not claimed by `tensors` or an earlier rule), graph order
+  std::vector<std::pair<int, std::string>> failed;  // values it matches but cannot annotate, and the error
+};
+
 /// Reads the sharding sidecar (docs/sharding-file.md, version 1): the mesh (with an optional device order,
 /// `"devices"`), and per tensor or rule a PartitionSpec (list or `{"spec": ...}` object with `unreduced`/`priority`),
 /// XLA HLO sharding text (`{"hlo": "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"}`, sharding_from_hlo) or
@@ -192,7 +200,10 @@ Graph load_model(const std::string& path, const LoadOptions& opts, LoadReport* r
 ///   gpt.sharding.json: tensors."h.0.mlp.fc_in.weight": spec has 3 entries but the tensor has rank 2
 /// Covers malformed JSON, unknown value names, unknown axes, an axis used twice, wrong rank, mesh mismatch, a device
 /// order that is not a permutation, and HLO / SBP text that is malformed or that the mesh cannot express.
-Annotations read_sharding_file(const std::string& path, const Graph& g, const DeviceMesh* cli_mesh);
+/// `rules` (optional; `inspect --shardings`): receives what each entry of `rules` matched, and a rule's sharding that
+/// does not fit a value it matches (a rank mismatch) is recorded there and that value skipped, instead of the error.
+Annotations read_sharding_file(const std::string& path, const Graph& g, const DeviceMesh* cli_mesh,
+                               std::vector<RuleMatches>* rules = nullptr);
 
 /// The values that the sharding sidecar at `path` names in `tensors` or matches with a `rules` regex, as a predicate
 /// for LoadOptions::variable: an annotated initializer is not folded away at load (a folded Transpose of a weight

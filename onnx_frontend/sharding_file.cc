@@ -386,7 +386,8 @@ std::function<bool(const Value&)> sharding_file_names(const std::string& path) {
   };
 }
 
-Annotations read_sharding_file(const std::string& path, const Graph& g, const DeviceMesh* cli_mesh) {
+Annotations read_sharding_file(const std::string& path, const Graph& g, const DeviceMesh* cli_mesh,
+                               std::vector<RuleMatches>* rules) {
   std::string text = frontend::read_file(path);
   json root;
   try {
@@ -438,10 +439,20 @@ Annotations read_sharding_file(const std::string& path, const Graph& g, const De
       if (!body.contains("spec") && !body.contains("hlo") && !body.contains("sbp"))
         r.fail(key, "needs \"spec\": a partition spec (or \"hlo\" or \"sbp\")");
       auto e = r.parse_entry(body, key);
+      RuleMatches* m = rules ? &rules->emplace_back(RuleMatches{key, pattern, {}, {}}) : nullptr;
       for (size_t v = 0; v < g.values.size(); ++v) {
         if (claimed[v] || !re->search(g.values[v].name)) continue;
-        TensorSharding s =
-            r.sharding_for(e, g.values[v], key, fmt::format("'{}' (matched by {})", g.values[v].name, quoted(pattern)));
+        const std::string who =
+            m ? "the tensor" : fmt::format("'{}' (matched by {})", g.values[v].name, quoted(pattern));
+        TensorSharding s;
+        try {
+          s = r.sharding_for(e, g.values[v], key, who);
+        } catch (const InputError& err) {
+          if (!m) throw;
+          m->failed.emplace_back(static_cast<int>(v), err.what());
+          continue;
+        }
+        if (m) m->annotated.push_back(static_cast<int>(v));
         claimed[v] = 1;
         ann.by_value[static_cast<int>(v)] = Annotation{
             std::move(s), e.priority, fmt::format("{}: {} ({})", path, key, quoted(pattern)), e.open, e.open_dims};

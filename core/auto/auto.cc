@@ -101,8 +101,18 @@ class Search {
   }
 
   AutoResult run();
+  /// The classical plan `name` (a seed of run(): "data-parallel", "fsdp", "megatron+data", "2d", ...; not "hybrid",
+  /// which is costed), uncosted; empty when the mesh or the model does not give that plan.
+  std::vector<AutoChoice> classical(const std::string& name);
 
  private:
+  /// setup_layers(), find_groups() and every instance's members: what run() and classical() start from. Costs the
+  /// cut models once (with nothing annotated) to check that they are like the model.
+  void prepare();
+  /// The seeds, named: every classical plan the mesh gives (with `hybrid`, the costed hybrid one too).
+  std::vector<std::pair<std::string, std::vector<int>>> classical_seeds(bool hybrid);
+  /// One AutoChoice per group: its members in `in` and its candidate under `assign`.
+  std::vector<AutoChoice> choices_of(const Instance& in, const std::vector<int>& assign) const;
   /// Layered costing (docs/auto.md, "Scale"): when o_.forward has at least three alike layer blocks, plans are costed
   /// on the model cut to its first two blocks and to its first one (per step choice), and extrapolated to all of
   /// them. Sets up steps_, layers_, blocks_ and stream_names_; leaves the search on the whole graph (steps_ =
@@ -787,11 +797,7 @@ std::vector<int> Search::hybrid_seed(const std::vector<int>& dp, const std::vect
   return assign;
 }
 
-AutoResult Search::run() {
-  start_ = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start_).count(); };
-  if (o_.memory_limit_bytes < 0)
-    throw InputError(fmt::format("--memory-limit: {} is not a positive number of bytes", o_.memory_limit_bytes));
+void Search::prepare() {
   setup_layers();
   find_groups();
   if (!layers_.empty()) {
@@ -811,6 +817,53 @@ AutoResult Search::run() {
     full_.members.clear();
     for (const Group& gr : groups_) full_.members.push_back(gr.members);
   }
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> Search::classical_seeds(bool hybrid) {
+  std::vector<std::pair<std::string, std::vector<int>>> seeds;
+  seeds.emplace_back("replicated", std::vector<int>(groups_.size(), 0));
+  std::vector<int> all_axes;
+  for (int a = 0; a < mesh_.rank(); ++a) all_axes.push_back(a);
+  seeds.emplace_back("data-parallel", data_parallel_seed(all_axes));
+  if (mesh_.rank() >= 2) seeds.emplace_back("data-parallel (first axis)", data_parallel_seed({0}));
+  seeds.emplace_back("fsdp", fsdp_seed(all_axes));
+  if (auto m = megatron_seed()) {
+    seeds.emplace_back(mesh_.rank() >= 2 ? "megatron+data" : "megatron", *m);
+    if (!stream_names_.empty()) seeds.emplace_back("megatron-sp", with_stream(*m, data_axes_, 1));
+    if (mesh_.rank() >= 2) {
+      seeds.emplace_back("2d-weights", two_d_seed(*m));
+      if (!stream_names_.empty()) seeds.emplace_back("2d", paper_2d_seed(seeds.back().second));
+    }
+    if (hybrid) seeds.emplace_back("hybrid", hybrid_seed(seeds[1].second, *m));
+  }
+  return seeds;
+}
+
+std::vector<AutoChoice> Search::choices_of(const Instance& in, const std::vector<int>& assign) const {
+  std::vector<AutoChoice> out;
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    AutoChoice ch;
+    ch.group = groups_[k].key;
+    ch.values = in.members[k];
+    if (const auto& c = groups_[k].candidates[assign[k]]) ch.annotated = true, ch.sharding = *c;
+    out.push_back(std::move(ch));
+  }
+  return out;
+}
+
+std::vector<AutoChoice> Search::classical(const std::string& name) {
+  prepare();
+  for (const auto& [seed, assign] : classical_seeds(/*hybrid=*/false))
+    if (seed == name) return choices_of(full_, assign);
+  return {};
+}
+
+AutoResult Search::run() {
+  start_ = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start_).count(); };
+  if (o_.memory_limit_bytes < 0)
+    throw InputError(fmt::format("--memory-limit: {} is not a positive number of bytes", o_.memory_limit_bytes));
+  prepare();
   progress_.groups = static_cast<int>(groups_.size());
   struct Done {  // the last progress call, however the search ends
     Search& s;
@@ -827,22 +880,7 @@ AutoResult Search::run() {
 
   // Seeds: the classical plans. The all-free plan is what the pipeline does without --auto: its errors are the
   // user's errors.
-  std::vector<std::pair<std::string, std::vector<int>>> seeds;
-  seeds.emplace_back("replicated", std::vector<int>(groups_.size(), 0));
-  std::vector<int> all_axes;
-  for (int a = 0; a < mesh_.rank(); ++a) all_axes.push_back(a);
-  seeds.emplace_back("data-parallel", data_parallel_seed(all_axes));
-  if (mesh_.rank() >= 2) seeds.emplace_back("data-parallel (first axis)", data_parallel_seed({0}));
-  seeds.emplace_back("fsdp", fsdp_seed(all_axes));
-  if (auto m = megatron_seed()) {
-    seeds.emplace_back(mesh_.rank() >= 2 ? "megatron+data" : "megatron", *m);
-    if (!stream_names_.empty()) seeds.emplace_back("megatron-sp", with_stream(*m, data_axes_, 1));
-    if (mesh_.rank() >= 2) {
-      seeds.emplace_back("2d-weights", two_d_seed(*m));
-      if (!stream_names_.empty()) seeds.emplace_back("2d", paper_2d_seed(seeds.back().second));
-    }
-    seeds.emplace_back("hybrid", hybrid_seed(seeds[1].second, *m));
-  }
+  std::vector<std::pair<std::string, std::vector<int>>> seeds = classical_seeds(/*hybrid=*/true);
 
   // Seeds are named by what they are under the constraints: the all-free seed is the annotations alone, and a seed
   // that comes out the same as an earlier one says so.
@@ -946,13 +984,7 @@ AutoResult Search::run() {
   best.cost.name = "auto";
   res.chosen = best.cost;
   res.annotations = choices(*final_graph, best.assign);
-  for (size_t k = 0; k < groups_.size(); ++k) {
-    AutoChoice ch;
-    ch.group = groups_[k].key;
-    ch.values = final_graph->members[k];
-    if (const auto& c = groups_[k].candidates[best.assign[k]]) ch.annotated = true, ch.sharding = *c;
-    res.choices.push_back(ch);
-  }
+  res.choices = choices_of(*final_graph, best.assign);
   if (final_graph != &full_) {  // the step rebuilt under the chosen policy: the graph the annotations are for
     Rebuilt& r = rebuilt_.at(best.step_index);
     AutoModel m;
@@ -983,6 +1015,13 @@ AutoResult auto_shard(const Graph& g, const Annotations& constraints, const Auto
   std::optional<RuleTable> own;
   Search s(g, constraints, o, rules_for(g, rules, own));
   return s.run();
+}
+
+std::vector<AutoChoice> classical_plan(const Graph& g, const Annotations& constraints, const std::string& name,
+                                       const AutoOptions& o, const RuleTable* rules) {
+  std::optional<RuleTable> own;
+  Search s(g, constraints, o, rules_for(g, rules, own));
+  return s.classical(name);
 }
 
 }  // namespace gspmd

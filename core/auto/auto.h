@@ -174,4 +174,16 @@ struct AutoResult {
 AutoResult auto_shard(const Graph& g, const Annotations& constraints, const AutoOptions& o,
                       const RuleTable* rules = nullptr);
 
+/// One of the classical plans auto_shard seeds its search with (docs/auto.md, "Seeds"), built for `g` over
+/// `constraints.mesh` and not costed: `name` is "data-parallel" (every axis splits the batch), "fsdp" (ZeRO-3: the
+/// batch and every weight's largest dim over every axis), "megatron+data" ("megatron" on a one-axis mesh: Megatron-LM's
+/// column / row-parallel weights over the model axis, the batch over the others), "megatron-sp" (with sequence
+/// parallelism), "2d-weights" or "2d" (the GSPMD paper's 2D plan, section 5.1, with its [data, -, model] residual
+/// stream). The stream plans need alike layer blocks (`o.forward` and `o.build` set, as for layered costing). Returns
+/// one choice per group of tied variables (their annotations), or nothing when the mesh or the model does not give
+/// the plan (Megatron on one device, 2D on a one-axis mesh, a stream plan without layer blocks). Throws what
+/// auto_shard's setup throws.
+std::vector<AutoChoice> classical_plan(const Graph& g, const Annotations& constraints, const std::string& name,
+                                       const AutoOptions& o, const RuleTable* rules = nullptr);
+
 }  // namespace gspmd

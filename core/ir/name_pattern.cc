@@ -69,4 +69,18 @@ std::string layer_key(const std::string& name) {
   return out;
 }
 
+std::string torch_module_path(const std::string& node_name) {
+  if (node_name.empty() || node_name[0] != '/') return "";
+  // The scopes between the slashes, the last part being the op. A scope may repeat its parent's name as a prefix
+  // (a Sequential's child "blocks.0" under "blocks"): it then replaces the parent's last part.
+  std::string path, last;
+  for (size_t begin = 1, end; (end = node_name.find('/', begin)) != std::string::npos; begin = end + 1) {
+    const std::string scope = node_name.substr(begin, end - begin);
+    if (!last.empty() && scope.starts_with(last + ".")) path.resize(path.size() - last.size() - (path == last ? 0 : 1));
+    path += (path.empty() ? "" : ".") + scope;
+    last = scope;
+  }
+  return path;
+}
+
 }  // namespace gspmd

@@ -50,4 +50,9 @@ class NamePattern {
 /// that ties a value to its copies in repeated layers (together with shape and dtype).
 std::string layer_key(const std::string& name);
 
+/// The module path in a node name as torch's exporter scopes it: "/h.0/attn/q/MatMul" -> "h.0.attn.q", and
+/// "/blocks/blocks.1/fc_in/MatMul" -> "blocks.1.fc_in" (a scope that repeats its parent's name as a prefix replaces
+/// it); "" for a name without a scope ("MatMul_3", "/MatMul"). `inspect`'s module column (docs/cli.md).
+std::string torch_module_path(const std::string& node_name);
+
 }  // namespace gspmd
