@@ -358,12 +358,16 @@ void Search::setup_layers() {
         return v == b.blocks[0].input || (p >= 0 && in_blocks[static_cast<size_t>(p)] != 0);
       },
       true);
+  // Block 1's cut points, at the same place in every block (blocks are alike node by node). Not block 0's: when its
+  // input is a graph input, which no node makes, nothing crosses its nodes and every one of them would be a cut.
   std::set<std::string> names;
   for (const LayerBlocks::Block& blk : b.blocks) names.insert(f.values[static_cast<size_t>(blk.input)].name);
-  for (size_t n = 0; n < f.nodes.size(); ++n)
-    if (cut[n] && in_blocks[n])
-      for (int v : f.nodes[n].outputs)
-        if (v >= 0) names.insert(f.values[static_cast<size_t>(v)].name);
+  const std::vector<int>& second = b.blocks[1].nodes;
+  for (size_t j = 0; j < second.size(); ++j)
+    if (cut[static_cast<size_t>(second[j])])
+      for (const LayerBlocks::Block& blk : b.blocks)
+        for (int v : f.nodes[static_cast<size_t>(blk.nodes[j])].outputs)
+          if (v >= 0) names.insert(f.values[static_cast<size_t>(v)].name);
   stream_names_.assign(names.begin(), names.end());
 }
 

@@ -154,6 +154,23 @@ TEST(AutoCnn, Resnet18IsAtLeastDataParallel) {
   }
 }
 
+// Layered costing ties each value of a layer to its copies in every block. The tutorial's MLP starts its first
+// block at the graph input, which no node makes: block 0's inner values must not count as the residual stream
+// (they once did, giving one-member groups that tied nothing). Every group holds one value per block (4), except the
+// input and the head's weight; 6 decisions for 18 tensors.
+TEST(AutoLayers, EveryGroupTiesItsValueInEveryBlock) {
+  const auto [r, rep] = cli_report("simulate " + tutorial_mlp().string() + " --mesh 2x2 --dim batch=8 --auto",
+                                   scratch("auto_mlp_groups"), "auto_mlp_groups");
+  ASSERT_FALSE(rep.is_null());
+  EXPECT_EQ(rep["auto"]["layer_blocks"].get<int>(), 4);
+  EXPECT_EQ(rep["auto"]["groups"].get<int>(), 6);
+  EXPECT_EQ(rep["auto"]["variables"].get<int>(), 18);
+  for (const auto& c : rep["auto"]["choices"]) {
+    const std::string group = c["group"].get<std::string>();
+    EXPECT_EQ(c["values"].size(), group == "x" || group.starts_with("onnx::MatMul_# [64,10]") ? 1u : 4u) << c.dump();
+  }
+}
+
 // The chosen plans run correctly on the emulated pod.
 TEST(AutoRun, CheckPassesOnTheTestdataModels) {
   fs::path d = scratch("auto_run");

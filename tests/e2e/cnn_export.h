@@ -89,4 +89,18 @@ inline const Export& exported_for_training(const std::string& model) {
                        "testdata/training/export_models.py --model " + model, {model + ".onnx"});
 }
 
+/// docs/tutorial.md's MLP (testdata/tools/export_tutorial_mlp.py: torch-renamed weights, a dynamic batch, four
+/// alike blocks whose first input is the graph input), exported once (shared_export, under
+/// build/e2e-scratch/tutorial-export/). A failed export fails the calling test.
+inline const fs::path& tutorial_mlp() {
+  static const fs::path model = [] {
+    const Export& e =
+        shared_export("tutorial-export", "mlp", {fs::path(GSPMD_SOURCE_DIR) / "testdata/tools/export_tutorial_mlp.py"},
+                      "testdata/tools/export_tutorial_mlp.py", {"mlp.onnx"});
+    if (!e.error.empty()) ADD_FAILURE() << e.error;
+    return e.dir / "mlp.onnx";
+  }();
+  return model;
+}
+
 }  // namespace e2e

@@ -12,17 +12,7 @@ namespace {
 
 using namespace e2e;
 
-/// The tutorial's MLP (docs/tutorial.md), exported once (shared_export, under build/e2e-scratch/tutorial-export/).
-const fs::path& mlp() {
-  static const fs::path model = [] {
-    const Export& e =
-        shared_export("tutorial-export", "mlp", {fs::path(GSPMD_SOURCE_DIR) / "testdata/tools/export_tutorial_mlp.py"},
-                      "testdata/tools/export_tutorial_mlp.py", {"mlp.onnx"});
-    if (!e.error.empty()) ADD_FAILURE() << e.error;
-    return e.dir / "mlp.onnx";
-  }();
-  return model;
-}
+const fs::path& mlp() { return tutorial_mlp(); }
 
 /// The table's row of `name` ("" when absent).
 std::string row(const std::string& out, const std::string& name) {
