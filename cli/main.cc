@@ -82,6 +82,7 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  limit_threads_to_cores();  // before any OpenMP region: a CPU-limited container would otherwise oversubscribe
   Target::register_preset("host", measure_host_target);
   CLI::App app{"gspmd-onnx: GSPMD sharding propagation and SPMD partitioning for ONNX models"};
   app.require_subcommand(1);

@@ -476,8 +476,11 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   p.times.partition = seconds_since(t0);
   if (o.target == "host" && o.measure_host_ops) {
     t0 = std::chrono::steady_clock::now();
-    measure_program_ops(p.program, p.target);
+    MeasureSpread spread;
+    measure_program_ops(p.program, p.target, 1, 5, int64_t{1} << 30, &spread);
     p.times.measure_ops = seconds_since(t0);
+    if (const std::string w = host_spread_warning(spread, host_threads(), host_cores()); !w.empty())
+      p.program.warnings.push_back(w);
   }
   return p;
 }

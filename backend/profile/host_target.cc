@@ -1,6 +1,7 @@
 // backend/profile: measures the "host" target (see host_target.h; the numbers are documented in docs/cost-model.md).
 #include "backend/profile/host_target.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -10,7 +11,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -122,7 +126,8 @@ Target measure() {
 
 }  // namespace
 
-int measure_program_ops(const SpmdProgram& p, Target& t, double share, double budget_s, int64_t max_input_bytes) {
+int measure_program_ops(const SpmdProgram& p, Target& t, double share, double budget_s, int64_t max_input_bytes,
+                        MeasureSpread* spread) {
   using Clock = std::chrono::steady_clock;
   const Graph& program = p.program;
   const auto start = Clock::now();
@@ -173,6 +178,13 @@ int measure_program_ops(const SpmdProgram& p, Target& t, double share, double bu
         times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         spent += times.back();
       }
+      if (spread) {
+        const auto [lo, hi] = std::minmax_element(times.begin(), times.end());
+        const double ratio = *hi / std::max(*lo, 1e-9);
+        ++spread->ops;
+        spread->unsteady += ratio > MeasureSpread::kUnsteadySpread;
+        if (ratio > spread->worst) spread->worst = ratio, spread->worst_op = n.op_type;
+      }
       std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
       const double median = times[times.size() / 2];
       t.measured_ops.emplace(std::move(sig), median / share);
@@ -186,8 +198,40 @@ int measure_program_ops(const SpmdProgram& p, Target& t, double share, double bu
 
 int host_cores() {
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
+  int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                           : static_cast<int>(std::thread::hardware_concurrency());
+  cores = std::max(1, cores);
+  // The cgroup's quota: v2 "max 100000" or "200000 100000"; v1 quota -1 for none.
+  double quota = -1, period = 0;
+  if (std::ifstream v2("/sys/fs/cgroup/cpu.max"); v2) {
+    std::string q;
+    if (v2 >> q >> period && q != "max") quota = std::atof(q.c_str());
+  } else if (std::ifstream q1("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), p1("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+             q1 && p1) {
+    q1 >> quota;
+    p1 >> period;
+  }
+  if (quota > 0 && period > 0) cores = std::min(cores, std::max(1, static_cast<int>(std::ceil(quota / period))));
+  return cores;
+}
+
+std::string host_spread_warning(const MeasureSpread& s, int threads, int cores) {
+  if (threads > cores)
+    return fmt::format(
+        "host: OpenMP runs {} threads on {} cores (OMP_NUM_THREADS): kernels oversubscribe the cores, so the host "
+        "times may not repeat; set OMP_NUM_THREADS={}",
+        threads, cores, cores);
+  if (s.unsteady < std::max(2, s.ops / 10)) return "";  // one small op's slow repeat is noise
+  return fmt::format(
+      "host: {} of {} measured ops varied more than {:g}x between repeats (worst {:.1f}x, a {}): the machine is "
+      "busy, so the host times may not repeat",
+      s.unsteady, s.ops, MeasureSpread::kUnsteadySpread, s.worst, s.worst_op);
+}
+
+int limit_threads_to_cores() {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if ((!env || !*env) && omp_get_max_threads() > host_cores()) omp_set_num_threads(host_cores());
+  return host_threads();
 }
 
 int host_threads() { return std::max(1, omp_get_max_threads()); }

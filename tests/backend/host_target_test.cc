@@ -1,7 +1,10 @@
 // backend/profile: the measured "host" target (docs/cost-model.md, "The host preset").
 #include <gtest/gtest.h>
 
+#include <omp.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include "backend/profile/host_target.h"
 #include "core/cost/cost.h"
@@ -115,6 +118,50 @@ TEST(HostTarget, MeasuresEachDistinctOpOnce) {
   EXPECT_EQ(measure_program_ops(p, none, 1, 0), 0);
   EXPECT_EQ(measure_program_ops(p, none, 1, 5, 511), 0);  // every op reads at least 512 fresh bytes (8x16 floats)
   EXPECT_TRUE(none.measured_ops.empty());
+}
+
+// The spread of each op's repeats is counted: every timed op, each with a ratio of at least 1.
+TEST(HostTarget, CountsHowSteadyTheRepeatsWere) {
+  SpmdProgram p;
+  p.program = ops_graph();
+  Target t;
+  MeasureSpread spread;
+  EXPECT_EQ(measure_program_ops(p, t, 1, 5, int64_t{1} << 30, &spread), 3);
+  EXPECT_EQ(spread.ops, 3);
+  EXPECT_GE(spread.worst, 1);
+  EXPECT_LE(spread.unsteady, spread.ops);
+}
+
+TEST(HostTarget, WarnsWhenTheTimesMayNotRepeat) {
+  MeasureSpread quiet;
+  quiet.ops = 37, quiet.unsteady = 1, quiet.worst = 4.1, quiet.worst_op = "Mul";  // one small op: noise
+  EXPECT_EQ(host_spread_warning(quiet, 2, 2), "");
+  MeasureSpread busy;
+  busy.ops = 93, busy.unsteady = 31, busy.worst = 492.1, busy.worst_op = "Mul";
+  EXPECT_EQ(host_spread_warning(busy, 2, 2),
+            "host: 31 of 93 measured ops varied more than 4x between repeats (worst 492.1x, a Mul): the machine is "
+            "busy, so the host times may not repeat");
+  EXPECT_EQ(host_spread_warning(quiet, 8, 2),
+            "host: OpenMP runs 8 threads on 2 cores (OMP_NUM_THREADS): kernels oversubscribe the cores, so the host "
+            "times may not repeat; set OMP_NUM_THREADS=2");
+}
+
+// Without OMP_NUM_THREADS, OpenMP's threads are capped at the cores this process may use; with it, left alone.
+TEST(HostTarget, LimitsThreadsToTheCores) {
+  const int saved = omp_get_max_threads();
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  const std::string was = env ? env : "";
+  ::unsetenv("OMP_NUM_THREADS");
+  omp_set_num_threads(host_cores() + 3);
+  EXPECT_EQ(limit_threads_to_cores(), host_cores());
+  ::setenv("OMP_NUM_THREADS", "64", 1);
+  omp_set_num_threads(host_cores() + 3);
+  EXPECT_EQ(limit_threads_to_cores(), host_cores() + 3);
+  if (env)
+    ::setenv("OMP_NUM_THREADS", was.c_str(), 1);
+  else
+    ::unsetenv("OMP_NUM_THREADS");
+  omp_set_num_threads(saved);
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
+
+#include "backend/profile/host_target.h"
 #include "e2e_util.h"
 
 namespace {
@@ -271,6 +274,29 @@ TEST(Trace, UnwritablePathIsAnInputError) {
   CmdResult r = cli("simulate " + kGpt + " --mesh 2x2 --trace /nonexistent-dir/t.json", "trace_bad");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "error: --trace: /nonexistent-dir/t.json: no such directory\n");
+}
+
+}  // namespace
+
+namespace {
+
+// --target host with more OpenMP threads than cores (OMP_NUM_THREADS): the summary and the report warn, naming both.
+TEST(Simulate, HostTargetWarnsOfOversubscribedThreads) {
+  const int cores = gspmd::host_cores();
+  const auto [r, rep] = cli_report("simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --target host",
+                                   scratch("host_threads"), "host_threads");
+  ASSERT_FALSE(rep.is_null());
+  EXPECT_EQ(r.out.find("OpenMP runs"), std::string::npos) << r.out;  // ctest's OMP_NUM_THREADS=1: no warning
+  const CmdResult over = sh("OMP_NUM_THREADS=" + std::to_string(cores + 1) + " " + GSPMD_BINARY_DIR +
+                                "/bin/gspmd-onnx simulate " + kGpt + " --mesh 2x2 " + kMegatron + " --target host",
+                            "host_threads_over");
+  ASSERT_EQ(over.code, 0) << over.err;
+  EXPECT_NE(over.out.find(fmt::format("\nwarning   host: OpenMP runs {} threads on {} cores (OMP_NUM_THREADS): kernels "
+                                      "oversubscribe the cores, so the host times may not repeat; set "
+                                      "OMP_NUM_THREADS={}\n",
+                                      cores + 1, cores, cores)),
+            std::string::npos)
+      << over.out;
 }
 
 }  // namespace
