@@ -233,10 +233,18 @@ struct InspectOptions {
 /// Throws InputError for a bad model, a bad flag or an unusable template.
 int cmd_inspect(const InspectOptions& o);
 
+/// Where each unreduced axis of value v (as the program holds it) comes from: walking back through the producers that
+/// carry a partial operand over the axis (linear ops keep it partial), to the node that contracts over a dim split over
+/// it (a reduction factor of its rule: MatMul's K, ReduceSum's axis), with the annotation that gave that operand the
+/// axis, as axis_origins_str does for tiled axes. One line per axis ("  unreduced model from ...\n"); "" when v is not
+/// unreduced.
+std::string unreduced_origins(const Pipeline& p, int v);
+
 struct ExplainOptions {
   CommonOptions common;
   std::string value;         // --value NAME ("" = all)
   bool constraints = false;  // --constraints: list every annotation, kept or resharded, and at what cost
+  std::string html;          // --html FILE: the plan as one self-contained page (cli/html.h)
 };
 int cmd_explain(const ExplainOptions& o);
 

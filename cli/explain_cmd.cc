@@ -7,6 +7,8 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "cli/html.h"
+#include "cli/report.h"
 
 namespace gspmd::cli {
 
@@ -162,64 +164,6 @@ void explain_pipeline(const PipelineLayout& l, const std::string& axis) {
 
 namespace {
 
-/// Where each unreduced axis of value v (as the program holds it) comes from: walking back through the producers that
-/// carry a partial operand over the axis (linear ops keep it partial), to the node that contracts over a dim split over
-/// it (a reduction factor of its rule: MatMul's K, ReduceSum's axis), with the annotation that gave that operand the
-/// axis, as axis_origins_str does for tiled axes. One line per axis; "" when v is not unreduced.
-std::string unreduced_origins(const Pipeline& p, int v) {
-  const Graph& g = p.graph;
-  const DeviceMesh& mesh = p.program.mesh;
-  std::string out;
-  for (int a : p.program.final_shardings[static_cast<size_t>(v)].unreduced) {
-    const std::string axis = mesh.axis_names({a})[0];
-    int cur = v;
-    std::string line;
-    for (size_t steps = 0; steps < g.nodes.size() && line.empty() && cur >= 0; ++steps) {
-      const int n = g.values[static_cast<size_t>(cur)].producer;
-      const OpShardingRule* rule = n >= 0 ? p.rules.rule(n) : nullptr;
-      if (!rule) break;
-      const Node& node = g.nodes[static_cast<size_t>(n)];
-      // The operands whose contracted dim is split over the axis; the one annotated itself is named first.
-      int next = -1, best = -1, best_dim = -1;
-      for (size_t i = 0; i < node.inputs.size() && i < rule->operands.size(); ++i) {
-        const int in = node.inputs[i];
-        if (in < 0) continue;
-        // As planned, or as the program holds it (a layout the partitioner chose for the contraction).
-        const TensorSharding& s = p.plan.shardings[static_cast<size_t>(in)];
-        const TensorSharding& held = p.program.final_shardings[static_cast<size_t>(in)];
-        auto split = [&](const TensorSharding& t, int d) {
-          if (d >= t.rank()) return false;
-          const std::vector<int>& axes = t.dims[static_cast<size_t>(d)];
-          return std::find(axes.begin(), axes.end(), a) != axes.end();
-        };
-        const DimFactors& df = rule->operands[i];
-        for (int d = 0; d < std::max(s.rank(), held.rank()) && d < static_cast<int>(df.size()); ++d) {
-          const bool contracted =
-              (split(s, d) || split(held, d)) && std::any_of(df[d].begin(), df[d].end(), [&](int f) {
-                return rule->factor_kinds[static_cast<size_t>(f)] == FactorKind::kReduction;
-              });
-          if (contracted && (best < 0 || p.plan.axis_origins[static_cast<size_t>(in)][static_cast<size_t>(a)] == in))
-            best = in, best_dim = d;
-        }
-        if (next < 0 && std::find(held.unreduced.begin(), held.unreduced.end(), a) != held.unreduced.end()) next = in;
-      }
-      if (best >= 0) {
-        const int from = p.plan.axis_origins[static_cast<size_t>(best)][static_cast<size_t>(a)];
-        const auto ann = p.annotations.by_value.find(from);
-        line = fmt::format(
-            "{} from {} ({}), which reduces over dim {} of '{}', split over {}{}", axis, node.name, node.op_type,
-            best_dim, g.values[static_cast<size_t>(best)].name, axis,
-            from < 0 ? " (by no annotation: a layout the partitioner chose)"
-                     : fmt::format(" by annotation {}{}", g.values[static_cast<size_t>(from)].name,
-                                   ann == p.annotations.by_value.end() ? "" : " (" + ann->second.source + ")"));
-      }
-      cur = next;
-    }
-    if (!line.empty()) out += "  unreduced " + line + "\n";
-  }
-  return out;
-}
-
 /// The real (unpadded) extent of each of `shards` shards of a dim of `size` (ceil(size / shards) each, the last ones
 /// short or empty).
 std::vector<int64_t> shard_extents(int64_t size, int64_t shards) {
@@ -345,8 +289,67 @@ std::string shard_ranges(const Shape& shape, const TensorSharding& s, const Devi
   return out;
 }
 
+std::string unreduced_origins(const Pipeline& p, int v) {
+  const Graph& g = p.graph;
+  const DeviceMesh& mesh = p.program.mesh;
+  std::string out;
+  for (int a : p.program.final_shardings[static_cast<size_t>(v)].unreduced) {
+    const std::string axis = mesh.axis_names({a})[0];
+    int cur = v;
+    std::string line;
+    for (size_t steps = 0; steps < g.nodes.size() && line.empty() && cur >= 0; ++steps) {
+      const int n = g.values[static_cast<size_t>(cur)].producer;
+      const OpShardingRule* rule = n >= 0 ? p.rules.rule(n) : nullptr;
+      if (!rule) break;
+      const Node& node = g.nodes[static_cast<size_t>(n)];
+      // The operands whose contracted dim is split over the axis; the one annotated itself is named first.
+      int next = -1, best = -1, best_dim = -1;
+      for (size_t i = 0; i < node.inputs.size() && i < rule->operands.size(); ++i) {
+        const int in = node.inputs[i];
+        if (in < 0) continue;
+        // As planned, or as the program holds it (a layout the partitioner chose for the contraction).
+        const TensorSharding& s = p.plan.shardings[static_cast<size_t>(in)];
+        const TensorSharding& held = p.program.final_shardings[static_cast<size_t>(in)];
+        auto split = [&](const TensorSharding& t, int d) {
+          if (d >= t.rank()) return false;
+          const std::vector<int>& axes = t.dims[static_cast<size_t>(d)];
+          return std::find(axes.begin(), axes.end(), a) != axes.end();
+        };
+        const DimFactors& df = rule->operands[i];
+        for (int d = 0; d < std::max(s.rank(), held.rank()) && d < static_cast<int>(df.size()); ++d) {
+          const bool contracted =
+              (split(s, d) || split(held, d)) && std::any_of(df[d].begin(), df[d].end(), [&](int f) {
+                return rule->factor_kinds[static_cast<size_t>(f)] == FactorKind::kReduction;
+              });
+          if (contracted && (best < 0 || p.plan.axis_origins[static_cast<size_t>(in)][static_cast<size_t>(a)] == in))
+            best = in, best_dim = d;
+        }
+        if (next < 0 && std::find(held.unreduced.begin(), held.unreduced.end(), a) != held.unreduced.end()) next = in;
+      }
+      if (best >= 0) {
+        const int from = p.plan.axis_origins[static_cast<size_t>(best)][static_cast<size_t>(a)];
+        const auto ann = p.annotations.by_value.find(from);
+        line = fmt::format(
+            "{} from {} ({}), which reduces over dim {} of '{}', split over {}{}", axis, node.name, node.op_type,
+            best_dim, g.values[static_cast<size_t>(best)].name, axis,
+            from < 0 ? " (by no annotation: a layout the partitioner chose)"
+                     : fmt::format(" by annotation {}{}", g.values[static_cast<size_t>(from)].name,
+                                   ann == p.annotations.by_value.end() ? "" : " (" + ann->second.source + ")"));
+      }
+      cur = next;
+    }
+    if (!line.empty()) out += "  unreduced " + line + "\n";
+  }
+  return out;
+}
+
 int cmd_explain(const ExplainOptions& o) {
+  if (!o.html.empty()) check_output_path(o.html, "--html");
   Pipeline p = build_pipeline(o.common);
+  if (!o.html.empty()) {
+    const CostReport cost = p.cost(o.common.overlap);
+    write_explain_html(o.html, o.common.model, p, cost, make_report(p, cost, nullptr, nullptr));
+  }
   const Graph& g = p.graph;
   const DeviceMesh& mesh = p.program.mesh;
   int only = -1;

@@ -163,6 +163,9 @@ int main(int argc, char** argv) {
   explain->add_option("--value", eo.value, "only this value");
   explain->add_flag("--constraints", eo.constraints,
                     "list every annotation: open or a constraint, kept as computed or resharded, at what cost");
+  explain->add_option("--html", eo.html,
+                      "also write the plan as one self-contained web page: the mesh, each value's shards, the "
+                      "collectives (sortable, with origins) and the simulated timeline");
 
   cli::InspectOptions io;
   auto* inspect = app.add_subcommand(

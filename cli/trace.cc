@@ -65,11 +65,8 @@ std::optional<PipelineTrack> pipeline_track(const Pipeline& p) {
   return PipelineTrack{&p.graph, &*p.pipeline, axis};
 }
 
-void write_trace(const std::string& path, const SpmdProgram& p, const CostReport& cost, const std::string& target,
-                 const std::vector<std::vector<ExecutedStep>>& measured, const std::optional<PipelineTrack>& pipeline) {
-  const std::string tmp = path + ".tmp";  // written completely, then renamed: never a half-written trace
-  std::ofstream f(tmp);
-  if (!f) throw InputError(fmt::format("{}: cannot write", path));
+void trace_json(std::ostream& f, const SpmdProgram& p, const CostReport& cost, const std::string& target,
+                const std::vector<std::vector<ExecutedStep>>& measured, const std::optional<PipelineTrack>& pipeline) {
   const Graph& prog = p.program;
   // The per-node part of every event (name, category, args) is the same on every device: format it once.
   std::vector<std::string> body(prog.nodes.size());
@@ -166,6 +163,14 @@ void write_trace(const std::string& path, const SpmdProgram& p, const CostReport
     }
   }
   f << "\n]}\n";
+}
+
+void write_trace(const std::string& path, const SpmdProgram& p, const CostReport& cost, const std::string& target,
+                 const std::vector<std::vector<ExecutedStep>>& measured, const std::optional<PipelineTrack>& pipeline) {
+  const std::string tmp = path + ".tmp";  // written completely, then renamed: never a half-written trace
+  std::ofstream f(tmp);
+  if (!f) throw InputError(fmt::format("{}: cannot write", path));
+  trace_json(f, p, cost, target, measured, pipeline);
   f.close();
   std::error_code ec;
   if (!f || (std::filesystem::rename(tmp, path, ec), ec)) {

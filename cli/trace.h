@@ -1,6 +1,7 @@
 // Chrome trace / Perfetto JSON timeline of the simulated step (run --trace, simulate --trace).
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ struct PipelineTrack {
 void write_trace(const std::string& path, const SpmdProgram& p, const CostReport& cost, const std::string& target,
                  const std::vector<std::vector<ExecutedStep>>& measured = {},
                  const std::optional<PipelineTrack>& pipeline = std::nullopt);
+/// write_trace's JSON, to a stream (explain --html embeds it).
+void trace_json(std::ostream& f, const SpmdProgram& p, const CostReport& cost, const std::string& target,
+                const std::vector<std::vector<ExecutedStep>>& measured = {},
+                const std::optional<PipelineTrack>& pipeline = std::nullopt);
 
 /// The pipeline track of `p`: its global graph, layout and axis (in the program's mesh) with --pipeline, else nullopt.
 std::optional<PipelineTrack> pipeline_track(const Pipeline& p);

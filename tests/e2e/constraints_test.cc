@@ -159,7 +159,8 @@ TEST(Constraints, ExplainGivesEachUnreducedAxisItsReduction) {
                        "partitioner chose)\n"),
             std::string::npos)
       << r.out;
-  r = cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json "
+  r =
+      cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json "
           "--training --loss mean --value loss",
           "constraints_explain_unreduced_loss");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -169,7 +170,8 @@ TEST(Constraints, ExplainGivesEachUnreducedAxisItsReduction) {
             std::string::npos)
       << r.out;
   // Every unreduced value of the step has its line.
-  r = cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json "
+  r =
+      cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json "
           "--training --loss mean",
           "constraints_explain_unreduced_all");
   ASSERT_EQ(r.code, 0) << r.err;
