@@ -107,6 +107,9 @@ struct Pipeline {
   /// --pipeline: the model's forward FLOPs over the pipelined forward graph's; cost() scales the model FLOPs by it
   /// (with --training, the step's backward scales as its forward).
   double pipeline_flops_scale = 1;
+  /// --pipeline on layer weights that are graph inputs: the program takes them stacked (PipelineLayout::weights), in
+  /// place of the model's per-layer inputs; run feeds them from the per-layer tensors (stacked_from_layers).
+  bool stacked_inputs = false;
   std::vector<MicrobatchCandidate> microbatch_search;  // --pipeline --auto without --microbatches: what was tried
   LoadReport load_report;                              // what loading folded and rewrote (explain)
 

@@ -274,10 +274,32 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
   }
   PipelinedGraph pg = pipeline_graph(p.graph, po, shapes);
   Annotations out = pipeline_annotations(p.graph, a, pg, axis, &model_plan);
-  // The signature's values, found again by name (the pipelined graph keeps the inputs' and outputs' names).
+  // The signature's values, found again by name (the pipelined graph keeps the inputs' and outputs' names), except
+  // layer weights that are graph inputs: their stacked inputs take their place, at the end.
+  std::erase_if(p.load_report.inputs, [&](const FlatValue& fv) {
+    return std::any_of(fv.values.begin(), fv.values.end(),
+                       [&](int v) { return pg.graph.find(p.graph.values[static_cast<size_t>(v)].name) < 0; });
+  });
   for (auto* side : {&p.load_report.inputs, &p.load_report.outputs})
     for (FlatValue& fv : *side)
       for (int& v : fv.values) v = pg.graph.at(p.graph.values[static_cast<size_t>(v)].name);
+  for (int v : pg.graph.inputs)
+    if (p.graph.find(pg.graph.values[static_cast<size_t>(v)].name) < 0) {
+      FlatValue fv;
+      fv.name = pg.graph.values[static_cast<size_t>(v)].name;
+      fv.structure.elem_dtype = pg.graph.values[static_cast<size_t>(v)].dtype;
+      fv.values = {v};
+      p.load_report.inputs.push_back(std::move(fv));
+      p.stacked_inputs = true;
+    }
+  if (p.stacked_inputs && !o.inputs_dir.empty()) {
+    const PipelineLayout::StackedWeight& w = pg.layout.weights.at(0);
+    throw InputError(fmt::format(
+        "--inputs: --pipeline stacks the layer weights, which this model takes as graph inputs ('{}' ... into '{}'), "
+        "so their files cannot be fed per layer; run without --inputs (pseudo-random inputs), or give the weights as "
+        "initializers",
+        w.members.at(0), w.name));
+  }
   const double flops = graph_flops(pg.graph);
   p.pipeline_flops_scale = flops > 0 ? graph_flops(p.graph) / flops : 1;
   p.reference = std::move(p.graph);

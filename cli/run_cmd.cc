@@ -193,24 +193,54 @@ std::vector<Tensor> float32_run(const Graph& g, const std::vector<Tensor>& input
 
 }  // namespace
 
+/// The inputs of `ref` (the model, or its training step) from the program's `inputs` (p.graph's), by name: the same
+/// tensor, or, for a layer weight that --pipeline stacked into a graph input (Pipeline::stacked_inputs), its row of
+/// the stacked tensor (PipelineLayout::weights: member i is row i in row-major order over the lead dims).
+static std::vector<Tensor> reference_inputs(const Pipeline& p, const Graph& ref, const std::vector<Tensor>& inputs) {
+  auto input_of = [&](const std::string& name) -> const Tensor* {
+    const int v = p.graph.find(name);
+    const auto at = std::find(p.graph.inputs.begin(), p.graph.inputs.end(), v);
+    return v < 0 || at == p.graph.inputs.end() ? nullptr : &inputs.at(static_cast<size_t>(at - p.graph.inputs.begin()));
+  };
+  std::vector<Tensor> out;
+  for (int v : ref.inputs) {
+    const Value& val = ref.values[static_cast<size_t>(v)];
+    if (const Tensor* t = input_of(val.name)) {
+      out.push_back(*t);
+      continue;
+    }
+    const Tensor* stacked = nullptr;
+    size_t row = 0, rows = 1;
+    if (p.pipeline)
+      for (const PipelineLayout::StackedWeight& w : p.pipeline->weights)
+        for (size_t i = 0; i < w.members.size() && !stacked; ++i)
+          if (w.members[i] == val.name && (stacked = input_of(w.name))) row = i, rows = w.members.size();
+    if (!stacked) throw InternalError(fmt::format("run --check: no input of the program for '{}'", val.name));
+    Tensor t(val.dtype, val.shape);
+    const size_t bytes = stacked->bytes.size() / rows;
+    if (bytes != t.bytes.size())
+      throw InternalError(fmt::format("run --check: '{}' is not a row of its stacked input", val.name));
+    std::memcpy(t.bytes.data(), stacked->bytes.data() + row * bytes, bytes);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>& inputs,
                                     const std::vector<Tensor>& outputs, double rtol, double atol,
                                     const RunProgress& progress, const ExecutorOptions& exec) {
   if (!p.reference || !p.reference_training) {  // the model itself (with --pipeline: as loaded; same signature)
     const Graph& ref = p.reference ? *p.reference : p.graph;
-    const std::vector<Tensor> anchor = p.training ? float32_run(ref, inputs, progress, exec) : std::vector<Tensor>();
-    return compare_outputs(p.graph, outputs, run_single(ref, inputs, progress, exec).outputs, rtol, atol,
+    const std::vector<Tensor> ref_inputs = p.stacked_inputs ? reference_inputs(p, ref, inputs) : inputs;
+    const std::vector<Tensor> anchor =
+        p.training ? float32_run(ref, ref_inputs, progress, exec) : std::vector<Tensor>();
+    return compare_outputs(p.graph, outputs, run_single(ref, ref_inputs, progress, exec).outputs, rtol, atol,
                            p.training ? &*p.training : nullptr, &inputs, anchor.empty() ? nullptr : &anchor);
   }
   // --pipeline --training: the model's own step, fed by input name, and the program's outputs in its terms.
   const TrainingStep ref =
       build_training_step(*p.reference, *p.reference_training, kernel_load_options().shape_function);
-  std::vector<Tensor> ref_inputs;
-  for (int v : ref.graph.inputs)
-    ref_inputs.push_back(
-        inputs.at(static_cast<size_t>(std::find(p.graph.inputs.begin(), p.graph.inputs.end(),
-                                                p.graph.at(ref.graph.values[static_cast<size_t>(v)].name)) -
-                                      p.graph.inputs.begin())));
+  const std::vector<Tensor> ref_inputs = reference_inputs(p, ref.graph, inputs);
   std::map<std::string, const Tensor*> got;
   for (size_t k = 0; k < p.graph.outputs.size(); ++k)
     got[p.graph.values[static_cast<size_t>(p.graph.outputs[k])].name] = &outputs[k];

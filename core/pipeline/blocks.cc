@@ -124,9 +124,11 @@ bool same_attrs(const std::map<std::string, AttrValue>& a, const std::map<std::s
   return true;
 }
 
+/// Two values of two layers hold the same constant: equal data, or (loaded shapes-only) two initializers of one type
+/// without data. Two graph inputs are two tensors: the caller binds them as side inputs or layer weights.
 bool same_tensor(const Value& a, const Value& b) {
-  if (a.dtype != b.dtype || a.shape != b.shape) return false;
-  if (!a.data || !b.data) return !a.data && !b.data && a.is_initializer == b.is_initializer;
+  if (a.dtype != b.dtype || a.shape != b.shape || !a.is_initializer || !b.is_initializer) return false;
+  if (!a.data || !b.data) return !a.data && !b.data;
   return a.data->bytes == b.data->bytes;
 }
 
@@ -430,6 +432,14 @@ LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers, bool va
     }
     throw;  // the one-layer blocks' error
   }
+}
+
+bool layer_weights_are_inputs(const Graph& g, const std::string& layers) {
+  auto any = [](const std::vector<std::optional<LayerWeight>>& w) {
+    return std::any_of(w.begin(), w.end(), [](const std::optional<LayerWeight>& x) { return x.has_value(); });
+  };
+  return !any(layer_weights(g, layers, weight_like_values(g, false))) &&
+         any(layer_weights(g, layers, weight_like_values(g, true)));
 }
 
 Graph keep_first_layers(const Graph& g, const LayerBlocks& b, size_t k) {

@@ -49,6 +49,11 @@ struct LayerBlocks {
 /// or when a block differs from block 0.
 LayerBlocks find_layer_blocks(const Graph& g, const std::string& layers = "", bool variables = false);
 
+/// True when `g`'s layer weights are graph inputs, not initializers (a step that takes its parameters as arguments,
+/// as the GSPMD paper's models do): no initializer is a layer weight (by `layers`, or by name as find_layer_blocks
+/// finds them) and some graph input is. --pipeline then finds the blocks with `variables` and stacks the inputs.
+bool layer_weights_are_inputs(const Graph& g, const std::string& layers = "");
+
 /// `g` cut down to its first `k` layer blocks of `b` (1 <= k <= b.blocks.size(); b = find_layer_blocks(g, ...)): the
 /// prefix, blocks 0 .. k-1 and the suffix, which reads block k-1's output where it read the last block's. The later
 /// blocks' nodes, and the values and graph inputs only they read, are dropped; every kept value keeps its name. The

@@ -70,7 +70,13 @@ class Builder {
 
   void build() {
     plan();
-    for (int v : g_.inputs) out_.inputs.push_back(copy(v));
+    // Layer weights that are graph inputs give way to their stacked inputs (stack_weights): only the blocks read them.
+    std::set<int> stacked_inputs;
+    for (const auto& blk : b_.blocks)
+      for (int w : blk.weights)
+        if (!g_.values[static_cast<size_t>(w)].is_initializer) stacked_inputs.insert(w);
+    for (int v : g_.inputs)
+      if (!stacked_inputs.count(v)) out_.inputs.push_back(copy(v));
     in_block_.assign(g_.values.size(), 0);
     for (const auto& blk : b_.blocks)
       for (int n : blk.nodes)
@@ -436,12 +442,13 @@ class Builder {
 }  // namespace
 
 int64_t pipeline_batch(const Graph& g, const std::string& layers) {
-  const Shape& s = g.values[static_cast<size_t>(find_layer_blocks(g, layers).blocks.at(0).input)].shape;
+  const LayerBlocks b = find_layer_blocks(g, layers, layer_weights_are_inputs(g, layers));
+  const Shape& s = g.values[static_cast<size_t>(b.blocks.at(0).input)].shape;
   return s.empty() ? 1 : s[0];
 }
 
 PipelinedGraph pipeline_graph(const Graph& g, const PipelineOptions& o, const ShapeFunction& shapes) {
-  const LayerBlocks b = find_layer_blocks(g, o.layers);
+  const LayerBlocks b = find_layer_blocks(g, o.layers, layer_weights_are_inputs(g, o.layers));
   PipelinedGraph r;
   Builder(g, b, o, shapes, r).build();
   r.graph.verify();

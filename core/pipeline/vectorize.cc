@@ -479,7 +479,11 @@ int stack_weights(const Graph& g, Graph& out, const std::vector<int>& members, c
   if (num_elements(lead) != static_cast<int64_t>(members.size()))
     throw std::invalid_argument(fmt::format("stack_weights: {} members for {}", members.size(), shape_str(lead)));
   const int id = out.add_value_unique(name, w.dtype, shape);
-  out.values[static_cast<size_t>(id)].is_initializer = true;
+  // Initializers stack into an initializer; graph inputs (a step's parameters) into a graph input of `out`.
+  if (w.is_initializer)
+    out.values[static_cast<size_t>(id)].is_initializer = true;
+  else
+    out.inputs.push_back(id);
   const bool data = std::all_of(members.begin(), members.end(),
                                 [&](int m) { return g.values[static_cast<size_t>(m)].data != nullptr; });
   if (data) {

@@ -75,7 +75,8 @@ Graph stack_blocks(const Graph& g, const LayerBlocks& b, const std::vector<size_
                    const ShapeFunction& shapes);
 
 /// Adds to `out` an initializer `name` (made unique) of shape `lead` + the members' shape that holds the weights
-/// `members` of g in row-major order over `lead` (with data when every member has data); returns its id. Throws
+/// `members` of g in row-major order over `lead` (with data when every member has data), or, when the members are
+/// graph inputs (a step's parameters), a graph input of `out` that the caller feeds stacked; returns its id. Throws
 /// std::invalid_argument when the member count is not the product of `lead`.
 int stack_weights(const Graph& g, Graph& out, const std::vector<int>& members, const Shape& lead,
                   const std::string& name);

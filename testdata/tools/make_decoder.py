@@ -32,7 +32,8 @@ GSPMD paper's runs train (weights as inputs: `simulate --training --trainable '\
 --weights absent: every initializer (and the mask) is external data in NAME.bin, which is not written: the model
 is shapes only (`simulate` works, `run` says the file is missing). --weights random: N(0, 0.02) weights written to
 NAME.bin (seeded), zero biases, LN scale 1. --weights inputs: weights are graph inputs (variables, as in the GSPMD
-paper's training step: stored with their annotated 2D sharding and all-gathered where used), the mask absent.
+paper's training step: stored with their annotated 2D sharding and all-gathered where used), the mask written to
+NAME.bin (`run` feeds the weights pseudo-random inputs).
 
 Sidecars written next to the model (mesh axes "data" and "model"; --mesh sets the shape, default 2x2):
     NAME.megatron.sharding.json   Megatron tensor parallel on "model", batch on "data"
@@ -103,7 +104,7 @@ class Builder:
         for k, v in (("location", self.bin_name), ("offset", str(self.offset)), ("length", str(self.fbytes * n))):
             e = t.external_data.add()
             e.key, e.value = k, v
-        if self.weights == "random":
+        if self.weights == "random" or kind == "mask":
             if kind == "normal":
                 a = self.rng.standard_normal(n, dtype=np.float32) * np.float32(0.02)
             elif kind == "ones":
@@ -245,7 +246,7 @@ def main():
     model, b, F = build(args)
     path = os.path.join(args.out, args.name + ".onnx")
     onnx.save_model(model, path)
-    if args.weights == "random":
+    if args.weights != "absent":
         with open(os.path.join(args.out, b.bin_name), "wb") as f:
             for chunk in b.blob:
                 f.write(chunk)

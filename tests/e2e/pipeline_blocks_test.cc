@@ -1,9 +1,11 @@
 // core/pipeline's layer blocks (find_layer_blocks) on models no test here built to pass: the torch-exported GPT and
 // BERT, and make_decoder's graphs of other depths; and the one-line refusals.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "backend/pod/pod.h"
 #include "core/pipeline/blocks.h"
+#include "core/pipeline/schedule.h"
 #include "core/pipeline/vectorize.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/frontend/frontend_test_util.h"
@@ -126,6 +128,60 @@ TEST(PipelineBlocks, FirstLayersOfAStepThatTakesItsWeights) {
   }
   EXPECT_THROW(keep_first_layers(g, b, 0), std::invalid_argument);
   EXPECT_EQ(keep_first_layers(g, b, 5).nodes.size(), g.nodes.size());
+}
+
+// A step whose layer weights are graph inputs, some named by layer (l.1.b) and some not (torch's onnx::MatMul_N):
+// the unnamed ones are each read by one layer alone, so they are that layer's weights, not one side input the layers
+// share (two graph inputs are two tensors, however alike their types; an earlier rule took them for one and the
+// stacker then failed on an internal error). --pipeline stacks both kinds into graph inputs.
+TEST(PipelineBlocks, UnnamedWeightInputsAreEachLayersOwn) {
+  Graph g;
+  auto value = [&](const std::string& name, Shape shape) {
+    Value v;
+    v.name = name;
+    v.dtype = DType::kFloat32;
+    v.shape = std::move(shape);
+    return g.add_value(std::move(v));
+  };
+  auto node = [&](const std::string& op, std::vector<int> in, int out) {
+    Node n;
+    n.name = "/l" + std::to_string(g.nodes.size()) + "/" + op;
+    n.op_type = op;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    g.add_node(std::move(n));
+  };
+  int x = value("x", {4, 8});
+  g.inputs = {x};
+  for (int l = 0; l < 3; ++l) {
+    const int w = value("onnx::MatMul_" + std::to_string(80 + l), {8, 8}), b = value(fmt::format("l.{}.b", l), {8});
+    g.inputs.push_back(w);
+    g.inputs.push_back(b);
+    const int m = value(fmt::format("m{}", l), {4, 8}), a = value(fmt::format("a{}", l), {4, 8}),
+              y = value(fmt::format("y{}", l), {4, 8});
+    node("MatMul", {x, w}, m);
+    node("Add", {m, b}, a);
+    node("Add", {x, a}, y);
+    x = y;
+  }
+  g.outputs = {x};
+  ASSERT_NO_THROW(g.verify());
+  EXPECT_TRUE(layer_weights_are_inputs(g));
+  const LayerBlocks b = find_layer_blocks(g, "", /*variables=*/true);
+  ASSERT_EQ(b.blocks.size(), 3u);
+  EXPECT_TRUE(b.side_inputs.empty()) << names(g, b.side_inputs)[0];
+  for (size_t k = 0; k < 3; ++k)
+    EXPECT_EQ(names(g, b.blocks[k].weights),
+              (std::vector<std::string>{"onnx::MatMul_" + std::to_string(80 + k), fmt::format("l.{}.b", k)}));
+  // The pipelined graph takes them stacked, in place of the per-layer inputs.
+  PipelineOptions o;
+  o.stages = 3;
+  o.microbatches = 2;
+  const PipelinedGraph p = pipeline_graph(g, o, test::load_opts({}, false).shape_function);
+  std::vector<std::string> inputs = names(p.graph, p.graph.inputs);
+  EXPECT_EQ(inputs, (std::vector<std::string>{"x", "onnx::MatMul_80@stacked", "l.#.b"}));
+  EXPECT_EQ(p.graph.values[static_cast<size_t>(p.graph.at("l.#.b"))].shape, (Shape{3, 8}));
+  EXPECT_FALSE(p.graph.values[static_cast<size_t>(p.graph.at("l.#.b"))].is_initializer);
 }
 
 // Models without two alike layers are refused in one line that says why.

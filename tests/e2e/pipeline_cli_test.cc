@@ -284,6 +284,38 @@ TEST(PipelineCli, BFloat16DecoderPipelinesExactly) {
   EXPECT_EQ(j["pipeline"]["stages"], 4);
 }
 
+// The GSPMD paper's models take their weights as graph inputs (a step's parameters). --pipeline stacks them into
+// graph inputs of the stacked shape, each stage holding its own rows (the stage dim over 'stage'), in place of the
+// per-layer inputs; run feeds the stacked inputs and --check gives the model each layer's row. The forward pass and
+// the training step match the model. (run's pseudo-random inputs give the weights N(0, 1): logits of tens, which
+// float32 rounding between any two plans moves by 1e-4, so the forward check takes atol 1e-3, as it would for
+// Megatron on the same inputs.) --inputs, whose files hold the weights per layer, is refused.
+TEST(PipelineCli, LayerWeightsThatAreGraphInputsAreStackedAsInputs) {
+  const fs::path d = scratch("pipeline_cli_inputs");
+  const fs::path dec = e2e::make_decoder(
+      d, "in4", "--layers 4 --d-model 32 --heads 4 --vocab 64 --batch 8 --seq 8 --weights inputs", "pipe_make_in4");
+  std::ofstream(d / "pipe.json") << R"({"mesh": {"shape": [2, 2], "axes": ["stage", "model"]}, "tensors": {}})";
+  const std::string base = dec.string() + " --shardings " + (d / "pipe.json").string() + " --pipeline stage";
+  const nlohmann::json fwd = run_checked(base + " --microbatches 4 --atol 1e-3", d, "in4_fwd");
+  ASSERT_TRUE(fwd.contains("pipeline"));
+  EXPECT_EQ(fwd["pipeline"]["stages"], 2);
+  run_checked(base + " --microbatches 4 --training --loss mean --trainable '\\.(weight|bias)$'", d, "in4_train");
+
+  const CmdResult part = cli("partition " + base + " --microbatches 4 -o " + (d / "out").string(), "in4_part");
+  ASSERT_EQ(part.code, 0) << part.err;
+  const nlohmann::json t = read_json(d / "out" / "shardings.json")["tensors"];
+  EXPECT_FALSE(t.contains("h.0.attn.q.weight"));
+  EXPECT_EQ(t["h.#.attn.q.weight@slot0"], nlohmann::json::parse(R"(["stage", null, null])"));
+  EXPECT_EQ(t["h.#.mlp.fc_in.bias@slot1"], nlohmann::json::parse(R"(["stage", null])"));
+
+  const CmdResult in = cli("run " + base + " --inputs " + d.string(), "in4_inputs");
+  EXPECT_EQ(in.code, 2);
+  EXPECT_EQ(in.err,
+            "error: --inputs: --pipeline stacks the layer weights, which this model takes as graph inputs "
+            "('h.0.ln_1.weight' ... into 'h.#.ln_1.weight@slot0'), so their files cannot be fed per layer; run "
+            "without --inputs (pseudo-random inputs), or give the weights as initializers\n");
+}
+
 TEST(PipelineCli, BertAndADecoderWhoseLayersDoNotDivideAreExact) {
   const fs::path d = scratch("pipeline_cli_misc");
   const nlohmann::json bert = run_checked(
