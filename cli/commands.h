@@ -36,10 +36,28 @@ struct TrainingFlags {
 
 /// --pipeline and its flags (docs/pipeline.md).
 struct PipelineFlags {
-  std::string axis;          // --pipeline AXIS ("" = no pipeline)
+  std::string axis;          // --pipeline AXIS ("" = no pipeline; "auto" with --auto: the search chooses the stages)
   int64_t microbatches = 0;  // --microbatches M (0: the largest divisor of the batch up to the stages; --auto: fastest)
   std::string schedule = "gpipe";  // --schedule gpipe|circular
   std::string layers;              // --layers REGEX (the layer index is its first capture group)
+};
+
+/// What `--pipeline auto` hands each stage count it costs (build_pipeline): the mesh with the stage axis carved out of
+/// the first axis, and the annotations by value name (the S = 1 search's plan). Not a flag.
+struct StageCandidate {
+  DeviceMesh mesh;
+  std::vector<std::pair<std::string, Annotation>> annotations;
+  std::string remat, shard_update;  // the S = 1 plan's training step choices ("" = none)
+};
+
+/// One stage count that `--pipeline auto` costed.
+struct StageSearchEntry {
+  int64_t stages = 1;
+  int64_t microbatches = 1;
+  double step_s = 0;       // seconds
+  int64_t peak_bytes = 0;  // bytes per device
+  bool fits = true;
+  std::string error;  // the pipeline refused this stage count
 };
 
 /// Flags shared by partition, run, simulate and explain.
@@ -65,6 +83,7 @@ struct CommonOptions {
   PipelineFlags pipeline;        // --pipeline ...
   std::optional<bool> progress;  // show the --auto search's progress on stderr (nullopt: when it is a terminal;
                                  // run --backend mpi: rank 0 only, cli/progress.h)
+  const StageCandidate* stage_candidate = nullptr;  // --pipeline auto's sweep (not a flag)
 };
 
 /// One microbatch count that `--pipeline AXIS --auto` (without --microbatches) tried: the simulated step and peak
@@ -111,6 +130,7 @@ struct Pipeline {
   /// place of the model's per-layer inputs; run feeds them from the per-layer tensors (stacked_from_layers).
   bool stacked_inputs = false;
   std::vector<MicrobatchCandidate> microbatch_search;  // --pipeline --auto without --microbatches: what was tried
+  std::vector<StageSearchEntry> stage_search;          // --pipeline auto: each stage count costed (1 = no pipeline)
   LoadReport load_report;                              // what loading folded and rewrote (explain)
 
   /// simulate_cost of the program on `target` (with the memory roles), timed into times.cost.

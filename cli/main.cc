@@ -63,7 +63,8 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
   auto& pl = o.pipeline;
   c->add_option("--pipeline", pl.axis,
                 "pipeline parallelism over mesh axis AXIS: the repeated layers become stages, one per device along "
-                "AXIS, run as one stacked layer with a collective-permute shift per iteration (docs/pipeline.md)");
+                "AXIS, run as one stacked layer with a collective-permute shift per iteration; 'auto' with --auto: "
+                "the search chooses the stage count (docs/pipeline.md)");
   c->add_option("--microbatches", pl.microbatches,
                 "--pipeline: microbatches the batch is split into (default: the largest divisor of the batch up to "
                 "the number of stages; with --auto, the fastest)")

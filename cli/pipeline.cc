@@ -270,7 +270,8 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
     po.microbatches = 1;
     for (int64_t d : divisors)
       if (d <= po.stages) po.microbatches = d;
-    if (o.auto_search) po.microbatches = fastest_microbatches(p, o, a, axis, po, divisors, shapes, model_plan);
+    if (o.auto_search || o.stage_candidate)
+      po.microbatches = fastest_microbatches(p, o, a, axis, po, divisors, shapes, model_plan);
   }
   PipelinedGraph pg = pipeline_graph(p.graph, po, shapes);
   Annotations out = pipeline_annotations(p.graph, a, pg, axis, &model_plan);
@@ -311,11 +312,80 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
 
 }  // namespace
 
+namespace {
+
+/// --pipeline auto (with --auto): the stage count S is searched. S = 1 is --auto's plan without a pipeline; every other
+/// divisor S of the mesh's first axis (up to 64) carves a stage axis out of it ([A, B] -> [S, A/S, B], the devices in
+/// the same order) and costs the real pipelined program under that plan's annotations (their axes renumbered) and
+/// training choices, with the fastest microbatch count (fastest_microbatches). The plan that fits with the shortest
+/// step wins (else the smallest peak); every count tried goes to Pipeline::stage_search.
+Pipeline search_stages(const CommonOptions& o, bool load_data) {
+  if (!o.auto_search) throw InputError("--pipeline auto: only with --auto (the search chooses the stage count)");
+  CommonOptions flat = o;
+  flat.pipeline.axis.clear();
+  Pipeline best = build_pipeline(flat, load_data);
+  const int64_t limit = best.auto_result->memory_limit_bytes;
+  std::vector<StageSearchEntry> tried;
+  auto entry = [&](Pipeline& p, int64_t stages) {
+    const CostReport c = p.cost(o.overlap);
+    return StageSearchEntry{stages,
+                            p.pipeline ? p.pipeline->microbatches : 1,
+                            c.step_time_s,
+                            c.peak_memory_bytes,
+                            c.peak_memory_bytes <= limit,
+                            ""};
+  };
+  auto better = [](const StageSearchEntry& a, const StageSearchEntry& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.fits ? a.step_s < b.step_s : a.peak_bytes < b.peak_bytes;
+  };
+  tried.push_back(entry(best, 1));
+  StageSearchEntry chosen = tried.back();
+  const DeviceMesh user = best.annotations.mesh.user();
+  StageCandidate cand;
+  cand.mesh.axes = {user.axis_index("stage") < 0 ? "stage" : "pipeline_stage"};
+  for (const std::string& a : user.axes) cand.mesh.axes.push_back(a);
+  cand.mesh.devices = user.devices;
+  for (const auto& [v, ann] : best.auto_result->annotations.by_value) {
+    Annotation shifted = ann;  // axis ids on the user's mesh, one on in the stage mesh
+    for (auto& dim : shifted.sharding.dims)
+      for (int& a : dim) ++a;
+    for (int& a : shifted.sharding.unreduced) ++a;
+    cand.annotations.emplace_back(best.graph.values[static_cast<size_t>(v)].name, std::move(shifted));
+  }
+  if (best.training) cand.remat = std::string(remat_name(best.training->remat));
+  cand.shard_update = best.shard_update;
+  const int64_t first = user.rank() > 0 ? user.shape[0] : 1;
+  for (int64_t s = 2; s <= std::min<int64_t>(first, 64); ++s) {
+    if (first % s != 0) continue;
+    cand.mesh.shape = {s, first / s};
+    cand.mesh.shape.insert(cand.mesh.shape.end(), user.shape.begin() + 1, user.shape.end());
+    CommonOptions os = o;
+    os.auto_search = false;
+    os.pipeline.axis = cand.mesh.axes[0];
+    os.stage_candidate = &cand;
+    if (best.training) os.training.remat = cand.remat, os.training.shard_update = cand.shard_update;
+    try {
+      Pipeline p = build_pipeline(os, load_data);
+      tried.push_back(entry(p, s));
+      if (better(tried.back(), chosen)) chosen = tried.back(), best = std::move(p);
+    } catch (const InputError& e) {
+      tried.push_back({s, 0, 0, 0, false, e.what()});
+    }
+  }
+  best.stage_search = std::move(tried);
+  return best;
+}
+
+}  // namespace
+
 Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
+  if (o.pipeline.axis == "auto" && !o.stage_candidate) return search_stages(o, load_data);
   std::optional<DeviceMesh> cli_mesh;  // --mesh, else the mesh the sharding file names
   if (o.mesh) cli_mesh = DeviceMesh::parse(*o.mesh);
   const int64_t memory_limit = parse_memory_limit(o.memory_limit);
-  if (memory_limit > 0 && !o.auto_search) throw InputError("--memory-limit: only used with --auto");
+  if (memory_limit > 0 && !o.auto_search && !o.stage_candidate)
+    throw InputError("--memory-limit: only used with --auto");
   LoadOptions lo = kernel_load_options();
   lo.load_data = load_data;
   const std::function<bool(const Value&)> trained = trainable_weights(o.training);
@@ -374,6 +444,13 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
   }
   const std::string file = sharding_file_of(o, p.load_report);
   auto read_annotations = [&](const Graph& g) {
+    if (o.stage_candidate) {  // --pipeline auto's sweep: the S = 1 plan on the mesh with a stage axis
+      Annotations a;
+      a.mesh = o.stage_candidate->mesh;
+      for (const auto& [name, ann] : o.stage_candidate->annotations)
+        if (const int v = g.find(name); v >= 0) a.by_value[v] = ann;
+      return a;
+    }
     if (file.empty()) {
       if (!cli_mesh)
         throw InputError(fmt::format(

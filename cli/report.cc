@@ -562,6 +562,17 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
   }
   if (p.auto_result) j["auto"] = auto_json(*p.auto_result, p.graph, p.annotations.mesh.user());
   if (p.pipeline) j["pipeline"] = pipeline_json(*p.pipeline, p.pipeline_axis, p.microbatch_search);
+  if (!p.stage_search.empty()) {
+    json& st = j["auto_stages"] = json::array();
+    for (const StageSearchEntry& e : p.stage_search) {
+      json x = {{"stages", e.stages}, {"microbatches", e.microbatches}, {"fits", e.fits}};
+      if (e.error.empty())
+        x["step_s"] = e.step_s, x["peak_bytes"] = e.peak_bytes;
+      else
+        x["error"] = e.error;
+      st.push_back(std::move(x));
+    }
+  }
   if (run) {
     j["host"] = {{"wall_s", run->wall_s}, {"gflops", run->wall_s > 0 ? run->host_flops / run->wall_s / 1e9 : 0.0}};
   }
@@ -741,6 +752,18 @@ void print_summary(const nlohmann::json& r, const std::string& model) {
         r["training"]["remat"].get<std::string>(), r["training"]["recomputed_nodes"].get<int>(),
         r["training"]["recomputed_flops"].get<double>(),
         100 * r["training"]["recomputed_flops"].get<double>() / std::max(1.0, r["model_flops"].get<double>()));
+  if (r.contains("auto_stages")) {
+    std::vector<std::string> tried;
+    for (const auto& e : r["auto_stages"])
+      tried.push_back(e.contains("error")
+                          ? fmt::format("{}: refused", e["stages"].get<int64_t>())
+                          : fmt::format("{}: {}{}", e["stages"].get<int64_t>(), human_time(e["step_s"].get<double>()),
+                                        e["fits"].get<bool>() ? "" : " (too big)"));
+    fmt::print("stages    --auto chose {} stage(s){}; tried {}\n",
+               r.contains("pipeline") ? r["pipeline"]["stages"].get<int64_t>() : int64_t{1},
+               r.contains("pipeline") ? fmt::format(" over '{}'", r["pipeline"]["axis"].get<std::string>()) : "",
+               fmt::join(tried, ", "));
+  }
   if (r.contains("pipeline")) {
     const auto& pl = r["pipeline"];
     fmt::print("pipeline  {} over {}: {} stages of {} {}, {} microbatches of {}, {} iterations, bubble {:.1f}%{}\n",

@@ -171,6 +171,38 @@ TEST(AutoLayers, EveryGroupTiesItsValueInEveryBlock) {
   }
 }
 
+// --pipeline auto: --auto's plan (1 stage), then each divisor of the mesh's first axis as a stage axis carved out
+// of it, costed on the real pipelined program with that plan's annotations and the fastest microbatch count. The
+// report lists every count; the plan with the shortest step that fits is the one that runs. Without --auto, refused.
+TEST(AutoStages, ChoosesTheStageCountByItsSimulatedStep) {
+  const fs::path d = scratch("auto_stages");
+  const fs::path dec =
+      make_decoder(d, "st4", "--layers 4 --d-model 64 --heads 4 --vocab 128 --batch 8 --seq 16 --weights inputs",
+                   "auto_stages_make");
+  const auto [r, rep] = cli_report("simulate " + dec.string() + " --mesh 4x2 --auto --pipeline auto", d, "stages");
+  ASSERT_FALSE(rep.is_null());
+  const nlohmann::json& tried = rep["auto_stages"];
+  ASSERT_EQ(tried.size(), 3u) << tried.dump(1);
+  double best = 1e30;
+  int64_t best_stages = 0;
+  for (size_t i = 0; i < tried.size(); ++i) {
+    const int64_t stages[] = {1, 2, 4};
+    EXPECT_EQ(tried[i]["stages"].get<int64_t>(), stages[i]);
+    ASSERT_TRUE(tried[i].contains("step_s")) << tried[i].dump();
+    EXPECT_GT(tried[i]["step_s"].get<double>(), 0);
+    EXPECT_TRUE(tried[i]["fits"].get<bool>());
+    if (tried[i]["step_s"].get<double>() < best) best = tried[i]["step_s"], best_stages = tried[i]["stages"];
+  }
+  EXPECT_DOUBLE_EQ(rep["simulated"]["step_time_s"].get<double>(), best);
+  EXPECT_EQ(rep.contains("pipeline") ? rep["pipeline"]["stages"].get<int64_t>() : 1, best_stages);
+  // A pipelined count holds fewer weights per device than the plan without a pipeline on the same devices.
+  EXPECT_LT(tried[2]["peak_bytes"].get<int64_t>(), tried[0]["peak_bytes"].get<int64_t>());
+  EXPECT_NE(r.out.find("\nstages    --auto chose "), std::string::npos) << r.out;
+  const CmdResult no_auto = cli("simulate " + dec.string() + " --mesh 4x2 --pipeline auto", "auto_stages_refused");
+  EXPECT_EQ(no_auto.code, 2);
+  EXPECT_EQ(no_auto.err, "error: --pipeline auto: only with --auto (the search chooses the stage count)\n");
+}
+
 // The chosen plans run correctly on the emulated pod.
 TEST(AutoRun, CheckPassesOnTheTestdataModels) {
   fs::path d = scratch("auto_run");
