@@ -84,6 +84,7 @@ struct CommonOptions {
   std::optional<bool> progress;  // show the --auto search's progress on stderr (nullopt: when it is a terminal;
                                  // run --backend mpi: rank 0 only, cli/progress.h)
   const StageCandidate* stage_candidate = nullptr;  // --pipeline auto's sweep (not a flag)
+  bool stage_search_base = false;  // --pipeline auto's 1-stage search: keep its best plan when none fits (not a flag)
 };
 
 /// One microbatch count that `--pipeline AXIS --auto` (without --microbatches) tried: the simulated step and peak

@@ -223,7 +223,8 @@ std::vector<std::string> pipelined_trainable(const std::vector<std::string>& tra
 /// --pipeline AXIS --auto without --microbatches: the microbatch count among `divisors` (of the batch) whose
 /// pipelined forward graph, propagated, partitioned and costed with the annotations `a` alone, has the fastest
 /// simulated step within the memory limit (--memory-limit, else the target's HBM), else the fastest (the sharding
-/// search then looks for a plan that fits). What was tried goes to p.microbatch_search. `model_plan`: the model
+/// search then looks for a plan that fits; for --pipeline auto's stage counts, which get no such search, the one with
+/// the least memory). What was tried goes to p.microbatch_search. `model_plan`: the model
 /// propagated with `a` (pipeline_annotations).
 int64_t fastest_microbatches(Pipeline& p, const CommonOptions& o, const Annotations& a, int axis, PipelineOptions po,
                              const std::vector<int64_t>& divisors, const ShapeFunction& shapes,
@@ -239,8 +240,12 @@ int64_t fastest_microbatches(Pipeline& p, const CommonOptions& o, const Annotati
     const CostReport cost = simulate_cost(c.graph, prog, p.target, o.overlap);
     p.microbatch_search.push_back({d, cost.step_time_s, cost.peak_memory_bytes, cost.peak_memory_bytes <= limit});
   }
+  // --pipeline auto's stage counts get no sharding search after this: when no count fits, the least memory.
+  const bool least_memory = o.stage_candidate && std::none_of(p.microbatch_search.begin(), p.microbatch_search.end(),
+                                                              [](const MicrobatchCandidate& c) { return c.fits; });
   return std::min_element(p.microbatch_search.begin(), p.microbatch_search.end(),
-                          [](const MicrobatchCandidate& x, const MicrobatchCandidate& y) {
+                          [&](const MicrobatchCandidate& x, const MicrobatchCandidate& y) {
+                            if (least_memory) return x.peak_bytes < y.peak_bytes;
                             return x.fits != y.fits ? x.fits : x.step_s < y.step_s;
                           })
       ->microbatches;
@@ -310,19 +315,18 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 /// --pipeline auto (with --auto): the stage count S is searched. S = 1 is --auto's plan without a pipeline; every other
-/// divisor S of the mesh's first axis (up to 64) carves a stage axis out of it ([A, B] -> [S, A/S, B], the devices in
-/// the same order) and costs the real pipelined program under that plan's annotations (their axes renumbered) and
-/// training choices, with the fastest microbatch count (fastest_microbatches). The plan that fits with the shortest
-/// step wins (else the smallest peak); every count tried goes to Pipeline::stage_search.
+/// divisor S of the mesh's first axis of more than one device (up to 64) carves a stage axis out of it ([A, B] ->
+/// [S, A/S, B]; [1, B] -> [S, 1, B/S]; the devices in the same order) and costs the real pipelined program under that
+/// plan's annotations (their axes renumbered) and training choices, with the fastest microbatch count
+/// (fastest_microbatches). The plan that fits with the shortest step wins; every count tried goes to
+/// Pipeline::stage_search. The 1-stage search keeps its best plan when none fits (AutoOptions::best_if_none_fits), so
+/// that the stage counts are tried from it; when no count fits either, the error names the closest.
 Pipeline search_stages(const CommonOptions& o, bool load_data) {
   if (!o.auto_search) throw InputError("--pipeline auto: only with --auto (the search chooses the stage count)");
   CommonOptions flat = o;
   flat.pipeline.axis.clear();
+  flat.stage_search_base = true;
   Pipeline best = build_pipeline(flat, load_data);
   const int64_t limit = best.auto_result->memory_limit_bytes;
   std::vector<StageSearchEntry> tried;
@@ -355,11 +359,14 @@ Pipeline search_stages(const CommonOptions& o, bool load_data) {
   }
   if (best.training) cand.remat = std::string(remat_name(best.training->remat));
   cand.shard_update = best.shard_update;
-  const int64_t first = user.rank() > 0 ? user.shape[0] : 1;
+  int carved = 0;  // the first axis of more than one device
+  while (carved + 1 < user.rank() && user.shape[static_cast<size_t>(carved)] <= 1) ++carved;
+  const int64_t first = user.rank() > 0 ? user.shape[static_cast<size_t>(carved)] : 1;
   for (int64_t s = 2; s <= std::min<int64_t>(first, 64); ++s) {
     if (first % s != 0) continue;
-    cand.mesh.shape = {s, first / s};
-    cand.mesh.shape.insert(cand.mesh.shape.end(), user.shape.begin() + 1, user.shape.end());
+    cand.mesh.shape = {s};
+    cand.mesh.shape.insert(cand.mesh.shape.end(), user.shape.begin(), user.shape.end());
+    cand.mesh.shape[static_cast<size_t>(carved) + 1] /= s;
     CommonOptions os = o;
     os.auto_search = false;
     os.pipeline.axis = cand.mesh.axes[0];
@@ -372,6 +379,16 @@ Pipeline search_stages(const CommonOptions& o, bool load_data) {
     } catch (const InputError& e) {
       tried.push_back({s, 0, 0, 0, false, e.what()});
     }
+  }
+  if (!chosen.fits) {
+    std::vector<std::string> peaks;
+    for (const StageSearchEntry& e : tried)
+      peaks.push_back(e.error.empty() ? fmt::format("{}: {}", e.stages, e.peak_bytes)
+                                      : fmt::format("{}: refused", e.stages));
+    throw InputError(fmt::format(
+        "--pipeline auto: no plan fits in {} bytes per device at any stage count; the closest ({} stage(s)) needs {} "
+        "bytes per device (stages: bytes per device {})",
+        limit, chosen.stages, chosen.peak_bytes, fmt::join(peaks, ", ")));
   }
   best.stage_search = std::move(tried);
   return best;
@@ -519,6 +536,7 @@ Pipeline build_pipeline(const CommonOptions& o, bool load_data) {
     ao.memory_roles = p.memory_roles ? &*p.memory_roles : nullptr;
     ao.training = p.training ? &*p.training : nullptr;
     ao.progress = o.progress ? auto_progress(*o.progress) : auto_progress();
+    ao.best_if_none_fits = o.stage_search_base;
     if (forward) {
       ao.forward = &*forward;
       ao.build = [&](Graph g, const StepChoice& step) {

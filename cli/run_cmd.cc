@@ -191,12 +191,10 @@ std::vector<Tensor> float32_run(const Graph& g, const std::vector<Tensor>& input
   return run_single(f, wide, progress, exec).outputs;
 }
 
-}  // namespace
-
 /// The inputs of `ref` (the model, or its training step) from the program's `inputs` (p.graph's), by name: the same
 /// tensor, or, for a layer weight that --pipeline stacked into a graph input (Pipeline::stacked_inputs), its row of
 /// the stacked tensor (PipelineLayout::weights: member i is row i in row-major order over the lead dims).
-static std::vector<Tensor> reference_inputs(const Pipeline& p, const Graph& ref, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> reference_inputs(const Pipeline& p, const Graph& ref, const std::vector<Tensor>& inputs) {
   auto input_of = [&](const std::string& name) -> const Tensor* {
     const int v = p.graph.find(name);
     const auto at = std::find(p.graph.inputs.begin(), p.graph.inputs.end(), v);
@@ -225,6 +223,8 @@ static std::vector<Tensor> reference_inputs(const Pipeline& p, const Graph& ref,
   }
   return out;
 }
+
+}  // namespace
 
 CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>& inputs,
                                     const std::vector<Tensor>& outputs, double rtol, double atol,

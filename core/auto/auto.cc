@@ -1001,7 +1001,7 @@ AutoResult Search::run() {
   res.search_time_s = elapsed();
   if (!best.cost.valid)
     throw InputError(fmt::format("--auto: no sharding plan could be partitioned: {}", best.cost.error));
-  if (!best.cost.fits)
+  if (!best.cost.fits && !o_.best_if_none_fits)
     throw InputError(fmt::format(
         "--auto: no sharding plan fits in {} bytes per device; the best plan found needs {} bytes per device (searched "
         "from the {} plan{}{})",

@@ -107,6 +107,9 @@ struct AutoOptions {
   /// over the data axis (the first mesh axis of more than one device that is not the Megatron seed's model axis),
   /// and the rematerialization policies under the better of the two (docs/auto.md, "Training").
   bool update_choice = false;
+  /// Return the best plan found when none fits the memory limit (chosen.fits false) instead of the "no sharding
+  /// plan fits" error: `--pipeline auto` goes on to stage counts, which hold less per device.
+  bool best_if_none_fits = false;
   int max_sweeps = 4;         // coordinate-descent sweeps at most
   double time_budget_s = 50;  // stop the descent (keeping the best plan so far) once this much time is spent
   /// Called on the searching thread after every pipeline evaluation and once more at the end (done = true), also

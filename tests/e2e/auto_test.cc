@@ -198,6 +198,18 @@ TEST(AutoStages, ChoosesTheStageCountByItsSimulatedStep) {
   // A pipelined count holds fewer weights per device than the plan without a pipeline on the same devices.
   EXPECT_LT(tried[2]["peak_bytes"].get<int64_t>(), tried[0]["peak_bytes"].get<int64_t>());
   EXPECT_NE(r.out.find("\nstages    --auto chose "), std::string::npos) << r.out;
+  // Nothing fits at any count: the error names the closest and every count's peak (static estimates, bytes).
+  const CmdResult none =
+      cli("simulate " + dec.string() + " --mesh 4x2 --auto --pipeline auto --memory-limit 1000", "auto_stages_none");
+  EXPECT_EQ(none.code, 2);
+  EXPECT_EQ(none.err.rfind("error: --pipeline auto: no plan fits in 1000 bytes per device at any stage count; the "
+                           "closest (1 stage(s)) needs ",
+                           0),
+            0u)
+      << none.err;
+  EXPECT_NE(none.err.find(" bytes per device (stages: bytes per device 1: "), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find(", 2: "), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find(", 4: "), std::string::npos) << none.err;
   const CmdResult no_auto = cli("simulate " + dec.string() + " --mesh 4x2 --pipeline auto", "auto_stages_refused");
   EXPECT_EQ(no_auto.code, 2);
   EXPECT_EQ(no_auto.err, "error: --pipeline auto: only with --auto (the search chooses the stage count)\n");
