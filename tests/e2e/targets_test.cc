@@ -97,8 +97,8 @@ const std::string kGpt3 = "--d-model 12288 --heads 96 --vocab 50257 --batch 64 -
 
 TEST(Targets, Gpt3SizedDecoderAt2048Devices) {
   // 96 layers, d_model 12288, 96 heads, vocab 50257: 3,269 nodes, 174.6 G parameters, all weights graph inputs
-  // (variables, as in the paper's training step) and the mask the only external data (2048 x 2048 floats). The paper's 2D
-  // sharding on 64x32 (X = data = 64: batch and weights' d_model; Y = model = 32: heads / hidden / vocabulary).
+  // (variables, as in the paper's training step) and the mask the only external data (2048 x 2048 floats). The paper's
+  // 2D sharding on 64x32 (X = data = 64: batch and weights' d_model; Y = model = 32: heads / hidden / vocabulary).
   fs::path d = scratch("targets_gpt3");
   ASSERT_TRUE(fs::exists(make_decoder(d, "gpt3", kGpt3 + " --layers 96 --weights inputs --mesh 64x32", "gpt3_make")));
   ASSERT_EQ(fs::file_size(d / "gpt3.bin"), uintmax_t{2048} * 2048 * 4);
