@@ -260,9 +260,9 @@ int cmd_inspect(const InspectOptions& o);
 /// Where each unreduced axis of value v (as the program holds it) comes from: walking back through the producers that
 /// carry a partial operand over the axis (linear ops keep it partial), to the node that contracts over a dim split over
 /// it (a reduction factor of its rule: MatMul's K, ReduceSum's axis), with the annotation that gave that operand the
-/// axis, as axis_origins_str does for tiled axes. One line per axis ("  unreduced model from ...\n"); "" when v is not
-/// unreduced.
-std::string unreduced_origins(const Pipeline& p, int v);
+/// axis, as axis_origins_str does for tiled axes. One line per unreduced axis ("model from /h.0/attn/proj/MatMul
+/// (MatMul), which reduces over dim 0 of ..."); none when v is not unreduced.
+std::vector<std::string> unreduced_origins(const Pipeline& p, int v);
 
 struct ExplainOptions {
   CommonOptions common;

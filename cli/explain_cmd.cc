@@ -289,10 +289,10 @@ std::string shard_ranges(const Shape& shape, const TensorSharding& s, const Devi
   return out;
 }
 
-std::string unreduced_origins(const Pipeline& p, int v) {
+std::vector<std::string> unreduced_origins(const Pipeline& p, int v) {
   const Graph& g = p.graph;
   const DeviceMesh& mesh = p.program.mesh;
-  std::string out;
+  std::vector<std::string> out;
   for (int a : p.program.final_shardings[static_cast<size_t>(v)].unreduced) {
     const std::string axis = mesh.axis_names({a})[0];
     int cur = v;
@@ -338,7 +338,7 @@ std::string unreduced_origins(const Pipeline& p, int v) {
       }
       cur = next;
     }
-    if (!line.empty()) out += "  unreduced " + line + "\n";
+    if (!line.empty()) out.push_back(std::move(line));
   }
   return out;
 }
@@ -392,7 +392,7 @@ int cmd_explain(const ExplainOptions& o) {
     fmt::print("  origin    {}\n", origin_chain(g, p.plan, v));
     if (const std::string axes = axis_origins_str(g, p.plan, p.annotations.by_value, mesh, v); !axes.empty())
       fmt::print("  axes      {}\n", axes);
-    fmt::print("{}", unreduced_origins(p, v));
+    for (const std::string& line : unreduced_origins(p, v)) fmt::print("  unreduced {}\n", line);
     for (const LoadReport::Folded& f : p.load_report.folded)
       if (std::find(f.outputs.begin(), f.outputs.end(), val.name) != f.outputs.end())
         fmt::print("  folded    at load: node '{}' ({}) evaluated once on constants\n", f.node, f.op_type);

@@ -4,9 +4,8 @@
 #include "cli/html.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -172,11 +171,9 @@ void write_explain_html(const std::string& path, const std::string& model, const
     const int v = g.find(c["value"].get<std::string>());
     std::string origin;
     if (v >= 0) {
-      origin = unreduced_origins(p, v);
-      for (size_t at = 0; (at = origin.find("  unreduced ", at)) != std::string::npos;) origin.erase(at, 12);
+      origin = fmt::format("{}", fmt::join(unreduced_origins(p, v), "; "));
       if (origin.empty()) origin = axis_origins_str(g, p.plan, p.annotations.by_value, mesh, v);
     }
-    while (!origin.empty() && origin.back() == '\n') origin.pop_back();
     c["origin"] = origin;
   }
   std::ostringstream trace;
@@ -184,16 +181,17 @@ void write_explain_html(const std::string& path, const std::string& model, const
 
   std::string values;
   size_t shown = 0;
+  std::vector<char> is_input(g.values.size(), 0);
+  for (int v : g.inputs) is_input[static_cast<size_t>(v)] = 1;
   for (int v = 0; v < static_cast<int>(g.values.size()) && shown < kMaxValues; ++v) {
     const Value& val = g.values[static_cast<size_t>(v)];
-    if (val.producer < 0 && !val.is_initializer && std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end())
-      continue;
+    if (val.producer < 0 && !val.is_initializer && !is_input[static_cast<size_t>(v)]) continue;  // an unused name
     ++shown;
     const TensorSharding& s = p.program.final_shardings[static_cast<size_t>(v)];
     std::string body = sharding_picture(val.shape, s, mesh) + shard_ranges(val.shape, s, mesh);
     if (const std::string axes = axis_origins_str(g, p.plan, p.annotations.by_value, mesh, v); !axes.empty())
       body += "axes      " + axes + "\n";
-    body += unreduced_origins(p, v);
+    for (const std::string& line : unreduced_origins(p, v)) body += "unreduced " + line + "\n";
     values += fmt::format("<details><summary><code>{}</code> {} {} <code>{}</code></summary><pre>{}</pre></details>\n",
                           escape(val.name), dtype_name(val.dtype), shape_str(val.shape),
                           escape(s.to_partition_spec(mesh)), escape(body));
@@ -220,18 +218,7 @@ void write_explain_html(const std::string& path, const std::string& model, const
   page += fmt::format("<script id=\"trace-data\" type=\"application/json\">{}</script>\n",
                       script_json(nlohmann::json::parse(trace.str())));
   page += fmt::format("<script>{}</script>\n</body></html>\n", kScript);
-  const std::string tmp = path + ".tmp";  // written completely, then renamed
-  {
-    std::ofstream f(tmp);
-    f << page;
-    if (!f) throw InputError(fmt::format("{}: cannot write", path));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw InputError(fmt::format("{}: cannot write", path));
-  }
+  write_atomically(path, [&](std::ostream& f) { f << page; });
 }
 
 }  // namespace gspmd::cli

@@ -19,7 +19,8 @@ namespace gspmd::cli {
 
 namespace {
 
-/// A value's shape with its symbolic dims by name: "[batch,seq,64]".
+/// A value's shape with its symbolic dims by name, as shape_str writes static ones: "[batch,16,64]" (dims_str, which
+/// explain uses, puts spaces between dims).
 std::string shape_text(const Value& v) {
   if (!v.sym) return shape_str(v.shape);
   std::string s = "[";
@@ -138,15 +139,7 @@ void print_template(const Graph& g, const InspectOptions& o) {
         "--template {}: {} over the mesh {} gives no such plan ({})", o.template_name, o.model, cons.mesh.str(),
         o.template_name == "2d" ? "the 2D plan needs a mesh of two axes and repeated layer blocks"
                                 : "Megatron needs a mesh axis of more than one device"));
-  auto spec = [&](const TensorSharding& s) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const auto& dim : s.dims) {
-      nlohmann::json names = nlohmann::json::array();
-      for (int a : dim) names.push_back(cons.mesh.axes[static_cast<size_t>(a)]);
-      j.push_back(names.empty() ? nlohmann::json(nullptr) : names.size() == 1 ? names[0] : names);
-    }
-    return j.dump();
-  };
+  auto spec = [&](const TensorSharding& s) { return spec_json(s, cons.mesh).dump(); };
   // A group of tied layers is one rule when its layer key matches exactly its members; else one line per tensor.
   std::vector<std::string> rule_lines, tensor_lines;
   for (const AutoChoice& c : choices) {
@@ -183,9 +176,7 @@ void print_template(const Graph& g, const InspectOptions& o) {
     return;
   }
   check_output_path(o.output, "-o");
-  std::ofstream f(o.output);
-  f << text;
-  if (!f) throw InputError(fmt::format("{}: cannot write", o.output));
+  write_atomically(o.output, [&](std::ostream& f) { f << text; });
   fmt::print(stderr, "wrote     {} ({} plan over {})\n", o.output, plan, cons.mesh.str());
 }
 

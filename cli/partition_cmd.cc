@@ -92,11 +92,7 @@ void write_auto_sharding_file(const fs::path& path, const Pipeline& p) {
   bool first = true;
   for (const auto& [v, ann] : a.by_value) {
     const TensorSharding& s = ann.sharding;
-    nlohmann::json spec = nlohmann::json::array();
-    for (const auto& dim : s.dims) {
-      nlohmann::json list = names(dim);
-      spec.push_back(list.empty() ? nlohmann::json(nullptr) : list.size() == 1 ? list[0] : list);
-    }
+    const nlohmann::json spec = spec_json(s, mesh);
     nlohmann::json entry = spec;
     if (!s.unreduced.empty() || ann.priority != 0) {
       entry = {{"spec", spec}};

@@ -674,6 +674,29 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   if (!f) throw InputError(fmt::format("{}: cannot write", path));
 }
 
+void write_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream f(tmp);
+  if (!f) throw InputError(fmt::format("{}: cannot write", path));
+  write(f);
+  f.close();
+  std::error_code ec;
+  if (!f || (std::filesystem::rename(tmp, path, ec), ec)) {
+    std::filesystem::remove(tmp, ec);
+    throw InputError(fmt::format("{}: cannot write", path));
+  }
+}
+
+nlohmann::json spec_json(const TensorSharding& s, const DeviceMesh& mesh) {
+  nlohmann::json spec = nlohmann::json::array();
+  for (const auto& dim : s.dims) {
+    nlohmann::json names = nlohmann::json::array();
+    for (int a : dim) names.push_back(mesh.axes[static_cast<size_t>(a)]);
+    spec.push_back(names.empty() ? nlohmann::json(nullptr) : names.size() == 1 ? names[0] : names);
+  }
+  return spec;
+}
+
 void print_summary(const nlohmann::json& r, const std::string& model) {
   std::vector<std::string> mesh;
   for (size_t a = 0; a < r["mesh"]["axes"].size(); ++a)

@@ -1,7 +1,9 @@
 // The JSON report of partition / run (schema: docs/cli.md) and the terminal summary.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -134,6 +136,13 @@ void write_outputs(const std::string& dir, const Graph& g, const LoadReport& sig
 
 /// Writes `j` to `path` (pretty-printed); throws InputError("PATH: cannot write") on failure.
 void write_json(const std::string& path, const nlohmann::json& j);
+
+/// Writes `path` whole or not at all: `write` fills PATH.tmp, which is then renamed into place (never a half-written
+/// file). Throws InputError("PATH: cannot write").
+void write_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
+
+/// A sharding as a sharding file's partition spec: per dim null, an axis name, or a list of axis names (of `mesh`).
+nlohmann::json spec_json(const TensorSharding& s, const DeviceMesh& mesh);
 /// Checks, before anything is computed or written, that output `path` (given with `flag`; a directory when `folder`)
 /// can be written: an existing path is a directory or a regular file as asked (never a FIFO, which would block the
 /// write), and a file's directory exists and is writable. Nothing for an empty path. Throws InputError("FLAG: PATH:

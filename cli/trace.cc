@@ -1,6 +1,8 @@
 // Chrome trace writer: events are streamed line by line (the file grows with devices x nodes; nothing else does).
 #include "cli/trace.h"
 
+#include "cli/report.h"
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -167,16 +169,7 @@ void trace_json(std::ostream& f, const SpmdProgram& p, const CostReport& cost, c
 
 void write_trace(const std::string& path, const SpmdProgram& p, const CostReport& cost, const std::string& target,
                  const std::vector<std::vector<ExecutedStep>>& measured, const std::optional<PipelineTrack>& pipeline) {
-  const std::string tmp = path + ".tmp";  // written completely, then renamed: never a half-written trace
-  std::ofstream f(tmp);
-  if (!f) throw InputError(fmt::format("{}: cannot write", path));
-  trace_json(f, p, cost, target, measured, pipeline);
-  f.close();
-  std::error_code ec;
-  if (!f || (std::filesystem::rename(tmp, path, ec), ec)) {
-    std::filesystem::remove(tmp, ec);
-    throw InputError(fmt::format("{}: cannot write", path));
-  }
+  write_atomically(path, [&](std::ostream& f) { trace_json(f, p, cost, target, measured, pipeline); });
 }
 
 }  // namespace gspmd::cli

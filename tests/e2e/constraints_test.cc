@@ -145,35 +145,25 @@ TEST(Constraints, ExplainListsEveryAnnotationKeptOrReshardedWithItsCost) {
 // the training step); "by no annotation" when the partitioner chose the operand's layout (the LM head's input).
 TEST(Constraints, ExplainGivesEachUnreducedAxisItsReduction) {
   const std::string& file = kPaper2D;
-  CmdResult r = explain_paper2d("--value /h.0/attn/proj/MatMul_output_0", "constraints_explain_unreduced");
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("\n  unreduced model from /h.0/attn/proj/MatMul (MatMul), which reduces over dim 0 of "
-                       "'h.0.attn.proj.weight', split over model by annotation h.0.attn.proj.weight (" +
-                       file + ": tensors.\"h.0.attn.proj.weight\")\n"),
-            std::string::npos)
-      << r.out;
-  r = explain_paper2d("--value logits", "constraints_explain_unreduced_logits");
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("\n  unreduced model from /lm_head/MatMul (MatMul), which reduces over dim 2 of "
-                       "'/ln_f/LayerNormalization_output_0', split over model (by no annotation: a layout the "
-                       "partitioner chose)\n"),
-            std::string::npos)
-      << r.out;
-  r =
-      cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json "
-          "--training --loss mean --value loss",
-          "constraints_explain_unreduced_loss");
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("\n  unreduced data from grad/step/ReduceSum_2 (ReduceSum), which reduces over dim 0 of "
-                       "'logits', split over data by annotation input_ids (testdata/gpt/gpt.megatron.sharding.json: "
-                       "tensors.\"input_ids\")\n"),
-            std::string::npos)
-      << r.out;
+  const std::string megatron_step =
+      "testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json --training "
+      "--loss mean";
+  auto expect_line = [](const CmdResult& r, const std::string& line) {
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("\n  unreduced " + line + "\n"), std::string::npos) << r.out;
+  };
+  expect_line(explain_paper2d("--value /h.0/attn/proj/MatMul_output_0", "constraints_explain_unreduced"),
+              "model from /h.0/attn/proj/MatMul (MatMul), which reduces over dim 0 of 'h.0.attn.proj.weight', split "
+              "over model by annotation h.0.attn.proj.weight (" +
+                  file + ": tensors.\"h.0.attn.proj.weight\")");
+  expect_line(explain_paper2d("--value logits", "constraints_explain_unreduced_logits"),
+              "model from /lm_head/MatMul (MatMul), which reduces over dim 2 of '/ln_f/LayerNormalization_output_0', "
+              "split over model (by no annotation: a layout the partitioner chose)");
+  expect_line(cli("explain " + megatron_step + " --value loss", "constraints_explain_unreduced_loss"),
+              "data from grad/step/ReduceSum_2 (ReduceSum), which reduces over dim 0 of 'logits', split over data by "
+              "annotation input_ids (testdata/gpt/gpt.megatron.sharding.json: tensors.\"input_ids\")");
   // Every unreduced value of the step has its line.
-  r =
-      cli("explain testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json "
-          "--training --loss mean",
-          "constraints_explain_unreduced_all");
+  const CmdResult r = cli("explain " + megatron_step, "constraints_explain_unreduced_all");
   ASSERT_EQ(r.code, 0) << r.err;
   size_t partial = 0, explained = 0;
   for (size_t at = 0; (at = r.out.find(" unreduced={", at)) != std::string::npos; ++at) ++partial;
