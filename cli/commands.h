@@ -57,7 +57,10 @@ struct StageSearchEntry {
   double step_s = 0;       // seconds
   int64_t peak_bytes = 0;  // bytes per device
   bool fits = true;
-  std::string error;  // the pipeline refused this stage count
+  /// The sharding it ran under: "searched" (for this stage count: --auto on one stage's mesh) or "as for 1 stage"
+  /// (the plan searched without a pipeline)
+  std::string sharding;
+  std::string error;  // the pipeline refused this stage count (under both shardings)
 };
 
 /// Flags shared by partition, run, simulate and explain.

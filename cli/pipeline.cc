@@ -275,8 +275,11 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
     po.microbatches = 1;
     for (int64_t d : divisors)
       if (d <= po.stages) po.microbatches = d;
-    if (o.auto_search || o.stage_candidate)
+    if (o.auto_search || o.stage_candidate) {
+      // Up to 8 microbatches per stage (a GPipe bubble under 12%): more only add iterations to the unrolled loop.
+      std::erase_if(divisors, [&](int64_t d) { return d > 8 * po.stages; });
       po.microbatches = fastest_microbatches(p, o, a, axis, po, divisors, shapes, model_plan);
+    }
   }
   PipelinedGraph pg = pipeline_graph(p.graph, po, shapes);
   Annotations out = pipeline_annotations(p.graph, a, pg, axis, &model_plan);
@@ -315,70 +318,118 @@ Annotations pipeline(Pipeline& p, const CommonOptions& o, const Annotations& a, 
   return out;
 }
 
+/// The stage count `s` of `--pipeline auto` under the plan of `base` (an --auto search's): the mesh `stage` x `user`
+/// with `user`'s axis `carved` divided by s, the plan's annotations with their axes renumbered, its step choices.
+StageCandidate stage_candidate(const Pipeline& base, const DeviceMesh& user, int carved, int64_t s) {
+  StageCandidate c;
+  c.mesh.axes = {user.axis_index("stage") < 0 ? "stage" : "pipeline_stage"};
+  for (const std::string& a : user.axes) c.mesh.axes.push_back(a);
+  c.mesh.devices = user.devices;
+  c.mesh.shape = {s};
+  c.mesh.shape.insert(c.mesh.shape.end(), user.shape.begin(), user.shape.end());
+  c.mesh.shape[static_cast<size_t>(carved) + 1] /= s;
+  // The model's data inputs (token ids, labels; not a trained weight or its state, not floating point without
+  // --training) keep their batch over the whole carved axis: over the stage axis too, then the rest of it (the
+  // devices are in the same order), so that the prefix and suffix do not run replicated over the stages.
+  std::set<std::string> weights;
+  if (base.training)
+    for (const TrainingStep::Weight& w : base.training->weights) {
+      weights.insert(w.name);
+      weights.insert(w.state.begin(), w.state.end());
+    }
+  std::set<int> inputs(base.graph.inputs.begin(), base.graph.inputs.end());
+  for (const auto& [v, ann] : base.auto_result->annotations.by_value) {
+    const Value& value = base.graph.values[static_cast<size_t>(v)];
+    Annotation shifted = ann;  // axis ids on the user's mesh, one on in the stage mesh
+    for (auto& dim : shifted.sharding.dims)
+      for (int& a : dim) ++a;
+    for (int& a : shifted.sharding.unreduced) ++a;
+    const bool data = inputs.count(v) && !weights.count(value.name) && (base.training || !is_floating(value.dtype));
+    if (data && !shifted.sharding.dims.empty()) {
+      std::vector<int>& dim0 = shifted.sharding.dims[0];
+      if (auto at = std::find(dim0.begin(), dim0.end(), carved + 1); at != dim0.end()) dim0.insert(at, 0);
+    }
+    c.annotations.emplace_back(value.name, std::move(shifted));
+  }
+  if (base.training) c.remat = std::string(remat_name(base.training->remat));
+  c.shard_update = base.shard_update;
+  return c;
+}
+
 /// --pipeline auto (with --auto): the stage count S is searched. S = 1 is --auto's plan without a pipeline; every other
 /// divisor S of the mesh's first axis of more than one device (up to 64) carves a stage axis out of it ([A, B] ->
-/// [S, A/S, B]; [1, B] -> [S, 1, B/S]; the devices in the same order) and costs the real pipelined program under that
-/// plan's annotations (their axes renumbered) and training choices, with the fastest microbatch count
-/// (fastest_microbatches). The plan that fits with the shortest step wins; every count tried goes to
-/// Pipeline::stage_search. The 1-stage search keeps its best plan when none fits (AutoOptions::best_if_none_fits), so
-/// that the stage counts are tried from it; when no count fits either, the error names the closest.
+/// [S, A/S, B]; [1, B] -> [S, 1, B/S]; the devices in the same order) and costs the real pipelined program, with the
+/// fastest microbatch count (fastest_microbatches), under two plans: the S = 1 plan (its axes renumbered) and a plan
+/// searched for S, --auto's search on the mesh each stage has ([A/S, B]) with S times the memory limit (a stage holds
+/// about 1/S of the layers' weights, state and activations); each with its training choices. The plan that fits with
+/// the shortest step wins; every count's better plan goes to Pipeline::stage_search. The searches keep their best
+/// plan when none fits (AutoOptions::best_if_none_fits), so that the stage counts are tried from it; when no count
+/// fits either, the error names the closest.
 Pipeline search_stages(const CommonOptions& o, bool load_data) {
   if (!o.auto_search) throw InputError("--pipeline auto: only with --auto (the search chooses the stage count)");
   CommonOptions flat = o;
   flat.pipeline.axis.clear();
   flat.stage_search_base = true;
-  Pipeline best = build_pipeline(flat, load_data);
-  const int64_t limit = best.auto_result->memory_limit_bytes;
+  Pipeline base = build_pipeline(flat, load_data);
+  const int64_t limit = base.auto_result->memory_limit_bytes;
   std::vector<StageSearchEntry> tried;
-  auto entry = [&](Pipeline& p, int64_t stages) {
+  auto entry = [&](Pipeline& p, int64_t stages, const char* sharding) {
     const CostReport c = p.cost(o.overlap);
     return StageSearchEntry{stages,
                             p.pipeline ? p.pipeline->microbatches : 1,
                             c.step_time_s,
                             c.peak_memory_bytes,
                             c.peak_memory_bytes <= limit,
+                            sharding,
                             ""};
   };
   auto better = [](const StageSearchEntry& a, const StageSearchEntry& b) {
+    if (a.error.empty() != b.error.empty()) return a.error.empty();
     if (a.fits != b.fits) return a.fits;
     return a.fits ? a.step_s < b.step_s : a.peak_bytes < b.peak_bytes;
   };
-  tried.push_back(entry(best, 1));
+  tried.push_back(entry(base, 1, "searched"));
   StageSearchEntry chosen = tried.back();
-  const DeviceMesh user = best.annotations.mesh.user();
-  StageCandidate cand;
-  cand.mesh.axes = {user.axis_index("stage") < 0 ? "stage" : "pipeline_stage"};
-  for (const std::string& a : user.axes) cand.mesh.axes.push_back(a);
-  cand.mesh.devices = user.devices;
-  for (const auto& [v, ann] : best.auto_result->annotations.by_value) {
-    Annotation shifted = ann;  // axis ids on the user's mesh, one on in the stage mesh
-    for (auto& dim : shifted.sharding.dims)
-      for (int& a : dim) ++a;
-    for (int& a : shifted.sharding.unreduced) ++a;
-    cand.annotations.emplace_back(best.graph.values[static_cast<size_t>(v)].name, std::move(shifted));
-  }
-  if (best.training) cand.remat = std::string(remat_name(best.training->remat));
-  cand.shard_update = best.shard_update;
+  std::optional<Pipeline> winner;  // a pipelined program that beat the S = 1 plan
+  const DeviceMesh user = base.annotations.mesh.user();
   int carved = 0;  // the first axis of more than one device
   while (carved + 1 < user.rank() && user.shape[static_cast<size_t>(carved)] <= 1) ++carved;
   const int64_t first = user.rank() > 0 ? user.shape[static_cast<size_t>(carved)] : 1;
   for (int64_t s = 2; s <= std::min<int64_t>(first, 64); ++s) {
     if (first % s != 0) continue;
-    cand.mesh.shape = {s};
-    cand.mesh.shape.insert(cand.mesh.shape.end(), user.shape.begin(), user.shape.end());
-    cand.mesh.shape[static_cast<size_t>(carved) + 1] /= s;
-    CommonOptions os = o;
-    os.auto_search = false;
-    os.pipeline.axis = cand.mesh.axes[0];
-    os.stage_candidate = &cand;
-    if (best.training) os.training.remat = cand.remat, os.training.shard_update = cand.shard_update;
+    // The plan searched for S stages: --auto on the mesh of one stage, with S times the memory.
+    std::vector<int64_t> stage_shape = user.shape;
+    stage_shape[static_cast<size_t>(carved)] /= s;
+    CommonOptions per = flat;
+    per.mesh = fmt::format("{}", fmt::join(stage_shape, "x"));
+    per.memory_limit = std::to_string(limit > std::numeric_limits<int64_t>::max() / s ? limit : limit * s);
+    per.progress = false;
+    std::optional<Pipeline> searched;
     try {
-      Pipeline p = build_pipeline(os, load_data);
-      tried.push_back(entry(p, s));
-      if (better(tried.back(), chosen)) chosen = tried.back(), best = std::move(p);
-    } catch (const InputError& e) {
-      tried.push_back({s, 0, 0, 0, false, e.what()});
+      searched = build_pipeline(per, false);
+    } catch (const InputError&) {  // a constraint that the stage's mesh cannot hold: the S = 1 plan only
     }
+    StageSearchEntry here{s, 0, 0, 0, false, "", "refused"};
+    std::optional<Pipeline> kept;
+    for (const auto& [plan, sharding] : {std::pair<const Pipeline*, const char*>{&base, "as for 1 stage"},
+                                         {searched ? &*searched : nullptr, "searched"}}) {
+      if (!plan) continue;
+      const StageCandidate cand = stage_candidate(*plan, user, carved, s);
+      CommonOptions os = o;
+      os.auto_search = false;
+      os.pipeline.axis = cand.mesh.axes[0];
+      os.stage_candidate = &cand;
+      if (plan->training) os.training.remat = cand.remat, os.training.shard_update = cand.shard_update;
+      try {
+        Pipeline p = build_pipeline(os, load_data);
+        StageSearchEntry e = entry(p, s, sharding);
+        if (better(e, here)) here = e, kept = std::move(p);
+      } catch (const InputError& e) {
+        if (!here.error.empty()) here.error = e.what();
+      }
+    }
+    tried.push_back(here);
+    if (kept && better(here, chosen)) chosen = here, winner = std::move(kept);
   }
   if (!chosen.fits) {
     std::vector<std::string> peaks;
@@ -390,8 +441,9 @@ Pipeline search_stages(const CommonOptions& o, bool load_data) {
         "bytes per device (stages: bytes per device {})",
         limit, chosen.stages, chosen.peak_bytes, fmt::join(peaks, ", ")));
   }
-  best.stage_search = std::move(tried);
-  return best;
+  Pipeline out = winner ? std::move(*winner) : std::move(base);
+  out.stage_search = std::move(tried);
+  return out;
 }
 
 }  // namespace

@@ -567,7 +567,7 @@ nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodR
     for (const StageSearchEntry& e : p.stage_search) {
       json x = {{"stages", e.stages}, {"microbatches", e.microbatches}, {"fits", e.fits}};
       if (e.error.empty())
-        x["step_s"] = e.step_s, x["peak_bytes"] = e.peak_bytes;
+        x["step_s"] = e.step_s, x["peak_bytes"] = e.peak_bytes, x["sharding"] = e.sharding;
       else
         x["error"] = e.error;
       st.push_back(std::move(x));
@@ -619,7 +619,7 @@ nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis,
   j["shifts"] = l.shifts.size();
   j["prefix_nodes"] = l.prefix_nodes;
   j["suffix_nodes"] = l.suffix_nodes;
-  j["prefix_and_suffix"] = fmt::format("replicated over {}", axis);
+  j["prefix_and_suffix"] = fmt::format("prefix replicated over {}, suffix with its batch split over {}", axis, axis);
   if (!search.empty()) {
     nlohmann::json& s = j["auto_microbatches"] = nlohmann::json::array();
     for (const MicrobatchCandidate& c : search)

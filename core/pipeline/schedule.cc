@@ -402,6 +402,7 @@ class Builder {
     // The results keep the name of the last layer's output (a graph output, or what the suffix reads).
     const int last = b_.blocks.back().output;
     map_[last] = unmicrobatch(exits, sv.shape, g_.values[static_cast<size_t>(last)].name);
+    lay_.results = g_.values[static_cast<size_t>(last)].name;
   }
 
   /// The weights stage s uses in iteration t: row round(t, s) of a circular [R, S, ...] stack (an Einsum with a
@@ -599,6 +600,24 @@ Annotations pipeline_annotations(const Graph& g, const Annotations& a, const Pip
     s.source = fmt::format("--pipeline {}: the stage dim of the state buffer, the rest as '{}' without --pipeline",
                            axis_name, st.carries);
     out.by_value[id] = std::move(s);
+  }
+  // The gathered results: the batch over the model's batch axes, then over `axis` (the suffix is not replicated over
+  // the stages); the other dims open, as the model's plan starts them.
+  const int results = pg.find(p.layout.results);
+  const int rank = results < 0 ? 0 : static_cast<int>(pg.values[static_cast<size_t>(results)].shape.size());
+  const TensorSharding* rows = results < 0 ? nullptr : &model.at(static_cast<size_t>(g.at(p.layout.results)));
+  if (rank > 0 && rows->rank() == rank && !out.by_value.count(results)) {
+    Annotation s;
+    s.sharding = TensorSharding::replicated(rank);
+    for (int d = 0; d < rank; ++d)
+      std::copy_if(rows->dims[static_cast<size_t>(d)].begin(), rows->dims[static_cast<size_t>(d)].end(),
+                   std::back_inserter(s.sharding.dims[static_cast<size_t>(d)]), [&](int x) { return x != axis; });
+    s.sharding.dims[0].push_back(axis);
+    s.open_dims.assign(static_cast<size_t>(rank), 1);
+    s.open_dims[0] = 0;
+    s.source = fmt::format("--pipeline {}: the results' batch over '{}' too, the rest as '{}' without --pipeline",
+                           axis_name, axis_name, p.layout.results);
+    out.by_value[results] = std::move(s);
   }
   // An annotation is a constraint: one that reached no value of the pipelined graph is refused, never dropped.
   for (const auto& [name, ann] : by_name)

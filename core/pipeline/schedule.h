@@ -4,7 +4,8 @@
 // buffer one stage on after every iteration (the Shift op, shift.h). Sharding the stage dim over a mesh axis (the
 // annotations of pipeline_annotations) makes every device compute its own stage and every shift a
 // collective-permute; the other mesh axes shard inside each stage as usual. Prefix (embedding) and suffix (final
-// norm, head) are copied unchanged: they run replicated over the stage axis.
+// norm, head) are copied unchanged: the prefix runs replicated over the stage axis, the suffix with its batch split
+// over it (pipeline_annotations).
 //
 // Schedules. GPipe: stage s runs the consecutive layers s*K .. s*K+K-1 (K = ceil(L/S)) in each iteration; microbatch
 // m enters stage 0 at iteration m and leaves the last stage after iteration m+S-1; T = M+S-1 iterations.
@@ -74,6 +75,9 @@ struct PipelineLayout {
   std::vector<std::vector<int64_t>> stage_layers;  // per stage: the layers it runs in order (-1: padding)
   int64_t prefix_nodes = 0, suffix_nodes = 0;
   std::string stream;  // the value of g entering the first block
+  /// The value the microbatch results are gathered into for the suffix ([batch, ...], named as the last block's
+  /// output of g, which it replaces).
+  std::string results;
 
   /// The microbatch stage s computes in iteration t, or -1 when it idles (the bubble: warm-up, drain, or an empty
   /// slot of the last circular group).
@@ -108,8 +112,12 @@ int64_t pipeline_batch(const Graph& g, const std::string& layers = "");
 /// `axis` in front, to every stage-stacked copy of block 0's value at its place (a layer output's also to the
 /// shifted state buffers), or as it is to the one copy of a value computed from constants; the other state buffers
 /// get dim 0 over `axis` and their other dims, open, as `model_plan` (g propagated with `a`; propagated here when
-/// null: O(rounds * edges * mesh rank)) shards the value they carry. Throws InputError naming the values when two
-/// layers' copies of a value, or a stacked weight's members, are annotated differently.
+/// null: O(rounds * edges * mesh rank)) shards the value they carry. The gathered results (PipelineLayout::results),
+/// unless annotated, split their batch over the model plan's batch axes and then over `axis`, so that the suffix (the
+/// head and a loss) runs on the stage axis as on one more data axis rather than replicated over it (the microbatch
+/// results are concatenated microbatch-minor: each stage holds M/S of them, computed by the last stage). Throws
+/// InputError naming the values when two layers' copies of a value, or a stacked weight's members, are annotated
+/// differently.
 Annotations pipeline_annotations(const Graph& g, const Annotations& a, const PipelinedGraph& p, int axis,
                                  const ShardingPlan* model_plan = nullptr);
 

@@ -69,7 +69,7 @@ TEST(PipelineCli, GptOnTwoStagesTimesMegatronIsExact) {
     EXPECT_EQ(p["microbatches"], 4);
     EXPECT_EQ(p["iterations"], 5);
     EXPECT_DOUBLE_EQ(p["bubble_fraction"].get<double>(), 0.2);  // (S-1)/(M+S-1)
-    EXPECT_EQ(p["prefix_and_suffix"], "replicated over stage");
+    EXPECT_EQ(p["prefix_and_suffix"], "prefix replicated over stage, suffix with its batch split over stage");
     EXPECT_EQ(count_collectives(j, "collective-permute"), 4);  // one shift per iteration after the first
     // The model's FLOPs, not the pipelined graph's (which also computes the bubble).
     EXPECT_NEAR(j["model_flops"].get<double>(), 5.11e8, 0.01e8);
@@ -147,7 +147,8 @@ TEST(PipelineCli, AnnotationInsideTheLayersIsAConstraint) {
 // - per iteration, the dispatch and the combine all-to-all over `expert` of the local expert inputs / outputs
 //   [1 stage, E 4, 1 group, C 4, M 16] float32 = 1 KiB (6);
 // - the shifts after the first (which moves zeros): the local state [1, 1, 8, 16] float32 = 512 B (2);
-// - the results [4, 8, 16], groups over `expert`, all-reduced over `stage` once: [2, 8, 16] float32 = 1 KiB.
+// - the results [4, 8, 16], groups over `expert`, reduce-scattered over `stage` once for the head, whose groups are
+//   split over `stage` too: [2, 8, 16] float32 = 1 KiB.
 // The forward matches torch's outputs too, and the training step (SGD, GPipe; momentum, circular) the model's own.
 // With only the groups and the experts' weights annotated, the state buffers start with the model's own plan of the
 // stream (groups over `expert`), so the program is the same as with GShard's annotations.
@@ -177,7 +178,7 @@ TEST(PipelineCli, MixtureOfExpertsWithAlternatingLayersPipelinesExactly) {
     EXPECT_EQ(j["pipeline"]["stage_layers"], nlohmann::json::parse("[[0], [2]]"));
     const CollectiveCounts want = {{{"all-to-all", R"(["expert"])", 1024}, 6},
                                    {{"collective-permute", R"(["stage"])", 512}, 2},
-                                   {{"all-reduce", R"(["stage"])", 1024}, 1}};
+                                   {{"reduce-scatter", R"(["stage"])", 1024}, 1}};
     EXPECT_EQ(collective_counts(j), want);
   }
   run_checked(args + " --training --loss mean", d, "moe_train_gpipe");
@@ -188,7 +189,8 @@ TEST(PipelineCli, MixtureOfExpertsWithAlternatingLayersPipelinesExactly) {
 // layers found by their weights' names (encoder.layers.encoder_layer_#), on stage x model with its Megatron plan
 // inside each stage: exact against the unpartitioned model and torch, with the shifts of T = 3 iterations (2 that
 // move data: the local state [1, 2, 17, 64] float32 = 8.5 KiB), one Megatron all-reduce per iteration, and the
-// results [4, 17, 64] all-reduced over `stage` once.
+// results [4, 17, 64] reduce-scattered over `stage` by their microbatch rows as each of the 2 leaves the last
+// stage (the head's batch is split over `stage`).
 TEST(PipelineCli, TorchvisionVitPipelinesExactly) {
   const e2e::Export& e = e2e::exported_for_training("vit");
   ASSERT_TRUE(e.error.empty()) << e.error;
@@ -206,7 +208,7 @@ TEST(PipelineCli, TorchvisionVitPipelinesExactly) {
   EXPECT_TRUE(j["expected"]["passed"].get<bool>());
   const CollectiveCounts want = {{{"collective-permute", R"(["stage"])", 2 * 17 * 64 * 4}, 2},
                                  {{"all-reduce", R"(["model"])", 2 * 17 * 64 * 4}, 3},
-                                 {{"all-reduce", R"(["stage"])", 4 * 17 * 64 * 4}, 1}};
+                                 {{"reduce-scatter", R"(["stage"])", 2 * 17 * 64 * 4}, 2}};
   EXPECT_EQ(collective_counts(j), want);
 }
 
@@ -428,8 +430,8 @@ TEST(PipelineCli, Gpt3SizedDecoderOnStageDataModelOf2048Devices) {
   EXPECT_DOUBLE_EQ(j["pipeline"]["bubble_fraction"].get<double>(), 7.0 / 23);  // (S-1)/(M+S-1)
   EXPECT_EQ(j["pipeline"]["layers_per_iteration"], 12);
   // The local state [1, 16/16, 2048, 12288] float32 = 96 MiB per shift (22: not the first, which moves zeros); per
-  // iteration 12 layers x Megatron's 2 all-reduces of a microbatch's activations (the same size); one all-reduce over
-  // stage of the results [256/16, 2048, 12288] for the head.
+  // iteration 12 layers x Megatron's 2 all-reduces of a microbatch's activations (the same size); one reduce-scatter
+  // over stage of the results [256/16, 2048, 12288] for the head, whose batch is split over stage too.
   std::map<std::string, std::pair<int, std::set<int64_t>>> by;
   for (const auto& c : j["collectives"]) {
     auto& e = by[c["kind"].get<std::string>() + " " + c["axes"].dump()];
@@ -437,10 +439,10 @@ TEST(PipelineCli, Gpt3SizedDecoderOnStageDataModelOf2048Devices) {
     e.second.insert(c["bytes"].get<int64_t>());
   }
   const int64_t state = 2048LL * 12288 * 4;
-  EXPECT_EQ(
-      by, (std::map<std::string, std::pair<int, std::set<int64_t>>>{{"collective-permute [\"stage\"]", {22, {state}}},
-                                                                    {"all-reduce [\"model\"]", {2 * 12 * 23, {state}}},
-                                                                    {"all-reduce [\"stage\"]", {1, {16 * state}}}}));
+  EXPECT_EQ(by, (std::map<std::string, std::pair<int, std::set<int64_t>>>{
+                    {"collective-permute [\"stage\"]", {22, {state}}},
+                    {"all-reduce [\"model\"]", {2 * 12 * 23, {state}}},
+                    {"reduce-scatter [\"stage\"]", {1, {16 * state}}}}));
   // Memory per device: its stage's 12 layers' Megatron shards (the layers' 12 D^2 parameters each, / 8 / 16) plus
   // the replicated token and position embeddings (biases and norms: under 1%), and the in-flight activations.
   const double weights = j["simulated"]["memory"]["total"]["weights"].get<double>();

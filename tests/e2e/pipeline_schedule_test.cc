@@ -135,7 +135,8 @@ SpmdProgram check_partitioned(const Partitioned& c) {
   return prog;
 }
 
-constexpr Collective kPermute = Collective::kCollectivePermute, kAllReduce = Collective::kAllReduce;
+constexpr Collective kPermute = Collective::kCollectivePermute, kAllReduce = Collective::kAllReduce,
+                     kReduceScatter = Collective::kReduceScatter;
 
 // The bundled GPT (2 layers, batch 8, seq 64, d_model 128) on stage 2 x model 2 with Megatron inside each stage:
 // exact, and the collectives are
@@ -143,20 +144,22 @@ constexpr Collective kPermute = Collective::kCollectivePermute, kAllReduce = Col
 //   zero initial state (no data moves), of the local state, a microbatch [1, 2, 64, 128] of float32 = 65,536 bytes;
 // - Megatron's two all-reduces over model per layer, now per iteration on one microbatch (65,536 bytes), plus the
 //   embedding's (262,144 bytes) as without the pipeline;
-// - one all-reduce over stage of the results [8, 64, 128] (262,144 bytes): the last stage hands them to every device
-//   for the head, which runs replicated over stage.
+// - one reduce-scatter over stage of each microbatch's results [2, 64, 128] (65,536 bytes) as it leaves the last
+//   stage: the head runs with its batch split over stage (each stage takes one row of every microbatch), not
+//   replicated over it.
 TEST(PipelineSchedule, PartitionedGptShiftsOncePerIteration) {
   check_partitioned(
       {"testdata/gpt/gpt_opset17.onnx",
        "testdata/gpt/gpt.pipeline.sharding.json",
        {.stages = 2, .microbatches = 4},
-       {{kPermute, {0}, 4, {65536}}, {kAllReduce, {1}, 11, {65536, 262144}}, {kAllReduce, {0}, 1, {262144}}}});
+       {{kPermute, {0}, 4, {65536}}, {kAllReduce, {1}, 11, {65536, 262144}}, {kReduceScatter, {0}, 4, {65536}}}});
 }
 
 // Circular on a 4-layer decoder over 2 stages: stage 0 runs layers 0 and 2, stage 1 layers 1 and 3 (R = 2 rounds).
 // Microbatches enter at iterations 0 and 1 and leave after 4 and 5: T = M*R + S - 1 = 5 shifts, 4 of which move data
 // (not the first: zeros), two of them cyclic (iterations 2 and 3 hand the last stage's state back to the first); each
-// moves [1, 1, 8, 32] floats = 1,024 bytes.
+// moves [1, 1, 8, 32] floats = 1,024 bytes. The results [2, 8, 32] (2,048 bytes; microbatches of one row) reach the
+// head, whose batch is split over stage, in one reduce-scatter.
 TEST(PipelineSchedule, PartitionedCircularDecoderWrapsBetweenRounds) {
   const fs::path d = scratch("pipeline_circular");
   const fs::path dec = make_decoder(d, "d4",
@@ -185,7 +188,7 @@ TEST(PipelineSchedule, PartitionedCircularDecoderWrapsBetweenRounds) {
   const SpmdProgram prog = check_partitioned({dec.string(),
                                               (d / "stage.sharding.json").string(),
                                               o,
-                                              {{kPermute, {0}, 4, {1024}}, {kAllReduce, {0}, 1, {2048}}}});
+                                              {{kPermute, {0}, 4, {1024}}, {kReduceScatter, {0}, 1, {2048}}}});
   int cyclic = 0;
   for (const Node& n : prog.program.nodes)
     if (collective_of(n) == kPermute) cyclic += collective_attrs(n).wrap;
