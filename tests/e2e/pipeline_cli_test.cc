@@ -539,5 +539,42 @@ TEST(PipelineCli, RefusalsAreOneLine) {
   }
 }
 
+// The stage axis as one more data axis outside the layers (what --pipeline auto gives the data inputs): a training
+// step with the token ids' batch over [stage, x] (4-layer decoder, batch 8 in 2 microbatches of 4, stage 2 x x 2 x y 2)
+// is exact, and the collectives say where each part runs: each entering microbatch [4, 16, 64] float32 (16 KiB) is
+// gathered over {stage, x} for stage 0; the results reach the head in one reduce-scatter over stage; the mean loss is
+// all-reduced over {stage, x}; each stage's own layer gradients (2 slots x 16 weights) are all-reduced over x only,
+// never over stage.
+TEST(PipelineCli, DataInputsSplitOverTheStageAxisTooAreExact) {
+  const fs::path d = scratch("pipeline_cli_stage_data");
+  const fs::path dec = e2e::make_decoder(
+      d, "st4", "--layers 4 --d-model 64 --heads 4 --vocab 128 --batch 8 --seq 16 --weights inputs", "stage_data_make");
+  std::ofstream(d / "p.json") << R"({"mesh": {"axes": ["stage", "x", "y"], "shape": [2, 2, 2]},
+                                     "tensors": {"input_ids": [["stage", "x"], null]}})";
+  const nlohmann::json j = run_checked(dec.string() + " --shardings " + (d / "p.json").string() +
+                                           " --pipeline stage --microbatches 2 --training --trainable "
+                                           "'\\.(weight|bias)$' --loss mean",
+                                       d, "stage_data");
+  ASSERT_FALSE(j.empty());
+  std::map<std::string, int> layer_grads;  // axes -> all-reduces of a stacked layer weight's gradient
+  std::vector<std::string> results;        // the collectives of the gathered results ('h.last', by its name)
+  for (const auto& c : j["collectives"]) {
+    const std::string value = c["value"].get<std::string>();
+    if (c["kind"] == "all-reduce" && value.starts_with("h.#.") && value.ends_with(".grad"))
+      layer_grads[c["axes"].dump()] += c["count"].get<int>();
+    if (value.starts_with("h.last/"))
+      results.push_back(fmt::format("{} {} {}", c["kind"].get<std::string>(), c["axes"].dump(), c["bytes"].dump()));
+  }
+  EXPECT_EQ(layer_grads, (std::map<std::string, int>{{R"(["x"])", 32}}));
+  EXPECT_EQ(results, std::vector<std::string>{R"(reduce-scatter ["stage"] 16384)"});  // [8, 16, 64] float32 / 2
+  const CollectiveCounts counts = collective_counts(j);
+  auto count = [&](const char* kind, const char* axes, int64_t bytes) {
+    auto it = counts.find({kind, axes, bytes});
+    return it == counts.end() ? 0 : it->second;
+  };
+  EXPECT_EQ(count("all-gather", R"(["stage","x"])", 4 * 16 * 64 * 4), 2);
+  EXPECT_EQ(count("all-reduce", R"(["stage","x"])", 4), 1);
+}
+
 }  // namespace
 }  // namespace gspmd
