@@ -42,7 +42,7 @@ struct PipelineFlags {
   std::string layers;              // --layers REGEX (the layer index is its first capture group)
 };
 
-/// What `--pipeline auto` hands each stage count it costs (build_pipeline): the mesh with the stage axis carved out of
+/// What `--pipeline auto` hands each stage count it costs (compile_model): the mesh with the stage axis carved out of
 /// the first axis, and the annotations by value name (the S = 1 search's plan). Not a flag.
 struct StageCandidate {
   DeviceMesh mesh;
@@ -76,7 +76,7 @@ struct CommonOptions {
   bool overlap = false;             // --overlap: collectives overlap independent compute in the simulated step
   bool auto_search = false;         // --auto: search shardings for what the sharding file leaves open (core/auto)
   std::string memory_limit;         // --memory-limit BYTES for --auto ("" = the target's HBM)
-  bool measure_host_ops = true;     // --target host: build_pipeline measures the program's ops (measure_program_ops)
+  bool measure_host_ops = true;     // --target host: compile_model measures the program's ops (measure_program_ops)
   std::string inputs_dir;           // run --inputs DIR (input_<i>.pb): their shapes bind symbolic input dims
   /// partition: keep the symbolic dims that neither --dim nor --inputs bind (LoadOptions::keep_symbols), so that
   /// the device files serve every size (docs/shapes.md); not with --training, --pipeline or --auto, which need sizes.
@@ -99,8 +99,9 @@ struct MicrobatchCandidate {
   bool fits = true;        // peak_bytes within the memory limit (--memory-limit, else the target's HBM)
 };
 
-/// The loaded model and everything derived from it, in pipeline order.
-struct Pipeline {
+/// The loaded model and everything derived from it, in the order the command flow (compile_model, cli/compile.cc)
+/// derives them: what every command works from.
+struct Compiled {
   Target target;  // --target with --device-order applied (resolved once: "host" is measured)
   Graph graph;
   Precision precision = Precision::kAsLoaded;  // --precision (applied to `graph` right after loading)
@@ -146,7 +147,7 @@ struct Pipeline {
 /// target.measured_ops (measure_program_ops). Throws InputError for bad input (the target and --device-order are
 /// checked first, the device order again once the mesh is known; --memory-limit that is not a positive number of
 /// bytes; --auto when no plan fits in memory).
-Pipeline build_pipeline(const CommonOptions& o, bool load_data = true);
+Compiled compile_model(const CommonOptions& o, bool load_data = true);
 /// Whether an initializer is a trainable weight under --trainable REGEX (default: floating point with more than one
 /// element). The loader keeps these unfolded. Throws InputError for a REGEX that is not a regular expression.
 std::function<bool(const Value&)> trainable_weights(const TrainingFlags& f);
@@ -208,7 +209,7 @@ int cmd_run_mpi(const RunOptions& o);
 /// sizes. Throws InputError naming the file for a missing, foreign or stale file.
 class DeviceFiles {
  public:
-  DeviceFiles(const Pipeline& p, const CommonOptions& common, std::string dir);
+  DeviceFiles(const Compiled& p, const CommonOptions& common, std::string dir);
   /// DIR/device_<device>.onnx, loaded and checked.
   Graph load(int64_t device);
   /// Every device's file, one thread each with ThreadCollectives (backend/pod), on `inputs` (one per global graph
@@ -218,7 +219,7 @@ class DeviceFiles {
 
  private:
   void symbolic(const std::string& path, const ModelInfo& info);  // the symbolic program's fingerprint and dims
-  const Pipeline& p_;
+  const Compiled& p_;
   const CommonOptions& common_;
   std::string dir_;
   std::optional<std::string> symbolic_fingerprint_;
@@ -265,7 +266,7 @@ int cmd_inspect(const InspectOptions& o);
 /// it (a reduction factor of its rule: MatMul's K, ReduceSum's axis), with the annotation that gave that operand the
 /// axis, as axis_origins_str does for tiled axes. One line per unreduced axis ("model from /h.0/attn/proj/MatMul
 /// (MatMul), which reduces over dim 0 of ..."); none when v is not unreduced.
-std::vector<std::string> unreduced_origins(const Pipeline& p, int v);
+std::vector<std::string> unreduced_origins(const Compiled& p, int v);
 
 struct ExplainOptions {
   CommonOptions common;

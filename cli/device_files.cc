@@ -39,7 +39,7 @@ std::vector<std::string> input_dim_hints(const std::string& model, const std::st
 
 }  // namespace
 
-DeviceFiles::DeviceFiles(const Pipeline& p, const CommonOptions& common, std::string dir)
+DeviceFiles::DeviceFiles(const Compiled& p, const CommonOptions& common, std::string dir)
     : p_(p), common_(common), dir_(std::move(dir)) {}
 
 void DeviceFiles::symbolic(const std::string& path, const ModelInfo& info) {
@@ -49,7 +49,7 @@ void DeviceFiles::symbolic(const std::string& path, const ModelInfo& info) {
   symbolic.inputs_dir.clear();
   symbolic.keep_symbols = true;
   symbolic.hints = input_dim_hints(common_.model, meta(info, "gspmd.dim_hints"));
-  const Pipeline sp = build_pipeline(symbolic, /*load_data=*/false);
+  const Compiled sp = compile_model(symbolic, /*load_data=*/false);
   symbolic_fingerprint_ = fmt::format("{:016x}", program_fingerprint(sp.program));
   // This run's size of each symbol, read off the model's inputs where they are the symbol.
   DimBindings dims;

@@ -106,7 +106,7 @@ std::string annotation_str(const Annotation& a, const DeviceMesh& mesh) {
 
 /// `explain --constraints`: every annotation, whether it is a constraint or open, what the program holds, and the
 /// collectives that reshard the value (after its producer, or for a consumer) with their simulated time.
-void explain_constraints(const Pipeline& p) {
+void explain_constraints(const Compiled& p) {
   const Graph& g = p.graph;
   const DeviceMesh& mesh = p.program.mesh;
   std::map<std::string, std::vector<const CollectiveRecord*>> by_value;
@@ -289,7 +289,7 @@ std::string shard_ranges(const Shape& shape, const TensorSharding& s, const Devi
   return out;
 }
 
-std::vector<std::string> unreduced_origins(const Pipeline& p, int v) {
+std::vector<std::string> unreduced_origins(const Compiled& p, int v) {
   const Graph& g = p.graph;
   const DeviceMesh& mesh = p.program.mesh;
   std::vector<std::string> out;
@@ -345,7 +345,7 @@ std::vector<std::string> unreduced_origins(const Pipeline& p, int v) {
 
 int cmd_explain(const ExplainOptions& o) {
   if (!o.html.empty()) check_output_path(o.html, "--html");
-  Pipeline p = build_pipeline(o.common);
+  Compiled p = compile_model(o.common);
   if (!o.html.empty()) {
     const CostReport cost = p.cost(o.common.overlap);
     write_explain_html(o.html, o.common.model, p, cost, make_report(p, cost, nullptr, nullptr));

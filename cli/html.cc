@@ -160,7 +160,7 @@ svg.append(axis);
 
 }  // namespace
 
-void write_explain_html(const std::string& path, const std::string& model, const Pipeline& p, const CostReport& cost,
+void write_explain_html(const std::string& path, const std::string& model, const Compiled& p, const CostReport& cost,
                         const nlohmann::json& report) {
   const Graph& g = p.graph;
   const DeviceMesh& mesh = p.program.mesh;

@@ -15,7 +15,7 @@ namespace gspmd::cli {
 /// axis_origins_str); the simulated step's timeline drawn in SVG from write_trace's JSON (`cost`); and each value's
 /// sharding as sharding_picture and shard_ranges draw it, with its axes' origins (the first 2000 values). `model`
 /// titles it. Written completely, then renamed into place. Throws InputError("PATH: cannot write").
-void write_explain_html(const std::string& path, const std::string& model, const Pipeline& p, const CostReport& cost,
+void write_explain_html(const std::string& path, const std::string& model, const Compiled& p, const CostReport& cost,
                         const nlohmann::json& report);
 
 }  // namespace gspmd::cli

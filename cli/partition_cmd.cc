@@ -25,7 +25,7 @@ namespace {
 /// stacked weight's sharding without the stage (and round) dims, and each value inside the layers its stage-stacked
 /// copies' sharding without the stage dim when every copy has the same (none otherwise; a value computed from
 /// constants has one copy, unstacked), so the file read back with the same --pipeline gives the same plan.
-std::pair<Graph, std::vector<TensorSharding>> model_shardings(const Pipeline& p) {
+std::pair<Graph, std::vector<TensorSharding>> model_shardings(const Compiled& p) {
   if (!p.pipeline) return {p.graph, p.plan.shardings};
   Graph named;
   std::vector<TensorSharding> shardings;
@@ -78,7 +78,7 @@ bool is_our_output(const fs::path& dir) {
 
 /// --auto: the annotations that produce the chosen plan (the sharding file's constraints and the search's choices),
 /// as a short sharding file a user can read, edit and pin with --shardings. One tensor per line, in graph order.
-void write_auto_sharding_file(const fs::path& path, const Pipeline& p) {
+void write_auto_sharding_file(const fs::path& path, const Compiled& p) {
   const Annotations& a = p.auto_result->annotations;  // on the user's mesh
   const DeviceMesh& mesh = a.mesh;
   auto names = [&](const std::vector<int>& axes) {
@@ -203,7 +203,7 @@ int cmd_partition(const PartitionOptions& o) {
   }
   CommonOptions common = o.common;
   common.keep_symbols = true;
-  Pipeline p = build_pipeline(common);
+  Compiled p = compile_model(common);
   check_materialized_devices(p.annotations.mesh.user(), "partition", "writes one file per device");
   for (const DimBindings& at : check_dims(p.program.program)) {  // the soundness check (docs/shapes.md)
     try {

@@ -428,7 +428,7 @@ CheckResult compare_outputs(const Graph& g, const std::vector<Tensor>& got, cons
   return r;
 }
 
-nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check,
+nlohmann::json make_report(const Compiled& p, const CostReport& cost, const PodRun* run, const CheckResult* check,
                            const ExpectedResult* expected) {
   using nlohmann::json;
   const Target& t = p.target;

@@ -111,14 +111,14 @@ ExpectedResult compare_expected(const Graph& g, const LoadReport& signature, con
 /// Builds the report (docs/cli.md fields, plus "target_spec" and "device_order" from p.target). `run`, `check` and
 /// `expected` may be null (partition, simulate: no measured fields). With --auto, "auto" holds the search: time,
 /// evaluations, the chosen plan's cost, the baselines' and every group's choice.
-nlohmann::json make_report(const Pipeline& p, const CostReport& cost, const PodRun* run, const CheckResult* check,
+nlohmann::json make_report(const Compiled& p, const CostReport& cost, const PodRun* run, const CheckResult* check,
                            const ExpectedResult* expected = nullptr);
 
 /// run --check: runs the unpartitioned model on one device and compares the program's `outputs` (one per p.graph
 /// output) with its outputs. The unpartitioned model is p.graph, or with --pipeline the model as loaded
 /// (p.reference), and with --pipeline --training that model's own training step; a stacked weight's outputs (its
 /// updated value, its optimizer state) are compared row by row with each layer's.
-CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>& inputs,
+CheckResult check_against_reference(const Compiled& p, const std::vector<Tensor>& inputs,
                                     const std::vector<Tensor>& outputs, double rtol, double atol,
                                     const RunProgress& progress, const ExecutorOptions& exec);
 

@@ -192,9 +192,9 @@ std::vector<Tensor> float32_run(const Graph& g, const std::vector<Tensor>& input
 }
 
 /// The inputs of `ref` (the model, or its training step) from the program's `inputs` (p.graph's), by name: the same
-/// tensor, or, for a layer weight that --pipeline stacked into a graph input (Pipeline::stacked_inputs), its row of
+/// tensor, or, for a layer weight that --pipeline stacked into a graph input (Compiled::stacked_inputs), its row of
 /// the stacked tensor (PipelineLayout::weights: member i is row i in row-major order over the lead dims).
-std::vector<Tensor> reference_inputs(const Pipeline& p, const Graph& ref, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> reference_inputs(const Compiled& p, const Graph& ref, const std::vector<Tensor>& inputs) {
   auto input_of = [&](const std::string& name) -> const Tensor* {
     const int v = p.graph.find(name);
     const auto at = std::find(p.graph.inputs.begin(), p.graph.inputs.end(), v);
@@ -226,7 +226,7 @@ std::vector<Tensor> reference_inputs(const Pipeline& p, const Graph& ref, const 
 
 }  // namespace
 
-CheckResult check_against_reference(const Pipeline& p, const std::vector<Tensor>& inputs,
+CheckResult check_against_reference(const Compiled& p, const std::vector<Tensor>& inputs,
                                     const std::vector<Tensor>& outputs, double rtol, double atol,
                                     const RunProgress& progress, const ExecutorOptions& exec) {
   if (!p.reference || !p.reference_training) {  // the model itself (with --pipeline: as loaded; same signature)
@@ -305,7 +305,7 @@ int cmd_run(const RunOptions& o) {
   check_output_path(o.outputs_dir, "--outputs", /*folder=*/true);
   check_output_path(o.report, "--report");
   check_output_path(o.trace, "--trace");
-  Pipeline p = build_pipeline(o.common);
+  Compiled p = compile_model(o.common);
   check_materialized_devices(p.annotations.mesh.user(), "run", "emulates every device in this process");
   check_fits_memory(p.graph);
   std::vector<Tensor> inputs = make_inputs(p.graph, p.load_report, o, p.training ? &*p.training : nullptr);

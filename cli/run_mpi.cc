@@ -85,7 +85,7 @@ void share_host_target(mpi::Session& s, double share) {
 
 /// `--target host` under MPI, once the program is known: rank 0 measures its ops (measure_program_ops, times over
 /// `share`) while the other ranks wait without spinning; every rank gets the table. Collective over MPI_COMM_WORLD.
-void share_measured_ops(mpi::Session& s, Pipeline& p, double share) {
+void share_measured_ops(mpi::Session& s, Compiled& p, double share) {
   std::string text;
   if (s.rank() == 0) {
     auto t0 = std::chrono::steady_clock::now();
@@ -99,7 +99,7 @@ void share_measured_ops(mpi::Session& s, Pipeline& p, double share) {
 
 int run_on_rank(mpi::Session& s, const RunOptions& o) {
   const int rank = s.rank();
-  Pipeline p;
+  Compiled p;
   Graph device;
   std::vector<Tensor> inputs;
   std::vector<OnnxValue> expected;  // rank 0, --expected
@@ -123,7 +123,7 @@ int run_on_rank(mpi::Session& s, const RunOptions& o) {
     CommonOptions common = o.common;
     common.measure_host_ops = false;  // rank 0 measures them below, for every rank
     common.progress = terminal;
-    p = build_pipeline(common, !from_files || (o.check && rank == 0));
+    p = compile_model(common, !from_files || (o.check && rank == 0));
     if (p.program.mesh.num_devices() != s.size())
       throw InputError(fmt::format("the mesh {} has {} devices but this MPI job has {} ranks", p.program.mesh.str(),
                                    p.program.mesh.num_devices(), s.size()));

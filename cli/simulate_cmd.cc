@@ -12,7 +12,7 @@ int cmd_simulate(const SimulateOptions& o) {
   check_output_path(o.trace, "--trace");
   // The pipeline and the report are left for the process's exit to release, not freed object by object: on a
   // training step of the 96-layer decoder (20k nodes), freeing them took as long as partitioning (bench/README.md).
-  Pipeline& p = *new Pipeline(build_pipeline(o.common, /*load_data=*/false));
+  Compiled& p = *new Compiled(compile_model(o.common, /*load_data=*/false));
   CostReport cost = p.cost(o.common.overlap);
   nlohmann::json& report = *new nlohmann::json(make_report(p, cost, nullptr, nullptr));
   for (auto& d : report["simulated"]["per_device"]) d["peak_memory_bytes"] = cost.peak_memory_bytes;

@@ -60,7 +60,7 @@ std::string devices_label(const std::vector<int64_t>& ds) {
 
 }  // namespace
 
-std::optional<PipelineTrack> pipeline_track(const Pipeline& p) {
+std::optional<PipelineTrack> pipeline_track(const Compiled& p) {
   if (!p.pipeline) return std::nullopt;
   const int axis = p.program.mesh.axis_index(p.pipeline_axis);
   if (axis < 0) return std::nullopt;

@@ -48,6 +48,6 @@ void trace_json(std::ostream& f, const SpmdProgram& p, const CostReport& cost, c
                 const std::optional<PipelineTrack>& pipeline = std::nullopt);
 
 /// The pipeline track of `p`: its global graph, layout and axis (in the program's mesh) with --pipeline, else nullopt.
-std::optional<PipelineTrack> pipeline_track(const Pipeline& p);
+std::optional<PipelineTrack> pipeline_track(const Compiled& p);
 
 }  // namespace gspmd::cli

@@ -22,7 +22,7 @@ using Types = std::vector<TensorType>;
 Tensor T(DType t, Shape s) { return Tensor(t, std::move(s)); }
 const DType f32 = DType::kFloat32, i64 = DType::kInt64;
 
-TEST(ShapeFunctionsB, MatMulAndGemm) {
+TEST(ShapeFunctionsCompute, MatMulAndGemm) {
   const Tensor a = rand_f({2, 1, 3, 4}, 1), b = rand_f({5, 4, 6}, 2), v = rand_f({4}, 3);
   EXPECT_EQ(agree(make_node("MatMul"), {&a, &b}), (Types{{f32, {2, 5, 3, 6}}}));
   EXPECT_EQ(agree(make_node("MatMul"), {&v, &b}), (Types{{f32, {5, 6}}}));
@@ -36,7 +36,7 @@ TEST(ShapeFunctionsB, MatMulAndGemm) {
             "node 'n1' (Gemm): shapes [4,3] and [5,4] are not aligned (transA=false, transB=false)");
 }
 
-TEST(ShapeFunctionsB, ReduceAxesAsInputOrAttribute) {
+TEST(ShapeFunctionsCompute, ReduceAxesAsInputOrAttribute) {
   const Tensor x = rand_f({2, 3, 4}, 1), axes = I({2}, {0, -1}), none = I({0}, {});
   EXPECT_EQ(agree(make_node("ReduceSum"), {&x, &axes}, 13), (Types{{f32, {1, 3, 1}}}));
   EXPECT_EQ(agree(make_node("ReduceMax", {{"keepdims", int64_t{0}}}), {&x, &axes}, 18), (Types{{f32, {3}}}));
@@ -52,7 +52,7 @@ TEST(ShapeFunctionsB, ReduceAxesAsInputOrAttribute) {
   EXPECT_EQ(error_of(make_node("ReduceSum"), {&x, &bad}), "node 'n1' (ReduceSum): axis 3 out of range for rank 3");
 }
 
-TEST(ShapeFunctionsB, ArgMaxSoftmaxLayerNorm) {
+TEST(ShapeFunctionsCompute, ArgMaxSoftmaxLayerNorm) {
   const Tensor x = rand_f({2, 3, 4}, 1);
   EXPECT_EQ(agree(make_node("ArgMax", {{"axis", int64_t{-1}}}), {&x}), (Types{{i64, {2, 3, 1}}}));
   EXPECT_EQ(agree(make_node("ArgMin", {{"axis", int64_t{1}}, {"keepdims", int64_t{0}}}), {&x}), (Types{{i64, {2, 4}}}));
@@ -65,7 +65,7 @@ TEST(ShapeFunctionsB, ArgMaxSoftmaxLayerNorm) {
             "node 'n1' (LayerNormalization): input 1 of shape [3,4] does not broadcast to [4]");
 }
 
-TEST(ShapeFunctionsB, ConvAndPools) {
+TEST(ShapeFunctionsCompute, ConvAndPools) {
   const Tensor x = rand_f({1, 4, 7, 9}, 1), w = rand_f({6, 2, 3, 2}, 2), b = rand_f({6}, 3);
   const std::vector<int64_t> s2{2, 2};
   EXPECT_EQ(agree(make_node("Conv", {{"group", int64_t{2}}, {"strides", s2}, {"auto_pad", std::string("SAME_UPPER")}}),
@@ -95,7 +95,7 @@ TEST(ShapeFunctionsB, ConvAndPools) {
   EXPECT_EQ(error_of(make_node("MaxPool"), {&x}), "node 'n1' (MaxPool): missing attribute 'kernel_shape'");
 }
 
-TEST(ShapeFunctionsB, IntegerConvAndMatMul) {
+TEST(ShapeFunctionsCompute, IntegerConvAndMatMul) {
   Tensor x = T(DType::kUInt8, {1, 2, 5, 5}), w = T(DType::kInt8, {3, 2, 3, 3}), zp = T(DType::kUInt8, {});
   EXPECT_EQ(agree(make_node("ConvInteger", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}), {&x, &w, &zp}),
             (Types{{DType::kInt32, {1, 3, 5, 5}}}));
@@ -108,7 +108,7 @@ TEST(ShapeFunctionsB, IntegerConvAndMatMul) {
             (Types{{DType::kInt8, {2, 3, 5}}}));
 }
 
-TEST(ShapeFunctionsB, Normalizations) {
+TEST(ShapeFunctionsCompute, Normalizations) {
   const Tensor x = rand_f({2, 3, 4}, 1), p = rand_f({3}, 2);
   Tensor var = p;
   for (int i = 0; i < 3; ++i) var.data<float>()[i] = 1.f + static_cast<float>(i);
@@ -127,7 +127,7 @@ TEST(ShapeFunctionsB, Normalizations) {
             (Types{{f32, {2, 3, 4}}}));
 }
 
-TEST(ShapeFunctionsB, Losses) {
+TEST(ShapeFunctionsCompute, Losses) {
   const Tensor x = rand_f({3, 5, 2}, 1), t = I({3, 2}, {0, 1, 2, 3, 4, 0}), w = rand_f({5}, 2);
   EXPECT_EQ(agree(make_node("NegativeLogLikelihoodLoss", {{"reduction", std::string("none")}}), {&x, &t, &w}),
             (Types{{f32, {3, 2}}}));
@@ -138,7 +138,7 @@ TEST(ShapeFunctionsB, Losses) {
             "node 'n1' (SoftmaxCrossEntropyLoss): target shape [3] does not match input [3,5,2] (needs [3,2])");
 }
 
-TEST(ShapeFunctionsB, WindowsAndQuantization) {
+TEST(ShapeFunctionsCompute, WindowsAndQuantization) {
   const Tensor n = I({}, {10});
   EXPECT_EQ(agree(make_node("HannWindow", {{"output_datatype", int64_t{11}}}), {&n}), (Types{{DType::kFloat64, {10}}}));
   EXPECT_EQ(agree(make_node("BlackmanWindow"), {&n}), (Types{{f32, {10}}}));
@@ -158,7 +158,7 @@ TEST(ShapeFunctionsB, WindowsAndQuantization) {
   EXPECT_EQ(agree(make_node("GridSample"), {&img, &grid}), (Types{{f32, {2, 3, 6, 7}}}));
 }
 
-TEST(ShapeFunctionsB, RecurrentLayouts) {
+TEST(ShapeFunctionsCompute, RecurrentLayouts) {
   const Tensor x = rand_f({5, 2, 3}, 1), w = rand_f({2, 16, 3}, 2), r = rand_f({2, 16, 4}, 3);
   const AttrValue bi = std::string("bidirectional");
   // (explicit activations: the kernel's bidirectional defaults copy the list into itself)
@@ -173,7 +173,7 @@ TEST(ShapeFunctionsB, RecurrentLayouts) {
             "node 'n1' (RNN): W [1,12,3] / R [1,12,4] do not match [1, 12, 3] / [1, 12, 12]");
 }
 
-TEST(ShapeFunctionsB, SpectralOps) {
+TEST(ShapeFunctionsCompute, SpectralOps) {
   const Tensor x = rand_f({2, 8, 1}, 1), len = I({}, {6});
   EXPECT_EQ(agree(make_node("DFT"), {&x}), (Types{{f32, {2, 8, 2}}}));
   EXPECT_EQ(agree(make_node("DFT", {{"onesided", int64_t{1}}}), {&x, &len}), (Types{{f32, {2, 4, 2}}}));
@@ -191,7 +191,7 @@ TEST(ShapeFunctionsB, SpectralOps) {
             "node 'n1' (MelWeightMatrix): output shape depends on the values of input 0 (num_mel_bins)");
 }
 
-TEST(ShapeFunctionsB, UnpoolRoiAlignTfIdf) {
+TEST(ShapeFunctionsCompute, UnpoolRoiAlignTfIdf) {
   const Tensor x = rand_f({1, 1, 2, 2}, 1), idx = I({1, 1, 2, 2}, {0, 3, 8, 15}), os = I({4}, {1, 1, 5, 5});
   const std::vector<int64_t> k2{2, 2};
   EXPECT_EQ(agree(make_node("MaxUnpool", {{"kernel_shape", k2}, {"strides", k2}}), {&x, &idx}),
@@ -215,7 +215,7 @@ TEST(ShapeFunctionsB, UnpoolRoiAlignTfIdf) {
   EXPECT_EQ(agree(tf, {&in}), (Types{{f32, {2, 7}}}));
 }
 
-TEST(ShapeFunctionsB, Optimizers) {
+TEST(ShapeFunctionsCompute, Optimizers) {
   const Tensor r = F({}, {0.1f}), t = I({}, {1}), x1 = rand_f({3}, 1), x2 = rand_f({2, 2}, 2);
   Node adam = make_node("Adam", {}, 6);
   adam.domain = "ai.onnx.preview.training";

@@ -25,7 +25,7 @@ using testing::rand_f;
 
 const DType f32 = DType::kFloat32, i64 = DType::kInt64;
 
-TEST(ShapeFunctionsA, ReshapeAndFriends) {
+TEST(ShapeFunctionsDataMovement, ReshapeAndFriends) {
   const Tensor x = rand_f({2, 3, 4}, 1);
   const Tensor spec = I({3}, {0, -1, 2});
   EXPECT_EQ(agree(make_node("Reshape"), {&x, &spec}), (Types{{f32, {2, 6, 2}}}));
@@ -46,7 +46,7 @@ TEST(ShapeFunctionsA, ReshapeAndFriends) {
             "node 'n1' (Transpose): perm [0,0,1] is not a permutation");
 }
 
-TEST(ShapeFunctionsA, SliceSplitConcatPad) {
+TEST(ShapeFunctionsDataMovement, SliceSplitConcatPad) {
   const Tensor x = rand_f({5, 6}, 3);
   const Tensor starts = I({2}, {-1, 1}), ends = I({2}, {-100, 100}), axes = I({2}, {0, 1}), steps = I({2}, {-2, 2});
   EXPECT_EQ(agree(make_node("Slice"), {&x, &starts, &ends, &axes, &steps}), (Types{{f32, {3, 3}}}));
@@ -74,7 +74,7 @@ TEST(ShapeFunctionsA, SliceSplitConcatPad) {
   EXPECT_EQ(error_of(make_node("Pad"), {&x, &pads}), "node 'n1' (Pad): pads has 2 entries for 2 axes");
 }
 
-TEST(ShapeFunctionsA, GeneratorsAndShapeOps) {
+TEST(ShapeFunctionsDataMovement, GeneratorsAndShapeOps) {
   const Tensor shape = I({2}, {3, 0});
   Node cos = make_node("ConstantOfShape", {{"value", I({1}, {7})}});
   EXPECT_EQ(agree(cos, {&shape}), (Types{{i64, {3, 0}}}));
@@ -104,7 +104,7 @@ TEST(ShapeFunctionsA, GeneratorsAndShapeOps) {
   EXPECT_EQ(agree(make_node("Gather", {{"axis", int64_t{1}}}), {&x, &idx}), (Types{{f32, {2, 2, 1, 4}}}));
 }
 
-TEST(ShapeFunctionsA, IndexingOps) {
+TEST(ShapeFunctionsDataMovement, IndexingOps) {
   const Tensor x = rand_f({2, 3, 4}, 7);
   // OneHot: depth inserted at axis, values' dtype.
   const Tensor ids = I({2, 3}, {0, 1, 2, 3, 4, 5}), depth = F({}, {6.9f}), values = I({2}, {0, 1});
@@ -138,7 +138,7 @@ TEST(ShapeFunctionsA, IndexingOps) {
   EXPECT_EQ(agree(make_node("CastLike"), {&m, &k}), (Types{{i64, {3, 2}}}));
 }
 
-TEST(ShapeFunctionsA, DataDependentOps) {
+TEST(ShapeFunctionsDataMovement, DataDependentOps) {
   // NonZero, Unique, Compress and NonMaxSuppression: exact when the deciding values are constant.
   const Tensor x = I({2, 3}, {0, 1, 0, 2, 2, 0});
   EXPECT_EQ(agree(make_node("NonZero"), {&x}), (Types{{i64, {2, 3}}}));
@@ -162,7 +162,7 @@ TEST(ShapeFunctionsA, DataDependentOps) {
             "(max_output_boxes_per_class)");
 }
 
-TEST(ShapeFunctionsA, ResizeUpsampleEinsum) {
+TEST(ShapeFunctionsDataMovement, ResizeUpsampleEinsum) {
   const Tensor x = rand_f({1, 1, 3, 5}, 12);
   const Tensor scales = F({4}, {1, 1, 2.5f, 0.5f}), sizes = I({4}, {1, 1, 7, 1});
   EXPECT_EQ(agree(make_node("Resize"), {&x, nullptr, &scales}, 13), (Types{{f32, {1, 1, 7, 2}}}));
