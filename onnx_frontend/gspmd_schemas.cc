@@ -1,4 +1,4 @@
-// The `gspmd` domain's schemas for onnx's registry (gspmd_schemas.h). Semantics: core/partition/program_ops.h;
+// The `gspmd` domain's schemas for onnx's registry (gspmd_schemas.h). Semantics: core/program/program_ops.h;
 // exported attributes: docs/collectives.md. tools/gspmd_onnx_schemas.py mirrors every check and message here.
 #include "onnx_frontend/gspmd_schemas.h"
 
@@ -15,7 +15,7 @@
 #include <onnx/defs/shape_inference.h>
 #include <onnx/shape_inference/implementation.h>
 
-#include "core/partition/program_ops.h"
+#include "core/program/program_ops.h"
 #include "onnx_frontend/proto_util.h"
 
 namespace gspmd {
@@ -216,7 +216,7 @@ OpSchema schema_of(GspmdOp op) {
   OpSchema s(name, __FILE__, __LINE__);
   s.SetDomain(kGspmdDomain)
       .SinceVersion(1)
-      .SetDoc(fmt::format("{} (core/partition/program_ops.h, docs/collectives.md): {}", name, doc(op)));
+      .SetDoc(fmt::format("{} (core/program/program_ops.h, docs/collectives.md): {}", name, doc(op)));
   s.Attr("mesh_axes", "mesh axis ids the op's group spans, major to minor", AttributeProto::INTS, true);
   auto optional = [&](const char* a, const char* what, AttributeProto::AttributeType t) {
     s.Attr(a, what, t, onnx::OPTIONAL_VALUE);

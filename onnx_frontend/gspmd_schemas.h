@@ -1,6 +1,6 @@
 // onnx_frontend: the `gspmd` domain's operator schemas in ONNX's C++ schema registry, so that onnx's checker and
 // strict shape inference validate the device models export_device writes (docs/collectives.md, "Validating a device
-// model"). The ops, their attributes and semantics are core/partition/program_ops.h; the exported attributes
+// model"). The ops, their attributes and semantics are core/program/program_ops.h; the exported attributes
 // (replica_groups, group_size, source_target_pairs) are docs/collectives.md. tools/gspmd_onnx_schemas.py checks the
 // same rules for Python's onnx.
 #pragma once
@@ -16,7 +16,7 @@ namespace gspmd {
 /// Registers the schemas of the eight `gspmd` ops (domain "gspmd", version 1: AllReduce, AllGather, ReduceScatter,
 /// AllToAll, CollectivePermute, ShardSlice, MaskPad, PartitionOffset) with onnx::OpSchemaRegistry, after declaring
 /// the domain's version range [1, 1] with DomainToVersionRange. Each schema lists the program's attributes
-/// (core/partition/program_ops.h) and the exported ones (docs/collectives.md), one type constraint T over every
+/// (core/program/program_ops.h) and the exported ones (docs/collectives.md), one type constraint T over every
 /// tensor type (y has x's element type) and a type and shape inference function that computes y's shape as the
 /// program does: AllGather multiplies the gathered dim by `group_size`, ReduceScatter divides it, AllToAll divides
 /// `split_axis` and multiplies `concat_axis`, ShardSlice's dim is `size` (default `shard_size`), PartitionOffset is

@@ -112,7 +112,7 @@ void register_misc(KernelTable& t);
 void register_training(KernelTable& t);
 /// ops_control.cc: If, Loop, Scan (their bodies run with these kernels).
 void register_control(KernelTable& t);
-/// ops_pipeline.cc: "gspmd.pipeline:Shift", the pipeline's stage shift (core/pipeline/shift.h).
+/// ops_pipeline.cc: "gspmd.pipeline:Shift", the pipeline's stage shift (core/ir/shift_op.h).
 void register_pipeline(KernelTable& t);
 
 /// Elementwise kernels (ops_elementwise.cc, ops_elementwise_unary.cc) call oneDNN from this many elements on: below it,

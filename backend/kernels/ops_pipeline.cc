@@ -1,9 +1,9 @@
-// Kernel of the pipeline's stage shift, gspmd.pipeline Shift (core/pipeline/shift.h), on one device: the whole
+// Kernel of the pipeline's stage shift, gspmd.pipeline Shift (core/ir/shift_op.h), on one device: the whole
 // stage dim is local, so the shift is a copy of rows.
 #include <cstring>
 
 #include "backend/kernels/kernels_util.h"
-#include "core/pipeline/shift.h"
+#include "core/ir/shift_op.h"
 
 namespace gspmd::kern {
 namespace {

@@ -4,7 +4,7 @@
 // under MPI (backend/mpi). At every collective node it hands each replica group that has members in this process to a
 // CollectiveExecutor, with the operands of those members. InProcessCollectives (the emulator) holds every member and
 // calls collectives.h; backend/mpi's MpiCollectives holds one member and calls MPI. Semantics of every op:
-// core/partition/program_ops.h and docs/collectives.md.
+// core/program/program_ops.h and docs/collectives.md.
 #pragma once
 
 #include <condition_variable>
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/ir/ir.h"
-#include "core/partition/program_ops.h"
+#include "core/program/program_ops.h"
 #include "core/sharding/sharding.h"
 
 namespace gspmd {
@@ -25,7 +25,7 @@ namespace gspmd {
 /// One execution of a `gspmd` collective node for one replica group.
 struct CollectiveCall {
   const Node* node = nullptr;                     // the program node (for messages)
-  Collective op = Collective::kAllReduce;         // which collective (core/partition/program_ops.h)
+  Collective op = Collective::kAllReduce;         // which collective (core/program/program_ops.h)
   std::vector<int> mesh_axes;                     // the mesh axes the group spans, major to minor
   const std::vector<int64_t>* group = nullptr;    // the group's global device ids in tile order
                                                   // (DeviceMesh::replica_groups(mesh_axes))

@@ -1,4 +1,4 @@
-// backend/pod: in-process implementations of the `gspmd` ops (semantics in core/partition/program_ops.h), on plain
+// backend/pod: in-process implementations of the `gspmd` ops (semantics in core/program/program_ops.h), on plain
 // tensors.
 // Collectives take the operands of one replica group in tile order and return one result per member, in the same
 // order. Data movement is dtype-agnostic (byte blocks); reductions support float32, float64, int8..int64, uint8..uint64

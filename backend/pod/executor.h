@@ -136,7 +136,7 @@ class Executor final : private FusionHost {
   void run_kernel_node(const Node& n, int node);
   /// `axes` (an attribute of `n`) checked against the mesh; fails on an axis the mesh does not have.
   const std::vector<int>& checked(const Node& n, const std::vector<int>& axes) const;
-  /// Runs a `gspmd` node (core/partition/program_ops.h) on every device; UnsupportedError for an unknown op.
+  /// Runs a `gspmd` node (core/program/program_ops.h) on every device; UnsupportedError for an unknown op.
   void run_gspmd(const Node& n);
   /// Runs a collective node: one CollectiveExecutor call per replica group with members on this process.
   void run_collective(const Node& n);

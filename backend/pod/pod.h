@@ -1,6 +1,6 @@
 // backend/pod: an emulated pod of N devices on this host. Each device owns its tensors (memory accounted per
 // device); devices execute the same SPMD program in lock step, node by node; `gspmd` collectives are carried out
-// in-process over all devices' buffers (semantics in core/partition/program_ops.h; implementations in collectives.h).
+// in-process over all devices' buffers (semantics in core/program/program_ops.h; implementations in collectives.h).
 // The same interpreter runs a subset of the devices (run_spmd_local, run_device_graph) with the collectives handed to
 // a CollectiveExecutor (collective_executor.h): backend/mpi runs one device per MPI rank that way.
 //

@@ -11,7 +11,7 @@
 
 #include "core/cost/target.h"
 #include "core/ir/ir.h"
-#include "core/partition/spmd.h"
+#include "core/program/program.h"
 
 namespace gspmd {
 
@@ -52,7 +52,7 @@ double collective_time(Collective kind, double bytes, const std::vector<int>& me
 std::string op_signature(const Graph& g, const Node& node);
 
 /// Simulated time of one node of an SPMD program on one device: collective_time for gspmd collectives
-/// (is_collective, core/partition/program_ops.h; bytes = the larger of operand and result); the target's measured_ops
+/// (is_collective, core/program/program_ops.h; bytes = the larger of operand and result); the target's measured_ops
 /// entry for op_signature(node) when there is one; otherwise the roofline max(node_flops / peak_for(dtype of the
 /// first input), node_bytes / hbm_bandwidth) + op_overhead.
 double node_time(const Graph& program, const Node& node, const DeviceMesh& mesh, const Target& t);

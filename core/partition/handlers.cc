@@ -5,8 +5,8 @@
 #include <limits>
 #include <unordered_map>
 
+#include "core/ir/shift_op.h"
 #include "core/partition/partitioner.h"
-#include "core/pipeline/shift.h"
 
 namespace gspmd::partition_internal {
 namespace {

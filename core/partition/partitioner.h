@@ -157,7 +157,7 @@ class Partitioner {
   /// Gather whose table is split on the looked-up axis by F (a split reduction factor in its rule): the masked
   /// lookup, result unreduced (sum) over the table's split axes.
   void lower_gather(int n, const OpShardingRule& rule, const FactorSharding& F);
-  /// The pipeline's stage shift (gspmd.pipeline Shift, core/pipeline/shift.h): with its stage dim split one row per
+  /// The pipeline's stage shift (gspmd.pipeline Shift, core/ir/shift_op.h): with its stage dim split one row per
   /// device, a collective-permute over the stage axes plus the enter row's input chosen by the partition id, and
   /// `out` a partial sum over those axes (the exit stage's row, zeros elsewhere); otherwise gathered and local.
   /// Always lowers the node (true).

@@ -1,4 +1,4 @@
-// The partitioner's handler of the pipeline's stage shift (gspmd.pipeline Shift, core/pipeline/shift.h; GSPMD §3.3):
+// The partitioner's handler of the pipeline's stage shift (gspmd.pipeline Shift, core/ir/shift_op.h; GSPMD §3.3):
 // with the stage dim split one row per device, the shift is one collective-permute between neighbouring stages and
 // the row that enters or leaves the pipeline is chosen by the partition id; otherwise the stage dim is gathered and
 // the shift is computed locally with standard ONNX ops.

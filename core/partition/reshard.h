@@ -12,7 +12,7 @@
 
 #include "core/cost/target.h"
 #include "core/ir/ir.h"
-#include "core/partition/program_ops.h"
+#include "core/program/program_ops.h"
 #include "core/sharding/sharding.h"
 
 namespace gspmd {

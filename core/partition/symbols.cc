@@ -109,12 +109,6 @@ void check_sized_attrs(const SpmdProgram& p, int node) {
 
 }  // namespace
 
-DimExpr SpmdProgram::attr_expr(int node, const std::string& attr, int64_t value) const {
-  for (const SymbolicAttr& a : sym_attrs)
-    if (a.node == node && a.attr == attr) return a.expr;
-  return value;
-}
-
 void attach_program_symbols(SpmdProgram& p, const Graph& g) {
   Graph& P = p.program;
   P.dim_hints = g.dim_hints;

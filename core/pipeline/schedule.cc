@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "core/ir/shift_op.h"
 #include "core/ir/typing.h"
 #include "core/pipeline/blocks.h"
-#include "core/pipeline/shift.h"
 #include "core/pipeline/vectorize.h"
 #include "core/propagation/propagation.h"
 

@@ -1,8 +1,8 @@
-// Rules of the pipeline's stage shift (gspmd.pipeline Shift, core/pipeline/shift.h):
+// Rules of the pipeline's stage shift (gspmd.pipeline Shift, core/ir/shift_op.h):
 // - sharding: the stage dim is one factor of x and y (the partitioner's handler turns its one-row-per-device split
 //   into a collective-permute); every other dim is one factor of x, in, y and out, whose stage dim (size 1) has none;
 // - gradient: the reverse shift (shift = -shift, same wrap) of (dy, d_out) gives (dx, d_in).
-#include "core/pipeline/shift.h"
+#include "core/ir/shift_op.h"
 #include "core/rules/gradient.h"
 #include "core/rules/rule.h"
 #include "core/rules/rule_maker.h"

@@ -216,7 +216,7 @@ void register_index_rules();      // index_ops.cc: Pad, Tile, Resize, Range, Top
 void register_misc_rules();       // misc_ops.cc: Trilu, Det, ReverseSequence, RNN/GRU/LSTM, (De)QuantizeLinear,
                                   // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, GridSample, RoiAlign,
                                   // TfIdfVectorizer
-void register_pipeline_rules();   // pipeline.cc: gspmd.pipeline Shift (core/pipeline/shift.h)
+void register_pipeline_rules();   // pipeline.cc: gspmd.pipeline Shift (core/ir/shift_op.h)
 /// check()'s rules for one tensor: rule.operands[i] (or results[i], if `result`) against node input (output) i:
 /// presence, rank, factor ids, a factor at most once, dim sizes. Throws RuleError.
 void check_tensor_dims(const Graph& g, const Node& node, const OpShardingRule& rule, bool result, size_t i);

@@ -1,7 +1,7 @@
-// Shape function of ops_pipeline.cc's kernel: the pipeline's stage shift (core/pipeline/shift.h).
+// Shape function of ops_pipeline.cc's kernel: the pipeline's stage shift (core/ir/shift_op.h).
 #include <fmt/format.h>
 
-#include "core/pipeline/shift.h"
+#include "core/ir/shift_op.h"
 #include "core/shapes/geometry.h"
 #include "core/shapes/shape_ctx.h"
 

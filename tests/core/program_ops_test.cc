@@ -1,4 +1,4 @@
-// core/partition/program_ops.h: the `gspmd` op set. Names round trip, nodes convert to the enum, attributes read and
+// core/program/program_ops.h: the `gspmd` op set. Names round trip, nodes convert to the enum, attributes read and
 // build, and malformed nodes fail with the node's name.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "core/partition/program_ops.h"
+#include "core/program/program_ops.h"
 
 namespace gspmd {
 namespace {

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "backend/pod/pod.h"
+#include "core/ir/shift_op.h"
 #include "core/partition/spmd.h"
-#include "core/pipeline/shift.h"
 #include "core/propagation/propagation.h"
 #include "core/sharding/sharding.h"
 #include "tests/test_util/graph_builder.h"
@@ -824,7 +824,7 @@ TEST(OpsPartition, ShapeOperands) {
   run_all("Shape operands (Resize/Expand/Reshape/Tile/ConstantOfShape/Range)", cs);
 }
 
-// The pipeline's stage shift (core/pipeline/shift.h) under every sharding of its state: the stage dim split one row
+// The pipeline's stage shift (core/ir/shift_op.h) under every sharding of its state: the stage dim split one row
 // per device (a collective-permute, cyclic with wrap; the leaving row a partial sum, here added to another value),
 // split otherwise or not at all (gathered, shifted locally); both directions, with and without an entering row.
 TEST(OpsPartition, PipelineShift) {

@@ -10,9 +10,9 @@
 #include <set>
 
 #include "backend/pod/pod.h"
+#include "core/ir/shift_op.h"
 #include "core/partition/spmd.h"
 #include "core/pipeline/schedule.h"
-#include "core/pipeline/shift.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/frontend/frontend_test_util.h"
 

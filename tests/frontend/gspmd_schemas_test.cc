@@ -12,7 +12,7 @@
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
-#include "core/partition/program_ops.h"
+#include "core/program/program_ops.h"
 #include "tests/frontend/frontend_test_util.h"
 
 namespace gspmd {

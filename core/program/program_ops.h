@@ -1,4 +1,4 @@
-// core/partition/program_ops.h: the `gspmd` op set, the contract between the partitioner and the SPMD program's
+// core/program/program_ops.h: the `gspmd` op set, the contract between the partitioner and the SPMD program's
 // consumers (the cost model, the pod emulator, the MPI backend, the per-device exporter, the CLI).
 //
 // The SPMD program (spmd.h) is ONE graph on local (per-shard, padded) shapes that every device runs; what differs
@@ -20,7 +20,7 @@
 //   CollectivePermute(x) -> y   attrs mesh_axes and either shift or target_axes (permute_sources in reshard.h).
 //                               shift: the device at tile t receives x from tile t - shift of its group; devices with
 //                               no source (t - shift outside [0, n)) get zeros (halo exchange); with optional wrap = 1,
-//                               from tile (t - shift) mod n (the pipeline's cyclic shift, core/pipeline/shift.h).
+//                               from tile (t - shift) mod n (the pipeline's cyclic shift, core/ir/shift_op.h).
 //                               target_axes (a permutation of mesh_axes): the device receives from the group member
 //                               whose tile index over mesh_axes equals its own tile index over target_axes (a reshard
 //                               that moves equal-sized shards between devices, e.g. [x,y] -> [y,x]).

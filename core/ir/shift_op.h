@@ -1,7 +1,8 @@
-// core/pipeline: the pipeline's one op of its own, the stage shift (GSPMD §3.3: "shift the per-stage state buffer
-// to the next stage with a collective-permute"). It lives in the ONNX domain "gspmd.pipeline", version 1, in the
-// unpartitioned (global) graph that the pipeline transformation builds (core/pipeline/schedule.h); the partitioner
-// lowers it to standard ONNX ops and collectives, so it never appears in an SPMD program or an exported device model.
+// core/ir/shift_op.h: the pipeline's (core/pipeline) one op of its own, the stage shift (GSPMD §3.3: "shift the
+// per-stage state buffer to the next stage with a collective-permute"). It lives in the ONNX domain "gspmd.pipeline",
+// version 1, in the unpartitioned (global) graph that the pipeline transformation builds (core/pipeline/schedule.h);
+// the partitioner lowers it to standard ONNX ops and collectives, so it never appears in an SPMD program or an exported
+// device model.
 //
 //   Shift(x, [in]) -> (y, out)        attrs shift (1 or -1, default 1), wrap (0 or 1, default 0).
 //   x: [S, ...], the state of S stages; in: [1, ...]; y: [S, ...]; out: [1, ...].

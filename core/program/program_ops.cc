@@ -1,6 +1,6 @@
-// core/partition/program_ops.cc: names and attributes of the `gspmd` ops (program_ops.h). The op names and the
+// core/program/program_ops.cc: names and attributes of the `gspmd` ops (program_ops.h). The op names and the
 // collectives' display names appear in this file only.
-#include "core/partition/program_ops.h"
+#include "core/program/program_ops.h"
 
 #include <limits>
 #include <ostream>

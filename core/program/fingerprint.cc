@@ -3,7 +3,7 @@
 #include <memory>
 #include <type_traits>
 
-#include "core/partition/spmd.h"
+#include "core/program/program.h"
 
 namespace gspmd {
 

@@ -1,0 +1,2 @@
+// core/a reads core/b.
+#include "core/b/b.h"

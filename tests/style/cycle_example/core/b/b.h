@@ -1,0 +1,2 @@
+// core/b reads core/a back: a cycle.
+#include "core/a/a.h"

@@ -1,0 +1,2 @@
+// core/c reads core/a: no cycle.
+#include "core/a/a.h"
