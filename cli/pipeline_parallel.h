@@ -1,7 +1,6 @@
 // cli/pipeline_parallel: --pipeline's part of the command flow (compile_model, cli/compile.cc): the model rewritten
 // into its pipelined form with the annotations carried over (core/pipeline), the microbatch count chosen with --auto,
-// and
-// --pipeline auto's search of the stage count (docs/pipeline.md).
+// and --pipeline auto's search of the stage count (docs/pipeline.md).
 #pragma once
 
 #include <initializer_list>
