@@ -583,40 +583,44 @@ Annotations pipeline_annotations(const Graph& g, const Annotations& a, const Pip
   // without --pipeline), and stay open.
   const ShardingPlan plan = model_plan ? ShardingPlan() : propagate(g, a);
   const std::vector<TensorSharding>& model = (model_plan ? *model_plan : plan).shardings;
+  // An open annotation of rank `rank` whose dims from `offset` on are the model plan's of `carries` without `axis`,
+  // dim 0 closed (its axes set by the caller).
+  auto as_the_model = [&](int rank, int offset, const std::string& carries, std::string source) {
+    const TensorSharding& rows = model.at(static_cast<size_t>(g.at(carries)));
+    Annotation s;
+    s.sharding = TensorSharding::replicated(rank);
+    if (rows.rank() + offset == rank)
+      for (int d = 0; d < rows.rank(); ++d)
+        std::copy_if(rows.dims[static_cast<size_t>(d)].begin(), rows.dims[static_cast<size_t>(d)].end(),
+                     std::back_inserter(s.sharding.dims[static_cast<size_t>(d + offset)]),
+                     [&](int x) { return x != axis; });
+    s.open_dims.assign(static_cast<size_t>(rank), 1);
+    s.open_dims[0] = 0;
+    s.source = std::move(source);
+    return s;
+  };
   for (const PipelineLayout::State& st : p.layout.states) {
     const int id = pg.at(st.name);
     if (out.by_value.count(id)) continue;
     const int rank = static_cast<int>(pg.values[static_cast<size_t>(id)].shape.size());
-    const TensorSharding& rows = model.at(static_cast<size_t>(g.at(st.carries)));
-    Annotation s;
-    s.sharding = TensorSharding::replicated(rank);
-    if (rows.rank() + 1 == rank)
-      for (int d = 0; d < rows.rank(); ++d)
-        std::copy_if(rows.dims[static_cast<size_t>(d)].begin(), rows.dims[static_cast<size_t>(d)].end(),
-                     std::back_inserter(s.sharding.dims[static_cast<size_t>(d) + 1]), [&](int x) { return x != axis; });
+    Annotation s = as_the_model(
+        rank, 1, st.carries,
+        fmt::format("--pipeline {}: the stage dim of the state buffer, the rest as '{}' without --pipeline", axis_name,
+                    st.carries));
     s.sharding.dims[0] = {axis};
-    s.open_dims.assign(static_cast<size_t>(rank), 1);
-    s.open_dims[0] = 0;
-    s.source = fmt::format("--pipeline {}: the stage dim of the state buffer, the rest as '{}' without --pipeline",
-                           axis_name, st.carries);
     out.by_value[id] = std::move(s);
   }
   // The gathered results: the batch over the model's batch axes, then over `axis` (the suffix is not replicated over
   // the stages); the other dims open, as the model's plan starts them.
   const int results = pg.find(p.layout.results);
   const int rank = results < 0 ? 0 : static_cast<int>(pg.values[static_cast<size_t>(results)].shape.size());
-  const TensorSharding* rows = results < 0 ? nullptr : &model.at(static_cast<size_t>(g.at(p.layout.results)));
-  if (rank > 0 && rows->rank() == rank && !out.by_value.count(results)) {
-    Annotation s;
-    s.sharding = TensorSharding::replicated(rank);
-    for (int d = 0; d < rank; ++d)
-      std::copy_if(rows->dims[static_cast<size_t>(d)].begin(), rows->dims[static_cast<size_t>(d)].end(),
-                   std::back_inserter(s.sharding.dims[static_cast<size_t>(d)]), [&](int x) { return x != axis; });
+  if (rank > 0 && model.at(static_cast<size_t>(g.at(p.layout.results))).rank() == rank &&
+      !out.by_value.count(results)) {
+    Annotation s = as_the_model(rank, 0, p.layout.results,
+                                fmt::format("--pipeline {}: the results' batch over '{}' too, the rest as '{}' "
+                                            "without --pipeline",
+                                            axis_name, axis_name, p.layout.results));
     s.sharding.dims[0].push_back(axis);
-    s.open_dims.assign(static_cast<size_t>(rank), 1);
-    s.open_dims[0] = 0;
-    s.source = fmt::format("--pipeline {}: the results' batch over '{}' too, the rest as '{}' without --pipeline",
-                           axis_name, axis_name, p.layout.results);
     out.by_value[results] = std::move(s);
   }
   // An annotation is a constraint: one that reached no value of the pipelined graph is refused, never dropped.
