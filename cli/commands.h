@@ -1,10 +1,14 @@
 // cli: the gspmd-onnx commands (contract: docs/cli.md). main.cc parses flags with CLI11 and calls these.
 #pragma once
 
+#include <initializer_list>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include <optional>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backend/pod/pod.h"
 #include "core/auto/auto.h"
@@ -88,6 +92,7 @@ struct CommonOptions {
                                  // run --backend mpi: rank 0 only, cli/progress.h)
   const StageCandidate* stage_candidate = nullptr;  // --pipeline auto's sweep (not a flag)
   bool stage_search_base = false;  // --pipeline auto's 1-stage search: keep its best plan when none fits (not a flag)
+  bool search_only = false;        // --pipeline auto's per-count search: stop after --auto's search (not a flag)
 };
 
 /// One microbatch count that `--pipeline AXIS --auto` (without --microbatches) tried: the simulated step and peak
@@ -142,11 +147,25 @@ struct Compiled {
   CostReport cost(bool overlap);
 };
 
+/// The choice named `text` among `choices` (in order), or InputError("FLAG: 'text' is not a, b or c").
+template <class T>
+T pick(const std::string& text, const char* flag, std::initializer_list<std::pair<const char*, T>> choices) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : choices) {
+    if (text == name) return value;
+    names.push_back(name);
+  }
+  const std::string last = names.back();
+  names.pop_back();
+  throw InputError(fmt::format("{}: '{}' is not {} or {}", flag, text, fmt::join(names, ", "), last));
+}
+
 /// Resolves the target, loads MODEL, reads the sharding file, (with --auto) searches the open shardings, propagates
 /// and partitions; with --target host (and measure_host_ops) then measures the program's ops into
-/// target.measured_ops (measure_program_ops). Throws InputError for bad input (the target and --device-order are
-/// checked first, the device order again once the mesh is known; --memory-limit that is not a positive number of
-/// bytes; --auto when no plan fits in memory).
+/// target.measured_ops (measure_program_ops); with CommonOptions::search_only, returns right after --auto's search
+/// (graph, training step, auto_result and shard_update set; no plan or program). Throws InputError for bad input (the
+/// target and --device-order are checked first, the device order again once the mesh is known; --memory-limit that is
+/// not a positive number of bytes; --auto when no plan fits in memory).
 Compiled compile_model(const CommonOptions& o, bool load_data = true);
 /// Whether an initializer is a trainable weight under --trainable REGEX (default: floating point with more than one
 /// element). The loader keeps these unfolded. Throws InputError for a REGEX that is not a regular expression.

@@ -377,6 +377,7 @@ Compiled compile_model(const CommonOptions& o, bool load_data) {
       p.rules = RuleTable(p.graph);
       p.auto_result->model.reset();
     }
+    if (o.search_only) return p;
   }
   // The step's values follow their weights' annotations (docs/training.md), --auto's too.
   if (p.training)

@@ -203,6 +203,7 @@ Compiled search_stages(const CommonOptions& o, bool load_data) {
     per.mesh = fmt::format("{}", fmt::join(stage_shape, "x"));
     per.memory_limit = std::to_string(limit > std::numeric_limits<int64_t>::max() / s ? limit : limit * s);
     per.progress = false;
+    per.search_only = true;  // its plan (annotations, step choices) is all stage_candidate reads
     std::optional<Compiled> searched;
     try {
       searched = compile_model(per, false);

@@ -3,30 +3,12 @@
 // and --pipeline auto's search of the stage count (docs/pipeline.md).
 #pragma once
 
-#include <initializer_list>
 #include <string>
-#include <utility>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 
 namespace gspmd::cli {
-
-/// The choice named `text` among `choices` (in order), or InputError("FLAG: 'text' is not a, b or c").
-template <class T>
-T pick(const std::string& text, const char* flag, std::initializer_list<std::pair<const char*, T>> choices) {
-  std::vector<std::string> names;
-  for (const auto& [name, value] : choices) {
-    if (text == name) return value;
-    names.push_back(name);
-  }
-  const std::string last = names.back();
-  names.pop_back();
-  throw InputError(fmt::format("{}: '{}' is not {} or {}", flag, text, fmt::join(names, ", "), last));
-}
 
 /// The trained weights of the pipelined graph `g` for those of the model, `trainable`: the stacked weights that stack
 /// a trained layer weight, and the model's own weights that `g` keeps (the embedding, the head).

@@ -561,7 +561,8 @@ nlohmann::json make_report(const Compiled& p, const CostReport& cost, const PodR
     tr["recomputed_flops"] = p.training->recomputed_flops;
   }
   if (p.auto_result) j["auto"] = auto_json(*p.auto_result, p.graph, p.annotations.mesh.user());
-  if (p.pipeline) j["pipeline"] = pipeline_json(*p.pipeline, p.pipeline_axis, p.microbatch_search);
+  if (p.pipeline)
+    j["pipeline"] = pipeline_json(*p.pipeline, p.pipeline_axis, p.microbatch_search, prefix_and_suffix(p));
   if (!p.stage_search.empty()) {
     json& st = j["auto_stages"] = json::array();
     for (const StageSearchEntry& e : p.stage_search) {
@@ -600,8 +601,25 @@ nlohmann::json make_report(const Compiled& p, const CostReport& cost, const PodR
   return j;
 }
 
+std::string prefix_and_suffix(const Compiled& p) {
+  const int axis = p.annotations.mesh.axis_index(p.pipeline_axis);
+  auto sharding = [&](const std::string& name) -> const TensorSharding* {
+    const int v = p.graph.find(name);
+    return v >= 0 && static_cast<size_t>(v) < p.plan.shardings.size() ? &p.plan.shardings[static_cast<size_t>(v)]
+                                                                      : nullptr;
+  };
+  const TensorSharding* stream = sharding(p.pipeline->stream);
+  const TensorSharding* results = sharding(p.pipeline->results);
+  const std::vector<int> stream_axes = stream ? stream->tiled_axes() : std::vector<int>();
+  const bool prefix_split = std::find(stream_axes.begin(), stream_axes.end(), axis) != stream_axes.end();
+  const bool suffix_split = results && !results->dims.empty() &&
+                            std::find(results->dims[0].begin(), results->dims[0].end(), axis) != results->dims[0].end();
+  return fmt::format("prefix {} over {}, suffix with its batch {} over {}", prefix_split ? "split" : "replicated",
+                     p.pipeline_axis, suffix_split ? "split" : "replicated", p.pipeline_axis);
+}
+
 nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis,
-                             const std::vector<MicrobatchCandidate>& search) {
+                             const std::vector<MicrobatchCandidate>& search, const std::string& prefix_and_suffix) {
   nlohmann::json j;
   j["axis"] = axis;
   j["schedule"] = schedule_name(l.schedule);
@@ -619,7 +637,7 @@ nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis,
   j["shifts"] = l.shifts.size();
   j["prefix_nodes"] = l.prefix_nodes;
   j["suffix_nodes"] = l.suffix_nodes;
-  j["prefix_and_suffix"] = fmt::format("prefix replicated over {}, suffix with its batch split over {}", axis, axis);
+  j["prefix_and_suffix"] = prefix_and_suffix;
   if (!search.empty()) {
     nlohmann::json& s = j["auto_microbatches"] = nlohmann::json::array();
     for (const MicrobatchCandidate& c : search)

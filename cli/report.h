@@ -124,9 +124,15 @@ CheckResult check_against_reference(const Compiled& p, const std::vector<Tensor>
 
 /// The report's "pipeline" section (docs/pipeline.md): the schedule, stages, microbatches, iterations, padding slots,
 /// the bubble fraction and the layers each stage runs, for a pipeline over mesh axis `axis`.
-/// `search`: the microbatch counts --auto tried ("auto_microbatches": microbatches, step_s, peak_bytes, fits), if any.
+/// `search`: the microbatch counts --auto tried ("auto_microbatches": microbatches, step_s, peak_bytes, fits), if any;
+/// `prefix_and_suffix`: that field's text (the function below).
 nlohmann::json pipeline_json(const PipelineLayout& l, const std::string& axis,
-                             const std::vector<MicrobatchCandidate>& search);
+                             const std::vector<MicrobatchCandidate>& search, const std::string& prefix_and_suffix);
+
+/// --pipeline: how the prefix and the suffix run over the pipeline axis in p's plan, "prefix replicated over stage,
+/// suffix with its batch split over stage": the prefix is split when the stream entering the first layer uses the axis,
+/// the suffix when the gathered results' batch dim does (pipeline_annotations' default, unless annotated otherwise).
+std::string prefix_and_suffix(const Compiled& p);
 
 /// Writes each ONNX output of `signature` as DIR/output_<i>.pb (ONNX test-data layout, named as the output; a
 /// sequence or optional as its proto, from the graph's flattened `outputs`), creating DIR. Throws InputError naming

@@ -76,6 +76,21 @@ TEST(PipelineCli, GptOnTwoStagesTimesMegatronIsExact) {
   }
 }
 
+// The report's prefix_and_suffix says how the plan runs them: a user annotation of the gathered results (the last
+// layer's output) that keeps their batch whole makes the suffix run replicated over the stage axis.
+TEST(PipelineCli, PrefixAndSuffixTextFollowsThePlan) {
+  const fs::path d = scratch("pipeline_cli_suffix_text");
+  nlohmann::json side = read_json("testdata/gpt/gpt.pipeline.sharding.json");
+  side["tensors"]["/h.1/Add_1_output_0"] = {nullptr, nullptr, nullptr};
+  std::ofstream(d / "p.json") << side.dump();
+  const nlohmann::json j = run_checked(
+      "testdata/gpt/gpt_opset17.onnx --shardings " + (d / "p.json").string() + " --pipeline stage --microbatches 2", d,
+      "suffix_text");
+  ASSERT_FALSE(j.empty());
+  EXPECT_EQ(j["pipeline"]["prefix_and_suffix"],
+            "prefix replicated over stage, suffix with its batch replicated over stage");
+}
+
 // partition --annotated-model with --pipeline writes the model (not its pipelined form) with each layer weight's
 // sharding (its stacked weight's without the stage dim) and none inside the layers: read back with the same
 // --pipeline, it gives the same program.
@@ -567,6 +582,7 @@ TEST(PipelineCli, DataInputsSplitOverTheStageAxisTooAreExact) {
   }
   EXPECT_EQ(layer_grads, (std::map<std::string, int>{{R"(["x"])", 32}}));
   EXPECT_EQ(results, std::vector<std::string>{R"(reduce-scatter ["stage"] 16384)"});  // [8, 16, 64] float32 / 2
+  EXPECT_EQ(j["pipeline"]["prefix_and_suffix"], "prefix split over stage, suffix with its batch split over stage");
   const CollectiveCounts counts = collective_counts(j);
   auto count = [&](const char* kind, const char* axes, int64_t bytes) {
     auto it = counts.find({kind, axes, bytes});
