@@ -32,6 +32,7 @@ struct TrainingFlags {
   std::string shard_update;       // --shard-update AXIS: shard each update and its optimizer state over AXIS
   std::string remat;              // --remat none|full|dots; "" = none, or with --auto the search chooses
   std::string trainable;          // --trainable REGEX over initializer names ("" = float initializers of >1 element)
+  int64_t accumulate = 1;         // --accumulate K: microbatches per step, gradients summed (docs/training.md)
   double lr = 0.01;               // --lr
   double momentum = 0.9;          // --momentum
   double beta1 = 0.9, beta2 = 0.999;  // --beta1, --beta2 (adam)
@@ -179,6 +180,8 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward);
 /// HBM). Throws InputError("--memory-limit: 'x' is not a positive number of bytes (like ...)").
 int64_t parse_memory_limit(const std::string& text);
 
+/// The most microbatches `--accumulate` takes: the step is unrolled over them (docs/cli.md#limits).
+inline constexpr int64_t kMaxAccumulate = 256;
 /// The largest value `--dim NAME=V` may give (docs/cli.md#limits): 2^31 - 1, far above any real dim.
 inline constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
 /// The most devices `partition` writes files for and `run` emulates in one process (docs/cli.md#limits); `simulate`

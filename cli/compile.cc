@@ -130,6 +130,10 @@ TrainingOptions training_options(const TrainingFlags& f, const Graph& forward) {
   t.beta2 = f.beta2;
   t.eps = f.eps ? *f.eps : t.optimizer == OptimizerKind::kAdafactor ? 1e-30 : 1e-8;
   t.shard_update = !f.shard_update.empty();
+  if (f.accumulate < 1 || f.accumulate > kMaxAccumulate)
+    throw InputError(
+        fmt::format("--accumulate: {} is not a microbatch count from 1 to {}", f.accumulate, kMaxAccumulate));
+  t.accumulate = f.accumulate;
   const std::optional<NamePattern> re = trainable_pattern(f);
   const auto trainable = trainable_predicate(re);
   for (const Value& v : forward.values)
@@ -218,6 +222,7 @@ Compiled compile_model(const CommonOptions& o, bool load_data) {
   if (!o.training.on && !o.training.shard_update.empty()) throw InputError("--shard-update: only used with --training");
   if (!o.training.on && !o.training.remat.empty() && o.training.remat != "none")
     throw InputError("--remat: only used with --training");
+  if (!o.training.on && o.training.accumulate != 1) throw InputError("--accumulate: only used with --training");
   // --dim and --hint: NAME=VALUE, VALUE in 1 .. kMaxDim, each NAME once
   auto sizes = [](const std::vector<std::string>& flags, const char* flag, std::map<std::string, int64_t>& out) {
     for (const std::string& d : flags) {
@@ -315,6 +320,7 @@ Compiled compile_model(const CommonOptions& o, bool load_data) {
 
   p.annotations = pipelined ? std::move(*pipelined) : read_annotations(p.graph);
   for (auto& [name, ann] : pipelined_by_name) p.annotations.by_value.emplace(p.graph.at(name), std::move(ann));
+  if (p.training && p.training->accumulate > 1) annotate_microbatches(p.graph, p.training->accumulate, p.annotations);
   p.sharding_file = file;
   p.sharding_file_implicit = o.shardings.empty() && !file.empty();
   int update_axis = -1;
@@ -347,6 +353,7 @@ Compiled compile_model(const CommonOptions& o, bool load_data) {
         TrainingOptions t = *to;
         t.remat = step.remat;
         t.shard_update = step.update_axis >= 0;
+        if (step.microbatches > 0) t.accumulate = step.microbatches;
         std::erase_if(t.trainable, [&](const std::string& name) { return g.find(name) < 0; });
         m.training = build_training_step(std::move(g), t, lo.shape_function);
         m.roles = training_memory_roles(m.training->graph, *m.training);
@@ -360,6 +367,7 @@ Compiled compile_model(const CommonOptions& o, bool load_data) {
         // (docs/auto.md, "Training").
         if (o.training.remat.empty()) ao.remat_choices = {RematPolicy::kNone, RematPolicy::kDots, RematPolicy::kFull};
         ao.update_choice = o.training.shard_update.empty();
+        ao.accumulate = to->accumulate;
       }
     }
     p.auto_result = auto_shard(p.graph, p.annotations, ao, &p.rules);
@@ -382,7 +390,8 @@ Compiled compile_model(const CommonOptions& o, bool load_data) {
   // The step's values follow their weights' annotations (docs/training.md), --auto's too.
   if (p.training)
     annotate_step(p.graph, step_followers(p.graph, *p.training), update_axis,
-                  fmt::format("--shard-update {}", p.shard_update), p.annotations);
+                  fmt::format("--shard-update {}", p.shard_update), p.annotations,
+                  step_batch_inputs(p.graph, *p.training));
   t0 = std::chrono::steady_clock::now();
   p.annotations = refine_for_reshapes(p.graph, p.annotations, &p.rules);
   p.plan = propagate(p.graph, p.annotations, &p.rules);

@@ -56,6 +56,9 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
       "--remat", t.remat,
       "--training: rematerialization: none (default; with --auto the search chooses), full (keep only the cut "
       "values between segments, recompute the rest in the backward) or dots (also keep contraction outputs)");
+  c->add_option("--accumulate", t.accumulate,
+                "--training: gradient accumulation: one step over K microbatches of the model's batch (the data "
+                "inputs take K times it), gradients summed, one update (default 1)");
   c->add_option("--lr", t.lr, "--training: learning rate (default 0.01)");
   c->add_option("--momentum", t.momentum, "--optimizer momentum: momentum (default 0.9)");
   c->add_option("--beta1", t.beta1, "--optimizer adam: beta1 (default 0.9)");

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "core/autodiff/accumulate.h"
 #include "core/autodiff/step_shardings.h"
 #include "core/cost/cost.h"
 #include "core/ir/cuts.h"
@@ -55,6 +56,7 @@ struct Instance {
   /// A training step's trained weights and the values that take their shardings (annotate_step), under
   /// weight-update sharding over this mesh axis (or -1).
   std::vector<WeightFollowers> followers;
+  std::vector<int> batch_inputs;  // with accumulation: the data inputs split into microbatches (step_batch_inputs)
   int update_axis = -1;
 };
 
@@ -90,7 +92,10 @@ class Search {
     full_.cons = constraints;
     full_.roles = o.memory_roles;
     full_.rules = &rules;
-    if (o.training) full_.followers = step_followers(g, *o.training);
+    if (o.training) {
+      full_.followers = step_followers(g, *o.training);
+      full_.batch_inputs = step_batch_inputs(g, *o.training);
+    }
     full_.update_axis = o.step.update_axis;
     model_axis_ = mesh_.axis_index("model");
     if (model_axis_ >= 0 && mesh_.shape[model_axis_] <= 1) model_axis_ = -1;
@@ -129,7 +134,8 @@ class Search {
   /// choices(), and a training step's values that follow the weights (annotate_step under in.update_axis).
   Annotations annotations(const Instance& in, const std::vector<int>& assign) const;
   /// The pipeline on one graph (throws what it throws). `resident` (optional): the bytes live together when the
-  /// forward pass ends: weights, optimizer state, saved activations and inputs, in all (MemoryBreakdown::total).
+  /// forward pass ends: weights, optimizer state, saved activations (one microbatch's, with accumulation) and inputs,
+  /// in all (MemoryBreakdown::total).
   AutoPlanCost cost_on(const Instance& in, const std::vector<int>& assign, int64_t* resident = nullptr) const;
   /// Dims of value v that every consuming rule lets be split (and that have at least 2 elements). For activations
   /// (`pass_through_only`), only dims whose factors are pass-through everywhere: the batch-like dims that decide
@@ -175,9 +181,12 @@ class Search {
   /// The step choices searched (o_.step alone, or each remat choice, then each with weight-update sharding).
   std::vector<StepChoice> steps_;
   size_t step_ = 0;  // the one evaluate() costs under
-  /// Layered costing: per step choice p, the model cut to two blocks (layers_[2p]) and to one (layers_[2p + 1]); else
-  /// empty.
+  /// Layered costing: per step choice p and microbatch count c (copies_[c]), the model cut to two blocks
+  /// (layers_[2 (p |copies_| + c)]) and to one (the next); else empty.
   std::vector<Instance> layers_;
+  /// Layered costing: the microbatches each cut model is built with (StepChoice::microbatches): {0} (the step's own),
+  /// or {2, 3} to extrapolate to AutoOptions::accumulate.
+  std::vector<int64_t> copies_ = {0};
   struct Rebuilt {  // the whole step under a choice other than o_.step
     Instance in;
     std::optional<TrainingStep> training;
@@ -223,7 +232,7 @@ std::vector<int> Search::allowed_dims(int v, const std::vector<std::vector<int>>
   for (int n : consumers[v]) {
     // An activation's split is decided by the forward pass; the backward pass contracts over its batch dims (the
     // weight's gradient), which says nothing of where the forward contraction runs.
-    if (pass_through_only && roles && n >= roles->forward_nodes) continue;
+    if (pass_through_only && roles && roles->forward_pass(n) < 0) continue;
     const Node& node = g.nodes[n];
     const OpShardingRule* rule = base().rules->rule(n);
     if (!rule) continue;
@@ -287,7 +296,10 @@ Instance Search::instance(AutoModel&& m, int update_axis) const {
   for (const auto& [v, ann] : full_.cons.by_value)
     if (const int w = in.g->find(full_.g->values[static_cast<size_t>(v)].name); w >= 0)
       in.cons.by_value.emplace(w, ann);
-  if (m.training) in.followers = step_followers(*in.g, *m.training);
+  if (m.training) {
+    in.followers = step_followers(*in.g, *m.training);
+    in.batch_inputs = step_batch_inputs(*in.g, *m.training);
+  }
   return in;
 }
 
@@ -335,10 +347,16 @@ void Search::setup_layers() {
     if (r != o_.step.remat) steps_.push_back({r, o_.step.update_axis});
   if (const int data = data_axis(); o_.update_choice && data >= 0 && o_.step.update_axis < 0)
     for (size_t p = 0, n = steps_.size(); p < n; ++p) steps_.push_back({steps_[p].remat, data});
+  // With accumulation over more than 2 microbatches, each cut model is built with 2 and with 3 of them.
+  copies_ = o_.accumulate > 2 ? std::vector<int64_t>{2, 3} : std::vector<int64_t>{0};
   try {
     for (const StepChoice& p : steps_)
-      for (size_t k : {size_t{2}, size_t{1}})
-        layers.push_back(instance(o_.build(keep_first_layers(*o_.forward, b, k), p), p.update_axis));
+      for (int64_t c : copies_)
+        for (size_t k : {size_t{2}, size_t{1}}) {
+          StepChoice cut = p;
+          cut.microbatches = c;
+          layers.push_back(instance(o_.build(keep_first_layers(*o_.forward, b, k), cut), p.update_axis));
+        }
   } catch (const std::exception&) {  // the builder failed on a cut model: cost whole graphs
     steps_ = {o_.step};
     return;
@@ -441,11 +459,12 @@ std::vector<Var> Search::find_variables(const Instance& in) const {
   }
   // The residual stream (layered costing): where the GSPMD paper's 2D plan and Megatron's sequence parallelism put
   // their activation layouts.
+  // Every microbatch's copy of it too, under the same key (an accumulated step, core/autodiff/accumulate.h).
   for (const std::string& name : stream_names_)
-    if (const int v = g.find(name); v >= 0 && !in.cons.by_value.count(v) && !act_weight.count(v) && !inputs.count(v) &&
-                                    !g.values[v].shape.empty() && !consumers[v].empty()) {
-      vars.push_back(v);
-    }
+    for (int64_t m = 0, v; (v = g.find(microbatch_name(name, m))) >= 0; ++m)
+      if (!in.cons.by_value.count(v) && !act_weight.count(v) && !inputs.count(v) && !g.values[v].shape.empty() &&
+          !consumers[v].empty())
+        vars.push_back(v);
   std::stable_sort(vars.begin(), vars.end(), [&](int a, int b) { return first_use[a] < first_use[b]; });
   std::vector<Var> out;
   out.reserve(vars.size());
@@ -458,9 +477,12 @@ std::vector<Var> Search::find_variables(const Instance& in) const {
              : act_weight.count(v) ? VarKind::kActivation
                                    : VarKind::kStream;
     x.weight = x.kind == VarKind::kActivation ? act_weight[v] : -1;
-    x.name = x.weight >= 0 ? "input of " + layer_key(g.values[x.weight].name) : layer_key(val.name);
-    x.key =
-        fmt::format("{}|{}|{}|{}", static_cast<int>(x.kind), x.name, shape_str(val.shape), static_cast<int>(val.dtype));
+    x.name = x.weight >= 0 ? "input of " + layer_key(g.values[x.weight].name) : layer_key(model_name(val.name));
+    // A graph input is one value, known by its name: its key holds its rank, not its shape, which accumulation
+    // scales with the microbatches (a cut model built with fewer than the step has, AutoOptions::accumulate).
+    const std::string shape =
+        x.kind == VarKind::kInput ? fmt::format("rank {}", val.shape.size()) : shape_str(val.shape);
+    x.key = fmt::format("{}|{}|{}|{}", static_cast<int>(x.kind), x.name, shape, static_cast<int>(val.dtype));
     out.push_back(std::move(x));
   }
   return out;
@@ -540,7 +562,7 @@ Annotations Search::choices(const Instance& in, const std::vector<int>& assign) 
 
 Annotations Search::annotations(const Instance& in, const std::vector<int>& assign) const {
   Annotations a = choices(in, assign);
-  annotate_step(*in.g, in.followers, in.update_axis, "--auto", a);
+  annotate_step(*in.g, in.followers, in.update_axis, "--auto", a, in.batch_inputs);
   return a;
 }
 
@@ -557,9 +579,12 @@ AutoPlanCost Search::cost_on(const Instance& in, const std::vector<int>& assign,
   c.peak_memory_bytes = r.peak_memory_bytes;
   c.fits = c.peak_memory_bytes <= limit_;
   if (resident) {
-    *resident = 0;
-    for (MemoryKind k :
-         {MemoryKind::kWeights, MemoryKind::kOptimizerState, MemoryKind::kSavedActivations, MemoryKind::kInputs})
+    // With accumulation, one microbatch's saved activations are live at a time: the total over the step / the
+    // forward passes.
+    const int64_t passes =
+        in.roles ? std::max<int64_t>(1, static_cast<int64_t>(in.roles->forward_ranges.size())) : int64_t{1};
+    *resident = r.memory.total[static_cast<size_t>(MemoryKind::kSavedActivations)] / passes;
+    for (MemoryKind k : {MemoryKind::kWeights, MemoryKind::kOptimizerState, MemoryKind::kInputs})
       *resident += r.memory.total[static_cast<size_t>(k)];
   }
   return c;
@@ -588,29 +613,47 @@ AutoPlanCost Search::extrapolated(const std::vector<int>& assign) const {
   // of 96 layers outgrow the logits that are the peak of one); it is taken as at least the bytes live together at
   // the end of the forward pass, which are linear.
   // The two cut models are costed at once, on two threads (each pipeline reads only its own graph and tables).
-  int64_t resident_one = 0, resident_two = 0;
-  const Instance& cut_two = layers_[2 * step_];
-  const Instance& cut_one = layers_[2 * step_ + 1];
-  std::future<AutoPlanCost> one_f =
-      std::async(std::launch::async, [&] { return cost_on(cut_one, assign, &resident_one); });
-  AutoPlanCost two;
-  try {
-    two = cost_on(cut_two, assign, &resident_two);
-  } catch (...) {
-    one_f.wait();
-    throw;
+  auto over_blocks = [&](size_t at) {
+    int64_t resident_one = 0, resident_two = 0;
+    const Instance& cut_two = layers_[at];
+    const Instance& cut_one = layers_[at + 1];
+    std::future<AutoPlanCost> one_f =
+        std::async(std::launch::async, [&] { return cost_on(cut_one, assign, &resident_one); });
+    AutoPlanCost two;
+    try {
+      two = cost_on(cut_two, assign, &resident_two);
+    } catch (...) {
+      one_f.wait();
+      throw;
+    }
+    const AutoPlanCost one = one_f.get();
+    const double n = static_cast<double>(blocks_ - 1);
+    auto extrapolate = [&](double a, double b) { return b + n * (a - b); };
+    AutoPlanCost c = two;
+    c.estimated = true;
+    c.step_time_s = extrapolate(two.step_time_s, one.step_time_s);
+    c.compute_time_s = extrapolate(two.compute_time_s, one.compute_time_s);
+    c.communication_time_s = extrapolate(two.communication_time_s, one.communication_time_s);
+    c.peak_memory_bytes = static_cast<int64_t>(
+        std::max(extrapolate(static_cast<double>(two.peak_memory_bytes), static_cast<double>(one.peak_memory_bytes)),
+                 extrapolate(static_cast<double>(resident_two), static_cast<double>(resident_one))));
+    return c;
+  };
+  const size_t per_step = 2 * copies_.size();
+  AutoPlanCost c = over_blocks(per_step * step_);
+  if (copies_.size() == 2) {
+    // Accumulation: each microbatch past the second adds what the third added (its forward and backward passes and
+    // its accumulation). The peak is within one microbatch's passes, with the accumulators: it does not grow past
+    // the third (the peak of two can be lower: the second's gradients are the last), except by the data inputs' few
+    // bytes, which are not counted.
+    const AutoPlanCost three = over_blocks(per_step * step_ + 2);
+    const double more = static_cast<double>(o_.accumulate - 2);
+    auto extrapolate = [&](double two, double three) { return two + more * (three - two); };
+    c.step_time_s = extrapolate(c.step_time_s, three.step_time_s);
+    c.compute_time_s = extrapolate(c.compute_time_s, three.compute_time_s);
+    c.communication_time_s = extrapolate(c.communication_time_s, three.communication_time_s);
+    c.peak_memory_bytes = std::max(c.peak_memory_bytes, three.peak_memory_bytes);
   }
-  const AutoPlanCost one = one_f.get();
-  const double n = static_cast<double>(blocks_ - 1);
-  auto extrapolate = [&](double a, double b) { return b + n * (a - b); };
-  AutoPlanCost c = two;
-  c.estimated = true;
-  c.step_time_s = extrapolate(two.step_time_s, one.step_time_s);
-  c.compute_time_s = extrapolate(two.compute_time_s, one.compute_time_s);
-  c.communication_time_s = extrapolate(two.communication_time_s, one.communication_time_s);
-  c.peak_memory_bytes = static_cast<int64_t>(
-      std::max(extrapolate(static_cast<double>(two.peak_memory_bytes), static_cast<double>(one.peak_memory_bytes)),
-               extrapolate(static_cast<double>(resident_two), static_cast<double>(resident_one))));
   c.fits = c.peak_memory_bytes <= limit_;
   return c;
 }

@@ -69,6 +69,9 @@ struct StepChoice {
   /// Weight-update sharding over this mesh axis (--shard-update; the step built with TrainingOptions::shard_update,
   /// its values annotated by annotate_step, core/autodiff/step_shardings.h), or -1 for none.
   int update_axis = -1;
+  /// For a cut model's build (layered costing with AutoOptions::accumulate > 2): the microbatches to accumulate over
+  /// (TrainingOptions::accumulate); 0: the step's own.
+  int64_t microbatches = 0;
   friend bool operator==(const StepChoice&, const StepChoice&) = default;
 };
 
@@ -107,6 +110,10 @@ struct AutoOptions {
   /// over the data axis (the first mesh axis of more than one device that is not the Megatron seed's model axis),
   /// and the rematerialization policies under the better of the two (docs/auto.md, "Training").
   bool update_choice = false;
+  /// The step's microbatches (--accumulate, TrainingOptions::accumulate). With layered costing and more than 2, the
+  /// cut models are built with 2 and with 3 microbatches (StepChoice::microbatches) and the times extrapolated
+  /// linearly to this many (each microbatch adds the same work), so that the search's cost does not grow with it.
+  int64_t accumulate = 1;
   /// Return the best plan found when none fits the memory limit (chosen.fits false) instead of the "no sharding
   /// plan fits" error: `--pipeline auto` goes on to stage counts, which hold less per device.
   bool best_if_none_fits = false;

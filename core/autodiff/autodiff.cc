@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
+#include "core/autodiff/accumulate.h"
 #include "core/ir/cuts.h"
 #include "core/ir/typing.h"
 #include "core/rules/gradient.h"
@@ -25,6 +27,8 @@ class StepBuilder final : public GradContext {
   StepBuilder(Graph g, const ShapeFunction& shapes) : g_(std::move(g)), shapes_(shapes) {}
 
   Graph& g() { return g_; }
+  /// Continues on `g` (the accumulated step): g() refers to it; value ids of the old graph that `g` keeps stay valid.
+  void replace_graph(Graph g) { g_ = std::move(g); }
   const Node& node() const override { return *node_; }
   const Graph& graph() const override { return g_; }
 
@@ -417,6 +421,62 @@ int adafactor_update(StepBuilder& b, const TrainingOptions& o, const Value& w, i
   return b.cast(b.op("Div", {update, clip}), w.dtype);
 }
 
+/// --accumulate: the graph inputs of `g` that split into microbatches: not a trained weight (`weights`), and leading
+/// with the model's batch, dim 0 of its output 0 (`output`, before the loss; the labels input lead with it too).
+std::vector<int> microbatched_inputs(const Graph& g, const TrainingOptions& o, int output,
+                                     const std::vector<int>& weights) {
+  if (o.loss == LossKind::kOutput)
+    throw InputError(
+        "--accumulate: needs --loss mean, sum or cross-entropy:LABELS (a scalar output 0 is the model's own loss, "
+        "which may not sum or average over its batch)");
+  const Value& y = g.values.at(static_cast<size_t>(output));
+  if (y.shape.empty())
+    throw InputError(fmt::format("--accumulate: output 0 '{}' is a scalar: it has no batch to split", y.name));
+  const int64_t batch = y.shape[0];
+  std::vector<int> data;
+  for (int v : g.inputs) {
+    const Value& x = g.values[static_cast<size_t>(v)];
+    if (!x.shape.empty() && x.shape[0] == batch && std::find(weights.begin(), weights.end(), v) == weights.end())
+      data.push_back(v);
+  }
+  if (data.empty())
+    throw InputError(fmt::format(
+        "--accumulate: no graph input leads with the batch {} (dim 0 of output 0 '{}'): nothing to split into "
+        "microbatches",
+        batch, y.name));
+  return data;
+}
+
+/// --accumulate: unrolls the one-microbatch step built in `b` (forward and loss: nodes [0, differentiated); the
+/// backward pass after them) over the microbatches (accumulate_microbatches, after folding its transposes as the
+/// step would), continues `b` on the accumulated graph with each weight's gradient its accumulator, and returns the
+/// step's loss. Sets step.forward_ranges and step.batch_inputs, and per weight its partial gradient buffers.
+int unroll_microbatches(StepBuilder& b, const TrainingOptions& o, const std::vector<int>& weights,
+                        size_t differentiated, int loss, const std::vector<int>& data, double loss_scale,
+                        TrainingStep& step, std::map<int, std::vector<int>>& partial_grads) {
+  Graph& g = b.g();
+  std::vector<int> grads;
+  for (int w : weights)
+    if (static_cast<size_t>(w) < b.grad_.size() && b.grad_[static_cast<size_t>(w)] >= 0)
+      grads.push_back(b.grad_[static_cast<size_t>(w)]);
+  const std::vector<int> model_outputs = g.outputs;
+  g.outputs = grads;  // what the folding must keep
+  g.outputs.push_back(loss);
+  fold_transposes(g, differentiated, o.remat == RematPolicy::kNone);
+  g.outputs = model_outputs;
+  AccumulatedStep a = accumulate_microbatches(g, o.accumulate, differentiated, loss, grads, data, loss_scale);
+  for (size_t j = 0, k = 0; j < weights.size(); ++j)
+    if (static_cast<size_t>(weights[j]) < b.grad_.size() && b.grad_[static_cast<size_t>(weights[j])] >= 0) {
+      partial_grads[weights[j]] = std::move(a.partial_grads[k]);
+      b.grad_[static_cast<size_t>(weights[j])] = a.grads[k++];
+    }
+  step.forward_ranges = std::move(a.forward_ranges);
+  for (int v : data) step.batch_inputs.push_back(g.values[static_cast<size_t>(v)].name);  // the whole batch's
+  b.replace_graph(std::move(a.graph));
+  b.grad_.resize(b.g().values.size(), -1);
+  return a.loss;
+}
+
 }  // namespace
 
 TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const ShapeFunction& shapes) {
@@ -457,17 +517,22 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
                     [&](int v) { return v >= 0 && b.requires_[static_cast<size_t>(v)]; }))
       b.add_saved_outputs(k);
   mark(0);  // the added outputs depend on the weights like their nodes' others
-  const int loss = build_loss(b, o);
+  const int model_output = g.outputs.empty() ? -1 : g.outputs[0];
+  int loss = build_loss(b, o);
   mark(forward_nodes);  // the loss's nodes are differentiated like any node
   const Value lv = g.values[static_cast<size_t>(loss)];
   if (!b.requires_[static_cast<size_t>(loss)]) throw InputError("--training: no trainable weight reaches the loss");
+  const std::vector<int> data =
+      o.accumulate > 1 ? microbatched_inputs(g, o, model_output, weights) : std::vector<int>();
+  // A mean over the step's batch is the mean of the microbatches' means: each backward pass is seeded with 1/K.
+  const double loss_scale = o.accumulate > 1 && o.loss != LossKind::kSum ? 1.0 / static_cast<double>(o.accumulate) : 1;
   const size_t differentiated = g.nodes.size();
   if (o.remat != RematPolicy::kNone) {
     b.saved_ = remat_saved(g, differentiated, b.requires_, o.remat, o.remat_keep);
     b.recomputed_.assign(g.values.size(), -1);
   }
   b.grad_.assign(g.values.size(), -1);
-  b.grad_[static_cast<size_t>(loss)] = b.reshape(b.scalar(1.0, lv.dtype), lv.shape);
+  b.grad_[static_cast<size_t>(loss)] = b.reshape(b.scalar(loss_scale, lv.dtype), lv.shape);
 
   // The reverse pass: nodes in reverse topological order; the copies of g.nodes stay valid while emit appends.
   for (size_t k = differentiated; k-- > 0;) {
@@ -483,8 +548,13 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
     b.differentiate(n, *rule);
   }
 
-  // The optimizer update, weight by weight.
   TrainingStep step;
+  step.accumulate = o.accumulate;
+  std::map<int, std::vector<int>> partial_grads;  // per weight, named once the step is complete
+  if (o.accumulate > 1)
+    loss = unroll_microbatches(b, o, weights, differentiated, loss, data, loss_scale, step, partial_grads);
+
+  // The optimizer update, weight by weight.
   b.prefix = "update";
   std::vector<int> outputs{loss};
   std::vector<int> state_outputs;
@@ -556,7 +626,7 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
   if (step.weights.empty()) throw InputError("--training: no trainable weight reaches the loss");
   outputs.insert(outputs.end(), state_outputs.begin(), state_outputs.end());
   g.outputs = outputs;
-  fold_transposes(g, differentiated, o.remat == RematPolicy::kNone);
+  if (o.accumulate <= 1) fold_transposes(g, differentiated, o.remat == RematPolicy::kNone);
 
   // Readable names for what the step computes: "loss", "<w>.grad", "<w>.updated", "<state>.updated" (a forward
   // value keeps its name).
@@ -576,9 +646,16 @@ TrainingStep build_training_step(Graph forward, const TrainingOptions& o, const 
     if (o.shard_update) tw.update_shard = rename(update_shards[k], tw.name + ".update_shard");
     for (const std::string& st : tw.state) tw.state_updated.push_back(rename(state_outputs[s++], st + ".updated"));
   }
+  for (TrainingStep::Weight& tw : step.weights)
+    if (auto it = partial_grads.find(g.at(tw.name)); it != partial_grads.end())
+      for (int v : it->second) tw.partial_grads.push_back(g.values[static_cast<size_t>(v)].name);
+  const size_t nodes = g.nodes.size();
   g.prune();
   g.verify();
-  step.forward_nodes = g.values[static_cast<size_t>(g.at(step.loss))].producer + 1;
+  if (step.forward_ranges.empty())
+    step.forward_ranges = {{0, g.values[static_cast<size_t>(g.at(step.loss))].producer + 1}};
+  else if (g.nodes.size() != nodes)  // the unrolled step emits only nodes the loss or a gradient needs
+    throw InternalError("--accumulate: the accumulated step had unused nodes, which its forward ranges count");
   step.remat = o.remat;
   step.ignored = o.ignored;
   for (const Node& n : g.nodes)
@@ -603,13 +680,19 @@ MemoryRoles training_memory_roles(const Graph& g, const TrainingStep& step) {
   MemoryRoles r;
   r.kind.assign(g.values.size(), MemoryKind::kTransient);
   r.donated.assign(g.values.size(), 0);
-  r.forward_nodes = step.forward_nodes;
+  r.forward_ranges = step.forward_ranges;
   const auto set = [&](const std::string& name, MemoryKind k, bool donated = false) {
     if (name.empty()) return;
     const size_t v = static_cast<size_t>(g.at(name));
     r.kind[v] = k;
     r.donated[v] = donated;
   };
+  for (const TrainingStep::Weight& w : step.weights)
+    for (const std::string& name : w.partial_grads) {
+      set(name, MemoryKind::kGradients);
+      r.partial.resize(g.values.size(), 0);
+      r.partial[static_cast<size_t>(g.at(name))] = 1;
+    }
   for (const TrainingStep::Weight& w : step.weights) {
     set(w.name, MemoryKind::kWeights, true);
     set(w.updated, MemoryKind::kWeights);

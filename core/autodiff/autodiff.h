@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/cost/cost.h"
@@ -63,6 +64,10 @@ struct TrainingOptions {
   /// updated weight keeps the weight's sharding (Xu et al. 2020; ZeRO stage 1/2).
   bool shard_update = false;
   RematPolicy remat = RematPolicy::kNone;  // `--remat`
+  /// `--accumulate K`: one step over K microbatches of the model's batch, gradients summed before one update
+  /// (core/autodiff/accumulate.h). The data inputs (graph inputs, not trained, whose dim 0 is output 0's, and the
+  /// labels) take K times the model's batch; needs a loss that sums or averages over it (not LossKind::kOutput).
+  int64_t accumulate = 1;
   /// Under --remat: forward values always saved, never recomputed, and so never what keeps a node from being a cut
   /// point (a pipeline's microbatch rows and results, which live across its iterations: core/pipeline/schedule.h).
   std::vector<std::string> remat_keep;
@@ -92,22 +97,29 @@ struct TrainingStep {
     /// Per state tensor: the weight dim it lacks (Adafactor's factored accumulators are means over the last or
     /// the second-to-last dim), or -1 when it has the weight's shape. Parallel to `state`.
     std::vector<int> state_reduced_dim;
+    /// With accumulation: its gradient's buffers before the last sum (each microbatch's gradient, the running sums);
+    /// memory role kGradients like `grad`.
+    std::vector<std::string> partial_grads;
   };
   std::vector<Weight> weights;
   std::vector<std::string> unused;   // trainable names that do not reach the loss (no gradient, not updated)
   std::vector<std::string> ignored;  // TrainingOptions::ignored: matched, not floating point, not trained
-  /// Nodes [0, forward_nodes) of `graph` compute the forward pass and the loss; the backward pass and the update
-  /// follow.
-  int forward_nodes = 0;
+  /// The forward passes (with the loss) as node ranges [begin, end) of `graph`: one, [0, n), after which the backward
+  /// pass and the update follow; with accumulation one per microbatch, each followed by its backward pass.
+  std::vector<std::pair<int, int>> forward_ranges;
+  int64_t accumulate = 1;  // TrainingOptions::accumulate
+  /// With accumulation: the data inputs split into microbatches (their dim 0 is the step's batch), by name.
+  std::vector<std::string> batch_inputs;
   RematPolicy remat = RematPolicy::kNone;
   int recomputed_nodes = 0;     // --remat: forward nodes copied into the backward pass (named "remat/<node>")
   double recomputed_flops = 0;  // their FLOPs (node_flops, core/cost/cost.h), in the unpartitioned step
 };
 
 /// The memory roles of the step's values (core/cost/cost.h, memory_breakdown), over `g` (the step's graph, or a
-/// graph with the same value names): weights and updated weights kWeights, gradients kGradients, optimizer state
-/// kOptimizerState; the weights and the state are donated (their updated values replace them, as with XLA's
-/// input-output aliasing). Throws std::out_of_range when a named value is not in `g`.
+/// graph with the same value names): weights and updated weights kWeights, gradients (with accumulation
+/// Weight::partial_grads too) kGradients, optimizer state kOptimizerState; the weights and the state are donated
+/// (their updated values replace them, as with XLA's input-output aliasing). Throws std::out_of_range when a named
+/// value is not in `g`.
 MemoryRoles training_memory_roles(const Graph& g, const TrainingStep& step);
 
 /// Builds one training step of `forward` (a loaded graph: static shapes, every node typed; taken by value, so a
@@ -115,8 +127,9 @@ MemoryRoles training_memory_roles(const Graph& g, const TrainingStep& step);
 /// Throws InputError for: an unknown trainable name, or one that is not a floating-point initializer or graph input, a
 /// non-scalar output 0 with LossKind::kOutput, labels of the wrong type or shape, no trainable weight reaching the
 /// loss, and an op on a path from a weight to the loss without a gradient rule ("--training: node 'n' (Op): no gradient
-/// rule for Op"). Throws InternalError when a rule emits a gradient of the wrong dtype or shape (a bug). O(nodes +
-/// edges) plus the emitted nodes' shape functions.
+/// rule for Op"); with accumulate > 1, LossKind::kOutput, a scalar output 0, or no data input that leads with output
+/// 0's batch ("--accumulate: ..."). Throws InternalError when a rule emits a gradient of the wrong dtype or shape (a
+/// bug). O(nodes + edges) plus the emitted nodes' shape functions.
 TrainingStep build_training_step(Graph forward, const TrainingOptions& options, const ShapeFunction& shapes);
 
 }  // namespace gspmd

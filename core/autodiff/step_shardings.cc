@@ -1,6 +1,10 @@
 // core/autodiff/step_shardings: a training step's values take their weights' shardings (docs/training.md).
 #include "core/autodiff/step_shardings.h"
 
+#include "core/autodiff/accumulate.h"
+
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace gspmd {
@@ -23,8 +27,17 @@ std::vector<WeightFollowers> step_followers(const Graph& g, const TrainingStep& 
       add(w.state_updated[k], w.state_reduced_dim[k], true);
     }
     add(w.updated, -1, false);
+    for (const std::string& name : w.partial_grads)
+      if (const int v = g.find(name); v >= 0) f.values.push_back({v, -1, false, true});
     out.push_back(std::move(f));
   }
+  return out;
+}
+
+std::vector<int> step_batch_inputs(const Graph& g, const TrainingStep& step) {
+  std::vector<int> out;
+  for (const std::string& name : step.batch_inputs)
+    if (const int v = g.find(name); v >= 0) out.push_back(v);
   return out;
 }
 
@@ -44,7 +57,11 @@ TensorSharding update_sharding(const TensorSharding& w, const Shape& shape, cons
 }
 
 void annotate_step(const Graph& g, const std::vector<WeightFollowers>& weights, int update_axis, std::string_view held,
-                   Annotations& a) {
+                   Annotations& a, const std::vector<int>& batch_inputs) {
+  std::vector<char> batch_axes(static_cast<size_t>(a.mesh.rank()), 0);  // the mesh axes splitting the batch
+  for (int v : batch_inputs)
+    if (auto it = a.by_value.find(v); it != a.by_value.end() && it->second.sharding.rank() > 0)
+      for (int axis : it->second.sharding.dims[0]) batch_axes[static_cast<size_t>(axis)] = 1;
   for (const WeightFollowers& f : weights) {
     auto it = a.by_value.find(f.weight);
     if (it == a.by_value.end()) {
@@ -56,8 +73,10 @@ void annotate_step(const Graph& g, const std::vector<WeightFollowers>& weights, 
       it = a.by_value.emplace(f.weight, std::move(r)).first;
     }
     const Annotation& base = it->second;
+    const std::vector<int> tiled = base.sharding.tiled_axes();
+    const bool split_like_batch = std::any_of(tiled.begin(), tiled.end(), [&](int axis) { return batch_axes[axis]; });
     for (const WeightFollowers::Follower& u : f.values) {
-      if (a.by_value.count(u.value)) continue;
+      if (a.by_value.count(u.value) || (u.partial && !split_like_batch)) continue;
       const bool sharded = u.update && update_axis >= 0;
       Annotation x = base;
       x.source = fmt::format("{} (--training: {} '{}')", base.source, sharded ? "the update of" : "follows", f.name);
@@ -70,6 +89,18 @@ void annotate_step(const Graph& g, const std::vector<WeightFollowers>& weights, 
       a.by_value.emplace(u.value, std::move(x));
     }
   }
+}
+
+void annotate_microbatches(const Graph& g, int64_t k, Annotations& a) {
+  std::vector<std::pair<int, Annotation>> copies;
+  for (const auto& [v, ann] : a.by_value)
+    for (int64_t m = 1; m < k; ++m)
+      if (const int c = g.find(microbatch_name(g.values[static_cast<size_t>(v)].name, m)); c >= 0) {
+        Annotation copy = ann;
+        copy.source = fmt::format("{} (--accumulate: microbatch {})", ann.source, m);
+        copies.emplace_back(c, std::move(copy));
+      }
+  for (auto& [v, ann] : copies) a.by_value.emplace(v, std::move(ann));
 }
 
 }  // namespace gspmd

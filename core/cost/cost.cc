@@ -430,6 +430,15 @@ std::string_view memory_kind_name(MemoryKind k) {
   return "transient";
 }
 
+int MemoryRoles::phase(int n) const {
+  auto it = std::upper_bound(forward_ranges.begin(), forward_ranges.end(), n,
+                             [](int x, const std::pair<int, int>& r) { return x < r.first; });
+  if (n < 0 || it == forward_ranges.begin()) return -1;
+  --it;
+  const int m = static_cast<int>(it - forward_ranges.begin());
+  return n < it->second ? 2 * m : 2 * m + 1;
+}
+
 MemoryBreakdown memory_breakdown(const SpmdProgram& p, const MemoryRoles* roles) {
   const Graph& program = p.program;
   const size_t nv = program.values.size();
@@ -437,8 +446,9 @@ MemoryBreakdown memory_breakdown(const SpmdProgram& p, const MemoryRoles* roles)
   const auto bytes = [&](int v) { return program.values[static_cast<size_t>(v)].nbytes(); };
   const auto origin = [&](int v) { return static_cast<size_t>(v) < p.value_origin.size() ? p.value_origin[v] : -1; };
   const auto node_origin = [&](int i) { return static_cast<size_t>(i) < p.node_origin.size() ? p.node_origin[i] : -1; };
-  const auto backward = [&](int i) {  // node i belongs to the backward pass or the update
-    return roles && node_origin(i) >= roles->forward_nodes;
+  const auto backward = [&](int i) {  // node i belongs to a backward pass or the update
+    const int o = node_origin(i);
+    return roles && o >= 0 && roles->forward_pass(o) < 0;
   };
   std::vector<int> last(nv, -1);  // index of the last node reading each value; n = kept to the end
   std::vector<char> read_late(nv, 0), param(nv, 0), donated(nv, 0);
@@ -493,7 +503,8 @@ MemoryBreakdown memory_breakdown(const SpmdProgram& p, const MemoryRoles* roles)
   std::vector<int64_t> smallest(roles ? roles->kind.size() : 0, -1);  // per gradient: its smallest copy's bytes
   for (size_t v = 0; v < nv; ++v) {
     const int o = origin(static_cast<int>(v));
-    if (kind[v] == MemoryKind::kGradients) {
+    const bool partial = roles && o >= 0 && static_cast<size_t>(o) < roles->partial.size() && roles->partial[o];
+    if (kind[v] == MemoryKind::kGradients && !partial) {
       int64_t& b = smallest[static_cast<size_t>(o)];
       b = b < 0 ? bytes(static_cast<int>(v)) : std::min(b, bytes(static_cast<int>(v)));
     }

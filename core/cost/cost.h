@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/cost/target.h"
@@ -78,7 +79,25 @@ struct MemoryRoles {
   std::vector<MemoryKind> kind;  // per global value: kWeights (trained weight or updated weight), kGradients,
                                  // kOptimizerState (state or updated state); kTransient for everything else
   std::vector<char> donated;     // per global value: an initializer the step may free after its last reader
-  int forward_nodes = 0;         // global nodes [0, forward_nodes) are the forward pass and the loss
+  /// Per global value (empty: none): a gradient buffer that MemoryBreakdown::total does not count (gradient
+  /// accumulation's per-microbatch gradients and running sums: each weight's gradient counts once, as its final sum).
+  std::vector<char> partial;
+  /// The step's forward passes (with the loss) as global node ranges [begin, end), in order
+  /// (TrainingStep::forward_ranges): one, or one per microbatch with --accumulate. Empty: no phases.
+  std::vector<std::pair<int, int>> forward_ranges;
+
+  /// The phase of global node `n`: 2m in forward pass m (forward_ranges[m]), 2m + 1 after it, up to the next forward
+  /// pass (microbatch m's backward pass; after the last one, with the update); -1 for no node or no phases.
+  /// O(log passes).
+  int phase(int n) const;
+  /// The last phase (the last backward pass and the update), -1 without phases.
+  int last_phase() const { return 2 * static_cast<int>(forward_ranges.size()) - 1; }
+  /// The forward pass (an index into forward_ranges) that global node `n` belongs to, or -1 (a backward pass, the
+  /// update, or no node).
+  int forward_pass(int n) const {
+    const int p = phase(n);
+    return p >= 0 && p % 2 == 0 ? p / 2 : -1;
+  }
 };
 
 /// Per-device memory of one step: the peak and what is live at that moment, by kind.
@@ -101,7 +120,7 @@ struct MemoryBreakdown {
 /// that makes it to its last reader (graph outputs to the end; a result nobody reads is dropped at once). The
 /// emulator's measured peak (PodRun::peak_memory_bytes) follows the same rules. A program value's kind is its origin's
 /// (SpmdProgram::value_origin) per `roles`, except that a copy of a weight that is not a param is transient, and a
-/// value made by a forward node (node_origin < roles->forward_nodes) and read by a later one is a saved activation.
+/// value made by a forward node (MemoryRoles::forward_pass) and read by a backward one is a saved activation.
 /// O(nodes + values).
 MemoryBreakdown memory_breakdown(const SpmdProgram& p, const MemoryRoles* roles = nullptr);
 

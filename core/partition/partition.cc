@@ -59,8 +59,7 @@ Partitioner::Partitioner(const Graph& g, const ShardingPlan& plan, const DeviceM
       avail_(g.values.size()),
       consumers_(g.consumers()),
       is_output_(g.values.size(), 0),
-      roles_(roles),
-      forward_nodes_(roles ? roles->forward_nodes : 0) {
+      roles_(roles) {
   for (int v : g.outputs) is_output_[static_cast<size_t>(v)] = 1;
   out_.mesh = mesh;
   P().name = g.name;
@@ -82,11 +81,13 @@ SpmdProgram Partitioner::run() {
   }
   for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
     node_ = n;
+    phase_ = roles_ ? roles_->phase(n) : -1;
     lower(n);
     constrain_results(n);
     out_.node_origin.resize(P().nodes.size(), n);
   }
   node_ = static_cast<int>(g_.nodes.size());
+  phase_ = roles_ ? roles_->last_phase() : -1;  // the outputs are read where the step ends
   for (int gv : g_.outputs) {
     TensorSharding want = plan_.shardings[gv];
     want.unreduced.clear();
@@ -166,11 +167,10 @@ void Partitioner::add_copy(int gv, const TensorSharding& s, int lv) {
   }
   // A copy larger than the primary (a gather), made for a forward node of a training step: not reused after the
   // forward pass (partition() in spmd.h).
-  const bool fenced = node_ >= 0 && node_ < forward_nodes_ && !avail_[gv].empty() &&
-                      !P().values[static_cast<size_t>(lv)].is_initializer &&
+  const bool fenced = phase_ >= 0 && !avail_[gv].empty() && !P().values[static_cast<size_t>(lv)].is_initializer &&
                       num_elements(P().values[static_cast<size_t>(lv)].shape) >
                           num_elements(P().values[static_cast<size_t>(avail_[gv].front().id)].shape);
-  avail_[gv].push_back({s, lv, fenced});
+  avail_[gv].push_back({s, lv, fenced ? phase_ : -1});
 }
 
 TensorSharding Partitioner::current(int gv) const {
@@ -220,9 +220,8 @@ int Partitioner::get(int gv, TensorSharding want, const std::string& for_node,
                      const std::function<std::string()>& why) {
   if (want.unreduced.empty()) want.reduction = ReductionKind::kSum;  // a full value has no reduction kind
   const Value& v = g_.values[gv];
-  const bool past_forward = node_ >= forward_nodes_;
   for (const Local& l : avail_[gv])
-    if (l.sharding == want && !(l.fenced && past_forward)) return l.id;
+    if (l.sharding == want && (l.fence < 0 || l.fence == phase_)) return l.id;
   // Weights are sliced when loaded, so any sharding of an unannotated weight is free. An annotated weight is held
   // in its annotated sharding only (a constraint: the 2D and FSDP pattern); other shardings of it are resharded
   // from that one by collectives.

@@ -203,7 +203,7 @@ class Partitioner {
   struct Local {
     TensorSharding sharding;
     int id;
-    bool fenced = false;  // a forward pass's gathered copy: not reused past forward_nodes_ (partition() in spmd.h)
+    int fence = -1;  // a gathered copy made in phase `fence` of a step: reused in that phase only (spmd.h)
   };
   /// The node's present operands (their current shardings) and results (their planned shardings) projected onto
   /// the factors of its rule; `operands` and `results` hold their tensor indices in the projection.
@@ -297,8 +297,8 @@ class Partitioner {
   std::vector<std::vector<int>> consumers_;  // per global value: the nodes reading it (Graph::consumers)
   std::vector<char> is_output_;              // per global value: a graph output
   const MemoryRoles* roles_;                 // a training step's roles (partition() in spmd.h), or null
-  int forward_nodes_ = 0;                    // a training step's forward nodes [0, forward_nodes_); 0: no phases
-  int node_ = -1;                            // the global node being lowered (-1: inputs, nodes.size(): outputs)
+  int phase_ = -1;  // a training step's phase of node_ (MemoryRoles::phase; the last at the outputs), -1: none
+  int node_ = -1;   // the global node being lowered (-1: inputs, nodes.size(): outputs)
   int counter_ = 0;
 };
 

@@ -49,12 +49,13 @@ void check_symbolic_program(const SpmdProgram& p, const Graph& g, const DimBindi
 /// Reshards are the cheapest step sequences on `target` (ReshardPlanner, core/partition/reshard.h).
 /// `rules`: the graph's rule table (core/rules/rule.h RuleTable, shared with propagation); built here when null.
 /// `roles` (a training step's, core/cost/cost.h; null for a forward graph) marks the donated weights and state, whose
-/// params get ProgramBinding::donated, and the step's forward nodes [0, roles->forward_nodes) (the forward pass and
-/// the loss): a copy that a reshard made larger than the value's primary shard (an all-gather) for a forward node is
-/// not reused after them, so the backward pass and the recomputed (--remat) nodes gather
-/// again, the mirror image of the forward's gathers (GSPMD §5), instead of keeping every layer's gathered weights
-/// and activations alive from the forward to the backward. Copies are reused freely within a phase, and loaded
-/// weight slices always.
+/// params get ProgramBinding::donated, and the step's forward passes (roles->forward_ranges: the forward pass and the
+/// loss, one per microbatch with --accumulate): a copy that a reshard made larger than the value's primary shard (an
+/// all-gather) is not reused outside the phase it was made in (MemoryRoles::phase: a forward pass, or the backward
+/// pass after it), so the backward pass and the recomputed (--remat) nodes gather again, the mirror image of the
+/// forward's gathers (GSPMD §5), and so does every microbatch, instead of keeping every layer's gathered weights and
+/// activations alive from the forward to the backward, or from one microbatch to the next. Copies are reused freely
+/// within a phase (the last one's at the outputs), and loaded weight slices always.
 /// Throws UnsupportedError when an op can be neither partitioned nor replicated, std::invalid_argument when `rules`
 /// was built for another graph.
 class RuleTable;

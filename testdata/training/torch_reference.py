@@ -5,7 +5,7 @@ Run with Debian's interpreter (torch 1.13, onnx 1.12, numpy):
 
     /usr/bin/python3 testdata/training/torch_reference.py make DIR [--opset 13|17] [--fold]
                                                               [--optimizer sgd|adam|adafactor] [--variables]
-                                                              [--precision autocast|mixed]
+                                                              [--precision autocast|mixed] [--accumulate K]
         exports a small GPT (testdata/gpt/export_gpt.py's architecture) to DIR/model.onnx, its run inputs to
         DIR/inputs/input_0.pb (input_ids) and input_1.pb (labels), and torch's training step to DIR/torch/:
         loss.pb and, per parameter p, p.grad.pb and p.updated.pb (one torch.optim step with lr --lr; torch 1.13
@@ -18,6 +18,8 @@ Run with Debian's interpreter (torch 1.13, onnx 1.12, numpy):
         --precision mixed: on a bfloat16 copy of the model whose gradients update the float32 parameters (every
         activation in bfloat16, float32 master weights: Lingvo's and Megatron's mixed precision), the reference for
         `run --precision mixed`. The loss is on the logits cast to float32; the exported model stays float32.
+        --accumulate K: the model is exported at batch 4 / K, the reference for `run --accumulate K` (gradient
+        accumulation), whose step takes the same batch-4 inputs as K microbatches; torch's step is on all 4 rows.
     /usr/bin/python3 testdata/training/torch_reference.py compare DIR OUT
         compares `run --training --outputs OUT` (output_<i>.pb, named loss / <p>.updated) with DIR/torch: the loss,
         and every updated parameter (sgd: the implied gradient (p - p.updated) / lr against p.grad). Prints one
@@ -80,7 +82,8 @@ def make(a):
     os.makedirs(os.path.join(a.dir, "inputs"), exist_ok=True)
     os.makedirs(os.path.join(a.dir, "torch"), exist_ok=True)
     model.eval()
-    torch.onnx.export(model, (ids,), os.path.join(a.dir, "model.onnx"), opset_version=a.opset,
+    # --accumulate K: the model is exported at the microbatch, BATCH / K rows; torch's step runs on all BATCH rows.
+    torch.onnx.export(model, (ids[:BATCH // a.accumulate],), os.path.join(a.dir, "model.onnx"), opset_version=a.opset,
                       do_constant_folding=a.fold, input_names=["input_ids"], output_names=["logits"])
     inputs = [(ids.numpy(), "input_ids"), (labels.numpy(), "labels")]
     if a.variables:
@@ -215,6 +218,8 @@ def main():
     m.add_argument("--optimizer", choices=["sgd", "adam", "adafactor"], default="sgd")
     m.add_argument("--lr", type=float, default=1.0)
     m.add_argument("--variables", action="store_true", help="the parameters as graph inputs")
+    m.add_argument("--accumulate", type=int, default=1, choices=[1, 2, 4],
+                   help="export the model at batch 4 / K (the inputs and torch's step stay at batch 4)")
     m.add_argument("--precision", choices=["f32", "autocast", "mixed"], default="f32",
                    help="torch's step under bfloat16 autocast, or on a bfloat16 copy with float32 masters")
     c = sub.add_parser("compare")
