@@ -1,7 +1,8 @@
 #!/bin/bash
 # Benchmarks `--auto` (docs/auto.md) against the hand-written Megatron + data plan and data parallelism on shape-only
 # GPT decoders (testdata/tools/make_decoder.py --weights absent) and resnet18, with `simulate`, and records the search
-# time. Writes bench/auto.md. Usage: bash bench/auto.sh [BUILD_DIR]   (default build/)
+# time; then the paper-scale and GPT-on-GPUs comparisons (bench/auto_pod.py, bench/auto_gpus.py). Writes bench/auto.md
+# (about 4 minutes). Usage: bash bench/auto.sh [BUILD_DIR]   (default build/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build}/bin/gspmd-onnx
@@ -84,4 +85,16 @@ if $PY testdata/cnn/export_cnn.py --model resnet18 --out "$WORK/cnn" >/dev/null 
   row "resnet18 (export_cnn.py default size)" "$WORK/resnet18.onnx" 2x2
 fi
 echo >> "$OUT"
+# The paper's scale (its dense LMs against its 2D plan) and GPT models of 1.3B to 175B over GPUs and TPU v4 (Alpa's
+# settings among them) against the classical plans, both training steps given only the mesh (docs/auto.md, "Results").
+{
+  echo "## At the paper's scale (bench/auto_pod.py)"
+  echo
+  $PY bench/auto_pod.py --bin "$BIN"
+  echo
+  echo "## GPT models on GPUs and TPU v4 (bench/auto_gpus.py)"
+  echo
+  $PY bench/auto_gpus.py --bin "$BIN"
+  echo
+} >> "$OUT"
 echo "Written $OUT" >&2
