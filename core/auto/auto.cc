@@ -460,11 +460,13 @@ std::vector<Var> Search::find_variables(const Instance& in) const {
   // The residual stream (layered costing): where the GSPMD paper's 2D plan and Megatron's sequence parallelism put
   // their activation layouts.
   // Every microbatch's copy of it too, under the same key (an accumulated step, core/autodiff/accumulate.h).
-  for (const std::string& name : stream_names_)
-    for (int64_t m = 0, v; (v = g.find(microbatch_name(name, m))) >= 0; ++m)
+  for (const std::string& name : stream_names_) {
+    int v = -1;
+    for (int64_t m = 0; (v = g.find(microbatch_name(name, m))) >= 0; ++m)
       if (!in.cons.by_value.count(v) && !act_weight.count(v) && !inputs.count(v) && !g.values[v].shape.empty() &&
           !consumers[v].empty())
         vars.push_back(v);
+  }
   std::stable_sort(vars.begin(), vars.end(), [&](int a, int b) { return first_use[a] < first_use[b]; });
   std::vector<Var> out;
   out.reserve(vars.size());

@@ -27,12 +27,11 @@ namespace {
 
 /// Appends node `op` reading `inputs` with one output named after `hint`, typed `dtype` `shape`; returns the output.
 int add(Graph& s, const std::string& op, const std::vector<int>& inputs, const std::string& hint, DType dtype,
-        const Shape& shape, std::map<std::string, AttrValue> attrs = {}) {
+        const Shape& shape) {
   Node n;
   n.name = "accumulate/" + hint;
   n.op_type = op;
   n.inputs = inputs;
-  n.attrs = std::move(attrs);
   n.outputs = {s.add_value_unique(hint, dtype, shape)};
   const int out = n.outputs[0];
   s.add_node(std::move(n));
