@@ -27,7 +27,7 @@ def strip(v):
     return v
 p = sys.argv[1]; r = strip(json.load(open(p))); json.dump(r, open(p, "w"), indent=1, sort_keys=True)' "$out/$name/report.json"
   fi
-  (cd "$out" && find "$name" "$name.log" -type f 2>/dev/null | sort | xargs sha256sum)
+  (cd "$out" && { find "$name" -type f 2>/dev/null || true; echo "$name.log"; } | sort | xargs sha256sum)
   n=$((n + 1))
 }
 for p in dp megatron 2d paper2d pipeline pipeline3d; do
