@@ -48,6 +48,7 @@ class BlockStacker {
   int apply(const std::map<int, Bound>& bound, const std::string& tag, std::map<int, int>* instances = nullptr);
 
  private:
+  friend class Batching;  // the batching rules (batching.h) emit and bind through the stacker
   Bound lookup(int v);
   std::vector<int> emit(const Node& like, const std::string& op, const std::vector<int>& inputs,
                         std::map<std::string, AttrValue> attrs, size_t outputs, const std::string& name);
