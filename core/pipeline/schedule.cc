@@ -11,7 +11,6 @@
 #include "core/ir/typing.h"
 #include "core/pipeline/blocks.h"
 #include "core/pipeline/vectorize.h"
-#include "core/propagation/propagation.h"
 
 namespace gspmd {
 
@@ -271,19 +270,61 @@ class Builder {
   }
 
   // ---- the loop -------------------------------------------------------------------------------------------------
+  /// A side input computed from the inputs (a mask): per microbatch, travelling with the state, shifted alongside it.
+  struct Carried {
+    int v;                  // value of g
+    size_t dim;             // its batch dim
+    std::vector<int> rows;  // per microbatch
+    int state = -1;         // current buffer
+  };
+
+  /// The unrolled loop: per iteration t the shift, then each slot's stacked layer; the results gathered back.
   void run_loop() {
     const LayerBlocks::Block& b0 = b_.blocks[0];
-    const int64_t S = lay_.stages, R = lay_.rounds, K = lay_.slots, L = lay_.layers, T = lay_.iterations;
-    const int64_t B = lay_.batch, mb = lay_.microbatch;
-    BlockStacker stacker(g_, b_, out_, S, shapes_, B, mb);
-    // Side inputs: constants are shared by every stage; computed ones (a mask from the inputs) are per microbatch
-    // and travel with the state, shifted alongside it.
-    struct Carried {
-      int v;                  // value of g
-      size_t dim;             // its batch dim
-      std::vector<int> rows;  // per microbatch
-      int state = -1;         // current buffer
-    };
+    const int64_t S = lay_.stages, K = lay_.slots, T = lay_.iterations;
+    BlockStacker stacker(g_, b_, out_, S, shapes_, lay_.batch, lay_.microbatch);
+    std::vector<Carried> carried = carry_side_inputs(stacker);
+    const Value& sv = g_.values[static_cast<size_t>(b0.input)];
+    const std::vector<int> in_rows = microbatches(copy(b0.input), 0, "pipeline/stream");
+    int state = zeros(sv.dtype, microbatch_shape(sv.shape, 0, S), "pipeline/state_init");
+    for (Carried& c : carried) {
+      const Value& val = g_.values[static_cast<size_t>(c.v)];
+      c.state = zeros(val.dtype, microbatch_shape(val.shape, c.dim, S), "pipeline/" + val.name + "/init");
+    }
+    const std::vector<std::vector<int>> weights = stack_slot_weights();
+    std::vector<int> exits(static_cast<size_t>(lay_.microbatches), -1);
+    for (int64_t t = 0; t <= T; ++t) {
+      // The shift: stage s takes stage s-1's state; stage 0 a new microbatch, or (circular, past round 0) the last
+      // stage's state; the row leaving the last stage is a microbatch's result when one completes.
+      auto entering = enter_.find(t);
+      auto leaving = exit_.find(t);
+      const std::string tn = fmt::format("pipeline/t{}", t);
+      const std::vector<int> r =
+          shift(state, entering != enter_.end() ? in_rows[static_cast<size_t>(entering->second)] : -1, b0.input,
+                tn + "/state", t);
+      if (leaving != exit_.end()) {
+        exits[static_cast<size_t>(leaving->second)] = r[1];
+        lay_.carried_values.push_back(out_.values[static_cast<size_t>(r[1])].name);
+      }
+      if (t == T) break;
+      state = r[0];
+      // The shifted state holds the layer outputs a stage reads next: a copy of block 0's output for annotations.
+      lay_.block_instances[g_.values[static_cast<size_t>(b0.output)].name].push_back(
+          out_.values[static_cast<size_t>(state)].name);
+      for (Carried& c : carried)
+        c.state = shift(c.state, entering != enter_.end() ? c.rows[static_cast<size_t>(entering->second)] : -1, c.v,
+                        tn + "/" + g_.values[static_cast<size_t>(c.v)].name, t)[0];
+      for (int64_t k = 0; k < K; ++k) state = run_slot(stacker, state, carried, weights[static_cast<size_t>(k)], t, k);
+    }
+    // The results keep the name of the last layer's output (a graph output, or what the suffix reads).
+    const int last = b_.blocks.back().output;
+    map_[last] = unmicrobatch(exits, sv.shape, g_.values[static_cast<size_t>(last)].name);
+    lay_.results = g_.values[static_cast<size_t>(last)].name;
+  }
+
+  /// The side inputs: constants are shared by every stage (`stacker`); computed ones are split into microbatches.
+  std::vector<Carried> carry_side_inputs(BlockStacker& stacker) {
+    const int64_t B = lay_.batch;
     std::vector<Carried> carried;
     for (int v : b_.side_inputs) {
       const Value& val = g_.values[static_cast<size_t>(v)];
@@ -305,14 +346,13 @@ class Builder {
       }
       carried.push_back({v, dim, microbatches(copy(v), dim, "pipeline/" + val.name), -1});
     }
-    const Value& sv = g_.values[static_cast<size_t>(b0.input)];
-    const std::vector<int> in_rows = microbatches(copy(b0.input), 0, "pipeline/stream");
-    int state = zeros(sv.dtype, microbatch_shape(sv.shape, 0, S), "pipeline/state_init");
-    for (Carried& c : carried) {
-      const Value& val = g_.values[static_cast<size_t>(c.v)];
-      c.state = zeros(val.dtype, microbatch_shape(val.shape, c.dim, S), "pipeline/" + val.name + "/init");
-    }
-    // The stacked weights: per slot k and block weight j, [S] (GPipe) or [R, S] (circular) + the weight's shape.
+    return carried;
+  }
+
+  /// The stacked weights: per slot k and block weight j, [S] (GPipe) or [R, S] (circular) + the weight's shape.
+  std::vector<std::vector<int>> stack_slot_weights() {
+    const LayerBlocks::Block& b0 = b_.blocks[0];
+    const int64_t S = lay_.stages, R = lay_.rounds, K = lay_.slots, L = lay_.layers;
     std::vector<std::vector<int>> weights(static_cast<size_t>(K));
     for (int64_t k = 0; k < K; ++k)
       for (size_t j = 0; j < b0.weights.size(); ++j) {
@@ -335,74 +375,50 @@ class Builder {
         lay_.weights.push_back(std::move(lw));
         weights[static_cast<size_t>(k)].push_back(id);
       }
-    std::vector<int> exits(static_cast<size_t>(lay_.microbatches), -1);
-    for (int64_t t = 0; t <= T; ++t) {
-      // The shift: stage s takes stage s-1's state; stage 0 a new microbatch, or (circular, past round 0) the last
-      // stage's state; the row leaving the last stage is a microbatch's result when one completes.
-      const bool wrap = R > 1 && t % (R * S) >= S;
-      auto entering = enter_.find(t);
-      auto leaving = exit_.find(t);
-      const bool last = t == T;
-      auto shift = [&](int x, int in, int carries, const std::string& name) {
-        std::vector<int> ins{x};
-        if (in >= 0) ins.push_back(in);
-        const std::vector<int> r =
-            emit(kPipelineDomain, kShiftOp, ins, {{"shift", int64_t{1}}, {"wrap", int64_t{wrap ? 1 : 0}}},
-                 {name, name + "/exit"}, name);
-        lay_.shifts.push_back(name);
-        if (!last) lay_.states.push_back({name, g_.values[static_cast<size_t>(carries)].name});
-        return r;
-      };
-      const std::string tn = fmt::format("pipeline/t{}", t);
-      const std::vector<int> r =
-          shift(state, entering != enter_.end() ? in_rows[static_cast<size_t>(entering->second)] : -1, b0.input,
-                tn + "/state");
-      if (leaving != exit_.end()) {
-        exits[static_cast<size_t>(leaving->second)] = r[1];
-        lay_.carried_values.push_back(out_.values[static_cast<size_t>(r[1])].name);
-      }
-      if (last) break;
-      state = r[0];
-      // The shifted state holds the layer outputs a stage reads next: a copy of block 0's output for annotations.
-      lay_.block_instances[g_.values[static_cast<size_t>(b0.output)].name].push_back(
-          out_.values[static_cast<size_t>(state)].name);
-      for (Carried& c : carried)
-        c.state = shift(c.state, entering != enter_.end() ? c.rows[static_cast<size_t>(entering->second)] : -1, c.v,
-                        tn + "/" + g_.values[static_cast<size_t>(c.v)].name)[0];
-      for (int64_t k = 0; k < K; ++k) {
-        const std::string tag = K > 1 ? fmt::format("@t{}.{}", t, k) : fmt::format("@t{}", t);
-        std::map<int, BlockStacker::Bound> bound;
-        bound[b0.input] = {state, true, 0};
-        for (const Carried& c : carried) bound[c.v] = {c.state, true, static_cast<int>(c.dim)};
-        for (size_t j = 0; j < b0.weights.size(); ++j)
-          bound[b0.weights[j]] = {select_round(weights[static_cast<size_t>(k)][j], t, tag), true, -1};
-        std::map<int, int> made;
-        const int next = stacker.apply(bound, tag, &made);
-        for (const auto& [v, id] : made)
-          lay_.block_instances[g_.values[static_cast<size_t>(v)].name].push_back(
-              out_.values[static_cast<size_t>(id)].name);
-        // Padding slots pass the state through.
-        std::vector<uint8_t> active(static_cast<size_t>(S));
-        bool all = true;
-        for (int64_t s = 0; s < S; ++s) {
-          active[static_cast<size_t>(s)] = position(round(t, s), s, k) < L;
-          all = all && active[static_cast<size_t>(s)];
-        }
-        if (all) {
-          state = next;
-          continue;
-        }
-        Shape ms(out_.values[static_cast<size_t>(next)].shape.size(), 1);
-        ms[0] = S;
-        Tensor mask(DType::kBool, ms);
-        for (int64_t s = 0; s < S; ++s) mask.data<uint8_t>()[s] = active[static_cast<size_t>(s)];
-        state = op("Where", {constant("pipeline/active" + tag, std::move(mask)), next, state}, "pipeline/state" + tag);
-      }
+    return weights;
+  }
+
+  /// Iteration t's shift of buffer `x` (the value of g it `carries`), stage 0 taking `in` (-1: none; circular past
+  /// round 0: the last stage's row wraps around): {the shifted buffer, the row leaving the last stage}.
+  std::vector<int> shift(int x, int in, int carries, const std::string& name, int64_t t) {
+    const bool wrap = lay_.rounds > 1 && t % (lay_.rounds * lay_.stages) >= lay_.stages;
+    std::vector<int> ins{x};
+    if (in >= 0) ins.push_back(in);
+    const std::vector<int> r =
+        emit(kPipelineDomain, kShiftOp, ins, {{"shift", int64_t{1}}, {"wrap", int64_t{wrap ? 1 : 0}}},
+             {name, name + "/exit"}, name);
+    lay_.shifts.push_back(name);
+    if (t != lay_.iterations) lay_.states.push_back({name, g_.values[static_cast<size_t>(carries)].name});
+    return r;
+  }
+
+  /// Slot k of iteration t: the stacked layer applied to `state` with the slot's `weights`; padding slots pass the
+  /// state through. Returns the new state.
+  int run_slot(BlockStacker& stacker, int state, const std::vector<Carried>& carried, const std::vector<int>& weights,
+               int64_t t, int64_t k) {
+    const LayerBlocks::Block& b0 = b_.blocks[0];
+    const int64_t S = lay_.stages;
+    const std::string tag = lay_.slots > 1 ? fmt::format("@t{}.{}", t, k) : fmt::format("@t{}", t);
+    std::map<int, BlockStacker::Bound> bound;
+    bound[b0.input] = {state, true, 0};
+    for (const Carried& c : carried) bound[c.v] = {c.state, true, static_cast<int>(c.dim)};
+    for (size_t j = 0; j < b0.weights.size(); ++j) bound[b0.weights[j]] = {select_round(weights[j], t, tag), true, -1};
+    std::map<int, int> made;
+    const int next = stacker.apply(bound, tag, &made);
+    for (const auto& [v, id] : made)
+      lay_.block_instances[g_.values[static_cast<size_t>(v)].name].push_back(out_.values[static_cast<size_t>(id)].name);
+    std::vector<uint8_t> active(static_cast<size_t>(S));
+    bool all = true;
+    for (int64_t s = 0; s < S; ++s) {
+      active[static_cast<size_t>(s)] = position(round(t, s), s, k) < lay_.layers;
+      all = all && active[static_cast<size_t>(s)];
     }
-    // The results keep the name of the last layer's output (a graph output, or what the suffix reads).
-    const int last = b_.blocks.back().output;
-    map_[last] = unmicrobatch(exits, sv.shape, g_.values[static_cast<size_t>(last)].name);
-    lay_.results = g_.values[static_cast<size_t>(last)].name;
+    if (all) return next;
+    Shape ms(out_.values[static_cast<size_t>(next)].shape.size(), 1);
+    ms[0] = S;
+    Tensor mask(DType::kBool, ms);
+    for (int64_t s = 0; s < S; ++s) mask.data<uint8_t>()[s] = active[static_cast<size_t>(s)];
+    return op("Where", {constant("pipeline/active" + tag, std::move(mask)), next, state}, "pipeline/state" + tag);
   }
 
   /// The weights stage s uses in iteration t: row round(t, s) of a circular [R, S, ...] stack (an Einsum with a
@@ -454,183 +470,6 @@ PipelinedGraph pipeline_graph(const Graph& g, const PipelineOptions& o, const Sh
   Builder(g, b, o, shapes, r).build();
   r.graph.verify();
   return r;
-}
-
-Annotations pipeline_annotations(const Graph& g, const Annotations& a, const PipelinedGraph& p, int axis,
-                                 const ShardingPlan* model_plan) {
-  Annotations out;
-  out.mesh = a.mesh;
-  const Graph& pg = p.graph;
-  const std::string axis_name = a.mesh.axes.at(static_cast<size_t>(axis));
-  auto same = [](const Annotation* x, const Annotation* y) {
-    return (!x && !y) || (x && y && x->sharding == y->sharding && x->open == y->open && x->open_dims == y->open_dims);
-  };
-  auto sourced = [](const Annotation& ann, const std::string& why) {
-    Annotation s = ann;
-    s.source = fmt::format("{} ({})", ann.source, why);
-    return s;
-  };
-  // Each stage holds its own layers: the stage dim of every stacked copy takes `axis`.
-  auto check_axis = [&](const Annotation& ann, const std::string& name) {
-    const std::vector<int> used = ann.sharding.tiled_axes();
-    if (std::find(used.begin(), used.end(), axis) != used.end() ||
-        std::find(ann.sharding.unreduced.begin(), ann.sharding.unreduced.end(), axis) != ann.sharding.unreduced.end())
-      throw InputError(
-          fmt::format("{}: '{}' belongs to the layers, whose stacked copies have their stage dim over "
-                      "'{}' (--pipeline): it cannot be sharded over '{}' too",
-                      ann.source, name, axis_name, axis_name));
-  };
-  auto stacked = [&](const Annotation& ann, int rank, const std::string& why) {  // [axis] + ann
-    Annotation s = sourced(ann, why);
-    s.sharding.dims.insert(s.sharding.dims.begin(), std::vector<int>{axis});
-    s.sharding.unreduced.clear();
-    if (!s.open_dims.empty() || s.open) {
-      s.open_dims.assign(static_cast<size_t>(rank), 0);
-      for (int d = 1; d < rank; ++d) s.open_dims[static_cast<size_t>(d)] = ann.dim_open(d - 1);
-      s.open = false;
-    }
-    return s;
-  };
-
-  // Values both graphs have keep their annotation. A value inside the layers (or a layer's constant) joins the
-  // annotated values of the other layers at its place, which must say the same.
-  struct Inside {
-    const Annotation* ann = nullptr;
-    std::vector<std::string> names;  // the annotated values of g at this place, in value order
-  };
-  std::map<std::string, Inside> inside;  // block 0's value -> its layers' annotated copies
-  std::map<std::string, const Annotation*> by_name;
-  std::set<std::string> placed;  // annotated values of g that reached a value of pg
-  for (const auto& [v, ann] : a.by_value) {
-    const std::string& name = g.values[static_cast<size_t>(v)].name;
-    by_name[name] = &ann;
-    if (const int id = pg.find(name); id >= 0) {
-      out.by_value[id] = ann;
-      placed.insert(name);
-    }
-    auto at = p.layout.block_values.find(name);
-    if (at == p.layout.block_values.end()) continue;
-    Inside& in = inside[at->second];
-    if (in.ann && !same(in.ann, &ann))
-      throw InputError(
-          fmt::format("{}: '{}' and '{}' are the same value of two layers, which --pipeline runs as one "
-                      "stacked layer, but are annotated differently",
-                      ann.source, in.names.front(), name));
-    in.ann = &ann;
-    in.names.push_back(name);
-  }
-  // ... goes to every stage-stacked copy of block 0's value with the stage dim over `axis` in front, or as it is to
-  // the one copy of a value computed from constants.
-  for (const auto& [v0, in] : inside) {
-    const Annotation& ann = *in.ann;
-    const size_t rank = g.values[static_cast<size_t>(g.at(in.names.front()))].shape.size();
-    std::vector<int> copies;
-    if (auto inst = p.layout.block_instances.find(v0); inst != p.layout.block_instances.end())
-      for (const std::string& c : inst->second) copies.push_back(pg.at(c));
-    else if (const int id = pg.find(v0); id >= 0)
-      copies.push_back(id);  // a constant the layers read
-    for (const int id : copies) {
-      const size_t copy_rank = pg.values[static_cast<size_t>(id)].shape.size();
-      if (copy_rank == rank + 1) {
-        check_axis(ann, in.names.front());
-        out.by_value[id] = stacked(ann, static_cast<int>(copy_rank), "on every layer's copy, stacked by --pipeline");
-      } else {
-        out.by_value[id] = sourced(ann, "the copy every layer reads, by --pipeline");
-      }
-    }
-    if (!copies.empty()) placed.insert(in.names.begin(), in.names.end());
-  }
-  // Each stacked weight takes its members' annotation (which must agree) behind the stage (and round) dims.
-  for (const PipelineLayout::StackedWeight& w : p.layout.weights) {
-    const int id = pg.at(w.name);
-    const int rank = static_cast<int>(pg.values[static_cast<size_t>(id)].shape.size());
-    const Annotation* first = nullptr;
-    std::string first_name;
-    for (const std::string& m : w.members) {
-      if (m.empty()) continue;
-      auto it = by_name.find(m);
-      const Annotation* ann = it == by_name.end() ? nullptr : it->second;
-      if (ann) placed.insert(m);
-      if (first_name.empty()) {
-        first = ann;
-        first_name = m;
-      } else if (!same(first, ann)) {
-        throw InputError(fmt::format("--pipeline: '{}' and '{}' are stacked into '{}' but annotated differently",
-                                     first_name, m, w.name));
-      }
-    }
-    Annotation s;
-    s.sharding = TensorSharding::replicated(rank);
-    s.open_dims.assign(static_cast<size_t>(rank), 1);
-    const int offset = w.stage_dim + 1;  // the member's dims follow the lead dims
-    if (first) {
-      check_axis(*first, first_name);
-      for (size_t d = 0; d < first->sharding.dims.size(); ++d) {
-        s.sharding.dims[d + static_cast<size_t>(offset)] = first->sharding.dims[d];
-        s.open_dims[d + static_cast<size_t>(offset)] = first->dim_open(static_cast<int>(d));
-      }
-      s.source = fmt::format("{} (stacked by --pipeline)", first->source);
-    } else {
-      s.source = fmt::format("--pipeline {}: the stage dim of '{}'", axis_name, w.name);
-    }
-    s.sharding.dims[static_cast<size_t>(w.stage_dim)] = {axis};
-    s.open_dims[static_cast<size_t>(w.stage_dim)] = 0;
-    if (w.stage_dim == 1) s.open_dims[0] = 0;  // the rounds stay whole on every stage
-    out.by_value[id] = std::move(s);
-  }
-  // The state buffers that no annotated layer output reached: dim 0 over `axis`; the others start as the model's own
-  // plan shards the value whose microbatch rows they carry (a batch split stays split in every microbatch, as
-  // without --pipeline), and stay open.
-  const ShardingPlan plan = model_plan ? ShardingPlan() : propagate(g, a);
-  const std::vector<TensorSharding>& model = (model_plan ? *model_plan : plan).shardings;
-  // An open annotation of rank `rank` whose dims from `offset` on are the model plan's of `carries` without `axis`,
-  // dim 0 closed (its axes set by the caller).
-  auto as_the_model = [&](int rank, int offset, const std::string& carries, std::string source) {
-    const TensorSharding& rows = model.at(static_cast<size_t>(g.at(carries)));
-    Annotation s;
-    s.sharding = TensorSharding::replicated(rank);
-    if (rows.rank() + offset == rank)
-      for (int d = 0; d < rows.rank(); ++d)
-        std::copy_if(rows.dims[static_cast<size_t>(d)].begin(), rows.dims[static_cast<size_t>(d)].end(),
-                     std::back_inserter(s.sharding.dims[static_cast<size_t>(d + offset)]),
-                     [&](int x) { return x != axis; });
-    s.open_dims.assign(static_cast<size_t>(rank), 1);
-    s.open_dims[0] = 0;
-    s.source = std::move(source);
-    return s;
-  };
-  for (const PipelineLayout::State& st : p.layout.states) {
-    const int id = pg.at(st.name);
-    if (out.by_value.count(id)) continue;
-    const int rank = static_cast<int>(pg.values[static_cast<size_t>(id)].shape.size());
-    Annotation s = as_the_model(
-        rank, 1, st.carries,
-        fmt::format("--pipeline {}: the stage dim of the state buffer, the rest as '{}' without --pipeline", axis_name,
-                    st.carries));
-    s.sharding.dims[0] = {axis};
-    out.by_value[id] = std::move(s);
-  }
-  // The gathered results: the batch over the model's batch axes, then over `axis` (the suffix is not replicated over
-  // the stages); the other dims open, as the model's plan starts them.
-  const int results = pg.find(p.layout.results);
-  const int rank = results < 0 ? 0 : static_cast<int>(pg.values[static_cast<size_t>(results)].shape.size());
-  if (rank > 0 && model.at(static_cast<size_t>(g.at(p.layout.results))).rank() == rank &&
-      !out.by_value.count(results)) {
-    Annotation s = as_the_model(rank, 0, p.layout.results,
-                                fmt::format("--pipeline {}: the results' batch over '{}' too, the rest as '{}' "
-                                            "without --pipeline",
-                                            axis_name, axis_name, p.layout.results));
-    s.sharding.dims[0].push_back(axis);
-    out.by_value[results] = std::move(s);
-  }
-  // An annotation is a constraint: one that reached no value of the pipelined graph is refused, never dropped.
-  for (const auto& [name, ann] : by_name)
-    if (!placed.count(name))
-      throw InputError(
-          fmt::format("{}: '{}' has no copy in the graph that --pipeline builds, so its annotation "
-                      "cannot be kept",
-                      ann->source, name));
-  return out;
 }
 
 }  // namespace gspmd
