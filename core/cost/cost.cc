@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/ir/attrs.h"
+
 namespace gspmd {
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -370,24 +372,7 @@ std::string op_signature(const Graph& g, const Node& n) {
   for (const auto& [name, a] : n.attrs) {  // std::map: by name
     if (!first) s += ',';
     first = false;
-    s += name + '=';
-    std::visit(
-        [&](const auto& x) {
-          using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, Tensor>)
-            s += fmt::format("{}[{}]", dtype_name(x.dtype), fmt::join(x.shape, ","));
-          else if constexpr (std::is_same_v<T, std::string>)
-            s += x;
-          else if constexpr (std::is_same_v<T, std::vector<std::string>>)
-            s += fmt::format("[{}]", fmt::join(x, ","));
-          else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, float>)
-            s += fmt::format("{}", x);
-          else if constexpr (std::is_same_v<T, std::shared_ptr<const Graph>>)
-            s += fmt::format("graph({} nodes)", x->nodes.size());
-          else
-            s += fmt::format("[{}]", fmt::join(x, ","));
-        },
-        a);
+    s += name + '=' + attr_text(a);
   }
   s += '}';
   return s;

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/ir/attrs.h"
 #include "core/ir/cuts.h"
 #include "core/ir/name_pattern.h"
 
@@ -103,25 +104,6 @@ std::vector<std::optional<LayerWeight>> layer_weights(const Graph& g, const std:
     if (n && within_best(indices[key])) w[v] = LayerWeight{*n, key};
   }
   return w;
-}
-
-bool same_attrs(const std::map<std::string, AttrValue>& a, const std::map<std::string, AttrValue>& b) {
-  if (a.size() != b.size()) return false;
-  for (auto i = a.begin(), j = b.begin(); i != a.end(); ++i, ++j) {
-    if (i->first != j->first || i->second.index() != j->second.index()) return false;
-    const bool same = std::visit(
-        [&](const auto& x) {
-          using T = std::decay_t<decltype(x)>;
-          const T& y = std::get<T>(j->second);
-          if constexpr (std::is_same_v<T, Tensor>)
-            return x.dtype == y.dtype && x.shape == y.shape && x.bytes == y.bytes;
-          else
-            return x == y;  // a body: the same graph object
-        },
-        i->second);
-    if (!same) return false;
-  }
-  return true;
 }
 
 /// Two values of two layers hold the same constant: equal data, or (loaded shapes-only) two initializers of one type
@@ -396,7 +378,7 @@ class BlockFinder {
       if (ni.op_type != n0.op_type || ni.domain != n0.domain)
         throw differ(p, fmt::format("{} where layer {} has {}", ni.op_type, b0.layer, n0.op_type));
       if (ni.has_body()) throw differ(p, "control flow in a layer block is not supported");
-      if (!same_attrs(ni.attrs, n0.attrs)) throw differ(p, "other attributes");
+      if (!attrs_equal(ni.attrs, n0.attrs)) throw differ(p, "other attributes");
       if (ni.inputs.size() != n0.inputs.size() || ni.outputs.size() != n0.outputs.size())
         throw differ(p, "another number of inputs or outputs");
       for (size_t i = 0; i < ni.inputs.size(); ++i) {

@@ -3,6 +3,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "core/ir/attrs.h"
 #include "core/program/program.h"
 
 namespace gspmd {
@@ -68,30 +69,9 @@ void hash_graph(Hasher& h, const Graph& g) {
     h.str(n.name);
     h.vec(n.inputs);
     h.vec(n.outputs);
-    h.i(static_cast<int64_t>(n.attrs.size()));
-    for (const auto& [name, a] : n.attrs) {  // std::map: ordered by name
-      h.str(name);
-      h.i(static_cast<int64_t>(a.index()));
-      std::visit(
-          [&](const auto& x) {
-            using T = std::decay_t<decltype(x)>;
-            if constexpr (std::is_same_v<T, int64_t>)
-              h.i(x);
-            else if constexpr (std::is_same_v<T, float>)
-              h.bytes(&x, sizeof x);
-            else if constexpr (std::is_same_v<T, std::string>)
-              h.str(x);
-            else if constexpr (std::is_same_v<T, Tensor>) {
-              h.i(static_cast<int64_t>(x.dtype));
-              h.vec(x.shape);
-              h.bytes(x.bytes.data(), x.bytes.size());
-            } else if constexpr (std::is_same_v<T, std::shared_ptr<const Graph>>) {
-              hash_graph(h, *x);
-            } else
-              h.vec(x);
-          },
-          a);
-    }
+    attr_bytes(
+        n.attrs, [&](const void* d, size_t size) { h.bytes(d, size); },
+        [&](const Graph& body) { hash_graph(h, body); });
   }
   h.vec(g.inputs);
   h.vec(g.outputs);

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/ir/attrs.h"
 #include "core/rules/rule_maker.h"
 
 namespace gspmd {
@@ -122,32 +123,11 @@ bool rule_key(const Graph& g, const Node& n, std::string& key) {
   str(n.domain);
   str(n.op_type);
   num(g.opset);
-  for (const auto& [name, a] : n.attrs) {
-    str(name);
-    num(static_cast<int64_t>(a.index()));
-    if (const auto* i = std::get_if<int64_t>(&a))
-      num(*i);
-    else if (const auto* f = std::get_if<float>(&a))
-      put(f, sizeof *f);
-    else if (const auto* s = std::get_if<std::string>(&a))
-      str(*s);
-    else if (const auto* is = std::get_if<std::vector<int64_t>>(&a))
-      shape(*is);
-    else if (const auto* fs = std::get_if<std::vector<float>>(&a)) {
-      num(static_cast<int64_t>(fs->size()));
-      if (!fs->empty()) put(fs->data(), fs->size() * sizeof(float));
-    } else if (const auto* ss = std::get_if<std::vector<std::string>>(&a)) {
-      num(static_cast<int64_t>(ss->size()));
-      for (const std::string& s : *ss) str(s);
-    } else if (const auto* t = std::get_if<Tensor>(&a)) {
-      if (t->bytes.size() > 65536) return false;
-      num(static_cast<int64_t>(t->dtype));
-      shape(t->shape);
-      str(std::string(reinterpret_cast<const char*>(t->bytes.data()), t->bytes.size()));
-    } else {
-      return false;  // a body
-    }
+  for (const auto& [name, a] : n.attrs) {  // a body, or a large tensor, makes the rule the node's own
+    if (std::holds_alternative<std::shared_ptr<const Graph>>(a)) return false;
+    if (const auto* t = std::get_if<Tensor>(&a); t && t->bytes.size() > 65536) return false;
   }
+  attr_bytes(n.attrs, put, [](const Graph&) {});
   auto value = [&](int v) {
     num(v < 0 ? -1 : static_cast<int64_t>(g.values.at(static_cast<size_t>(v)).dtype));
     if (v >= 0) shape(g.values[static_cast<size_t>(v)].shape);
