@@ -197,218 +197,272 @@ std::string sharding_file_of(const CommonOptions& o, const LoadReport& r) {
   return fs::exists(sibling) ? sibling.string() : std::string();
 }
 
+/// --dim and --hint (`flag`): NAME=VALUE, VALUE in 1 .. kMaxDim, each NAME once, into `out`.
+void parse_sizes(const std::vector<std::string>& flags, const char* flag, std::map<std::string, int64_t>& out) {
+  for (const std::string& d : flags) {
+    auto eq = d.find('=');
+    int64_t v = 0;
+    try {
+      if (eq == std::string::npos || eq == 0) throw std::invalid_argument(d);
+      size_t used = 0;
+      v = std::stoll(d.substr(eq + 1), &used);
+      if (used != d.size() - eq - 1 || v <= 0) throw std::invalid_argument(d);
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("{}: '{}' is not NAME=VALUE with a positive VALUE", flag, cut_text(d)));
+    }
+    if (v > kMaxDim)
+      throw InputError(
+          fmt::format("{}: '{}' is more than the {} a dim may be (docs/cli.md#limits)", flag, cut_text(d), kMaxDim));
+    if (auto [it, fresh] = out.emplace(d.substr(0, eq), v); !fresh)
+      throw InputError(fmt::format("{}: '{}' is given twice ({} and {})", flag, cut_text(it->first), it->second, v));
+  }
+}
+
+/// compile_model in its phases: the options checked, the model loaded (and retyped), the pipeline and the training
+/// step built, the annotations read, --auto's search, then propagation and partitioning.
+class CompileFlow {
+ public:
+  CompileFlow(const CommonOptions& o, bool load_data) : o_(o) {
+    if (o.mesh) cli_mesh_ = DeviceMesh::parse(*o.mesh);
+    memory_limit_ = parse_memory_limit(o.memory_limit);
+    if (memory_limit_ > 0 && !o.auto_search && !o.stage_candidate)
+      throw InputError("--memory-limit: only used with --auto");
+    lo_ = kernel_load_options();
+    lo_.load_data = load_data;
+    trained_ = trainable_weights(o.training);
+    if (o.training.on) lo_.variable = trained_;
+    // An annotated weight (a float initializer of more than one element, as --training's trainable set) is a
+    // constraint: it stays in the graph, not folded into a transposed copy of another name.
+    const fs::path sibling = sibling_sharding_file(o);
+    const std::string sidecar = !o.shardings.empty() ? o.shardings : fs::exists(sibling) ? sibling.string() : "";
+    if (fs::path(sidecar).extension() == ".json")
+      if (auto annotated = sharding_file_names(sidecar))
+        lo_.variable = [annotated, trained = lo_.variable](const Value& v) {
+          return (is_floating(v.dtype) && num_elements(v.shape) > 1 && annotated(v)) || (trained && trained(v));
+        };
+    if (!o.training.on && !o.training.shard_update.empty())
+      throw InputError("--shard-update: only used with --training");
+    if (!o.training.on && !o.training.remat.empty() && o.training.remat != "none")
+      throw InputError("--remat: only used with --training");
+    if (!o.training.on && o.training.accumulate != 1) throw InputError("--accumulate: only used with --training");
+    parse_sizes(o.dims, "--dim", lo_.dims);
+    parse_sizes(o.hints, "--hint", lo_.hints);
+  }
+
+  Compiled run() {
+    load();
+    build_step();
+    annotate();
+    p_.times.load = seconds_since(t0_);
+    t0_ = std::chrono::steady_clock::now();
+    p_.rules = RuleTable(p_.graph);  // once, for the search, the reshape cuts, propagation and partitioning
+    rules_s_ = seconds_since(t0_);
+    if (o_.auto_search) {  // timed by the search itself (the report's "auto")
+      search();
+      if (o_.search_only) return std::move(p_);
+    }
+    partition_step();
+    return std::move(p_);
+  }
+
+ private:
+  /// The target, the model (typed, its symbolic dims bound by --dim and --inputs), --precision.
+  void load() {
+    p_.target = Target::load(o_.target);
+    if (!o_.device_order.empty()) p_.target.device_order = Target::parse_device_order(o_.device_order);
+    t0_ = std::chrono::steady_clock::now();
+    lo_.inputs_dir = o_.inputs_dir;  // the given inputs' shapes bind symbolic dims (--dim must agree)
+    lo_.keep_symbols = o_.keep_symbols && !o_.training.on && o_.pipeline.axis.empty() && !o_.auto_search;
+    lo_.data_dependent_dims = !o_.training.on && o_.pipeline.axis.empty();  // the step builder and stages are static
+    p_.graph = load_model(o_.model, lo_, &p_.load_report);
+    if (!o_.precision.empty()) {
+      const Precision precision = pick<Precision>(o_.precision, "--precision",
+                                                  {{"bf16", Precision::kBF16},
+                                                   {"mixed", Precision::kMixed},
+                                                   {"autocast", Precision::kAutocast},
+                                                   {"f32", Precision::kF32}});
+      set_precision(p_.graph, precision, trained_, lo_.shape_function);
+      p_.precision = precision;
+    }
+    file_ = sharding_file_of(o_, p_.load_report);
+  }
+
+  /// The annotations of `g`: --pipeline auto's candidate's, the sharding file's or annotated model's, or none on
+  /// --mesh.
+  Annotations read_annotations(const Graph& g) const {
+    if (o_.stage_candidate) {  // --pipeline auto's sweep: the S = 1 plan on the mesh with a stage axis
+      Annotations a;
+      a.mesh = o_.stage_candidate->mesh;
+      for (const auto& [name, ann] : o_.stage_candidate->annotations)
+        if (const int v = g.find(name); v >= 0) a.by_value[v] = ann;
+      return a;
+    }
+    if (file_.empty()) {
+      if (!cli_mesh_)
+        throw InputError(fmt::format(
+            "{}: no mesh: give --mesh, or a sharding file that names one (--shardings FILE, or {} beside the model)",
+            o_.model, sibling_sharding_file(o_).filename().string()));
+      Annotations a;
+      a.mesh = *cli_mesh_;
+      return a;
+    }
+    const DeviceMesh* m = cli_mesh_ ? &*cli_mesh_ : nullptr;
+    return fs::path(file_).extension() == ".onnx" ? read_annotated_model(file_, g, m) : read_sharding_file(file_, g, m);
+  }
+
+  /// --pipeline's stages (their annotations kept for annotate()), then --training's step over the loaded graph.
+  void build_step() {
+    if (o_.training.on) to_ = training_options(o_.training, p_.graph);  // against the model as loaded
+    if (!o_.pipeline.axis.empty()) {
+      pipelined_ = apply_pipeline(p_, o_, read_annotations(p_.graph), lo_.shape_function);
+      if (to_) {  // re-keyed by name onto the step below
+        p_.reference_training = *to_;
+        to_->trainable = pipelined_trainable(to_->trainable, *p_.pipeline, p_.graph);
+        to_->remat_keep = p_.pipeline->carried_values;
+        for (auto& [v, ann] : pipelined_->by_value)
+          pipelined_by_name_.emplace_back(p_.graph.values[static_cast<size_t>(v)].name, std::move(ann));
+        pipelined_->by_value.clear();
+      }
+    } else {
+      if (o_.pipeline.microbatches != 0) throw InputError("--microbatches: only used with --pipeline");
+      if (o_.pipeline.schedule != "gpipe") throw InputError("--schedule: only used with --pipeline");
+      if (!o_.pipeline.layers.empty()) throw InputError("--layers: only used with --pipeline");
+    }
+    // --auto costs repeated layers once, on the model cut to its first layers (docs/auto.md, "Scale"): it needs the
+    // forward graph (values share their data, so the copy is cheap) and a builder of the step from it.
+    if (o_.auto_search && o_.pipeline.axis.empty()) forward_ = p_.graph;
+    forward_inputs_ = p_.load_report.inputs.size();
+    if (o_.training.on) {
+      for (const FlatValue& fv : p_.load_report.inputs)
+        for (int v : fv.values) input_names_.push_back(p_.graph.values[static_cast<size_t>(v)].name);
+      p_.training = build_training_step(std::move(p_.graph), *to_, lo_.shape_function);
+      training_signature(p_.load_report, input_names_, p_.training->graph);
+      p_.graph = std::move(p_.training->graph);
+      p_.training->graph = Graph();
+    }
+  }
+
+  /// The annotations of the graph to partition (the step's, for --training); the step's memory roles.
+  void annotate() {
+    p_.annotations = pipelined_ ? std::move(*pipelined_) : read_annotations(p_.graph);
+    for (auto& [name, ann] : pipelined_by_name_) p_.annotations.by_value.emplace(p_.graph.at(name), std::move(ann));
+    if (p_.training && p_.training->accumulate > 1)
+      annotate_microbatches(p_.graph, p_.training->accumulate, p_.annotations);
+    p_.sharding_file = file_;
+    p_.sharding_file_implicit = o_.shardings.empty() && !file_.empty();
+    if (p_.training) {
+      update_axis_ = shard_update_axis(p_, o_.training.shard_update);
+      p_.memory_roles = training_memory_roles(p_.graph, *p_.training);
+    }
+    p_.target.check_device_order(p_.annotations.mesh);
+  }
+
+  /// The step --auto's layered costing builds from a cut forward graph `g` for a step choice.
+  AutoModel build_candidate(Graph g, const StepChoice& step) const {
+    AutoModel m;
+    if (!to_) {
+      m.graph = std::move(g);
+      return m;
+    }
+    TrainingOptions t = *to_;
+    t.remat = step.remat;
+    t.shard_update = step.update_axis >= 0;
+    if (step.microbatches > 0) t.accumulate = step.microbatches;
+    std::erase_if(t.trainable, [&](const std::string& name) { return g.find(name) < 0; });
+    m.training = build_training_step(std::move(g), t, lo_.shape_function);
+    m.roles = training_memory_roles(m.training->graph, *m.training);
+    m.graph = std::move(m.training->graph);
+    m.training->graph = Graph();
+    return m;
+  }
+
+  /// --auto: the search, and the chosen plan's step when it is built otherwise than the searched one.
+  void search() {
+    AutoOptions ao;
+    ao.target = p_.target;
+    ao.overlap = o_.overlap;
+    ao.memory_limit_bytes = memory_limit_;
+    ao.memory_roles = p_.memory_roles ? &*p_.memory_roles : nullptr;
+    ao.training = p_.training ? &*p_.training : nullptr;
+    ao.progress = o_.progress ? auto_progress(*o_.progress) : auto_progress();
+    ao.best_if_none_fits = o_.stage_search_base;
+    if (forward_) {
+      ao.forward = &*forward_;
+      ao.build = [&](Graph g, const StepChoice& step) { return build_candidate(std::move(g), step); };
+      if (to_) {
+        ao.step = {to_->remat, update_axis_};
+        // --training without --remat (--shard-update): the search chooses the policy (and the weight-update sharding)
+        // (docs/auto.md, "Training").
+        if (o_.training.remat.empty()) ao.remat_choices = {RematPolicy::kNone, RematPolicy::kDots, RematPolicy::kFull};
+        ao.update_choice = o_.training.shard_update.empty();
+        ao.accumulate = to_->accumulate;
+      }
+    }
+    p_.auto_result = auto_shard(p_.graph, p_.annotations, ao, &p_.rules);
+    p_.annotations = p_.auto_result->annotations;
+    update_axis_ = p_.auto_result->chosen.step.update_axis;
+    if (update_axis_ >= 0) p_.shard_update = p_.annotations.mesh.axes[update_axis_];
+    if (p_.auto_result->model) {  // the chosen plan's step is built otherwise than the searched one: its step
+      AutoModel& m = *p_.auto_result->model;
+      p_.graph = std::move(m.graph);
+      p_.training = std::move(m.training);
+      p_.memory_roles = std::move(m.roles);
+      p_.load_report.inputs.erase(p_.load_report.inputs.begin() + static_cast<long>(forward_inputs_),
+                                  p_.load_report.inputs.end());
+      training_signature(p_.load_report, input_names_, p_.graph);
+      p_.rules = RuleTable(p_.graph);
+      p_.auto_result->model.reset();
+    }
+  }
+
+  /// The step's values annotated after their weights, propagation, partitioning; on the host target, its ops measured.
+  void partition_step() {
+    // The step's values follow their weights' annotations (docs/training.md), --auto's too.
+    if (p_.training)
+      annotate_step(p_.graph, step_followers(p_.graph, *p_.training), update_axis_,
+                    fmt::format("--shard-update {}", p_.shard_update), p_.annotations,
+                    step_batch_inputs(p_.graph, *p_.training));
+    t0_ = std::chrono::steady_clock::now();
+    p_.annotations = refine_for_reshapes(p_.graph, p_.annotations, &p_.rules);
+    p_.plan = propagate(p_.graph, p_.annotations, &p_.rules);
+    p_.times.propagate = rules_s_ + seconds_since(t0_);
+    t0_ = std::chrono::steady_clock::now();
+    p_.program = partition(p_.graph, p_.plan, p_.annotations.mesh, p_.target, &p_.rules,
+                           p_.memory_roles ? &*p_.memory_roles : nullptr);
+    p_.times.partition = seconds_since(t0_);
+    if (o_.target == "host" && o_.measure_host_ops) {
+      t0_ = std::chrono::steady_clock::now();
+      MeasureSpread spread;
+      measure_program_ops(p_.program, p_.target, 1, 5, int64_t{1} << 30, &spread);
+      p_.times.measure_ops = seconds_since(t0_);
+      if (const std::string w = host_spread_warning(spread, host_threads(), host_cores()); !w.empty())
+        p_.program.warnings.push_back(w);
+    }
+  }
+
+  const CommonOptions& o_;
+  int64_t memory_limit_ = 0;                   // --memory-limit, bytes (0: the target's HBM)
+  std::function<bool(const Value&)> trained_;  // --trainable's weights
+  std::optional<DeviceMesh> cli_mesh_;         // --mesh, else the mesh the sharding file names
+  LoadOptions lo_;
+  Compiled p_;
+  std::string file_;                      // the sharding file (or annotated model), "" for none
+  std::optional<TrainingOptions> to_;     // against the model as loaded
+  std::optional<Annotations> pipelined_;  // --pipeline's, until annotate(); with --training re-keyed by name:
+  std::vector<std::pair<std::string, Annotation>> pipelined_by_name_;
+  std::optional<Graph> forward_;          // --auto's layered costing: the forward graph
+  std::vector<std::string> input_names_;  // the forward's inputs, as the load report lists them
+  size_t forward_inputs_ = 0;
+  int update_axis_ = -1;
+  std::chrono::steady_clock::time_point t0_;
+  double rules_s_ = 0;
+};
+
 }  // namespace
 
 Compiled compile_model(const CommonOptions& o, bool load_data) {
   if (o.pipeline.axis == "auto" && !o.stage_candidate) return search_stages(o, load_data);
-  std::optional<DeviceMesh> cli_mesh;  // --mesh, else the mesh the sharding file names
-  if (o.mesh) cli_mesh = DeviceMesh::parse(*o.mesh);
-  const int64_t memory_limit = parse_memory_limit(o.memory_limit);
-  if (memory_limit > 0 && !o.auto_search && !o.stage_candidate)
-    throw InputError("--memory-limit: only used with --auto");
-  LoadOptions lo = kernel_load_options();
-  lo.load_data = load_data;
-  const std::function<bool(const Value&)> trained = trainable_weights(o.training);
-  if (o.training.on) lo.variable = trained;
-  // An annotated weight (a float initializer of more than one element, as --training's trainable set) is a
-  // constraint: it stays in the graph, not folded into a transposed copy of another name.
-  const fs::path sibling = sibling_sharding_file(o);
-  const std::string sidecar = !o.shardings.empty() ? o.shardings : fs::exists(sibling) ? sibling.string() : "";
-  if (fs::path(sidecar).extension() == ".json")
-    if (auto annotated = sharding_file_names(sidecar))
-      lo.variable = [annotated, trained = lo.variable](const Value& v) {
-        return (is_floating(v.dtype) && num_elements(v.shape) > 1 && annotated(v)) || (trained && trained(v));
-      };
-  if (!o.training.on && !o.training.shard_update.empty()) throw InputError("--shard-update: only used with --training");
-  if (!o.training.on && !o.training.remat.empty() && o.training.remat != "none")
-    throw InputError("--remat: only used with --training");
-  if (!o.training.on && o.training.accumulate != 1) throw InputError("--accumulate: only used with --training");
-  // --dim and --hint: NAME=VALUE, VALUE in 1 .. kMaxDim, each NAME once
-  auto sizes = [](const std::vector<std::string>& flags, const char* flag, std::map<std::string, int64_t>& out) {
-    for (const std::string& d : flags) {
-      auto eq = d.find('=');
-      int64_t v = 0;
-      try {
-        if (eq == std::string::npos || eq == 0) throw std::invalid_argument(d);
-        size_t used = 0;
-        v = std::stoll(d.substr(eq + 1), &used);
-        if (used != d.size() - eq - 1 || v <= 0) throw std::invalid_argument(d);
-      } catch (const std::exception&) {
-        throw InputError(fmt::format("{}: '{}' is not NAME=VALUE with a positive VALUE", flag, cut_text(d)));
-      }
-      if (v > kMaxDim)
-        throw InputError(
-            fmt::format("{}: '{}' is more than the {} a dim may be (docs/cli.md#limits)", flag, cut_text(d), kMaxDim));
-      if (auto [it, fresh] = out.emplace(d.substr(0, eq), v); !fresh)
-        throw InputError(fmt::format("{}: '{}' is given twice ({} and {})", flag, cut_text(it->first), it->second, v));
-    }
-  };
-  sizes(o.dims, "--dim", lo.dims);
-  sizes(o.hints, "--hint", lo.hints);
-
-  Compiled p;
-  p.target = Target::load(o.target);
-  if (!o.device_order.empty()) p.target.device_order = Target::parse_device_order(o.device_order);
-  auto t0 = std::chrono::steady_clock::now();
-  lo.inputs_dir = o.inputs_dir;  // the given inputs' shapes bind symbolic dims (--dim must agree)
-  lo.keep_symbols = o.keep_symbols && !o.training.on && o.pipeline.axis.empty() && !o.auto_search;
-  lo.data_dependent_dims = !o.training.on && o.pipeline.axis.empty();  // the step builder and stages are static
-  p.graph = load_model(o.model, lo, &p.load_report);
-  if (!o.precision.empty()) {
-    const Precision precision = pick<Precision>(o.precision, "--precision",
-                                                {{"bf16", Precision::kBF16},
-                                                 {"mixed", Precision::kMixed},
-                                                 {"autocast", Precision::kAutocast},
-                                                 {"f32", Precision::kF32}});
-    set_precision(p.graph, precision, trained, lo.shape_function);
-    p.precision = precision;
-  }
-  const std::string file = sharding_file_of(o, p.load_report);
-  auto read_annotations = [&](const Graph& g) {
-    if (o.stage_candidate) {  // --pipeline auto's sweep: the S = 1 plan on the mesh with a stage axis
-      Annotations a;
-      a.mesh = o.stage_candidate->mesh;
-      for (const auto& [name, ann] : o.stage_candidate->annotations)
-        if (const int v = g.find(name); v >= 0) a.by_value[v] = ann;
-      return a;
-    }
-    if (file.empty()) {
-      if (!cli_mesh)
-        throw InputError(fmt::format(
-            "{}: no mesh: give --mesh, or a sharding file that names one (--shardings FILE, or {} beside the model)",
-            o.model, sibling_sharding_file(o).filename().string()));
-      Annotations a;
-      a.mesh = *cli_mesh;
-      return a;
-    }
-    const DeviceMesh* m = cli_mesh ? &*cli_mesh : nullptr;
-    return fs::path(file).extension() == ".onnx" ? read_annotated_model(file, g, m) : read_sharding_file(file, g, m);
-  };
-  std::optional<TrainingOptions> to;  // against the model as loaded
-  if (o.training.on) to = training_options(o.training, p.graph);
-  std::optional<Annotations> pipelined;  // with --training, re-keyed by name onto the step below
-  std::vector<std::pair<std::string, Annotation>> pipelined_by_name;
-  if (!o.pipeline.axis.empty()) {
-    pipelined = apply_pipeline(p, o, read_annotations(p.graph), lo.shape_function);
-    if (to) {
-      p.reference_training = *to;
-      to->trainable = pipelined_trainable(to->trainable, *p.pipeline, p.graph);
-      to->remat_keep = p.pipeline->carried_values;
-      for (auto& [v, ann] : pipelined->by_value)
-        pipelined_by_name.emplace_back(p.graph.values[static_cast<size_t>(v)].name, std::move(ann));
-      pipelined->by_value.clear();
-    }
-  } else {
-    if (o.pipeline.microbatches != 0) throw InputError("--microbatches: only used with --pipeline");
-    if (o.pipeline.schedule != "gpipe") throw InputError("--schedule: only used with --pipeline");
-    if (!o.pipeline.layers.empty()) throw InputError("--layers: only used with --pipeline");
-  }
-  // --auto costs repeated layers once, on the model cut to its first layers (docs/auto.md, "Scale"): it needs the
-  // forward graph (values share their data, so the copy is cheap) and a builder of the step from it.
-  std::optional<Graph> forward;
-  if (o.auto_search && o.pipeline.axis.empty()) forward = p.graph;
-  std::vector<std::string> input_names;  // the forward's inputs, as the load report lists them
-  const size_t forward_inputs = p.load_report.inputs.size();
-  if (o.training.on) {
-    for (const FlatValue& fv : p.load_report.inputs)
-      for (int v : fv.values) input_names.push_back(p.graph.values[static_cast<size_t>(v)].name);
-    p.training = build_training_step(std::move(p.graph), *to, lo.shape_function);
-    training_signature(p.load_report, input_names, p.training->graph);
-    p.graph = std::move(p.training->graph);
-    p.training->graph = Graph();
-  }
-
-  p.annotations = pipelined ? std::move(*pipelined) : read_annotations(p.graph);
-  for (auto& [name, ann] : pipelined_by_name) p.annotations.by_value.emplace(p.graph.at(name), std::move(ann));
-  if (p.training && p.training->accumulate > 1) annotate_microbatches(p.graph, p.training->accumulate, p.annotations);
-  p.sharding_file = file;
-  p.sharding_file_implicit = o.shardings.empty() && !file.empty();
-  int update_axis = -1;
-  if (p.training) {
-    update_axis = shard_update_axis(p, o.training.shard_update);
-    p.memory_roles = training_memory_roles(p.graph, *p.training);
-  }
-  p.target.check_device_order(p.annotations.mesh);
-  p.times.load = seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
-  p.rules = RuleTable(p.graph);  // once, for the search, the reshape cuts, propagation and partitioning
-  const double rules_s = seconds_since(t0);
-  if (o.auto_search) {  // timed by the search itself (the report's "auto")
-    AutoOptions ao;
-    ao.target = p.target;
-    ao.overlap = o.overlap;
-    ao.memory_limit_bytes = memory_limit;
-    ao.memory_roles = p.memory_roles ? &*p.memory_roles : nullptr;
-    ao.training = p.training ? &*p.training : nullptr;
-    ao.progress = o.progress ? auto_progress(*o.progress) : auto_progress();
-    ao.best_if_none_fits = o.stage_search_base;
-    if (forward) {
-      ao.forward = &*forward;
-      ao.build = [&](Graph g, const StepChoice& step) {
-        AutoModel m;
-        if (!to) {
-          m.graph = std::move(g);
-          return m;
-        }
-        TrainingOptions t = *to;
-        t.remat = step.remat;
-        t.shard_update = step.update_axis >= 0;
-        if (step.microbatches > 0) t.accumulate = step.microbatches;
-        std::erase_if(t.trainable, [&](const std::string& name) { return g.find(name) < 0; });
-        m.training = build_training_step(std::move(g), t, lo.shape_function);
-        m.roles = training_memory_roles(m.training->graph, *m.training);
-        m.graph = std::move(m.training->graph);
-        m.training->graph = Graph();
-        return m;
-      };
-      if (to) {
-        ao.step = {to->remat, update_axis};
-        // --training without --remat (--shard-update): the search chooses the policy (and the weight-update sharding)
-        // (docs/auto.md, "Training").
-        if (o.training.remat.empty()) ao.remat_choices = {RematPolicy::kNone, RematPolicy::kDots, RematPolicy::kFull};
-        ao.update_choice = o.training.shard_update.empty();
-        ao.accumulate = to->accumulate;
-      }
-    }
-    p.auto_result = auto_shard(p.graph, p.annotations, ao, &p.rules);
-    p.annotations = p.auto_result->annotations;
-    update_axis = p.auto_result->chosen.step.update_axis;
-    if (update_axis >= 0) p.shard_update = p.annotations.mesh.axes[update_axis];
-    if (p.auto_result->model) {  // the chosen plan's step is built otherwise than the searched one: its step
-      AutoModel& m = *p.auto_result->model;
-      p.graph = std::move(m.graph);
-      p.training = std::move(m.training);
-      p.memory_roles = std::move(m.roles);
-      p.load_report.inputs.erase(p.load_report.inputs.begin() + static_cast<long>(forward_inputs),
-                                 p.load_report.inputs.end());
-      training_signature(p.load_report, input_names, p.graph);
-      p.rules = RuleTable(p.graph);
-      p.auto_result->model.reset();
-    }
-    if (o.search_only) return p;
-  }
-  // The step's values follow their weights' annotations (docs/training.md), --auto's too.
-  if (p.training)
-    annotate_step(p.graph, step_followers(p.graph, *p.training), update_axis,
-                  fmt::format("--shard-update {}", p.shard_update), p.annotations,
-                  step_batch_inputs(p.graph, *p.training));
-  t0 = std::chrono::steady_clock::now();
-  p.annotations = refine_for_reshapes(p.graph, p.annotations, &p.rules);
-  p.plan = propagate(p.graph, p.annotations, &p.rules);
-  p.times.propagate = rules_s + seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
-  p.program =
-      partition(p.graph, p.plan, p.annotations.mesh, p.target, &p.rules, p.memory_roles ? &*p.memory_roles : nullptr);
-  p.times.partition = seconds_since(t0);
-  if (o.target == "host" && o.measure_host_ops) {
-    t0 = std::chrono::steady_clock::now();
-    MeasureSpread spread;
-    measure_program_ops(p.program, p.target, 1, 5, int64_t{1} << 30, &spread);
-    p.times.measure_ops = seconds_since(t0);
-    if (const std::string w = host_spread_warning(spread, host_threads(), host_cores()); !w.empty())
-      p.program.warnings.push_back(w);
-  }
-  return p;
+  return CompileFlow(o, load_data).run();
 }
 
 }  // namespace gspmd::cli

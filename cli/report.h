@@ -161,7 +161,13 @@ void check_output_path(const std::string& path, const char* flag, bool folder = 
 /// ("unsupported: ..."), 4 for anything else, a bug ("internal error: ..."). Each line is first_line() of the text.
 std::pair<int, std::string> error_exit(const std::exception& e);
 
-/// Prints the human summary of a report to stdout.
+/// Prints the human summary of a report (make_report) to stdout, a line per topic ("model", "mesh", "dims",
+/// "training", "pipeline", "collectives", "simulated step", "memory", "auto", "check"...). summary.cc.
 void print_summary(const nlohmann::json& report, const std::string& model);
+
+/// `b` bytes as "1.50 GiB", "3.00 MiB", "1.5 KiB" or "12 B" (1024-based).
+std::string human_bytes(double b);
+/// `s` seconds as "1.234 s", "5.000 ms" or "7.000 us".
+std::string human_time(double s);
 
 }  // namespace gspmd::cli
