@@ -83,16 +83,8 @@ void add_common(CLI::App* c, cli::CommonOptions& o) {
                 "1e-30)");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  limit_threads_to_cores();  // before any OpenMP region: a CPU-limited container would otherwise oversubscribe
-  Target::register_preset("host", measure_host_target);
-  CLI::App app{"gspmd-onnx: GSPMD sharding propagation and SPMD partitioning for ONNX models"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "gspmd-onnx 0.1.0");
-
-  cli::PartitionOptions po;
+/// The `partition` command and its options.
+CLI::App* add_partition(CLI::App& app, cli::PartitionOptions& po) {
   auto* part = app.add_subcommand("partition", "infer shardings, partition, write one ONNX model per device");
   add_common(part, po.common);
   part->add_option("-o,--output", po.out_dir, "output directory")->required();
@@ -108,8 +100,11 @@ int main(int argc, char** argv) {
   part->add_option("--annotated-model", po.annotated_model,
                    "also write MODEL with every value's sharding as ONNX multi-device annotations (readable back "
                    "in place of a sharding file)");
+  return part;
+}
 
-  cli::RunOptions ro;
+/// The `run` command and its options.
+CLI::App* add_run(CLI::App& app, cli::RunOptions& ro) {
   auto* run = app.add_subcommand("run", "run the partitioned model on an emulated pod");
   add_common(run, ro.common);
   run->add_option("--outputs", ro.outputs_dir, "write output_<i>.pb here");
@@ -154,14 +149,20 @@ int main(int argc, char** argv) {
       "--program", ro.program_dir,
       "run the device files DIR/device_<k>.onnx of partition -o DIR: one thread per device on the emulator, "
       "one MPI rank per device with --backend mpi");
+  return run;
+}
 
-  cli::SimulateOptions so;
+/// The `simulate` command and its options.
+CLI::App* add_simulate(CLI::App& app, cli::SimulateOptions& so) {
   auto* sim = app.add_subcommand("simulate", "partition and cost on the target pod without weights or running");
   add_common(sim, so.common);
   sim->add_option("--report", so.report, "write the JSON report here");
   sim->add_option("--trace", so.trace, "write the simulated step as Chrome trace JSON (Perfetto) here");
+  return sim;
+}
 
-  cli::ExplainOptions eo;
+/// The `explain` command and its options.
+CLI::App* add_explain(CLI::App& app, cli::ExplainOptions& eo) {
   auto* explain = app.add_subcommand("explain", "show every value's sharding, its origin, and every collective");
   add_common(explain, eo.common);
   explain->add_option("--value", eo.value, "only this value");
@@ -170,8 +171,11 @@ int main(int argc, char** argv) {
   explain->add_option("--html", eo.html,
                       "also write the plan as one self-contained web page: the mesh, each value's shards, the "
                       "collectives (sortable, with origins) and the simulated timeline");
+  return explain;
+}
 
-  cli::InspectOptions io;
+/// The `inspect` command and its options.
+CLI::App* add_inspect(CLI::App& app, cli::InspectOptions& io) {
   auto* inspect = app.add_subcommand(
       "inspect", "list the model's values (names, shapes, weights, torch modules), or print a starter sharding file");
   inspect->add_option("model", io.model, "ONNX model file")->required();
@@ -183,7 +187,28 @@ int main(int argc, char** argv) {
   inspect->add_option("--shardings", io.shardings,
                       "report what each tensor and rule of this sharding file annotates, and where a rule fails");
   inspect->add_option("-o", io.output, "write the --template file here (default: standard output)");
+  return inspect;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  limit_threads_to_cores();  // before any OpenMP region: a CPU-limited container would otherwise oversubscribe
+  Target::register_preset("host", measure_host_target);
+  CLI::App app{"gspmd-onnx: GSPMD sharding propagation and SPMD partitioning for ONNX models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "gspmd-onnx 0.1.0");
+
+  cli::PartitionOptions po;
+  CLI::App* part = add_partition(app, po);
+  cli::RunOptions ro;
+  CLI::App* run = add_run(app, ro);
+  cli::SimulateOptions so;
+  CLI::App* sim = add_simulate(app, so);
+  cli::ExplainOptions eo;
+  CLI::App* explain = add_explain(app, eo);
+  cli::InspectOptions io;
+  CLI::App* inspect = add_inspect(app, io);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -83,36 +83,14 @@ std::string human_time(double s) {
   return fmt::format("{:.3f} us", s * 1e6);
 }
 
-nlohmann::json make_report(const Compiled& p, const CostReport& cost, const PodRun* run, const CheckResult* check,
-                           const ExpectedResult* expected) {
-  using nlohmann::json;
-  const Target& t = p.target;
+namespace {
+
+using nlohmann::json;
+
+/// The report's "simulated": the step's times, per device, and the memory at the peak.
+json simulated_json(const Compiled& p, const CostReport& cost, const PodRun* run) {
   const DeviceMesh& mesh = p.program.mesh;
-  json j;
-  const DeviceMesh user = mesh.user();
-  j["mesh"] = {{"shape", user.shape}, {"axes", user.axes}};
-  if (user.has_device_order()) j["mesh"]["devices"] = user.devices;
-  j["devices"] = mesh.num_devices();
-  j["target"] = t.name;
-  j["target_spec"] = json::parse(t.to_json());   // every number the cost model used (loadable with --target FILE)
-  j["device_order"] = t.device_order_str(mesh);  // which mesh axes lie along which physical dim
-  j["sharding_file"] = p.sharding_file;
-  j["sharding_file_implicit"] = p.sharding_file_implicit;
-  j["precision"] = precision_name(p.precision);
-  if (!p.graph.dim_hints.empty()) {  // partition over the dim symbols: every size below is at these hints
-    j["dim_hints"] = json::object();
-    for (const auto& [sym, hint] : p.graph.dim_hints) j["dim_hints"][sym] = hint;
-    for (const auto& [sym, least] : smallest_sizes(p.program, p.graph.dim_hints)) j["smallest_sizes"][sym] = least;
-  }
-  for (const auto& [sym, d] : p.graph.runtime_dims)  // known only at run time: costed at their bounds
-    j["data_dependent_dims"][sym] = {
-        {"bound", d.bound}, {"bound_from", d.given ? "--dim" : "the op"}, {"counts", d.what}, {"node", d.node}};
-  j["model_flops"] = cost.model_flops;
-  j["compile_time_s"] = {{"load", p.times.load},
-                         {"propagate", p.times.propagate},
-                         {"partition", p.times.partition},
-                         {"measure_ops", p.times.measure_ops},
-                         {"cost", p.times.cost}};
+  json sim;
   // The per-device and per-collective lists have thousands of entries on a pod-sized training step: each entry is
   // built in place and moved, not copied out of an initializer list (make_report was 15% of `simulate --training`).
   json per_device = json::array();
@@ -124,7 +102,6 @@ nlohmann::json make_report(const Compiled& p, const CostReport& cost, const PodR
     e["communication_s"] = cost.communication_time_s;
     if (run) e["peak_memory_bytes"] = run->devices[d].peak_memory_bytes;
   }
-  json& sim = j["simulated"];
   sim["overlap"] = cost.overlap;
   sim["step_time_s"] = cost.step_time_s;
   sim["compute_time_s"] = cost.compute_time_s;
@@ -144,7 +121,13 @@ nlohmann::json make_report(const Compiled& p, const CostReport& cost, const PodR
                      {"at_peak", std::move(at_peak)},
                      {"total", std::move(total)}};
   }
-  // One entry per (kind, node, value, axes, bytes, reason), in first-seen order, with its count.
+  return sim;
+}
+
+/// The report's "collectives": one entry per (kind, node, value, axes, bytes, reason), in first-seen order, with its
+/// count and time.
+json collectives_json(const Compiled& p) {
+  const DeviceMesh& mesh = p.program.mesh;
   const std::vector<CollectiveRecord>& records = p.program.collectives;
   auto same = [&](size_t a, size_t b) {
     const CollectiveRecord &x = records[a], &y = records[b];
@@ -176,12 +159,16 @@ nlohmann::json make_report(const Compiled& p, const CostReport& cost, const PodR
     e["axes"] = mesh.axis_names(c.mesh_axes);
     e["bytes"] = c.bytes;
     e["count"] = count;
-    e["time_s"] = collective_time(c.kind, static_cast<double>(c.bytes), c.mesh_axes, mesh, t);
+    e["time_s"] = collective_time(c.kind, static_cast<double>(c.bytes), c.mesh_axes, mesh, p.target);
     e["reason"] = c.reason;
   }
-  j["collectives"] = std::move(colls);
-  j["warnings"] = p.program.warnings;
-  json& pads = j["padding"] = json::array();
+  return colls;
+}
+
+/// The report's "padding": the split dims whose shards are padded.
+json padding_json(const Compiled& p) {
+  const DeviceMesh& mesh = p.program.mesh;
+  json pads = json::array();
   for (const PaddedDim& d : padded_interface_dims(p.graph, p.plan.shardings, mesh))
     pads.push_back({{"value", p.graph.values[static_cast<size_t>(d.value)].name},
                     {"dim", d.dim},
@@ -191,44 +178,52 @@ nlohmann::json make_report(const Compiled& p, const CostReport& cost, const PodR
                     {"per_shard", d.per_shard},
                     {"padding", d.padding()},
                     {"empty_shards", d.empty_shards()}});
-  if (p.training) {
-    json weights = json::array();
-    int64_t bytes = 0;
-    for (const TrainingStep::Weight& w : p.training->weights) {
-      const Value& v = p.graph.values[static_cast<size_t>(p.graph.at(w.name))];
-      bytes += v.nbytes();
-      json& e = weights.emplace_back(json::object());
-      e["name"] = w.name;
-      e["grad"] = w.grad;
-      e["updated"] = w.updated;
-      e["shape"] = v.shape;
-      e["bytes"] = v.nbytes();
-    }
-    json& tr = j["training"];
-    tr["loss"] = p.training->loss;
-    tr["weights"] = std::move(weights);
-    tr["weight_bytes"] = bytes;
-    tr["unused"] = p.training->unused;
-    tr["ignored"] = p.training->ignored;
-    tr["remat"] = remat_name(p.training->remat);
-    tr["shard_update"] = p.shard_update.empty() ? json(nullptr) : json(p.shard_update);
-    tr["recomputed_nodes"] = p.training->recomputed_nodes;
-    tr["recomputed_flops"] = p.training->recomputed_flops;
+  return pads;
+}
+
+/// The report's "training": the step's loss, weights, remat and weight-update sharding.
+json training_json(const Compiled& p) {
+  json weights = json::array();
+  int64_t bytes = 0;
+  for (const TrainingStep::Weight& w : p.training->weights) {
+    const Value& v = p.graph.values[static_cast<size_t>(p.graph.at(w.name))];
+    bytes += v.nbytes();
+    json& e = weights.emplace_back(json::object());
+    e["name"] = w.name;
+    e["grad"] = w.grad;
+    e["updated"] = w.updated;
+    e["shape"] = v.shape;
+    e["bytes"] = v.nbytes();
   }
-  if (p.auto_result) j["auto"] = auto_json(*p.auto_result, p.graph, p.annotations.mesh.user());
-  if (p.pipeline)
-    j["pipeline"] = pipeline_json(*p.pipeline, p.pipeline_axis, p.microbatch_search, prefix_and_suffix(p));
-  if (!p.stage_search.empty()) {
-    json& st = j["auto_stages"] = json::array();
-    for (const StageSearchEntry& e : p.stage_search) {
-      json x = {{"stages", e.stages}, {"microbatches", e.microbatches}, {"fits", e.fits}};
-      if (e.error.empty())
-        x["step_s"] = e.step_s, x["peak_bytes"] = e.peak_bytes, x["sharding"] = e.sharding;
-      else
-        x["error"] = e.error;
-      st.push_back(std::move(x));
-    }
+  json tr;
+  tr["loss"] = p.training->loss;
+  tr["weights"] = std::move(weights);
+  tr["weight_bytes"] = bytes;
+  tr["unused"] = p.training->unused;
+  tr["ignored"] = p.training->ignored;
+  tr["remat"] = remat_name(p.training->remat);
+  tr["shard_update"] = p.shard_update.empty() ? json(nullptr) : json(p.shard_update);
+  tr["recomputed_nodes"] = p.training->recomputed_nodes;
+  tr["recomputed_flops"] = p.training->recomputed_flops;
+  return tr;
+}
+
+/// The report's "auto_stages": --pipeline auto's stage counts.
+json stages_json(const Compiled& p) {
+  json st = json::array();
+  for (const StageSearchEntry& e : p.stage_search) {
+    json x = {{"stages", e.stages}, {"microbatches", e.microbatches}, {"fits", e.fits}};
+    if (e.error.empty())
+      x["step_s"] = e.step_s, x["peak_bytes"] = e.peak_bytes, x["sharding"] = e.sharding;
+    else
+      x["error"] = e.error;
+    st.push_back(std::move(x));
   }
+  return st;
+}
+
+/// What a run measured and checked: "host", "check", "expected".
+void add_results(json& j, const PodRun* run, const CheckResult* check, const ExpectedResult* expected) {
   if (run) {
     j["host"] = {{"wall_s", run->wall_s}, {"gflops", run->wall_s > 0 ? run->host_flops / run->wall_s / 1e9 : 0.0}};
   }
@@ -253,6 +248,49 @@ nlohmann::json make_report(const Compiled& p, const CostReport& cost, const PodR
     j["expected"] = {{"dir", expected->dir}, {"passed", expected->passed}, {"outputs", outs}};
     if (!expected->passed) j["expected"]["worst"] = expected->worst;
   }
+}
+
+}  // namespace
+
+nlohmann::json make_report(const Compiled& p, const CostReport& cost, const PodRun* run, const CheckResult* check,
+                           const ExpectedResult* expected) {
+  const Target& t = p.target;
+  const DeviceMesh& mesh = p.program.mesh;
+  json j;
+  const DeviceMesh user = mesh.user();
+  j["mesh"] = {{"shape", user.shape}, {"axes", user.axes}};
+  if (user.has_device_order()) j["mesh"]["devices"] = user.devices;
+  j["devices"] = mesh.num_devices();
+  j["target"] = t.name;
+  j["target_spec"] = json::parse(t.to_json());   // every number the cost model used (loadable with --target FILE)
+  j["device_order"] = t.device_order_str(mesh);  // which mesh axes lie along which physical dim
+  j["sharding_file"] = p.sharding_file;
+  j["sharding_file_implicit"] = p.sharding_file_implicit;
+  j["precision"] = precision_name(p.precision);
+  if (!p.graph.dim_hints.empty()) {  // partition over the dim symbols: every size below is at these hints
+    j["dim_hints"] = json::object();
+    for (const auto& [sym, hint] : p.graph.dim_hints) j["dim_hints"][sym] = hint;
+    for (const auto& [sym, least] : smallest_sizes(p.program, p.graph.dim_hints)) j["smallest_sizes"][sym] = least;
+  }
+  for (const auto& [sym, d] : p.graph.runtime_dims)  // known only at run time: costed at their bounds
+    j["data_dependent_dims"][sym] = {
+        {"bound", d.bound}, {"bound_from", d.given ? "--dim" : "the op"}, {"counts", d.what}, {"node", d.node}};
+  j["model_flops"] = cost.model_flops;
+  j["compile_time_s"] = {{"load", p.times.load},
+                         {"propagate", p.times.propagate},
+                         {"partition", p.times.partition},
+                         {"measure_ops", p.times.measure_ops},
+                         {"cost", p.times.cost}};
+  j["simulated"] = simulated_json(p, cost, run);
+  j["collectives"] = collectives_json(p);
+  j["warnings"] = p.program.warnings;
+  j["padding"] = padding_json(p);
+  if (p.training) j["training"] = training_json(p);
+  if (p.auto_result) j["auto"] = auto_json(*p.auto_result, p.graph, p.annotations.mesh.user());
+  if (p.pipeline)
+    j["pipeline"] = pipeline_json(*p.pipeline, p.pipeline_axis, p.microbatch_search, prefix_and_suffix(p));
+  if (!p.stage_search.empty()) j["auto_stages"] = stages_json(p);
+  add_results(j, run, check, expected);
   return j;
 }
 

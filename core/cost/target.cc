@@ -147,6 +147,52 @@ Target load_file(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+/// A target file's "contraction_curve" `v` ([[flops, flop_per_s], ...]) into t.contraction_curve; throws InputError
+/// naming `path` unless the points are positive with increasing flops.
+void parse_contraction_curve(const nlohmann::json& v, const std::string& path, Target& t) {
+  t.contraction_curve.clear();
+  bool ok = v.is_array();
+  for (const auto& pt : ok ? v : nlohmann::json::array()) {
+    ok = ok && pt.is_array() && pt.size() == 2 && pt[0].is_number() && pt[1].is_number() && pt[0].get<double>() > 0 &&
+         pt[1].get<double>() > 0 &&
+         (t.contraction_curve.empty() || pt[0].get<double>() > t.contraction_curve.back().first);
+    if (ok) t.contraction_curve.emplace_back(pt[0].get<double>(), pt[1].get<double>());
+  }
+  if (!ok)
+    throw InputError(
+        fmt::format("{}: 'contraction_curve' must be [[flops, flop_per_s], ...] with positive "
+                    "numbers and increasing flops",
+                    path));
+}
+
+/// A target file's "topology" `v` ("ring", "line", "<n>d-torus", "<n>d-mesh", "switch") into t.torus_dims and
+/// t.wraparound; throws InputError naming `path` for another.
+void parse_topology(const nlohmann::json& v, const std::string& path, Target& t) {
+  std::string s = v.is_string() ? v.get<std::string>() : "";
+  int dims = 0;
+  bool wrap = false;
+  if (s == "switch") {
+    dims = 0;
+    wrap = true;
+  } else if (s == "ring" || s == "line") {
+    dims = 1;
+    wrap = s == "ring";
+  } else if (s.size() >= 4 && s[0] >= '1' && s[0] <= '9' && s[1] == 'd' &&
+             (s.substr(2) == "-torus" || s.substr(2) == "-mesh")) {
+    dims = s[0] - '0';
+    wrap = s.substr(2) == "-torus";
+  } else {
+    throw InputError(
+        fmt::format("{}: 'topology' must be \"ring\", \"line\", \"<n>d-torus\", \"<n>d-mesh\" or \"switch\"", path));
+  }
+  t.torus_dims = dims;
+  t.wraparound = wrap;
+}
+
+}  // namespace
+
 Target Target::from_json(const std::string& text, const std::string& path) {
   nlohmann::json js;
   try {
@@ -204,19 +250,7 @@ Target Target::from_json(const std::string& text, const std::string& path) {
       t.conv_efficiency = num(k, v);
       if (!(t.conv_efficiency > 0)) throw InputError(fmt::format("{}: conv_efficiency must be > 0", path));
     } else if (k == "contraction_curve") {
-      t.contraction_curve.clear();
-      bool ok = v.is_array();
-      for (const auto& pt : ok ? v : nlohmann::json::array()) {
-        ok = ok && pt.is_array() && pt.size() == 2 && pt[0].is_number() && pt[1].is_number() &&
-             pt[0].get<double>() > 0 && pt[1].get<double>() > 0 &&
-             (t.contraction_curve.empty() || pt[0].get<double>() > t.contraction_curve.back().first);
-        if (ok) t.contraction_curve.emplace_back(pt[0].get<double>(), pt[1].get<double>());
-      }
-      if (!ok)
-        throw InputError(
-            fmt::format("{}: 'contraction_curve' must be [[flops, flop_per_s], ...] with positive "
-                        "numbers and increasing flops",
-                        path));
+      parse_contraction_curve(v, path, t);
     } else if (k == "measured_ops") {
       if (!v.is_object())
         throw InputError(fmt::format("{}: 'measured_ops' must be {{\"op signature\": seconds, ...}}", path));
@@ -236,25 +270,7 @@ Target Target::from_json(const std::string& text, const std::string& path) {
         throw InputError(fmt::format("{}: field '{}' must be an integer in [1, 64]", path, k));
       (k == "links_per_axis" ? t.links_per_axis : t.torus_dims) = static_cast<int>(d);
     } else if (k == "topology") {
-      std::string s = v.is_string() ? v.get<std::string>() : "";
-      int dims = 0;
-      bool wrap = false;
-      if (s == "switch") {
-        dims = 0;
-        wrap = true;
-      } else if (s == "ring" || s == "line") {
-        dims = 1;
-        wrap = s == "ring";
-      } else if (s.size() >= 4 && s[0] >= '1' && s[0] <= '9' && s[1] == 'd' &&
-                 (s.substr(2) == "-torus" || s.substr(2) == "-mesh")) {
-        dims = s[0] - '0';
-        wrap = s.substr(2) == "-torus";
-      } else {
-        throw InputError(fmt::format(
-            "{}: 'topology' must be \"ring\", \"line\", \"<n>d-torus\", \"<n>d-mesh\" or \"switch\"", path));
-      }
-      t.torus_dims = dims;
-      t.wraparound = wrap;
+      parse_topology(v, path, t);
     } else {
       std::string known =
           "name, base, topology, wraparound, links_per_axis, torus_dims, devices_per_node, contraction_curve, "

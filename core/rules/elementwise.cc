@@ -115,9 +115,8 @@ int scalar_like(G& c, double v, int like) { return c.scalar(v, c.value(like).dty
 /// x > 0 (bool).
 int positive(G& c, int x) { return c.op("Greater", {x, scalar_like(c, 0.0, x)}); }
 
-}  // namespace
-
-void register_elementwise_gradients() {
+/// The gradients of the arithmetic ops (Add, Sub, Sum, Mul, Div, Pow).
+void register_arithmetic_gradients() {
   add_builtin_gradient("Add", [](G& c) {
     if (c.dy(0) < 0) return;
     give(c, 0, c.dy(0));
@@ -151,6 +150,11 @@ void register_elementwise_gradients() {
     }
     if (c.wants(1)) give(c, 1, c.op("Mul", {c.dy(0), c.op("Mul", {c.y(0), c.op("Log", {c.x(0)})})}));
   });
+}
+
+/// The gradients of the other elementwise ops, each a function of its input and output (Identity, Cast, Where, the
+/// activations).
+void register_unary_gradients() {
   for (const char* op : {"Identity", "Dropout"})  // Dropout at inference (the loaded graph's form): identity
     add_builtin_gradient(op, [](G& c) {
       if (c.wants(0) && c.dy(0) >= 0) c.set_dx(0, c.dy(0));
@@ -259,6 +263,13 @@ void register_elementwise_gradients() {
       for (size_t i = 0; i < count; ++i)
         if (c.wants(i)) give(c, i, c.op("Mul", {share, hits[i]}));
     });
+}
+
+}  // namespace
+
+void register_elementwise_gradients() {
+  register_arithmetic_gradients();
+  register_unary_gradients();
 }
 
 }  // namespace gspmd::rules_internal
