@@ -13,7 +13,7 @@
 #include <random>
 #include <string>
 
-#include "tests/e2e/random_graph.h"
+#include "tests/difftest/random_graph.h"
 
 using namespace gspmd::difftest;
 

@@ -9,7 +9,7 @@
 #include <map>
 #include <sstream>
 
-#include "tests/e2e/random_graph.h"
+#include "tests/difftest/random_graph.h"
 
 namespace gspmd::difftest {
 namespace {
