@@ -27,7 +27,7 @@ def strip(v):
     return v
 p = sys.argv[1]; r = strip(json.load(open(p))); json.dump(r, open(p, "w"), indent=1, sort_keys=True)' "$out/$name/report.json"
   fi
-  (cd "$out" && { find "$name" -type f 2>/dev/null || true; echo "$name.log"; } | sort | xargs sha256sum)
+  (cd "$out" && { find "$name" "$name.annotated.onnx" -type f 2>/dev/null || true; echo "$name.log"; } | sort | xargs sha256sum)
   n=$((n + 1))
 }
 for p in dp megatron 2d paper2d pipeline pipeline3d; do
@@ -41,6 +41,10 @@ plan gpt.megatron.acc2 testdata/gpt/gpt_opset17.onnx --shardings testdata/gpt/gp
 plan gpt.pipeline.circular testdata/gpt/gpt_opset17.onnx --shardings testdata/gpt/gpt.pipeline.sharding.json \
   --pipeline stage --schedule circular --training --loss mean
 plan gpt.auto testdata/gpt/gpt_opset17.onnx --mesh 2x2 --auto
+plan gpt.megatron.ort testdata/gpt/gpt_opset17.onnx --shardings testdata/gpt/gpt.megatron.sharding.json --collectives ort
+plan gpt.2d.ort testdata/gpt/gpt_opset17.onnx --shardings testdata/gpt/gpt.2d.sharding.json --collectives ort \
+  --annotated-model "$out/gpt.2d.ort.annotated.onnx"
+plan llama.dp2tp2.ort testdata/llama/model.onnx --shardings testdata/llama/dp2tp2.plan.json --collectives ort
 for p in megatron pipeline; do
   plan bert.$p testdata/bert/bert_opset17.onnx --shardings testdata/bert/bert.$p.sharding.json
 done
