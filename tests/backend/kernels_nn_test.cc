@@ -41,14 +41,7 @@ void expect_near(const Tensor& got, const Tensor& want, double tol = 1e-4) {
   }
 }
 
-std::vector<int64_t> unravel(int64_t flat, const Shape& s) {
-  std::vector<int64_t> idx(s.size());
-  for (size_t i = s.size(); i-- > 0;) {
-    idx[i] = flat % s[i];
-    flat /= s[i];
-  }
-  return idx;
-}
+using testing::unravel;
 
 int64_t ravel(const std::vector<int64_t>& idx, const Shape& s) {
   int64_t off = 0;

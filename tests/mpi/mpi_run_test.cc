@@ -1,119 +1,8 @@
-// `run --backend mpi` under mpirun (docs/mpi.md): 4-rank runs of the GPT (Megatron, 2x2) and of resnet18 (spatial,
-// 4 devices; 3 devices for uneven shards) match the emulator's outputs; the program-files mode (--program) runs the
-// partition's device_<rank>.onnx; bad setups give an error on every rank and a non-zero exit, never a hang.
-// Every mpirun is wrapped in `timeout`, and ctest has a TIMEOUT on every test.
-#include <gtest/gtest.h>
+// run --backend mpi against the emulator (docs/mpi.md): Megatron, training, pipeline, device files, CNNs, two hosts.
+#include "tests/mpi/mpi_test_util.h"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <fstream>
-#include <map>
-#include <string>
-#include <thread>
-#include <utility>
-#include <vector>
-
-#include "../e2e/cnn_export.h"
-#include "../e2e/e2e_util.h"
-#include "onnx_frontend/frontend.h"
-
+namespace mpi_test {
 namespace {
-
-using namespace e2e;
-
-const std::string kBin = std::string(GSPMD_BINARY_DIR) + "/bin/gspmd-onnx";
-const std::string kGpt = "testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json";
-
-/// mpirun as the tests (and docs/mpi.md) run it: as root, 4 ranks on 2 cores, one OpenMP thread per rank.
-std::string mpirun(int np, const std::string& extra = "") {
-  return std::string("timeout -k 5 240 ") + GSPMD_MPIRUN +
-         " --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 " + extra + " -np " +
-         std::to_string(np) + " ";
-}
-
-CmdResult mpi_run(int np, const std::string& args, const std::string& tag, const std::string& extra = "") {
-  return sh(mpirun(np, extra) + kBin + " run " + args + " --backend mpi", tag);
-}
-
-/// Every output_<i>.pb of `got` equals `want`'s within |a-b| <= atol + rtol*|b| (same dtype and shape).
-void expect_same_outputs(const fs::path& got, const fs::path& want, double rtol = 1e-4, double atol = 1e-5) {
-  int n = 0;
-  for (int i = 0; fs::exists(want / ("output_" + std::to_string(i) + ".pb")); ++i, ++n) {
-    SCOPED_TRACE("output " + std::to_string(i));
-    const std::string f = "output_" + std::to_string(i) + ".pb";
-    ASSERT_TRUE(fs::exists(got / f)) << (got / f);
-    gspmd::Tensor a = gspmd::read_tensor_pb((got / f).string()), b = gspmd::read_tensor_pb((want / f).string());
-    ASSERT_EQ(a.dtype, b.dtype);
-    ASSERT_EQ(a.shape, b.shape);
-    if (a.dtype != gspmd::DType::kFloat32) {
-      EXPECT_EQ(a.bytes, b.bytes);
-      continue;
-    }
-    double worst = 0;
-    for (int64_t k = 0; k < a.numel(); ++k) {
-      const double x = a.data<float>()[k], y = b.data<float>()[k];
-      worst = std::max(worst, std::abs(x - y));
-      ASSERT_LE(std::abs(x - y), atol + rtol * std::abs(y)) << "element " << k;
-    }
-    std::printf("[ compare  ] %s: %lld elements, max abs difference %.3g\n", f.c_str(),
-                static_cast<long long>(a.numel()), worst);
-  }
-  EXPECT_GT(n, 0) << "no outputs in " << want;
-}
-
-/// Prints simulated vs measured per-rank times of an MPI run report (the calibration table of docs/mpi.md).
-void print_comparison(const std::string& what, const nlohmann::json& r) {
-  const auto& s = r["simulated"];
-  const auto& m = r["measured"];
-  std::printf(
-      "[ timing   ] %s, target %s: simulated step %.3f ms (compute %.3f, communication %.3f); measured "
-      "step %.3f ms (compute %.3f, communication %.3f, mean over ranks; slowest rank's step %.3f ms)\n",
-      what.c_str(), r["target"].get<std::string>().c_str(), 1e3 * s["step_time_s"].get<double>(),
-      1e3 * s["compute_time_s"].get<double>(), 1e3 * s["communication_time_s"].get<double>(),
-      1e3 * (m["compute_time_s"].get<double>() + m["communication_time_s"].get<double>()),
-      1e3 * m["compute_time_s"].get<double>(), 1e3 * m["communication_time_s"].get<double>(),
-      1e3 * m["step_time_s"].get<double>());
-  for (const auto& pr : m["per_rank"]) {
-    int rk = pr["rank"].get<int>();
-    const auto& sd = s["per_device"][rk];
-    std::printf(
-        "[ timing   ]   rank %d: compute %.3f ms (simulated %.3f), communication %.3f ms (simulated %.3f), "
-        "step %.3f ms, CPU %.3f ms\n",
-        rk, 1e3 * pr["compute_s"].get<double>(), 1e3 * sd["compute_s"].get<double>(),
-        1e3 * pr["communication_s"].get<double>(), 1e3 * sd["communication_s"].get<double>(),
-        1e3 * pr["step_s"].get<double>(), 1e3 * pr["cpu_s"].get<double>());
-  }
-}
-
-/// The report of an MPI run has the measured per-rank times next to the simulated ones.
-void expect_measured(const nlohmann::json& r, int ranks) {
-  EXPECT_EQ(r["backend"], "mpi");
-  ASSERT_TRUE(r.contains("measured"));
-  ASSERT_EQ(r["measured"]["per_rank"].size(), static_cast<size_t>(ranks));
-  ASSERT_EQ(r["simulated"]["per_device"].size(), static_cast<size_t>(ranks));
-  for (int k = 0; k < ranks; ++k) {
-    const auto& pr = r["measured"]["per_rank"][k];
-    EXPECT_EQ(pr["rank"], k);
-    EXPECT_GT(pr["compute_s"].get<double>(), 0);
-    EXPECT_GE(pr["communication_s"].get<double>(), 0);
-    EXPECT_GE(pr["step_s"].get<double>(), pr["compute_s"].get<double>());
-    EXPECT_GE(pr["wall_s"].get<double>(), pr["step_s"].get<double>());
-    // CPU time over the measured execution: some, and at most every core of the host for the whole of it
-    EXPECT_GT(pr["cpu_s"].get<double>(), 0);
-    EXPECT_LE(pr["cpu_s"].get<double>(), std::thread::hardware_concurrency() * pr["wall_s"].get<double>() + 1e-3);
-    EXPECT_GT(pr["peak_memory_bytes"].get<int64_t>(), 0);
-  }
-}
-
-/// Every rank printed `line(k)` on stderr.
-template <class F>
-void expect_every_rank(const CmdResult& r, int ranks, F line) {
-  for (int k = 0; k < ranks; ++k) EXPECT_NE(r.err.find(line(k)), std::string::npos) << line(k) << "\n" << r.err;
-}
 
 TEST(MpiRun, GptMegatronFourRanksMatchesEmulator) {
   fs::path d = scratch("mpi_gpt");
@@ -316,6 +205,7 @@ void cnn_case(const std::string& kind, int ranks) {
 }
 
 TEST(MpiRun, Resnet18SpatialFourRanksMatchesEmulator) { cnn_case("spatial", 4); }
+
 TEST(MpiRun, Resnet18UnevenSpatialThreeRanksMatchesEmulator) { cnn_case("uneven_spatial", 3); }
 
 // ------------------------------------------------------------------------------- two hosts (network namespaces)
@@ -435,146 +325,6 @@ TEST(MpiTiming, DISABLED_HostTargetPredictsFourRankSteps) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------- bad setups
-
-TEST(MpiBadSetup, RankCountDiffersFromMesh) {
-  auto t0 = std::chrono::steady_clock::now();
-  CmdResult r = mpi_run(3, kGpt, "mpi_bad_np");
-  EXPECT_NE(r.code, 0);
-  expect_every_rank(r, 3, [](int k) {
-    return "error: rank " + std::to_string(k) +
-           ": --mesh 2x2 has 4 devices but this MPI job has 3 ranks: start it with mpirun -np 4\n";
-  });
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 120);
-}
-
-TEST(MpiBadSetup, MissingDeviceFile) {
-  fs::path d = scratch("mpi_bad_missing");
-  ASSERT_EQ(cli("partition " + kGpt + " -o " + (d / "prog").string(), "mpi_bad_missing_partition").code, 0);
-  fs::remove(d / "prog" / "device_2.onnx");
-  const std::string file = (d / "prog" / "device_2.onnx").string();
-  CmdResult r = mpi_run(4, kGpt + " --program " + (d / "prog").string(), "mpi_bad_missing");
-  EXPECT_EQ(r.code, 2) << r.err;
-  const std::string why = file + ": no such file (every device needs its device_<k>.onnx from `partition -o " +
-                          (d / "prog").string() + "`)\n";
-  expect_every_rank(r, 4, [&](int k) {
-    return k == 2 ? "error: rank 2: " + why : "error: rank " + std::to_string(k) + ": rank 2 failed: " + why;
-  });
-}
-
-TEST(MpiBadSetup, DeviceFileFromAnotherPartition) {
-  fs::path d = scratch("mpi_bad_stale");
-  ASSERT_EQ(cli("partition " + kGpt + " -o " + (d / "prog").string(), "mpi_bad_stale_partition").code, 0);
-  ASSERT_EQ(cli("partition testdata/gpt/gpt_opset17.onnx --mesh 2x2 --shardings testdata/gpt/gpt.dp.sharding.json -o " +
-                    (d / "other").string(),
-                "mpi_bad_stale_partition2")
-                .code,
-            0);
-  fs::copy_file(d / "other" / "device_1.onnx", d / "prog" / "device_1.onnx", fs::copy_options::overwrite_existing);
-  CmdResult r = mpi_run(4, kGpt + " --program " + (d / "prog").string(), "mpi_bad_stale");
-  EXPECT_EQ(r.code, 2) << r.err;
-  const std::string file = (d / "prog" / "device_1.onnx").string();
-  EXPECT_NE(r.err.find("error: rank 1: " + file +
-                       ": partitioned from another model, sharding, mesh or target than "
-                       "this run (program fingerprint "),
-            std::string::npos)
-      << r.err;
-  expect_every_rank(r, 4, [&](int k) {
-    return k == 1 ? std::string("error: rank 1: ") + file
-                  : "error: rank " + std::to_string(k) + ": rank 1 failed: " + file + ": partitioned from another";
-  });
-}
-
-TEST(MpiBadSetup, RanksGivenDifferentModels) {
-  // MPMD launch: ranks 0-1 get the opset-17 export, ranks 2-3 the opset-13 one (the same GPT, another program).
-  const std::string other =
-      "testdata/gpt/gpt_opset13.onnx --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json";
-  CmdResult r =
-      sh(mpirun(2) + kBin + " run " + kGpt + " --backend mpi : -np 2 " + kBin + " run " + other + " --backend mpi",
-         "mpi_bad_models");
-  EXPECT_EQ(r.code, 2) << r.err;
-  expect_every_rank(r, 4, [](int k) {
-    return "error: rank " + std::to_string(k) + ": ranks were given different models: rank 2 has program fingerprint ";
-  });
-}
-
-TEST(MpiBadSetup, RanksGivenDifferentWeights) {
-  // The same GPT with one weight changed: the same program, other weights (the fingerprint covers the weights).
-  fs::path d = scratch("mpi_bad_weights");
-  const std::string other = (d / "gpt_other.onnx").string();
-  CmdResult py = sh(debian_python() +
-                        " -c \"import onnx, numpy as np; from onnx import numpy_helper as nh; "
-                        "m = onnx.load('testdata/gpt/gpt_opset17.onnx'); "
-                        "t = [i for i in m.graph.initializer if i.name == 'h.0.attn.q.weight'][0]; "
-                        "a = nh.to_array(t) + np.float32(1); t.CopyFrom(nh.from_array(a, t.name)); "
-                        "onnx.save(m, '" +
-                        other + "')\"",
-                    "mpi_bad_weights_py");
-  ASSERT_EQ(py.code, 0) << py.err;
-  const std::string rest = " --mesh 2x2 --shardings testdata/gpt/gpt.megatron.sharding.json --backend mpi";
-  CmdResult r =
-      sh(mpirun(3) + kBin + " run testdata/gpt/gpt_opset17.onnx" + rest + " : -np 1 " + kBin + " run " + other + rest,
-         "mpi_bad_weights");
-  EXPECT_EQ(r.code, 2) << r.err;
-  expect_every_rank(r, 4, [](int k) {
-    return "error: rank " + std::to_string(k) + ": ranks were given different models: rank 3 has program fingerprint ";
-  });
-}
-
-TEST(MpiBadSetup, RankDiesMidRun) {
-  fs::path d = scratch("mpi_bad_die");
-  auto t0 = std::chrono::steady_clock::now();
-  CmdResult r = mpi_run(4, kGpt + " --outputs " + (d / "out").string(), "mpi_bad_die", "-x GSPMD_MPI_TEST_DIE_RANK=1");
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.code, 124) << "timed out: the surviving ranks hung";
-  EXPECT_LT(secs, 120);
-  EXPECT_NE(r.err.find("error: rank 1: GSPMD_MPI_TEST_DIE_RANK: dying at node "), std::string::npos) << r.err;
-  for (int k : {0, 2, 3})
-    EXPECT_NE(r.err.find("error: rank " + std::to_string(k) +
-                         ": terminated by mpirun (another rank failed or was killed; see its message)"),
-              std::string::npos)
-        << r.err;
-  EXPECT_FALSE(fs::exists(d / "out" / "output_0.pb"));
-}
-
-TEST(MpiBadSetup, MissingInputsOnRankZero) {
-  CmdResult r = mpi_run(4, kGpt + " --inputs /nonexistent", "mpi_bad_inputs");
-  EXPECT_EQ(r.code, 2) << r.err;
-  expect_every_rank(r, 4, [](int k) {
-    return k == 0 ? std::string("error: rank 0: /nonexistent/input_0.pb: cannot open file\n")
-                  : "error: rank " + std::to_string(k) + ": rank 0 failed: /nonexistent/input_0.pb: cannot open file\n";
-  });
-  EXPECT_EQ(r.err.find("terminated by mpirun"), std::string::npos) << r.err;
-}
-
-// --program runs on the emulator too (one thread per device): a missing folder is the missing file's error.
-TEST(MpiBadSetup, MpiOnlyFlagsNeedMpiBackend) {
-  CmdResult r = cli("run " + kGpt + " --program /nonexistent", "mpi_program_pod");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err,
-            "error: /nonexistent/device_0.onnx: no such file (every device needs its device_<k>.onnx from "
-            "`partition -o /nonexistent`)\n");
-  r = cli("run " + kGpt + " --warmup 3", "mpi_warmup_pod");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "error: --warmup: needs --backend mpi (the emulator executes once)\n");
-  r = cli("run " + kGpt + " --repeat 5", "mpi_repeat_pod");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "error: --repeat: needs --backend mpi (the emulator executes once)\n");
-  r = cli("run " + kGpt + " --backend mpi --repeat 0", "mpi_repeat_zero");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--repeat"), std::string::npos) << r.err;
-}
-
-TEST(MpiBadSetup, WithoutMpirunIsOneRank) {
-  CmdResult r = cli("run " + kGpt + " --backend mpi", "mpi_singleton");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("error: rank 0: --mesh 2x2 has 4 devices but this MPI job has 1 rank: start it with "
-                       "mpirun -np 4\n"),
-            std::string::npos)
-      << r.err;
-}
-
 // Data-dependent dims (docs/shapes.md step 6) under MPI: each rank binds the counts from the tensors it computes,
 // the collectives move the sizes it finds, and rank 0 gathers outputs whose sizes only the run knows. The detector's
 // post-processing in miniature runs exact against torch's outputs at every count (none, fewer than k, more than k
@@ -600,3 +350,4 @@ TEST(MpiRun, DataDependentDimsRunAtEveryCount) {
 }
 
 }  // namespace
+}  // namespace mpi_test

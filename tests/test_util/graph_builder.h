@@ -169,4 +169,14 @@ inline std::string compare_tensors(const Tensor& got, const Tensor& ref) {
   return os.str();
 }
 
+/// The row-major multi-index of element `flat` of a tensor of shape `s`.
+inline std::vector<int64_t> unravel(int64_t flat, const Shape& s) {
+  std::vector<int64_t> idx(s.size());
+  for (size_t i = s.size(); i-- > 0;) {
+    idx[i] = flat % s[i];
+    flat /= s[i];
+  }
+  return idx;
+}
+
 }  // namespace gspmd::testing
