@@ -339,6 +339,30 @@ ModeResult guarded(const char* stage_hint, F&& f) {
 
 }  // namespace
 
+/// The test data of `set_dirs` (input_<i>.pb, output_<i>.pb), bfloat16 tensors stored as uint16 retagged as the
+/// model declares them. Throws Skip when a data set cannot be read (a sequence .pb): the test is unsupported.
+std::vector<DataSet> load_data_sets(const std::vector<fs::path>& set_dirs, const ModelInfo& info) {
+  std::vector<DataSet> sets;
+  try {
+    for (const fs::path& sd : set_dirs)
+      sets.push_back({read_numbered(sd, "input", info.input_kinds), read_numbered(sd, "output", info.output_kinds)});
+  } catch (const InputError& e) {
+    throw Skip(fmt::format("test data: {}", e.what()));
+  }
+  // Older test data stores bfloat16 tensors as uint16 (same bits): take the dtype the model declares.
+  auto retag = [](OnnxValue& v, DType want) {
+    for (Tensor& t : v.tensors)
+      if (t.dtype == DType::kUInt16 && want == DType::kBFloat16) t.dtype = want;
+  };
+  for (DataSet& ds : sets) {
+    for (size_t i = 0; i < ds.inputs.size() && i < info.input_dtypes.size(); ++i)
+      retag(ds.inputs[i], info.input_dtypes[i]);
+    for (size_t i = 0; i < ds.outputs.size() && i < info.output_dtypes.size(); ++i)
+      retag(ds.outputs[i], info.output_dtypes[i]);
+  }
+  return sets;
+}
+
 TestResult run_test(const std::string& dir, uint64_t seed, const std::function<void(const TestResult&)>& after_single) {
   const auto t0 = std::chrono::steady_clock::now();
   TestResult r;
@@ -364,31 +388,10 @@ TestResult run_test(const std::string& dir, uint64_t seed, const std::function<v
     return r;
   }
 
-  // Load the test data (a data set that cannot be read, e.g. a sequence .pb, makes the test unsupported).
-  auto load_sets = [&] {
-    try {
-      for (const fs::path& sd : set_dirs)
-        sets.push_back({read_numbered(sd, "input", info.input_kinds), read_numbered(sd, "output", info.output_kinds)});
-    } catch (const InputError& e) {
-      throw Skip(fmt::format("test data: {}", e.what()));
-    }
-    // Older test data stores bfloat16 tensors as uint16 (same bits): take the dtype the model declares.
-    auto retag = [](OnnxValue& v, DType want) {
-      for (Tensor& t : v.tensors)
-        if (t.dtype == DType::kUInt16 && want == DType::kBFloat16) t.dtype = want;
-    };
-    for (DataSet& ds : sets) {
-      for (size_t i = 0; i < ds.inputs.size() && i < info.input_dtypes.size(); ++i)
-        retag(ds.inputs[i], info.input_dtypes[i]);
-      for (size_t i = 0; i < ds.outputs.size() && i < info.output_dtypes.size(); ++i)
-        retag(ds.outputs[i], info.output_dtypes[i]);
-    }
-  };
-
   // Per data set: the loaded graph (models whose shapes need frozen inputs are loaded once per data set).
   std::vector<Loaded> graphs;
   ModeResult load_result = guarded("load: ", [&]() -> std::string {
-    load_sets();
+    sets = load_data_sets(set_dirs, info);
     try {
       for (size_t k = 0; k < sets.size(); ++k) {
         std::vector<std::string> frozen;

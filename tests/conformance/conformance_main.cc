@@ -371,10 +371,9 @@ void write_expected(const std::string& path, const std::set<std::pair<std::strin
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Options o;
-  if (const char* env = std::getenv("GSPMD_ONNX_TESTDATA")) o.data = env;
-  if (o.data.empty()) o.data = GSPMD_ONNX_TESTDATA;
+/// Reads the command line into `o`; returns the exit code when the program should stop (0 after --help, 2 on a bad
+/// option), else -1.
+int parse_args(int argc, char** argv, Options& o) {
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -416,8 +415,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n%s\n", e.what(), kUsage);
     return 2;
   }
+  return -1;
+}
 
-  std::vector<std::string> dirs;
+/// The test folders of o.folders under o.data that hold a model.onnx and match o.filters, sorted per folder, into
+/// `dirs`; returns 2 (after printing why) when a folder is missing or nothing matches, else 0.
+int find_tests(const Options& o, std::vector<std::string>& dirs) {
   for (const std::string& f : o.folders) {
     const fs::path folder = fs::path(o.data) / f;
     if (!fs::is_directory(folder)) {
@@ -440,37 +443,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: no test matches\n");
     return 2;
   }
+  return 0;
+}
 
-  const auto t0 = std::chrono::steady_clock::now();
-  size_t done = 0;
-  std::vector<TestResult> rs = run_all(dirs, o, [&](const TestResult& r) {
-    ++done;
-    const bool ok = r.single.status == Status::kPass && r.sharded.status == Status::kPass;
-    if (!ok || o.verbose) {
-      std::printf("[%zu/%zu] %s: single %s, sharded %s (%.2f s)\n", done, dirs.size(), r.id().c_str(),
-                  status_name(r.single.status), status_name(r.sharded.status), r.seconds);
-      if (r.single.status != Status::kPass) std::printf("    single:  %s\n", cell(r.single.message, 600).c_str());
-      if (r.sharded.status != Status::kPass) std::printf("    sharded: %s\n", cell(r.sharded.message, 600).c_str());
-      std::fflush(stdout);
-    }
-  });
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-  std::map<std::string, Counts> per_folder;
-  for (const TestResult& r : rs) per_folder[r.folder].add(r), per_folder["total"].add(r);
-  std::printf("\n%-20s %6s %8s %8s %8s %8s\n", "folder", "tests", "single", "sharded", "skipped", "failed");
-  for (const auto& [f, c] : per_folder)
-    std::printf("%-20s %6d %8d %8d %8d %8d\n", f.c_str(), c.total, c.single, c.sharded, c.skipped, c.failed);
-  std::printf("wall %.1f s\n", wall);
-
-  if (!o.json.empty()) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const TestResult& r : rs) j.push_back(to_json(r));
-    std::ofstream(o.json) << j.dump(1) << '\n';
-  }
-  if (!o.table.empty()) write_table(o.table, rs, o, wall);
-
-  if (o.expected.empty()) return 0;
+/// Compares the results with the expected-pass list o.expected (or updates it with --update-expected); returns the
+/// exit code: 1 when an expected test mode stopped passing, 2 when the list cannot be read.
+int check_expected(const Options& o, const std::vector<TestResult>& rs) {
   std::set<std::pair<std::string, std::string>> expected;
   try {
     if (fs::exists(o.expected) || !o.update_expected) expected = read_expected(o.expected);
@@ -521,4 +499,45 @@ int main(int argc, char** argv) {
   }
   std::printf("OK: all %zu expected test modes pass\n", expected.size());
   return 0;
+}
+
+int main(int argc, char** argv) {
+  Options o;
+  if (const char* env = std::getenv("GSPMD_ONNX_TESTDATA")) o.data = env;
+  if (o.data.empty()) o.data = GSPMD_ONNX_TESTDATA;
+  if (const int code = parse_args(argc, argv, o); code >= 0) return code;
+  std::vector<std::string> dirs;
+  if (const int code = find_tests(o, dirs); code != 0) return code;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t done = 0;
+  std::vector<TestResult> rs = run_all(dirs, o, [&](const TestResult& r) {
+    ++done;
+    const bool ok = r.single.status == Status::kPass && r.sharded.status == Status::kPass;
+    if (!ok || o.verbose) {
+      std::printf("[%zu/%zu] %s: single %s, sharded %s (%.2f s)\n", done, dirs.size(), r.id().c_str(),
+                  status_name(r.single.status), status_name(r.sharded.status), r.seconds);
+      if (r.single.status != Status::kPass) std::printf("    single:  %s\n", cell(r.single.message, 600).c_str());
+      if (r.sharded.status != Status::kPass) std::printf("    sharded: %s\n", cell(r.sharded.message, 600).c_str());
+      std::fflush(stdout);
+    }
+  });
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::map<std::string, Counts> per_folder;
+  for (const TestResult& r : rs) per_folder[r.folder].add(r), per_folder["total"].add(r);
+  std::printf("\n%-20s %6s %8s %8s %8s %8s\n", "folder", "tests", "single", "sharded", "skipped", "failed");
+  for (const auto& [f, c] : per_folder)
+    std::printf("%-20s %6d %8d %8d %8d %8d\n", f.c_str(), c.total, c.single, c.sharded, c.skipped, c.failed);
+  std::printf("wall %.1f s\n", wall);
+
+  if (!o.json.empty()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const TestResult& r : rs) j.push_back(to_json(r));
+    std::ofstream(o.json) << j.dump(1) << '\n';
+  }
+  if (!o.table.empty()) write_table(o.table, rs, o, wall);
+
+  if (o.expected.empty()) return 0;
+  return check_expected(o, rs);
 }
